@@ -1,0 +1,178 @@
+package sik
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// Version is the only Action.V this package accepts. Changing how an action
+// is keyed means a new version, never a silent change to version 1: every
+// SIK already in the ledger depends on it.
+const Version = 1
+
+// SIKLen is the length of a SIK: 32 base32 characters carry 160 bits.
+const SIKLen = 32
+
+// maxSafeAmount is 2^53-1. JCS writes numbers as IEEE 754 doubles, so a
+// larger amount could share a canonical form (and a SIK) with its neighbour.
+const maxSafeAmount = 1<<53 - 1
+
+// ErrInvalidAction is wrapped by every error from [Action.Validate].
+var ErrInvalidAction = errors.New("sik: invalid action")
+
+// ErrInvalidSIK is wrapped by [ParseSIK] errors.
+var ErrInvalidSIK = errors.New("sik: invalid SIK")
+
+// Action is the meaning of one money-moving request: what is hashed into
+// its SIK. Every field takes part in the key.
+type Action struct {
+	V           int               `json:"v"`
+	RailAccount string            `json:"rail_account"`
+	Action      string            `json:"action"`
+	Subject     string            `json:"subject"`
+	AmountMinor int64             `json:"amount_minor"`
+	Currency    string            `json:"currency"`
+	Extra       map[string]string `json:"extra"`
+	Window      string            `json:"window"`
+	Distinct    string            `json:"distinct"`
+}
+
+// Validate reports every problem with a, each naming its JSON field.
+func (a Action) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidAction}, args...)...))
+	}
+	if a.V != Version {
+		bad("v is %d, want %d", a.V, Version)
+	}
+	for _, f := range []struct{ name, value string }{
+		{"rail_account", a.RailAccount},
+		{"action", a.Action},
+		{"subject", a.Subject},
+	} {
+		switch {
+		case f.value == "":
+			bad("%s is empty", f.name)
+		case !utf8.ValidString(f.value):
+			bad("%s is not valid UTF-8", f.name)
+		case strings.TrimSpace(f.value) != f.value:
+			// " pay_1" and "pay_1" would otherwise key two intents for one payment.
+			bad("%s %q has leading or trailing whitespace", f.name, f.value)
+		}
+	}
+	if a.AmountMinor < 0 {
+		bad("amount_minor is negative (%d)", a.AmountMinor)
+	} else if a.AmountMinor > maxSafeAmount {
+		bad("amount_minor %d exceeds 2^53-1, which JSON numbers cannot hold exactly", a.AmountMinor)
+	}
+	if !isCurrency(a.Currency) {
+		bad("currency %q is not three upper-case letters (ISO 4217)", a.Currency)
+	}
+	for _, k := range slices.Sorted(maps.Keys(a.Extra)) { // sorted: stable messages
+		v := a.Extra[k]
+		switch {
+		case k == "":
+			bad("extra has an empty key")
+		case !utf8.ValidString(k):
+			bad("extra key %q is not valid UTF-8", k)
+		case !utf8.ValidString(v):
+			bad("extra[%q] is not valid UTF-8", k)
+		}
+	}
+	if !utf8.ValidString(a.Window) {
+		bad("window is not valid UTF-8")
+	}
+	if a.Action == string(KindRefund) && a.Window != "" {
+		bad("window must be empty for a refund (got %q): refunds have no time window; set distinct to make a second identical refund", a.Window)
+	}
+	if !utf8.ValidString(a.Distinct) {
+		bad("distinct is not valid UTF-8")
+	}
+	return errors.Join(errs...)
+}
+
+func isCurrency(s string) bool {
+	if len(s) != 3 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 'A' || s[i] > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+// Canonical returns the RFC 8785 form of a that Key hashes. A nil Extra is
+// written as {} so that nil and empty maps (which mean the same) key alike.
+func (a Action) Canonical() ([]byte, error) {
+	if err := a.Validate(); err != nil {
+		return nil, err
+	}
+	if a.Extra == nil {
+		a.Extra = map[string]string{}
+	}
+	// json.Marshal cannot fail for this struct; Canonicalize fixes key order
+	// (UTF-16, not Go's byte order) and escaping.
+	raw, err := json.Marshal(a)
+	if err != nil {
+		return nil, fmt.Errorf("sik: encode action: %w", err)
+	}
+	return Canonicalize(raw)
+}
+
+// SIK is a semantic idempotency key: 32 characters of RFC 4648 base32
+// (A–Z, 2–7), upper case, no padding.
+type SIK string
+
+var sikEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// Key returns the SIK of a, or the validation error.
+func Key(a Action) (SIK, error) {
+	canon, err := a.Canonical()
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(canon)
+	return SIK(sikEncoding.EncodeToString(sum[:])[:SIKLen]), nil
+}
+
+// Valid reports whether s has the exact shape of a SIK.
+func (s SIK) Valid() bool {
+	if len(s) != SIKLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isBase32(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func isBase32(c byte) bool { return (c >= 'A' && c <= 'Z') || (c >= '2' && c <= '7') }
+
+// String returns the SIK as text.
+func (s SIK) String() string { return string(s) }
+
+// ParseSIK checks that s is a SIK. It does not normalise case: a SIK is
+// compared byte for byte in the ledger, so "abc…" is refused, not repaired.
+func ParseSIK(s string) (SIK, error) {
+	if len(s) != SIKLen {
+		return "", fmt.Errorf("%w: length %d, want %d", ErrInvalidSIK, len(s), SIKLen)
+	}
+	for i := 0; i < len(s); i++ {
+		if !isBase32(s[i]) {
+			return "", fmt.Errorf("%w: byte 0x%02x at offset %d is not in the base32 alphabet A-Z2-7", ErrInvalidSIK, s[i], i)
+		}
+	}
+	return SIK(s), nil
+}
