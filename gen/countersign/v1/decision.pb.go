@@ -1351,11 +1351,11 @@ const file_countersign_v1_decision_proto_rawDesc = "" +
 	"\x06reason\x18\f \x01(\tR\x06reason\x1a9\n" +
 	"\vStampsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe0\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdd\x02\n" +
 	"\rCommitRequest\x12-\n" +
 	"\frail_account\x18\x01 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\xff\x01R\vrailAccount\x12*\n" +
-	"\x03sik\x18\x02 \x01(\tB\x18\xbaH\x15r\x132\x11^[A-Za-z0-9]{32}$R\x03sik\x12(\n" +
+	"\xbaH\ar\x05\x10\x01\x18\xff\x01R\vrailAccount\x12'\n" +
+	"\x03sik\x18\x02 \x01(\tB\x15\xbaH\x12r\x102\x0e^[A-Z2-7]{32}$R\x03sik\x12(\n" +
 	"\vattempt_seq\x18\x03 \x01(\x05B\a\xbaH\x04\x1a\x02 \x00R\n" +
 	"attemptSeq\x12:\n" +
 	"\bresponse\x18\x04 \x01(\v2\x1c.countersign.v1.HttpResponseH\x00R\bresponse\x12U\n" +
@@ -1386,11 +1386,11 @@ const file_countersign_v1_decision_proto_rawDesc = "" +
 	"\x14pagination_exhausted\x18\x06 \x01(\bR\x13paginationExhausted\x12\x1d\n" +
 	"\n" +
 	"pages_read\x18\a \x01(\x05R\tpagesRead\x12\x16\n" +
-	"\x06reason\x18\b \x01(\tR\x06reason\"|\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\"y\n" +
 	"\x1fDecisionServiceGetIntentRequest\x12-\n" +
 	"\frail_account\x18\x01 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\xff\x01R\vrailAccount\x12*\n" +
-	"\x03sik\x18\x02 \x01(\tB\x18\xbaH\x15r\x132\x11^[A-Za-z0-9]{32}$R\x03sik\"\x87\x01\n" +
+	"\xbaH\ar\x05\x10\x01\x18\xff\x01R\vrailAccount\x12'\n" +
+	"\x03sik\x18\x02 \x01(\tB\x15\xbaH\x12r\x102\x0e^[A-Z2-7]{32}$R\x03sik\"\x87\x01\n" +
 	" DecisionServiceGetIntentResponse\x12.\n" +
 	"\x06intent\x18\x01 \x01(\v2\x16.countersign.v1.IntentR\x06intent\x123\n" +
 	"\battempts\x18\x02 \x03(\v2\x17.countersign.v1.AttemptR\battempts*\x8a\x02\n" +

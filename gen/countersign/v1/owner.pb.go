@@ -4007,11 +4007,11 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"\frail_account\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\vrailAccount\"o\n" +
 	"\x13ListIntentsResponse\x120\n" +
 	"\aintents\x18\x01 \x03(\v2\x16.countersign.v1.IntentR\aintents\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"m\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"j\n" +
 	"\x10GetIntentRequest\x12-\n" +
 	"\frail_account\x18\x01 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\xff\x01R\vrailAccount\x12*\n" +
-	"\x03sik\x18\x02 \x01(\tB\x18\xbaH\x15r\x132\x11^[A-Za-z0-9]{32}$R\x03sik\"x\n" +
+	"\xbaH\ar\x05\x10\x01\x18\xff\x01R\vrailAccount\x12'\n" +
+	"\x03sik\x18\x02 \x01(\tB\x15\xbaH\x12r\x102\x0e^[A-Z2-7]{32}$R\x03sik\"x\n" +
 	"\x11GetIntentResponse\x12.\n" +
 	"\x06intent\x18\x01 \x01(\v2\x16.countersign.v1.IntentR\x06intent\x123\n" +
 	"\battempts\x18\x02 \x03(\v2\x17.countersign.v1.AttemptR\battempts\"\xdf\x01\n" +
@@ -4075,14 +4075,14 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"approvalId\x12\x1c\n" +
 	"\x04note\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\xe8\aR\x04note\"N\n" +
 	"\x16RejectApprovalResponse\x124\n" +
-	"\bapproval\x18\x01 \x01(\v2\x18.countersign.v1.ApprovalR\bapproval\"\xf8\x01\n" +
+	"\bapproval\x18\x01 \x01(\v2\x18.countersign.v1.ApprovalR\bapproval\"\xf5\x01\n" +
 	"\x17ListAuditRecordsRequest\x12'\n" +
 	"\tpage_size\x18\x01 \x01(\x05B\n" +
 	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\bpageSize\x12'\n" +
 	"\n" +
 	"page_token\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\x12+\n" +
-	"\frail_account\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\vrailAccount\x12-\n" +
-	"\x03sik\x18\x04 \x01(\tB\x1b\xbaH\x18r\x162\x14^([A-Za-z0-9]{32})?$R\x03sik\x12/\n" +
+	"\frail_account\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\vrailAccount\x12*\n" +
+	"\x03sik\x18\x04 \x01(\tB\x18\xbaH\x15r\x132\x11^([A-Z2-7]{32})?$R\x03sik\x12/\n" +
 	"\x0fstart_after_seq\x18\x05 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\rstartAfterSeq\"\x84\x01\n" +
 	"\x18ListAuditRecordsResponse\x12@\n" +
 	"\raudit_records\x18\x01 \x03(\v2\x1b.countersign.v1.AuditRecordR\fauditRecords\x12&\n" +

@@ -666,7 +666,7 @@ type IntentKey struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Rail account the intent acts on (e.g. a Stripe account id).
 	RailAccount string `protobuf:"bytes,1,opt,name=rail_account,json=railAccount,proto3" json:"rail_account,omitempty"`
-	// Semantic idempotency key: derived from the action's meaning, 32 base32 characters.
+	// Semantic idempotency key: 32 RFC 4648 base32 characters (A-Z, 2-7) derived from the action's meaning.
 	Sik           string `protobuf:"bytes,2,opt,name=sik,proto3" json:"sik,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1251,11 +1251,11 @@ const file_countersign_v1_types_proto_rawDesc = "" +
 	"\averdict\x18\x02 \x01(\x0e2\x17.countersign.v1.VerdictR\averdict\x12\x1f\n" +
 	"\vreason_code\x18\x03 \x01(\tR\n" +
 	"reasonCode\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"f\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"c\n" +
 	"\tIntentKey\x12-\n" +
 	"\frail_account\x18\x01 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\xff\x01R\vrailAccount\x12*\n" +
-	"\x03sik\x18\x02 \x01(\tB\x18\xbaH\x15r\x132\x11^[A-Za-z0-9]{32}$R\x03sik\"\xec\x05\n" +
+	"\xbaH\ar\x05\x10\x01\x18\xff\x01R\vrailAccount\x12'\n" +
+	"\x03sik\x18\x02 \x01(\tB\x15\xbaH\x12r\x102\x0e^[A-Z2-7]{32}$R\x03sik\"\xec\x05\n" +
 	"\x06Intent\x12(\n" +
 	"\x04rail\x18\x01 \x01(\x0e2\x14.countersign.v1.RailR\x04rail\x12!\n" +
 	"\frail_account\x18\x02 \x01(\tR\vrailAccount\x12\x10\n" +
