@@ -1,0 +1,62 @@
+# Countersign — the commands a contributor needs. `make run` and `make test`
+# are the two a newcomer needs; `make ci` is what CI runs.
+
+GO        ?= go
+BIN       := $(CURDIR)/bin
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := $(BIN)/golangci-lint
+FUZZTIME  ?= 5s
+# -race needs cgo; the test harness starts its own PostgreSQL.
+TESTFLAGS ?= -race -count=1 -timeout 20m
+
+.PHONY: all generate check-generated build test test-go fuzz lint run ci tidy-check clean
+
+all: build
+
+## generate: regenerate gen/ from proto/ (offline: buf and plugins are go tools)
+generate:
+	bash scripts/generate.sh
+
+## check-generated: fail if gen/ differs from what `make generate` produces
+check-generated: generate
+	@git add -N gen >/dev/null 2>&1 || true
+	@if ! git diff --quiet --exit-code -- gen; then \
+		echo "gen/ is out of date with proto/: run 'make generate' and commit the result" >&2; \
+		git diff --stat -- gen >&2; exit 1; fi
+	@echo "gen/ is up to date"
+
+## build: build the countersign and mockrail binaries into bin/
+build:
+	$(GO) build -o $(BIN)/countersign ./cmd/countersign
+	$(GO) build -o $(BIN)/mockrail ./cmd/mockrail
+
+## test: every test, against a real throwaway PostgreSQL, then each fuzz target briefly
+test: test-go fuzz
+
+test-go:
+	$(GO) test $(TESTFLAGS) ./...
+
+## fuzz: run every fuzz target for FUZZTIME each
+fuzz:
+	FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
+
+## lint: golangci-lint v2 (pinned) with the checked-in .golangci.yml
+lint: $(GOLANGCI_LINT)
+	$(GOLANGCI_LINT) run ./...
+
+$(GOLANGCI_LINT):
+	GOBIN=$(BIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+
+## run: Countersign with a private PostgreSQL under ./.countersign/ (Ctrl-C stops it)
+run:
+	$(GO) run ./cmd/countersign dev
+
+## tidy-check: fail if go.mod/go.sum are not tidy
+tidy-check:
+	$(GO) mod tidy -diff
+
+## ci: what CI runs — generation drift, tidiness, vet, lint and the full test suite
+ci: check-generated tidy-check lint test
+
+clean:
+	rm -rf $(BIN)

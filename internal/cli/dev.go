@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/spf13/cobra"
+
+	"github.com/countersign/countersign/internal/config"
+	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/pgtest"
+)
+
+func newDev() *cobra.Command {
+	cfg := config.Defaults()
+	cfg.LogFormat = "text"
+	var dir string
+	var pgPort int
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run Countersign with a private Postgres under ./.countersign/ (for a first look)",
+		Long: "Dev starts a private PostgreSQL from the locally installed server binaries, keeping its data " +
+			"under --dir, migrates the ledger, serves, and prints the endpoints. Ctrl-C stops everything it started; " +
+			"the data stays for the next run. Not for production: use `serve` against a managed Postgres.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			// The database URL is this command's own; only the rest is validated.
+			cfg.DatabaseURL = "postgres://dev"
+			log, err := load(cmd, &cfg, config.Config.Validate)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			abs, err := filepath.Abs(filepath.Join(dir, "pg"))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "starting PostgreSQL in %s …\n", abs)
+			cluster, err := pgtest.StartCluster(ctx, pgtest.ClusterOptions{DataDir: abs, Port: pgPort})
+			if err != nil {
+				return fmt.Errorf("dev: postgres: %w", err)
+			}
+			defer func() {
+				if err := cluster.Close(); err != nil {
+					log.Error("stopping postgres", "err", err)
+				}
+			}()
+			if err := cluster.CreateDatabase(ctx, "countersign", ""); err != nil && !isDuplicateDatabase(err) {
+				return fmt.Errorf("dev: create database: %w", err)
+			}
+			cfg.DatabaseURL = cluster.URL("countersign")
+			if _, err := ledger.Migrate(ctx, cfg.DatabaseURL, log); err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "\nCountersign (dev) is up:\n")
+			fmt.Fprintf(out, "  gRPC (ext_authz, countersign.v1)  %s\n", cfg.GRPCAddr)
+			fmt.Fprintf(out, "  REST                              http://%s/v1/\n", cfg.HTTPAddr)
+			fmt.Fprintf(out, "  readiness                         http://%s/readyz\n", cfg.HTTPAddr)
+			fmt.Fprintf(out, "  metrics                           http://%s/metrics\n", cfg.HTTPAddr)
+			fmt.Fprintf(out, "  OpenAPI                           http://%s/openapi.json\n", cfg.HTTPAddr)
+			fmt.Fprintf(out, "  ledger                            %s\n", cfg.DatabaseURL)
+			fmt.Fprintf(out, "Ctrl-C stops Countersign and its PostgreSQL.\n\n")
+			return serve(ctx, cfg, log)
+		},
+	}
+	cfg.BindServe(cmd.Flags())
+	// The ledger is dev's own: hide the flag that would point it elsewhere.
+	_ = cmd.Flags().MarkHidden("database-url")
+	cmd.Flags().StringVar(&dir, "dir", ".countersign", "directory that keeps the dev PostgreSQL data")
+	cmd.Flags().IntVar(&pgPort, "pg-port", 0, "PostgreSQL port on 127.0.0.1 (0 picks a free one)")
+	return cmd
+}
+
+func isDuplicateDatabase(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P04"
+}
+

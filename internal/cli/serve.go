@@ -1,0 +1,74 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/spf13/cobra"
+
+	"github.com/countersign/countersign/internal/config"
+	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/server"
+)
+
+func newServe() *cobra.Command {
+	cfg := config.Defaults()
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve ext_authz, the countersign.v1 API, REST, health and metrics",
+		Long: "Serve listens on the gRPC address (Envoy ext_authz, countersign.v1, grpc.health.v1, reflection) " +
+			"and the HTTP address (REST, /metrics, /healthz, /readyz, /openapi.json). It does not migrate: " +
+			"it reports not-ready while the ledger is unreachable or its schema is behind.\n\n" +
+			"Every flag can also be set with COUNTERSIGN_<FLAG> (e.g. COUNTERSIGN_DATABASE_URL) or in --config.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := load(cmd, &cfg, config.Config.Validate)
+			if err != nil {
+				return err
+			}
+			return serve(cmd.Context(), cfg, log)
+		},
+	}
+	cfg.BindServe(cmd.Flags())
+	return cmd
+}
+
+// serve runs a server over the configured ledger until ctx ends.
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	store, err := ledger.Open(ctx, cfg.DatabaseURL, ledger.Options{MaxConns: cfg.DBMaxConns})
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if err := server.New(cfg, store, log).Run(ctx); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}
+
+func newMigrate() *cobra.Command {
+	cfg := config.Defaults()
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply the ledger's pending schema migrations",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := load(cmd, &cfg, config.Config.ValidateDatabase)
+			if err != nil {
+				return err
+			}
+			res, err := ledger.Migrate(cmd.Context(), cfg.DatabaseURL, log)
+			if err != nil {
+				return err
+			}
+			for _, r := range res {
+				fmt.Fprintf(cmd.OutOrStdout(), "applied %05d %s\n", r.Version, r.Source)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "ledger schema at version %d\n", ledger.LatestVersion())
+			return nil
+		},
+	}
+	cfg.BindDatabase(cmd.Flags())
+	return cmd
+}

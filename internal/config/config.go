@@ -1,0 +1,160 @@
+// Package config builds Countersign's configuration: defaults, then an
+// optional YAML file, then COUNTERSIGN_* environment variables, then flags
+// (highest precedence), validated with messages that name the bad setting.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"sigs.k8s.io/yaml"
+)
+
+// EnvPrefix is the prefix of every environment variable Countersign reads.
+const EnvPrefix = "COUNTERSIGN_"
+
+// Config is everything `countersign serve` needs.
+type Config struct {
+	ConfigFile        string
+	GRPCAddr          string
+	HTTPAddr          string
+	DatabaseURL       string
+	DBMaxConns        int32
+	LogLevel          string
+	LogFormat         string
+	ShutdownTimeout   time.Duration
+	ReadinessInterval time.Duration
+}
+
+// Defaults are the values a setting has when nothing sets it.
+func Defaults() Config {
+	return Config{
+		GRPCAddr:          "127.0.0.1:9191",
+		HTTPAddr:          "127.0.0.1:8080",
+		DBMaxConns:        32,
+		LogLevel:          "info",
+		LogFormat:         "json",
+		ShutdownTimeout:   15 * time.Second,
+		ReadinessInterval: time.Second,
+	}
+}
+
+// BindDatabase registers the flags every ledger-using command shares.
+func (c *Config) BindDatabase(fs *pflag.FlagSet) {
+	fs.StringVar(&c.ConfigFile, "config", c.ConfigFile, "optional YAML file of settings keyed by flag name (lowest precedence after defaults)")
+	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "PostgreSQL URL of the ledger, e.g. postgres://user@127.0.0.1:5432/countersign")
+	fs.Int32Var(&c.DBMaxConns, "db-max-conns", c.DBMaxConns, "maximum ledger connections in the pool")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: json or text")
+}
+
+// BindServe registers the flags of a serving command.
+func (c *Config) BindServe(fs *pflag.FlagSet) {
+	c.BindDatabase(fs)
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address (ext_authz, countersign.v1, health, reflection)")
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address (REST, /metrics, /healthz, /readyz, /openapi.json)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long a graceful shutdown may take before connections are cut")
+	fs.DurationVar(&c.ReadinessInterval, "readiness-interval", c.ReadinessInterval, "how often the ledger is probed for readiness")
+}
+
+// EnvName is the environment variable that sets flag name.
+func EnvName(flag string) string {
+	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// Resolve fills every flag that was not given on the command line from its
+// environment variable, or else from the config file. getenv is os.LookupEnv
+// in production.
+func Resolve(fs *pflag.FlagSet, getenv func(string) (string, bool)) error {
+	file := map[string]any{}
+	path := ""
+	if f := fs.Lookup("config"); f != nil {
+		path = f.Value.String()
+		if !f.Changed {
+			if v, ok := getenv(EnvName("config")); ok {
+				path = v
+			}
+		}
+	}
+	if path != "" {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("config file: %w", err)
+		}
+		if err := yaml.Unmarshal(raw, &file); err != nil {
+			return fmt.Errorf("config file %s: %w", path, err)
+		}
+		for key := range file {
+			if f := fs.Lookup(key); f == nil || key == "config" {
+				return fmt.Errorf("config file %s: unknown setting %q", path, key)
+			}
+		}
+	}
+	var errs []error
+	fs.VisitAll(func(f *pflag.Flag) {
+		if f.Changed {
+			return
+		}
+		if v, ok := getenv(EnvName(f.Name)); ok {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", EnvName(f.Name), err))
+			}
+			return
+		}
+		if v, ok := file[f.Name]; ok && f.Name != "config" {
+			if err := fs.Set(f.Name, fmt.Sprint(v)); err != nil {
+				errs = append(errs, fmt.Errorf("config file %s: %s: %w", path, f.Name, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// ValidateDatabase checks the settings BindDatabase registers.
+func (c Config) ValidateDatabase() error {
+	var errs []error
+	if c.DatabaseURL == "" {
+		errs = append(errs, fmt.Errorf("database-url (%s) is required", EnvName("database-url")))
+	} else if !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
+		errs = append(errs, fmt.Errorf("database-url (%s) must be a postgres:// URL", EnvName("database-url")))
+	}
+	if c.DBMaxConns < 1 || c.DBMaxConns > 1000 {
+		errs = append(errs, fmt.Errorf("db-max-conns (%s) must be between 1 and 1000, got %d", EnvName("db-max-conns"), c.DBMaxConns))
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("log-level (%s) must be debug, info, warn or error, got %q", EnvName("log-level"), c.LogLevel))
+	}
+	switch c.LogFormat {
+	case "json", "text":
+	default:
+		errs = append(errs, fmt.Errorf("log-format (%s) must be json or text, got %q", EnvName("log-format"), c.LogFormat))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks every setting of a serving command.
+func (c Config) Validate() error {
+	errs := []error{c.ValidateDatabase()}
+	for _, a := range []struct{ flag, addr string }{{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTPAddr}} {
+		if _, port, err := net.SplitHostPort(a.addr); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("%s (%s) must be host:port, got %q", a.flag, EnvName(a.flag), a.addr))
+		}
+	}
+	if c.GRPCAddr == c.HTTPAddr && !strings.HasSuffix(c.GRPCAddr, ":0") {
+		errs = append(errs, fmt.Errorf("grpc-addr and http-addr must differ, both are %q", c.GRPCAddr))
+	}
+	if c.ShutdownTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("shutdown-timeout (%s) must be positive", EnvName("shutdown-timeout")))
+	}
+	if c.ReadinessInterval < 100*time.Millisecond || c.ReadinessInterval > time.Minute {
+		errs = append(errs, fmt.Errorf("readiness-interval (%s) must be between 100ms and 1m, got %s", EnvName("readiness-interval"), c.ReadinessInterval))
+	}
+	return errors.Join(errs...)
+}

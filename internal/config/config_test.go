@@ -1,0 +1,123 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestPrecedence(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("grpc-addr: 127.0.0.1:1111\nhttp-addr: 127.0.0.1:2222\nlog-level: warn\ndatabase-url: postgres://file/db\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Defaults()
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	cfg.BindServe(fs)
+	if err := fs.Parse([]string{"--config", file, "--grpc-addr", "127.0.0.1:3333"}); err != nil {
+		t.Fatal(err)
+	}
+	err := Resolve(fs, env(map[string]string{
+		"COUNTERSIGN_GRPC_ADDR": "127.0.0.1:4444", // loses to the flag
+		"COUNTERSIGN_HTTP_ADDR": "127.0.0.1:5555", // beats the file
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.GRPCAddr != "127.0.0.1:3333" {
+		t.Errorf("grpc-addr = %q, flag must win", cfg.GRPCAddr)
+	}
+	if cfg.HTTPAddr != "127.0.0.1:5555" {
+		t.Errorf("http-addr = %q, env must beat the file", cfg.HTTPAddr)
+	}
+	if cfg.LogLevel != "warn" || cfg.DatabaseURL != "postgres://file/db" {
+		t.Errorf("file values not applied: %+v", cfg)
+	}
+	if cfg.ShutdownTimeout != 15*time.Second {
+		t.Errorf("default lost: %s", cfg.ShutdownTimeout)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("valid config rejected: %v", err)
+	}
+}
+
+func TestResolveErrorsNameTheSetting(t *testing.T) {
+	cases := []struct {
+		name, file string
+		env        map[string]string
+		want       string
+	}{
+		{"bad env duration", "", map[string]string{"COUNTERSIGN_SHUTDOWN_TIMEOUT": "soon"}, "COUNTERSIGN_SHUTDOWN_TIMEOUT"},
+		{"bad env int", "", map[string]string{"COUNTERSIGN_DB_MAX_CONNS": "many"}, "COUNTERSIGN_DB_MAX_CONNS"},
+		{"unknown file key", "grpc_port: 1\n", nil, `unknown setting "grpc_port"`},
+		{"bad file value", "readiness-interval: often\n", nil, "readiness-interval"},
+		{"file not yaml", "[", nil, "config file"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Defaults()
+			fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+			cfg.BindServe(fs)
+			args := []string{}
+			if tc.file != "" {
+				p := filepath.Join(t.TempDir(), "c.yaml")
+				if err := os.WriteFile(p, []byte(tc.file), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				args = append(args, "--config", p)
+			}
+			if err := fs.Parse(args); err != nil {
+				t.Fatal(err)
+			}
+			err := Resolve(fs, env(tc.env))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Resolve error = %v, want mention of %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	ok := Defaults()
+	ok.DatabaseURL = "postgres://u@127.0.0.1/db"
+	cases := []struct {
+		name   string
+		mutate func(*Config)
+		want   string // empty: valid
+	}{
+		{"defaults with url", func(*Config) {}, ""},
+		{"missing url", func(c *Config) { c.DatabaseURL = "" }, "database-url (COUNTERSIGN_DATABASE_URL) is required"},
+		{"mysql url", func(c *Config) { c.DatabaseURL = "mysql://x" }, "must be a postgres:// URL"},
+		{"bad grpc addr", func(c *Config) { c.GRPCAddr = "9191" }, "grpc-addr (COUNTERSIGN_GRPC_ADDR) must be host:port"},
+		{"same addrs", func(c *Config) { c.HTTPAddr = c.GRPCAddr }, "must differ"},
+		{"bad level", func(c *Config) { c.LogLevel = "loud" }, "log-level"},
+		{"bad format", func(c *Config) { c.LogFormat = "xml" }, "log-format"},
+		{"zero shutdown", func(c *Config) { c.ShutdownTimeout = 0 }, "shutdown-timeout"},
+		{"fast readiness", func(c *Config) { c.ReadinessInterval = time.Millisecond }, "readiness-interval"},
+		{"pool too big", func(c *Config) { c.DBMaxConns = 5000 }, "db-max-conns"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := ok
+			tc.mutate(&c)
+			err := c.Validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate() = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}

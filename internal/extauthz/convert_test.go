@@ -1,0 +1,123 @@
+package extauthz
+
+import (
+	"encoding/base64"
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc/codes"
+
+	"github.com/countersign/countersign/internal/engine"
+)
+
+func checkRequest(headers map[string]string, body string, raw []byte) *authv3.CheckRequest {
+	return &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{
+		Http: &authv3.AttributeContext_HttpRequest{
+			Id: "req-1", Method: "POST", Host: "api.stripe.com", Path: "/v1/refunds",
+			Headers: headers, Body: body, RawBody: raw,
+		},
+	}}}
+}
+
+func TestFromCheckRequest(t *testing.T) {
+	basic := func(u, p string) string { return "Basic " + base64.StdEncoding.EncodeToString([]byte(u+":"+p)) }
+	cases := []struct {
+		name      string
+		req       *authv3.CheckRequest
+		wantCred  string
+		wantBody  string
+		truncated bool
+	}{
+		{"nil request", nil, "", "", false},
+		{"empty attributes", &authv3.CheckRequest{}, "", "", false},
+		{"stripe bearer", checkRequest(map[string]string{"authorization": "Bearer csk_abc"}, "amount=1", nil), "csk_abc", "amount=1", false},
+		{"bearer mixed case scheme", checkRequest(map[string]string{"Authorization": "bearer  csk_abc "}, "", nil), "csk_abc", "", false},
+		{"razorpay basic secret", checkRequest(map[string]string{"authorization": basic("rzp_key", "csk_sec")}, "", nil), "csk_sec", "", false},
+		{"razorpay basic user only", checkRequest(map[string]string{"authorization": basic("csk_user", "")}, "", nil), "csk_user", "", false},
+		{"basic not base64", checkRequest(map[string]string{"authorization": "Basic !!!"}, "", nil), "", "", false},
+		{"unknown scheme", checkRequest(map[string]string{"authorization": "Digest x"}, "", nil), "", "", false},
+		{"raw body wins", checkRequest(nil, "text", []byte("raw")), "", "raw", false},
+		{"partial body", checkRequest(map[string]string{PartialBodyHeader: "true"}, "amou", nil), "", "amou", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := FromCheckRequest(tc.req)
+			if got.Source != engine.SourceExtAuthz {
+				t.Errorf("source = %q", got.Source)
+			}
+			if got.Credential != tc.wantCred {
+				t.Errorf("credential = %q, want %q", got.Credential, tc.wantCred)
+			}
+			if string(got.Body) != tc.wantBody {
+				t.Errorf("body = %q, want %q", got.Body, tc.wantBody)
+			}
+			if got.BodyTruncated != tc.truncated {
+				t.Errorf("truncated = %v, want %v", got.BodyTruncated, tc.truncated)
+			}
+			for _, h := range credentialHeaders {
+				if _, ok := got.Headers[h]; ok {
+					t.Errorf("credential header %q reached the engine", h)
+				}
+			}
+		})
+	}
+}
+
+func TestToCheckResponseDeny(t *testing.T) {
+	out := engine.Outcome{Verdict: engine.Block, ReasonCode: "credential_unknown", Reason: "nope", HTTPStatus: 403, Body: []byte(`{"error":{}}`)}
+	resp := ToCheckResponse(out)
+	if codes.Code(resp.GetStatus().GetCode()) != codes.PermissionDenied {
+		t.Fatalf("status = %v", resp.GetStatus())
+	}
+	d := resp.GetDeniedResponse()
+	if d == nil || d.GetStatus().GetCode() != 403 || d.GetBody() != `{"error":{}}` {
+		t.Fatalf("denied response = %v", d)
+	}
+	if got := headerValue(d.GetHeaders(), "x-countersign-reason"); got != "credential_unknown" {
+		t.Errorf("reason header = %q", got)
+	}
+	if got := headerValue(d.GetHeaders(), "content-type"); got != "application/json" {
+		t.Errorf("content-type = %q", got)
+	}
+	// A deny without an explicit status still refuses with 403.
+	if ToCheckResponse(engine.Outcome{Verdict: engine.Hold}).GetDeniedResponse().GetStatus().GetCode() != 403 {
+		t.Error("HOLD without status must be a 403 deny")
+	}
+}
+
+func TestToCheckResponseAllowRemovesCredentials(t *testing.T) {
+	resp := ToCheckResponse(engine.Outcome{Verdict: engine.Allow})
+	if codes.Code(resp.GetStatus().GetCode()) != codes.OK {
+		t.Fatalf("status = %v", resp.GetStatus())
+	}
+	removed := map[string]bool{}
+	for _, h := range resp.GetOkResponse().GetHeadersToRemove() {
+		removed[h] = true
+	}
+	for _, h := range credentialHeaders {
+		if !removed[h] {
+			t.Errorf("ALLOW keeps the agent's %q header", h)
+		}
+	}
+}
+
+func headerValue(hs []*corev3.HeaderValueOption, k string) string {
+	for _, h := range hs {
+		if h.GetHeader().GetKey() == k {
+			return h.GetHeader().GetValue()
+		}
+	}
+	return ""
+}
+
+func FuzzFromCheckRequest(f *testing.F) {
+	f.Add("Bearer csk_x", "amount=100", "true")
+	f.Add("Basic "+base64.StdEncoding.EncodeToString([]byte("a:b")), "", "")
+	f.Fuzz(func(t *testing.T, auth, body, partial string) {
+		r := FromCheckRequest(checkRequest(map[string]string{"authorization": auth, PartialBodyHeader: partial}, body, nil))
+		if _, ok := r.Headers["authorization"]; ok {
+			t.Fatal("authorization header reached the engine")
+		}
+	})
+}

@@ -1,0 +1,132 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/countersign/countersign/internal/credential"
+)
+
+// Agent is an AI agent an owner lets propose or move money.
+type Agent struct {
+	ID        string
+	OwnerID   string
+	Name      string
+	Revoked   bool
+	CreatedAt time.Time
+	RevokedAt *time.Time
+}
+
+// Credential is the safe metadata of an agent credential; the secret itself
+// is never stored.
+type Credential struct {
+	ID        string
+	AgentID   string
+	Scope     credential.Scope
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	RevokedAt *time.Time
+}
+
+// Principal is what a presented credential resolves to on the hot path.
+type Principal struct {
+	Credential Credential
+	Agent      Agent
+}
+
+// CreateAgent inserts a new active agent for ownerID.
+func (s *Store) CreateAgent(ctx context.Context, ownerID, name string) (Agent, error) {
+	id, err := credential.NewID("agt")
+	if err != nil {
+		return Agent{}, err
+	}
+	var a Agent
+	err = s.pool.QueryRow(ctx, `
+		INSERT INTO agents (id, owner_id, name) VALUES ($1, $2, $3)
+		RETURNING id, owner_id, name, created_at`, id, ownerID, name).
+		Scan(&a.ID, &a.OwnerID, &a.Name, &a.CreatedAt)
+	if err != nil {
+		return Agent{}, classify(fmt.Errorf("ledger: create agent: %w", err))
+	}
+	return a, nil
+}
+
+// IssueCredential stores the hash of a new credential for agentID. The
+// caller shows the secret once and forgets it.
+func (s *Store) IssueCredential(ctx context.Context, agentID string, scope credential.Scope, expiresAt time.Time, hash [32]byte) (Credential, error) {
+	if !scope.Valid() {
+		return Credential{}, fmt.Errorf("ledger: issue credential: unknown scope %q", scope)
+	}
+	id, err := credential.NewID("crd")
+	if err != nil {
+		return Credential{}, err
+	}
+	c := Credential{ID: id, AgentID: agentID, Scope: scope}
+	err = s.pool.QueryRow(ctx, `
+		INSERT INTO credentials (id, agent_id, secret_hash, scope, expires_at)
+		SELECT $1, id, $3, $4, $5 FROM agents WHERE id = $2 AND status = 'active'
+		RETURNING created_at, expires_at`, id, agentID, hash[:], string(scope), expiresAt).
+		Scan(&c.CreatedAt, &c.ExpiresAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Credential{}, fmt.Errorf("%w: active agent %s", ErrNotFound, agentID)
+	}
+	if err != nil {
+		return Credential{}, classify(fmt.Errorf("ledger: issue credential: %w", err))
+	}
+	return c, nil
+}
+
+// RevokeCredential revokes a credential, one way. Revoking twice is a no-op.
+func (s *Store) RevokeCredential(ctx context.Context, id string) error {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE credentials SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1`, id)
+	if err != nil {
+		return classify(fmt.Errorf("ledger: revoke credential: %w", err))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: credential %s", ErrNotFound, id)
+	}
+	return nil
+}
+
+// RevokeAgent revokes an agent, one way. Its credentials stop working with it.
+func (s *Store) RevokeAgent(ctx context.Context, id string) error {
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE agents SET status = 'revoked', revoked_at = COALESCE(revoked_at, now()) WHERE id = $1`, id)
+	if err != nil {
+		return classify(fmt.Errorf("ledger: revoke agent: %w", err))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: agent %s", ErrNotFound, id)
+	}
+	return nil
+}
+
+// LookupCredential resolves a credential hash to its credential and agent,
+// whatever their state: the scope gate decides what revoked or expired means.
+func (s *Store) LookupCredential(ctx context.Context, hash [32]byte) (Principal, error) {
+	var p Principal
+	var scope, status string
+	err := s.pool.QueryRow(ctx, `
+		SELECT c.id, c.agent_id, c.scope, c.created_at, c.expires_at, c.revoked_at,
+		       a.owner_id, a.name, a.status, a.created_at, a.revoked_at
+		FROM credentials c JOIN agents a ON a.id = c.agent_id
+		WHERE c.secret_hash = $1`, hash[:]).
+		Scan(&p.Credential.ID, &p.Credential.AgentID, &scope, &p.Credential.CreatedAt,
+			&p.Credential.ExpiresAt, &p.Credential.RevokedAt,
+			&p.Agent.OwnerID, &p.Agent.Name, &status, &p.Agent.CreatedAt, &p.Agent.RevokedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Principal{}, fmt.Errorf("%w: credential", ErrNotFound)
+	}
+	if err != nil {
+		return Principal{}, classify(fmt.Errorf("ledger: lookup credential: %w", err))
+	}
+	p.Credential.Scope = credential.Scope(scope)
+	p.Agent.ID = p.Credential.AgentID
+	p.Agent.Revoked = status == "revoked"
+	return p, nil
+}

@@ -1,0 +1,88 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Decision is one answer Countersign gave, as recorded.
+type Decision struct {
+	ID           int64
+	DecidedAt    time.Time
+	RequestID    string
+	Source       string // "ext_authz" or "decide"
+	AgentID      string // empty when the caller was not identified
+	CredentialID string
+	Verdict      string // ALLOW, HOLD or BLOCK
+	ReasonCode   string
+	Reason       string
+	Method       string
+	Host         string
+	Path         string
+	Gates        []GateRecord
+}
+
+// GateRecord is one gate's result as stored with a decision.
+type GateRecord struct {
+	Gate       string `json:"gate"`
+	Verdict    string `json:"verdict"`
+	ReasonCode string `json:"reason_code"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+// RecordDecision appends a decision. It returns only after the commit, so a
+// caller that answers after it has a durable record of the answer.
+func (s *Store) RecordDecision(ctx context.Context, d Decision) (int64, error) {
+	gates := d.Gates
+	if gates == nil {
+		gates = []GateRecord{}
+	}
+	gj, err := json.Marshal(gates)
+	if err != nil {
+		return 0, fmt.Errorf("ledger: decision gates: %w", err)
+	}
+	var id int64
+	err = s.pool.QueryRow(ctx, `
+		INSERT INTO decisions (request_id, source, agent_id, credential_id, verdict,
+		                       reason_code, reason, method, host, path, gates)
+		VALUES ($1, $2, NULLIF($3, ''), NULLIF($4, ''), $5, $6, $7, $8, $9, $10, $11)
+		RETURNING id`,
+		d.RequestID, d.Source, d.AgentID, d.CredentialID, d.Verdict,
+		d.ReasonCode, d.Reason, d.Method, d.Host, d.Path, gj).Scan(&id)
+	if err != nil {
+		return 0, classify(fmt.Errorf("ledger: record decision: %w", err))
+	}
+	return id, nil
+}
+
+// DecisionsByRequest returns the decisions recorded for a request id, oldest
+// first.
+func (s *Store) DecisionsByRequest(ctx context.Context, requestID string) ([]Decision, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT id, decided_at, request_id, source, COALESCE(agent_id, ''), COALESCE(credential_id, ''),
+		       verdict, reason_code, reason, method, host, path, gates
+		FROM decisions WHERE request_id = $1 ORDER BY id`, requestID)
+	if err != nil {
+		return nil, classify(fmt.Errorf("ledger: decisions: %w", err))
+	}
+	defer rows.Close()
+	var out []Decision
+	for rows.Next() {
+		var d Decision
+		var gj []byte
+		if err := rows.Scan(&d.ID, &d.DecidedAt, &d.RequestID, &d.Source, &d.AgentID, &d.CredentialID,
+			&d.Verdict, &d.ReasonCode, &d.Reason, &d.Method, &d.Host, &d.Path, &gj); err != nil {
+			return nil, classify(fmt.Errorf("ledger: decisions: %w", err))
+		}
+		if err := json.Unmarshal(gj, &d.Gates); err != nil {
+			return nil, fmt.Errorf("ledger: decision %d gates: %w", d.ID, err)
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, classify(fmt.Errorf("ledger: decisions: %w", err))
+	}
+	return out, nil
+}

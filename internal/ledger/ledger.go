@@ -1,0 +1,157 @@
+// Package ledger is Countersign's durable record: the pgx connection pool, the
+// one transaction helper, the embedded migrations and every SQL statement the
+// product runs. No other package writes SQL.
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Sentinel errors returned by the ledger; the API boundary maps them to codes.
+var (
+	// ErrNotFound means the row asked for does not exist.
+	ErrNotFound = errors.New("ledger: not found")
+	// ErrUnavailable means the database could not be reached or answered with
+	// a connection-level failure. On the money path it always ends in deny.
+	ErrUnavailable = errors.New("ledger: unavailable")
+	// ErrSchemaBehind means the database has migrations still to apply.
+	ErrSchemaBehind = errors.New("ledger: schema is behind; run `countersign migrate`")
+)
+
+// Options tune the pool. The zero value is usable.
+type Options struct {
+	// MaxConns caps the pool; 0 keeps pgx's default (max(4, GOMAXPROCS)).
+	MaxConns int32
+	// ConnectTimeout bounds each new connection; 0 means 5 s.
+	ConnectTimeout time.Duration
+}
+
+// Store is the ledger handle shared by the whole process.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// Open configures a pool for databaseURL. It does not wait for the database:
+// a server starts (and answers deny, not ready) while Postgres is down.
+func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: database URL: %w", err)
+	}
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = opts.MaxConns
+	}
+	timeout := opts.ConnectTimeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	cfg.ConnConfig.ConnectTimeout = timeout
+	// Every money-path commit must be durable before its answer leaves (I2),
+	// whatever the server's default says.
+	if cfg.ConnConfig.RuntimeParams == nil {
+		cfg.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+	cfg.ConnConfig.RuntimeParams["application_name"] = "countersign"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: pool: %w", err)
+	}
+	return &Store{pool: pool}, nil
+}
+
+// Close releases every connection.
+func (s *Store) Close() { s.pool.Close() }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return classify(err)
+	}
+	return nil
+}
+
+// Tx is a ledger transaction. Its methods are the only way other packages
+// touch the database inside a transaction.
+type Tx struct {
+	tx pgx.Tx
+}
+
+const maxTxAttempts = 8
+
+// InTx runs fn in one transaction and commits it, retrying the whole callback
+// on serialization failures and deadlocks (fn must therefore be safe to run
+// again). Any other error rolls back and is returned; connection failures are
+// wrapped with ErrUnavailable.
+func (s *Store) InTx(ctx context.Context, fn func(*Tx) error) error {
+	var err error
+	for attempt := 1; ; attempt++ {
+		err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+			return fn(&Tx{tx: tx})
+		})
+		if err == nil {
+			return nil
+		}
+		if !retryable(err) || attempt >= maxTxAttempts {
+			return classify(err)
+		}
+		// Exponential backoff with full jitter, capped, so racing
+		// transactions spread out instead of colliding again.
+		backoff := time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 6)))
+		select {
+		case <-ctx.Done():
+			return classify(errors.Join(err, ctx.Err()))
+		case <-time.After(backoff):
+		}
+	}
+}
+
+func retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "40001", "40P01": // serialization_failure, deadlock_detected
+			return true
+		}
+	}
+	return false
+}
+
+// classify wraps connection-level failures with ErrUnavailable so that the
+// caller can tell "the ledger is down" from "the ledger said no".
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// Class 08 (connection exception) and 57P (operator intervention:
+		// admin shutdown, crash shutdown, cannot connect now) mean "down".
+		if len(pgErr.Code) == 5 && (pgErr.Code[:2] == "08" || pgErr.Code[:3] == "57P") {
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	// Anything else that is not a server error (dial failures, broken
+	// pipes, TLS) is a failure to reach the ledger.
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+func isUndefinedTable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
+}

@@ -1,0 +1,203 @@
+// Package server wires Countersign's listeners: gRPC (ext_authz, the
+// countersign.v1 services, health, reflection) and HTTP (REST through
+// grpc-gateway, /metrics, /healthz, /readyz, /openapi.json).
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/gen/openapi"
+	"github.com/countersign/countersign/internal/api"
+	"github.com/countersign/countersign/internal/config"
+	"github.com/countersign/countersign/internal/engine"
+	"github.com/countersign/countersign/internal/extauthz"
+	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/metrics"
+)
+
+// Server is one Countersign process's listeners.
+type Server struct {
+	cfg     config.Config
+	log     *slog.Logger
+	metrics *metrics.Metrics
+	ready   *readiness
+	grpc    *grpc.Server
+	http    *http.Server
+
+	grpcLis, httpLis net.Listener
+	cancel           context.CancelFunc
+	wg               sync.WaitGroup
+	errs             chan error
+}
+
+// New builds a server over store. Nothing listens until Start.
+func New(cfg config.Config, store *ledger.Store, log *slog.Logger) *Server {
+	m := metrics.New()
+	eng := engine.New(store, log, m)
+
+	gs := grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler()))
+	authv3.RegisterAuthorizationServer(gs, extauthz.NewServer(eng))
+	countersignv1.RegisterDecisionServiceServer(gs, api.NewDecisionServer())
+	countersignv1.RegisterOwnerServiceServer(gs, api.NewOwnerServer())
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+
+	s := &Server{
+		cfg: cfg, log: log, metrics: m, grpc: gs, errs: make(chan error, 2),
+		ready: &readiness{
+			prober: store, health: hs, metrics: m, log: log,
+			services: []string{"", authv3.Authorization_ServiceDesc.ServiceName,
+				countersignv1.DecisionService_ServiceDesc.ServiceName,
+				countersignv1.OwnerService_ServiceDesc.ServiceName},
+		},
+	}
+	// Until the first probe answers, nobody is told the server is ready.
+	s.ready.publish(errors.New("ledger not probed yet"))
+	return s
+}
+
+// Start binds both listeners and serves in the background.
+func (s *Server) Start(ctx context.Context) error {
+	var lc net.ListenConfig
+	gl, err := lc.Listen(ctx, "tcp", s.cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("grpc-addr %s: %w", s.cfg.GRPCAddr, err)
+	}
+	hl, err := lc.Listen(ctx, "tcp", s.cfg.HTTPAddr)
+	if err != nil {
+		gl.Close()
+		return fmt.Errorf("http-addr %s: %w", s.cfg.HTTPAddr, err)
+	}
+	s.grpcLis, s.httpLis = gl, hl
+
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	mux, err := s.httpMux(bg, gl.Addr().String())
+	if err != nil {
+		cancel()
+		gl.Close()
+		hl.Close()
+		return err
+	}
+	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+
+	s.wg.Add(3)
+	go func() {
+		defer s.wg.Done()
+		if err := s.grpc.Serve(gl); err != nil {
+			s.errs <- fmt.Errorf("grpc: %w", err)
+		}
+	}()
+	go func() {
+		defer s.wg.Done()
+		if err := s.http.Serve(hl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.errs <- fmt.Errorf("http: %w", err)
+		}
+	}()
+	go func() {
+		defer s.wg.Done()
+		s.ready.run(bg, s.cfg.ReadinessInterval)
+	}()
+	s.log.Info("serving", "grpc", gl.Addr().String(), "http", hl.Addr().String())
+	return nil
+}
+
+// GRPCAddr is the bound gRPC address (useful with port 0).
+func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
+
+// HTTPAddr is the bound HTTP address.
+func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }
+
+// Run starts the server and blocks until ctx ends or a listener fails, then
+// shuts down gracefully.
+func (s *Server) Run(ctx context.Context) error {
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-s.errs:
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
+	defer cancel()
+	return errors.Join(runErr, s.Shutdown(sctx))
+}
+
+// Shutdown stops accepting work, lets in-flight requests finish until ctx
+// ends, then cuts what remains.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.log.Info("shutting down")
+	for _, svc := range s.ready.services {
+		s.ready.health.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+	herr := s.http.Shutdown(ctx)
+	done := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-done
+	}
+	s.cancel()
+	s.wg.Wait()
+	return herr
+}
+
+func (s *Server) httpMux(ctx context.Context, grpcAddr string) (*http.ServeMux, error) {
+	gw := runtime.NewServeMux()
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if err := countersignv1.RegisterOwnerServiceHandlerFromEndpoint(ctx, gw, grpcAddr, dial); err != nil {
+		return nil, fmt.Errorf("rest gateway: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", gw)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := s.ready.probe(r.Context()); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: %s\n", notReadyReason(err))
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.HandleFunc("GET /openapi.json", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(openapi.JSON)
+	})
+	return mux, nil
+}
+
+// notReadyReason says why without echoing driver errors, which can name
+// hosts and users.
+func notReadyReason(err error) string {
+	if errors.Is(err, ledger.ErrSchemaBehind) {
+		return err.Error()
+	}
+	return "ledger unreachable"
+}
