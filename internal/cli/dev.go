@@ -78,4 +78,3 @@ func isDuplicateDatabase(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "42P04"
 }
-

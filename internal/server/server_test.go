@@ -307,4 +307,3 @@ func grepLines(s, substr string) string {
 	}
 	return strings.Join(out, "\n")
 }
-
