@@ -1,0 +1,220 @@
+// Package rail is the interface between the engine and a payment rail
+// (Stripe, Razorpay, a payment MCP server). An Adapter recognises the rail's
+// money-moving requests, resolves their referent with a read-only call,
+// stamps them, classifies the rail's answer, and lists what the rail really
+// did so the reconciler can settle ambiguous outcomes. Adapters are pure
+// apart from the calls they make through the Client they are given.
+package rail
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/countersign/countersign/internal/sik"
+)
+
+// Request is an outbound HTTP request as the agent sent it. Header names are
+// lower-case; the agent's credential headers are already removed.
+type Request struct {
+	Method  string
+	Host    string
+	Path    string // with the query string, as Envoy reports :path
+	Headers map[string]string
+	Body    []byte
+}
+
+// Kind of request an adapter recognised.
+type Kind int
+
+// Kinds.
+const (
+	// KindRead is a read-only call (GET of a payment, a list): no money moves,
+	// no intent is written.
+	KindRead Kind = iota + 1
+	// KindAction is a money-moving call: it becomes an intent.
+	KindAction
+)
+
+// Action is a recognised money-moving request in the rail's terms, before
+// its referent is resolved.
+type Action struct {
+	Kind sik.Kind // refund, payout, transfer
+	// Subject is the rail entity the action is about: the payment (pi_…,
+	// ch_…, pay_…) for a refund, the destination (account, fund account)
+	// for a payout or transfer. Taken from the request, checked by Resolve.
+	Subject string
+	// AmountMinor is nil when the request omits the amount (for a refund:
+	// a full refund of what is still refundable).
+	AmountMinor *int64
+	// Currency in upper case; "" when the request does not say (refunds).
+	Currency string
+	// Payee identifies who receives the money (payouts/transfers: the
+	// destination; refunds: the payment's customer when known, else "").
+	Payee string
+	// Extra holds the request fields that change the meaning of the action
+	// and so take part in the SIK (e.g. Stripe refund "reason", payout
+	// "method"), as strings. Metadata/notes do not belong here.
+	Extra map[string]string
+	// Distinct is the caller's explicit reason to make a second identical
+	// action (header x-countersign-distinct), logged verbatim in the audit.
+	Distinct string
+}
+
+// Parsed is what Parse recognised.
+type Parsed struct {
+	Kind   Kind
+	Action Action // set when Kind == KindAction
+}
+
+// Referent is the resolved subject of an action, read from the rail.
+type Referent struct {
+	Subject string
+	// Currency of the payment (refunds) or of the action (payouts).
+	Currency string
+	// AmountMinor is the payment's captured amount (refunds).
+	AmountMinor int64
+	// RefundableMinor is what the rail says is still refundable (refunds).
+	RefundableMinor int64
+	// Payee is the payment's customer or the destination, when known.
+	Payee string
+}
+
+// Outcome classifies a rail answer (DESIGN.md §4).
+type Outcome int
+
+// Outcomes.
+const (
+	// Applied: 2xx with the created entity.
+	Applied Outcome = iota + 1
+	// InProgress: the same key is still running at the rail (409); stay
+	// IN_FLIGHT, back off, retry with the same key.
+	InProgress
+	// FingerprintMismatch: the rail saw the key with different parameters
+	// (Stripe idempotency_error, Razorpay "Different request with the same
+	// idempotency key"): a bug on our side; quarantine, never rotate the key.
+	FingerprintMismatch
+	// Rejected: a definite rejection (400/402/404, 429, 401): not applied.
+	Rejected
+	// Ambiguous: 5xx, timeout, reset, lost response: reconcile before retry.
+	Ambiguous
+)
+
+// String names the outcome.
+func (o Outcome) String() string {
+	switch o {
+	case Applied:
+		return "applied"
+	case InProgress:
+		return "in_progress"
+	case FingerprintMismatch:
+		return "fingerprint_mismatch"
+	case Rejected:
+		return "rejected"
+	case Ambiguous:
+		return "ambiguous"
+	}
+	return "unclassified"
+}
+
+// Response is the rail's answer, or the transport error that replaced it.
+type Response struct {
+	Status  int // 0 when there was no HTTP response
+	Headers map[string]string
+	Body    []byte
+	// TransportErr is set when no response arrived (timeout, reset, lost).
+	TransportErr error
+}
+
+// Classification is Classify's verdict on a response.
+type Classification struct {
+	Outcome Outcome
+	// EntityID of the created refund/payout/transfer (Applied only).
+	EntityID string
+	// FeeMinor is the fee the rail reports for the entity, 0 if none.
+	FeeMinor int64
+	// Reason is a short human sentence (the rail's own error message when
+	// there is one).
+	Reason string
+}
+
+// Entity is one refund/payout/transfer as listed by the rail.
+type Entity struct {
+	ID          string
+	Stamp       string // the countersign_sik value in metadata/notes, "" if none
+	AmountMinor int64
+	Currency    string
+	Status      string
+	Created     time.Time
+}
+
+// Finding is the result of searching the rail for an intent's stamp.
+type Finding struct {
+	// Match is the entity carrying the stamp, nil if none was found.
+	Match *Entity
+	// Exhausted is true only when every page was read to the end (the
+	// rail said there is no more). Absence is proven only when Match is nil
+	// and Exhausted is true.
+	Exhausted bool
+	// Pages is how many list pages were read.
+	Pages int
+}
+
+// Stamped is what Stamp produces for an allowed request.
+type Stamped struct {
+	// Headers to set on the outbound request (the idempotency key).
+	Headers map[string]string
+	// BodyField and BodyValue name the body stamp (Stripe
+	// metadata[countersign_sik], Razorpay notes.countersign_sik) for ext_proc.
+	BodyField string
+	BodyValue string
+}
+
+// Client performs read-only calls to the rail with the rail's secret key.
+// The engine supplies it; adapters never hold keys.
+type Client interface {
+	// Do sends req to the rail (method, path with query, headers, body) and
+	// returns the answer. The adapter builds rail-relative paths; the
+	// client adds the base URL and the Authorization header.
+	Do(ctx context.Context, method, path string, headers map[string]string, body []byte) (*http.Response, error)
+}
+
+// Errors adapters return.
+var (
+	// ErrUnrecognised: the request is on the rail's host but is not a call
+	// the adapter knows. The engine blocks it (F1).
+	ErrUnrecognised = errors.New("rail: request not recognised")
+	// ErrMalformed: the request is recognised but its body or parameters
+	// cannot be parsed (a float or string amount, bad JSON, a bad form).
+	ErrMalformed = errors.New("rail: malformed request")
+	// ErrReferent: the referent could not be resolved (unknown payment,
+	// currency mismatch, rail error on the read).
+	ErrReferent = errors.New("rail: referent not resolved")
+)
+
+// Adapter is one rail's knowledge. Implementations are stateless and safe
+// for concurrent use.
+type Adapter interface {
+	// Rail names the rail (sik.RailStripe, sik.RailRazorpay).
+	Rail() sik.Rail
+	// Parse recognises req. It returns ErrUnrecognised for an unknown
+	// method/path and ErrMalformed (wrapped with the field's name) for a
+	// body it cannot read. It never panics on any input.
+	Parse(req Request) (Parsed, error)
+	// Resolve reads the action's referent from the rail (read-only).
+	Resolve(ctx context.Context, c Client, a Action) (Referent, error)
+	// Stamp returns the idempotency header and body stamp for the SIK at
+	// stamp generation gen, within the rail's key rules.
+	Stamp(a Action, key sik.SIK, gen uint32) (Stamped, error)
+	// Classify reads the rail's answer to a stamped request.
+	Classify(a Action, resp Response) Classification
+	// Find lists the rail's entities for the action's subject, paging to
+	// exhaustion (and de-duplicating across offset pages), and returns the
+	// one whose stamp equals stamp. since bounds listing by creation time
+	// where the rail needs it (payouts); it is a lower bound with slack,
+	// never a reason to stop early.
+	Find(ctx context.Context, c Client, a Action, stamp string, since time.Time) (Finding, error)
+	// Refusal shapes a refusal like the rail's own error body.
+	Refusal(status int, code, message string) []byte
+}
