@@ -1,0 +1,175 @@
+package ledger
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// AuditRecord is one link of a rail account's audit chain.
+type AuditRecord struct {
+	RailAccount string
+	Seq         int64
+	SIK         string
+	FromState   string
+	ToState     string
+	Event       string
+	AttemptSeq  int
+	Detail      string
+	AtMicros    int64
+	PrevHash    []byte
+	Hash        []byte
+}
+
+// auditField encodes one field as "<octets>:<text>", exactly as the SQL
+// function countersign_audit_field does, so concatenation is unambiguous.
+func auditField(b *strings.Builder, v string) {
+	b.WriteString(strconv.Itoa(len(v)))
+	b.WriteByte(':')
+	b.WriteString(v)
+}
+
+// ComputeHash returns the hash the record must carry given its fields and
+// its predecessor's hash.
+func (r AuditRecord) ComputeHash(prev []byte) []byte {
+	var b strings.Builder
+	auditField(&b, strconv.FormatInt(r.Seq, 10))
+	auditField(&b, r.RailAccount)
+	auditField(&b, r.SIK)
+	auditField(&b, r.FromState)
+	auditField(&b, r.ToState)
+	auditField(&b, r.Event)
+	auditField(&b, strconv.Itoa(r.AttemptSeq))
+	auditField(&b, r.Detail)
+	auditField(&b, strconv.FormatInt(r.AtMicros, 10))
+	h := sha256.New()
+	h.Write(prev)
+	h.Write([]byte(b.String()))
+	return h.Sum(nil)
+}
+
+// AuditBreak names the first record of a chain that does not verify.
+type AuditBreak struct {
+	RailAccount string
+	Seq         int64
+	Problem     string
+}
+
+func (b AuditBreak) Error() string {
+	return fmt.Sprintf("audit chain %s broken at record %d: %s", b.RailAccount, b.Seq, b.Problem)
+}
+
+// AuditReport is the result of verifying every chain.
+type AuditReport struct {
+	Chains  int
+	Records int64
+	Breaks  []AuditBreak // the first break of each broken chain
+}
+
+// VerifyAudit walks every rail account's chain from its first record,
+// recomputing each hash, and checks the chain head. It reports the first
+// broken record of each chain.
+func (s *Store) VerifyAudit(ctx context.Context) (AuditReport, error) {
+	var rep AuditReport
+	heads := map[string]struct {
+		seq  int64
+		hash []byte
+	}{}
+	rows, err := s.pool.Query(ctx, `SELECT rail_account, seq, hash FROM audit_heads ORDER BY rail_account`)
+	if err != nil {
+		return rep, classify(err)
+	}
+	for rows.Next() {
+		var acct string
+		var h struct {
+			seq  int64
+			hash []byte
+		}
+		if err := rows.Scan(&acct, &h.seq, &h.hash); err != nil {
+			rows.Close()
+			return rep, classify(err)
+		}
+		heads[acct] = h
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return rep, classify(err)
+	}
+
+	rows, err = s.pool.Query(ctx, `
+		SELECT rail_account, seq, sik, from_state, to_state, event, attempt_seq, detail, at_micros, prev_hash, hash
+		FROM audit_records ORDER BY rail_account, seq`)
+	if err != nil {
+		return rep, classify(err)
+	}
+	defer rows.Close()
+	var cur string
+	var prev []byte
+	var next int64
+	broken := map[string]bool{}
+	seen := map[string]bool{}
+	fail := func(acct string, seq int64, format string, args ...any) {
+		if !broken[acct] {
+			broken[acct] = true
+			rep.Breaks = append(rep.Breaks, AuditBreak{RailAccount: acct, Seq: seq, Problem: fmt.Sprintf(format, args...)})
+		}
+	}
+	for rows.Next() {
+		var r AuditRecord
+		if err := rows.Scan(&r.RailAccount, &r.Seq, &r.SIK, &r.FromState, &r.ToState, &r.Event, &r.AttemptSeq,
+			&r.Detail, &r.AtMicros, &r.PrevHash, &r.Hash); err != nil {
+			return rep, classify(err)
+		}
+		rep.Records++
+		if r.RailAccount != cur {
+			cur, prev, next = r.RailAccount, make([]byte, sha256.Size), 1
+			seen[cur] = true
+			rep.Chains++
+		}
+		switch {
+		case broken[cur]:
+		case r.Seq != next:
+			fail(cur, next, "record %d is missing (found %d next)", next, r.Seq)
+		case !bytes.Equal(r.PrevHash, prev):
+			fail(cur, r.Seq, "prev_hash does not match the hash of record %d", r.Seq-1)
+		case !bytes.Equal(r.ComputeHash(prev), r.Hash):
+			fail(cur, r.Seq, "contents do not match its hash (the record was altered)")
+		}
+		prev, next = r.Hash, r.Seq+1
+	}
+	if err := rows.Err(); err != nil {
+		return rep, classify(err)
+	}
+	for acct, h := range heads {
+		if !seen[acct] && h.seq > 0 {
+			fail(acct, 1, "the head says %d records but none exist", h.seq)
+		}
+	}
+	// The head must point at the last record: a removed tail shows here.
+	rows2, err := s.pool.Query(ctx, `
+		SELECT h.rail_account, h.seq, h.hash, r.seq, r.hash
+		FROM audit_heads h LEFT JOIN LATERAL (
+			SELECT seq, hash FROM audit_records r WHERE r.rail_account = h.rail_account ORDER BY seq DESC LIMIT 1
+		) r ON true`)
+	if err != nil {
+		return rep, classify(err)
+	}
+	defer rows2.Close()
+	for rows2.Next() {
+		var acct string
+		var hseq int64
+		var hhash []byte
+		var lseq *int64
+		var lhash []byte
+		if err := rows2.Scan(&acct, &hseq, &hhash, &lseq, &lhash); err != nil {
+			return rep, classify(err)
+		}
+		if lseq != nil && (*lseq != hseq || !bytes.Equal(lhash, hhash)) {
+			fail(acct, *lseq, "the chain head says record %d, the last record is %d (records after it were removed or the head was altered)", hseq, *lseq)
+		}
+	}
+	return rep, classify(rows2.Err())
+}

@@ -1,0 +1,173 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/countersign/countersign/internal/intent"
+)
+
+// RailOutcome is the classified answer of the rail to one attempt.
+type RailOutcome string
+
+// Rail outcomes (DESIGN.md §4).
+const (
+	OutcomeApplied             RailOutcome = "applied"
+	OutcomeInProgress          RailOutcome = "in_progress"
+	OutcomeFingerprintMismatch RailOutcome = "fingerprint_mismatch"
+	OutcomeRejected            RailOutcome = "rejected"
+	OutcomeAmbiguous           RailOutcome = "ambiguous"
+)
+
+// AttemptResult is what Commit records for an attempt.
+type AttemptResult struct {
+	Key
+	Seq            int
+	Outcome        RailOutcome
+	Response       *HTTPMessage // nil when no response arrived
+	TransportError string
+	EntityID       string
+	FeeMinor       int64
+	Reason         string
+	// ReconcileDelay is the wait before the first reconciliation query of
+	// an ambiguous outcome.
+	ReconcileDelay time.Duration
+}
+
+// Commit records the rail's answer to an attempt and moves the intent.
+// A late answer (the intent already moved on, e.g. its lease expired) is
+// kept on the attempt for the reconciler and changes no state. Committing
+// the same answer twice is harmless.
+func (s *Store) Commit(ctx context.Context, r AttemptResult) (Intent, error) {
+	var out Intent
+	err := s.InTx(ctx, func(tx *Tx) error {
+		it, err := tx.lockIntent(ctx, r.Key)
+		if err != nil {
+			return err
+		}
+		if err := tx.recordResponse(ctx, r); err != nil {
+			return err
+		}
+		out = it
+		if it.State != intent.InFlight || it.AttemptCount != r.Seq {
+			return nil
+		}
+		switch r.Outcome {
+		case OutcomeApplied:
+			if r.EntityID == "" {
+				return fmt.Errorf("applied outcome without an entity id")
+			}
+			out, err = tx.transition(ctx, it, intent.RailApplied, transitionOpts{
+				reason: "applied by the rail", attemptOutcome: "applied", entityID: r.EntityID})
+		case OutcomeRejected:
+			out, err = tx.transition(ctx, it, intent.RailRejected, transitionOpts{
+				reason: r.Reason, attemptOutcome: "rejected"})
+		case OutcomeAmbiguous:
+			delay := r.ReconcileDelay
+			out, err = tx.transition(ctx, it, intent.RailAmbiguous, transitionOpts{
+				reason: r.Reason, attemptOutcome: "ambiguous", reconcileIn: &delay})
+		case OutcomeFingerprintMismatch:
+			// Our fingerprint drifted: a bug. The keyed request may still
+			// have applied, so the intent is held for a person, never
+			// retried under a rotated key.
+			delay := r.ReconcileDelay
+			if it, err = tx.transition(ctx, it, intent.RailAmbiguous, transitionOpts{
+				reason: r.Reason, attemptOutcome: "fingerprint_mismatch", reconcileIn: &delay}); err != nil {
+				return err
+			}
+			out, err = tx.transition(ctx, it, intent.Quarantine, transitionOpts{
+				reason: "rail reports a different request under the same idempotency key: " + r.Reason})
+		case OutcomeInProgress:
+			// The same key is still running at the rail: stay IN_FLIGHT.
+			_, err = tx.tx.Exec(ctx, `UPDATE attempts SET outcome = 'in_progress'
+				WHERE rail_account = $1 AND sik = $2 AND attempt_seq = $3 AND outcome = 'pending'`,
+				r.RailAccount, r.SIK, r.Seq)
+		default:
+			err = fmt.Errorf("unknown rail outcome %q", r.Outcome)
+		}
+		return err
+	})
+	if err != nil {
+		return Intent{}, classify(fmt.Errorf("ledger: commit %s#%d: %w", r.Key, r.Seq, err))
+	}
+	return out, nil
+}
+
+func (tx *Tx) recordResponse(ctx context.Context, r AttemptResult) error {
+	var status any
+	var headers []byte
+	var body []byte
+	if r.Response != nil {
+		status = r.Response.Status
+		var err error
+		if headers, err = json.Marshal(r.Response.Headers); err != nil {
+			return err
+		}
+		body = r.Response.Body
+	}
+	var fee any
+	if r.FeeMinor > 0 {
+		fee = r.FeeMinor
+	}
+	tag, err := tx.tx.Exec(ctx, `
+		UPDATE attempts SET response_status = COALESCE($4, response_status),
+		       response_headers = COALESCE($5, response_headers),
+		       response_body = COALESCE($6, response_body),
+		       transport_error = COALESCE(NULLIF($7, ''), transport_error),
+		       entity_id = COALESCE(entity_id, NULLIF($8, '')),
+		       fee_minor = COALESCE(fee_minor, $9),
+		       finished_at = COALESCE(finished_at, now())
+		WHERE rail_account = $1 AND sik = $2 AND attempt_seq = $3`,
+		r.RailAccount, r.SIK, r.Seq, status, headers, body, r.TransportError, r.EntityID, fee)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: attempt %s#%d", ErrNotFound, r.Key, r.Seq)
+	}
+	return nil
+}
+
+// ExpireLeases turns every IN_FLIGHT intent whose attempt lease has expired
+// into UNKNOWN (LEASE_EXPIRED), to be reconciled after delay. It is run at
+// boot and periodically; SKIP LOCKED lets several processes share it.
+func (s *Store) ExpireLeases(ctx context.Context, limit int, delay time.Duration) (int, error) {
+	n := 0
+	err := s.InTx(ctx, func(tx *Tx) error {
+		n = 0
+		rows, err := tx.tx.Query(ctx, `
+			SELECT `+intentColumns+` FROM intents i
+			WHERE state = 'IN_FLIGHT' AND EXISTS (
+				SELECT 1 FROM attempts a WHERE a.rail_account = i.rail_account AND a.sik = i.sik
+				  AND a.attempt_seq = i.attempt_count AND a.lease_expires_at < now())
+			ORDER BY updated_at LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
+		if err != nil {
+			return err
+		}
+		var expired []Intent
+		for rows.Next() {
+			it, err := scanIntent(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			expired = append(expired, it)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, it := range expired {
+			if _, err := tx.transition(ctx, it, intent.LeaseExpired, transitionOpts{
+				reason: "attempt lease expired before the rail's answer was recorded", reconcileIn: &delay,
+				attemptOutcome: "lease_expired"}); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, classify(err)
+}

@@ -1,0 +1,398 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/internal/intent"
+)
+
+func testSIK(n int) string {
+	s := fmt.Sprintf("TESTSIK%025d", n)
+	return strings.NewReplacer("0", "A", "1", "B", "8", "C", "9", "D").Replace(s)
+}
+
+func proposal(n int) Proposal {
+	k := Key{RailAccount: "acct_test", SIK: testSIK(n)}
+	return Proposal{
+		Key: k, Rail: "stripe", Action: "refund", Subject: "pi_1", AmountMinor: 1000, Currency: "USD",
+		Canonical: `{"v":1}`, LeaseOwner: "test", LeaseTTL: time.Minute,
+		Stamp:   func(gen uint32) (string, error) { return fmt.Sprintf("%s-%d", k.SIK, gen), nil },
+		Request: HTTPMessage{Method: "POST", Path: "/v1/refunds", Headers: map[string]string{"content-type": "application/x-www-form-urlencoded"}, Body: []byte("payment_intent=pi_1&amount=1000")},
+	}
+}
+
+func TestEdgesMatchTheStateMachine(t *testing.T) {
+	s := openTest(t)
+	rows, err := s.pool.Query(context.Background(), `SELECT from_state, event, to_state FROM intent_edges`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var db []intent.Edge
+	for rows.Next() {
+		var f, e, to string
+		if err := rows.Scan(&f, &e, &to); err != nil {
+			t.Fatal(err)
+		}
+		db = append(db, intent.Edge{From: intent.State(f), Event: intent.Event(e), To: intent.State(to)})
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	key := func(e intent.Edge) string { return string(e.From) + "|" + string(e.Event) + "|" + string(e.To) }
+	var a, b []string
+	for _, e := range db {
+		a = append(a, key(e))
+	}
+	for _, e := range intent.Edges() {
+		b = append(b, key(e))
+	}
+	slices.Sort(a)
+	slices.Sort(b)
+	if !slices.Equal(a, b) {
+		t.Fatalf("database edges differ from intent.Edges():\n db: %v\n go: %v", a, b)
+	}
+}
+
+func TestProposeCommitApplied(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	p := proposal(1)
+	res, err := s.Propose(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Created || res.Attempt == nil || res.Attempt.Seq != 1 || res.Intent.State != intent.InFlight || res.Attempt.Stamp != p.SIK+"-0" {
+		t.Fatalf("first propose = %+v", res)
+	}
+	// A duplicate while IN_FLIGHT starts nothing.
+	dup, err := s.Propose(ctx, p)
+	if err != nil || dup.Created || dup.Attempt != nil || dup.Intent.State != intent.InFlight {
+		t.Fatalf("duplicate propose = %+v, %v", dup, err)
+	}
+	it, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeApplied, EntityID: "re_1",
+		Response: &HTTPMessage{Status: 200, Headers: map[string]string{"content-type": "application/json"}, Body: []byte(`{"id":"re_1"}`)}})
+	if err != nil || it.State != intent.Applied || it.RailEntityID != "re_1" {
+		t.Fatalf("commit = %+v, %v", it, err)
+	}
+	dup, err = s.Propose(ctx, p)
+	if err != nil || dup.Applied == nil || dup.Applied.Response == nil || string(dup.Applied.Response.Body) != `{"id":"re_1"}` || dup.Attempt != nil {
+		t.Fatalf("propose after APPLIED = %+v, %v", dup, err)
+	}
+	// Commit of the same answer again changes nothing.
+	if it, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeApplied, EntityID: "re_1"}); err != nil || it.State != intent.Applied {
+		t.Fatalf("second commit = %+v, %v", it, err)
+	}
+	rep, err := s.VerifyAudit(ctx)
+	if err != nil || len(rep.Breaks) != 0 || rep.Records != 4 {
+		t.Fatalf("audit = %+v, %v (want 4 records: PROPOSED, AUTHORIZED, IN_FLIGHT, APPLIED)", rep, err)
+	}
+}
+
+func TestRejectedIsReopenedWithANewGeneration(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	p := proposal(2)
+	if _, err := s.Propose(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	it, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeRejected, Reason: "amount_too_large",
+		Response: &HTTPMessage{Status: 400, Body: []byte(`{"error":{}}`)}})
+	if err != nil || it.State != intent.FailedTerminal {
+		t.Fatalf("commit rejected = %+v, %v", it, err)
+	}
+	res, err := s.Propose(ctx, p)
+	if err != nil || res.Attempt == nil || res.Attempt.Seq != 2 || res.Attempt.StampGeneration != 1 || res.Attempt.Stamp != p.SIK+"-1" {
+		t.Fatalf("reopen = %+v, %v", res, err)
+	}
+}
+
+func TestAmbiguousReconcilesBeforeRetry(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	p := proposal(3)
+	if _, err := s.Propose(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	it, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeAmbiguous, TransportError: "timeout", Reason: "timeout"})
+	if err != nil || it.State != intent.Unknown || it.NextReconcileAt == nil {
+		t.Fatalf("ambiguous commit = %+v, %v", it, err)
+	}
+	// No blind retry: a new proposal while UNKNOWN starts no attempt.
+	if res, err := s.Propose(ctx, p); err != nil || res.Attempt != nil || res.Intent.State != intent.Unknown {
+		t.Fatalf("propose while UNKNOWN = %+v, %v", res, err)
+	}
+	// The database refuses CONFIRMED_NOT_APPLIED without an exhaustive finding.
+	if _, err := s.pool.Exec(ctx, `UPDATE intents SET state = 'RECONCILING', last_event = 'RECONCILE_STARTED' WHERE sik = $1`, p.SIK); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.pool.Exec(ctx, `UPDATE intents SET state = 'CONFIRMED_NOT_APPLIED', last_event = 'CONFIRMED_ABSENT' WHERE sik = $1`, p.SIK)
+	if err == nil || !strings.Contains(err.Error(), "exhaustive") {
+		t.Fatalf("CONFIRMED_NOT_APPLIED without a finding: %v", err)
+	}
+	_, err = s.pool.Exec(ctx, `INSERT INTO reconciliation_findings (rail_account, sik, attempt_seq, outcome, pages, pagination_exhausted)
+		VALUES ($1, $2, 1, 'confirmed_absent', 1, false)`, p.RailAccount, p.SIK)
+	if err == nil {
+		t.Fatal("a confirmed_absent finding without pagination_exhausted was accepted")
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE intents SET state = 'UNKNOWN', last_event = 'INCONCLUSIVE' WHERE sik = $1`, p.SIK); err != nil {
+		t.Fatal(err)
+	}
+
+	work, err := s.ClaimReconcile(ctx, "rec-1", time.Minute, 10)
+	if err != nil || len(work) != 1 || work[0].Intent.State != intent.Reconciling || work[0].Attempt.Seq != 1 {
+		t.Fatalf("claim = %+v, %v", work, err)
+	}
+	// A second reconciler cannot take the leased intent.
+	if other, err := s.ClaimReconcile(ctx, "rec-2", time.Minute, 10); err != nil || len(other) != 0 {
+		t.Fatalf("second claim = %+v, %v", other, err)
+	}
+	if _, err := s.RecordFinding(ctx, Finding{Key: p.Key, AttemptSeq: 1, Outcome: FindingAbsent, Pages: 3, PaginationExhausted: true, Owner: "rec-2"}); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("finding from a non-owner = %v, want ErrLeaseLost", err)
+	}
+	it, err = s.RecordFinding(ctx, Finding{Key: p.Key, AttemptSeq: 1, Outcome: FindingAbsent, Pages: 3, PaginationExhausted: true, Owner: "rec-1"})
+	if err != nil || it.State != intent.ConfirmedNotApplied {
+		t.Fatalf("finding absent = %+v, %v", it, err)
+	}
+	res, err := s.Propose(ctx, p)
+	if err != nil || res.Attempt == nil || res.Attempt.Seq != 2 || res.Attempt.StampGeneration != 0 {
+		t.Fatalf("retry after proven absence = %+v, %v (same stamp generation expected)", res, err)
+	}
+	rep, err := s.VerifyAudit(ctx)
+	if err != nil || len(rep.Breaks) != 0 {
+		t.Fatalf("audit: %+v %v", rep, err)
+	}
+}
+
+func TestInconclusiveQuarantinesAtTheBound(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	p := proposal(4)
+	if _, err := s.Propose(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeAmbiguous, Reason: "502"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		work, err := s.ClaimReconcile(ctx, "rec", time.Minute, 1)
+		if err != nil || len(work) != 1 {
+			t.Fatalf("claim %d = %+v, %v", i, work, err)
+		}
+		it, err := s.RecordFinding(ctx, Finding{Key: p.Key, AttemptSeq: 1, Outcome: FindingInconclusive, Pages: 1,
+			Detail: "rail 503 while listing", Owner: "rec", MaxReconciles: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := intent.Unknown
+		if i == 3 {
+			want = intent.Quarantined
+		}
+		if it.State != want {
+			t.Fatalf("after pass %d: %s, want %s", i, it.State, want)
+		}
+	}
+}
+
+func TestFingerprintMismatchQuarantines(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	p := proposal(5)
+	if _, err := s.Propose(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	it, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeFingerprintMismatch, Reason: "idempotency_error"})
+	if err != nil || it.State != intent.Quarantined || !strings.Contains(it.Reason, "same idempotency key") {
+		t.Fatalf("mismatch = %+v, %v", it, err)
+	}
+}
+
+func TestLeaseExpiryMovesToUnknown(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	p := proposal(6)
+	p.LeaseTTL = time.Millisecond
+	if _, err := s.Propose(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := s.ExpireLeases(ctx, 100, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("lease never expired")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	it, atts, err := s.GetIntent(ctx, p.Key)
+	if err != nil || it.State != intent.Unknown || atts[0].Outcome != "lease_expired" {
+		t.Fatalf("after expiry: %+v %+v %v", it, atts, err)
+	}
+	// A late answer is kept for the reconciler but moves nothing.
+	it, err = s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeApplied, EntityID: "re_late",
+		Response: &HTTPMessage{Status: 200, Body: []byte(`{"id":"re_late"}`)}})
+	if err != nil || it.State != intent.Unknown {
+		t.Fatalf("late commit = %+v, %v", it, err)
+	}
+	_, atts, _ = s.GetIntent(ctx, p.Key)
+	if atts[0].EntityID != "re_late" || atts[0].Response == nil {
+		t.Fatalf("late response not kept: %+v", atts[0])
+	}
+}
+
+func TestConcurrentProposalsMakeOneAttempt(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	p := proposal(7)
+	const n = 40
+	var wg sync.WaitGroup
+	results := make([]ProposeResult, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = s.Propose(ctx, p)
+		}()
+	}
+	wg.Wait()
+	created, attempts := 0, 0
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("propose %d: %v", i, errs[i])
+		}
+		if results[i].Created {
+			created++
+		}
+		if results[i].Attempt != nil {
+			attempts++
+		}
+	}
+	if created != 1 || attempts != 1 {
+		t.Fatalf("created %d, attempts %d; want exactly one each", created, attempts)
+	}
+	var rows int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM attempts WHERE sik = $1`, p.SIK).Scan(&rows); err != nil || rows != 1 {
+		t.Fatalf("%d attempt rows, %v", rows, err)
+	}
+}
+
+func TestDatabaseRefusesIllegalWrites(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	p := proposal(8)
+	if _, err := s.Propose(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	applied := proposal(9)
+	if _, err := s.Propose(ctx, applied); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, AttemptResult{Key: applied.Key, Seq: 1, Outcome: OutcomeApplied, EntityID: "re_9"}); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name, sql string
+		args      []any
+		want      string
+	}{
+		{"blind retry IN_FLIGHT to AUTHORIZED", `UPDATE intents SET state = 'AUTHORIZED', last_event = 'RETRY_AUTHORIZED' WHERE sik = $1`, []any{p.SIK}, "illegal transition"},
+		{"edge with the wrong event", `UPDATE intents SET state = 'APPLIED', last_event = 'FOUND_APPLIED', rail_entity_id = 'x', applied_attempt_seq = 1 WHERE sik = $1`, []any{p.SIK}, "illegal transition"},
+		{"leave APPLIED", `UPDATE intents SET state = 'UNKNOWN', last_event = 'RAIL_AMBIGUOUS', next_reconcile_at = now() WHERE sik = $1`, []any{applied.SIK}, "absorbing"},
+		{"touch APPLIED", `UPDATE intents SET reason = 'edited' WHERE sik = $1`, []any{applied.SIK}, "absorbing"},
+		{"delete an intent", `DELETE FROM intents WHERE sik = $1`, []any{p.SIK}, "never deleted"},
+		{"change the amount", `UPDATE intents SET amount_minor = 1 WHERE sik = $1`, []any{p.SIK}, "immutable"},
+		{"born IN_FLIGHT", `INSERT INTO intents (rail_account, sik, state, last_event, rail, action, subject, amount_minor, currency, canonical)
+			VALUES ('acct_test', 'ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ', 'IN_FLIGHT', 'ATTEMPT_STARTED', 'stripe', 'refund', 'pi', 1, 'USD', '{}')`, nil, "born PROPOSED"},
+		{"second attempt while the first is in flight", `INSERT INTO attempts (rail_account, sik, attempt_seq, stamp, stamp_generation, lease_owner, lease_expires_at)
+			VALUES ('acct_test', $1, 2, 'stampstamp', 0, 'x', now())`, []any{p.SIK}, "does not match an IN_FLIGHT intent"},
+		{"skip an attempt number", `UPDATE intents SET attempt_count = 5 WHERE sik = $1`, []any{p.SIK}, "without a transition"},
+		{"delete an attempt", `DELETE FROM attempts WHERE sik = $1`, []any{p.SIK}, "never deleted"},
+		{"edit the audit log", `UPDATE audit_records SET detail = 'x'`, nil, "append-only"},
+		{"settled attempt changes outcome", `UPDATE attempts SET outcome = 'ambiguous' WHERE sik = $1`, []any{applied.SIK}, "settled"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := s.pool.Exec(ctx, tc.sql, tc.args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestAuditVerifyNamesTheEditedRecord(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	for i := 10; i < 13; i++ {
+		if _, err := s.Propose(ctx, proposal(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := s.VerifyAudit(ctx)
+	if err != nil || len(rep.Breaks) != 0 || rep.Records != 9 || rep.Chains != 1 {
+		t.Fatalf("clean audit = %+v, %v", rep, err)
+	}
+	tamper := func(sql string) {
+		t.Helper()
+		tx, err := s.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		// A superuser editing by hand, around the append-only trigger.
+		if _, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tamper(`UPDATE audit_records SET detail = 'nothing to see' WHERE rail_account = 'acct_test' AND seq = 5`)
+	rep, err = s.VerifyAudit(ctx)
+	if err != nil || len(rep.Breaks) != 1 || rep.Breaks[0].Seq != 5 || rep.Breaks[0].RailAccount != "acct_test" {
+		t.Fatalf("after editing record 5: %+v, %v", rep, err)
+	}
+	if !strings.Contains(rep.Breaks[0].Error(), "record 5") {
+		t.Fatalf("break message %q does not name the record", rep.Breaks[0].Error())
+	}
+}
+
+func TestAuditVerifyDetectsRemovedTail(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	if _, err := s.Propose(ctx, proposal(20)); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM audit_records WHERE seq = 3`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := s.VerifyAudit(ctx)
+	if err != nil || len(rep.Breaks) != 1 || rep.Breaks[0].Seq != 2 {
+		t.Fatalf("after removing the tail: %+v, %v", rep, err)
+	}
+}

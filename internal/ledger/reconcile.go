@@ -1,0 +1,155 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/countersign/countersign/internal/intent"
+)
+
+// ReconcileWork is one intent claimed by a reconciler, with the attempt to
+// look for at the rail.
+type ReconcileWork struct {
+	Intent  Intent
+	Attempt Attempt
+}
+
+// ClaimReconcile leases up to limit intents that are due for
+// reconciliation to owner for ttl, moving UNKNOWN ones to RECONCILING. An
+// intent whose previous reconciler died (its lease expired) is claimed
+// again as it stands.
+func (s *Store) ClaimReconcile(ctx context.Context, owner string, ttl time.Duration, limit int) ([]ReconcileWork, error) {
+	var work []ReconcileWork
+	err := s.InTx(ctx, func(tx *Tx) error {
+		work = nil
+		rows, err := tx.tx.Query(ctx, `
+			SELECT `+intentColumns+` FROM intents
+			WHERE state IN ('UNKNOWN', 'RECONCILING') AND next_reconcile_at <= now()
+			  AND (reconcile_expires IS NULL OR reconcile_expires < now())
+			ORDER BY next_reconcile_at LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
+		if err != nil {
+			return err
+		}
+		its, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Intent, error) { return scanIntent(r) })
+		if err != nil {
+			return err
+		}
+		for _, it := range its {
+			if it.State == intent.Unknown {
+				if it, err = tx.transition(ctx, it, intent.ReconcileStarted, transitionOpts{reason: "reconciliation started"}); err != nil {
+					return err
+				}
+			}
+			if _, err := tx.tx.Exec(ctx, `
+				UPDATE intents SET reconcile_owner = $3, reconcile_expires = now() + $4::bigint * interval '1 microsecond',
+				       reconcile_count = reconcile_count + 1
+				WHERE rail_account = $1 AND sik = $2`, it.RailAccount, it.SIK, owner, ttl.Microseconds()); err != nil {
+				return err
+			}
+			it.ReconcileCount++
+			a, err := tx.attempt(ctx, it.Key, it.AttemptCount)
+			if err != nil {
+				return err
+			}
+			work = append(work, ReconcileWork{Intent: it, Attempt: a})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, classify(fmt.Errorf("ledger: claim reconcile: %w", err))
+	}
+	return work, nil
+}
+
+// FindingOutcome is what one reconciliation pass concluded.
+type FindingOutcome string
+
+// Finding outcomes.
+const (
+	FindingApplied      FindingOutcome = "found_applied"
+	FindingAbsent       FindingOutcome = "confirmed_absent"
+	FindingInconclusive FindingOutcome = "inconclusive"
+)
+
+// Finding is the evidence of one reconciliation pass.
+type Finding struct {
+	Key
+	AttemptSeq          int
+	Outcome             FindingOutcome
+	Pages               int
+	PaginationExhausted bool
+	EntityID            string
+	Detail              string
+	// Owner must hold the reconcile lease.
+	Owner string
+	// MaxReconciles quarantines the intent when an inconclusive pass is
+	// its MaxReconciles-th.
+	MaxReconciles int
+	// Retry is when to look again after an inconclusive pass.
+	Retry time.Duration
+}
+
+// ErrLeaseLost means another reconciler holds (or took over) the intent.
+var ErrLeaseLost = errors.New("ledger: reconcile lease lost")
+
+// RecordFinding stores a finding and settles the intent: found → APPLIED,
+// absent after exhaustive paging → CONFIRMED_NOT_APPLIED (the database
+// refuses it otherwise), inconclusive → UNKNOWN, or QUARANTINED once the
+// intent has been reconciled MaxReconciles times.
+func (s *Store) RecordFinding(ctx context.Context, f Finding) (Intent, error) {
+	var out Intent
+	err := s.InTx(ctx, func(tx *Tx) error {
+		it, err := tx.lockIntent(ctx, f.Key)
+		if err != nil {
+			return err
+		}
+		var owner *string
+		if err := tx.tx.QueryRow(ctx, `SELECT reconcile_owner FROM intents WHERE rail_account = $1 AND sik = $2`,
+			f.RailAccount, f.SIK).Scan(&owner); err != nil {
+			return err
+		}
+		if it.State != intent.Reconciling || owner == nil || *owner != f.Owner || it.AttemptCount != f.AttemptSeq {
+			return fmt.Errorf("%w: %s is %s", ErrLeaseLost, f.Key, it.State)
+		}
+		if _, err := tx.tx.Exec(ctx, `
+			INSERT INTO reconciliation_findings (rail_account, sik, attempt_seq, outcome, pages, pagination_exhausted, entity_id, detail)
+			VALUES ($1, $2, $3, $4, $5, $6, NULLIF($7, ''), $8)`,
+			f.RailAccount, f.SIK, f.AttemptSeq, string(f.Outcome), f.Pages, f.PaginationExhausted, f.EntityID, f.Detail); err != nil {
+			return err
+		}
+		switch f.Outcome {
+		case FindingApplied:
+			out, err = tx.transition(ctx, it, intent.FoundApplied, transitionOpts{
+				reason: "found at the rail: " + f.EntityID, attemptOutcome: "applied", entityID: f.EntityID})
+		case FindingAbsent:
+			out, err = tx.transition(ctx, it, intent.ConfirmedAbsent, transitionOpts{
+				reason: fmt.Sprintf("absent after %d pages read to the end", f.Pages)})
+		case FindingInconclusive:
+			if f.MaxReconciles > 0 && it.ReconcileCount >= f.MaxReconciles {
+				out, err = tx.transition(ctx, it, intent.Quarantine, transitionOpts{
+					reason: fmt.Sprintf("still inconclusive after %d reconciliations: %s", it.ReconcileCount, f.Detail)})
+			} else {
+				retry := f.Retry
+				out, err = tx.transition(ctx, it, intent.Inconclusive, transitionOpts{reason: f.Detail, reconcileIn: &retry})
+			}
+		default:
+			err = fmt.Errorf("unknown finding outcome %q", f.Outcome)
+		}
+		if err != nil {
+			return err
+		}
+		if out.State != intent.Applied {
+			_, err = tx.tx.Exec(ctx, `UPDATE intents SET reconcile_owner = NULL, reconcile_expires = NULL
+				WHERE rail_account = $1 AND sik = $2`, f.RailAccount, f.SIK)
+		}
+		return err
+	})
+	if err != nil {
+		return Intent{}, classify(fmt.Errorf("ledger: record finding %s: %w", f.Key, err))
+	}
+	return out, nil
+}
