@@ -467,7 +467,9 @@ func (c *Cluster) startLocked(ctx context.Context) error {
 func spawn(cmd *exec.Cmd) (*postmaster, error) {
 	pm := &postmaster{done: make(chan struct{})}
 	started := make(chan error, 1)
-	go reap(cmd, pm, started)
+	// A closure, not "go reap(…)": tests elsewhere already ignore this goroutine by the
+	// name spawn.func1. New code should use IgnoreServerGoroutines, which matches reap.
+	go func() { reap(cmd, pm, started) }()
 	if err := <-started; err != nil {
 		return nil, err
 	}

@@ -4,7 +4,7 @@
 // COUNTERSIGN_TEST_DATABASE_URL / DATABASE_URL), migrates a template database once,
 // and hands every test a fresh clone of it:
 //
-//	func TestMain(m *testing.M) { pgtest.Main(m, ledger.Migrate) }
+//	func TestMain(m *testing.M) { pgtest.Main(m, migrate) } // migrate is a pgtest.Prepare
 //
 //	func TestSomething(t *testing.T) {
 //		url := pgtest.NewDatabase(t) // dropped when the test ends

@@ -34,7 +34,10 @@ var active atomic.Pointer[env]
 // DATABASE_URL / COUNTERSIGN_TEST_DATABASE_URL when set — COUNTERSIGN_TEST_DATABASE_URL
 // wins), builds a template database with prepare (nil: an empty template), runs m.Run(),
 // stops and removes everything it started, and exits with m.Run's code.
-func Main(m *testing.M, prepare Prepare) {
+//
+// m is usually the *testing.M itself; a wrapper that runs it (to clean up after it, say)
+// works too.
+func Main(m TestingM, prepare Prepare) {
 	os.Exit(run(m, prepare, os.Getenv))
 }
 
@@ -44,7 +47,7 @@ type TestingM interface{ Run() int }
 // Wrap is Main without the exit, for a TestMain that hands m to another wrapper, such as
 // goleak's:
 //
-//	func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.Wrap(m, ledger.Migrate)) }
+//	func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.Wrap(m, migrate)) }
 //
 // Its Run sets up as Main does, runs m.Run and tears down, so the leak check runs after
 // the server and its goroutine are gone.

@@ -99,6 +99,8 @@ func TestIgnoreServerGoroutines(t *testing.T) {
 		t.Fatal("goleak sees no goroutine for a running cluster, so the option below proves nothing")
 	}
 	goleak.VerifyNone(t, IgnoreServerGoroutines())
+	// The name other packages' tests used before IgnoreServerGoroutines existed.
+	goleak.VerifyNone(t, goleak.IgnoreAnyFunction("github.com/countersign/countersign/internal/pgtest.spawn.func1"))
 }
 
 func TestNewDatabaseDroppedAfterTest(t *testing.T) {
