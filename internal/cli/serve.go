@@ -41,7 +41,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer store.Close()
-	if err := server.New(cfg, store, log).Run(ctx); err != nil {
+	if err := server.New(cfg, store, nil, log).Run(ctx); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil

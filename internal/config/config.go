@@ -29,18 +29,37 @@ type Config struct {
 	LogFormat         string
 	ShutdownTimeout   time.Duration
 	ReadinessInterval time.Duration
+	// RailsFile names the rail accounts file (see internal/rails).
+	RailsFile string
+	// LeaseOwner names this process in attempt and reconcile leases.
+	LeaseOwner string
+	// LeaseTTL bounds how long an attempt may stay IN_FLIGHT unanswered.
+	LeaseTTL time.Duration
+	// ReconcileDelay is the minimum wait before the first reconciliation
+	// query (the rails have no read-your-writes).
+	ReconcileDelay time.Duration
+	// ReconcileInterval is how often the reconciler looks for work; 0 turns
+	// the in-process reconciler off.
+	ReconcileInterval time.Duration
+	// ReconcileMaxAttempts quarantines an intent after this many
+	// inconclusive reconciliations.
+	ReconcileMaxAttempts int
 }
 
 // Defaults are the values a setting has when nothing sets it.
 func Defaults() Config {
 	return Config{
-		GRPCAddr:          "127.0.0.1:9191",
-		HTTPAddr:          "127.0.0.1:8080",
-		DBMaxConns:        32,
-		LogLevel:          "info",
-		LogFormat:         "json",
-		ShutdownTimeout:   15 * time.Second,
-		ReadinessInterval: time.Second,
+		GRPCAddr:             "127.0.0.1:9191",
+		HTTPAddr:             "127.0.0.1:8080",
+		DBMaxConns:           32,
+		LogLevel:             "info",
+		LogFormat:            "json",
+		ShutdownTimeout:      15 * time.Second,
+		ReadinessInterval:    time.Second,
+		LeaseTTL:             30 * time.Second,
+		ReconcileDelay:       2 * time.Second,
+		ReconcileInterval:    time.Second,
+		ReconcileMaxAttempts: 6,
 	}
 }
 
@@ -53,9 +72,20 @@ func (c *Config) BindDatabase(fs *pflag.FlagSet) {
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: json or text")
 }
 
+// BindEngine registers the flags of commands that talk to rails.
+func (c *Config) BindEngine(fs *pflag.FlagSet) {
+	fs.StringVar(&c.RailsFile, "rails-file", c.RailsFile, "YAML file of rail accounts (account, rail, hosts, base_url, key_file)")
+	fs.StringVar(&c.LeaseOwner, "lease-owner", c.LeaseOwner, "name of this process in attempt and reconcile leases (default: host name and pid)")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "how long an allowed attempt may stay unanswered before it is reconciled")
+	fs.DurationVar(&c.ReconcileDelay, "reconcile-delay", c.ReconcileDelay, "minimum wait before the first reconciliation query of an ambiguous attempt")
+	fs.IntVar(&c.ReconcileMaxAttempts, "reconcile-max-attempts", c.ReconcileMaxAttempts, "inconclusive reconciliations before an intent is quarantined")
+}
+
 // BindServe registers the flags of a serving command.
 func (c *Config) BindServe(fs *pflag.FlagSet) {
 	c.BindDatabase(fs)
+	c.BindEngine(fs)
+	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", c.ReconcileInterval, "how often the in-process reconciler looks for work (0 turns it off)")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address (ext_authz, countersign.v1, health, reflection)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address (REST, /metrics, /healthz, /readyz, /openapi.json)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long a graceful shutdown may take before connections are cut")
@@ -139,9 +169,27 @@ func (c Config) ValidateDatabase() error {
 	return errors.Join(errs...)
 }
 
+// ValidateEngine checks the settings BindEngine registers (and the database).
+func (c Config) ValidateEngine() error {
+	errs := []error{c.ValidateDatabase()}
+	if c.LeaseTTL < 100*time.Millisecond {
+		errs = append(errs, fmt.Errorf("lease-ttl (%s) must be at least 100ms, got %s", EnvName("lease-ttl"), c.LeaseTTL))
+	}
+	if c.ReconcileDelay < 0 {
+		errs = append(errs, fmt.Errorf("reconcile-delay (%s) must not be negative", EnvName("reconcile-delay")))
+	}
+	if c.ReconcileMaxAttempts < 1 || c.ReconcileMaxAttempts > 1000 {
+		errs = append(errs, fmt.Errorf("reconcile-max-attempts (%s) must be between 1 and 1000, got %d", EnvName("reconcile-max-attempts"), c.ReconcileMaxAttempts))
+	}
+	return errors.Join(errs...)
+}
+
 // Validate checks every setting of a serving command.
 func (c Config) Validate() error {
-	errs := []error{c.ValidateDatabase()}
+	errs := []error{c.ValidateEngine()}
+	if c.ReconcileInterval < 0 {
+		errs = append(errs, fmt.Errorf("reconcile-interval (%s) must not be negative", EnvName("reconcile-interval")))
+	}
 	for _, a := range []struct{ flag, addr string }{{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTPAddr}} {
 		if _, port, err := net.SplitHostPort(a.addr); err != nil || port == "" {
 			errs = append(errs, fmt.Errorf("%s (%s) must be host:port, got %q", a.flag, EnvName(a.flag), a.addr))

@@ -15,6 +15,7 @@ import (
 	"github.com/countersign/countersign/internal/credential"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/metrics"
+	"github.com/countersign/countersign/internal/rails"
 )
 
 // Source is the protocol a request came in on.
@@ -51,6 +52,11 @@ type Request struct {
 	Body    []byte
 	// BodyTruncated is true when the proxy forwarded only part of the body.
 	BodyTruncated bool
+	// RailAccount, when the proxy names it (Envoy per-route context
+	// extension "rail_account"), selects the rail account directly;
+	// otherwise RailHost (context extension "rail_host") or Host does.
+	RailAccount string
+	RailHost    string
 }
 
 // Outcome is the engine's answer.
@@ -65,25 +71,80 @@ type Outcome struct {
 	// DecisionID is the ledger row of this answer (0 if it could not be written).
 	DecisionID int64
 	AgentID    string
+	// SetHeaders are set on the outbound request on ALLOW: the stamp and
+	// the rail's Authorization. They carry the rail key: never log them.
+	SetHeaders map[string]string
+	// Intent is the intent an ALLOW started an attempt of (nil for reads).
+	Intent *IntentRef
+	// ResponseHeaders go with a refusal or a replayed response.
+	ResponseHeaders map[string]string
+}
+
+// IntentRef tells the response path (ext_proc, Commit) which attempt an
+// allowed request is.
+type IntentRef struct {
+	RailAccount string
+	SIK         string
+	AttemptSeq  int
+	Stamp       string
+	// BodyField and BodyValue are the body stamp ext_proc writes.
+	BodyField string
+	BodyValue string
 }
 
 // Ledger is what the engine needs from the ledger.
 type Ledger interface {
 	LookupCredential(ctx context.Context, hash [32]byte) (ledger.Principal, error)
 	RecordDecision(ctx context.Context, d ledger.Decision) (int64, error)
+	Propose(ctx context.Context, p ledger.Proposal) (ledger.ProposeResult, error)
+	GetIntent(ctx context.Context, k ledger.Key) (ledger.Intent, []ledger.Attempt, error)
+	Commit(ctx context.Context, r ledger.AttemptResult) (ledger.Intent, error)
+}
+
+// Rails finds the configured rail account for a request.
+type Rails interface {
+	ByID(id string) (*rails.Account, bool)
+	ByHost(host string) (*rails.Account, bool)
+}
+
+// Options tune the engine.
+type Options struct {
+	// Rails are the configured rail accounts; nil guards nothing (every
+	// payment call is refused).
+	Rails Rails
+	// LeaseOwner names this process in attempt leases.
+	LeaseOwner string
+	// LeaseTTL is how long an attempt may stay IN_FLIGHT without an answer
+	// before it is presumed lost and reconciled.
+	LeaseTTL time.Duration
+	// ReconcileDelay is the minimum wait before the first reconciliation
+	// query (the rails have no read-your-writes).
+	ReconcileDelay time.Duration
+	// ResolveTimeout bounds the read-only call that resolves a referent.
+	ResolveTimeout time.Duration
 }
 
 // Engine is safe for concurrent use.
 type Engine struct {
 	ledger  Ledger
+	opts    Options
 	log     *slog.Logger
 	metrics *metrics.Metrics
 	now     func() time.Time
 }
 
 // New returns an engine over l.
-func New(l Ledger, log *slog.Logger, m *metrics.Metrics) *Engine {
-	return &Engine{ledger: l, log: log, metrics: m, now: time.Now}
+func New(l Ledger, opts Options, log *slog.Logger, m *metrics.Metrics) *Engine {
+	if opts.LeaseTTL <= 0 {
+		opts.LeaseTTL = 30 * time.Second
+	}
+	if opts.ResolveTimeout <= 0 {
+		opts.ResolveTimeout = 10 * time.Second
+	}
+	if opts.LeaseOwner == "" {
+		opts.LeaseOwner = "countersign"
+	}
+	return &Engine{ledger: l, opts: opts, log: log, metrics: m, now: time.Now}
 }
 
 // Reason codes of the answers the engine gives today.
@@ -119,7 +180,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (out Outcome) {
 
 	out, principal, ok := e.authenticate(ctx, req)
 	if ok {
-		out = e.route(req)
+		out = e.route(ctx, req, principal)
 	}
 	if out.ReasonCode == ReasonLedgerUnavailable || out.ReasonCode == ReasonCancelled {
 		// Nothing durable can be promised about this answer; log it.
@@ -171,16 +232,6 @@ func (e *Engine) authenticate(ctx context.Context, req Request) (Outcome, *ledge
 	return out, &p, false
 }
 
-// route finds the rail adapter for an authenticated request. No adapter is
-// installed yet, so every request is refused: an unrecognised call on a
-// payment route must never pass (F1).
-func (e *Engine) route(req Request) Outcome {
-	if req.BodyTruncated {
-		return refuse(req, ReasonBodyTruncated, "The request body was truncated before Countersign could read it whole; send a smaller request.", http.StatusForbidden)
-	}
-	return refuse(req, ReasonRouteUnknown, fmt.Sprintf("Countersign does not recognise %s %s%s as a payment action it guards.", req.Method, req.Host, req.Path), http.StatusForbidden)
-}
-
 // record writes the decision and returns the outcome with its id. If the
 // write fails the answer becomes a deny: an answer that is not durable is
 // not given.
@@ -193,11 +244,16 @@ func (e *Engine) record(ctx context.Context, req Request, p *ledger.Principal, o
 	if p != nil {
 		d.AgentID, d.CredentialID = p.Agent.ID, p.Credential.ID
 	}
+	if out.Intent != nil {
+		d.RailAccount, d.SIK, d.AttemptSeq = out.Intent.RailAccount, out.Intent.SIK, out.Intent.AttemptSeq
+	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 	defer cancel()
 	id, err := e.ledger.RecordDecision(wctx, d)
 	if err != nil {
 		e.log.Error("decision not recorded; denying", "request_id", req.RequestID, "err", err)
+		// An attempt may already be durable; without the ALLOW it never
+		// leaves, and its lease expiry sends it to reconciliation.
 		return refuse(req, ReasonLedgerUnavailable, "Countersign could not record its decision, so no money can move; retry later.", http.StatusServiceUnavailable)
 	}
 	out.DecisionID = id

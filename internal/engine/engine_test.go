@@ -33,6 +33,18 @@ func (l *scriptedLedger) LookupCredential(context.Context, [32]byte) (ledger.Pri
 	return l.principal, l.lookupErr
 }
 
+func (l *scriptedLedger) Propose(context.Context, ledger.Proposal) (ledger.ProposeResult, error) {
+	return ledger.ProposeResult{}, errors.New("scriptedLedger: no proposals expected")
+}
+
+func (l *scriptedLedger) GetIntent(context.Context, ledger.Key) (ledger.Intent, []ledger.Attempt, error) {
+	return ledger.Intent{}, nil, errors.New("scriptedLedger: no intents")
+}
+
+func (l *scriptedLedger) Commit(context.Context, ledger.AttemptResult) (ledger.Intent, error) {
+	return ledger.Intent{}, errors.New("scriptedLedger: no commits")
+}
+
 func (l *scriptedLedger) RecordDecision(_ context.Context, d ledger.Decision) (int64, error) {
 	if l.recordErr != nil {
 		return 0, l.recordErr
@@ -79,7 +91,7 @@ func TestDecideDeniesEveryFailure(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			e := New(tc.ledger, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.New())
+			e := New(tc.ledger, Options{}, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.New())
 			e.now = func() time.Time { return now }
 			ctx, cancel := context.WithCancel(context.Background())
 			if tc.cancel {

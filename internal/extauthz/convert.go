@@ -5,7 +5,10 @@ package extauthz
 
 import (
 	"encoding/base64"
+	"maps"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -13,6 +16,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/countersign/countersign/internal/engine"
 )
@@ -47,6 +51,10 @@ func FromCheckRequest(req *authv3.CheckRequest) engine.Request {
 		out.Body = []byte(h.GetBody())
 	}
 	out.BodyTruncated = strings.EqualFold(out.Headers[PartialBodyHeader], "true")
+	// Envoy's per-route check settings name the rail, because the agent
+	// talks to Envoy's local address and the Host it sends is Envoy's.
+	ext := req.GetAttributes().GetContextExtensions()
+	out.RailAccount, out.RailHost = ext["rail_account"], ext["rail_host"]
 	out.Credential = credentialFrom(out.Headers)
 	for _, k := range credentialHeaders {
 		delete(out.Headers, k)
@@ -87,27 +95,47 @@ func credentialFrom(headers map[string]string) string {
 // gRPC error (an error would leave the answer to Envoy's failure mode).
 func ToCheckResponse(out engine.Outcome) *authv3.CheckResponse {
 	if out.Verdict == engine.Allow {
-		return &authv3.CheckResponse{
-			Status: &status.Status{Code: int32(codes.OK)},
-			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{
-				HeadersToRemove: credentialHeaders,
-			}},
+		ok := &authv3.OkHttpResponse{}
+		for _, k := range slices.Sorted(maps.Keys(out.SetHeaders)) {
+			ok.Headers = append(ok.Headers, header(k, out.SetHeaders[k]))
 		}
+		// The agent's credential never reaches the rail: authorization is
+		// overwritten with the rail key, the other credential headers are
+		// removed (a header is never both set and removed).
+		for _, k := range credentialHeaders {
+			if _, set := out.SetHeaders[k]; !set {
+				ok.HeadersToRemove = append(ok.HeadersToRemove, k)
+			}
+		}
+		resp := &authv3.CheckResponse{
+			Status:       &status.Status{Code: int32(codes.OK)},
+			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: ok},
+		}
+		if out.Intent != nil {
+			resp.DynamicMetadata = IntentMetadata(out.Intent)
+		}
+		return resp
 	}
 	code := out.HTTPStatus
 	if code == 0 {
 		code = http.StatusForbidden
 	}
+	headers := []*corev3.HeaderValueOption{
+		header("content-type", "application/json"),
+		header("x-countersign-verdict", string(out.Verdict)),
+		header("x-countersign-reason", out.ReasonCode),
+	}
+	for _, k := range slices.Sorted(maps.Keys(out.ResponseHeaders)) {
+		if k != "content-type" {
+			headers = append(headers, header(k, out.ResponseHeaders[k]))
+		}
+	}
 	return &authv3.CheckResponse{
 		Status: &status.Status{Code: int32(codes.PermissionDenied), Message: out.ReasonCode + ": " + out.Reason},
 		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
 			Status: &typev3.HttpStatus{Code: typev3.StatusCode(code)},
-			Headers: []*corev3.HeaderValueOption{
-				header("content-type", "application/json"),
-				header("x-countersign-verdict", string(out.Verdict)),
-				header("x-countersign-reason", out.ReasonCode),
-			},
-			Body: string(out.Body),
+			Headers: headers,
+			Body:    string(out.Body),
 		}},
 	}
 }
@@ -117,4 +145,37 @@ func header(k, v string) *corev3.HeaderValueOption {
 		Header:       &corev3.HeaderValue{Key: k, Value: v},
 		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 	}
+}
+
+// MetadataNamespace is where Envoy files ext_authz's dynamic metadata; the
+// ext_proc filter is configured to forward it (metadata_options).
+const MetadataNamespace = "envoy.filters.http.ext_authz"
+
+// IntentMetadata is the dynamic metadata of an ALLOW: which attempt the
+// request is, so the response path can commit it.
+func IntentMetadata(r *engine.IntentRef) *structpb.Struct {
+	return &structpb.Struct{Fields: map[string]*structpb.Value{
+		"countersign": structpb.NewStructValue(&structpb.Struct{Fields: map[string]*structpb.Value{
+			"rail_account": structpb.NewStringValue(r.RailAccount),
+			"sik":          structpb.NewStringValue(r.SIK),
+			"attempt_seq":  structpb.NewStringValue(strconv.Itoa(r.AttemptSeq)),
+			"stamp":        structpb.NewStringValue(r.Stamp),
+			"body_field":   structpb.NewStringValue(r.BodyField),
+			"body_value":   structpb.NewStringValue(r.BodyValue),
+		}}),
+	}}
+}
+
+// IntentFromMetadata reads IntentMetadata back (ext_proc receives it under
+// MetadataNamespace). ok is false when the metadata is absent or malformed.
+func IntentFromMetadata(s *structpb.Struct) (engine.IntentRef, bool) {
+	cs := s.GetFields()["countersign"].GetStructValue()
+	if cs == nil {
+		return engine.IntentRef{}, false
+	}
+	f := func(k string) string { return cs.GetFields()[k].GetStringValue() }
+	seq, err := strconv.Atoi(f("attempt_seq"))
+	r := engine.IntentRef{RailAccount: f("rail_account"), SIK: f("sik"), AttemptSeq: seq,
+		Stamp: f("stamp"), BodyField: f("body_field"), BodyValue: f("body_value")}
+	return r, err == nil && seq > 0 && r.RailAccount != "" && r.SIK != ""
 }

@@ -121,3 +121,31 @@ func FuzzFromCheckRequest(f *testing.F) {
 		}
 	})
 }
+
+func TestToCheckResponseAllowInjectsRailKeyAndStamp(t *testing.T) {
+	ref := &engine.IntentRef{RailAccount: "acct_1", SIK: "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", AttemptSeq: 2, Stamp: "s", BodyField: "metadata[countersign_sik]", BodyValue: "s"}
+	resp := ToCheckResponse(engine.Outcome{Verdict: engine.Allow, Intent: ref,
+		SetHeaders: map[string]string{"authorization": "Bearer sk_test_rail", "idempotency-key": "s"}})
+	ok := resp.GetOkResponse()
+	if got := headerValue(ok.GetHeaders(), "authorization"); got != "Bearer sk_test_rail" {
+		t.Fatalf("authorization = %q", got)
+	}
+	if got := headerValue(ok.GetHeaders(), "idempotency-key"); got != "s" {
+		t.Fatalf("idempotency-key = %q", got)
+	}
+	for _, h := range ok.GetHeadersToRemove() {
+		if h == "authorization" {
+			t.Fatal("authorization is both set and removed")
+		}
+	}
+	if len(ok.GetHeadersToRemove()) != len(credentialHeaders)-1 {
+		t.Fatalf("headers to remove = %v", ok.GetHeadersToRemove())
+	}
+	back, valid := IntentFromMetadata(resp.GetDynamicMetadata())
+	if !valid || back != *ref {
+		t.Fatalf("metadata round trip = %+v, %v", back, valid)
+	}
+	if _, valid := IntentFromMetadata(nil); valid {
+		t.Fatal("nil metadata accepted")
+	}
+}

@@ -22,6 +22,11 @@ type Decision struct {
 	Host         string
 	Path         string
 	Gates        []GateRecord
+	// RailAccount and SIK name the intent the decision touched ("" if none);
+	// AttemptSeq is the attempt an ALLOW started (0 if none).
+	RailAccount string
+	SIK         string
+	AttemptSeq  int
 }
 
 // GateRecord is one gate's result as stored with a decision.
@@ -46,11 +51,12 @@ func (s *Store) RecordDecision(ctx context.Context, d Decision) (int64, error) {
 	var id int64
 	err = s.pool.QueryRow(ctx, `
 		INSERT INTO decisions (request_id, source, agent_id, credential_id, verdict,
-		                       reason_code, reason, method, host, path, gates)
-		VALUES ($1, $2, NULLIF($3, ''), NULLIF($4, ''), $5, $6, $7, $8, $9, $10, $11)
+		                       reason_code, reason, method, host, path, gates, rail_account, sik, attempt_seq)
+		VALUES ($1, $2, NULLIF($3, ''), NULLIF($4, ''), $5, $6, $7, $8, $9, $10, $11,
+		        NULLIF($12, ''), NULLIF($13, ''), NULLIF($14, 0))
 		RETURNING id`,
 		d.RequestID, d.Source, d.AgentID, d.CredentialID, d.Verdict,
-		d.ReasonCode, d.Reason, d.Method, d.Host, d.Path, gj).Scan(&id)
+		d.ReasonCode, d.Reason, d.Method, d.Host, d.Path, gj, d.RailAccount, d.SIK, d.AttemptSeq).Scan(&id)
 	if err != nil {
 		return 0, classify(fmt.Errorf("ledger: record decision: %w", err))
 	}
@@ -62,7 +68,8 @@ func (s *Store) RecordDecision(ctx context.Context, d Decision) (int64, error) {
 func (s *Store) DecisionsByRequest(ctx context.Context, requestID string) ([]Decision, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT id, decided_at, request_id, source, COALESCE(agent_id, ''), COALESCE(credential_id, ''),
-		       verdict, reason_code, reason, method, host, path, gates
+		       verdict, reason_code, reason, method, host, path, gates,
+		       COALESCE(rail_account, ''), COALESCE(sik, ''), COALESCE(attempt_seq, 0)
 		FROM decisions WHERE request_id = $1 ORDER BY id`, requestID)
 	if err != nil {
 		return nil, classify(fmt.Errorf("ledger: decisions: %w", err))
@@ -73,7 +80,8 @@ func (s *Store) DecisionsByRequest(ctx context.Context, requestID string) ([]Dec
 		var d Decision
 		var gj []byte
 		if err := rows.Scan(&d.ID, &d.DecidedAt, &d.RequestID, &d.Source, &d.AgentID, &d.CredentialID,
-			&d.Verdict, &d.ReasonCode, &d.Reason, &d.Method, &d.Host, &d.Path, &gj); err != nil {
+			&d.Verdict, &d.ReasonCode, &d.Reason, &d.Method, &d.Host, &d.Path, &gj,
+			&d.RailAccount, &d.SIK, &d.AttemptSeq); err != nil {
 			return nil, classify(fmt.Errorf("ledger: decisions: %w", err))
 		}
 		if err := json.Unmarshal(gj, &d.Gates); err != nil {

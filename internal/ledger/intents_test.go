@@ -145,12 +145,12 @@ func TestAmbiguousReconcilesBeforeRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	work, err := s.ClaimReconcile(ctx, "rec-1", time.Minute, 10)
+	work, err := s.ClaimReconcile(ctx, "rec-1", time.Minute, 10, nil)
 	if err != nil || len(work) != 1 || work[0].Intent.State != intent.Reconciling || work[0].Attempt.Seq != 1 {
 		t.Fatalf("claim = %+v, %v", work, err)
 	}
 	// A second reconciler cannot take the leased intent.
-	if other, err := s.ClaimReconcile(ctx, "rec-2", time.Minute, 10); err != nil || len(other) != 0 {
+	if other, err := s.ClaimReconcile(ctx, "rec-2", time.Minute, 10, nil); err != nil || len(other) != 0 {
 		t.Fatalf("second claim = %+v, %v", other, err)
 	}
 	if _, err := s.RecordFinding(ctx, Finding{Key: p.Key, AttemptSeq: 1, Outcome: FindingAbsent, Pages: 3, PaginationExhausted: true, Owner: "rec-2"}); !errors.Is(err, ErrLeaseLost) {
@@ -181,7 +181,7 @@ func TestInconclusiveQuarantinesAtTheBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 1; i <= 3; i++ {
-		work, err := s.ClaimReconcile(ctx, "rec", time.Minute, 1)
+		work, err := s.ClaimReconcile(ctx, "rec", time.Minute, 1, nil)
 		if err != nil || len(work) != 1 {
 			t.Fatalf("claim %d = %+v, %v", i, work, err)
 		}

@@ -22,15 +22,22 @@ type ReconcileWork struct {
 // reconciliation to owner for ttl, moving UNKNOWN ones to RECONCILING. An
 // intent whose previous reconciler died (its lease expired) is claimed
 // again as it stands.
-func (s *Store) ClaimReconcile(ctx context.Context, owner string, ttl time.Duration, limit int) ([]ReconcileWork, error) {
+//
+// only, when set, restricts the claim to that intent.
+func (s *Store) ClaimReconcile(ctx context.Context, owner string, ttl time.Duration, limit int, only *Key) ([]ReconcileWork, error) {
 	var work []ReconcileWork
+	var onlyAccount, onlySIK any
+	if only != nil {
+		onlyAccount, onlySIK = only.RailAccount, only.SIK
+	}
 	err := s.InTx(ctx, func(tx *Tx) error {
 		work = nil
 		rows, err := tx.tx.Query(ctx, `
 			SELECT `+intentColumns+` FROM intents
 			WHERE state IN ('UNKNOWN', 'RECONCILING') AND next_reconcile_at <= now()
 			  AND (reconcile_expires IS NULL OR reconcile_expires < now())
-			ORDER BY next_reconcile_at LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
+			  AND ($2::text IS NULL OR (rail_account = $2 AND sik = $3))
+			ORDER BY next_reconcile_at LIMIT $1 FOR UPDATE SKIP LOCKED`, limit, onlyAccount, onlySIK)
 		if err != nil {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
@@ -29,8 +30,11 @@ import (
 	"github.com/countersign/countersign/internal/config"
 	"github.com/countersign/countersign/internal/engine"
 	"github.com/countersign/countersign/internal/extauthz"
+	"github.com/countersign/countersign/internal/extproc"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/metrics"
+	"github.com/countersign/countersign/internal/rails"
+	"github.com/countersign/countersign/internal/reconcile"
 )
 
 // Server is one Countersign process's listeners.
@@ -42,19 +46,28 @@ type Server struct {
 	grpc    *grpc.Server
 	http    *http.Server
 
+	store *ledger.Store
+	rails *rails.Registry
+
 	grpcLis, httpLis net.Listener
 	cancel           context.CancelFunc
 	wg               sync.WaitGroup
 	errs             chan error
 }
 
-// New builds a server over store. Nothing listens until Start.
-func New(cfg config.Config, store *ledger.Store, log *slog.Logger) *Server {
+// New builds a server over store and the configured rail accounts (nil:
+// none, so every payment call is refused). Nothing listens until Start.
+func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.Logger) *Server {
 	m := metrics.New()
-	eng := engine.New(store, log, m)
+	opts := engine.Options{LeaseOwner: cfg.LeaseOwner, LeaseTTL: cfg.LeaseTTL, ReconcileDelay: cfg.ReconcileDelay}
+	if rs != nil {
+		opts.Rails = rs
+	}
+	eng := engine.New(store, opts, log, m)
 
 	gs := grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler()))
 	authv3.RegisterAuthorizationServer(gs, extauthz.NewServer(eng))
+	extprocv3.RegisterExternalProcessorServer(gs, extproc.NewServer(eng, log))
 	countersignv1.RegisterDecisionServiceServer(gs, api.NewDecisionServer())
 	countersignv1.RegisterOwnerServiceServer(gs, api.NewOwnerServer())
 	hs := health.NewServer()
@@ -63,6 +76,7 @@ func New(cfg config.Config, store *ledger.Store, log *slog.Logger) *Server {
 
 	s := &Server{
 		cfg: cfg, log: log, metrics: m, grpc: gs, errs: make(chan error, 2),
+		store: store, rails: rs,
 		ready: &readiness{
 			prober: store, health: hs, metrics: m, log: log,
 			services: []string{"", authv3.Authorization_ServiceDesc.ServiceName,
@@ -100,6 +114,16 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
+	if s.cfg.ReconcileInterval > 0 && s.rails != nil {
+		w := reconcile.New(s.store, s.rails, reconcile.Options{
+			Owner: s.cfg.LeaseOwner, Delay: s.cfg.ReconcileDelay, MaxAttempts: s.cfg.ReconcileMaxAttempts,
+		}, s.log)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			w.Run(bg, s.cfg.ReconcileInterval)
+		}()
+	}
 	s.wg.Add(3)
 	go func() {
 		defer s.wg.Done()

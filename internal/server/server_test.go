@@ -43,7 +43,7 @@ func start(t *testing.T, url string) *harness {
 	// Registered first, so it runs last: after the server, client and pool
 	// have stopped, none of their goroutines may remain.
 	t.Cleanup(func() {
-		goleak.VerifyNone(t, goleak.IgnoreAnyFunction("github.com/countersign/countersign/internal/pgtest.spawn.func1"))
+		goleak.VerifyNone(t, pgtest.IgnoreServerGoroutines())
 	})
 	ctx := context.Background()
 	store, err := ledger.Open(ctx, url, ledger.Options{ConnectTimeout: time.Second})
@@ -54,7 +54,7 @@ func start(t *testing.T, url string) *harness {
 	cfg.DatabaseURL = url
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.ReadinessInterval = 100 * time.Millisecond
-	srv := New(cfg, store, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv := New(cfg, store, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err := srv.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

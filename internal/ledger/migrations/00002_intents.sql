@@ -340,7 +340,16 @@ CREATE TRIGGER audit_append_only BEFORE UPDATE OR DELETE ON audit_records
 CREATE TRIGGER audit_no_truncate BEFORE TRUNCATE ON audit_records
     FOR EACH STATEMENT EXECUTE FUNCTION countersign_append_only();
 
+-- A decision names the intent it touched, when there was one.
+ALTER TABLE decisions
+    ADD COLUMN rail_account text,
+    ADD COLUMN sik          text,
+    ADD COLUMN attempt_seq  integer,
+    ADD CONSTRAINT decisions_intent CHECK ((rail_account IS NULL) = (sik IS NULL));
+CREATE INDEX decisions_intent_idx ON decisions (rail_account, sik) WHERE sik IS NOT NULL;
+
 -- +goose Down
+ALTER TABLE decisions DROP COLUMN rail_account, DROP COLUMN sik, DROP COLUMN attempt_seq;
 DROP TABLE audit_records;
 DROP TABLE audit_heads;
 DROP TABLE reconciliation_findings;

@@ -1,0 +1,212 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+
+	"github.com/countersign/countersign/internal/credential"
+	"github.com/countersign/countersign/internal/intent"
+	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/rails"
+	"github.com/countersign/countersign/internal/sik"
+)
+
+// Reason codes of the action path.
+const (
+	ReasonActionUnknown      = "action_unknown"
+	ReasonBodyUnparseable    = "body_unparseable"
+	ReasonReferentUnresolved = "referent_unresolved"
+	ReasonRailUnreachable    = "rail_unreachable"
+	ReasonCurrencyMismatch   = "currency_mismatch"
+	ReasonNothingRefundable  = "nothing_refundable"
+	ReasonScopeInsufficient  = "scope_insufficient"
+	ReasonInvalidAction      = "invalid_action"
+	ReasonAllowed            = "allowed"
+	ReasonReadAllowed        = "read_allowed"
+	ReasonDuplicateApplied   = "duplicate_applied"
+	ReasonDuplicateInFlight  = "duplicate_in_flight"
+	ReasonReconciling        = "intent_reconciling"
+	ReasonQuarantined        = "intent_quarantined"
+	ReasonIntentBlocked      = "intent_blocked"
+	ReasonIntentHeld         = "intent_held"
+)
+
+// DistinctHeader carries the caller's explicit reason to make a second
+// identical action; it is logged verbatim in the audit.
+const DistinctHeader = "x-countersign-distinct"
+
+// route finds the rail account of an authenticated request and runs it.
+func (e *Engine) route(ctx context.Context, req Request, p *ledger.Principal) Outcome {
+	acct, ok := e.account(req)
+	if req.BodyTruncated {
+		return refuseRail(acct, req, ReasonBodyTruncated, "The request body was truncated before Countersign could read it whole; send a smaller request.", http.StatusForbidden)
+	}
+	if !ok {
+		return refuse(req, ReasonRouteUnknown, fmt.Sprintf("Countersign does not guard %s %s%s: no rail account is configured for this host.", req.Method, req.Host, pathOnly(req.Path)), http.StatusForbidden)
+	}
+	parsed, err := acct.Adapter.Parse(rail.Request{Method: req.Method, Host: req.Host, Path: req.Path, Headers: req.Headers, Body: req.Body})
+	switch {
+	case errors.Is(err, rail.ErrUnrecognised):
+		return refuseRail(acct, req, ReasonActionUnknown, fmt.Sprintf("%s %s is not an action Countersign knows on %s, so it is refused.", req.Method, pathOnly(req.Path), acct.Rail), http.StatusForbidden)
+	case err != nil:
+		return refuseRail(acct, req, ReasonBodyUnparseable, "Countersign could not read the request: "+err.Error(), http.StatusBadRequest)
+	}
+	if parsed.Kind == rail.KindRead {
+		out := Outcome{Verdict: Allow, ReasonCode: ReasonReadAllowed, Reason: "read-only call",
+			SetHeaders: map[string]string{"authorization": acct.AuthHeader()}}
+		return out
+	}
+	if p.Credential.Scope != credential.ScopeExecute {
+		return refuseRail(acct, req, ReasonScopeInsufficient, fmt.Sprintf("Credential %s may only propose; moving money needs an execute credential.", p.Credential.ID), http.StatusForbidden)
+	}
+	return e.act(ctx, req, p, acct, parsed.Action)
+}
+
+func (e *Engine) account(req Request) (*rails.Account, bool) {
+	if e.opts.Rails == nil {
+		return nil, false
+	}
+	if req.RailAccount != "" {
+		return e.opts.Rails.ByID(req.RailAccount)
+	}
+	if req.RailHost != "" {
+		return e.opts.Rails.ByHost(req.RailHost)
+	}
+	return e.opts.Rails.ByHost(req.Host)
+}
+
+// act resolves, keys and writes a money-moving action, and answers by the
+// state of its intent.
+func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, acct *rails.Account, a rail.Action) Outcome {
+	rctx, cancel := context.WithTimeout(ctx, e.opts.ResolveTimeout)
+	ref, err := acct.Adapter.Resolve(rctx, acct.Client, a)
+	cancel()
+	switch {
+	case errors.Is(err, rail.ErrReferent):
+		return refuseRail(acct, req, ReasonReferentUnresolved, err.Error(), http.StatusForbidden)
+	case err != nil:
+		e.log.Warn("referent not resolved", "request_id", req.RequestID, "rail_account", acct.ID, "err", err)
+		return refuseRail(acct, req, ReasonRailUnreachable, fmt.Sprintf("Countersign could not read %s from the rail to check it; no money moved, retry later.", a.Subject), http.StatusServiceUnavailable)
+	}
+
+	key := sik.Action{V: sik.Version, RailAccount: acct.ID, Action: string(a.Kind), Subject: a.Subject,
+		Currency: a.Currency, Extra: maps.Clone(a.Extra), Distinct: a.Distinct}
+	if key.Extra == nil {
+		key.Extra = map[string]string{}
+	}
+	if key.Currency == "" {
+		key.Currency = ref.Currency
+	} else if ref.Currency != "" && ref.Currency != key.Currency {
+		return refuseRail(acct, req, ReasonCurrencyMismatch, fmt.Sprintf("The request is in %s but %s is in %s.", key.Currency, a.Subject, ref.Currency), http.StatusForbidden)
+	}
+	value := int64(0)
+	if a.AmountMinor != nil {
+		key.AmountMinor, value = *a.AmountMinor, *a.AmountMinor
+	} else {
+		// A missing refund amount is a full refund. Its SIK says "full",
+		// not the balance, so a retry after it applied is the same action;
+		// it is valued at what is refundable now.
+		key.Extra["amount"] = "full"
+		value = ref.RefundableMinor
+		if value <= 0 {
+			return refuseRail(acct, req, ReasonNothingRefundable, fmt.Sprintf("Nothing is left to refund on %s.", a.Subject), http.StatusForbidden)
+		}
+	}
+	s, err := sik.Key(key)
+	if err != nil {
+		return refuseRail(acct, req, ReasonInvalidAction, err.Error(), http.StatusBadRequest)
+	}
+	canonical, err := key.Canonical()
+	if err != nil {
+		return refuseRail(acct, req, ReasonInvalidAction, err.Error(), http.StatusBadRequest)
+	}
+	var stamped rail.Stamped
+	res, err := e.ledger.Propose(ctx, ledger.Proposal{
+		Key:  ledger.Key{RailAccount: acct.ID, SIK: string(s)},
+		Rail: string(acct.Rail), Action: string(a.Kind), Subject: a.Subject, AmountMinor: value,
+		Currency: key.Currency, Payee: a.Payee, DistinctReason: a.Distinct, Canonical: string(canonical),
+		AgentID: p.Agent.ID, LeaseOwner: e.opts.LeaseOwner, LeaseTTL: e.opts.LeaseTTL, ReconcileDelay: e.opts.ReconcileDelay,
+		Stamp: func(gen uint32) (string, error) {
+			var err error
+			stamped, err = acct.Adapter.Stamp(a, s, gen)
+			if err != nil {
+				return "", err
+			}
+			return sik.Stamp(s, gen)
+		},
+		Request: ledger.HTTPMessage{Method: req.Method, Path: req.Path, Headers: req.Headers, Body: req.Body},
+	})
+	switch {
+	case errors.Is(err, ledger.ErrUnavailable):
+		return refuseRail(acct, req, ReasonLedgerUnavailable, "Countersign's ledger is unreachable, so no money can move; retry later.", http.StatusServiceUnavailable)
+	case err != nil:
+		e.log.Error("propose failed; denying", "request_id", req.RequestID, "err", err)
+		return refuseRail(acct, req, ReasonInternal, "Countersign failed internally; no money moved.", http.StatusServiceUnavailable)
+	}
+	return e.answer(acct, req, res, stamped)
+}
+
+// answer turns the ledger's view of the intent into the response.
+func (e *Engine) answer(acct *rails.Account, req Request, res ledger.ProposeResult, stamped rail.Stamped) Outcome {
+	it := res.Intent
+	ref := &IntentRef{RailAccount: it.RailAccount, SIK: it.SIK}
+	var out Outcome
+	switch {
+	case res.Attempt != nil:
+		headers := maps.Clone(stamped.Headers)
+		if headers == nil {
+			headers = map[string]string{}
+		}
+		headers["authorization"] = acct.AuthHeader()
+		ref.AttemptSeq, ref.Stamp = res.Attempt.Seq, res.Attempt.Stamp
+		ref.BodyField, ref.BodyValue = stamped.BodyField, stamped.BodyValue
+		out = Outcome{Verdict: Allow, ReasonCode: ReasonAllowed,
+			Reason:     fmt.Sprintf("attempt %d of intent %s", res.Attempt.Seq, it.SIK),
+			SetHeaders: headers}
+	case res.Applied != nil:
+		// The stored rail response, without touching the rail.
+		out = Outcome{Verdict: Block, ReasonCode: ReasonDuplicateApplied,
+			Reason: fmt.Sprintf("already applied as %s; this is the rail's stored answer", it.RailEntityID)}
+		if r := res.Applied.Response; r != nil && r.Status >= 200 && r.Status < 300 {
+			out.HTTPStatus, out.Body, out.ResponseHeaders = r.Status, r.Body, map[string]string{"content-type": "application/json"}
+		} else {
+			out.HTTPStatus = http.StatusOK
+			out.Body = fmt.Appendf(nil, `{"id":%q,"countersign":{"state":"APPLIED","sik":%q}}`, it.RailEntityID, it.SIK)
+		}
+		out.ResponseHeaders = map[string]string{"content-type": "application/json", "x-countersign-replay": "true"}
+	case it.State == intent.InFlight:
+		out = refuseRail(acct, req, ReasonDuplicateInFlight, fmt.Sprintf("An identical request (intent %s) is in progress at the rail; retry the same request shortly for its result.", it.SIK), http.StatusConflict)
+	case it.State == intent.Unknown || it.State == intent.Reconciling:
+		out = refuseRail(acct, req, ReasonReconciling, fmt.Sprintf("An identical request (intent %s) has an unconfirmed outcome that Countersign is reconciling with the rail (%s); retry the same request later.", it.SIK, it.Reason), http.StatusConflict)
+	case it.State == intent.Quarantined:
+		out = refuseRail(acct, req, ReasonQuarantined, fmt.Sprintf("Intent %s is quarantined for a person to resolve: %s", it.SIK, it.Reason), http.StatusConflict)
+	case it.State == intent.Held:
+		out = refuseRail(acct, req, ReasonIntentHeld, fmt.Sprintf("Intent %s is held for the owner's approval; send the identical request again after approval.", it.SIK), http.StatusForbidden)
+	default:
+		out = refuseRail(acct, req, ReasonIntentBlocked, fmt.Sprintf("Intent %s was refused (%s): %s", it.SIK, it.State, it.Reason), http.StatusForbidden)
+	}
+	out.Intent = ref
+	return out
+}
+
+// refuseRail refuses with a body shaped like the rail's own error.
+func refuseRail(acct *rails.Account, req Request, code, reason string, status int) Outcome {
+	out := refuse(req, code, reason, status)
+	if acct != nil {
+		out.Body = acct.Adapter.Refusal(status, code, reason)
+	}
+	return out
+}
+
+func pathOnly(p string) string {
+	for i := range len(p) {
+		if p[i] == '?' {
+			return p[:i]
+		}
+	}
+	return p
+}

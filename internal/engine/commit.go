@@ -1,0 +1,64 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+
+	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/sik"
+)
+
+// ErrUnknownAccount means a commit names a rail account that is not
+// configured.
+var ErrUnknownAccount = errors.New("engine: unknown rail account")
+
+// Commit classifies the rail's answer to an allowed attempt with the rail's
+// adapter and records it. It is what ext_proc runs on the response path and
+// what the native Commit RPC runs for SDKs.
+func (e *Engine) Commit(ctx context.Context, ref IntentRef, resp rail.Response) (ledger.Intent, rail.Classification, error) {
+	var acct interface {
+		Classify(rail.Action, rail.Response) rail.Classification
+	}
+	if e.opts.Rails != nil {
+		if a, ok := e.opts.Rails.ByID(ref.RailAccount); ok {
+			acct = a.Adapter
+		}
+	}
+	if acct == nil {
+		return ledger.Intent{}, rail.Classification{}, fmt.Errorf("%w %q", ErrUnknownAccount, ref.RailAccount)
+	}
+	key := ledger.Key{RailAccount: ref.RailAccount, SIK: ref.SIK}
+	it, _, err := e.ledger.GetIntent(ctx, key)
+	if err != nil {
+		return ledger.Intent{}, rail.Classification{}, err
+	}
+	amount := it.AmountMinor
+	c := acct.Classify(rail.Action{Kind: sik.Kind(it.Action), Subject: it.Subject, AmountMinor: &amount, Currency: it.Currency}, resp)
+	r := ledger.AttemptResult{Key: key, Seq: ref.AttemptSeq, EntityID: c.EntityID, FeeMinor: c.FeeMinor,
+		Reason: c.Reason, ReconcileDelay: e.opts.ReconcileDelay}
+	if resp.Status != 0 {
+		r.Response = &ledger.HTTPMessage{Status: resp.Status, Headers: maps.Clone(resp.Headers), Body: resp.Body}
+	}
+	if resp.TransportErr != nil {
+		r.TransportError = resp.TransportErr.Error()
+	}
+	switch c.Outcome {
+	case rail.Applied:
+		r.Outcome = ledger.OutcomeApplied
+	case rail.InProgress:
+		r.Outcome = ledger.OutcomeInProgress
+	case rail.FingerprintMismatch:
+		r.Outcome = ledger.OutcomeFingerprintMismatch
+	case rail.Rejected:
+		r.Outcome = ledger.OutcomeRejected
+	default:
+		// Anything the adapter could not classify is ambiguous: reconcile,
+		// never guess.
+		r.Outcome = ledger.OutcomeAmbiguous
+	}
+	out, err := e.ledger.Commit(ctx, r)
+	return out, c, err
+}

@@ -1,0 +1,181 @@
+package extproc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+
+	"github.com/countersign/countersign/internal/engine"
+	"github.com/countersign/countersign/internal/extauthz"
+	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/rail"
+)
+
+// Committer records the rail's answer to an attempt (engine.Engine).
+type Committer interface {
+	Commit(ctx context.Context, ref engine.IntentRef, resp rail.Response) (ledger.Intent, rail.Classification, error)
+}
+
+// Server implements envoy.service.ext_proc.v3.ExternalProcessor.
+type Server struct {
+	extprocv3.UnimplementedExternalProcessorServer
+	committer Committer
+	log       *slog.Logger
+}
+
+// NewServer returns an ext_proc server.
+func NewServer(c Committer, log *slog.Logger) *Server { return &Server{committer: c, log: log} }
+
+// errResponseLost stands for a response that never came back through Envoy.
+var errResponseLost = errors.New("the rail's response was lost before it reached Countersign")
+
+// exchange is what one stream (one HTTP request through Envoy) has seen.
+type exchange struct {
+	ref       engine.IntentRef
+	hasIntent bool
+	status    int
+	headers   map[string]string
+	committed bool
+}
+
+// Process handles one HTTP exchange. Envoy opens a stream per request and
+// sends its phases in order; each gets exactly one answer.
+func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	ctx := stream.Context()
+	var x exchange
+	defer func() {
+		// The request was allowed and sent, but no response came back
+		// through this stream: the outcome is ambiguous.
+		if x.hasIntent && !x.committed {
+			resp := rail.Response{TransportErr: errResponseLost}
+			if x.status != 0 {
+				// Headers arrived but the body did not: the adapter sees
+				// a response it cannot read and calls it ambiguous.
+				resp = rail.Response{Status: x.status, Headers: x.headers}
+			}
+			s.commit(context.WithoutCancel(ctx), &x, resp)
+		}
+	}()
+	for {
+		req, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !x.hasIntent {
+			x.ref, x.hasIntent = intentOf(req)
+		}
+		resp := s.handle(ctx, &x, req)
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
+	}
+}
+
+// intentOf reads the attempt ext_authz allowed from the forwarded dynamic
+// metadata.
+func intentOf(req *extprocv3.ProcessingRequest) (engine.IntentRef, bool) {
+	md := req.GetMetadataContext().GetFilterMetadata()[extauthz.MetadataNamespace]
+	return extauthz.IntentFromMetadata(md)
+}
+
+func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+	switch r := req.GetRequest().(type) {
+	case *extprocv3.ProcessingRequest_RequestHeaders:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}}
+	case *extprocv3.ProcessingRequest_RequestBody:
+		return s.requestBody(x, r.RequestBody)
+	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		x.status, x.headers = headerMap(r.ResponseHeaders.GetHeaders())
+		if x.hasIntent && r.ResponseHeaders.GetEndOfStream() {
+			s.commit(ctx, x, rail.Response{Status: x.status, Headers: x.headers})
+		}
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
+	case *extprocv3.ProcessingRequest_ResponseBody:
+		if x.hasIntent && r.ResponseBody.GetEndOfStream() {
+			s.commit(ctx, x, rail.Response{Status: x.status, Headers: x.headers, Body: r.ResponseBody.GetBody()})
+		}
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+	case *extprocv3.ProcessingRequest_RequestTrailers:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
+	case *extprocv3.ProcessingRequest_ResponseTrailers:
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
+	}
+	return &extprocv3.ProcessingResponse{}
+}
+
+// requestBody writes the body stamp of an allowed money-moving request. If
+// the body cannot carry it, the request is stopped here — it never reaches
+// the rail — and the attempt is recorded as not applied.
+func (s *Server) requestBody(x *exchange, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
+	cont := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}
+	if !x.hasIntent || x.ref.BodyField == "" {
+		return cont
+	}
+	body, err := StampBody(b.GetBody(), x.ref.BodyField, x.ref.BodyValue)
+	if err != nil {
+		s.log.Error("body stamp failed; stopping the request", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK, "err", err)
+		msg := []byte(`{"error":{"type":"countersign_refusal","code":"body_unstampable","message":"Countersign could not stamp the request body; it was not sent."}}`)
+		s.commit(context.Background(), x, rail.Response{Status: 400, Body: msg})
+		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode_BadRequest},
+			Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")}}}},
+			Body:    msg,
+			Details: "countersign_body_unstampable",
+		}}}
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{
+		Response: &extprocv3.CommonResponse{
+			// In buffered mode the length header may be mutated with the body.
+			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
+				Header:       &corev3.HeaderValue{Key: "content-length", RawValue: []byte(strconv.Itoa(len(body)))},
+				AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+			}}},
+			BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}},
+		},
+	}}}
+}
+
+func (s *Server) commit(ctx context.Context, x *exchange, resp rail.Response) {
+	x.committed = true
+	it, c, err := s.committer.Commit(ctx, x.ref, resp)
+	if err != nil {
+		// The lease expires and the reconciler settles the attempt.
+		s.log.Error("commit failed; the reconciler will settle it", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK,
+			"attempt", x.ref.AttemptSeq, "err", err)
+		return
+	}
+	s.log.Debug("committed", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK, "attempt", x.ref.AttemptSeq,
+		"outcome", c.Outcome.String(), "state", string(it.State))
+}
+
+// headerMap flattens Envoy's header map, reading :status.
+func headerMap(m *corev3.HeaderMap) (int, map[string]string) {
+	out := map[string]string{}
+	status := 0
+	for _, h := range m.GetHeaders() {
+		v := h.GetValue()
+		if v == "" && len(h.GetRawValue()) > 0 {
+			v = string(h.GetRawValue())
+		}
+		k := strings.ToLower(h.GetKey())
+		if k == ":status" {
+			status, _ = strconv.Atoi(v)
+			continue
+		}
+		if strings.HasPrefix(k, ":") {
+			continue
+		}
+		out[k] = v
+	}
+	return status, out
+}

@@ -1,0 +1,214 @@
+// Package rails holds the configured rail accounts: which adapter speaks
+// for which host, where Countersign's own read-only calls go, and the rail's
+// secret key, read from a mounted file that only Countersign can read (C1).
+package rails
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/sik"
+)
+
+// AccountConfig is one rail account in the rails file.
+type AccountConfig struct {
+	// Account is the rail account id Countersign keys intents by.
+	Account string `json:"account"`
+	// Rail is "stripe" or "razorpay".
+	Rail string `json:"rail"`
+	// Hosts are the API hosts whose calls this account guards.
+	Hosts []string `json:"hosts"`
+	// BaseURL is where the rail's API is (default https://<first host>).
+	BaseURL string `json:"base_url,omitempty"`
+	// KeyFile holds the rail's secret key: Stripe "sk_…", Razorpay
+	// "key_id:key_secret".
+	KeyFile string `json:"key_file"`
+}
+
+// File is the rails configuration file.
+type File struct {
+	Rails []AccountConfig `json:"rails"`
+}
+
+// Account is a configured, loaded rail account.
+type Account struct {
+	ID      string
+	Rail    sik.Rail
+	Hosts   []string
+	BaseURL string
+	Adapter rail.Adapter
+	Client  rail.Client
+	auth    string
+}
+
+// AuthHeader is the outbound Authorization value carrying the rail key.
+// It is set on ALLOW and never logged or stored.
+func (a *Account) AuthHeader() string { return a.auth }
+
+// Registry finds rail accounts by id and by host.
+type Registry struct {
+	byID   map[string]*Account
+	byHost map[string]*Account
+	order  []*Account
+}
+
+// Adapters maps a rail name to its adapter constructor.
+type Adapters map[sik.Rail]func() rail.Adapter
+
+var accountRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
+
+// Load reads the rails file at path and every key file it names.
+func Load(path string, adapters Adapters, hc *http.Client) (*Registry, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("rails file: %w", err)
+	}
+	var f File
+	if err := yaml.UnmarshalStrict(raw, &f); err != nil {
+		return nil, fmt.Errorf("rails file %s: %w", path, err)
+	}
+	return New(f, adapters, hc)
+}
+
+// New builds a registry from a parsed configuration.
+func New(f File, adapters Adapters, hc *http.Client) (*Registry, error) {
+	if hc == nil {
+		hc = &http.Client{Timeout: 15 * time.Second}
+	}
+	r := &Registry{byID: map[string]*Account{}, byHost: map[string]*Account{}}
+	var errs []error
+	for i, c := range f.Rails {
+		acct, err := load(c, adapters, hc)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("rails[%d] (%s): %w", i, c.Account, err))
+			continue
+		}
+		if _, dup := r.byID[acct.ID]; dup {
+			errs = append(errs, fmt.Errorf("rails[%d]: account %q is configured twice", i, acct.ID))
+			continue
+		}
+		r.byID[acct.ID] = acct
+		r.order = append(r.order, acct)
+		for _, h := range acct.Hosts {
+			if other, dup := r.byHost[h]; dup {
+				errs = append(errs, fmt.Errorf("rails[%d]: host %q already belongs to %s", i, h, other.ID))
+				continue
+			}
+			r.byHost[h] = acct
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func load(c AccountConfig, adapters Adapters, hc *http.Client) (*Account, error) {
+	if !accountRE.MatchString(c.Account) {
+		return nil, fmt.Errorf("account %q must be 1–128 of [A-Za-z0-9_.:-]", c.Account)
+	}
+	mk, ok := adapters[sik.Rail(c.Rail)]
+	if !ok {
+		return nil, fmt.Errorf("rail %q has no adapter (known: stripe, razorpay)", c.Rail)
+	}
+	if len(c.Hosts) == 0 {
+		return nil, errors.New("hosts is empty")
+	}
+	hosts := make([]string, len(c.Hosts))
+	for i, h := range c.Hosts {
+		hosts[i] = normalizeHost(h)
+	}
+	base := c.BaseURL
+	if base == "" {
+		base = "https://" + hosts[0]
+	}
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return nil, fmt.Errorf("base_url %q must be an http(s) URL", base)
+	}
+	if c.KeyFile == "" {
+		return nil, errors.New("key_file is required: the rail key lives in a mounted file, never in configuration")
+	}
+	keyRaw, err := os.ReadFile(c.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("key_file: %w", err)
+	}
+	key := strings.TrimSpace(string(keyRaw))
+	if key == "" {
+		return nil, fmt.Errorf("key_file %s is empty", c.KeyFile)
+	}
+	var auth string
+	switch sik.Rail(c.Rail) {
+	case sik.RailRazorpay:
+		if !strings.Contains(key, ":") {
+			return nil, fmt.Errorf("key_file %s: a Razorpay key is key_id:key_secret", c.KeyFile)
+		}
+		auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(key))
+	default:
+		auth = "Bearer " + key
+	}
+	a := &Account{ID: c.Account, Rail: sik.Rail(c.Rail), Hosts: hosts, BaseURL: strings.TrimRight(base, "/"), Adapter: mk(), auth: auth}
+	a.Client = &httpClient{base: a.BaseURL, auth: auth, hc: hc}
+	return a, nil
+}
+
+// normalizeHost lower-cases and drops a default port.
+func normalizeHost(h string) string {
+	h = strings.ToLower(strings.TrimSpace(h))
+	if host, port, err := net.SplitHostPort(h); err == nil && (port == "443" || port == "80") {
+		return host
+	}
+	return h
+}
+
+// ByID returns the account with id.
+func (r *Registry) ByID(id string) (*Account, bool) {
+	a, ok := r.byID[id]
+	return a, ok
+}
+
+// ByHost returns the account guarding host.
+func (r *Registry) ByHost(host string) (*Account, bool) {
+	a, ok := r.byHost[normalizeHost(host)]
+	return a, ok
+}
+
+// Accounts lists the accounts in configuration order.
+func (r *Registry) Accounts() []*Account { return r.order }
+
+// httpClient is the production rail.Client: the rail's base URL plus its key.
+type httpClient struct {
+	base string
+	auth string
+	hc   *http.Client
+}
+
+func (c *httpClient) Do(ctx context.Context, method, path string, headers map[string]string, body []byte) (*http.Response, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	req.Header.Set("Authorization", c.auth)
+	return c.hc.Do(req)
+}

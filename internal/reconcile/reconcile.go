@@ -1,0 +1,195 @@
+// Package reconcile settles ambiguous outcomes against the rail before
+// anything is retried: it lists what the rail really did, pages to
+// exhaustion, matches on the stamp only, and records what it found.
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/rails"
+	"github.com/countersign/countersign/internal/sik"
+)
+
+// Ledger is what the reconciler needs from the ledger.
+type Ledger interface {
+	ExpireLeases(ctx context.Context, limit int, delay time.Duration) (int, error)
+	ClaimReconcile(ctx context.Context, owner string, ttl time.Duration, limit int, only *ledger.Key) ([]ledger.ReconcileWork, error)
+	RecordFinding(ctx context.Context, f ledger.Finding) (ledger.Intent, error)
+}
+
+// Rails finds a rail account by id.
+type Rails interface {
+	ByID(id string) (*rails.Account, bool)
+}
+
+// Options tune the reconciler.
+type Options struct {
+	// Owner names this reconciler in leases.
+	Owner string
+	// ClaimTTL bounds one intent's reconciliation; a reconciler that dies
+	// loses its claim after it.
+	ClaimTTL time.Duration
+	// Delay is the minimum wait before the first query of an intent whose
+	// lease expires (no read-your-writes at the rails).
+	Delay time.Duration
+	// MaxAttempts inconclusive passes quarantine an intent.
+	MaxAttempts int
+	// Batch is how many intents one pass claims.
+	Batch int
+	// SinceSlack widens the creation-time bound given to listings.
+	SinceSlack time.Duration
+}
+
+// Worker reconciles. It is safe to run several, in one process or many.
+type Worker struct {
+	ledger Ledger
+	rails  Rails
+	opts   Options
+	log    *slog.Logger
+}
+
+// New returns a worker.
+func New(l Ledger, r Rails, opts Options, log *slog.Logger) *Worker {
+	if opts.ClaimTTL <= 0 {
+		opts.ClaimTTL = 2 * time.Minute
+	}
+	if opts.MaxAttempts <= 0 {
+		opts.MaxAttempts = 6
+	}
+	if opts.Batch <= 0 {
+		opts.Batch = 16
+	}
+	if opts.SinceSlack <= 0 {
+		opts.SinceSlack = 24 * time.Hour
+	}
+	if opts.Owner == "" {
+		opts.Owner = "reconciler"
+	}
+	return &Worker{ledger: l, rails: r, opts: opts, log: log}
+}
+
+// Report counts what one pass did.
+type Report struct {
+	Expired      int
+	Claimed      int
+	Applied      int
+	Absent       int
+	Inconclusive int
+	Quarantined  int
+	Results      []Result
+}
+
+// Result is one intent's outcome in a pass.
+type Result struct {
+	Key     ledger.Key
+	Outcome ledger.FindingOutcome
+	State   string
+	Pages   int
+	Entity  string
+	Detail  string
+}
+
+// Pass expires stale attempt leases, then reconciles the intents that are
+// due (only, when set, restricts it to one intent).
+func (w *Worker) Pass(ctx context.Context, only *ledger.Key) (Report, error) {
+	var rep Report
+	n, err := w.ledger.ExpireLeases(ctx, w.opts.Batch*4, w.opts.Delay)
+	if err != nil {
+		return rep, err
+	}
+	rep.Expired = n
+	work, err := w.ledger.ClaimReconcile(ctx, w.opts.Owner, w.opts.ClaimTTL, w.opts.Batch, only)
+	if err != nil {
+		return rep, err
+	}
+	rep.Claimed = len(work)
+	for _, wk := range work {
+		res, err := w.one(ctx, wk)
+		if err != nil {
+			// The claim lapses and another pass takes the intent again.
+			w.log.Error("reconcile: recording a finding failed", "intent", wk.Intent.Key.String(), "err", err)
+			continue
+		}
+		rep.Results = append(rep.Results, res)
+		switch {
+		case res.State == "QUARANTINED":
+			rep.Quarantined++
+		case res.Outcome == ledger.FindingApplied:
+			rep.Applied++
+		case res.Outcome == ledger.FindingAbsent:
+			rep.Absent++
+		default:
+			rep.Inconclusive++
+		}
+	}
+	return rep, nil
+}
+
+// one reconciles one claimed intent.
+func (w *Worker) one(ctx context.Context, wk ledger.ReconcileWork) (Result, error) {
+	it, at := wk.Intent, wk.Attempt
+	f := ledger.Finding{Key: it.Key, AttemptSeq: at.Seq, Owner: w.opts.Owner, MaxReconciles: w.opts.MaxAttempts,
+		Retry: w.backoff(it.ReconcileCount)}
+	acct, ok := w.rails.ByID(it.RailAccount)
+	if !ok {
+		f.Outcome, f.Detail = ledger.FindingInconclusive, fmt.Sprintf("rail account %s is not configured here", it.RailAccount)
+	} else {
+		amount := it.AmountMinor
+		a := rail.Action{Kind: sik.Kind(it.Action), Subject: it.Subject, AmountMinor: &amount, Currency: it.Currency, Payee: it.Payee}
+		cctx, cancel := context.WithTimeout(ctx, w.opts.ClaimTTL)
+		found, err := acct.Adapter.Find(cctx, acct.Client, a, at.Stamp, it.CreatedAt.Add(-w.opts.SinceSlack))
+		cancel()
+		f.Pages = found.Pages
+		switch {
+		case err != nil:
+			f.Outcome, f.Detail = ledger.FindingInconclusive, "listing failed: "+err.Error()
+		case found.Match != nil:
+			f.Outcome, f.EntityID = ledger.FindingApplied, found.Match.ID
+			f.Detail = fmt.Sprintf("%s carries stamp %s", found.Match.ID, at.Stamp)
+		case !found.Exhausted:
+			// Absence on a page is not absence.
+			f.Outcome, f.Detail = ledger.FindingInconclusive, fmt.Sprintf("no match in %d pages, but the listing was not read to the end", found.Pages)
+		default:
+			f.Outcome, f.PaginationExhausted = ledger.FindingAbsent, true
+			f.Detail = fmt.Sprintf("no entity with stamp %s in %d pages read to the end", at.Stamp, found.Pages)
+		}
+	}
+	out, err := w.ledger.RecordFinding(ctx, f)
+	if err != nil {
+		return Result{}, err
+	}
+	w.log.Info("reconciled", "intent", it.Key.String(), "attempt", at.Seq, "outcome", string(f.Outcome),
+		"state", string(out.State), "pages", f.Pages)
+	return Result{Key: it.Key, Outcome: f.Outcome, State: string(out.State), Pages: f.Pages, Entity: f.EntityID, Detail: f.Detail}, nil
+}
+
+// backoff spaces inconclusive passes: delay·2^n, at least a second, at
+// most five minutes.
+func (w *Worker) backoff(n int) time.Duration {
+	d := max(w.opts.Delay, time.Second)
+	for range min(n, 10) {
+		d *= 2
+	}
+	return min(d, 5*time.Minute)
+}
+
+// Run reconciles every interval until ctx ends.
+func (w *Worker) Run(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if _, err := w.Pass(ctx, nil); err != nil && ctx.Err() == nil {
+			w.log.Warn("reconcile pass failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
