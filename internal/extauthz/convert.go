@@ -133,7 +133,7 @@ func ToCheckResponse(out engine.Outcome) *authv3.CheckResponse {
 	return &authv3.CheckResponse{
 		Status: &status.Status{Code: int32(codes.PermissionDenied), Message: out.ReasonCode + ": " + out.Reason},
 		HttpResponse: &authv3.CheckResponse_DeniedResponse{DeniedResponse: &authv3.DeniedHttpResponse{
-			Status: &typev3.HttpStatus{Code: typev3.StatusCode(code)},
+			Status:  &typev3.HttpStatus{Code: typev3.StatusCode(code)},
 			Headers: headers,
 			Body:    string(out.Body),
 		}},

@@ -137,6 +137,32 @@ type Classification struct {
 	// Reason is a short human sentence (the rail's own error message when
 	// there is one).
 	Reason string
+	// Stamp is the countersign_sik value the created entity carries in its
+	// metadata/notes (Applied only; "" when it carries none). A 2xx whose
+	// entity carries another stamp is not this request's entity: see
+	// [Classification.CheckStamp].
+	Stamp string
+}
+
+// CheckStamp returns c unchanged unless c is Applied and the entity's stamp
+// differs from sent, the body stamp the request carried; then the answer is
+// some other entity (a replayed or misrouted body) and c becomes Ambiguous,
+// to be settled by Find. Call it only when the request body was stamped.
+func (c Classification) CheckStamp(sent string) Classification {
+	if c.Outcome != Applied || c.Stamp == sent {
+		return c
+	}
+	return Classification{
+		Outcome: Ambiguous,
+		Reason:  "the rail answered 2xx with entity " + c.EntityID + " stamped " + quoteOrNone(c.Stamp) + ", not " + quoteOrNone(sent) + ": not this request's entity",
+	}
+}
+
+func quoteOrNone(s string) string {
+	if s == "" {
+		return "(no stamp)"
+	}
+	return `"` + s + `"`
 }
 
 // Entity is one refund/payout/transfer as listed by the rail.
