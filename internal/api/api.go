@@ -7,14 +7,6 @@ import (
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 )
 
-// DecisionServer implements countersign.v1.DecisionService.
-type DecisionServer struct {
-	countersignv1.UnimplementedDecisionServiceServer
-}
-
-// NewDecisionServer returns the decision service.
-func NewDecisionServer() *DecisionServer { return &DecisionServer{} }
-
 // OwnerServer implements countersign.v1.OwnerService.
 type OwnerServer struct {
 	countersignv1.UnimplementedOwnerServiceServer

@@ -41,7 +41,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer store.Close()
-	if err := server.New(cfg, store, nil, log).Run(ctx); err != nil {
+	srv, err := server.New(cfg, store, nil, log)
+	if err != nil {
+		return err
+	}
+	if err := srv.Run(ctx); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/countersign/countersign/internal/credential"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/metrics"
+	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/rails"
 )
 
@@ -167,7 +168,31 @@ const recordTimeout = 5 * time.Second
 
 // Decide answers req. Whatever happens inside, the result is an Outcome,
 // and anything but a clean path is a deny.
-func (e *Engine) Decide(ctx context.Context, req Request) (out Outcome) {
+func (e *Engine) Decide(ctx context.Context, req Request) Outcome {
+	return e.decide(ctx, req, func(p *ledger.Principal) Outcome { return e.route(ctx, req, p) })
+}
+
+// DecideAction answers an action proposed in structured form (the native
+// Decide RPC) on the rail account railAccount, with the same gates and
+// ledger as a request through Envoy.
+func (e *Engine) DecideAction(ctx context.Context, req Request, railAccount string, a rail.Action) Outcome {
+	return e.decide(ctx, req, func(p *ledger.Principal) Outcome {
+		var acct *rails.Account
+		ok := false
+		if e.opts.Rails != nil {
+			acct, ok = e.opts.Rails.ByID(railAccount)
+		}
+		if !ok {
+			return refuse(req, ReasonRouteUnknown, fmt.Sprintf("Rail account %q is not configured.", railAccount), http.StatusForbidden)
+		}
+		if p.Credential.Scope != credential.ScopeExecute {
+			return refuseRail(acct, req, ReasonScopeInsufficient, fmt.Sprintf("Credential %s may only propose; moving money needs an execute credential.", p.Credential.ID), http.StatusForbidden)
+		}
+		return e.act(ctx, req, p, acct, a)
+	})
+}
+
+func (e *Engine) decide(ctx context.Context, req Request, next func(*ledger.Principal) Outcome) (out Outcome) {
 	start := e.now()
 	defer func() {
 		if r := recover(); r != nil {
@@ -180,7 +205,7 @@ func (e *Engine) Decide(ctx context.Context, req Request) (out Outcome) {
 
 	out, principal, ok := e.authenticate(ctx, req)
 	if ok {
-		out = e.route(ctx, req, principal)
+		out = next(principal)
 	}
 	if out.ReasonCode == ReasonLedgerUnavailable || out.ReasonCode == ReasonCancelled {
 		// Nothing durable can be promised about this answer; log it.

@@ -177,18 +177,29 @@ func normalizeHost(h string) string {
 
 // ByID returns the account with id.
 func (r *Registry) ByID(id string) (*Account, bool) {
+	if r == nil {
+		return nil, false
+	}
 	a, ok := r.byID[id]
 	return a, ok
 }
 
 // ByHost returns the account guarding host.
 func (r *Registry) ByHost(host string) (*Account, bool) {
+	if r == nil {
+		return nil, false
+	}
 	a, ok := r.byHost[normalizeHost(host)]
 	return a, ok
 }
 
 // Accounts lists the accounts in configuration order.
-func (r *Registry) Accounts() []*Account { return r.order }
+func (r *Registry) Accounts() []*Account {
+	if r == nil {
+		return nil
+	}
+	return r.order
+}
 
 // httpClient is the production rail.Client: the rail's base URL plus its key.
 type httpClient struct {

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"buf.build/go/protovalidate"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -46,8 +47,9 @@ type Server struct {
 	grpc    *grpc.Server
 	http    *http.Server
 
-	store *ledger.Store
-	rails *rails.Registry
+	store      *ledger.Store
+	rails      *rails.Registry
+	reconciler *reconcile.Worker
 
 	grpcLis, httpLis net.Listener
 	cancel           context.CancelFunc
@@ -57,18 +59,24 @@ type Server struct {
 
 // New builds a server over store and the configured rail accounts (nil:
 // none, so every payment call is refused). Nothing listens until Start.
-func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.Logger) *Server {
+func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.Logger) (*Server, error) {
 	m := metrics.New()
-	opts := engine.Options{LeaseOwner: cfg.LeaseOwner, LeaseTTL: cfg.LeaseTTL, ReconcileDelay: cfg.ReconcileDelay}
-	if rs != nil {
-		opts.Rails = rs
-	}
-	eng := engine.New(store, opts, log, m)
+	eng := engine.New(store, engine.Options{Rails: rs, LeaseOwner: cfg.LeaseOwner, LeaseTTL: cfg.LeaseTTL,
+		ReconcileDelay: cfg.ReconcileDelay}, log, m)
+	rec := reconcile.New(store, rs, reconcile.Options{
+		Owner: cfg.LeaseOwner, Delay: cfg.ReconcileDelay, MaxAttempts: cfg.ReconcileMaxAttempts,
+	}, log)
 
-	gs := grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler()))
+	validator, err := protovalidate.New()
+	if err != nil {
+		return nil, fmt.Errorf("protovalidate: %w", err)
+	}
+	gs := grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler()),
+		grpc.ChainUnaryInterceptor(api.ValidationInterceptor(validator)),
+		grpc.ChainStreamInterceptor(api.StreamValidationInterceptor(validator)))
 	authv3.RegisterAuthorizationServer(gs, extauthz.NewServer(eng))
 	extprocv3.RegisterExternalProcessorServer(gs, extproc.NewServer(eng, log))
-	countersignv1.RegisterDecisionServiceServer(gs, api.NewDecisionServer())
+	countersignv1.RegisterDecisionServiceServer(gs, api.NewDecisionServer(eng, store, rec))
 	countersignv1.RegisterOwnerServiceServer(gs, api.NewOwnerServer())
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
@@ -76,7 +84,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 
 	s := &Server{
 		cfg: cfg, log: log, metrics: m, grpc: gs, errs: make(chan error, 2),
-		store: store, rails: rs,
+		store: store, rails: rs, reconciler: rec,
 		ready: &readiness{
 			prober: store, health: hs, metrics: m, log: log,
 			services: []string{"", authv3.Authorization_ServiceDesc.ServiceName,
@@ -86,7 +94,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 	}
 	// Until the first probe answers, nobody is told the server is ready.
 	s.ready.publish(errors.New("ledger not probed yet"))
-	return s
+	return s, nil
 }
 
 // Start binds both listeners and serves in the background.
@@ -114,14 +122,11 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
-	if s.cfg.ReconcileInterval > 0 && s.rails != nil {
-		w := reconcile.New(s.store, s.rails, reconcile.Options{
-			Owner: s.cfg.LeaseOwner, Delay: s.cfg.ReconcileDelay, MaxAttempts: s.cfg.ReconcileMaxAttempts,
-		}, s.log)
+	if s.cfg.ReconcileInterval > 0 {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			w.Run(bg, s.cfg.ReconcileInterval)
+			s.reconciler.Run(bg, s.cfg.ReconcileInterval)
 		}()
 	}
 	s.wg.Add(3)

@@ -54,7 +54,10 @@ func start(t *testing.T, url string) *harness {
 	cfg.DatabaseURL = url
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.ReadinessInterval = 100 * time.Millisecond
-	srv := New(cfg, store, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv, err := New(cfg, store, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := srv.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,288 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"strings"
+
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/engine"
+	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/reconcile"
+	"github.com/countersign/countersign/internal/sik"
+)
+
+// Engine is the decision engine as the API uses it.
+type Engine interface {
+	Decide(ctx context.Context, req engine.Request) engine.Outcome
+	DecideAction(ctx context.Context, req engine.Request, railAccount string, a rail.Action) engine.Outcome
+	Commit(ctx context.Context, ref engine.IntentRef, resp rail.Response) (ledger.Intent, rail.Classification, error)
+}
+
+// IntentReader reads intents.
+type IntentReader interface {
+	GetIntent(ctx context.Context, k ledger.Key) (ledger.Intent, []ledger.Attempt, error)
+}
+
+// Reconciler runs a reconciliation pass.
+type Reconciler interface {
+	Pass(ctx context.Context, only *ledger.Key) (reconcile.Report, error)
+}
+
+// DecisionServer implements countersign.v1.DecisionService: the engine
+// without Envoy, for SDKs and MCP proxies.
+type DecisionServer struct {
+	countersignv1.UnimplementedDecisionServiceServer
+	engine     Engine
+	intents    IntentReader
+	reconciler Reconciler
+}
+
+// NewDecisionServer returns the decision service.
+func NewDecisionServer(e Engine, r IntentReader, rec Reconciler) *DecisionServer {
+	return &DecisionServer{engine: e, intents: r, reconciler: rec}
+}
+
+// credentialFromMetadata reads "authorization: Bearer <credential>".
+func credentialFromMetadata(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		if scheme, cred, ok := strings.Cut(strings.TrimSpace(v), " "); ok && strings.EqualFold(scheme, "bearer") {
+			return strings.TrimSpace(cred)
+		}
+	}
+	return ""
+}
+
+func requestID(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get("x-request-id"); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+var actionKinds = map[countersignv1.ActionKind]sik.Kind{
+	countersignv1.ActionKind_ACTION_KIND_REFUND:   sik.KindRefund,
+	countersignv1.ActionKind_ACTION_KIND_PAYOUT:   sik.KindPayout,
+	countersignv1.ActionKind_ACTION_KIND_TRANSFER: sik.KindTransfer,
+}
+
+// Decide runs the gates and the ledger for one proposed action. The rail's
+// secret key is never in the answer (C1): stamps only.
+func (s *DecisionServer) Decide(ctx context.Context, req *countersignv1.DecideRequest) (*countersignv1.DecideResponse, error) {
+	er := engine.Request{Source: engine.SourceDecide, RequestID: requestID(ctx), Credential: credentialFromMetadata(ctx)}
+	var out engine.Outcome
+	switch form := req.GetForm().(type) {
+	case *countersignv1.DecideRequest_HttpRequest:
+		h := form.HttpRequest
+		er.Method, er.Host, er.Path, er.Body, er.BodyTruncated = h.GetMethod(), h.GetHost(), h.GetPath(), h.GetBody(), h.GetBodyTruncated()
+		er.Headers = map[string]string{}
+		for k, v := range h.GetHeaders() {
+			if k = strings.ToLower(k); k != "authorization" && k != "proxy-authorization" {
+				er.Headers[k] = v
+			}
+		}
+		out = s.engine.Decide(ctx, er)
+	case *countersignv1.DecideRequest_Action:
+		a := form.Action
+		act := rail.Action{Kind: actionKinds[a.GetActionKind()], Subject: a.GetSubject(), Currency: a.GetCurrency(),
+			Payee: a.GetPayee(), Extra: maps.Clone(a.GetExtra()), Distinct: a.GetDistinct()}
+		if a.AmountMinor != nil {
+			v := a.GetAmountMinor()
+			act.AmountMinor = &v
+		}
+		out = s.engine.DecideAction(ctx, er, a.GetRailAccount(), act)
+	}
+	return toDecideResponse(out), nil
+}
+
+func toDecideResponse(out engine.Outcome) *countersignv1.DecideResponse {
+	resp := &countersignv1.DecideResponse{ReasonCode: out.ReasonCode, Reason: out.Reason}
+	switch out.Verdict {
+	case engine.Allow:
+		resp.Verdict = countersignv1.Verdict_VERDICT_ALLOW
+	case engine.Hold:
+		resp.Verdict = countersignv1.Verdict_VERDICT_HOLD
+	default:
+		resp.Verdict = countersignv1.Verdict_VERDICT_BLOCK
+	}
+	if out.Intent != nil {
+		resp.Intent = &countersignv1.Intent{RailAccount: out.Intent.RailAccount, Sik: out.Intent.SIK}
+		resp.AttemptSeq = int32(out.Intent.AttemptSeq)
+	}
+	if out.Verdict == engine.Allow {
+		resp.Stamps = map[string]string{}
+		for k, v := range out.SetHeaders {
+			if k != "authorization" { // the rail key never leaves Countersign
+				resp.Stamps[k] = v
+			}
+		}
+		if out.Intent != nil && out.Intent.BodyField != "" {
+			resp.Stamps[out.Intent.BodyField] = out.Intent.BodyValue
+		}
+		return resp
+	}
+	hr := &countersignv1.HttpResponse{HttpStatus: int32(out.HTTPStatus), Body: out.Body, Headers: maps.Clone(out.ResponseHeaders)}
+	if out.ReasonCode == engine.ReasonDuplicateApplied {
+		resp.StoredResponse = hr
+	} else {
+		resp.Refusal = hr
+	}
+	return resp
+}
+
+var transportErrors = map[countersignv1.TransportError]string{
+	countersignv1.TransportError_TRANSPORT_ERROR_TIMEOUT: "timeout",
+	countersignv1.TransportError_TRANSPORT_ERROR_RESET:   "connection reset",
+	countersignv1.TransportError_TRANSPORT_ERROR_LOST:    "response lost",
+}
+
+// Commit records the rail's answer to an allowed attempt.
+func (s *DecisionServer) Commit(ctx context.Context, req *countersignv1.CommitRequest) (*countersignv1.CommitResponse, error) {
+	ref := engine.IntentRef{RailAccount: req.GetRailAccount(), SIK: req.GetSik(), AttemptSeq: int(req.GetAttemptSeq())}
+	var resp rail.Response
+	switch o := req.GetOutcome().(type) {
+	case *countersignv1.CommitRequest_Response:
+		resp = rail.Response{Status: int(o.Response.GetHttpStatus()), Headers: o.Response.GetHeaders(), Body: o.Response.GetBody()}
+		if req.GetBodyTruncated() {
+			// A response read in part cannot prove anything.
+			resp.Body = nil
+		}
+	case *countersignv1.CommitRequest_TransportError:
+		resp = rail.Response{TransportErr: errors.New(transportErrors[o.TransportError])}
+	}
+	it, _, err := s.engine.Commit(ctx, ref, resp)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	_, atts, err := s.intents.GetIntent(ctx, it.Key)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	out := &countersignv1.CommitResponse{Intent: toIntent(it)}
+	for _, a := range atts {
+		if a.Seq == ref.AttemptSeq {
+			out.Attempt = toAttempt(a)
+		}
+	}
+	return out, nil
+}
+
+// GetIntent returns an intent and its attempts.
+func (s *DecisionServer) GetIntent(ctx context.Context, req *countersignv1.DecisionServiceGetIntentRequest) (*countersignv1.DecisionServiceGetIntentResponse, error) {
+	it, atts, err := s.intents.GetIntent(ctx, ledger.Key{RailAccount: req.GetRailAccount(), SIK: req.GetSik()})
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	out := &countersignv1.DecisionServiceGetIntentResponse{Intent: toIntent(it)}
+	for _, a := range atts {
+		out.Attempts = append(out.Attempts, toAttempt(a))
+	}
+	return out, nil
+}
+
+// Reconcile runs one reconciliation pass, for one intent or a batch. The
+// minimum delay before the first query still applies: an intent that is
+// not due yet is reported NOT_DUE.
+func (s *DecisionServer) Reconcile(ctx context.Context, req *countersignv1.ReconcileRequest) (*countersignv1.ReconcileResponse, error) {
+	var only *ledger.Key
+	if k := req.GetIntent(); k != nil {
+		only = &ledger.Key{RailAccount: k.GetRailAccount(), SIK: k.GetSik()}
+	}
+	rep, err := s.reconciler.Pass(ctx, only)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	out := &countersignv1.ReconcileResponse{}
+	for _, r := range rep.Results {
+		f := &countersignv1.ReconcileFinding{
+			Intent:              &countersignv1.IntentKey{RailAccount: r.Key.RailAccount, Sik: r.Key.SIK},
+			ToState:             intentStates[r.State],
+			RailEntityId:        r.Entity,
+			PaginationExhausted: r.Outcome == ledger.FindingAbsent,
+			PagesRead:           int32(r.Pages),
+			Reason:              r.Detail,
+		}
+		switch {
+		case r.State == "QUARANTINED":
+			f.Outcome = countersignv1.ReconcileOutcome_RECONCILE_OUTCOME_QUARANTINED
+		case r.Outcome == ledger.FindingApplied:
+			f.Outcome = countersignv1.ReconcileOutcome_RECONCILE_OUTCOME_FOUND_APPLIED
+		case r.Outcome == ledger.FindingAbsent:
+			f.Outcome = countersignv1.ReconcileOutcome_RECONCILE_OUTCOME_CONFIRMED_ABSENT
+		default:
+			f.Outcome = countersignv1.ReconcileOutcome_RECONCILE_OUTCOME_INCONCLUSIVE
+		}
+		out.Findings = append(out.Findings, f)
+	}
+	if only != nil && len(out.Findings) == 0 {
+		it, _, err := s.intents.GetIntent(ctx, *only)
+		if err != nil {
+			return nil, ToStatus(err)
+		}
+		f := &countersignv1.ReconcileFinding{Intent: req.GetIntent(), FromState: intentStates[string(it.State)], ToState: intentStates[string(it.State)]}
+		if it.State == "UNKNOWN" || it.State == "RECONCILING" {
+			f.Outcome, f.Reason = countersignv1.ReconcileOutcome_RECONCILE_OUTCOME_NOT_DUE, "not due yet, or another reconciler holds it"
+		} else {
+			f.Outcome, f.Reason = countersignv1.ReconcileOutcome_RECONCILE_OUTCOME_NOT_NEEDED, "the intent's outcome is not ambiguous"
+		}
+		out.Findings = append(out.Findings, f)
+	}
+	return out, nil
+}
+
+var intentStates = map[string]countersignv1.IntentState{}
+
+func init() {
+	for v, name := range countersignv1.IntentState_name {
+		intentStates[strings.TrimPrefix(name, "INTENT_STATE_")] = countersignv1.IntentState(v)
+	}
+}
+
+var rails = map[string]countersignv1.Rail{
+	"stripe": countersignv1.Rail_RAIL_STRIPE, "razorpay": countersignv1.Rail_RAIL_RAZORPAY, "mcp": countersignv1.Rail_RAIL_MCP,
+}
+
+var kinds = map[string]countersignv1.ActionKind{
+	"refund": countersignv1.ActionKind_ACTION_KIND_REFUND, "payout": countersignv1.ActionKind_ACTION_KIND_PAYOUT,
+	"transfer": countersignv1.ActionKind_ACTION_KIND_TRANSFER,
+}
+
+func toIntent(it ledger.Intent) *countersignv1.Intent {
+	return &countersignv1.Intent{
+		Rail: rails[it.Rail], RailAccount: it.RailAccount, Sik: it.SIK, State: intentStates[string(it.State)],
+		ActionKind: kinds[it.Action], Subject: it.Subject,
+		Amount: &countersignv1.Money{AmountMinor: it.AmountMinor, Currency: it.Currency},
+		Payee:  it.Payee, Distinct: it.DistinctReason, StampGeneration: int32(it.StampGeneration),
+		AttemptCount: int32(it.AttemptCount), CreateTime: timestamppb.New(it.CreatedAt), UpdateTime: timestamppb.New(it.UpdatedAt),
+		LastReason: it.Reason, AgentId: it.AgentID, RailEntityId: it.RailEntityID,
+	}
+}
+
+var attemptOutcomes = map[string]countersignv1.AttemptOutcome{
+	"pending": countersignv1.AttemptOutcome_ATTEMPT_OUTCOME_PENDING, "in_progress": countersignv1.AttemptOutcome_ATTEMPT_OUTCOME_PENDING,
+	"applied": countersignv1.AttemptOutcome_ATTEMPT_OUTCOME_APPLIED, "rejected": countersignv1.AttemptOutcome_ATTEMPT_OUTCOME_REJECTED,
+	"ambiguous": countersignv1.AttemptOutcome_ATTEMPT_OUTCOME_AMBIGUOUS, "lease_expired": countersignv1.AttemptOutcome_ATTEMPT_OUTCOME_AMBIGUOUS,
+	"fingerprint_mismatch": countersignv1.AttemptOutcome_ATTEMPT_OUTCOME_FINGERPRINT_MISMATCH,
+}
+
+func toAttempt(a ledger.Attempt) *countersignv1.Attempt {
+	out := &countersignv1.Attempt{
+		RailAccount: a.RailAccount, Sik: a.SIK, AttemptSeq: int32(a.Seq), StampGeneration: int32(a.StampGeneration),
+		IdempotencyKey: a.Stamp, Outcome: attemptOutcomes[a.Outcome], StartTime: timestamppb.New(a.StartedAt),
+		LeaseExpireTime: timestamppb.New(a.LeaseExpiresAt), RailEntityId: a.EntityID,
+	}
+	if a.FinishedAt != nil {
+		out.EndTime = timestamppb.New(*a.FinishedAt)
+	}
+	if a.Response != nil {
+		out.HttpStatus = int32(a.Response.Status)
+	}
+	return out
+}

@@ -1,0 +1,105 @@
+package api
+
+import (
+	"context"
+	"errors"
+
+	"buf.build/go/protovalidate"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/protoadapt"
+
+	"github.com/countersign/countersign/internal/engine"
+	"github.com/countersign/countersign/internal/ledger"
+)
+
+// Domain is the ErrorInfo domain of every Countersign error.
+const Domain = "countersign.v1"
+
+// ToStatus is the one mapping from internal errors to gRPC status codes,
+// each with an errdetails.ErrorInfo whose Reason REST clients also see.
+func ToStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var verr *protovalidate.ValidationError
+	switch {
+	case errors.As(err, &verr):
+		st := status.New(codes.InvalidArgument, err.Error())
+		br := &errdetails.BadRequest{}
+		for _, v := range verr.Violations {
+			br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{
+				Field: protovalidate.FieldPathString(v.Proto.GetField()), Description: v.Proto.GetMessage(),
+			})
+		}
+		return withDetails(st, "INVALID_ARGUMENT", br)
+	case errors.Is(err, ledger.ErrNotFound):
+		return withDetails(status.New(codes.NotFound, err.Error()), "NOT_FOUND")
+	case errors.Is(err, ledger.ErrUnavailable):
+		return withDetails(status.New(codes.Unavailable, "the ledger is unreachable"), "LEDGER_UNAVAILABLE")
+	case errors.Is(err, ledger.ErrLeaseLost):
+		return withDetails(status.New(codes.Aborted, err.Error()), "LEASE_LOST")
+	case errors.Is(err, engine.ErrUnknownAccount):
+		return withDetails(status.New(codes.FailedPrecondition, err.Error()), "UNKNOWN_RAIL_ACCOUNT")
+	case errors.Is(err, context.Canceled):
+		return withDetails(status.New(codes.Canceled, "request cancelled"), "CANCELLED")
+	case errors.Is(err, context.DeadlineExceeded):
+		return withDetails(status.New(codes.DeadlineExceeded, "deadline exceeded"), "DEADLINE_EXCEEDED")
+	}
+	return withDetails(status.New(codes.Internal, "internal error"), "INTERNAL")
+}
+
+func withDetails(st *status.Status, reason string, more ...proto.Message) error {
+	details := []protoadapt.MessageV1{protoadapt.MessageV1Of(&errdetails.ErrorInfo{Reason: reason, Domain: Domain})}
+	for _, m := range more {
+		details = append(details, protoadapt.MessageV1Of(m))
+	}
+	if with, err := st.WithDetails(details...); err == nil {
+		return with.Err()
+	}
+	return st.Err()
+}
+
+// ValidationInterceptor validates every request message against its
+// protovalidate rules before the handler runs.
+func ValidationInterceptor(v protovalidate.Validator) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if m, ok := req.(proto.Message); ok {
+			if err := v.Validate(m); err != nil {
+				return nil, ToStatus(err)
+			}
+		}
+		return handler(ctx, req)
+	}
+}
+
+// StreamValidationInterceptor validates the first message of server
+// streams (the request).
+func StreamValidationInterceptor(v protovalidate.Validator) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return handler(srv, &validatingStream{ServerStream: ss, v: v})
+	}
+}
+
+type validatingStream struct {
+	grpc.ServerStream
+	v protovalidate.Validator
+}
+
+func (s *validatingStream) RecvMsg(m any) error {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	if pm, ok := m.(proto.Message); ok {
+		if err := s.v.Validate(pm); err != nil {
+			return ToStatus(err)
+		}
+	}
+	return nil
+}
