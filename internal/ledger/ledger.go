@@ -105,7 +105,7 @@ func (s *Store) InTx(ctx context.Context, fn func(*Tx) error) error {
 		}
 		// Exponential backoff with full jitter, capped, so racing
 		// transactions spread out instead of colliding again.
-		backoff := time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 6)))
+		backoff := time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 6))) //nolint:gosec // jitter needs no secrecy
 		select {
 		case <-ctx.Done():
 			return classify(errors.Join(err, ctx.Err()))

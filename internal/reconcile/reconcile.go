@@ -112,7 +112,7 @@ func (w *Worker) Pass(ctx context.Context, only *ledger.Key) (Report, error) {
 		res, err := w.one(ctx, wk)
 		if err != nil {
 			// The claim lapses and another pass takes the intent again.
-			w.log.Error("reconcile: recording a finding failed", "intent", wk.Intent.Key.String(), "err", err)
+			w.log.Error("reconcile: recording a finding failed", "intent", wk.Intent.String(), "err", err)
 			continue
 		}
 		rep.Results = append(rep.Results, res)
@@ -163,7 +163,7 @@ func (w *Worker) one(ctx context.Context, wk ledger.ReconcileWork) (Result, erro
 	if err != nil {
 		return Result{}, err
 	}
-	w.log.Info("reconciled", "intent", it.Key.String(), "attempt", at.Seq, "outcome", string(f.Outcome),
+	w.log.Info("reconciled", "intent", it.String(), "attempt", at.Seq, "outcome", string(f.Outcome),
 		"state", string(out.State), "pages", f.Pages)
 	return Result{Key: it.Key, Outcome: f.Outcome, State: string(out.State), Pages: f.Pages, Entity: f.EntityID, Detail: f.Detail}, nil
 }

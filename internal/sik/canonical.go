@@ -68,7 +68,7 @@ func syntaxError(input []byte) error {
 	if errors.As(err, &se) {
 		return fmt.Errorf("%w: at offset %d: %s", ErrInvalidJSON, se.Offset, se.Error())
 	}
-	return fmt.Errorf("%w: %v", ErrInvalidJSON, err)
+	return fmt.Errorf("%w: %w", ErrInvalidJSON, err)
 }
 
 // checkSurrogateEscapes rejects \u escapes that do not form a UTF-16

@@ -228,7 +228,7 @@ func TestCanonicalizeRejects(t *testing.T) {
 				t.Fatalf("error %q does not wrap %q", err, tc.want)
 			}
 			for _, s := range sentinels {
-				if s != tc.want && errors.Is(err, s) {
+				if s != tc.want && errors.Is(err, s) { //nolint:errorlint // compares sentinel identities, not wrapped errors
 					t.Fatalf("error %q also wraps %q", err, s)
 				}
 			}

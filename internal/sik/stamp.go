@@ -106,7 +106,7 @@ func ParseStamp(value string) (SIK, uint32, error) {
 		return "", 0, fmt.Errorf("%w: generation %q has a leading zero", ErrInvalidStamp, digits)
 	}
 	for i := 0; i < len(digits); i++ {
-		if c := digits[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z') {
+		if c := digits[i]; (c < '0' || c > '9') && (c < 'a' || c > 'z') {
 			return "", 0, fmt.Errorf("%w: generation %q is not lower-case base36", ErrInvalidStamp, digits)
 		}
 	}
