@@ -1,0 +1,136 @@
+package stripe
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/sik"
+)
+
+// pageLimit is Stripe's largest page.
+const pageLimit = 100
+
+// maxPages bounds one search (100,000 entities); beyond it Find gives up
+// without claiming exhaustion.
+const maxPages = 1000
+
+type listPage struct {
+	Object  string             `json:"object"`
+	Data    *[]json.RawMessage `json:"data"`
+	HasMore *bool              `json:"has_more"`
+}
+
+// Find implements rail.Adapter. It pages newest first with starting_after
+// until has_more is false, and matches on metadata.countersign_sik alone.
+// Cursor paging is stable under inserts: new entities are created at the
+// head, before every cursor, so none of the older pages shift.
+//
+//   - refunds: GET /v1/refunds?payment_intent=… (or charge=… for a
+//     charge subject); no time bound, as refunds have no window.
+//   - payouts: GET /v1/payouts?created[gte]=since, all destinations: a
+//     destination filter could hide a payout whose destination Stripe
+//     reports differently, and absence must be proven, not assumed.
+//   - transfers: GET /v1/transfers?destination=…&created[gte]=since.
+func (adapter) Find(ctx context.Context, c rail.Client, a rail.Action, stamp string, since time.Time) (rail.Finding, error) {
+	var f rail.Finding
+	if _, _, err := sik.ParseStamp(stamp); err != nil {
+		return f, fmt.Errorf("stripe: find: %w", err)
+	}
+	if !isID(a.Subject) {
+		return f, fmt.Errorf("stripe: find: subject %q is not a Stripe id", a.Subject)
+	}
+	q := url.Values{"limit": {strconv.Itoa(pageLimit)}}
+	var path string
+	switch a.Kind {
+	case sik.KindRefund:
+		path = "/v1/refunds"
+		if strings.HasPrefix(a.Subject, "pi_") {
+			q.Set("payment_intent", a.Subject)
+		} else {
+			q.Set("charge", a.Subject)
+		}
+	case sik.KindPayout:
+		path = "/v1/payouts"
+		setSince(q, since)
+	case sik.KindTransfer:
+		path = "/v1/transfers"
+		q.Set("destination", a.Subject)
+		setSince(q, since)
+	default:
+		return f, fmt.Errorf("stripe: find: no %q action", a.Kind)
+	}
+	want := objectOf[a.Kind]
+	cursors := map[string]bool{}
+	for {
+		if f.Pages >= maxPages {
+			return f, fmt.Errorf("stripe: find %s: gave up after %d pages", path, f.Pages)
+		}
+		status, body, err := get(ctx, c, path+"?"+q.Encode())
+		if err != nil {
+			return f, fmt.Errorf("stripe: list %s page %d: %w", path, f.Pages+1, err)
+		}
+		if status < 200 || status > 299 {
+			return f, fmt.Errorf("stripe: list %s page %d: status %d: %s", path, f.Pages+1, status, errorMessage(body))
+		}
+		var page listPage
+		if err := json.Unmarshal(body, &page); err != nil {
+			return f, fmt.Errorf("stripe: list %s page %d: undecodable: %w", path, f.Pages+1, err)
+		}
+		if page.Object != "list" || page.Data == nil || page.HasMore == nil {
+			return f, fmt.Errorf("stripe: list %s page %d: not a list (object %q, data or has_more missing)", path, f.Pages+1, page.Object)
+		}
+		f.Pages++
+		var last string
+		for i, raw := range *page.Data {
+			e, err := entity(raw, want)
+			if err != nil {
+				return f, fmt.Errorf("stripe: list %s page %d item %d: %w", path, f.Pages, i, err)
+			}
+			if e.Stamp == stamp {
+				f.Match = &e
+				f.Exhausted = !*page.HasMore
+				return f, nil
+			}
+			last = e.ID
+		}
+		if !*page.HasMore {
+			f.Exhausted = true
+			return f, nil
+		}
+		if last == "" || cursors[last] {
+			return f, fmt.Errorf("stripe: list %s page %d: has_more without progress (cursor %q)", path, f.Pages, last)
+		}
+		cursors[last] = true
+		q.Set("starting_after", last)
+	}
+}
+
+func setSince(q url.Values, since time.Time) {
+	if !since.IsZero() && since.Unix() > 0 {
+		q.Set("created[gte]", strconv.FormatInt(since.Unix(), 10))
+	}
+}
+
+func entity(raw json.RawMessage, want string) (rail.Entity, error) {
+	var c created
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return rail.Entity{}, err
+	}
+	if c.ID == "" || c.Object != want || c.Amount == nil {
+		return rail.Entity{}, fmt.Errorf("not a %s with an id and amount (object %q, id %q)", want, c.Object, c.ID)
+	}
+	return rail.Entity{
+		ID:          c.ID,
+		Stamp:       c.stamp(),
+		AmountMinor: *c.Amount,
+		Currency:    strings.ToUpper(c.Currency),
+		Status:      c.Status,
+		Created:     time.Unix(c.Created, 0).UTC(),
+	}, nil
+}
