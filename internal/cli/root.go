@@ -31,7 +31,7 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 	}
 	root.SetOut(out)
 	root.SetErr(errOut)
-	root.AddCommand(newServe(), newMigrate(), newDev(), newVersion())
+	root.AddCommand(newServe(), newMigrate(), newDev(), newAudit(), newReconcile(), newVersion())
 	return root
 }
 

@@ -36,12 +36,17 @@ func newServe() *cobra.Command {
 
 // serve runs a server over the configured ledger until ctx ends.
 func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	rs, err := loadRails(cfg)
+	if err != nil {
+		return err
+	}
 	store, err := ledger.Open(ctx, cfg.DatabaseURL, ledger.Options{MaxConns: cfg.DBMaxConns})
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	srv, err := server.New(cfg, store, nil, log)
+	cfg.LeaseOwner = leaseOwner(cfg)
+	srv, err := server.New(cfg, store, rs, log)
 	if err != nil {
 		return err
 	}
