@@ -93,6 +93,11 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, acct
 		return refuseRail(acct, req, ReasonRailUnreachable, fmt.Sprintf("Countersign could not read %s from the rail to check it; no money moved, retry later.", a.Subject), http.StatusServiceUnavailable)
 	}
 
+	// The referent's own id is the subject: a refund named by charge and
+	// one named by its payment intent are one action.
+	if ref.Subject != "" {
+		a.Subject = ref.Subject
+	}
 	key := sik.Action{V: sik.Version, RailAccount: acct.ID, Action: string(a.Kind), Subject: a.Subject,
 		Currency: a.Currency, Extra: maps.Clone(a.Extra), Distinct: a.Distinct}
 	if key.Extra == nil {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -35,8 +36,15 @@ func (e *Engine) Commit(ctx context.Context, ref IntentRef, resp rail.Response) 
 	if err != nil {
 		return ledger.Intent{}, rail.Classification{}, err
 	}
-	amount := it.AmountMinor
-	c := acct.Classify(rail.Action{Kind: sik.Kind(it.Action), Subject: it.Subject, AmountMinor: &amount, Currency: it.Currency}, resp)
+	a, err := ActionOf(it)
+	if err != nil {
+		return ledger.Intent{}, rail.Classification{}, err
+	}
+	c := acct.Classify(a, resp)
+	if ref.BodyStamped {
+		// A 2xx carrying another entity's stamp is not this request's.
+		c = c.CheckStamp(ref.BodyValue)
+	}
 	r := ledger.AttemptResult{Key: key, Seq: ref.AttemptSeq, EntityID: c.EntityID, FeeMinor: c.FeeMinor,
 		Reason: c.Reason, ReconcileDelay: e.opts.ReconcileDelay}
 	if resp.Status != 0 {
@@ -61,4 +69,23 @@ func (e *Engine) Commit(ctx context.Context, ref IntentRef, resp rail.Response) 
 	}
 	out, err := e.ledger.Commit(ctx, r)
 	return out, c, err
+}
+
+// ActionOf rebuilds the rail action an intent stands for from its row and
+// canonical form, for classifying the rail's answer and for listing. A full
+// refund has no amount: the rail refunded whatever was left.
+func ActionOf(it ledger.Intent) (rail.Action, error) {
+	var k sik.Action
+	if err := json.Unmarshal([]byte(it.Canonical), &k); err != nil {
+		return rail.Action{}, fmt.Errorf("intent %s: canonical form: %w", it.Key, err)
+	}
+	a := rail.Action{Kind: sik.Kind(it.Action), Subject: it.Subject, Currency: it.Currency, Payee: it.Payee,
+		Extra: maps.Clone(k.Extra), Distinct: k.Distinct}
+	if a.Extra["amount"] == "full" {
+		delete(a.Extra, "amount")
+	} else {
+		amount := it.AmountMinor
+		a.AmountMinor = &amount
+	}
+	return a, nil
 }

@@ -91,6 +91,9 @@ type IntentRef struct {
 	// BodyField and BodyValue are the body stamp ext_proc writes.
 	BodyField string
 	BodyValue string
+	// BodyStamped is set by the response path when the body stamp was
+	// written into the request that went out.
+	BodyStamped bool
 }
 
 // Ledger is what the engine needs from the ledger.

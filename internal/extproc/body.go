@@ -45,11 +45,14 @@ func stampForm(body []byte, field, value string) ([]byte, error) {
 }
 
 func stampJSON(body []byte, obj, key, value string) ([]byte, error) {
-	var top map[string]json.RawMessage
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	if err := dec.Decode(&top); err != nil || top == nil {
-		return nil, fmt.Errorf("%w: body is not a JSON object", ErrBodyStamp)
+	top := map[string]json.RawMessage{}
+	if len(bytes.TrimSpace(body)) > 0 {
+		// An empty body (a Razorpay full refund) becomes {"notes":{…}}.
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber()
+		if err := dec.Decode(&top); err != nil || top == nil {
+			return nil, fmt.Errorf("%w: body is not a JSON object", ErrBodyStamp)
+		}
 	}
 	inner := map[string]any{}
 	if raw, ok := top[obj]; ok && string(raw) != "null" {

@@ -133,13 +133,16 @@ func (s *Server) requestBody(x *exchange, b *extprocv3.HttpBody) *extprocv3.Proc
 			Details: "countersign_body_unstampable",
 		}}}
 	}
+	x.ref.BodyStamped = true
+	// In buffered mode the headers may be mutated with the body.
+	set := []*corev3.HeaderValueOption{setHeader("content-length", strconv.Itoa(len(body)))}
+	if len(b.GetBody()) == 0 && !strings.Contains(x.ref.BodyField, "[") {
+		// A body that was empty is now JSON.
+		set = append(set, setHeader("content-type", "application/json"))
+	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{
 		Response: &extprocv3.CommonResponse{
-			// In buffered mode the length header may be mutated with the body.
-			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{
-				Header:       &corev3.HeaderValue{Key: "content-length", RawValue: []byte(strconv.Itoa(len(body)))},
-				AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
-			}}},
+			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set},
 			BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}},
 		},
 	}}}
@@ -178,4 +181,11 @@ func headerMap(m *corev3.HeaderMap) (int, map[string]string) {
 		out[k] = v
 	}
 	return status, out
+}
+
+func setHeader(k, v string) *corev3.HeaderValueOption {
+	return &corev3.HeaderValueOption{
+		Header:       &corev3.HeaderValue{Key: k, RawValue: []byte(v)},
+		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+	}
 }

@@ -9,10 +9,10 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/countersign/countersign/internal/engine"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/rails"
-	"github.com/countersign/countersign/internal/sik"
 )
 
 // Ledger is what the reconciler needs from the ledger.
@@ -139,11 +139,13 @@ func (w *Worker) one(ctx context.Context, wk ledger.ReconcileWork) (Result, erro
 	if !ok {
 		f.Outcome, f.Detail = ledger.FindingInconclusive, fmt.Sprintf("rail account %s is not configured here", it.RailAccount)
 	} else {
-		amount := it.AmountMinor
-		a := rail.Action{Kind: sik.Kind(it.Action), Subject: it.Subject, AmountMinor: &amount, Currency: it.Currency, Payee: it.Payee}
-		cctx, cancel := context.WithTimeout(ctx, w.opts.ClaimTTL)
-		found, err := acct.Adapter.Find(cctx, acct.Client, a, at.Stamp, it.CreatedAt.Add(-w.opts.SinceSlack))
-		cancel()
+		a, err := engine.ActionOf(it)
+		var found rail.Finding
+		if err == nil {
+			cctx, cancel := context.WithTimeout(ctx, w.opts.ClaimTTL)
+			found, err = acct.Adapter.Find(cctx, acct.Client, a, at.Stamp, it.CreatedAt.Add(-w.opts.SinceSlack))
+			cancel()
+		}
 		f.Pages = found.Pages
 		switch {
 		case err != nil:

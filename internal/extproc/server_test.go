@@ -1,0 +1,196 @@
+package extproc
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/countersign/countersign/internal/engine"
+	"github.com/countersign/countersign/internal/extauthz"
+	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/rail"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// recorder is a Committer that remembers what it was asked to commit.
+type recorder struct {
+	mu      sync.Mutex
+	commits []commit
+	done    chan struct{}
+}
+
+type commit struct {
+	ref  engine.IntentRef
+	resp rail.Response
+}
+
+func (r *recorder) Commit(_ context.Context, ref engine.IntentRef, resp rail.Response) (ledger.Intent, rail.Classification, error) {
+	r.mu.Lock()
+	r.commits = append(r.commits, commit{ref, resp})
+	r.mu.Unlock()
+	r.done <- struct{}{}
+	return ledger.Intent{}, rail.Classification{Outcome: rail.Applied}, nil
+}
+
+func dial(t *testing.T, c Committer) extprocv3.ExternalProcessorClient {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	extprocv3.RegisterExternalProcessorServer(gs, NewServer(c, slog.New(slog.NewTextHandler(io.Discard, nil))))
+	go gs.Serve(lis)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(); gs.Stop() })
+	return extprocv3.NewExternalProcessorClient(conn)
+}
+
+var ref = &engine.IntentRef{RailAccount: "acct_1", SIK: "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", AttemptSeq: 1,
+	Stamp: "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", BodyField: "metadata[countersign_sik]", BodyValue: "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"}
+
+// md is the ext_authz dynamic metadata as Envoy forwards it to ext_proc.
+func md() *corev3.Metadata {
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{extauthz.MetadataNamespace: extauthz.IntentMetadata(ref)}}
+}
+
+func headers(kv ...string) *corev3.HeaderMap {
+	m := &corev3.HeaderMap{}
+	for i := 0; i < len(kv); i += 2 {
+		m.Headers = append(m.Headers, &corev3.HeaderValue{Key: kv[i], RawValue: []byte(kv[i+1])})
+	}
+	return m
+}
+
+func TestProcessStampsAndCommits(t *testing.T) {
+	rec := &recorder{done: make(chan struct{}, 4)}
+	client := dial(t, rec)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := client.Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(r *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+		t.Helper()
+		r.MetadataContext = md()
+		if err := st.Send(r); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	if r := send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+		Headers: headers(":method", "POST", ":path", "/v1/refunds", "content-type", "application/x-www-form-urlencoded")}}}); r.GetRequestHeaders() == nil {
+		t.Fatalf("request headers answer = %v", r)
+	}
+	r := send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{
+		Body: []byte("payment_intent=pi_1&amount=100"), EndOfStream: true}}})
+	body := r.GetRequestBody().GetResponse().GetBodyMutation().GetBody()
+	if want := "amount=100&metadata%5Bcountersign_sik%5D=" + ref.BodyValue + "&payment_intent=pi_1"; string(body) != want {
+		t.Fatalf("stamped body = %q, want %q", body, want)
+	}
+	var length string
+	for _, h := range r.GetRequestBody().GetResponse().GetHeaderMutation().GetSetHeaders() {
+		if h.GetHeader().GetKey() == "content-length" {
+			length = string(h.GetHeader().GetRawValue())
+		}
+	}
+	if length != "93" || len(body) != 93 {
+		t.Fatalf("content-length %q for a %d-byte body", length, len(body))
+	}
+	send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+		Headers: headers(":status", "200", "content-type", "application/json")}}})
+	if len(rec.commits) != 0 {
+		t.Fatal("committed before the response body")
+	}
+	send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{
+		Body: []byte(`{"id":"re_1"}`), EndOfStream: true}}})
+	<-rec.done
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != io.EOF {
+		t.Fatalf("stream end = %v", err)
+	}
+	c := rec.commits[0]
+	if len(rec.commits) != 1 || c.resp.Status != 200 || string(c.resp.Body) != `{"id":"re_1"}` || c.ref.SIK != ref.SIK || !c.ref.BodyStamped {
+		t.Fatalf("commits = %+v", rec.commits)
+	}
+}
+
+func TestProcessLostResponseIsAmbiguous(t *testing.T) {
+	rec := &recorder{done: make(chan struct{}, 4)}
+	client := dial(t, rec)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := client.Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Send(&extprocv3.ProcessingRequest{MetadataContext: md(), Request: &extprocv3.ProcessingRequest_RequestHeaders{
+		RequestHeaders: &extprocv3.HttpHeaders{Headers: headers(":method", "POST")}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	// The upstream reset: Envoy closes the stream with no response phase.
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	<-rec.done
+	if c := rec.commits[0]; c.resp.TransportErr == nil || c.resp.Status != 0 {
+		t.Fatalf("lost response committed as %+v", c.resp)
+	}
+}
+
+func TestProcessWithoutIntentCommitsNothing(t *testing.T) {
+	rec := &recorder{done: make(chan struct{}, 4)}
+	client := dial(t, rec)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := client.Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: headers(":method", "GET")}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: headers(":status", "200")}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte("{}"), EndOfStream: true}}},
+	} {
+		if err := st.Send(r); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Recv(); err != io.EOF {
+		t.Fatal(err)
+	}
+	if len(rec.commits) != 0 {
+		t.Fatalf("a read was committed: %+v", rec.commits)
+	}
+}
