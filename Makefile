@@ -5,6 +5,8 @@ GO        ?= go
 BIN       := $(CURDIR)/bin
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(BIN)/golangci-lint
+STRIPE_MOCK_VERSION := v0.203.0
+STRIPE_MOCK := $(BIN)/stripe-mock
 FUZZTIME  ?= 5s
 # -race needs cgo; the test harness starts its own PostgreSQL.
 TESTFLAGS ?= -race -count=1 -timeout 20m
@@ -33,8 +35,13 @@ build:
 ## test: every test, against a real throwaway PostgreSQL, then each fuzz target briefly
 test: test-go fuzz
 
-test-go:
-	$(GO) test $(TESTFLAGS) ./...
+# stripe-mock proves stamped Stripe requests are valid Stripe requests; under
+# make it is installed and required, so its test cannot be skipped.
+test-go: $(STRIPE_MOCK)
+	PATH="$(BIN):$$PATH" COUNTERSIGN_REQUIRE_STRIPE_MOCK=1 $(GO) test $(TESTFLAGS) ./...
+
+$(STRIPE_MOCK):
+	GOBIN=$(BIN) $(GO) install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION)
 
 ## fuzz: run every fuzz target for FUZZTIME each
 fuzz:
