@@ -82,6 +82,23 @@ func (e *Engine) account(req Request) (*rails.Account, bool) {
 // act resolves, keys and writes a money-moving action, and answers by the
 // state of its intent.
 func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, acct *rails.Account, a rail.Action) Outcome {
+	// A request seen before is answered from the ledger, without reading
+	// the rail again, whenever its intent's state settles the answer.
+	alias, err := aliasOf(acct.ID, a)
+	if err != nil {
+		return refuseRail(acct, req, ReasonInvalidAction, err.Error(), http.StatusBadRequest)
+	}
+	seen, err := e.ledger.LookupAlias(ctx, acct.ID, alias)
+	switch {
+	case err == nil && answersFromLedger(seen.Intent.State):
+		return e.answer(acct, req, seen, rail.Stamped{})
+	case errors.Is(err, ledger.ErrUnavailable):
+		return refuseRail(acct, req, ReasonLedgerUnavailable, "Countersign's ledger is unreachable, so no money can move; retry later.", http.StatusServiceUnavailable)
+	case err != nil && !errors.Is(err, ledger.ErrNotFound):
+		e.log.Error("alias lookup failed; denying", "request_id", req.RequestID, "err", err)
+		return refuseRail(acct, req, ReasonInternal, "Countersign failed internally; no money moved.", http.StatusServiceUnavailable)
+	}
+
 	rctx, cancel := context.WithTimeout(ctx, e.opts.ResolveTimeout)
 	ref, err := acct.Adapter.Resolve(rctx, acct.Client, a)
 	cancel()
@@ -134,7 +151,7 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, acct
 		Key:  ledger.Key{RailAccount: acct.ID, SIK: string(s)},
 		Rail: string(acct.Rail), Action: string(a.Kind), Subject: a.Subject, AmountMinor: value,
 		Currency: key.Currency, Payee: a.Payee, DistinctReason: a.Distinct, Canonical: string(canonical),
-		AgentID: p.Agent.ID, LeaseOwner: e.opts.LeaseOwner, LeaseTTL: e.opts.LeaseTTL, ReconcileDelay: e.opts.ReconcileDelay,
+		AgentID: p.Agent.ID, Alias: alias, LeaseOwner: e.opts.LeaseOwner, LeaseTTL: e.opts.LeaseTTL, ReconcileDelay: e.opts.ReconcileDelay,
 		Stamp: func(gen uint32) (string, error) {
 			var err error
 			stamped, err = acct.Adapter.Stamp(a, s, gen)
@@ -214,4 +231,38 @@ func pathOnly(p string) string {
 		}
 	}
 	return p
+}
+
+// aliasOf keys the request as the agent sent it: the subject as named, the
+// amount or "full", the currency or "XXX" (ISO 4217: no currency). The same
+// request always resolves to the same intent, so the alias may answer a
+// duplicate before any read at the rail.
+func aliasOf(account string, a rail.Action) (string, error) {
+	k := sik.Action{V: sik.Version, RailAccount: account, Action: string(a.Kind), Subject: a.Subject,
+		Currency: a.Currency, Extra: maps.Clone(a.Extra), Distinct: a.Distinct}
+	if k.Extra == nil {
+		k.Extra = map[string]string{}
+	}
+	if k.Currency == "" {
+		k.Currency = "XXX"
+	}
+	if a.AmountMinor != nil {
+		k.AmountMinor = *a.AmountMinor
+	} else {
+		k.Extra["amount"] = "full"
+	}
+	k.Extra["countersign.alias"] = "request"
+	s, err := sik.Key(k)
+	return string(s), err
+}
+
+// answersFromLedger reports whether an intent in state s answers a new
+// identical request without the rail: everything but the states a new
+// proposal may move on (reopen, retry, start an attempt, expire a lease).
+func answersFromLedger(s intent.State) bool {
+	switch s {
+	case intent.Applied, intent.Unknown, intent.Reconciling, intent.Quarantined, intent.Blocked, intent.Held:
+		return true
+	}
+	return false
 }

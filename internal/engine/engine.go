@@ -101,6 +101,7 @@ type Ledger interface {
 	LookupCredential(ctx context.Context, hash [32]byte) (ledger.Principal, error)
 	RecordDecision(ctx context.Context, d ledger.Decision) (int64, error)
 	Propose(ctx context.Context, p ledger.Proposal) (ledger.ProposeResult, error)
+	LookupAlias(ctx context.Context, railAccount, alias string) (ledger.ProposeResult, error)
 	GetIntent(ctx context.Context, k ledger.Key) (ledger.Intent, []ledger.Attempt, error)
 	Commit(ctx context.Context, r ledger.AttemptResult) (ledger.Intent, error)
 }

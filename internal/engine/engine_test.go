@@ -37,6 +37,10 @@ func (l *scriptedLedger) Propose(context.Context, ledger.Proposal) (ledger.Propo
 	return ledger.ProposeResult{}, errors.New("scriptedLedger: no proposals expected")
 }
 
+func (l *scriptedLedger) LookupAlias(context.Context, string, string) (ledger.ProposeResult, error) {
+	return ledger.ProposeResult{}, ledger.ErrNotFound
+}
+
 func (l *scriptedLedger) GetIntent(context.Context, ledger.Key) (ledger.Intent, []ledger.Attempt, error) {
 	return ledger.Intent{}, nil, errors.New("scriptedLedger: no intents")
 }

@@ -85,6 +85,8 @@ type Proposal struct {
 	DistinctReason string
 	Canonical      string
 	AgentID        string
+	// Alias is the key of the request as sent (see LookupAlias); "" for none.
+	Alias string
 	// Stamp computes the stamp of an attempt at a stamp generation.
 	Stamp func(gen uint32) (string, error)
 	// LeaseOwner names this process; LeaseTTL bounds how long an attempt
@@ -157,6 +159,12 @@ func (s *Store) Propose(ctx context.Context, p Proposal) (ProposeResult, error) 
 			}
 		default:
 			return err
+		}
+		if p.Alias != "" {
+			if _, err := tx.tx.Exec(ctx, `INSERT INTO intent_aliases (rail_account, alias, sik) VALUES ($1, $2, $3)
+				ON CONFLICT (rail_account, alias) DO NOTHING`, p.RailAccount, p.Alias, p.SIK); err != nil {
+				return err
+			}
 		}
 		res.Intent = it
 		return tx.advance(ctx, p, &res)
@@ -389,4 +397,40 @@ func (s *Store) GetIntent(ctx context.Context, k Key) (Intent, []Attempt, error)
 		out = append(out, a)
 	}
 	return it, out, classify(rows.Err())
+}
+
+// IntentsBySubject lists the intents on a subject, oldest first.
+func (s *Store) IntentsBySubject(ctx context.Context, subject string) ([]Intent, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+intentColumns+` FROM intents WHERE subject = $1 ORDER BY created_at, sik`, subject)
+	if err != nil {
+		return nil, classify(err)
+	}
+	its, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Intent, error) { return scanIntent(r) })
+	return its, classify(err)
+}
+
+// LookupAlias finds the intent a request with this alias resolved to
+// before, with the applying attempt when it is APPLIED. ErrNotFound when no
+// request with the alias was proposed.
+func (s *Store) LookupAlias(ctx context.Context, railAccount, alias string) (ProposeResult, error) {
+	var res ProposeResult
+	it, err := scanIntent(s.pool.QueryRow(ctx, `SELECT `+intentColumns+` FROM intents
+		WHERE rail_account = $1 AND sik = (SELECT sik FROM intent_aliases WHERE rail_account = $1 AND alias = $2)`,
+		railAccount, alias))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return res, fmt.Errorf("%w: alias %s/%s", ErrNotFound, railAccount, alias)
+	}
+	if err != nil {
+		return res, classify(err)
+	}
+	res.Intent = it
+	if it.State == intent.Applied {
+		a, err := scanAttempt(s.pool.QueryRow(ctx, `SELECT `+attemptColumns+`
+			FROM attempts WHERE rail_account = $1 AND sik = $2 AND attempt_seq = $3`, it.RailAccount, it.SIK, it.AppliedAttemptSeq))
+		if err != nil {
+			return res, classify(err)
+		}
+		res.Applied = &a
+	}
+	return res, nil
 }

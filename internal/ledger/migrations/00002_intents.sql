@@ -80,6 +80,21 @@ CREATE INDEX intents_reconcile ON intents (next_reconcile_at) WHERE state IN ('U
 CREATE INDEX intents_in_flight ON intents (rail_account, sik) WHERE state = 'IN_FLIGHT';
 CREATE INDEX intents_subject ON intents (rail_account, subject);
 
+-- An alias is the key of the request as the agent sent it (before the
+-- referent is resolved). It lets a duplicate be answered from the ledger
+-- without a read at the rail; it always points at the intent the same
+-- request resolved to.
+CREATE TABLE intent_aliases (
+    rail_account text NOT NULL,
+    alias        text NOT NULL CHECK (alias ~ '^[A-Z2-7]{32}$'),
+    sik          text NOT NULL,
+    PRIMARY KEY (rail_account, alias),
+    FOREIGN KEY (rail_account, sik) REFERENCES intents (rail_account, sik)
+);
+
+CREATE TRIGGER intent_aliases_append_only BEFORE UPDATE OR DELETE ON intent_aliases
+    FOR EACH ROW EXECUTE FUNCTION countersign_append_only();
+
 -- An attempt is one stamped request that may reach the rail. It is
 -- committed before the ALLOW answer leaves (I2).
 CREATE TABLE attempts (
@@ -354,6 +369,7 @@ DROP TABLE audit_records;
 DROP TABLE audit_heads;
 DROP TABLE reconciliation_findings;
 DROP TABLE attempts;
+DROP TABLE intent_aliases;
 DROP TABLE intents;
 DROP TABLE intent_edges;
 DROP TABLE intent_states;

@@ -1,0 +1,287 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/e2e/egress"
+	"github.com/countersign/countersign/internal/credential"
+	"github.com/countersign/countersign/internal/intent"
+	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/pgtest"
+)
+
+// The rail accounts every environment configures, with mockrail's default keys.
+const (
+	stripeAccount   = "acct_e2e_stripe"
+	razorpayAccount = "acct_e2e_rzp"
+	stripeKey       = "sk_test_mockrail"
+	razorpayKey     = "rzp_test_mockrail:mockrail_secret"
+)
+
+// railEnv is a whole deployment: PostgreSQL, mockrail, countersign serve and
+// the Envoy-contract egress proxy in front of them, plus an agent credential.
+type railEnv struct {
+	t          *testing.T
+	store      *ledger.Store
+	mock       string // mockrail base URL
+	proxy      string // egress proxy base URL (what the agent's SDK points at)
+	grpcAddr   string
+	secret     string // the agent's Countersign credential
+	countersig *proc
+}
+
+type envOptions struct {
+	reconcileDelay time.Duration
+	leaseTTL       time.Duration
+	routeTimeout   time.Duration
+	mockFaults     []string // --fault flags for mockrail
+}
+
+func newRailEnv(t *testing.T, o envOptions) *railEnv {
+	t.Helper()
+	ctx := context.Background()
+	if o.reconcileDelay == 0 {
+		o.reconcileDelay = 500 * time.Millisecond
+	}
+	if o.leaseTTL == 0 {
+		o.leaseTTL = 10 * time.Second
+	}
+	if o.routeTimeout == 0 {
+		o.routeTimeout = 3 * time.Second
+	}
+	dbURL := pgtest.NewDatabase(t)
+	store, err := ledger.Open(ctx, dbURL, ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+
+	// mockrail on a free port.
+	mockArgs := []string{"--listen", freeAddr(t)}
+	for _, f := range o.mockFaults {
+		mockArgs = append(mockArgs, "--fault", f)
+	}
+	mock := startProc(t, "mockrail", nil, mockArgs...)
+	mockURL := waitListening(t, mock, "mockrail listening on ")
+
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	railsFile := write("rails.yaml", fmt.Sprintf(`rails:
+  - account: %s
+    rail: stripe
+    hosts: [api.stripe.com]
+    base_url: %s
+    key_file: %s
+  - account: %s
+    rail: razorpay
+    hosts: [api.razorpay.com]
+    base_url: %s
+    key_file: %s
+`, stripeAccount, mockURL, write("stripe.key", stripeKey), razorpayAccount, mockURL, write("razorpay.key", razorpayKey)))
+
+	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	cs := startProc(t, "countersign", []string{
+		"COUNTERSIGN_DATABASE_URL=" + dbURL,
+		"COUNTERSIGN_GRPC_ADDR=" + grpcAddr,
+		"COUNTERSIGN_HTTP_ADDR=" + httpAddr,
+		"COUNTERSIGN_RAILS_FILE=" + railsFile,
+		"COUNTERSIGN_RECONCILE_DELAY=" + o.reconcileDelay.String(),
+		"COUNTERSIGN_RECONCILE_INTERVAL=200ms",
+		"COUNTERSIGN_LEASE_TTL=" + o.leaseTTL.String(),
+		"COUNTERSIGN_LOG_LEVEL=debug",
+	}, "serve")
+	waitStatus(t, "http://"+httpAddr+"/readyz", 200, 30*time.Second)
+
+	pctx, cancel := context.WithCancel(ctx)
+	proxy, err := egress.Start(pctx, egress.Config{
+		Listen: "127.0.0.1:0", ExtAuthz: grpcAddr, ExtProc: grpcAddr,
+		MaxRequestBytes: 64 << 10, AllowPartialMessage: true, StatusOnError: 503,
+		Timeout: 10 * time.Second, ExtProcMessageTimeout: 10 * time.Second,
+		Routes: []egress.Route{
+			{Prefix: "stripe.local", Upstream: mockURL, HostRewrite: "api.stripe.com",
+				ContextExtensions: map[string]string{"rail_account": stripeAccount}, Timeout: o.routeTimeout},
+			{Prefix: "razorpay.local", Upstream: mockURL, HostRewrite: "api.razorpay.com",
+				ContextExtensions: map[string]string{"rail_account": razorpayAccount}, Timeout: o.routeTimeout},
+		},
+	})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close(); cancel() })
+
+	agent, err := store.CreateAgent(ctx, "own_e2e", "refund-bot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, hash, err := credential.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.IssueCredential(ctx, agent.ID, credential.ScopeExecute, time.Now().Add(time.Hour), hash); err != nil {
+		t.Fatal(err)
+	}
+	return &railEnv{t: t, store: store, mock: mockURL, proxy: "http://" + proxy.Addr(), grpcAddr: grpcAddr, secret: secret, countersig: cs}
+}
+
+// waitListening reads a process's output until a line with prefix names its URL.
+func waitListening(t *testing.T, p *proc, prefix string) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		sc := bufio.NewScanner(strings.NewReader(p.out.String()))
+		for sc.Scan() {
+			if i := strings.Index(sc.Text(), prefix); i >= 0 {
+				return strings.TrimSpace(sc.Text()[i+len(prefix):])
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no %q line in output:\n%s", prefix, p.out.String())
+	return ""
+}
+
+// mockPost calls a mockrail control endpoint.
+func (e *railEnv) mockPost(path string, body any) {
+	e.t.Helper()
+	b, _ := json.Marshal(body)
+	resp, err := http.Post(e.mock+path, "application/json", bytes.NewReader(b))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		out, _ := io.ReadAll(resp.Body)
+		e.t.Fatalf("mockrail %s: %d %s", path, resp.StatusCode, out)
+	}
+}
+
+func (e *railEnv) payment(rail, id string, amount int64, currency string) {
+	e.mockPost("/_mock/payments", map[string]any{"rail": rail, "id": id, "amount": amount, "currency": currency})
+}
+
+func (e *railEnv) fault(rule map[string]any) { e.mockPost("/_mock/fault", rule) }
+
+// journal is mockrail's record of what really happened.
+type journal struct {
+	Effects []struct {
+		EntityID       string            `json:"entity_id"`
+		IdempotencyKey string            `json:"idempotency_key"`
+		Subject        string            `json:"subject"`
+		Amount         int64             `json:"amount"`
+		Metadata       map[string]string `json:"metadata"`
+	} `json:"effects"`
+	Requests []struct {
+		Method  string `json:"method"`
+		Path    string `json:"path"`
+		Outcome string `json:"outcome"`
+	} `json:"requests"`
+}
+
+func (e *railEnv) journal() journal {
+	e.t.Helper()
+	resp, err := http.Get(e.mock + "/_mock/journal")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var j journal
+	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil {
+		e.t.Fatal(err)
+	}
+	return j
+}
+
+// effectsOn counts the rail effects on subject.
+func (j journal) effectsOn(subject string) int {
+	n := 0
+	for _, f := range j.Effects {
+		if f.Subject == subject {
+			n++
+		}
+	}
+	return n
+}
+
+// agentResponse is what the agent's SDK received.
+type agentResponse struct {
+	Status int
+	Body   string
+	Header http.Header
+}
+
+// stripeRefund sends a Stripe refund the way the Stripe SDK would, through
+// the egress proxy, with the agent's credential where the SDK puts its key.
+func (e *railEnv) stripeRefund(client *http.Client, form url.Values) agentResponse {
+	e.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, e.proxy+"/v1/refunds", strings.NewReader(form.Encode()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Host = "stripe.local"
+	req.Header.Set("Authorization", "Bearer "+e.secret)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	// The Stripe SDK adds a random key to every POST; it proves nothing.
+	req.Header.Set("Idempotency-Key", fmt.Sprintf("sdk-%d", time.Now().UnixNano()))
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		e.t.Fatalf("agent request: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return agentResponse{Status: resp.StatusCode, Body: string(b), Header: resp.Header}
+}
+
+// intents lists the ledger's intents on subject.
+func (e *railEnv) intentsOn(subject string) []ledger.Intent {
+	e.t.Helper()
+	its, err := e.store.IntentsBySubject(context.Background(), subject)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return its
+}
+
+// settle waits until every intent on subject is out of the ambiguous states.
+func (e *railEnv) settle(subject string, within time.Duration) []ledger.Intent {
+	e.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		its := e.intentsOn(subject)
+		done := len(its) > 0
+		for _, it := range its {
+			switch it.State {
+			case intent.InFlight, intent.Unknown, intent.Reconciling:
+				done = false
+			}
+		}
+		if done {
+			return its
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("intents on %s did not settle within %s: %+v\ncountersign output:\n%s", subject, within, its, e.countersig.out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
