@@ -38,7 +38,7 @@ func newAudit() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			for _, b := range rep.Breaks {
-				fmt.Fprintf(out, "BROKEN %s record %d: %s\n", b.RailAccount, b.Seq, b.Problem)
+				fmt.Fprintf(out, "BROKEN chain %s record %d: %s\n", b.Chain, b.Seq, b.Problem)
 			}
 			fmt.Fprintf(out, "%d chains, %d records, %d broken\n", rep.Chains, rep.Records, len(rep.Breaks))
 			if len(rep.Breaks) > 0 {

@@ -151,7 +151,8 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, acct
 		Key:  ledger.Key{RailAccount: acct.ID, SIK: string(s)},
 		Rail: string(acct.Rail), Action: string(a.Kind), Subject: a.Subject, AmountMinor: value,
 		Currency: key.Currency, Payee: a.Payee, DistinctReason: a.Distinct, Canonical: string(canonical),
-		AgentID: p.Agent.ID, Alias: alias, LeaseOwner: e.opts.LeaseOwner, LeaseTTL: e.opts.LeaseTTL, ReconcileDelay: e.opts.ReconcileDelay,
+		AgentID: p.Agent.ID, Alias: alias, Decision: e.decisionOf(req, p, ReasonAllowed, "attempt allowed"),
+		LeaseOwner: e.opts.LeaseOwner, LeaseTTL: e.opts.LeaseTTL, ReconcileDelay: e.opts.ReconcileDelay,
 		Stamp: func(gen uint32) (string, error) {
 			var err error
 			stamped, err = acct.Adapter.Stamp(a, s, gen)
@@ -188,7 +189,7 @@ func (e *Engine) answer(acct *rails.Account, req Request, res ledger.ProposeResu
 		ref.BodyField, ref.BodyValue = stamped.BodyField, stamped.BodyValue
 		out = Outcome{Verdict: Allow, ReasonCode: ReasonAllowed,
 			Reason:     fmt.Sprintf("attempt %d of intent %s", res.Attempt.Seq, it.SIK),
-			SetHeaders: headers}
+			SetHeaders: headers, DecisionID: res.DecisionID}
 	case res.Applied != nil:
 		// The stored rail response, without touching the rail.
 		out = Outcome{Verdict: Block, ReasonCode: ReasonDuplicateApplied,

@@ -265,14 +265,11 @@ func (e *Engine) authenticate(ctx context.Context, req Request) (Outcome, *ledge
 // write fails the answer becomes a deny: an answer that is not durable is
 // not given.
 func (e *Engine) record(ctx context.Context, req Request, p *ledger.Principal, out Outcome) Outcome {
-	d := ledger.Decision{
-		RequestID: req.RequestID, Source: string(req.Source),
-		Verdict: string(out.Verdict), ReasonCode: out.ReasonCode, Reason: out.Reason,
-		Method: req.Method, Host: req.Host, Path: req.Path,
+	if out.DecisionID != 0 {
+		return out // recorded with its attempt, in the same transaction
 	}
-	if p != nil {
-		d.AgentID, d.CredentialID = p.Agent.ID, p.Credential.ID
-	}
+	d := *e.decisionOf(req, p, out.ReasonCode, out.Reason)
+	d.Verdict = string(out.Verdict)
 	if out.Intent != nil {
 		d.RailAccount, d.SIK, d.AttemptSeq = out.Intent.RailAccount, out.Intent.SIK, out.Intent.AttemptSeq
 	}
@@ -287,6 +284,18 @@ func (e *Engine) record(ctx context.Context, req Request, p *ledger.Principal, o
 	}
 	out.DecisionID = id
 	return out
+}
+
+// decisionOf is the decision record of req, without its verdict.
+func (e *Engine) decisionOf(req Request, p *ledger.Principal, code, reason string) *ledger.Decision {
+	d := &ledger.Decision{
+		RequestID: req.RequestID, Source: string(req.Source), ReasonCode: code, Reason: reason,
+		Method: req.Method, Host: req.Host, Path: pathOnly(req.Path),
+	}
+	if p != nil {
+		d.AgentID, d.CredentialID = p.Agent.ID, p.Credential.ID
+	}
+	return d
 }
 
 // refusalBody is the JSON body of a deny. Later rail adapters shape it like

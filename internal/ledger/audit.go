@@ -9,8 +9,9 @@ import (
 	"strings"
 )
 
-// AuditRecord is one link of a rail account's audit chain.
+// AuditRecord is one link of an audit chain.
 type AuditRecord struct {
+	Chain       string
 	RailAccount string
 	Seq         int64
 	SIK         string
@@ -36,6 +37,7 @@ func auditField(b *strings.Builder, v string) {
 // its predecessor's hash.
 func (r AuditRecord) ComputeHash(prev []byte) []byte {
 	var b strings.Builder
+	auditField(&b, r.Chain)
 	auditField(&b, strconv.FormatInt(r.Seq, 10))
 	auditField(&b, r.RailAccount)
 	auditField(&b, r.SIK)
@@ -53,13 +55,13 @@ func (r AuditRecord) ComputeHash(prev []byte) []byte {
 
 // AuditBreak names the first record of a chain that does not verify.
 type AuditBreak struct {
-	RailAccount string
-	Seq         int64
-	Problem     string
+	Chain   string
+	Seq     int64
+	Problem string
 }
 
 func (b AuditBreak) Error() string {
-	return fmt.Sprintf("audit chain %s broken at record %d: %s", b.RailAccount, b.Seq, b.Problem)
+	return fmt.Sprintf("audit chain %s broken at record %d: %s", b.Chain, b.Seq, b.Problem)
 }
 
 // AuditReport is the result of verifying every chain.
@@ -69,7 +71,7 @@ type AuditReport struct {
 	Breaks  []AuditBreak // the first break of each broken chain
 }
 
-// VerifyAudit walks every rail account's chain from its first record,
+// VerifyAudit walks every chain from its first record,
 // recomputing each hash, and checks the chain head. It reports the first
 // broken record of each chain.
 func (s *Store) VerifyAudit(ctx context.Context) (AuditReport, error) {
@@ -78,7 +80,7 @@ func (s *Store) VerifyAudit(ctx context.Context) (AuditReport, error) {
 		seq  int64
 		hash []byte
 	}{}
-	rows, err := s.pool.Query(ctx, `SELECT rail_account, seq, hash FROM audit_heads ORDER BY rail_account`)
+	rows, err := s.pool.Query(ctx, `SELECT chain, seq, hash FROM audit_heads ORDER BY chain`)
 	if err != nil {
 		return rep, classify(err)
 	}
@@ -100,8 +102,8 @@ func (s *Store) VerifyAudit(ctx context.Context) (AuditReport, error) {
 	}
 
 	rows, err = s.pool.Query(ctx, `
-		SELECT rail_account, seq, sik, from_state, to_state, event, attempt_seq, detail, at_micros, prev_hash, hash
-		FROM audit_records ORDER BY rail_account, seq`)
+		SELECT chain, rail_account, seq, sik, from_state, to_state, event, attempt_seq, detail, at_micros, prev_hash, hash
+		FROM audit_records ORDER BY chain, seq`)
 	if err != nil {
 		return rep, classify(err)
 	}
@@ -114,18 +116,18 @@ func (s *Store) VerifyAudit(ctx context.Context) (AuditReport, error) {
 	fail := func(acct string, seq int64, format string, args ...any) {
 		if !broken[acct] {
 			broken[acct] = true
-			rep.Breaks = append(rep.Breaks, AuditBreak{RailAccount: acct, Seq: seq, Problem: fmt.Sprintf(format, args...)})
+			rep.Breaks = append(rep.Breaks, AuditBreak{Chain: acct, Seq: seq, Problem: fmt.Sprintf(format, args...)})
 		}
 	}
 	for rows.Next() {
 		var r AuditRecord
-		if err := rows.Scan(&r.RailAccount, &r.Seq, &r.SIK, &r.FromState, &r.ToState, &r.Event, &r.AttemptSeq,
+		if err := rows.Scan(&r.Chain, &r.RailAccount, &r.Seq, &r.SIK, &r.FromState, &r.ToState, &r.Event, &r.AttemptSeq,
 			&r.Detail, &r.AtMicros, &r.PrevHash, &r.Hash); err != nil {
 			return rep, classify(err)
 		}
 		rep.Records++
-		if r.RailAccount != cur {
-			cur, prev, next = r.RailAccount, make([]byte, sha256.Size), 1
+		if r.Chain != cur {
+			cur, prev, next = r.Chain, make([]byte, sha256.Size), 1
 			seen[cur] = true
 			rep.Chains++
 		}
@@ -150,9 +152,9 @@ func (s *Store) VerifyAudit(ctx context.Context) (AuditReport, error) {
 	}
 	// The head must point at the last record: a removed tail shows here.
 	rows2, err := s.pool.Query(ctx, `
-		SELECT h.rail_account, h.seq, h.hash, r.seq, r.hash
+		SELECT h.chain, h.seq, h.hash, r.seq, r.hash
 		FROM audit_heads h LEFT JOIN LATERAL (
-			SELECT seq, hash FROM audit_records r WHERE r.rail_account = h.rail_account ORDER BY seq DESC LIMIT 1
+			SELECT seq, hash FROM audit_records r WHERE r.chain = h.chain ORDER BY seq DESC LIMIT 1
 		) r ON true`)
 	if err != nil {
 		return rep, classify(err)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Decision is one answer Countersign gave, as recorded.
@@ -40,6 +42,15 @@ type GateRecord struct {
 // RecordDecision appends a decision. It returns only after the commit, so a
 // caller that answers after it has a durable record of the answer.
 func (s *Store) RecordDecision(ctx context.Context, d Decision) (int64, error) {
+	return insertDecision(ctx, s.pool, d)
+}
+
+// querier is what both the pool and a transaction offer.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func insertDecision(ctx context.Context, q querier, d Decision) (int64, error) {
 	gates := d.Gates
 	if gates == nil {
 		gates = []GateRecord{}
@@ -49,7 +60,7 @@ func (s *Store) RecordDecision(ctx context.Context, d Decision) (int64, error) {
 		return 0, fmt.Errorf("ledger: decision gates: %w", err)
 	}
 	var id int64
-	err = s.pool.QueryRow(ctx, `
+	err = q.QueryRow(ctx, `
 		INSERT INTO decisions (request_id, source, agent_id, credential_id, verdict,
 		                       reason_code, reason, method, host, path, gates, rail_account, sik, attempt_seq)
 		VALUES ($1, $2, NULLIF($3, ''), NULLIF($4, ''), $5, $6, $7, $8, $9, $10, $11,

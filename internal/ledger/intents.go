@@ -87,6 +87,9 @@ type Proposal struct {
 	AgentID        string
 	// Alias is the key of the request as sent (see LookupAlias); "" for none.
 	Alias string
+	// Decision, when set, is recorded as the ALLOW decision in the same
+	// transaction as the attempt it allows (one commit on the hot path).
+	Decision *Decision
 	// Stamp computes the stamp of an attempt at a stamp generation.
 	Stamp func(gen uint32) (string, error)
 	// LeaseOwner names this process; LeaseTTL bounds how long an attempt
@@ -110,6 +113,8 @@ type ProposeResult struct {
 	// Applied is the attempt that applied an APPLIED intent, for replaying
 	// its stored response.
 	Applied *Attempt
+	// DecisionID is the ALLOW decision recorded with the attempt.
+	DecisionID int64
 }
 
 const intentColumns = `rail_account, sik, state, last_event, rail, action, subject, amount_minor, currency,
@@ -248,6 +253,13 @@ func (tx *Tx) startAttempt(ctx context.Context, p Proposal, it Intent, res *Prop
 		return err
 	}
 	res.Intent, res.Attempt = it, &a
+	if p.Decision != nil {
+		d := *p.Decision
+		d.Verdict, d.RailAccount, d.SIK, d.AttemptSeq = "ALLOW", it.RailAccount, it.SIK, a.Seq
+		if res.DecisionID, err = insertDecision(ctx, tx.tx, d); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

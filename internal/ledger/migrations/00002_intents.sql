@@ -144,15 +144,18 @@ CREATE TABLE reconciliation_findings (
 
 CREATE INDEX findings_intent ON reconciliation_findings (rail_account, sik, attempt_seq);
 
--- The audit log: one hash-chained chain per rail account, so decisions on
--- different rail accounts never wait on one global lock.
+-- The audit log: hash chains, 16 per rail account, each intent's records
+-- always on the same chain (chosen by its SIK). Decisions on different rail
+-- accounts never wait on one global lock, and concurrent intents on one
+-- account rarely wait on each other.
 CREATE TABLE audit_heads (
-    rail_account text    PRIMARY KEY,
+    chain        text    PRIMARY KEY,
     seq          bigint  NOT NULL CHECK (seq >= 0),
     hash         bytea   NOT NULL CHECK (length(hash) = 32)
 );
 
 CREATE TABLE audit_records (
+    chain        text        NOT NULL,
     rail_account text        NOT NULL,
     seq          bigint      NOT NULL CHECK (seq >= 1),
     sik          text        NOT NULL,
@@ -164,7 +167,7 @@ CREATE TABLE audit_records (
     at_micros    bigint      NOT NULL,
     prev_hash    bytea       NOT NULL CHECK (length(prev_hash) = 32),
     hash         bytea       NOT NULL CHECK (length(hash) = 32),
-    PRIMARY KEY (rail_account, seq)
+    PRIMARY KEY (chain, seq)
 );
 
 CREATE INDEX audit_intent ON audit_records (rail_account, sik, seq);
@@ -268,6 +271,7 @@ DECLARE
     v_at     bigint;
     v_hash   bytea;
     v_detail text := NEW.reason;
+    v_chain  text := NEW.rail_account || '#' || lpad((get_byte(sha256(convert_to(NEW.sik, 'UTF8')), 0) % 16)::text, 2, '0');
 BEGIN
     IF TG_OP = 'UPDATE' THEN
         IF NEW.state = OLD.state THEN
@@ -278,15 +282,16 @@ BEGIN
         v_detail := 'distinct: ' || NEW.distinct_reason;
     END IF;
 
-    -- Append to this rail account's chain. The head row lock orders the
-    -- chain; it is per rail account, never global.
-    INSERT INTO audit_heads (rail_account, seq, hash)
-        VALUES (NEW.rail_account, 0, '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea)
-        ON CONFLICT (rail_account) DO NOTHING;
-    SELECT seq, hash INTO v_seq, v_prev FROM audit_heads WHERE rail_account = NEW.rail_account FOR UPDATE;
+    -- Append to the intent's chain. The head row lock orders the chain;
+    -- it is one of 16 per rail account, never global.
+    INSERT INTO audit_heads (chain, seq, hash)
+        VALUES (v_chain, 0, '\x0000000000000000000000000000000000000000000000000000000000000000'::bytea)
+        ON CONFLICT (chain) DO NOTHING;
+    SELECT seq, hash INTO v_seq, v_prev FROM audit_heads WHERE chain = v_chain FOR UPDATE;
     v_seq := v_seq + 1;
     v_at := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
     v_hash := sha256(v_prev || convert_to(
+        countersign_audit_field(v_chain) ||
         countersign_audit_field(v_seq::text) ||
         countersign_audit_field(NEW.rail_account) ||
         countersign_audit_field(NEW.sik) ||
@@ -296,9 +301,9 @@ BEGIN
         countersign_audit_field(NEW.attempt_count::text) ||
         countersign_audit_field(v_detail) ||
         countersign_audit_field(v_at::text), 'UTF8'));
-    INSERT INTO audit_records (rail_account, seq, sik, from_state, to_state, event, attempt_seq, detail, at_micros, prev_hash, hash)
-        VALUES (NEW.rail_account, v_seq, NEW.sik, v_from, NEW.state, NEW.last_event, NEW.attempt_count, v_detail, v_at, v_prev, v_hash);
-    UPDATE audit_heads SET seq = v_seq, hash = v_hash WHERE rail_account = NEW.rail_account;
+    INSERT INTO audit_records (chain, rail_account, seq, sik, from_state, to_state, event, attempt_seq, detail, at_micros, prev_hash, hash)
+        VALUES (v_chain, NEW.rail_account, v_seq, NEW.sik, v_from, NEW.state, NEW.last_event, NEW.attempt_count, v_detail, v_at, v_prev, v_hash);
+    UPDATE audit_heads SET seq = v_seq, hash = v_hash WHERE chain = v_chain;
     RETURN NULL;
 END;
 $$;
