@@ -124,13 +124,15 @@ func TestDevStartsEverything(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, httpAddr, mockAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 	run := func() *proc {
-		return startProc(t, "countersign", nil, "dev", "--dir", dir, "--grpc-addr", grpcAddr, "--http-addr", httpAddr)
+		return startProc(t, "countersign", nil, "dev", "--dir", dir, "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
+			"--mockrail-addr", mockAddr)
 	}
 	p := run()
 	waitStatus(t, "http://"+httpAddr+"/readyz", 200, 60*time.Second)
-	for _, want := range []string{grpcAddr, "http://" + httpAddr + "/readyz", "Ctrl-C"} {
+	waitStatus(t, "http://"+mockAddr+"/_mock/healthz", 200, 10*time.Second)
+	for _, want := range []string{grpcAddr, "http://" + httpAddr + "/readyz", "http://" + mockAddr, "Ctrl-C"} {
 		if !strings.Contains(p.out.String(), want) {
 			t.Fatalf("dev output lacks %q:\n%s", want, p.out.String())
 		}

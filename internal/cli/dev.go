@@ -18,6 +18,7 @@ func newDev() *cobra.Command {
 	cfg.LogFormat = "text"
 	var dir string
 	var pgPort int
+	var mockAddr string
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run Countersign with a private Postgres under ./.countersign/ (for a first look)",
@@ -54,6 +55,11 @@ func newDev() *cobra.Command {
 			if _, err := ledger.Migrate(ctx, cfg.DatabaseURL, log); err != nil {
 				return err
 			}
+			rs, mockURL, stopMock, err := startDevRail(ctx, filepath.Join(dir, "keys"), mockAddr)
+			if err != nil {
+				return err
+			}
+			defer stopMock()
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "\nCountersign (dev) is up:\n")
 			fmt.Fprintf(out, "  gRPC (ext_authz, countersign.v1)  %s\n", cfg.GRPCAddr)
@@ -62,8 +68,10 @@ func newDev() *cobra.Command {
 			fmt.Fprintf(out, "  metrics                           http://%s/metrics\n", cfg.HTTPAddr)
 			fmt.Fprintf(out, "  OpenAPI                           http://%s/openapi.json\n", cfg.HTTPAddr)
 			fmt.Fprintf(out, "  ledger                            %s\n", cfg.DatabaseURL)
+			fmt.Fprintf(out, "  mock rail (Stripe + Razorpay)     %s  (journal: %s/_mock/journal)\n", mockURL, mockURL)
+			fmt.Fprintf(out, "  rail accounts                     %s (api.stripe.com), %s (api.razorpay.com)\n", devStripeAccount, devRazorpayAccount)
 			fmt.Fprintf(out, "Ctrl-C stops Countersign and its PostgreSQL.\n\n")
-			return serve(ctx, cfg, log)
+			return serve(ctx, cfg, rs, log)
 		},
 	}
 	cfg.BindServe(cmd.Flags())
@@ -71,6 +79,8 @@ func newDev() *cobra.Command {
 	_ = cmd.Flags().MarkHidden("database-url")
 	cmd.Flags().StringVar(&dir, "dir", ".countersign", "directory that keeps the dev PostgreSQL data")
 	cmd.Flags().IntVar(&pgPort, "pg-port", 0, "PostgreSQL port on 127.0.0.1 (0 picks a free one)")
+	cmd.Flags().StringVar(&mockAddr, "mockrail-addr", "127.0.0.1:12111", "where the in-process mock rail listens")
+	_ = cmd.Flags().MarkHidden("rails-file")
 	return cmd
 }
 

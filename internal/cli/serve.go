@@ -9,6 +9,7 @@ import (
 
 	"github.com/countersign/countersign/internal/config"
 	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/rails"
 	"github.com/countersign/countersign/internal/server"
 )
 
@@ -27,7 +28,11 @@ func newServe() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return serve(cmd.Context(), cfg, log)
+			rs, err := loadRails(cfg)
+			if err != nil {
+				return err
+			}
+			return serve(cmd.Context(), cfg, rs, log)
 		},
 	}
 	cfg.BindServe(cmd.Flags())
@@ -35,11 +40,7 @@ func newServe() *cobra.Command {
 }
 
 // serve runs a server over the configured ledger until ctx ends.
-func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
-	rs, err := loadRails(cfg)
-	if err != nil {
-		return err
-	}
+func serve(ctx context.Context, cfg config.Config, rs *rails.Registry, log *slog.Logger) error {
 	store, err := ledger.Open(ctx, cfg.DatabaseURL, ledger.Options{MaxConns: cfg.DBMaxConns})
 	if err != nil {
 		return err

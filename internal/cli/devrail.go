@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/countersign/countersign/internal/mockrail"
+	"github.com/countersign/countersign/internal/rails"
+)
+
+// The rail accounts `countersign dev` configures against its mock rail.
+const (
+	devStripeAccount   = "acct_dev_stripe"
+	devRazorpayAccount = "acct_dev_razorpay"
+)
+
+// startDevRail runs the mock rail in-process with demo payments, writes its
+// keys where a mounted secret would be, and returns the rail accounts that
+// point at it.
+func startDevRail(ctx context.Context, keyDir, addr string) (*rails.Registry, string, func(), error) {
+	mock, err := mockrail.New(mockrail.WithPayments(
+		mockrail.Payment{Rail: mockrail.Stripe, ID: "pi_demo_1", Amount: 250000, Currency: "usd"},
+		mockrail.Payment{Rail: mockrail.Razorpay, ID: "pay_demo_1", Amount: 500000, Currency: "INR"},
+	))
+	if err != nil {
+		return nil, "", nil, err
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, "", nil, fmt.Errorf("dev: mock rail: %w", err)
+	}
+	hs := &http.Server{Handler: mock, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			fmt.Fprintln(os.Stderr, "dev: mock rail:", err)
+		}
+	}()
+	stop := func() {
+		mock.Close()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+	}
+	url := "http://" + ln.Addr().String()
+	if err := os.MkdirAll(keyDir, 0o700); err != nil {
+		stop()
+		return nil, "", nil, err
+	}
+	write := func(name, key string) (string, error) {
+		p := filepath.Join(keyDir, name)
+		return p, os.WriteFile(p, []byte(key), 0o600)
+	}
+	sk, err := write("stripe.key", mockrail.DefaultStripeKey)
+	if err != nil {
+		stop()
+		return nil, "", nil, err
+	}
+	rk, err := write("razorpay.key", mockrail.DefaultRazorpayKeyID+":"+mockrail.DefaultRazorpayKeySecret)
+	if err != nil {
+		stop()
+		return nil, "", nil, err
+	}
+	rs, err := rails.New(rails.File{Rails: []rails.AccountConfig{
+		{Account: devStripeAccount, Rail: "stripe", Hosts: []string{"api.stripe.com"}, BaseURL: url, KeyFile: sk},
+		{Account: devRazorpayAccount, Rail: "razorpay", Hosts: []string{"api.razorpay.com"}, BaseURL: url, KeyFile: rk},
+	}}, adapters, nil)
+	if err != nil {
+		stop()
+		return nil, "", nil, err
+	}
+	return rs, url, stop, nil
+}
