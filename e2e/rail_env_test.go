@@ -34,6 +34,7 @@ const (
 // the Envoy-contract egress proxy in front of them, plus an agent credential.
 type railEnv struct {
 	t          *testing.T
+	dbURL      string
 	store      *ledger.Store
 	mock       string // mockrail base URL
 	proxy      string // egress proxy base URL (what the agent's SDK points at)
@@ -139,7 +140,7 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 	if _, err := store.IssueCredential(ctx, agent.ID, credential.ScopeExecute, time.Now().Add(time.Hour), hash); err != nil {
 		t.Fatal(err)
 	}
-	return &railEnv{t: t, store: store, mock: mockURL, proxy: "http://" + proxy.Addr(), grpcAddr: grpcAddr, secret: secret, countersig: cs}
+	return &railEnv{t: t, dbURL: dbURL, store: store, mock: mockURL, proxy: "http://" + proxy.Addr(), grpcAddr: grpcAddr, secret: secret, countersig: cs}
 }
 
 // waitListening reads a process's output until a line with prefix names its URL.

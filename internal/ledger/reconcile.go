@@ -160,3 +160,21 @@ func (s *Store) RecordFinding(ctx context.Context, f Finding) (Intent, error) {
 	}
 	return out, nil
 }
+
+// FindingsFor lists the findings recorded for an intent, oldest first.
+func (s *Store) FindingsFor(ctx context.Context, k Key) ([]Finding, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT attempt_seq, outcome, pages, pagination_exhausted, COALESCE(entity_id, ''), detail
+		FROM reconciliation_findings WHERE rail_account = $1 AND sik = $2 ORDER BY id`, k.RailAccount, k.SIK)
+	if err != nil {
+		return nil, classify(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Finding, error) {
+		f := Finding{Key: k}
+		var outcome string
+		err := r.Scan(&f.AttemptSeq, &outcome, &f.Pages, &f.PaginationExhausted, &f.EntityID, &f.Detail)
+		f.Outcome = FindingOutcome(outcome)
+		return f, err
+	})
+	return out, classify(err)
+}

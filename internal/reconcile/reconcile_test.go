@@ -1,0 +1,110 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/rails"
+	"github.com/countersign/countersign/internal/sik"
+)
+
+// scripted hands out one claimed intent and records the finding.
+type scripted struct {
+	work    []ledger.ReconcileWork
+	finding *ledger.Finding
+}
+
+func (s *scripted) ExpireLeases(context.Context, int, time.Duration) (int, error) { return 0, nil }
+func (s *scripted) ClaimReconcile(context.Context, string, time.Duration, int, *ledger.Key) ([]ledger.ReconcileWork, error) {
+	w := s.work
+	s.work = nil
+	return w, nil
+}
+func (s *scripted) RecordFinding(_ context.Context, f ledger.Finding) (ledger.Intent, error) {
+	s.finding = &f
+	return ledger.Intent{State: "RECONCILING"}, nil
+}
+
+// listing is an adapter whose Find answers from fields.
+type listing struct {
+	rail.Adapter
+	found rail.Finding
+	err   error
+	stamp string
+}
+
+func (l *listing) Find(_ context.Context, _ rail.Client, _ rail.Action, stamp string, _ time.Time) (rail.Finding, error) {
+	l.stamp = stamp
+	return l.found, l.err
+}
+
+type oneAccount struct{ acct *rails.Account }
+
+func (o oneAccount) ByID(id string) (*rails.Account, bool) { return o.acct, id == o.acct.ID }
+
+func TestFindingsFollowTheEvidence(t *testing.T) {
+	entity := &rail.Entity{ID: "re_9", Stamp: "STAMP"}
+	cases := []struct {
+		name      string
+		found     rail.Finding
+		err       error
+		want      ledger.FindingOutcome
+		exhausted bool
+	}{
+		{"match on page 3", rail.Finding{Match: entity, Pages: 3}, nil, ledger.FindingApplied, false},
+		{"absent after every page", rail.Finding{Exhausted: true, Pages: 4}, nil, ledger.FindingAbsent, true},
+		{"empty page, not read to the end", rail.Finding{Pages: 1}, nil, ledger.FindingInconclusive, false},
+		{"listing failed", rail.Finding{Pages: 2}, errors.New("503 from the rail"), ledger.FindingInconclusive, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ad := &listing{found: tc.found, err: tc.err}
+			acct := &rails.Account{ID: "acct_1", Rail: sik.RailStripe, Adapter: ad}
+			l := &scripted{work: []ledger.ReconcileWork{{
+				Intent:  ledger.Intent{Key: ledger.Key{RailAccount: "acct_1", SIK: "S"}, Action: "refund", Subject: "pi_1", AmountMinor: 5, Currency: "USD", Canonical: `{"extra":{}}`, AttemptCount: 1},
+				Attempt: ledger.Attempt{Seq: 1, Stamp: "STAMP"},
+			}}}
+			w := New(l, oneAccount{acct}, Options{Owner: "me"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			if _, err := w.Pass(context.Background(), nil); err != nil {
+				t.Fatal(err)
+			}
+			f := l.finding
+			if f == nil || f.Outcome != tc.want || f.PaginationExhausted != tc.exhausted || f.Owner != "me" || f.AttemptSeq != 1 {
+				t.Fatalf("finding = %+v", f)
+			}
+			if ad.stamp != "STAMP" {
+				t.Fatalf("searched for stamp %q, want the attempt's", ad.stamp)
+			}
+			if tc.want == ledger.FindingApplied && f.EntityID != "re_9" {
+				t.Fatalf("entity = %q", f.EntityID)
+			}
+		})
+	}
+}
+
+func TestUnconfiguredAccountIsInconclusive(t *testing.T) {
+	l := &scripted{work: []ledger.ReconcileWork{{
+		Intent:  ledger.Intent{Key: ledger.Key{RailAccount: "acct_gone", SIK: "S"}, Canonical: `{}`, AttemptCount: 1},
+		Attempt: ledger.Attempt{Seq: 1, Stamp: "X"},
+	}}}
+	w := New(l, oneAccount{&rails.Account{ID: "acct_1"}}, Options{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if _, err := w.Pass(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	if l.finding.Outcome != ledger.FindingInconclusive {
+		t.Fatalf("finding = %+v", l.finding)
+	}
+}
+
+func TestBackoffGrowsAndIsBounded(t *testing.T) {
+	w := New(&scripted{}, oneAccount{&rails.Account{}}, Options{Delay: 2 * time.Second}, slog.New(slog.DiscardHandler))
+	if w.backoff(0) != 2*time.Second || w.backoff(1) != 4*time.Second || w.backoff(30) != 5*time.Minute {
+		t.Fatalf("backoff = %s, %s, %s", w.backoff(0), w.backoff(1), w.backoff(30))
+	}
+}
