@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -128,7 +129,7 @@ func TestProcessStampsAndCommits(t *testing.T) {
 	if err := st.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Recv(); err != io.EOF {
+	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
 		t.Fatalf("stream end = %v", err)
 	}
 	c := rec.commits[0]
@@ -187,7 +188,7 @@ func TestProcessWithoutIntentCommitsNothing(t *testing.T) {
 	if err := st.CloseSend(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Recv(); err != io.EOF {
+	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
 		t.Fatal(err)
 	}
 	if len(rec.commits) != 0 {

@@ -68,10 +68,10 @@ func run(out string) error {
 	}
 	for _, name := range slices.Sorted(maps.Keys(files)) {
 		path := filepath.Join(out, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
 			return err
 		}
-		if err := os.WriteFile(path, files[name], 0o644); err != nil {
+		if err := os.WriteFile(path, files[name], 0o600); err != nil {
 			return err
 		}
 	}
