@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"strings"
 
 	"github.com/countersign/countersign/internal/credential"
 	"github.com/countersign/countersign/internal/intent"
@@ -180,9 +181,10 @@ func (e *Engine) answer(acct *rails.Account, req Request, res ledger.ProposeResu
 	var out Outcome
 	switch {
 	case res.Attempt != nil:
-		headers := maps.Clone(stamped.Headers)
-		if headers == nil {
-			headers = map[string]string{}
+		// Header names in lower case, as Envoy (and HTTP/2) carry them.
+		headers := make(map[string]string, len(stamped.Headers)+1)
+		for k, v := range stamped.Headers {
+			headers[strings.ToLower(k)] = v
 		}
 		headers["authorization"] = acct.AuthHeader()
 		ref.AttemptSeq, ref.Stamp = res.Attempt.Seq, res.Attempt.Stamp

@@ -126,8 +126,10 @@ func BenchmarkCommitFloor(b *testing.B) {
 }
 
 type allowHarness struct {
-	client authv3.AuthorizationClient
-	secret string
+	client   authv3.AuthorizationClient
+	secret   string
+	grpcAddr string
+	mockURL  string
 }
 
 func (h *allowHarness) request(i int64) *authv3.CheckRequest {
@@ -141,7 +143,11 @@ func (h *allowHarness) request(i int64) *authv3.CheckRequest {
 	}}
 }
 
-func benchHarness(b *testing.B) *allowHarness {
+func benchHarness(b *testing.B) *allowHarness { return railHarness(b) }
+
+// railHarness is a server with one Stripe rail account (acct_bench) on an
+// in-process mock rail holding payment pi_bench, and an execute credential.
+func railHarness(b testing.TB) *allowHarness {
 	b.Helper()
 	ctx := context.Background()
 	mock, err := mockrail.New(mockrail.WithPayments(mockrail.Payment{Rail: mockrail.Stripe, ID: "pi_bench", Amount: 1 << 50, Currency: "usd"}))
@@ -192,7 +198,7 @@ func benchHarness(b *testing.B) *allowHarness {
 	if _, err := store.IssueCredential(ctx, agent.ID, credential.ScopeExecute, time.Now().Add(time.Hour), hash); err != nil {
 		b.Fatal(err)
 	}
-	return &allowHarness{client: authv3.NewAuthorizationClient(conn), secret: secret}
+	return &allowHarness{client: authv3.NewAuthorizationClient(conn), secret: secret, grpcAddr: srv.GRPCAddr(), mockURL: ts.URL}
 }
 
 func pgbenchPath() (string, error) {
