@@ -51,6 +51,11 @@ func FromCheckRequest(req *authv3.CheckRequest) engine.Request {
 		out.Body = []byte(h.GetBody())
 	}
 	out.BodyTruncated = strings.EqualFold(out.Headers[PartialBodyHeader], "true")
+	// Envoy's CheckRequest id is its stream id; x-request-id is the id the
+	// agent, the logs and the rail's traces share. Prefer it.
+	if rid := out.Headers["x-request-id"]; rid != "" {
+		out.RequestID = rid
+	}
 	// Envoy's per-route check settings name the rail, because the agent
 	// talks to Envoy's local address and the Host it sends is Envoy's.
 	ext := req.GetAttributes().GetContextExtensions()
