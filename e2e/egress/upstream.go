@@ -54,6 +54,11 @@ func (x *exchange) forward() *response {
 		cancel()
 		return localReply(http.StatusNotFound, nil, nil)
 	}
+	// Envoy's router does not retry unless a retry_policy says so. Go's
+	// transport would silently resend a POST carrying an Idempotency-Key
+	// on a reused connection that died; without GetBody the request is not
+	// replayable, so a reset reaches the agent as Envoy's 503 would.
+	req.GetBody = nil
 	req.Host = authority
 	if rt.HostRewrite != "" {
 		req.Host = rt.HostRewrite
