@@ -41,6 +41,20 @@ type railEnv struct {
 	grpcAddr   string
 	secret     string // the agent's Countersign credential
 	countersig *proc
+	csEnv      []string
+	httpAddr   string
+}
+
+// restartCountersign SIGKILLs the running countersign (no graceful
+// anything) and starts a new one on the same ledger and addresses.
+func (e *railEnv) restartCountersign() {
+	e.t.Helper()
+	if err := e.countersig.cmd.Process.Kill(); err != nil {
+		e.t.Fatal(err)
+	}
+	_ = e.countersig.cmd.Wait()
+	e.countersig = startProc(e.t, "countersign", e.csEnv, "serve")
+	waitStatus(e.t, "http://"+e.httpAddr+"/readyz", 200, 30*time.Second)
 }
 
 type envOptions struct {
@@ -99,7 +113,7 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 `, stripeAccount, mockURL, write("stripe.key", stripeKey), razorpayAccount, mockURL, write("razorpay.key", razorpayKey)))
 
 	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
-	cs := startProc(t, "countersign", []string{
+	csEnv := []string{
 		"COUNTERSIGN_DATABASE_URL=" + dbURL,
 		"COUNTERSIGN_GRPC_ADDR=" + grpcAddr,
 		"COUNTERSIGN_HTTP_ADDR=" + httpAddr,
@@ -108,7 +122,8 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 		"COUNTERSIGN_RECONCILE_INTERVAL=200ms",
 		"COUNTERSIGN_LEASE_TTL=" + o.leaseTTL.String(),
 		"COUNTERSIGN_LOG_LEVEL=debug",
-	}, "serve")
+	}
+	cs := startProc(t, "countersign", csEnv, "serve")
 	waitStatus(t, "http://"+httpAddr+"/readyz", 200, 30*time.Second)
 
 	pctx, cancel := context.WithCancel(ctx)
@@ -140,7 +155,7 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 	if _, err := store.IssueCredential(ctx, agent.ID, credential.ScopeExecute, time.Now().Add(time.Hour), hash); err != nil {
 		t.Fatal(err)
 	}
-	return &railEnv{t: t, dbURL: dbURL, store: store, mock: mockURL, proxy: "http://" + proxy.Addr(), grpcAddr: grpcAddr, secret: secret, countersig: cs}
+	return &railEnv{t: t, dbURL: dbURL, store: store, mock: mockURL, proxy: "http://" + proxy.Addr(), grpcAddr: grpcAddr, secret: secret, countersig: cs, csEnv: csEnv, httpAddr: httpAddr}
 }
 
 // waitListening reads a process's output until a line with prefix names its URL.
