@@ -43,6 +43,7 @@ type railEnv struct {
 	countersig *proc
 	csEnv      []string
 	httpAddr   string
+	railsFile  string
 }
 
 // restartCountersign SIGKILLs the running countersign (no graceful
@@ -62,6 +63,8 @@ type envOptions struct {
 	leaseTTL       time.Duration
 	routeTimeout   time.Duration
 	mockFaults     []string // --fault flags for mockrail
+	// noReconciler turns serve's in-process reconciler off.
+	noReconciler bool
 }
 
 func newRailEnv(t *testing.T, o envOptions) *railEnv {
@@ -119,7 +122,7 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 		"COUNTERSIGN_HTTP_ADDR=" + httpAddr,
 		"COUNTERSIGN_RAILS_FILE=" + railsFile,
 		"COUNTERSIGN_RECONCILE_DELAY=" + o.reconcileDelay.String(),
-		"COUNTERSIGN_RECONCILE_INTERVAL=200ms",
+		"COUNTERSIGN_RECONCILE_INTERVAL=" + map[bool]string{false: "200ms", true: "0s"}[o.noReconciler],
 		"COUNTERSIGN_LEASE_TTL=" + o.leaseTTL.String(),
 		"COUNTERSIGN_LOG_LEVEL=debug",
 	}
@@ -155,7 +158,7 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 	if _, err := store.IssueCredential(ctx, agent.ID, credential.ScopeExecute, time.Now().Add(time.Hour), hash); err != nil {
 		t.Fatal(err)
 	}
-	return &railEnv{t: t, dbURL: dbURL, store: store, mock: mockURL, proxy: "http://" + proxy.Addr(), grpcAddr: grpcAddr, secret: secret, countersig: cs, csEnv: csEnv, httpAddr: httpAddr}
+	return &railEnv{t: t, dbURL: dbURL, store: store, mock: mockURL, proxy: "http://" + proxy.Addr(), grpcAddr: grpcAddr, secret: secret, countersig: cs, csEnv: csEnv, httpAddr: httpAddr, railsFile: railsFile}
 }
 
 // waitListening reads a process's output until a line with prefix names its URL.

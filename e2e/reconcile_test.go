@@ -116,3 +116,28 @@ func TestAuditVerifyNamesAHandEditedRecord(t *testing.T) {
 		t.Fatalf("verify output does not name chain %s record %d:\n%s", chain, seq, out)
 	}
 }
+
+// TestReconcileCommandSettlesOnePass: with serve's reconciler off, an
+// ambiguous refund stays UNKNOWN until an operator runs `countersign
+// reconcile`, which settles it in one pass.
+func TestReconcileCommandSettlesOnePass(t *testing.T) {
+	e := newRailEnv(t, envOptions{noReconciler: true, reconcileDelay: 100 * time.Millisecond})
+	e.payment("stripe", "pi_cli", 10000, "usd")
+	e.fault(map[string]any{"profile": "5xx_after_apply", "count": 1, "method": "POST", "path": "/v1/refunds"})
+	if r := e.stripeRefund(nil, url.Values{"payment_intent": {"pi_cli"}, "amount": {"900"}}); r.Status != 500 {
+		t.Fatalf("agent saw %d %s, want the rail's 500", r.Status, r.Body)
+	}
+	if its := e.intentsOn("pi_cli"); len(its) != 1 || its[0].State != intent.Unknown {
+		t.Fatalf("before the pass: %+v", its)
+	}
+	time.Sleep(200 * time.Millisecond) // the reconcile delay is a minimum wait by design
+	out, err := exec.Command(filepath.Join(bin, "countersign"), "reconcile", "--database-url", e.dbURL,
+		"--rails-file", e.railsFile, "--reconcile-delay", "100ms").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "1 applied") {
+		t.Fatalf("reconcile: %v\n%s", err, out)
+	}
+	its := e.intentsOn("pi_cli")
+	if its[0].State != intent.Applied || its[0].RailEntityID != e.journal().Effects[0].EntityID {
+		t.Fatalf("after the pass: %+v", its[0])
+	}
+}
