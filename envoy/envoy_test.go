@@ -1,0 +1,348 @@
+package envoy
+
+import (
+	"encoding/json"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+	"sigs.k8s.io/yaml"
+)
+
+// egressConfig is the agent-pod egress bootstrap.
+const egressConfig = "egress.yaml"
+
+// bootstrapFiles are the shipped Envoy bootstraps: every YAML file in this
+// directory (the Istio examples live in istio/ and are not bootstraps).
+func bootstrapFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob("*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(files, egressConfig) {
+		t.Fatalf("%s is not among the shipped configs %v", egressConfig, files)
+	}
+	return files
+}
+
+// TestShippedBootstraps parses, deep-validates and contract-checks every
+// shipped bootstrap.
+func TestShippedBootstraps(t *testing.T) {
+	for _, f := range bootstrapFiles(t) {
+		t.Run(f, func(t *testing.T) {
+			b, err := loadBootstrap(f)
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			if _, err := validateDeep(b); err != nil {
+				t.Fatalf("validate:\n%v", err)
+			}
+			if err := checkContract(b); err != nil {
+				t.Fatalf("contract:\n%v", err)
+			}
+		})
+	}
+}
+
+// TestDeepValidationReachesEveryAny proves the walk unpacks the Anys at
+// every depth: the filter configs inside the connection manager inside the
+// listener, the per-route configs inside its routes, the TLS contexts and
+// protocol options of the clusters, the access logger.
+func TestDeepValidationReachesEveryAny(t *testing.T) {
+	b, err := loadBootstrap(egressConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := validateDeep(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"envoy.extensions.access_loggers.stream.v3.StdoutAccessLog",
+		"envoy.extensions.filters.http.ext_authz.v3.ExtAuthz",
+		"envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute",
+		"envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute",
+		"envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
+		"envoy.extensions.filters.http.router.v3.Router",
+		"envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+		"envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+		"envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+	}
+	if got := res.types(); !slices.Equal(got, want) {
+		t.Errorf("unpacked types\n got %q\nwant %q", got, want)
+	}
+	// Two levels of Any: a per-route config inside the connection manager.
+	const nested = "static_resources.listeners[0].filter_chains[0].filters[0].typed_config<HttpConnectionManager>" +
+		".route_config.virtual_hosts[0].routes[0].typed_per_filter_config[envoy.filters.http.ext_authz]<ExtAuthzPerRoute>"
+	if res.Anys[nested] == "" {
+		t.Errorf("no Any at %s; walked:\n%s", nested, strings.Join(slices.Sorted(maps.Keys(res.Anys)), "\n"))
+	}
+}
+
+// TestUnresolvableAnyNamesItsPath: protojson already refuses an unknown
+// @type in a file, so the walker's own check is exercised on a message
+// built in Go — the shape an xDS server could send.
+func TestUnresolvableAnyNamesItsPath(t *testing.T) {
+	b := &bootstrapv3.Bootstrap{StaticResources: &bootstrapv3.Bootstrap_StaticResources{
+		Listeners: []*listenerv3.Listener{{
+			Name: "l",
+			FilterChains: []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{{
+				Name:       "f",
+				ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: &anypb.Any{TypeUrl: "type.googleapis.com/countersign.test.NoSuchFilter"}},
+			}}}},
+		}},
+	}}
+	if err := b.ValidateAll(); err != nil {
+		t.Fatalf("the outer message is valid, ValidateAll says %v", err)
+	}
+	_, err := validateDeep(b)
+	if err == nil {
+		t.Fatal("an unresolvable type URL passed")
+	}
+	for _, want := range []string{"static_resources.listeners[0].filter_chains[0].filters[0].typed_config", "countersign.test.NoSuchFilter"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+}
+
+// TestInvalidAnyValueIsCaught: bytes that do not decode as the named type.
+func TestInvalidAnyValueIsCaught(t *testing.T) {
+	hcm, err := anypb.New(&hcmv3.HttpConnectionManager{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hcm.Value = []byte{0x0a, 0xff} // field 1, length 255, nothing follows
+	b := &bootstrapv3.Bootstrap{StaticResources: &bootstrapv3.Bootstrap_StaticResources{
+		Listeners: []*listenerv3.Listener{{Name: "l", FilterChains: []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{{
+			Name: "f", ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: hcm},
+		}}}}}},
+	}}
+	if _, err := validateDeep(b); err == nil || !strings.Contains(err.Error(), "filters[0].typed_config") {
+		t.Fatalf("validateDeep = %v, want an error at filters[0].typed_config", err)
+	}
+}
+
+type stage int
+
+const (
+	passes stage = iota
+	failsParse
+	failsValidation
+	failsContract
+)
+
+func (s stage) String() string {
+	return [...]string{"passes", "fails parse", "fails validation", "fails contract"}[s]
+}
+
+// TestBrokenCopiesAreCaught breaks a copy of egress.yaml one way at a time
+// and checks the first stage that must catch it does, and the earlier
+// stages do not (so each case tests what it says).
+func TestBrokenCopiesAreCaught(t *testing.T) {
+	hcm := []any{"static_resources", "listeners", 0, "filter_chains", 0, "filters", 0, "typed_config"}
+	filter := func(name string) []any { return append(slices.Clone(hcm), "http_filters", named(name), "typed_config") }
+	authz, proc := filter("envoy.filters.http.ext_authz"), filter("envoy.filters.http.ext_proc")
+	stripeRoute := append(slices.Clone(hcm), "route_config", "virtual_hosts", named("stripe"), "routes", 0)
+	cluster := func(name string) []any { return []any{"static_resources", "clusters", named(name)} }
+
+	cases := []struct {
+		name   string
+		at     []any
+		edit   func(m map[string]any)
+		want   stage
+		errHas string // what the rejecting stage's error must say
+	}{
+		{name: "unchanged", at: nil, edit: func(map[string]any) {}, want: passes},
+
+		{name: "misspelled top-level field", edit: rename("static_resources", "static_resource"), want: failsParse, errHas: "unknown field \"static_resource\""},
+		{name: "misspelled field inside a typed config", at: authz, edit: rename("failure_mode_allow", "failure_mode_alow"), want: failsParse, errHas: "unknown field \"failure_mode_alow\""},
+		{name: "misspelled field two Anys deep", at: append(slices.Clone(stripeRoute), "typed_per_filter_config", "envoy.filters.http.ext_authz"),
+			edit: rename("check_settings", "check_setting"), want: failsParse, errHas: "unknown field \"check_setting\""},
+		{name: "unknown enum value", at: append(slices.Clone(proc), "processing_mode"), edit: set("request_body_mode", "BUFFERD"), want: failsParse, errHas: "BUFFERD"},
+		{name: "unknown transport api version", at: authz, edit: set("transport_api_version", "V4"), want: failsParse, errHas: "\"V4\""},
+		{name: "unknown @type", at: authz, edit: set("@type", "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzz"), want: failsParse, errHas: "unable to resolve"},
+
+		{name: "status_on_error not an HTTP status, inside an Any", at: authz, edit: set("status_on_error", map[string]any{"code": 999}),
+			want: failsValidation, errHas: "http_filters[0].typed_config<ExtAuthz>"},
+		{name: "with_request_body without max_request_bytes, inside an Any", at: append(slices.Clone(authz), "with_request_body"), edit: del("max_request_bytes"),
+			want: failsValidation, errHas: "typed_config<ExtAuthz>"},
+		{name: "ext_proc message_timeout over an hour, inside an Any", at: proc, edit: set("message_timeout", "7200s"),
+			want: failsValidation, errHas: "typed_config<ExternalProcessor>"},
+		{name: "no context extensions, two Anys deep", at: append(slices.Clone(stripeRoute), "typed_per_filter_config", "envoy.filters.http.ext_authz", "check_settings"),
+			edit: set("context_extensions", map[string]any{}), want: failsContract, errHas: "rail_account must name"},
+		{name: "route with ext_authz disabled and check settings, two Anys deep", at: append(slices.Clone(stripeRoute), "typed_per_filter_config", "envoy.filters.http.ext_authz"),
+			edit: set("disabled", true), want: failsParse, errHas: "already set"}, // a oneof set twice
+		{name: "SAN matcher without a type, inside an Any", at: append(cluster("stripe"), "transport_socket", "typed_config", "common_tls_context", "validation_context", "match_typed_subject_alt_names", 0),
+			edit: del("san_type"), want: failsValidation, errHas: "typed_config<UpstreamTlsContext>"},
+		{name: "deprecated cluster field", at: cluster("countersign"), edit: set("http2_protocol_options", map[string]any{}),
+			want: failsValidation, errHas: "http2_protocol_options"},
+
+		{name: "ext_authz fails open", at: authz, edit: set("failure_mode_allow", true), want: failsContract, errHas: "ext_authz: failure_mode_allow must be false"},
+		{name: "ext_proc fails open", at: proc, edit: set("failure_mode_allow", true), want: failsContract, errHas: "ext_proc: failure_mode_allow must be false"},
+		{name: "status_on_error 403", at: authz, edit: set("status_on_error", map[string]any{"code": 403}), want: failsContract, errHas: "status_on_error must be 503"},
+		// GrpcService.timeout has no generated rule: only the contract
+		// stops a negative one.
+		{name: "negative ext_authz timeout", at: append(slices.Clone(authz), "grpc_service"), edit: set("timeout", "-1s"), want: failsContract, errHas: "grpc_service.timeout must be at least"},
+		{name: "ext_authz on the 200ms default timeout", at: append(slices.Clone(authz), "grpc_service"), edit: del("timeout"), want: failsContract, errHas: "grpc_service.timeout must be at least"},
+		{name: "no partial message", at: append(slices.Clone(authz), "with_request_body"), edit: set("allow_partial_message", false), want: failsContract, errHas: "allow_partial_message: true"},
+		{name: "no body in the check", at: authz, edit: del("with_request_body"), want: failsContract, errHas: "with_request_body must be set"},
+		{name: "route cache cleared", at: authz, edit: set("clear_route_cache", true), want: failsContract, errHas: "clear_route_cache must be false"},
+		{name: "raw headers", at: authz, edit: set("encode_raw_headers", true), want: failsContract, errHas: "encode_raw_headers must be false"},
+		{name: "routing headers mutable", at: append(slices.Clone(authz), "decoder_header_mutation_rules"), edit: set("allow_all_routing", true), want: failsContract, errHas: "allow_all_routing"},
+		{name: "ext_proc before ext_authz", at: hcm, edit: swapFilters(0, 1), want: failsContract, errHas: "filter order"},
+		{name: "router before ext_proc", at: hcm, edit: swapFilters(1, 2), want: failsContract, errHas: "filter order"},
+		{name: "streamed request body", at: append(slices.Clone(proc), "processing_mode"), edit: set("request_body_mode", "STREAMED"), want: failsContract, errHas: "request_body_mode:STREAMED"},
+		{name: "response body not sent", at: append(slices.Clone(proc), "processing_mode"), edit: set("response_body_mode", "NONE"), want: failsContract, errHas: "processing_mode must be"},
+		{name: "ext_authz metadata not forwarded", at: proc, edit: del("metadata_options"), want: failsContract, errHas: "forwarding_namespaces.untyped must include"},
+		{name: "immediate responses ignored", at: proc, edit: set("disable_immediate_response", true), want: failsContract, errHas: "disable_immediate_response"},
+		{name: "ext_authz disabled in the chain", at: append(slices.Clone(hcm), "http_filters", named("envoy.filters.http.ext_authz")), edit: set("disabled", true), want: failsContract, errHas: "neither disabled nor optional"},
+		{name: "rail route without rail_account", at: append(slices.Clone(stripeRoute), "typed_per_filter_config", "envoy.filters.http.ext_authz", "check_settings", "context_extensions"),
+			edit: del("rail_account"), want: failsContract, errHas: "rail_account must name"},
+		{name: "rail route without ext_authz settings", at: append(slices.Clone(stripeRoute), "typed_per_filter_config"), edit: del("envoy.filters.http.ext_authz"), want: failsContract, errHas: "must be an ExtAuthzPerRoute"},
+		{name: "rail route without host rewrite", at: append(slices.Clone(stripeRoute), "route"), edit: del("host_rewrite_literal"), want: failsContract, errHas: "host_rewrite_literal must name"},
+		{name: "rail route to countersign", at: append(slices.Clone(stripeRoute), "route"), edit: set("cluster", "countersign"), want: failsContract, errHas: "routes to the \"countersign\" cluster"},
+		{name: "rail cluster without TLS", at: cluster("stripe"), edit: del("transport_socket"), want: failsContract, errHas: "transport_socket must be an UpstreamTlsContext"},
+		{name: "rail certificate not verified", at: append(cluster("stripe"), "transport_socket", "typed_config", "common_tls_context"), edit: del("validation_context"), want: failsContract, errHas: "trusted_ca must be set"},
+		{name: "sni is not the rewritten host", at: append(cluster("razorpay"), "transport_socket", "typed_config"), edit: set("sni", "api.razorpay.co"), want: failsContract, errHas: "sni \"api.razorpay.co\""},
+		{name: "countersign over HTTP/1.1", at: cluster("countersign"), edit: del("typed_extension_protocol_options"), want: failsContract, errHas: "must speak HTTP/2"},
+		{name: "authorization in the access log", at: append(slices.Clone(hcm), "access_log", 0, "typed_config", "log_format", "json_format"),
+			edit: set("auth", "%REQ(AUTHORIZATION)%"), want: failsContract, errHas: "credentials must never be logged"},
+		{name: "admin on every interface", at: []any{"admin", "address", "socket_address"}, edit: set("address", "0.0.0.0"), want: failsContract, errHas: "admin listens on"},
+		{name: "listener on every interface", at: []any{"static_resources", "listeners", 0, "address", "socket_address"}, edit: set("address", "0.0.0.0"), want: failsContract, errHas: "listener \"egress\" listens on"},
+	}
+	orig, err := os.ReadFile(egressConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var doc map[string]any
+			if err := yaml.Unmarshal(orig, &doc); err != nil {
+				t.Fatal(err)
+			}
+			tc.edit(dig(t, doc, tc.at...))
+			broken, err := json.Marshal(doc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := runStages(broken)
+			if got != tc.want {
+				t.Fatalf("%s, want %s (error: %v)", got, tc.want, err)
+			}
+			if tc.want == passes {
+				return
+			}
+			if tc.errHas == "" || !strings.Contains(err.Error(), tc.errHas) {
+				t.Errorf("error does not say %q:\n%v", tc.errHas, err)
+			}
+			if tc.want == failsValidation && strings.Contains(tc.errHas, "<") {
+				// The fault is inside an Any: the generated validation of
+				// the outer message cannot see it.
+				b, err := parseBootstrap(broken)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := b.ValidateAll(); err != nil {
+					t.Errorf("Bootstrap.ValidateAll already sees the fault, so the case does not test the walk: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// runStages reports the first stage that rejects data, and its error.
+func runStages(data []byte) (stage, error) {
+	b, err := parseBootstrap(data)
+	if err != nil {
+		return failsParse, err
+	}
+	if _, err := validateDeep(b); err != nil {
+		return failsValidation, err
+	}
+	if err := checkContract(b); err != nil {
+		return failsContract, err
+	}
+	return passes, nil
+}
+
+// named selects the element of a list whose "name" is the given value.
+type named string
+
+// dig walks a generic YAML document by map keys, list indexes and names,
+// and returns the map found there.
+func dig(t *testing.T, v any, path ...any) map[string]any {
+	t.Helper()
+	for i, p := range path {
+		switch p := p.(type) {
+		case string:
+			m, ok := v.(map[string]any)
+			if !ok || m[p] == nil {
+				t.Fatalf("no key %q at %v", p, path[:i])
+			}
+			v = m[p]
+		case int:
+			l, ok := v.([]any)
+			if !ok || p >= len(l) {
+				t.Fatalf("no index %d at %v", p, path[:i])
+			}
+			v = l[p]
+		case named:
+			l, _ := v.([]any)
+			found := false
+			for _, e := range l {
+				if m, ok := e.(map[string]any); ok && m["name"] == string(p) {
+					v, found = m, true
+					break
+				}
+			}
+			if !found {
+				t.Fatalf("no element named %q at %v", p, path[:i])
+			}
+		default:
+			t.Fatalf("bad path element %v", p)
+		}
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		t.Fatalf("%v is not a map", path)
+	}
+	return m
+}
+
+func set(k string, v any) func(map[string]any) { return func(m map[string]any) { m[k] = v } }
+
+func del(k string) func(map[string]any) {
+	return func(m map[string]any) {
+		if _, ok := m[k]; !ok {
+			panic("del: no key " + k)
+		}
+		delete(m, k)
+	}
+}
+
+func rename(from, to string) func(map[string]any) {
+	return func(m map[string]any) {
+		v, ok := m[from]
+		if !ok {
+			panic("rename: no key " + from)
+		}
+		delete(m, from)
+		m[to] = v
+	}
+}
+
+func swapFilters(i, j int) func(map[string]any) {
+	return func(m map[string]any) {
+		l := m["http_filters"].([]any)
+		l[i], l[j] = l[j], l[i]
+	}
+}
