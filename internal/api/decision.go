@@ -145,7 +145,8 @@ var transportErrors = map[countersignv1.TransportError]string{
 
 // Commit records the rail's answer to an allowed attempt.
 func (s *DecisionServer) Commit(ctx context.Context, req *countersignv1.CommitRequest) (*countersignv1.CommitResponse, error) {
-	ref := engine.IntentRef{RailAccount: req.GetRailAccount(), SIK: req.GetSik(), AttemptSeq: int(req.GetAttemptSeq())}
+	ref := engine.IntentRef{RailAccount: req.GetRailAccount(), SIK: req.GetSik(), AttemptSeq: int(req.GetAttemptSeq()),
+		BodyStamped: req.GetBodyStamped()}
 	var resp rail.Response
 	switch o := req.GetOutcome().(type) {
 	case *countersignv1.CommitRequest_Response:

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -86,7 +87,7 @@ func (c *Config) BindServe(fs *pflag.FlagSet) {
 	c.BindDatabase(fs)
 	c.BindEngine(fs)
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", c.ReconcileInterval, "how often the in-process reconciler looks for work (0 turns it off)")
-	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address (ext_authz, countersign.v1, health, reflection)")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address (ext_authz, countersign.v1, health, reflection): host:port, or unix:/path for a socket only Envoy can reach")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address (REST, /metrics, /healthz, /readyz, /openapi.json)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long a graceful shutdown may take before connections are cut")
 	fs.DurationVar(&c.ReadinessInterval, "readiness-interval", c.ReadinessInterval, "how often the ledger is probed for readiness")
@@ -191,6 +192,12 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("reconcile-interval (%s) must not be negative", EnvName("reconcile-interval")))
 	}
 	for _, a := range []struct{ flag, addr string }{{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTPAddr}} {
+		if path, ok := UnixPath(a.addr); ok && a.flag == "grpc-addr" {
+			if !filepath.IsAbs(path) {
+				errs = append(errs, fmt.Errorf("%s (%s) unix socket path must be absolute, got %q", a.flag, EnvName(a.flag), path))
+			}
+			continue
+		}
 		if _, port, err := net.SplitHostPort(a.addr); err != nil || port == "" {
 			errs = append(errs, fmt.Errorf("%s (%s) must be host:port, got %q", a.flag, EnvName(a.flag), a.addr))
 		}
@@ -205,4 +212,17 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("readiness-interval (%s) must be between 100ms and 1m, got %s", EnvName("readiness-interval"), c.ReadinessInterval))
 	}
 	return errors.Join(errs...)
+}
+
+// UnixPath returns the socket path of a "unix:/path" or "unix:///path"
+// address.
+func UnixPath(addr string) (string, bool) {
+	rest, ok := strings.CutPrefix(addr, "unix:")
+	if !ok {
+		return "", false
+	}
+	if p, ok := strings.CutPrefix(rest, "//"); ok {
+		rest = p
+	}
+	return rest, true
 }

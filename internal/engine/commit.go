@@ -46,7 +46,7 @@ func (e *Engine) Commit(ctx context.Context, ref IntentRef, resp rail.Response) 
 		c = c.CheckStamp(ref.BodyValue)
 	}
 	r := ledger.AttemptResult{Key: key, Seq: ref.AttemptSeq, EntityID: c.EntityID, FeeMinor: c.FeeMinor,
-		Reason: c.Reason, ReconcileDelay: e.opts.ReconcileDelay}
+		Reason: c.Reason, ReconcileDelay: e.opts.ReconcileDelay, BodyStamped: ref.BodyStamped}
 	if resp.Status != 0 {
 		r.Response = &ledger.HTTPMessage{Status: resp.Status, Headers: maps.Clone(resp.Headers), Body: resp.Body}
 	}

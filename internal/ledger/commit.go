@@ -28,7 +28,9 @@ type AttemptResult struct {
 	Outcome        RailOutcome
 	Response       *HTTPMessage // nil when no response arrived
 	TransportError string
-	EntityID       string
+	// BodyStamped says the request that went out carried the body stamp.
+	BodyStamped bool
+	EntityID    string
 	FeeMinor       int64
 	Reason         string
 	// ReconcileDelay is the wait before the first reconciliation query of
@@ -116,11 +118,12 @@ func (tx *Tx) recordResponse(ctx context.Context, r AttemptResult) error {
 		       response_headers = COALESCE($5, response_headers),
 		       response_body = COALESCE($6, response_body),
 		       transport_error = COALESCE(NULLIF($7, ''), transport_error),
+		       body_stamped = body_stamped OR $10,
 		       entity_id = COALESCE(entity_id, NULLIF($8, '')),
 		       fee_minor = COALESCE(fee_minor, $9),
 		       finished_at = COALESCE(finished_at, now())
 		WHERE rail_account = $1 AND sik = $2 AND attempt_seq = $3`,
-		r.RailAccount, r.SIK, r.Seq, status, headers, body, r.TransportError, r.EntityID, fee)
+		r.RailAccount, r.SIK, r.Seq, status, headers, body, r.TransportError, r.EntityID, fee, r.BodyStamped)
 	if err != nil {
 		return err
 	}

@@ -66,6 +66,7 @@ type Attempt struct {
 	Request         HTTPMessage
 	Response        *HTTPMessage
 	TransportError  string
+	BodyStamped     bool
 	EntityID        string
 	FeeMinor        int64
 	StartedAt       time.Time
@@ -344,7 +345,7 @@ func (tx *Tx) leaseExpired(ctx context.Context, k Key, seq int) (bool, error) {
 
 const attemptColumns = `rail_account, sik, attempt_seq, stamp, stamp_generation, outcome, lease_owner, lease_expires_at,
 	request_method, request_path, request_headers, request_body, response_status, response_headers, response_body,
-	COALESCE(transport_error, ''), COALESCE(entity_id, ''), COALESCE(fee_minor, 0), started_at, finished_at`
+	COALESCE(transport_error, ''), body_stamped, COALESCE(entity_id, ''), COALESCE(fee_minor, 0), started_at, finished_at`
 
 func scanAttempt(row pgx.Row) (Attempt, error) {
 	var a Attempt
@@ -354,7 +355,7 @@ func scanAttempt(row pgx.Row) (Attempt, error) {
 	var respBody []byte
 	err := row.Scan(&a.RailAccount, &a.SIK, &a.Seq, &a.Stamp, &gen, &a.Outcome, &a.LeaseOwner, &a.LeaseExpiresAt,
 		&a.Request.Method, &a.Request.Path, &reqHeaders, &a.Request.Body, &status, &respHeaders, &respBody,
-		&a.TransportError, &a.EntityID, &a.FeeMinor, &a.StartedAt, &a.FinishedAt)
+		&a.TransportError, &a.BodyStamped, &a.EntityID, &a.FeeMinor, &a.StartedAt, &a.FinishedAt)
 	if err != nil {
 		return a, err
 	}

@@ -54,13 +54,16 @@ func TestFindingsFollowTheEvidence(t *testing.T) {
 		name      string
 		found     rail.Finding
 		err       error
+		unstamped bool // the request was never confirmed to carry the body stamp
 		want      ledger.FindingOutcome
 		exhausted bool
 	}{
-		{"match on page 3", rail.Finding{Match: entity, Pages: 3}, nil, ledger.FindingApplied, false},
-		{"absent after every page", rail.Finding{Exhausted: true, Pages: 4}, nil, ledger.FindingAbsent, true},
-		{"empty page, not read to the end", rail.Finding{Pages: 1}, nil, ledger.FindingInconclusive, false},
-		{"listing failed", rail.Finding{Pages: 2}, errors.New("503 from the rail"), ledger.FindingInconclusive, false},
+		{"match on page 3", rail.Finding{Match: entity, Pages: 3}, nil, false, ledger.FindingApplied, false},
+		{"absent after every page", rail.Finding{Exhausted: true, Pages: 4}, nil, false, ledger.FindingAbsent, true},
+		{"absent, but the body stamp was never confirmed", rail.Finding{Exhausted: true, Pages: 4}, nil, true, ledger.FindingInconclusive, false},
+		{"match without a confirmed body stamp", rail.Finding{Match: entity, Pages: 1}, nil, true, ledger.FindingApplied, false},
+		{"empty page, not read to the end", rail.Finding{Pages: 1}, nil, false, ledger.FindingInconclusive, false},
+		{"listing failed", rail.Finding{Pages: 2}, errors.New("503 from the rail"), false, ledger.FindingInconclusive, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -68,7 +71,7 @@ func TestFindingsFollowTheEvidence(t *testing.T) {
 			acct := &rails.Account{ID: "acct_1", Rail: sik.RailStripe, Adapter: ad}
 			l := &scripted{work: []ledger.ReconcileWork{{
 				Intent:  ledger.Intent{Key: ledger.Key{RailAccount: "acct_1", SIK: "S"}, Action: "refund", Subject: "pi_1", AmountMinor: 5, Currency: "USD", Canonical: `{"extra":{}}`, AttemptCount: 1},
-				Attempt: ledger.Attempt{Seq: 1, Stamp: "STAMP"},
+				Attempt: ledger.Attempt{Seq: 1, Stamp: "STAMP", BodyStamped: !tc.unstamped},
 			}}}
 			w := New(l, oneAccount{acct}, Options{Owner: "me"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			if _, err := w.Pass(context.Background(), nil); err != nil {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -100,7 +101,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 // Start binds both listeners and serves in the background.
 func (s *Server) Start(ctx context.Context) error {
 	var lc net.ListenConfig
-	gl, err := lc.Listen(ctx, "tcp", s.cfg.GRPCAddr)
+	gl, err := listenGRPC(ctx, s.cfg.GRPCAddr)
 	if err != nil {
 		return fmt.Errorf("grpc-addr %s: %w", s.cfg.GRPCAddr, err)
 	}
@@ -113,7 +114,7 @@ func (s *Server) Start(ctx context.Context) error {
 
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
-	mux, err := s.httpMux(bg, gl.Addr().String())
+	mux, err := s.httpMux(bg, dialTarget(gl))
 	if err != nil {
 		cancel()
 		gl.Close()
@@ -150,8 +151,45 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
-// GRPCAddr is the bound gRPC address (useful with port 0).
-func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
+// GRPCAddr is the bound gRPC address (useful with port 0), as a gRPC dial
+// target.
+func (s *Server) GRPCAddr() string { return dialTarget(s.grpcLis) }
+
+// listenGRPC listens on host:port, or on a unix socket for "unix:/path".
+// ALLOW answers carry the rail key to Envoy, so a deployment where the agent
+// shares the network namespace (a sidecar in the agent's pod) must put the
+// Envoy-facing listener on a socket in a volume only Envoy and Countersign
+// mount: anything that can call Check can read what ALLOW sets.
+func listenGRPC(ctx context.Context, addr string) (net.Listener, error) {
+	var lc net.ListenConfig
+	path, ok := config.UnixPath(addr)
+	if !ok {
+		return lc.Listen(ctx, "tcp", addr)
+	}
+	// A stale socket from a killed process would block the bind.
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if err := os.Remove(path); err != nil {
+			return nil, err
+		}
+	}
+	ln, err := lc.Listen(ctx, "unix", path)
+	if err != nil {
+		return nil, err
+	}
+	// Owner and group only: Envoy's container runs in the group.
+	if err := os.Chmod(path, 0o660); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+func dialTarget(l net.Listener) string {
+	if l.Addr().Network() == "unix" {
+		return "unix://" + l.Addr().String()
+	}
+	return l.Addr().String()
+}
 
 // HTTPAddr is the bound HTTP address.
 func (s *Server) HTTPAddr() string { return s.httpLis.Addr().String() }

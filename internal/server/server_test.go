@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -309,4 +311,58 @@ func grepLines(s, substr string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestUnixSocketListener: the Envoy-facing gRPC listener can be a unix
+// socket (so an agent sharing the pod's network cannot call Check), with
+// permissions for owner and group only; REST still reaches gRPC through it.
+func TestUnixSocketListener(t *testing.T) {
+	dir, err := os.MkdirTemp("", "cs-sock-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "grpc.sock")
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	store, err := ledger.Open(ctx, url, ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	cfg := config.Defaults()
+	cfg.DatabaseURL, cfg.GRPCAddr, cfg.HTTPAddr, cfg.ReconcileInterval = url, "unix:"+sock, "127.0.0.1:0", 0
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(cfg, store, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown(context.Background())
+	fi, err := os.Stat(sock)
+	if err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o660 {
+		t.Fatalf("socket %s: %v %v", sock, fi, err)
+	}
+	conn, err := grpc.NewClient(srv.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	h := &harness{store: store, srv: srv, conn: conn, http: "http://" + srv.HTTPAddr()}
+	if _, code := deniedCode(t, h.check(t, "r-unix", "")); code != "credential_missing" {
+		t.Fatalf("Check over the socket: %s", code)
+	}
+	if s, _ := h.get(t, "/v1/agents"); s != http.StatusNotImplemented {
+		t.Fatalf("REST through the socket = %d", s)
+	}
+	// A relative socket path is refused at start.
+	bad := cfg
+	bad.GRPCAddr = "unix:grpc.sock"
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "must be absolute") {
+		t.Fatalf("relative socket path: %v", err)
+	}
 }

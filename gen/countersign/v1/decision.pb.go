@@ -705,6 +705,11 @@ type CommitRequest struct {
 	Outcome isCommitRequest_Outcome `protobuf_oneof:"outcome"`
 	// True if the response body is only a prefix of the real body.
 	BodyTruncated bool `protobuf:"varint,6,opt,name=body_truncated,json=bodyTruncated,proto3" json:"body_truncated,omitempty"`
+	// True if the request that went to the rail carried the body stamp
+	// (Decide's stamps entry for metadata/notes). Only then can the
+	// reconciler take an exhaustive listing without a match as proof that
+	// the attempt did not apply.
+	BodyStamped   bool `protobuf:"varint,7,opt,name=body_stamped,json=bodyStamped,proto3" json:"body_stamped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -788,6 +793,13 @@ func (x *CommitRequest) GetTransportError() TransportError {
 func (x *CommitRequest) GetBodyTruncated() bool {
 	if x != nil {
 		return x.BodyTruncated
+	}
+	return false
+}
+
+func (x *CommitRequest) GetBodyStamped() bool {
+	if x != nil {
+		return x.BodyStamped
 	}
 	return false
 }
@@ -1351,7 +1363,7 @@ const file_countersign_v1_decision_proto_rawDesc = "" +
 	"\x06reason\x18\f \x01(\tR\x06reason\x1a9\n" +
 	"\vStampsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xdd\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x03\n" +
 	"\rCommitRequest\x12-\n" +
 	"\frail_account\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\xff\x01R\vrailAccount\x12'\n" +
@@ -1361,7 +1373,8 @@ const file_countersign_v1_decision_proto_rawDesc = "" +
 	"\bresponse\x18\x04 \x01(\v2\x1c.countersign.v1.HttpResponseH\x00R\bresponse\x12U\n" +
 	"\x0ftransport_error\x18\x05 \x01(\x0e2\x1e.countersign.v1.TransportErrorB\n" +
 	"\xbaH\a\x82\x01\x04\x10\x01 \x00H\x00R\x0etransportError\x12%\n" +
-	"\x0ebody_truncated\x18\x06 \x01(\bR\rbodyTruncatedB\x10\n" +
+	"\x0ebody_truncated\x18\x06 \x01(\bR\rbodyTruncated\x12!\n" +
+	"\fbody_stamped\x18\a \x01(\bR\vbodyStampedB\x10\n" +
 	"\aoutcome\x12\x05\xbaH\x02\b\x01\"s\n" +
 	"\x0eCommitResponse\x12.\n" +
 	"\x06intent\x18\x01 \x01(\v2\x16.countersign.v1.IntentR\x06intent\x121\n" +

@@ -115,6 +115,9 @@ CREATE TABLE attempts (
     response_headers  jsonb,
     response_body     bytea,
     transport_error   text,
+    -- The request carried the body stamp (known once its answer is
+    -- committed); without it an exhaustive listing proves nothing.
+    body_stamped      boolean     NOT NULL DEFAULT false,
     entity_id         text,
     fee_minor         bigint      CHECK (fee_minor IS NULL OR fee_minor >= 0),
     started_at        timestamptz NOT NULL DEFAULT now(),
