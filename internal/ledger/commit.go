@@ -31,8 +31,8 @@ type AttemptResult struct {
 	// BodyStamped says the request that went out carried the body stamp.
 	BodyStamped bool
 	EntityID    string
-	FeeMinor       int64
-	Reason         string
+	FeeMinor    int64
+	Reason      string
 	// ReconcileDelay is the wait before the first reconciliation query of
 	// an ambiguous outcome.
 	ReconcileDelay time.Duration
