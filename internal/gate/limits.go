@@ -1,0 +1,96 @@
+package gate
+
+import (
+	"fmt"
+
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+)
+
+// CheckLimits is G3: does the action fit the mandate's fixed limits, given
+// what already counts against them? Per-action bounds from the grant, the
+// sliding windows, the recurrence limit, the fee budget and the total
+// budget per currency (held + spent + this amount ≤ budget). Sums that
+// would overflow int64 are refused, never wrapped. In approval_required
+// mode an action within every limit is still HELD until the owner approves
+// this exact request; an approval never lifts a limit.
+//
+// Pure as it is, its ALLOW is sound only when in.Usage was read under the
+// mandate's budget row lock in the transaction that writes the intent and
+// its hold (B1); see the package doc.
+func CheckLimits(in Input) Result {
+	m, a, u := in.Mandate, in.Action, in.Usage
+	g := grantFor(m, a.Kind)
+	if g == nil {
+		return block(GateLimits, ReasonNotEvaluated, "No mandate grants %s here (see %s), so its limits were not evaluated.", orNone(string(a.Kind)), GateScope)
+	}
+	switch {
+	case a.AmountMinor <= 0:
+		return block(GateLimits, ReasonAmountInvalid, "The amount must be a positive number of minor units; it is %d.", a.AmountMinor)
+	case u.BudgetHeldMinor < 0 || u.BudgetSpentMinor < 0 || u.FeeSpentMinor < 0 || u.SubjectActions < 0:
+		return block(GateLimits, ReasonUsageInvalid, "The ledger counted held %d, spent %d, fees %d and %d actions on %s; none may be negative.",
+			u.BudgetHeldMinor, u.BudgetSpentMinor, u.FeeSpentMinor, u.SubjectActions, a.Subject)
+	case a.AmountMinor < g.GetMinAmountMinor():
+		return block(GateLimits, ReasonAmountBelowMinimum, "%d %s is below the %d minimum %s grants per %s.", a.AmountMinor, a.Currency, g.GetMinAmountMinor(), mandateName(in), a.Kind)
+	case a.AmountMinor > g.GetMaxAmountMinor():
+		return block(GateLimits, ReasonAmountAboveMaximum, "%d %s is above the %d maximum %s grants per %s.", a.AmountMinor, a.Currency, g.GetMaxAmountMinor(), mandateName(in), a.Kind)
+	}
+	for _, check := range []func(Input) (string, string){checkWindows, checkRecurrence, checkFees, checkBudget} {
+		if code, why := check(in); code != "" {
+			return block(GateLimits, code, "%s", why)
+		}
+	}
+	if m.GetMode() != countersignv1.MandateMode_MANDATE_MODE_BUDGETED {
+		ok, code, why := approval(in)
+		if !ok {
+			return hold(GateLimits, code, "%s is approval_required: %s.", mandateName(in), why)
+		}
+		return result(GateLimits, Allow, ReasonApproved, "Within every limit of %s, and %s.", mandateName(in), why)
+	}
+	return pass(GateLimits, "%d %s is within every limit of %s.", a.AmountMinor, a.Currency, mandateName(in))
+}
+
+// checkRecurrence: the mandate's limit on actions on one subject.
+func checkRecurrence(in Input) (code, reason string) {
+	limit, n := in.Mandate.GetRecurrenceLimit(), in.Usage.SubjectActions
+	if limit > 0 && n >= int64(limit) {
+		return ReasonRecurrenceLimitExceeded, fmt.Sprintf("%d actions on %s already count against the recurrence limit of %d that %s sets.",
+			n, in.Action.Subject, limit, mandateName(in))
+	}
+	return "", ""
+}
+
+// checkFees: fees are known only once the rail answers, so the fee budget
+// cannot reserve this action's fee; it stops new actions once the fees
+// already reported reach it (fees of actions in flight may overrun it).
+func checkFees(in Input) (code, reason string) {
+	fb := in.Mandate.GetFeeBudget()
+	if fb == nil || in.Usage.FeeSpentMinor < fb.GetAmountMinor() {
+		return "", ""
+	}
+	return ReasonFeeBudgetExhausted, fmt.Sprintf("The rail has charged %d %s in fees on this mandate's actions, which exhausts the fee budget of %d %s that %s sets.",
+		in.Usage.FeeSpentMinor, fb.GetCurrency(), fb.GetAmountMinor(), fb.GetCurrency(), mandateName(in))
+}
+
+// checkBudget: held + spent + this amount ≤ the mandate's budget in the
+// action's currency. A currency without a budget is limited only by grants
+// and windows.
+func checkBudget(in Input) (code, reason string) {
+	a, u := in.Action, in.Usage
+	b := budgetFor(in.Mandate, a.Currency)
+	if b == nil {
+		return "", ""
+	}
+	used, ok1 := addMinor(u.BudgetHeldMinor, u.BudgetSpentMinor)
+	total, ok2 := addMinor(used, a.AmountMinor)
+	switch limit := b.GetAmountMinor(); {
+	case limit < 0:
+		return ReasonMandateInvalid, fmt.Sprintf("The %s budget of %s is negative (%d).", a.Currency, mandateName(in), limit)
+	case !ok1 || !ok2:
+		return ReasonAmountOverflow, fmt.Sprintf("%d %s plus the %d held and %d spent does not fit in a 64-bit amount, so it is refused.",
+			a.AmountMinor, a.Currency, u.BudgetHeldMinor, u.BudgetSpentMinor)
+	case total > limit:
+		return ReasonBudgetExceeded, fmt.Sprintf("%d %s would bring the held and spent %s budget of %s to %d, over its %d (%d held, %d spent, %d left).",
+			a.AmountMinor, a.Currency, a.Currency, mandateName(in), total, limit, u.BudgetHeldMinor, u.BudgetSpentMinor, max(limit-used, 0))
+	}
+	return "", ""
+}

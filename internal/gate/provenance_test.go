@@ -1,0 +1,61 @@
+package gate
+
+import (
+	"strings"
+	"testing"
+
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+)
+
+var (
+	hashA = strings.Repeat("a1", 32)
+	hashB = strings.Repeat("b2", 32)
+)
+
+func mcpIn() Input {
+	in := payoutIn()
+	in.Mandate.Rail, in.Rail, in.Host, in.APIVersion = countersignv1.Rail_RAIL_MCP, RailMCP, "mcp.stripe.com", ""
+	in.Mandate.Provenance = &countersignv1.Provenance{RailHost: "mcp.stripe.com", McpToolDescriptionHashes: map[string]string{"create_payout": hashA}}
+	in.MCPTool, in.MCPToolDescriptionHash = "create_payout", hashA
+	return in
+}
+
+func TestCheckProvenance(t *testing.T) {
+	runGate(t, refundIn, CheckProvenance, GateProvenance, []gateCase{
+		{name: "pinned host and version", verdict: Allow, code: ReasonPassed},
+		{name: "host with port and upper case", mod: func(in *Input) { in.Host = "API.Stripe.com.:443" }, verdict: Allow, code: ReasonPassed},
+		{name: "no pins", mod: func(in *Input) { in.Mandate.Provenance = nil; in.Host, in.APIVersion = "elsewhere.example", "" }, verdict: Allow, code: ReasonPassed},
+		{name: "host drift", mod: func(in *Input) { in.Host = "api.stripe.com.evil.example" }, verdict: Block, code: ReasonHostNotPinned, contains: []string{"api.stripe.com.evil.example", `"api.stripe.com"`}},
+		{name: "version drift", mod: func(in *Input) { in.APIVersion = "2025-01-27.acacia" }, verdict: Block, code: ReasonAPIVersionMismatch, contains: []string{"2025-01-27.acacia", "2024-06-20"}},
+		{name: "version missing", mod: func(in *Input) { in.APIVersion = "" }, verdict: Block, code: ReasonAPIVersionMismatch, contains: []string{`""`}},
+		{name: "no mandate", mod: func(in *Input) { in.Mandate = nil }, verdict: Block, code: ReasonNotEvaluated, contains: []string{GateScope}},
+		{name: "mcp tool pinned", mod: func(in *Input) { *in = mcpIn() }, verdict: Allow, code: ReasonPassed},
+		{name: "mcp tool description changed", mod: func(in *Input) { *in = mcpIn(); in.MCPToolDescriptionHash = hashB }, verdict: Block, code: ReasonMCPToolDrift,
+			contains: []string{"create_payout", hashB[:12], hashA[:12]}},
+		{name: "mcp tool description unknown", mod: func(in *Input) { *in = mcpIn(); in.MCPToolDescriptionHash = "" }, verdict: Block, code: ReasonMCPToolDrift, contains: []string{"unknown"}},
+		{name: "mcp tool not pinned", mod: func(in *Input) { *in = mcpIn(); in.MCPTool = "create_transfer" }, verdict: Block, code: ReasonMCPToolNotPinned, contains: []string{"create_transfer"}},
+		{name: "mcp without tool pins", mod: func(in *Input) {
+			*in = mcpIn()
+			in.Mandate.Provenance.McpToolDescriptionHashes = nil
+			in.MCPToolDescriptionHash = hashB
+		}, verdict: Allow, code: ReasonPassed},
+		{name: "mcp host drift", mod: func(in *Input) { *in = mcpIn(); in.Host = "mcp.example" }, verdict: Block, code: ReasonHostNotPinned},
+	})
+}
+
+func TestNormHost(t *testing.T) {
+	for in, want := range map[string]string{
+		"api.stripe.com":        "api.stripe.com",
+		"API.Stripe.COM":        "api.stripe.com",
+		"api.stripe.com:443":    "api.stripe.com",
+		"api.stripe.com.":       "api.stripe.com",
+		"[::1]:8443":            "::1",
+		"localhost:12111":       "localhost",
+		"api.razorpay.com.:443": "api.razorpay.com",
+		"":                      "",
+	} {
+		if got := normHost(in); got != want {
+			t.Errorf("normHost(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,74 @@
+package gate
+
+import (
+	"slices"
+
+	"github.com/countersign/countersign/internal/credential"
+)
+
+// CheckScope is G1: may this credential, for this agent, under this
+// mandate, do this kind of action on this rail account at all? It is the
+// cheapest gate and runs first. A propose-only credential is HELD for the
+// owner's approval of the exact request.
+func CheckScope(in Input) Result {
+	if r, ok := checkPrincipal(in); !ok {
+		return r
+	}
+	m, a := in.Mandate, in.Action
+	if m == nil {
+		return block(GateScope, ReasonMandateMissing, "Agent %s has no mandate on rail account %s, so it may not move money there.", in.Agent.ID, in.RailAccount)
+	}
+	name := mandateName(in)
+	if in.MandateRevoked {
+		return block(GateScope, ReasonMandateRevoked, "The owner revoked %s; ask the owner for a new mandate.", name)
+	}
+	from, until, problem := validity(m)
+	switch {
+	case problem != "":
+		return block(GateScope, ReasonMandateInvalid, "%s %s, so nothing may be done under it.", name, problem)
+	case in.Now.Before(from):
+		return block(GateScope, ReasonMandateNotYetValid, "%s is valid only from %s; it is %s now.", name, stamp(from), stamp(in.Now))
+	case !in.Now.Before(until):
+		return block(GateScope, ReasonMandateExpired, "%s expired at %s; ask the owner for a new mandate.", name, stamp(until))
+	case m.GetAgentId() != in.Agent.ID:
+		return block(GateScope, ReasonMandateWrongAgent, "%s is for agent %s, not agent %s.", name, m.GetAgentId(), in.Agent.ID)
+	case m.GetRailAccount() != in.RailAccount || m.GetRail() != railKinds[in.Rail]:
+		return block(GateScope, ReasonMandateWrongRailAccount, "%s is for %s account %s, not %s account %s.",
+			name, m.GetRail(), m.GetRailAccount(), orNone(string(in.Rail)), in.RailAccount)
+	}
+	g := grantFor(m, a.Kind)
+	switch {
+	case g == nil:
+		return block(GateScope, ReasonActionNotGranted, "%s does not grant %s actions.", name, orNone(string(a.Kind)))
+	case !slices.Contains(g.GetCurrencies(), a.Currency):
+		return block(GateScope, ReasonCurrencyNotGranted, "%s grants %s only in %v, not in %s.", name, a.Kind, g.GetCurrencies(), orNone(a.Currency))
+	case g.GetReversible() && !a.Reversible:
+		return block(GateScope, ReasonActionNotReversible, "%s grants %s only while the rail can still reverse it, and this one cannot be reversed.", name, a.Kind)
+	}
+	if in.Credential.Scope == credential.ScopePropose {
+		ok, _, why := approval(in)
+		if !ok {
+			return hold(GateScope, ReasonCredentialProposeOnly, "Credential %s may only propose: %s.", in.Credential.ID, why)
+		}
+		return result(GateScope, Allow, ReasonApproved, "Credential %s may only propose, and %s.", in.Credential.ID, why)
+	}
+	return pass(GateScope, "Credential %s and %s are valid and grant %s in %s.", in.Credential.ID, name, a.Kind, a.Currency)
+}
+
+// checkPrincipal checks the clock, the credential and the agent.
+func checkPrincipal(in Input) (Result, bool) {
+	c := in.Credential
+	switch {
+	case in.Now.IsZero():
+		return block(GateScope, ReasonClockMissing, "Countersign decided without a clock reading; no money moved."), false
+	case c.Revoked:
+		return block(GateScope, ReasonCredentialRevoked, "Agent credential %s was revoked.", c.ID), false
+	case !in.Now.Before(c.ExpiresAt):
+		return block(GateScope, ReasonCredentialExpired, "Agent credential %s expired at %s.", c.ID, stamp(c.ExpiresAt)), false
+	case !c.Scope.Valid():
+		return block(GateScope, ReasonCredentialScopeInvalid, "Agent credential %s has scope %q, which is neither propose nor execute.", c.ID, string(c.Scope)), false
+	case in.Agent.Revoked:
+		return block(GateScope, ReasonAgentRevoked, "Agent %s was revoked.", in.Agent.ID), false
+	}
+	return Result{}, true
+}

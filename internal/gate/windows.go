@@ -1,0 +1,107 @@
+package gate
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/sik"
+)
+
+// WindowSpec says what the ledger counts for one of the mandate's sliding
+// windows: the mandate's actions of Key decided at or after Since whose
+// budget hold is reserved or posted.
+type WindowSpec struct {
+	Scope    countersignv1.WindowScope
+	Duration time.Duration
+	Since    time.Time // Now − Duration
+	// Key is the agent id (agent scope), or the payee (payee scope): the
+	// destination of a payout or transfer, the subject of a refund.
+	Key string
+	// Currency is the currency of the window's amount limit, "" when it
+	// limits calls only; only actions in it add to WindowUsage.AmountMinor.
+	Currency string
+}
+
+// WindowSpecs returns, for each of in.Mandate's windows in order, what the
+// ledger must count into in.Usage.Windows.
+func WindowSpecs(in Input) []WindowSpec {
+	ws := in.Mandate.GetWindows()
+	specs := make([]WindowSpec, len(ws))
+	for i, w := range ws {
+		d := w.GetDuration().AsDuration()
+		s := WindowSpec{Scope: w.GetScope(), Duration: d, Since: in.Now.Add(-d), Key: in.Agent.ID, Currency: w.GetMaxAmount().GetCurrency()}
+		if s.Scope == countersignv1.WindowScope_WINDOW_SCOPE_PAYEE {
+			s.Key = payeeKey(in.Action)
+		}
+		specs[i] = s
+	}
+	return specs
+}
+
+func payeeKey(a Action) string {
+	if a.Kind == sik.KindRefund {
+		return a.Subject
+	}
+	return a.Payee
+}
+
+// checkWindows returns a reason code and sentence for the first window this
+// action would overrun, or for usage that was not counted for these
+// windows; "" when every window has room.
+func checkWindows(in Input) (code, reason string) {
+	specs, ws, used := WindowSpecs(in), in.Mandate.GetWindows(), in.Usage.Windows
+	if len(used) != len(specs) {
+		return ReasonUsageInvalid, fmt.Sprintf("The ledger counted %d windows but %s has %d, so its windows cannot be checked.", len(used), mandateName(in), len(specs))
+	}
+	a := in.Action
+	for i, s := range specs {
+		u, w := used[i], ws[i]
+		switch {
+		case s.Duration <= 0 || s.Scope == countersignv1.WindowScope_WINDOW_SCOPE_UNSPECIFIED || w.GetMaxCalls() < 0 || w.GetMaxAmount().GetAmountMinor() < 0:
+			return ReasonMandateInvalid, fmt.Sprintf("Window %d of %s lacks a scope or a positive duration, or has a negative limit.", i+1, mandateName(in))
+		case u.Scope != s.Scope || u.Duration != s.Duration || u.Key != s.Key || u.Currency != s.Currency || !u.Since.Equal(s.Since):
+			return ReasonUsageInvalid, fmt.Sprintf("The ledger counted window %d as %s, but it is %s.", i+1, windowName(u.WindowSpec), windowName(s))
+		case u.Calls < 0 || u.AmountMinor < 0:
+			return ReasonUsageInvalid, fmt.Sprintf("The ledger counted %d calls and %d for %s; neither may be negative.", u.Calls, u.AmountMinor, windowName(s))
+		case w.GetMaxCalls() > 0 && u.Calls >= int64(w.GetMaxCalls()):
+			return ReasonWindowCallsExceeded, fmt.Sprintf("%s allows %d calls and %d already count against it; wait for the window to slide.",
+				windowName(s), w.GetMaxCalls(), u.Calls)
+		}
+		if s.Currency == "" || s.Currency != a.Currency {
+			continue
+		}
+		limit := w.GetMaxAmount().GetAmountMinor()
+		total, ok := addMinor(u.AmountMinor, a.AmountMinor)
+		switch {
+		case !ok:
+			return ReasonAmountOverflow, fmt.Sprintf("%d %s plus the %d already in %s does not fit in a 64-bit amount.", a.AmountMinor, a.Currency, u.AmountMinor, windowName(s))
+		case total > limit:
+			return ReasonWindowAmountExceeded, fmt.Sprintf("This %s of %d %s would bring %s to %d, over its limit of %d (%d already used, %d left).",
+				a.Kind, a.AmountMinor, a.Currency, windowName(s), total, limit, u.AmountMinor, max(limit-u.AmountMinor, 0))
+		}
+	}
+	return "", ""
+}
+
+// windowName names a window in a sentence: "the 24h window of agent agt_1".
+func windowName(s WindowSpec) string {
+	of := "agent " + s.Key
+	if s.Scope == countersignv1.WindowScope_WINDOW_SCOPE_PAYEE {
+		of = "payee " + s.Key
+	}
+	return fmt.Sprintf("the %s window of %s", shortDuration(s.Duration), of)
+}
+
+// shortDuration writes d without zero tails: 24h, 1h30m, 90s → 1m30s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
