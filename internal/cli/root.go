@@ -32,6 +32,7 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 	root.SetOut(out)
 	root.SetErr(errOut)
 	root.AddCommand(newServe(), newMigrate(), newDev(), newAudit(), newReconcile(), newVersion())
+	root.AddCommand(newMandate())
 	return root
 }
 

@@ -1,0 +1,189 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Mandate modes as stored.
+const (
+	MandateModeApprovalRequired = "approval_required"
+	MandateModeBudgeted         = "budgeted"
+)
+
+// MandateRecord is a stored mandate. The ledger keeps the canonical bytes
+// that were hashed and never interprets them beyond the columns it selects
+// on; internal/mandate.FromCanonical turns them back into the proto.
+type MandateRecord struct {
+	// Hash is the lower-case hex SHA-256 of Canonical: the mandate's identity.
+	Hash    string
+	OwnerID string
+	AgentID string
+	// RailAccount, Mode, ValidFrom and ValidUntil repeat the canonical
+	// document's own values (the database checks that they do).
+	RailAccount string
+	Canonical   []byte
+	Mode        string // MandateModeApprovalRequired or MandateModeBudgeted
+	ValidFrom   time.Time
+	ValidUntil  time.Time
+	CreatedAt   time.Time
+	// RevokedAt is set, once and for good, by RevokeMandate.
+	RevokedAt    *time.Time
+	RevokeReason string
+}
+
+// ActiveAt reports whether the mandate authorizes anything at t: not
+// revoked, and t within [ValidFrom, ValidUntil).
+func (r MandateRecord) ActiveAt(t time.Time) bool {
+	return r.RevokedAt == nil && !t.Before(r.ValidFrom) && t.Before(r.ValidUntil)
+}
+
+var mandateHash = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+const mandateColumns = `hash, owner_id, agent_id, rail_account, canonical, mode, valid_from, valid_until,
+	created_at, revoked_at, COALESCE(revoke_reason, '')`
+
+func scanMandate(row pgx.Row) (MandateRecord, error) {
+	var r MandateRecord
+	var canonical string
+	err := row.Scan(&r.Hash, &r.OwnerID, &r.AgentID, &r.RailAccount, &canonical, &r.Mode,
+		&r.ValidFrom, &r.ValidUntil, &r.CreatedAt, &r.RevokedAt, &r.RevokeReason)
+	if err != nil {
+		return MandateRecord{}, err
+	}
+	r.Canonical = []byte(canonical)
+	return r, nil
+}
+
+// CreateMandate stores a mandate for an active agent. It is idempotent on
+// the hash: storing a mandate that already exists (revoked or not) changes
+// nothing and returns created=false. OwnerID may be empty, in which case the
+// agent's owner is recorded; when given it must be the agent's owner. An
+// unknown, revoked or foreign agent is ErrNotFound.
+func (s *Store) CreateMandate(ctx context.Context, m MandateRecord) (created bool, err error) {
+	if !mandateHash.MatchString(m.Hash) {
+		return false, fmt.Errorf("ledger: create mandate: hash %q is not lower-case hex SHA-256", m.Hash)
+	}
+	tag, err := s.pool.Exec(ctx, `
+		INSERT INTO mandates (hash, owner_id, agent_id, rail_account, canonical, mode, valid_from, valid_until)
+		SELECT $1, a.owner_id, a.id, $4, $5, $6, $7, $8 FROM agents a
+		WHERE a.id = $3 AND a.status = 'active' AND ($2 = '' OR a.owner_id = $2)
+		ON CONFLICT (hash) DO NOTHING`,
+		m.Hash, m.OwnerID, m.AgentID, m.RailAccount, string(m.Canonical), m.Mode, m.ValidFrom, m.ValidUntil)
+	if err != nil {
+		return false, classify(fmt.Errorf("ledger: create mandate: %w", err))
+	}
+	if tag.RowsAffected() == 1 {
+		return true, nil
+	}
+	// Nothing inserted: either the mandate exists or the agent does not
+	// qualify.
+	existing, err := s.GetMandate(ctx, m.Hash)
+	switch {
+	case err == nil && (m.OwnerID == "" || existing.OwnerID == m.OwnerID):
+		return false, nil
+	case err != nil && !errors.Is(err, ErrNotFound):
+		return false, err
+	}
+	if m.OwnerID != "" {
+		return false, fmt.Errorf("%w: active agent %s of owner %s", ErrNotFound, m.AgentID, m.OwnerID)
+	}
+	return false, fmt.Errorf("%w: active agent %s", ErrNotFound, m.AgentID)
+}
+
+// GetMandate returns the mandate with hash, revoked or not.
+func (s *Store) GetMandate(ctx context.Context, hash string) (MandateRecord, error) {
+	r, err := scanMandate(s.pool.QueryRow(ctx, `SELECT `+mandateColumns+` FROM mandates WHERE hash = $1`, hash))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return MandateRecord{}, fmt.Errorf("%w: mandate %s", ErrNotFound, hash)
+	}
+	if err != nil {
+		return MandateRecord{}, classify(fmt.Errorf("ledger: get mandate: %w", err))
+	}
+	return r, nil
+}
+
+// ListMandates returns the mandates of an owner and/or an agent (an empty
+// filter matches all), newest first.
+func (s *Store) ListMandates(ctx context.Context, ownerID, agentID string) ([]MandateRecord, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+mandateColumns+` FROM mandates
+		WHERE ($1 = '' OR owner_id = $1) AND ($2 = '' OR agent_id = $2)
+		ORDER BY created_at DESC, hash`, ownerID, agentID)
+	if err != nil {
+		return nil, classify(fmt.Errorf("ledger: list mandates: %w", err))
+	}
+	defer rows.Close()
+	var out []MandateRecord
+	for rows.Next() {
+		r, err := scanMandate(rows)
+		if err != nil {
+			return nil, classify(fmt.Errorf("ledger: list mandates: %w", err))
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, classify(fmt.Errorf("ledger: list mandates: %w", err))
+	}
+	return out, nil
+}
+
+// RevokeMandate revokes a mandate for good, recording why. Revoking an
+// already revoked mandate changes nothing (the first reason stays) and
+// returns revoked=false. A decision that holds the mandate through
+// Tx.ActiveMandate finishes first; once RevokeMandate returns, no new
+// decision can see the mandate as active.
+func (s *Store) RevokeMandate(ctx context.Context, hash, reason string) (revoked bool, err error) {
+	reason = strings.TrimSpace(reason)
+	if reason == "" {
+		return false, errors.New("ledger: revoke mandate: a reason is required")
+	}
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE mandates SET revoked_at = now(), revoke_reason = $2
+		WHERE hash = $1 AND revoked_at IS NULL`, hash, reason)
+	if err != nil {
+		return false, classify(fmt.Errorf("ledger: revoke mandate: %w", err))
+	}
+	if tag.RowsAffected() == 1 {
+		return true, nil
+	}
+	if _, err := s.GetMandate(ctx, hash); err != nil {
+		return false, err
+	}
+	return false, nil
+}
+
+// ActiveMandate returns the newest unrevoked mandate of agentID on
+// railAccount whose validity window [valid_from, valid_until) contains at;
+// ErrNotFound when there is none.
+func (s *Store) ActiveMandate(ctx context.Context, agentID, railAccount string, at time.Time) (MandateRecord, error) {
+	return activeMandate(ctx, s.pool, agentID, railAccount, at, "")
+}
+
+// ActiveMandate is Store.ActiveMandate inside the deciding transaction. It
+// also takes a share lock on the mandate row, so a concurrent RevokeMandate
+// waits for this transaction and a decision never commits under a mandate
+// revoked before it.
+func (tx *Tx) ActiveMandate(ctx context.Context, agentID, railAccount string, at time.Time) (MandateRecord, error) {
+	return activeMandate(ctx, tx.tx, agentID, railAccount, at, " FOR SHARE")
+}
+
+func activeMandate(ctx context.Context, q querier, agentID, railAccount string, at time.Time, lock string) (MandateRecord, error) {
+	r, err := scanMandate(q.QueryRow(ctx, `SELECT `+mandateColumns+` FROM mandates
+		WHERE agent_id = $1 AND rail_account = $2 AND revoked_at IS NULL
+		  AND valid_from <= $3 AND $3 < valid_until
+		ORDER BY created_at DESC, hash
+		LIMIT 1`+lock, agentID, railAccount, at))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return MandateRecord{}, fmt.Errorf("%w: active mandate for agent %s on %s", ErrNotFound, agentID, railAccount)
+	}
+	if err != nil {
+		return MandateRecord{}, classify(fmt.Errorf("ledger: active mandate: %w", err))
+	}
+	return r, nil
+}
