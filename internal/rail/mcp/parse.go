@@ -1,0 +1,335 @@
+package mcp
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"mime"
+	"net/http"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/sik"
+)
+
+// Request headers Parse reads (rail.Request headers are lower-case).
+const (
+	headerDistinct    = "x-countersign-distinct"
+	headerContentType = "content-type"
+)
+
+// readMethods are the MCP requests that move no money: lifecycle,
+// discovery, resources, prompts, completion, logging. tools/call is read
+// per tool; tasks/* is not recognised (Countersign refuses task-augmented
+// calls, so it has no tasks to read).
+var readMethods = map[string]bool{
+	"initialize": true, "ping": true, "tools/list": true,
+	"resources/list": true, "resources/templates/list": true, "resources/read": true,
+	"resources/subscribe": true, "resources/unsubscribe": true,
+	"prompts/list": true, "prompts/get": true,
+	"completion/complete": true, "logging/setLevel": true,
+}
+
+// messageKeys are the members of a JSON-RPC 2.0 message.
+var messageKeys = []string{"jsonrpc", "id", "method", "params", "result", "error"}
+
+// callKeys are the members of tools/call params Countersign understands.
+// "task" (MCP task augmentation) is refused: the server would answer with
+// a task handle before the tool ran, and Countersign must see the result.
+var callKeys = []string{"name", "arguments", "_meta"}
+
+// Parse implements rail.Adapter. The endpoint takes POSTed JSON-RPC
+// messages and GET (the server's SSE stream); anything else is not
+// recognised, DELETE (session end) included.
+func (ad *adapter) Parse(req rail.Request) (rail.Parsed, error) {
+	path, query, _ := strings.Cut(req.Path, "?")
+	if path != ad.endpoint {
+		return rail.Parsed{}, unrecognised(req)
+	}
+	switch req.Method {
+	case http.MethodGet:
+		return rail.Parsed{Kind: rail.KindRead}, nil
+	case http.MethodPost:
+	default:
+		return rail.Parsed{}, unrecognised(req)
+	}
+	msg, err := decodeMessage(req)
+	if err != nil {
+		return rail.Parsed{}, err
+	}
+	method, hasMethod := msg["method"]
+	if !hasMethod {
+		return parseResponse(msg)
+	}
+	name, ok := asString(method)
+	if !ok {
+		return rail.Parsed{}, malformed("method", "%.40s is not a string", method)
+	}
+	id, hasID := msg["id"]
+	if _, ok := msg["result"]; ok {
+		return rail.Parsed{}, malformed("result", "a request carries no result")
+	}
+	if _, ok := msg["error"]; ok {
+		return rail.Parsed{}, malformed("error", "a request carries no error")
+	}
+	if strings.HasPrefix(name, "notifications/") {
+		if hasID {
+			return rail.Parsed{}, malformed("id", "notification %s carries an id", name)
+		}
+		return rail.Parsed{Kind: rail.KindRead}, nil
+	}
+	if !hasID || !validID(id) {
+		// Without an id a request is a notification, and some servers
+		// would still run it: refuse rather than guess.
+		return rail.Parsed{}, malformed("id", "request %s needs a string or integer id", name)
+	}
+	switch {
+	case name == "tools/call":
+		return ad.parseCall(msg, query, req)
+	case readMethods[name]:
+		return rail.Parsed{Kind: rail.KindRead}, nil
+	}
+	return rail.Parsed{}, fmt.Errorf("%w: MCP method %q is not one Countersign knows", rail.ErrUnrecognised, name)
+}
+
+func unrecognised(req rail.Request) error {
+	return fmt.Errorf("%w: mcp %s %q", rail.ErrUnrecognised, req.Method, req.Path)
+}
+
+// decodeMessage reads the body as one JSON-RPC 2.0 message object.
+func decodeMessage(req rail.Request) (object, error) {
+	mt, _, err := mime.ParseMediaType(req.Headers[headerContentType])
+	if err != nil || mt != "application/json" {
+		return nil, malformed("content-type", "%q: MCP messages are POSTed as application/json", req.Headers[headerContentType])
+	}
+	body := bytes.TrimSpace(req.Body)
+	if len(body) == 0 {
+		return nil, malformed("body", "empty; a JSON-RPC message is required")
+	}
+	if err := checkJSON(body); err != nil {
+		return nil, err
+	}
+	if body[0] == '[' {
+		// MCP dropped batching; a batch could hide a tools/call among
+		// reads, and its parts would need separate answers.
+		return nil, malformed("body", "a JSON-RPC batch; send one message per request")
+	}
+	msg, ok := asObject(body)
+	if !ok {
+		return nil, malformed("body", "must be a JSON-RPC message object")
+	}
+	for k := range msg {
+		if !slices.Contains(messageKeys, k) {
+			return nil, malformed(k, "not a member of a JSON-RPC message")
+		}
+	}
+	if v, _ := asString(msg["jsonrpc"]); v != "2.0" {
+		return nil, malformed("jsonrpc", `must be "2.0"`)
+	}
+	return msg, nil
+}
+
+// parseResponse accepts the client's answer to a server request
+// (sampling, elicitation, roots): it moves no money by itself.
+func parseResponse(msg object) (rail.Parsed, error) {
+	_, hasResult := msg["result"]
+	_, hasError := msg["error"]
+	switch {
+	case !validID(msg["id"]):
+		return rail.Parsed{}, malformed("id", "a response needs the string or integer id of the request it answers")
+	case hasResult == hasError:
+		return rail.Parsed{}, malformed("result", "a response carries exactly one of result and error")
+	case msg["params"] != nil:
+		return rail.Parsed{}, malformed("params", "a response carries no params")
+	}
+	return rail.Parsed{Kind: rail.KindRead}, nil
+}
+
+// parseCall recognises a tools/call.
+func (ad *adapter) parseCall(msg object, query string, req rail.Request) (rail.Parsed, error) {
+	params, ok := asObject(msg["params"])
+	if !ok {
+		return rail.Parsed{}, malformed("params", "tools/call needs params with the tool's name")
+	}
+	name, ok := asString(params["name"])
+	if !ok || name == "" {
+		return rail.Parsed{}, malformed("params.name", "tools/call needs the tool's name as a string")
+	}
+	if ad.readOnly[name] {
+		return rail.Parsed{Kind: rail.KindRead}, nil
+	}
+	tool, ok := ad.tools[name]
+	if !ok {
+		return rail.Parsed{}, fmt.Errorf("%w: MCP tool %q is neither a configured money-moving tool nor read-only", rail.ErrUnrecognised, name)
+	}
+	if query != "" {
+		return rail.Parsed{}, malformed("query", "a money-moving tools/call carries its arguments in the body only")
+	}
+	for k := range params {
+		if !slices.Contains(callKeys, k) {
+			return rail.Parsed{}, malformed("params."+k, "not understood on a money-moving tools/call (task-augmented calls are refused: Countersign must see the tool's result)")
+		}
+	}
+	args := object{}
+	if raw, ok := params["arguments"]; ok {
+		if args, ok = asObject(raw); !ok {
+			return rail.Parsed{}, malformed(ArgumentsPath, "must be an object")
+		}
+	}
+	a, err := ad.action(name, tool, args, req)
+	if err != nil {
+		return rail.Parsed{}, err
+	}
+	return rail.Parsed{Kind: rail.KindAction, Action: a}, nil
+}
+
+// action maps a money-moving tool's arguments to the action.
+func (ad *adapter) action(name string, t Tool, args object, req rail.Request) (rail.Action, error) {
+	field := func(arg string) string { return ArgumentsPath + "." + arg }
+	for k := range args {
+		if !t.declares(k) {
+			return rail.Action{}, malformed(field(k), "tool %s takes no such argument here; Countersign refuses what it cannot value", name)
+		}
+	}
+	distinct := req.Headers[headerDistinct]
+	if !utf8.ValidString(distinct) {
+		return rail.Action{}, malformed(headerDistinct, "not valid UTF-8")
+	}
+	a := rail.Action{Kind: t.Kind, Distinct: distinct}
+
+	raw, ok := args[t.Subject]
+	if !ok {
+		return rail.Action{}, malformed(field(t.Subject), "required: the %s's subject", t.Kind)
+	}
+	subject, ok := asString(raw)
+	if !ok || !isID(subject) {
+		return rail.Action{}, malformed(field(t.Subject), "%.60s is not a rail id", raw)
+	}
+	a.Subject = subject
+	if t.Kind != sik.KindRefund {
+		a.Payee = subject
+	}
+
+	if raw, ok := args[t.Amount]; ok && t.Amount != "" {
+		n, err := minorUnits(raw)
+		if err != nil {
+			return rail.Action{}, malformed(field(t.Amount), "%v", err)
+		}
+		a.AmountMinor = &n
+	} else if t.AmountRequired || t.Kind != sik.KindRefund {
+		return rail.Action{}, malformed(field(t.Amount), "required")
+	}
+
+	if raw, ok := args[t.Currency]; ok && t.Currency != "" {
+		cur, ok := asString(raw)
+		if !ok || !isCurrency(cur) {
+			return rail.Action{}, malformed(field(t.Currency), "%.40s is not a three-letter ISO 4217 code", raw)
+		}
+		a.Currency = strings.ToUpper(cur)
+	} else if t.Kind != sik.KindRefund {
+		return rail.Action{}, malformed(field(t.Currency), "required")
+	}
+
+	if raw, ok := args[t.Metadata]; ok && t.Metadata != "" {
+		md, ok := asObject(raw)
+		if !ok {
+			return rail.Action{}, malformed(field(t.Metadata), "must be an object of key-value pairs")
+		}
+		delete(md, sik.StampKey)
+		if limit := maxMetadataKeys[ad.rail] - 1; len(md) > limit {
+			return rail.Action{}, malformed(field(t.Metadata), "%d keys; at most %d, as Countersign adds %s", len(md), limit, sik.StampKey)
+		}
+	}
+
+	extra := map[string]string{}
+	for _, e := range t.Extra {
+		raw, ok := args[e]
+		if !ok {
+			if d := t.Defaults[e]; d != "" {
+				extra[e] = d
+			}
+			continue
+		}
+		v, err := scalar(raw)
+		if err != nil {
+			return rail.Action{}, malformed(field(e), "%v", err)
+		}
+		if v == "" {
+			v = t.Defaults[e]
+		}
+		if v != "" {
+			extra[e] = v
+		}
+	}
+	if len(extra) > 0 {
+		a.Extra = extra
+	}
+	return a, nil
+}
+
+// declares reports whether arg is one of the tool's arguments.
+func (t Tool) declares(arg string) bool {
+	switch arg {
+	case "":
+		return false
+	case t.Subject, t.Amount, t.Currency, t.Metadata:
+		return true
+	}
+	return slices.Contains(t.Extra, arg) || slices.Contains(t.Ignored, arg)
+}
+
+// scalar renders an Extra argument: a string as itself, a boolean or an
+// integer literal as written. Null, objects, arrays and fractions are
+// refused: their meaning at the server is not Countersign's to guess.
+func scalar(raw json.RawMessage) (string, error) {
+	s := string(bytes.TrimSpace(raw))
+	if v, ok := asString(raw); ok {
+		if !utf8.ValidString(v) {
+			return "", fmt.Errorf("not valid UTF-8")
+		}
+		return v, nil
+	}
+	switch s {
+	case "true", "false":
+		return s, nil
+	case "null":
+		return "", fmt.Errorf("null; omit it instead")
+	}
+	if validID(raw) { // an integer literal
+		return s, nil
+	}
+	return "", fmt.Errorf("%.40s is not a string, boolean or integer", s)
+}
+
+// isID reports whether s is a plausible rail id (Stripe pi_…, Razorpay
+// pay_…): 1–255 of [A-Za-z0-9_], so it means the same in the rail's paths.
+func isID(s string) bool {
+	if s == "" || len(s) > 255 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !idByte(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func idByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_'
+}
+
+// isCurrency reports whether v is three ASCII letters (either case).
+func isCurrency(v string) bool {
+	if len(v) != 3 {
+		return false
+	}
+	for i := 0; i < 3; i++ {
+		if c := v[i] | 0x20; c < 'a' || c > 'z' {
+			return false
+		}
+	}
+	return true
+}

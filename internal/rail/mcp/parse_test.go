@@ -1,0 +1,120 @@
+package mcp
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/rail/railtest"
+	"github.com/countersign/countersign/internal/rail/stripe"
+	"github.com/countersign/countersign/internal/sik"
+)
+
+// payoutConfig is a hypothetical Stripe MCP server with a payout and a
+// transfer tool, to exercise what the shipped defaults do not map.
+func payoutConfig() Config {
+	return Config{
+		Rail: sik.RailStripe, Endpoint: "/v2/mcp", Underlying: stripe.New(),
+		Tools: map[string]Tool{
+			"create_payout": {Kind: sik.KindPayout, Subject: "destination", Amount: "amount", Currency: "currency",
+				Metadata: "metadata", Extra: []string{"method", "instant"}, Defaults: map[string]string{"method": "standard"},
+				Ignored: []string{"description"}},
+			"create_transfer": {Kind: sik.KindTransfer, Subject: "destination", Amount: "amount", Currency: "currency",
+				Metadata: "metadata", Extra: []string{"source_transaction"}},
+		},
+		ReadOnlyTools: []string{"list_payouts"},
+	}
+}
+
+func TestParse(t *testing.T) {
+	at := func(r rail.Request) rail.Request { r.Path = "/v2/mcp"; return r }
+	for _, tc := range []struct {
+		name string
+		req  rail.Request
+		want rail.Parsed
+	}{
+		{"payout_defaults_method", at(call("create_payout", `{"destination":"ba_1","amount":5000,"currency":"usd"}`)),
+			rail.Parsed{Kind: rail.KindAction, Action: rail.Action{Kind: sik.KindPayout, Subject: "ba_1", Payee: "ba_1", AmountMinor: ptr(5000), Currency: "USD",
+				Extra: map[string]string{"method": "standard"}}}},
+		{"payout_explicit_standard_is_the_same", at(call("create_payout", `{"destination":"ba_1","amount":5000,"currency":"USD","method":"standard","description":"rent"}`)),
+			rail.Parsed{Kind: rail.KindAction, Action: rail.Action{Kind: sik.KindPayout, Subject: "ba_1", Payee: "ba_1", AmountMinor: ptr(5000), Currency: "USD",
+				Extra: map[string]string{"method": "standard"}}}},
+		{"boolean_and_integer_extras", at(call("create_payout", `{"destination":"ba_1","amount":5000,"currency":"eur","method":"instant","instant":true}`)),
+			rail.Parsed{Kind: rail.KindAction, Action: rail.Action{Kind: sik.KindPayout, Subject: "ba_1", Payee: "ba_1", AmountMinor: ptr(5000), Currency: "EUR",
+				Extra: map[string]string{"method": "instant", "instant": "true"}}}},
+		{"transfer", at(call("create_transfer", `{"destination":"acct_1","amount":2500,"currency":"eur","metadata":{"k":"v"}}`)),
+			rail.Parsed{Kind: rail.KindAction, Action: rail.Action{Kind: sik.KindTransfer, Subject: "acct_1", Payee: "acct_1", AmountMinor: ptr(2500), Currency: "EUR"}}},
+		{"read_only_tool", at(call("list_payouts", `{}`)), rail.Parsed{Kind: rail.KindRead}},
+		{"read_only_tool_without_arguments", at(post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_payouts"}}`)), rail.Parsed{Kind: rail.KindRead}},
+		{"get_stream", rail.Request{Method: "GET", Path: "/v2/mcp"}, rail.Parsed{Kind: rail.KindRead}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := mustNew(t, payoutConfig())().Parse(tc.req)
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if got.Kind != tc.want.Kind || !railtest.EqualAction(got.Action, tc.want.Action) {
+				t.Fatalf("Parse = %+v\nwant %+v", got, tc.want)
+			}
+			if err := railtest.CheckParsed(got, nil); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestParseRefuses(t *testing.T) {
+	at := func(r rail.Request) rail.Request { r.Path = "/v2/mcp"; return r }
+	for _, tc := range []struct {
+		name    string
+		req     rail.Request
+		wantErr error
+		naming  string
+	}{
+		{"payout_without_amount", at(call("create_payout", `{"destination":"ba_1","currency":"usd"}`)), rail.ErrMalformed, "params.arguments.amount: required"},
+		{"payout_without_currency", at(call("create_payout", `{"destination":"ba_1","amount":1}`)), rail.ErrMalformed, "params.arguments.currency: required"},
+		{"payout_currency_not_iso", at(call("create_payout", `{"destination":"ba_1","amount":1,"currency":"us"}`)), rail.ErrMalformed, "params.arguments.currency"},
+		{"payout_currency_number", at(call("create_payout", `{"destination":"ba_1","amount":1,"currency":840}`)), rail.ErrMalformed, "params.arguments.currency"},
+		{"amount_float_names_argument", at(call("create_payout", `{"destination":"ba_1","amount":50.00,"currency":"usd"}`)), rail.ErrMalformed, "params.arguments.amount: 50.00 is not an integer"},
+		{"amount_string_names_argument", at(call("create_payout", `{"destination":"ba_1","amount":"5000","currency":"usd"}`)), rail.ErrMalformed, `params.arguments.amount: "5000" is a string`},
+		{"amount_negative_zero", at(call("create_payout", `{"destination":"ba_1","amount":-0,"currency":"usd"}`)), rail.ErrMalformed, "negative"},
+		{"amount_exponent", at(call("create_payout", `{"destination":"ba_1","amount":5E3,"currency":"usd"}`)), rail.ErrMalformed, "params.arguments.amount"},
+		{"amount_above_2_53", at(call("create_payout", `{"destination":"ba_1","amount":9007199254740992,"currency":"usd"}`)), rail.ErrMalformed, "out of range"},
+		{"extra_array", at(call("create_payout", `{"destination":"ba_1","amount":1,"currency":"usd","method":["instant"]}`)), rail.ErrMalformed, "params.arguments.method"},
+		{"kelvin_sign_twin_key", at(call("create_payout", "{\"destination\":\"ba_1\",\"amount\":1,\"currency\":\"usd\",\"metadata\":{\"kind\":\"a\",\"\u212aind\":\"b\"}}")),
+			rail.ErrMalformed, "servers that ignore case read them as one"},
+		{"long_s_twin_top_level", at(post("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"\u017fomething\":1,\"Something\":2}")), rail.ErrMalformed, "sent twice"},
+		{"unknown_tool", at(call("create_refund", `{}`)), rail.ErrUnrecognised, `"create_refund"`},
+		{"wrong_endpoint", call("create_payout", `{}`), rail.ErrUnrecognised, "/mcp"},
+		{"put", withMethod(at(call("list_payouts", `{}`)), "PUT"), rail.ErrUnrecognised, "PUT"},
+		{"delete_session", withMethod(at(call("list_payouts", `{}`)), "DELETE"), rail.ErrUnrecognised, "DELETE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := mustNew(t, payoutConfig())().Parse(tc.req)
+			if !errors.Is(err, tc.wantErr) || !strings.Contains(err.Error(), tc.naming) {
+				t.Fatalf("Parse = %+v, %v; want %v naming %q", got, err, tc.wantErr, tc.naming)
+			}
+		})
+	}
+}
+
+func withMethod(r rail.Request, m string) rail.Request { r.Method = m; return r }
+
+func TestFoldKey(t *testing.T) {
+	for _, tc := range []struct {
+		a, b string
+		same bool
+	}{
+		{"method", "METHOD", true},
+		{"kind", "\u212aind", true}, // KELVIN SIGN folds to k
+		{"ſtatus", "status", true},  // LATIN SMALL LETTER LONG S folds to s
+		{"amount", "amount_", false},
+		{"é", "É", true},
+		{"a", "b", false},
+	} {
+		if got := foldKey(tc.a) == foldKey(tc.b); got != tc.same || got != strings.EqualFold(tc.a, tc.b) {
+			t.Errorf("foldKey(%q) == foldKey(%q) is %v, want %v (EqualFold %v)", tc.a, tc.b, got, tc.same, strings.EqualFold(tc.a, tc.b))
+		}
+	}
+}
