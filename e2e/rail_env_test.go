@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/e2e/egress"
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/credential"
 	"github.com/countersign/countersign/internal/intent"
 	"github.com/countersign/countersign/internal/ledger"
@@ -40,6 +41,7 @@ type railEnv struct {
 	proxy      string // egress proxy base URL (what the agent's SDK points at)
 	grpcAddr   string
 	secret     string // the agent's Countersign credential
+	agentID    string
 	countersig *proc
 	csEnv      []string
 	httpAddr   string
@@ -65,6 +67,8 @@ type envOptions struct {
 	mockFaults     []string // --fault flags for mockrail
 	// noReconciler turns serve's in-process reconciler off.
 	noReconciler bool
+	// noMandate leaves the agent without a mandate (tests add their own).
+	noMandate bool
 }
 
 func newRailEnv(t *testing.T, o envOptions) *railEnv {
@@ -158,7 +162,11 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 	if _, err := store.IssueCredential(ctx, agent.ID, credential.ScopeExecute, time.Now().Add(time.Hour), hash); err != nil {
 		t.Fatal(err)
 	}
-	return &railEnv{t: t, dbURL: dbURL, store: store, mock: mockURL, proxy: "http://" + proxy.Addr(), grpcAddr: grpcAddr, secret: secret, countersig: cs, csEnv: csEnv, httpAddr: httpAddr, railsFile: railsFile}
+	if !o.noMandate {
+		applyMandate(t, store, generousMandate(agent.ID, stripeAccount, countersignv1.Rail_RAIL_STRIPE, "USD"))
+		applyMandate(t, store, generousMandate(agent.ID, razorpayAccount, countersignv1.Rail_RAIL_RAZORPAY, "INR"))
+	}
+	return &railEnv{t: t, dbURL: dbURL, store: store, agentID: agent.ID, mock: mockURL, proxy: "http://" + proxy.Addr(), grpcAddr: grpcAddr, secret: secret, countersig: cs, csEnv: csEnv, httpAddr: httpAddr, railsFile: railsFile}
 }
 
 // waitListening reads a process's output until a line with prefix names its URL.

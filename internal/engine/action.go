@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/countersign/countersign/internal/credential"
 	"github.com/countersign/countersign/internal/intent"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/rail"
@@ -22,9 +21,6 @@ const (
 	ReasonBodyUnparseable    = "body_unparseable"
 	ReasonReferentUnresolved = "referent_unresolved"
 	ReasonRailUnreachable    = "rail_unreachable"
-	ReasonCurrencyMismatch   = "currency_mismatch"
-	ReasonNothingRefundable  = "nothing_refundable"
-	ReasonScopeInsufficient  = "scope_insufficient"
 	ReasonInvalidAction      = "invalid_action"
 	ReasonAllowed            = "allowed"
 	ReasonReadAllowed        = "read_allowed"
@@ -61,9 +57,8 @@ func (e *Engine) route(ctx context.Context, req Request, p *ledger.Principal) Ou
 			SetHeaders: map[string]string{"authorization": acct.AuthHeader()}}
 		return out
 	}
-	if p.Credential.Scope != credential.ScopeExecute {
-		return refuseRail(acct, req, ReasonScopeInsufficient, fmt.Sprintf("Credential %s may only propose; moving money needs an execute credential.", p.Credential.ID), http.StatusForbidden)
-	}
+	// Scope, mandate, value, limits and provenance are the gate ladder's,
+	// inside the deciding transaction.
 	return e.act(ctx, req, p, acct, parsed.Action)
 }
 
@@ -122,9 +117,9 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, acct
 		key.Extra = map[string]string{}
 	}
 	if key.Currency == "" {
+		// A refund names no currency: it is the payment's. A request that
+		// names another is keyed as asked and refused by the value gate.
 		key.Currency = ref.Currency
-	} else if ref.Currency != "" && ref.Currency != key.Currency {
-		return refuseRail(acct, req, ReasonCurrencyMismatch, fmt.Sprintf("The request is in %s but %s is in %s.", key.Currency, a.Subject, ref.Currency), http.StatusForbidden)
 	}
 	value := int64(0)
 	if a.AmountMinor != nil {
@@ -132,12 +127,10 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, acct
 	} else {
 		// A missing refund amount is a full refund. Its SIK says "full",
 		// not the balance, so a retry after it applied is the same action;
-		// it is valued at what is refundable now.
+		// it is valued at what is refundable now (the value gate refuses
+		// a full refund of nothing).
 		key.Extra["amount"] = "full"
-		value = ref.RefundableMinor
-		if value <= 0 {
-			return refuseRail(acct, req, ReasonNothingRefundable, fmt.Sprintf("Nothing is left to refund on %s.", a.Subject), http.StatusForbidden)
-		}
+		value = max(ref.RefundableMinor, 0)
 	}
 	s, err := sik.Key(key)
 	if err != nil {
@@ -148,7 +141,10 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, acct
 		return refuseRail(acct, req, ReasonInvalidAction, err.Error(), http.StatusBadRequest)
 	}
 	var stamped rail.Stamped
+	g := gateRun{req: req, principal: p, acct: acct, action: a, ref: ref, value: value, currency: key.Currency,
+		now: e.now(), advisors: e.opts.Advisors}
 	res, err := e.ledger.Propose(ctx, ledger.Proposal{
+		Gate: g.ladder,
 		Key:  ledger.Key{RailAccount: acct.ID, SIK: string(s)},
 		Rail: string(acct.Rail), Action: string(a.Kind), Subject: a.Subject, AmountMinor: value,
 		Currency: key.Currency, Payee: a.Payee, DistinctReason: a.Distinct, Canonical: string(canonical),
@@ -179,6 +175,18 @@ func (e *Engine) answer(acct *rails.Account, req Request, res ledger.ProposeResu
 	it := res.Intent
 	ref := &IntentRef{RailAccount: it.RailAccount, SIK: it.SIK}
 	var out Outcome
+	if g := res.Gates; g != nil && g.Verdict != "ALLOW" {
+		if g.Verdict == "BLOCK" {
+			// Nothing was written: no intent to name.
+			out = refuseRail(acct, req, g.ReasonCode, g.Reason, http.StatusForbidden)
+			out.Gates = g.Gates
+			return out
+		}
+		out = refuseRail(acct, req, g.ReasonCode, g.Reason+" The request is held for the owner's approval; send the identical request again once it is approved.", http.StatusForbidden)
+		out.Verdict, out.Gates, out.Intent = Hold, g.Gates, ref
+		out.Body = acct.Adapter.Refusal(http.StatusForbidden, g.ReasonCode, out.Reason)
+		return out
+	}
 	switch {
 	case res.Attempt != nil:
 		// Header names in lower case, as Envoy (and HTTP/2) carry them.
@@ -192,6 +200,9 @@ func (e *Engine) answer(acct *rails.Account, req Request, res ledger.ProposeResu
 		out = Outcome{Verdict: Allow, ReasonCode: ReasonAllowed,
 			Reason:     fmt.Sprintf("attempt %d of intent %s", res.Attempt.Seq, it.SIK),
 			SetHeaders: headers, DecisionID: res.DecisionID}
+		if res.Gates != nil {
+			out.Gates = res.Gates.Gates
+		}
 	case res.Applied != nil:
 		// The stored rail response, without touching the rail.
 		out = Outcome{Verdict: Block, ReasonCode: ReasonDuplicateApplied,

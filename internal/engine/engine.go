@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/credential"
+	"github.com/countersign/countersign/internal/gate"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/metrics"
 	"github.com/countersign/countersign/internal/rail"
@@ -79,6 +80,8 @@ type Outcome struct {
 	Intent *IntentRef
 	// ResponseHeaders go with a refusal or a replayed response.
 	ResponseHeaders map[string]string
+	// Gates are the gate ladder's results, when it ran.
+	Gates []ledger.GateRecord
 }
 
 // IntentRef tells the response path (ext_proc, Commit) which attempt an
@@ -127,6 +130,9 @@ type Options struct {
 	ReconcileDelay time.Duration
 	// ResolveTimeout bounds the read-only call that resolves a referent.
 	ResolveTimeout time.Duration
+	// Advisors are the advisory gates this server offers; a mandate turns
+	// them on by name (off by default).
+	Advisors []gate.Advisor
 }
 
 // Engine is safe for concurrent use.
@@ -188,9 +194,6 @@ func (e *Engine) DecideAction(ctx context.Context, req Request, railAccount stri
 		}
 		if !ok {
 			return refuse(req, ReasonRouteUnknown, fmt.Sprintf("Rail account %q is not configured.", railAccount), http.StatusForbidden)
-		}
-		if p.Credential.Scope != credential.ScopeExecute {
-			return refuseRail(acct, req, ReasonScopeInsufficient, fmt.Sprintf("Credential %s may only propose; moving money needs an execute credential.", p.Credential.ID), http.StatusForbidden)
 		}
 		return e.act(ctx, req, p, acct, a)
 	})
@@ -269,7 +272,7 @@ func (e *Engine) record(ctx context.Context, req Request, p *ledger.Principal, o
 		return out // recorded with its attempt, in the same transaction
 	}
 	d := *e.decisionOf(req, p, out.ReasonCode, out.Reason)
-	d.Verdict = string(out.Verdict)
+	d.Verdict, d.Gates = string(out.Verdict), out.Gates
 	if out.Intent != nil {
 		d.RailAccount, d.SIK, d.AttemptSeq = out.Intent.RailAccount, out.Intent.SIK, out.Intent.AttemptSeq
 	}

@@ -91,6 +91,11 @@ type Proposal struct {
 	// Decision, when set, is recorded as the ALLOW decision in the same
 	// transaction as the attempt it allows (one commit on the hot path).
 	Decision *Decision
+	// Gate runs the gate ladder inside the deciding transaction, after the
+	// intent is written or locked and before any attempt starts, for a new
+	// intent and for one that a new proposal may move on (reopen, retry).
+	// nil passes everything (tests of the ledger alone).
+	Gate func(ctx context.Context, tx *Tx, it Intent) (GateVerdict, error)
 	// Stamp computes the stamp of an attempt at a stamp generation.
 	Stamp func(gen uint32) (string, error)
 	// LeaseOwner names this process; LeaseTTL bounds how long an attempt
@@ -116,6 +121,9 @@ type ProposeResult struct {
 	Applied *Attempt
 	// DecisionID is the ALLOW decision recorded with the attempt.
 	DecisionID int64
+	// Gates is the gates' verdict when they ran. On BLOCK nothing was
+	// written: the intent (if new) does not exist.
+	Gates *GateVerdict
 }
 
 const intentColumns = `rail_account, sik, state, last_event, rail, action, subject, amount_minor, currency,
@@ -154,9 +162,18 @@ func (s *Store) Propose(ctx context.Context, p Proposal) (ProposeResult, error) 
 		switch {
 		case err == nil:
 			res.Created = true
-			// Gates ran before the transaction; later gates that hold
-			// budget run here, atomically with the intent.
+			v, err := tx.gate(ctx, p, it, &res)
+			if err != nil {
+				return err
+			}
+			if v.Verdict == "HOLD" {
+				res.Intent, err = tx.transition(ctx, it, intent.GatesHeld, transitionOpts{reason: v.Reason})
+				return err
+			}
 			if it, err = tx.transition(ctx, it, intent.GatesPassed, transitionOpts{}); err != nil {
+				return err
+			}
+			if err := tx.hold(ctx, it, v); err != nil {
 				return err
 			}
 		case errors.Is(err, pgx.ErrNoRows):
@@ -175,17 +192,46 @@ func (s *Store) Propose(ctx context.Context, p Proposal) (ProposeResult, error) 
 		res.Intent = it
 		return tx.advance(ctx, p, &res)
 	})
+	if errors.Is(err, errGateBlocked) {
+		return res, nil
+	}
 	if err != nil {
 		return ProposeResult{}, classify(fmt.Errorf("ledger: propose %s: %w", p.Key, err))
 	}
 	return res, nil
 }
 
+// gate runs p.Gate; a BLOCK ends the transaction (rolled back), a HOLD is
+// for the caller to record.
+func (tx *Tx) gate(ctx context.Context, p Proposal, it Intent, res *ProposeResult) (GateVerdict, error) {
+	if p.Gate == nil {
+		return GateVerdict{Verdict: "ALLOW"}, nil
+	}
+	v, err := p.Gate(ctx, tx, it)
+	if err != nil {
+		return v, err
+	}
+	res.Gates = &v
+	switch v.Verdict {
+	case "ALLOW", "HOLD":
+		return v, nil
+	case "BLOCK":
+		return v, errGateBlocked
+	}
+	return v, fmt.Errorf("gates answered %q", v.Verdict)
+}
+
+func (tx *Tx) hold(ctx context.Context, it Intent, v GateVerdict) error {
+	if v.Hold == nil {
+		return nil
+	}
+	return tx.placeHold(ctx, it, *v.Hold)
+}
+
 // advance moves an existing intent as far as a new proposal of the same
 // action may take it.
 func (tx *Tx) advance(ctx context.Context, p Proposal, res *ProposeResult) error {
 	it := res.Intent
-	var err error
 	switch it.State {
 	case intent.Applied:
 		a, err := tx.attempt(ctx, it.Key, it.AppliedAttemptSeq)
@@ -205,16 +251,30 @@ func (tx *Tx) advance(ctx context.Context, p Proposal, res *ProposeResult) error
 			reason: "attempt lease expired before the rail's answer was recorded", reconcileIn: &p.ReconcileDelay,
 			attemptOutcome: "lease_expired"})
 		return err
-	case intent.FailedTerminal:
-		// A definite rejection: the rail saved that answer under the old
-		// key, so the reopened action needs a new stamp generation.
-		if it, err = tx.transition(ctx, it, intent.Reopened, transitionOpts{bumpGeneration: true, reason: "reopened by a fresh proposal"}); err != nil {
+	case intent.FailedTerminal, intent.ConfirmedNotApplied:
+		// A fresh proposal of an action proven not applied: the gates run
+		// again (budgets and windows moved since), then a new attempt.
+		v, err := tx.gate(ctx, p, it, res)
+		if err != nil {
 			return err
 		}
-	case intent.ConfirmedNotApplied:
-		// Proven absent: retry under the same stamp, so that a late copy of
-		// the old request and the retry still deduplicate at the rail.
-		if it, err = tx.transition(ctx, it, intent.RetryAuthorized, transitionOpts{reason: "retry after proven absence"}); err != nil {
+		if v.Verdict == "HOLD" {
+			// Held for the owner: nothing moves, the intent stays as it is.
+			return nil
+		}
+		if it.State == intent.FailedTerminal {
+			// A definite rejection: the rail saved that answer under the
+			// old key, so the reopened action needs a new stamp generation.
+			it, err = tx.transition(ctx, it, intent.Reopened, transitionOpts{bumpGeneration: true, reason: "reopened by a fresh proposal"})
+		} else {
+			// Proven absent: retry under the same stamp, so that a late
+			// copy of the old request and the retry still deduplicate.
+			it, err = tx.transition(ctx, it, intent.RetryAuthorized, transitionOpts{reason: "retry after proven absence"})
+		}
+		if err != nil {
+			return err
+		}
+		if err := tx.hold(ctx, it, v); err != nil {
 			return err
 		}
 	case intent.Authorized:
@@ -257,6 +317,9 @@ func (tx *Tx) startAttempt(ctx context.Context, p Proposal, it Intent, res *Prop
 	if p.Decision != nil {
 		d := *p.Decision
 		d.Verdict, d.RailAccount, d.SIK, d.AttemptSeq = "ALLOW", it.RailAccount, it.SIK, a.Seq
+		if res.Gates != nil {
+			d.Gates = res.Gates.Gates
+		}
 		if res.DecisionID, err = insertDecision(ctx, tx.tx, d); err != nil {
 			return err
 		}

@@ -130,6 +130,10 @@ type allowHarness struct {
 	secret   string
 	grpcAddr string
 	mockURL  string
+	store    *ledger.Store
+	agentID  string
+	mock     *mockrail.Server
+	conn     *grpc.ClientConn
 }
 
 func (h *allowHarness) request(i int64) *authv3.CheckRequest {
@@ -146,8 +150,17 @@ func (h *allowHarness) request(i int64) *authv3.CheckRequest {
 func benchHarness(b *testing.B) *allowHarness { return railHarness(b) }
 
 // railHarness is a server with one Stripe rail account (acct_bench) on an
-// in-process mock rail holding payment pi_bench, and an execute credential.
+// in-process mock rail holding payment pi_bench, an execute credential and
+// a generous mandate.
 func railHarness(b testing.TB) *allowHarness {
+	b.Helper()
+	h := bareRailHarness(b)
+	grantAll(b, h.store, h.agentID, "acct_bench")
+	return h
+}
+
+// bareRailHarness is railHarness without any mandate.
+func bareRailHarness(b testing.TB) *allowHarness {
 	b.Helper()
 	ctx := context.Background()
 	mock, err := mockrail.New(mockrail.WithPayments(mockrail.Payment{Rail: mockrail.Stripe, ID: "pi_bench", Amount: 1 << 50, Currency: "usd"}))
@@ -198,7 +211,8 @@ func railHarness(b testing.TB) *allowHarness {
 	if _, err := store.IssueCredential(ctx, agent.ID, credential.ScopeExecute, time.Now().Add(time.Hour), hash); err != nil {
 		b.Fatal(err)
 	}
-	return &allowHarness{client: authv3.NewAuthorizationClient(conn), secret: secret, grpcAddr: srv.GRPCAddr(), mockURL: ts.URL}
+	return &allowHarness{client: authv3.NewAuthorizationClient(conn), secret: secret, grpcAddr: srv.GRPCAddr(), mockURL: ts.URL,
+		store: store, agentID: agent.ID, mock: mock, conn: conn}
 }
 
 func pgbenchPath() (string, error) {

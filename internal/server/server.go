@@ -33,6 +33,7 @@ import (
 	"github.com/countersign/countersign/internal/engine"
 	"github.com/countersign/countersign/internal/extauthz"
 	"github.com/countersign/countersign/internal/extproc"
+	"github.com/countersign/countersign/internal/gate"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/metrics"
 	"github.com/countersign/countersign/internal/rails"
@@ -63,7 +64,7 @@ type Server struct {
 func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.Logger) (*Server, error) {
 	m := metrics.New()
 	eng := engine.New(store, engine.Options{Rails: rs, LeaseOwner: cfg.LeaseOwner, LeaseTTL: cfg.LeaseTTL,
-		ReconcileDelay: cfg.ReconcileDelay}, log, m)
+		ReconcileDelay: cfg.ReconcileDelay, Advisors: []gate.Advisor{gate.NewPayee{}}}, log, m)
 	rec := reconcile.New(store, rs, reconcile.Options{
 		Owner: cfg.LeaseOwner, Delay: cfg.ReconcileDelay, MaxAttempts: cfg.ReconcileMaxAttempts,
 	}, log)

@@ -495,7 +495,8 @@ func TestResolve(t *testing.T) {
 			rail.Referent{Subject: "pay_1", Currency: "INR", AmountMinor: 1000000, Payee: "cust_1"}, false},
 		{"no_customer", refund, 200, strings.Replace(paymentJSON("captured", 100, 0), `"cust_1"`, `null`, 1),
 			rail.Referent{Subject: "pay_1", Currency: "INR", AmountMinor: 100, RefundableMinor: 100}, false},
-		{"currency_mismatch", rail.Action{Kind: sik.KindRefund, Subject: "pay_1", Currency: "USD"}, 200, paymentJSON("captured", 100, 0), rail.Referent{}, true},
+		// Resolve reads; the value gate refuses the mismatch with its reason.
+		{"currency_mismatch_is_the_gate's", rail.Action{Kind: sik.KindRefund, Subject: "pay_1", Currency: "USD"}, 200, paymentJSON("captured", 100, 0), rail.Referent{Subject: "pay_1", Currency: "INR", AmountMinor: 100, RefundableMinor: 100, Payee: "cust_1"}, false},
 		{"another_payment", refund, 200, strings.Replace(paymentJSON("captured", 100, 0), `"pay_1"`, `"pay_2"`, 1), rail.Referent{}, true},
 		{"no_amount_refunded", refund, 200, strings.Replace(paymentJSON("captured", 100, 0), `"amount_refunded":0,`, ``, 1), rail.Referent{}, true},
 		{"unknown_payment", refund, 400, rzpErr("BAD_REQUEST_ERROR", "The id provided does not exist"), rail.Referent{}, true},

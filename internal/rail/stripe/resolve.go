@@ -153,9 +153,8 @@ func (adapter) Resolve(ctx context.Context, c rail.Client, a rail.Action) (rail.
 	if err != nil {
 		return rail.Referent{}, fmt.Errorf("%w: stripe %s %s: %w", rail.ErrReferent, a.Kind, a.Subject, err)
 	}
-	if a.Currency != "" && a.Currency != ref.Currency {
-		return rail.Referent{}, fmt.Errorf("%w: stripe refund in %s of a payment in %s", rail.ErrReferent, a.Currency, ref.Currency)
-	}
+	// A request in another currency than the payment's is the value
+	// gate's to refuse (G2 currency_mismatch), with its reason.
 	return ref, nil
 }
 

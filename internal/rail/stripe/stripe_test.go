@@ -506,7 +506,8 @@ func TestResolve(t *testing.T) {
 		{"charge_names_its_payment_intent", refundCh, map[string]string{"/v1/charges/ch_1": chargeJSON}, full, false},
 		{"charge_without_payment_intent", refundCh, map[string]string{"/v1/charges/ch_1": strings.Replace(chargeJSON, `"payment_intent":"pi_1"`, `"payment_intent":null`, 1)},
 			rail.Referent{Subject: "ch_1", Currency: "USD", AmountMinor: 9000, RefundableMinor: 6500, Payee: "cus_1"}, false},
-		{"currency_mismatch", rail.Action{Kind: sik.KindRefund, Subject: "pi_1", Currency: "EUR"}, map[string]string{piPath: piJSON(chargeJSON)}, rail.Referent{}, true},
+		// Resolve reads; the value gate refuses the mismatch with its reason.
+		{"currency_mismatch_is_the_gate's", rail.Action{Kind: sik.KindRefund, Subject: "pi_1", Currency: "EUR"}, map[string]string{piPath: piJSON(chargeJSON)}, rail.Referent{Subject: "pi_1", Currency: "USD", AmountMinor: 9000, RefundableMinor: 6500, Payee: "cus_1"}, false},
 		{"latest_charge_absent_old_api_version", refundPI, map[string]string{piPath: `{"id":"pi_1","object":"payment_intent","amount_received":9000,"currency":"usd","charges":{"data":[]}}`}, rail.Referent{}, true},
 		{"latest_charge_of_another_payment", refundPI, map[string]string{piPath: piJSON(strings.Replace(chargeJSON, `"payment_intent":"pi_1"`, `"payment_intent":"pi_2"`, 1))}, rail.Referent{}, true},
 		{"answer_for_another_id", refundPI, map[string]string{piPath: strings.Replace(piJSON(chargeJSON), `"id":"pi_1"`, `"id":"pi_2"`, 1)}, rail.Referent{}, true},

@@ -1,0 +1,166 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/gate"
+	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/mandate"
+	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/rails"
+	"github.com/countersign/countersign/internal/sik"
+)
+
+// gateRun is what the gate ladder needs from outside the transaction.
+type gateRun struct {
+	req       Request
+	principal *ledger.Principal
+	acct      *rails.Account
+	action    rail.Action
+	ref       rail.Referent
+	value     int64
+	currency  string
+	now       time.Time
+	advisors  []gate.Advisor
+}
+
+// ladder runs the gates inside the deciding transaction: the mandate is
+// share-locked, the mandate's usage row is locked for update (so no other
+// decision under it reads usage until this one commits, B1), the usage is
+// counted, and the pure gates decide.
+func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (ledger.GateVerdict, error) {
+	in := gate.Input{
+		Now:         g.now,
+		Credential:  gate.Credential{ID: g.principal.Credential.ID, Scope: g.principal.Credential.Scope, ExpiresAt: g.principal.Credential.ExpiresAt, Revoked: g.principal.Credential.RevokedAt != nil},
+		Agent:       gate.Agent{ID: g.principal.Agent.ID, Revoked: g.principal.Agent.Revoked},
+		RailAccount: g.acct.ID, Rail: g.acct.Rail, Host: g.railHost(), APIVersion: g.req.Headers["stripe-version"],
+		Action: gate.Action{Kind: g.action.Kind, Subject: it.Subject, AmountMinor: g.value, FullRefund: g.action.AmountMinor == nil,
+			Currency: g.currency, Payee: g.action.Payee},
+		Referent: gate.Referent{AmountMinor: g.ref.AmountMinor, RefundableMinor: g.ref.RefundableMinor, Currency: g.ref.Currency, Payee: g.ref.Payee},
+	}
+	rec, err := tx.LatestMandate(ctx, g.principal.Agent.ID, g.acct.ID, g.now)
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		return verdictOf(gate.Evaluate(in, g.advisors...))
+	case err != nil:
+		return ledger.GateVerdict{}, err
+	}
+	m, err := mandate.FromCanonical(rec.Canonical)
+	if err != nil {
+		return ledger.GateVerdict{}, fmt.Errorf("mandate %s: %w", rec.Hash, err)
+	}
+	in.Mandate, in.MandateHash, in.MandateRevoked = m, rec.Hash, rec.RevokedAt != nil
+	for _, gr := range m.GetGrants() {
+		if sik.Kind(kindName(gr.GetActionKind())) == g.action.Kind {
+			in.Action.Reversible = gr.GetReversible()
+		}
+	}
+	if err := tx.LockMandateUsage(ctx, rec.Hash); err != nil {
+		return ledger.GateVerdict{}, err
+	}
+	if err := g.usage(ctx, tx, rec.Hash, it, &in); err != nil {
+		return ledger.GateVerdict{}, err
+	}
+	v, err := verdictOf(gate.Evaluate(in, g.advisors...))
+	if err != nil || v.Verdict != "ALLOW" {
+		return v, err
+	}
+	v.Hold = &ledger.HoldSpec{MandateHash: rec.Hash, AgentID: g.principal.Agent.ID, PayeeKey: payeeKey(in.Action),
+		Currency: g.currency, AmountMinor: g.value}
+	for _, b := range m.GetBudgets() {
+		if b.GetCurrency() == g.currency {
+			v.Hold.BudgetMinor = b.GetAmountMinor()
+		}
+	}
+	return v, nil
+}
+
+// usage counts what G2, G3 and G5 compare against.
+func (g gateRun) usage(ctx context.Context, tx *ledger.Tx, hash string, it ledger.Intent, in *gate.Input) error {
+	for _, spec := range gate.WindowSpecs(*in) {
+		calls, amount, err := tx.WindowUsage(ctx, hash, spec.Scope == countersignv1.WindowScope_WINDOW_SCOPE_PAYEE, spec.Key, spec.Since, spec.Currency)
+		if err != nil {
+			return err
+		}
+		in.Usage.Windows = append(in.Usage.Windows, gate.WindowUsage{WindowSpec: spec, Calls: calls, AmountMinor: amount})
+	}
+	var err error
+	if in.Usage.BudgetHeldMinor, in.Usage.BudgetSpentMinor, err = tx.BudgetUsage(ctx, hash, g.currency); err != nil {
+		return err
+	}
+	if in.Usage.FeeSpentMinor, err = tx.FeeSpent(ctx, hash); err != nil {
+		return err
+	}
+	if in.Usage.SubjectActions, err = tx.SubjectActions(ctx, hash, it.Subject); err != nil {
+		return err
+	}
+	if g.action.Kind == sik.KindRefund {
+		if in.LedgerOutstandingMinor, err = tx.Outstanding(ctx, g.acct.ID, it.Subject, it.SIK); err != nil {
+			return err
+		}
+	}
+	if p := payeeKey(in.Action); p != "" && g.action.Kind != sik.KindRefund {
+		if in.PayeeSeenBefore, err = tx.PayeePaidBefore(ctx, g.acct.ID, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// railHost is the host the request really goes to: the route's rail host
+// (Envoy's context extension), else the account's first host.
+func (g gateRun) railHost() string {
+	if g.req.RailHost != "" {
+		return g.req.RailHost
+	}
+	if len(g.acct.Hosts) > 0 {
+		return g.acct.Hosts[0]
+	}
+	return g.req.Host
+}
+
+// payeeKey is what per-payee windows count by: the payee, or the subject
+// for refunds (the money goes back to that payment's payer).
+func payeeKey(a gate.Action) string {
+	if a.Payee != "" {
+		return a.Payee
+	}
+	return a.Subject
+}
+
+func kindName(k countersignv1.ActionKind) string {
+	switch k {
+	case countersignv1.ActionKind_ACTION_KIND_REFUND:
+		return string(sik.KindRefund)
+	case countersignv1.ActionKind_ACTION_KIND_PAYOUT:
+		return string(sik.KindPayout)
+	case countersignv1.ActionKind_ACTION_KIND_TRANSFER:
+		return string(sik.KindTransfer)
+	}
+	return ""
+}
+
+// verdictOf turns the ladder's answer into what the ledger stores.
+func verdictOf(v gate.Verdict, results []gate.Result) (ledger.GateVerdict, error) {
+	out := ledger.GateVerdict{Verdict: string(verdictName(v))}
+	for _, r := range results {
+		out.Gates = append(out.Gates, ledger.GateRecord{Gate: r.Gate, Verdict: string(verdictName(r.Verdict)), ReasonCode: r.ReasonCode, Reason: r.Reason})
+	}
+	p := gate.Primary(results)
+	out.ReasonCode, out.Reason = p.ReasonCode, p.Reason
+	return out, nil
+}
+
+func verdictName(v gate.Verdict) Verdict {
+	switch v {
+	case gate.Allow:
+		return Allow
+	case gate.Hold:
+		return Hold
+	}
+	return Block
+}

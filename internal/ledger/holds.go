@@ -1,0 +1,171 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// GateVerdict is what the gates concluded inside the deciding transaction.
+type GateVerdict struct {
+	Verdict    string // ALLOW, HOLD or BLOCK
+	ReasonCode string
+	Reason     string
+	Gates      []GateRecord
+	// Hold reserves the amount under a mandate on ALLOW.
+	Hold *HoldSpec
+}
+
+// HoldSpec is a budget hold to place with the attempt.
+type HoldSpec struct {
+	MandateHash string
+	AgentID     string
+	// PayeeKey is what per-payee windows count by (the payee, or the
+	// subject for refunds).
+	PayeeKey    string
+	Currency    string
+	AmountMinor int64
+	// BudgetMinor is the mandate's total budget in Currency; 0 means the
+	// currency has no budget (only windows and grants limit it).
+	BudgetMinor int64
+}
+
+// errGateBlocked rolls the deciding transaction back: a request the gates
+// block leaves no intent behind, only its decision, so the same request may
+// pass once a window slides or a mandate changes.
+var errGateBlocked = errors.New("ledger: gates blocked the proposal")
+
+// LatestMandate returns the newest mandate of agentID on railAccount,
+// revoked or expired included (the scope gate names why it no longer
+// applies), with a share lock so a concurrent revocation waits for this
+// decision. ErrNotFound when the agent has none.
+func (tx *Tx) LatestMandate(ctx context.Context, agentID, railAccount string, at time.Time) (MandateRecord, error) {
+	// An active one first; else the newest, whatever its state.
+	r, err := tx.ActiveMandate(ctx, agentID, railAccount, at)
+	if err == nil || !errors.Is(err, ErrNotFound) {
+		return r, err
+	}
+	r, err = scanMandate(tx.tx.QueryRow(ctx, `SELECT `+mandateColumns+` FROM mandates
+		WHERE agent_id = $1 AND rail_account = $2 ORDER BY created_at DESC, hash LIMIT 1 FOR SHARE`, agentID, railAccount))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return MandateRecord{}, fmt.Errorf("%w: mandate for agent %s on %s", ErrNotFound, agentID, railAccount)
+	}
+	return r, classify(err)
+}
+
+// LockMandateUsage serialises the deciding transactions of one mandate
+// (B1): the usage read after it cannot change until this transaction ends.
+func (tx *Tx) LockMandateUsage(ctx context.Context, hash string) error {
+	if _, err := tx.tx.Exec(ctx, `INSERT INTO mandate_usage (mandate_hash) VALUES ($1) ON CONFLICT DO NOTHING`, hash); err != nil {
+		return err
+	}
+	_, err := tx.tx.Exec(ctx, `SELECT 1 FROM mandate_usage WHERE mandate_hash = $1 FOR UPDATE`, hash)
+	return err
+}
+
+// WindowUsage counts the held and posted holds of a mandate since a time,
+// for one agent (byPayee false) or one payee key (byPayee true), in
+// currency for the amount ("" counts the calls only).
+func (tx *Tx) WindowUsage(ctx context.Context, hash string, byPayee bool, key string, since time.Time, currency string) (calls, amount int64, err error) {
+	col := "agent_id"
+	if byPayee {
+		col = "payee_key"
+	}
+	err = tx.tx.QueryRow(ctx, `
+		SELECT count(*), COALESCE(sum(amount_minor) FILTER (WHERE currency = $4), 0)
+		FROM budget_holds WHERE mandate_hash = $1 AND `+col+` = $2 AND created_at >= $3 AND state <> 'voided'`,
+		hash, key, since, currency).Scan(&calls, &amount)
+	return calls, amount, err
+}
+
+// BudgetUsage reads the held and spent amounts of a mandate's budget.
+func (tx *Tx) BudgetUsage(ctx context.Context, hash, currency string) (held, spent int64, err error) {
+	err = tx.tx.QueryRow(ctx, `SELECT held_minor, spent_minor FROM mandate_budgets WHERE mandate_hash = $1 AND currency = $2`,
+		hash, currency).Scan(&held, &spent)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, 0, nil
+	}
+	return held, spent, err
+}
+
+// FeeSpent sums the fees the rail reported on the mandate's applied actions.
+func (tx *Tx) FeeSpent(ctx context.Context, hash string) (int64, error) {
+	var fee int64
+	err := tx.tx.QueryRow(ctx, `
+		SELECT COALESCE(sum(a.fee_minor), 0) FROM attempts a JOIN intents i ON i.rail_account = a.rail_account AND i.sik = a.sik
+		WHERE i.mandate_hash = $1 AND a.outcome = 'applied'`, hash).Scan(&fee)
+	return fee, err
+}
+
+// SubjectActions counts the mandate's held or posted actions on a subject.
+func (tx *Tx) SubjectActions(ctx context.Context, hash, subject string) (int64, error) {
+	var n int64
+	err := tx.tx.QueryRow(ctx, `SELECT count(*) FROM budget_holds WHERE mandate_hash = $1 AND subject = $2 AND state <> 'voided'`,
+		hash, subject).Scan(&n)
+	return n, err
+}
+
+// Outstanding sums the amounts of the intents on a subject that the rail's
+// refundable balance may not show yet: in flight or of unknown outcome.
+func (tx *Tx) Outstanding(ctx context.Context, railAccount, subject, except string) (int64, error) {
+	var n int64
+	err := tx.tx.QueryRow(ctx, `SELECT COALESCE(sum(amount_minor), 0) FROM intents
+		WHERE rail_account = $1 AND subject = $2 AND sik <> $3 AND state IN ('IN_FLIGHT', 'UNKNOWN', 'RECONCILING')`,
+		railAccount, subject, except).Scan(&n)
+	return n, err
+}
+
+// PayeePaidBefore reports whether anything on railAccount was ever applied
+// to payee.
+func (tx *Tx) PayeePaidBefore(ctx context.Context, railAccount, payee string) (bool, error) {
+	var ok bool
+	err := tx.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM intents WHERE rail_account = $1 AND payee = $2 AND state = 'APPLIED')`,
+		railAccount, payee).Scan(&ok)
+	return ok, err
+}
+
+// placeHold reserves the amount of an allowed intent and records its
+// mandate. The budget row's CHECK refuses an overrun even if the gates were
+// wrong.
+func (tx *Tx) placeHold(ctx context.Context, it Intent, h HoldSpec) error {
+	if h.BudgetMinor > 0 {
+		if _, err := tx.tx.Exec(ctx, `INSERT INTO mandate_budgets (mandate_hash, currency, budget_minor) VALUES ($1, $2, $3)
+			ON CONFLICT (mandate_hash, currency) DO NOTHING`, h.MandateHash, h.Currency, h.BudgetMinor); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.tx.Exec(ctx, `UPDATE intents SET mandate_hash = $3 WHERE rail_account = $1 AND sik = $2`,
+		it.RailAccount, it.SIK, h.MandateHash); err != nil {
+		return err
+	}
+	_, err := tx.tx.Exec(ctx, `
+		INSERT INTO budget_holds (rail_account, sik, hold_seq, mandate_hash, agent_id, payee_key, subject, currency, amount_minor, budgeted)
+		VALUES ($1, $2, (SELECT COALESCE(max(hold_seq), 0) + 1 FROM budget_holds WHERE rail_account = $1 AND sik = $2),
+		        $3, $4, $5, $6, $7, $8, $9)`,
+		it.RailAccount, it.SIK, h.MandateHash, h.AgentID, h.PayeeKey, it.Subject, h.Currency, h.AmountMinor, h.BudgetMinor > 0)
+	return err
+}
+
+// BudgetState is one budget row, for checks and the owner API.
+type BudgetState struct {
+	Currency            string
+	Budget, Held, Spent int64
+}
+
+// Budgets lists a mandate's budget rows.
+func (s *Store) Budgets(ctx context.Context, hash string) ([]BudgetState, error) {
+	rows, err := s.pool.Query(ctx, `SELECT currency, budget_minor, held_minor, spent_minor FROM mandate_budgets
+		WHERE mandate_hash = $1 ORDER BY currency`, hash)
+	if err != nil {
+		return nil, classify(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (BudgetState, error) {
+		var b BudgetState
+		err := r.Scan(&b.Currency, &b.Budget, &b.Held, &b.Spent)
+		return b, err
+	})
+	return out, classify(err)
+}

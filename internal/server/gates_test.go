@@ -1,0 +1,201 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/mockrail"
+)
+
+// mandateFor is a budgeted USD mandate of h's agent on acct_bench that a
+// test then narrows.
+func mandateFor(h *allowHarness) *countersignv1.Mandate {
+	now := time.Now().Truncate(time.Second)
+	return &countersignv1.Mandate{
+		Rail: countersignv1.Rail_RAIL_STRIPE, RailAccount: "acct_bench", AgentId: h.agentID, Purpose: "gate tests",
+		ValidFrom: timestamppb.New(now.Add(-time.Hour)), ValidUntil: timestamppb.New(now.Add(24 * time.Hour)),
+		Mode: countersignv1.MandateMode_MANDATE_MODE_BUDGETED,
+		Grants: []*countersignv1.Grant{
+			{ActionKind: countersignv1.ActionKind_ACTION_KIND_REFUND, MaxAmountMinor: 1 << 40, Currencies: []string{"USD"}},
+			{ActionKind: countersignv1.ActionKind_ACTION_KIND_PAYOUT, MaxAmountMinor: 1 << 40, Currencies: []string{"USD"}},
+		},
+	}
+}
+
+func (h *allowHarness) decide(t testing.TB, a *countersignv1.ProposedAction) *countersignv1.DecideResponse {
+	t.Helper()
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+h.secret)
+	a.Rail, a.RailAccount = countersignv1.Rail_RAIL_STRIPE, "acct_bench"
+	resp, err := countersignv1.NewDecisionServiceClient(h.conn).Decide(ctx, &countersignv1.DecideRequest{Form: &countersignv1.DecideRequest_Action{Action: a}})
+	if err != nil {
+		t.Fatalf("Decide: %v", err)
+	}
+	return resp
+}
+
+func refund(subject string, amount int64, distinct string) *countersignv1.ProposedAction {
+	return &countersignv1.ProposedAction{ActionKind: countersignv1.ActionKind_ACTION_KIND_REFUND, Subject: subject, AmountMinor: &amount, Distinct: distinct}
+}
+
+// concurrentRefunds sends n distinct refunds of amount at once and counts
+// the verdicts.
+func concurrentRefunds(t *testing.T, h *allowHarness, n int, amount int64) map[countersignv1.Verdict]int {
+	t.Helper()
+	var mu sync.Mutex
+	counts := map[countersignv1.Verdict]int{}
+	reasons := map[string]int{}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			r := h.decide(t, refund("pi_bench", amount, fmt.Sprintf("refund %d of a batch", i)))
+			mu.Lock()
+			counts[r.GetVerdict()]++
+			reasons[r.GetReasonCode()]++
+			mu.Unlock()
+		}()
+	}
+	close(start)
+	wg.Wait()
+	t.Logf("verdicts %v, reasons %v", counts, reasons)
+	return counts
+}
+
+func TestBudgetAdmitsExactlyWhatFits(t *testing.T) {
+	h := bareRailHarness(t)
+	m := mandateFor(h)
+	m.Budgets = []*countersignv1.Money{{AmountMinor: 100 * 250, Currency: "USD"}} // room for exactly 100 refunds of 250
+	hash := applyMandateTo(t, h, m)
+
+	counts := concurrentRefunds(t, h, 1000, 250)
+	if counts[countersignv1.Verdict_VERDICT_ALLOW] != 100 || counts[countersignv1.Verdict_VERDICT_BLOCK] != 900 {
+		t.Fatalf("verdicts %v: want exactly 100 ALLOW", counts)
+	}
+	budgets, err := h.store.Budgets(context.Background(), hash)
+	if err != nil || len(budgets) != 1 {
+		t.Fatalf("budgets = %v, %v", budgets, err)
+	}
+	if b := budgets[0]; b.Held+b.Spent > b.Budget || b.Held != 100*250 {
+		t.Fatalf("budget row %+v: held+spent must equal the 100 holds and never exceed the budget", b)
+	}
+}
+
+func TestSlidingWindowAdmitsExactlyWhatFits(t *testing.T) {
+	h := bareRailHarness(t)
+	m := mandateFor(h)
+	m.Windows = []*countersignv1.Window{{Scope: countersignv1.WindowScope_WINDOW_SCOPE_AGENT, Duration: durationpb.New(time.Hour), MaxCalls: 100}}
+	applyMandateTo(t, h, m)
+	counts := concurrentRefunds(t, h, 1000, 7)
+	if counts[countersignv1.Verdict_VERDICT_ALLOW] != 100 {
+		t.Fatalf("verdicts %v: want exactly 100 ALLOW in a 100-call window", counts)
+	}
+}
+
+func TestStructuringIsBlocked(t *testing.T) {
+	h := bareRailHarness(t)
+	m := mandateFor(h)
+	m.Windows = []*countersignv1.Window{{Scope: countersignv1.WindowScope_WINDOW_SCOPE_AGENT, Duration: durationpb.New(24 * time.Hour),
+		MaxAmount: &countersignv1.Money{AmountMinor: 2_500_000, Currency: "USD"}}}
+	applyMandateTo(t, h, m)
+	amount := int64(1_000_000)
+	var verdicts []countersignv1.Verdict
+	var last *countersignv1.DecideResponse
+	for i := range 3 {
+		last = h.decide(t, &countersignv1.ProposedAction{ActionKind: countersignv1.ActionKind_ACTION_KIND_PAYOUT,
+			Subject: "ba_dest", Payee: "ba_dest", AmountMinor: &amount, Currency: "USD", Distinct: fmt.Sprintf("payout %d", i)})
+		verdicts = append(verdicts, last.GetVerdict())
+	}
+	want := []countersignv1.Verdict{countersignv1.Verdict_VERDICT_ALLOW, countersignv1.Verdict_VERDICT_ALLOW, countersignv1.Verdict_VERDICT_BLOCK}
+	for i := range want {
+		if verdicts[i] != want[i] {
+			t.Fatalf("payout verdicts %v, want %v (last: %s %s)", verdicts, want, last.GetReasonCode(), last.GetReason())
+		}
+	}
+	if !strings.Contains(string(last.GetRefusal().GetBody()), "2500000") {
+		t.Fatalf("the third payout's refusal does not carry the window's numbers: %s", last.GetRefusal().GetBody())
+	}
+}
+
+func TestBlockedRequestsCarryTheirReason(t *testing.T) {
+	cases := []struct {
+		name   string
+		narrow func(*countersignv1.Mandate)
+		action func() *countersignv1.ProposedAction
+		code   string
+		says   []string
+	}{
+		{"refund above the refundable balance", nil,
+			func() *countersignv1.ProposedAction { return refund("pi_small", 250000, "") },
+			"amount_exceeds_refundable", []string{"250000", "189900", "pi_small"}},
+		{"refund in the wrong currency", func(m *countersignv1.Mandate) { m.Grants[0].Currencies = []string{"EUR", "USD"} },
+			func() *countersignv1.ProposedAction {
+				a := refund("pi_small", 100, "")
+				a.Currency = "EUR"
+				return a
+			},
+			"currency_mismatch", []string{"EUR", "USD"}},
+		{"payee off the allowlist", func(m *countersignv1.Mandate) { m.AllowedPayees = []string{"ba_known"} },
+			func() *countersignv1.ProposedAction {
+				amount := int64(500)
+				return &countersignv1.ProposedAction{ActionKind: countersignv1.ActionKind_ACTION_KIND_PAYOUT, Subject: "ba_stranger",
+					Payee: "ba_stranger", AmountMinor: &amount, Currency: "USD"}
+			},
+			"payee_not_allowed", []string{"ba_stranger"}},
+		{"after the mandate expired", func(m *countersignv1.Mandate) {
+			now := time.Now().Truncate(time.Second)
+			m.ValidFrom, m.ValidUntil = timestamppb.New(now.Add(-2*time.Hour)), timestamppb.New(now.Add(-time.Hour))
+		},
+			func() *countersignv1.ProposedAction { return refund("pi_small", 100, "") },
+			"mandate_expired", []string{"expired"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := bareRailHarness(t)
+			if _, err := h.mock.AddPayment(mockrail.Payment{Rail: mockrail.Stripe, ID: "pi_small", Amount: 189900, Currency: "usd"}); err != nil {
+				t.Fatal(err)
+			}
+			m := mandateFor(h)
+			if tc.narrow != nil {
+				tc.narrow(m)
+			}
+			applyMandateTo(t, h, m)
+			r := h.decide(t, tc.action())
+			body := string(r.GetRefusal().GetBody())
+			if r.GetVerdict() != countersignv1.Verdict_VERDICT_BLOCK || r.GetReasonCode() != tc.code {
+				t.Fatalf("verdict %s %s (%s), want BLOCK %s", r.GetVerdict(), r.GetReasonCode(), r.GetReason(), tc.code)
+			}
+			for _, s := range tc.says {
+				if !strings.Contains(body, s) {
+					t.Fatalf("refusal body %s does not say %q", body, s)
+				}
+			}
+			if !strings.Contains(body, `"error"`) || !strings.Contains(body, `"type"`) {
+				t.Fatalf("refusal body %s is not shaped like Stripe's error", body)
+			}
+		})
+	}
+}
+
+func applyMandateTo(t *testing.T, h *allowHarness, m *countersignv1.Mandate) string {
+	t.Helper()
+	rec, err := mandateRecord(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.store.CreateMandate(context.Background(), rec); err != nil {
+		t.Fatal(err)
+	}
+	return rec.Hash
+}
