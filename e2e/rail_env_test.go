@@ -69,7 +69,13 @@ type envOptions struct {
 	noReconciler bool
 	// noMandate leaves the agent without a mandate (tests add their own).
 	noMandate bool
+	// mcpUpstream, when set, is a payment MCP server (Stripe preset, with a
+	// metadata argument) reachable through the proxy as host mcp.local,
+	// guarded as rail account acct_e2e_mcp.
+	mcpUpstream string
 }
+
+const mcpAccount = "acct_e2e_mcp"
 
 func newRailEnv(t *testing.T, o envOptions) *railEnv {
 	t.Helper()
@@ -117,7 +123,14 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
     hosts: [api.razorpay.com]
     base_url: %s
     key_file: %s
-`, stripeAccount, mockURL, write("stripe.key", stripeKey), razorpayAccount, mockURL, write("razorpay.key", razorpayKey)))
+`, stripeAccount, mockURL, write("stripe.key", stripeKey), razorpayAccount, mockURL, write("razorpay.key", razorpayKey))+
+		fmt.Sprintf(`  - account: %s
+    rail: stripe
+    hosts: [mcp.stripe.local]
+    base_url: %s
+    key_file: %s
+    mcp: {preset: stripe, metadata: metadata}
+`, mcpAccount, mockURL, write("mcp.key", stripeKey)))
 
 	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
 	csEnv := []string{
@@ -134,7 +147,7 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 	waitStatus(t, "http://"+httpAddr+"/readyz", 200, 30*time.Second)
 
 	pctx, cancel := context.WithCancel(ctx)
-	proxy, err := egress.Start(pctx, egress.Config{
+	pcfg := egress.Config{
 		Listen: "127.0.0.1:0", ExtAuthz: grpcAddr, ExtProc: grpcAddr,
 		MaxRequestBytes: 64 << 10, AllowPartialMessage: true, StatusOnError: 503,
 		Timeout: 10 * time.Second, ExtProcMessageTimeout: 10 * time.Second,
@@ -144,7 +157,12 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 			{Prefix: "razorpay.local", Upstream: mockURL, HostRewrite: "api.razorpay.com",
 				ContextExtensions: map[string]string{"rail_account": razorpayAccount}, Timeout: o.routeTimeout},
 		},
-	})
+	}
+	if o.mcpUpstream != "" {
+		pcfg.Routes = append(pcfg.Routes, egress.Route{Prefix: "mcp.local", Upstream: o.mcpUpstream, HostRewrite: "mcp.stripe.local",
+			ContextExtensions: map[string]string{"rail_account": mcpAccount}, Timeout: o.routeTimeout})
+	}
+	proxy, err := egress.Start(pctx, pcfg)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -165,6 +183,7 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 	if !o.noMandate {
 		applyMandate(t, store, generousMandate(agent.ID, stripeAccount, countersignv1.Rail_RAIL_STRIPE, "USD"))
 		applyMandate(t, store, generousMandate(agent.ID, razorpayAccount, countersignv1.Rail_RAIL_RAZORPAY, "INR"))
+		applyMandate(t, store, generousMandate(agent.ID, mcpAccount, countersignv1.Rail_RAIL_STRIPE, "USD"))
 	}
 	return &railEnv{t: t, dbURL: dbURL, store: store, agentID: agent.ID, mock: mockURL, proxy: "http://" + proxy.Addr(), grpcAddr: grpcAddr, secret: secret, countersig: cs, csEnv: csEnv, httpAddr: httpAddr, railsFile: railsFile}
 }

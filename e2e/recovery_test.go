@@ -46,7 +46,7 @@ func TestCrashMidFlightRecoversAtBoot(t *testing.T) {
 		t.Fatalf("ledger %s/%s (%s), journal %s", its[0].State, its[0].RailEntityID, its[0].Reason, j.Effects[0].EntityID)
 	}
 	// The agent's retry gets the stored result.
-	if r := e.stripeRefund(nil, url.Values{"payment_intent": {"pi_crash"}, "amount": {"3000"}}); r.Status != 200 || r.Header.Get("x-countersign-replay") != "true" {
+	if r := e.stripeRefund(nil, url.Values{"payment_intent": {"pi_crash"}, "amount": {"3000"}}); r.Header.Get("x-countersign-replay") != "true" {
 		t.Fatalf("retry after recovery: %d %s", r.Status, r.Body)
 	}
 	if e.journal().effectsOn("pi_crash") != 1 {

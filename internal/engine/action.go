@@ -184,7 +184,6 @@ func (e *Engine) answer(acct *rails.Account, req Request, res ledger.ProposeResu
 		}
 		out = refuseRail(acct, req, g.ReasonCode, g.Reason+" The request is held for the owner's approval; send the identical request again once it is approved.", http.StatusForbidden)
 		out.Verdict, out.Gates, out.Intent = Hold, g.Gates, ref
-		out.Body = acct.Adapter.Refusal(http.StatusForbidden, g.ReasonCode, out.Reason)
 		return out
 	}
 	switch {
@@ -207,11 +206,22 @@ func (e *Engine) answer(acct *rails.Account, req Request, res ledger.ProposeResu
 		// The stored rail response, without touching the rail.
 		out = Outcome{Verdict: Block, ReasonCode: ReasonDuplicateApplied,
 			Reason: fmt.Sprintf("already applied as %s; this is the rail's stored answer", it.RailEntityID)}
-		if r := res.Applied.Response; r != nil && r.Status >= 200 && r.Status < 300 {
-			out.HTTPStatus, out.Body, out.ResponseHeaders = r.Status, r.Body, map[string]string{"content-type": "application/json"}
+		// Only an answer the commit path classified as this intent's own is
+		// replayed; one settled by reconciliation may have stored another
+		// entity's body (or a 5xx).
+		if r := res.Applied.Response; r != nil && r.Status >= 200 && r.Status < 300 && it.LastEvent == string(intent.RailApplied) {
+			out.HTTPStatus, out.Body = r.Status, r.Body
+			if rp, ok := acct.Adapter.(rail.Replayer); ok {
+				body, err := rp.Replay(railRequest(req), rail.Response{Status: r.Status, Headers: r.Headers, Body: r.Body})
+				if err != nil {
+					return refuseRail(acct, req, ReasonInternal, "Countersign could not re-address the stored answer: "+err.Error(), http.StatusServiceUnavailable)
+				}
+				out.Body = body
+			}
 		} else {
-			out.HTTPStatus = http.StatusOK
-			out.Body = fmt.Appendf(nil, `{"id":%q,"countersign":{"state":"APPLIED","sik":%q}}`, it.RailEntityID, it.SIK)
+			// Settled by reconciliation: no 2xx body was stored.
+			out = refuseRail(acct, req, ReasonDuplicateApplied, fmt.Sprintf("Already applied as %s (settled by reconciliation); the rail's own answer was not kept.", it.RailEntityID), http.StatusConflict)
+			out.Verdict = Block
 		}
 		out.ResponseHeaders = map[string]string{"content-type": "application/json", "x-countersign-replay": "true"}
 	case it.State == intent.InFlight:
@@ -229,13 +239,23 @@ func (e *Engine) answer(acct *rails.Account, req Request, res ledger.ProposeResu
 	return out
 }
 
-// refuseRail refuses with a body shaped like the rail's own error.
+// refuseRail refuses with a body shaped like the rail's own error (for an
+// MCP server, a JSON-RPC error for the call's id).
 func refuseRail(acct *rails.Account, req Request, code, reason string, status int) Outcome {
 	out := refuse(req, code, reason, status)
-	if acct != nil {
-		out.Body = acct.Adapter.Refusal(status, code, reason)
+	if acct == nil {
+		return out
 	}
+	if rr, ok := acct.Adapter.(rail.RequestRefuser); ok {
+		out.HTTPStatus, out.Body = rr.RefuseRequest(railRequest(req), status, code, reason)
+		return out
+	}
+	out.Body = acct.Adapter.Refusal(status, code, reason)
 	return out
+}
+
+func railRequest(req Request) rail.Request {
+	return rail.Request{Method: req.Method, Host: req.Host, Path: req.Path, Headers: req.Headers, Body: req.Body}
 }
 
 func pathOnly(p string) string {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -17,18 +18,30 @@ import (
 var ErrBodyStamp = errors.New("extproc: cannot stamp the request body")
 
 // StampBody writes value at field into body. A field written like a form
-// key ("metadata[countersign_sik]") is a form field; a dotted one
-// ("notes.countersign_sik") is a JSON path of two levels. Whatever the
-// caller put at that field is overwritten: stamps are Countersign's.
+// key ("metadata[countersign_sik]") is a form field; a dotted one is a JSON
+// path ("notes.countersign_sik" for Razorpay,
+// "params.arguments.metadata.countersign_sik" for an MCP tool call), whose
+// missing objects are created. Whatever the caller put at that field is
+// overwritten: stamps are Countersign's.
 func StampBody(body []byte, field, value string) ([]byte, error) {
 	switch {
 	case field == "":
 		return body, nil
 	case strings.Contains(field, "["):
 		return stampForm(body, field, value)
-	case strings.Count(field, ".") == 1:
-		obj, key, _ := strings.Cut(field, ".")
-		return stampJSON(body, obj, key, value)
+	case strings.Contains(field, "."):
+		keys := strings.Split(field, ".")
+		if slices.Contains(keys, "") {
+			return nil, fmt.Errorf("%w: field %q has an empty key", ErrBodyStamp, field)
+		}
+		top := map[string]json.RawMessage{}
+		if len(bytes.TrimSpace(body)) > 0 {
+			// An empty body (a Razorpay full refund) becomes {"notes":{…}}.
+			if err := decodeObject(body, &top); err != nil {
+				return nil, fmt.Errorf("%w: body is not a JSON object", ErrBodyStamp)
+			}
+		}
+		return setPath(top, keys, value)
 	}
 	return nil, fmt.Errorf("%w: unsupported field %q", ErrBodyStamp, field)
 }
@@ -44,33 +57,41 @@ func stampForm(body []byte, field, value string) ([]byte, error) {
 	return []byte(vals.Encode()), nil
 }
 
-func stampJSON(body []byte, obj, key, value string) ([]byte, error) {
-	top := map[string]json.RawMessage{}
-	if len(bytes.TrimSpace(body)) > 0 {
-		// An empty body (a Razorpay full refund) becomes {"notes":{…}}.
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.UseNumber()
-		if err := dec.Decode(&top); err != nil || top == nil {
-			return nil, fmt.Errorf("%w: body is not a JSON object", ErrBodyStamp)
+// setPath writes value at keys inside obj, keeping every other member's
+// bytes (numbers are never re-spelled).
+func setPath(obj map[string]json.RawMessage, keys []string, value string) ([]byte, error) {
+	if len(keys) == 1 {
+		v, err := json.Marshal(value)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBodyStamp, err)
+		}
+		obj[keys[0]] = v
+		return json.Marshal(obj)
+	}
+	inner := map[string]json.RawMessage{}
+	if raw, ok := obj[keys[0]]; ok && string(raw) != "null" {
+		if err := decodeObject(raw, &inner); err != nil {
+			return nil, fmt.Errorf("%w: %s is not an object", ErrBodyStamp, keys[0])
 		}
 	}
-	inner := map[string]any{}
-	if raw, ok := top[obj]; ok && string(raw) != "null" {
-		d := json.NewDecoder(bytes.NewReader(raw))
-		d.UseNumber()
-		if err := d.Decode(&inner); err != nil {
-			return nil, fmt.Errorf("%w: %s is not an object", ErrBodyStamp, obj)
-		}
-	}
-	inner[key] = value
-	b, err := json.Marshal(inner)
+	b, err := setPath(inner, keys[1:], value)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBodyStamp, err)
+		return nil, err
 	}
-	top[obj] = b
-	out, err := json.Marshal(top)
+	obj[keys[0]] = b
+	out, err := json.Marshal(obj)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBodyStamp, err)
 	}
 	return out, nil
+}
+
+func decodeObject(b []byte, into *map[string]json.RawMessage) error {
+	if err := json.Unmarshal(b, into); err != nil {
+		return err
+	}
+	if *into == nil {
+		return errors.New("null")
+	}
+	return nil
 }

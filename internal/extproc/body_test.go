@@ -52,7 +52,24 @@ func TestStampBody(t *testing.T) {
 		{name: "json array refused", body: `[1]`, field: "notes.countersign_sik", value: "S", wantErr: true},
 		{name: "notes not an object", body: `{"notes":"x"}`, field: "notes.countersign_sik", value: "S", wantErr: true},
 		{name: "bad form", body: "a=%zz", field: "metadata[countersign_sik]", value: "S", wantErr: true},
-		{name: "unknown field shape", body: "", field: "a.b.c", value: "S", wantErr: true},
+		{name: "mcp tool call gets its metadata argument", body: `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"create_refund","arguments":{"payment_intent":"pi_1","amount":100}}}`,
+			field: "params.arguments.metadata.countersign_sik", value: "S",
+			check: func(t *testing.T, out []byte) {
+				var m struct {
+					ID     json.RawMessage `json:"id"`
+					Params struct {
+						Arguments struct {
+							Amount   json.Number       `json:"amount"`
+							Metadata map[string]string `json:"metadata"`
+						} `json:"arguments"`
+					} `json:"params"`
+				}
+				if err := json.Unmarshal(out, &m); err != nil || string(m.ID) != "7" || m.Params.Arguments.Metadata["countersign_sik"] != "S" || m.Params.Arguments.Amount != "100" {
+					t.Fatalf("json = %s (%v)", out, err)
+				}
+			}},
+		{name: "empty path key", body: "{}", field: "a..b", value: "S", wantErr: true},
+		{name: "unknown field shape", body: "", field: "plain", value: "S", wantErr: true},
 		{name: "no field leaves the body", body: "x=1", field: "", value: "",
 			check: func(t *testing.T, out []byte) {
 				if string(out) != "x=1" {

@@ -244,3 +244,17 @@ type Adapter interface {
 	// Refusal shapes a refusal like the rail's own error body.
 	Refusal(status int, code, message string) []byte
 }
+
+// RequestRefuser is implemented by adapters whose refusal depends on the
+// request (an MCP JSON-RPC answer must carry the request's id, and goes out
+// as HTTP 200 so the client delivers it as the tool call's error). The
+// engine prefers it to Refusal.
+type RequestRefuser interface {
+	RefuseRequest(req Request, status int, code, message string) (httpStatus int, body []byte)
+}
+
+// Replayer is implemented by adapters whose stored answer must be re-shaped
+// for a duplicate request (an MCP response carries the new call's id).
+type Replayer interface {
+	Replay(req Request, stored Response) ([]byte, error)
+}

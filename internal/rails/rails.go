@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/rail/mcp"
 	"github.com/countersign/countersign/internal/sik"
 )
 
@@ -37,6 +38,24 @@ type AccountConfig struct {
 	// KeyFile holds the rail's secret key: Stripe "sk_…", Razorpay
 	// "key_id:key_secret".
 	KeyFile string `json:"key_file"`
+	// MCP, when set, says the hosts are a payment MCP server for this
+	// rail (streamable HTTP); reads of referents and listings still go to
+	// the rail's REST API at BaseURL.
+	MCP *MCPConfig `json:"mcp,omitempty"`
+}
+
+// MCPConfig selects an MCP server's tool mapping.
+type MCPConfig struct {
+	// Preset is the tool mapping to start from: "stripe" (Stripe's agent
+	// toolkit) or "razorpay" (razorpay-mcp-server).
+	Preset string `json:"preset"`
+	// Endpoint is the streamable HTTP path (default /mcp).
+	Endpoint string `json:"endpoint,omitempty"`
+	// Metadata names the argument of the money-moving tools that stores
+	// key/value pairs on the created entity, where the stamp goes (e.g.
+	// "metadata" for a Stripe server whose create_refund takes it). Without
+	// one, ambiguous outcomes cannot be reconciled by listing (docs/mcp.md).
+	Metadata string `json:"metadata,omitempty"`
 }
 
 // File is the rails configuration file.
@@ -151,18 +170,30 @@ func load(c AccountConfig, adapters Adapters, hc *http.Client) (*Account, error)
 	if key == "" {
 		return nil, fmt.Errorf("key_file %s is empty", c.KeyFile)
 	}
-	var auth string
+	var auth, mcpAuth string
 	switch sik.Rail(c.Rail) {
 	case sik.RailRazorpay:
 		if !strings.Contains(key, ":") {
 			return nil, fmt.Errorf("key_file %s: a Razorpay key is key_id:key_secret", c.KeyFile)
 		}
 		auth = "Basic " + base64.StdEncoding.EncodeToString([]byte(key))
+		// razorpay-mcp-server's HTTP mode takes the pair as a bearer token.
+		mcpAuth = "Bearer " + base64.StdEncoding.EncodeToString([]byte(key))
 	default:
 		auth = "Bearer " + key
+		mcpAuth = auth
 	}
 	a := &Account{ID: c.Account, Rail: sik.Rail(c.Rail), Hosts: hosts, BaseURL: strings.TrimRight(base, "/"), Adapter: mk(), auth: auth}
 	a.Client = &httpClient{base: a.BaseURL, auth: auth, hc: hc}
+	if c.MCP != nil {
+		ad, err := mcpAdapter(*c.MCP, a.Rail, a.Adapter)
+		if err != nil {
+			return nil, fmt.Errorf("mcp: %w", err)
+		}
+		// Calls go to the MCP server with its credential form; the REST
+		// client above keeps the rail's own for reads.
+		a.Adapter, a.auth = ad, mcpAuth
+	}
 	return a, nil
 }
 
@@ -222,4 +253,31 @@ func (c *httpClient) Do(ctx context.Context, method, path string, headers map[st
 	}
 	req.Header.Set("Authorization", c.auth)
 	return c.hc.Do(req)
+}
+
+// mcpAdapter builds the MCP adapter of an account from a preset.
+func mcpAdapter(c MCPConfig, r sik.Rail, underlying rail.Adapter) (rail.Adapter, error) {
+	var cfg mcp.Config
+	switch c.Preset {
+	case "stripe":
+		cfg = mcp.StripeDefaults()
+	case "razorpay":
+		cfg = mcp.RazorpayDefaults()
+	default:
+		return nil, fmt.Errorf("preset %q is not stripe or razorpay", c.Preset)
+	}
+	if cfg.Rail != r {
+		return nil, fmt.Errorf("preset %q does not match rail %q", c.Preset, r)
+	}
+	cfg.Underlying = underlying
+	if c.Endpoint != "" {
+		cfg.Endpoint = c.Endpoint
+	}
+	if c.Metadata != "" {
+		for name, t := range cfg.Tools {
+			t.Metadata = c.Metadata
+			cfg.Tools[name] = t
+		}
+	}
+	return mcp.New(cfg)
 }

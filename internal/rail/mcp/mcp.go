@@ -33,6 +33,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -355,4 +356,17 @@ func RequestID(body []byte) json.RawMessage {
 		return nil
 	}
 	return append(json.RawMessage(nil), id...)
+}
+
+// RefuseRequest implements rail.RequestRefuser: the refusal is a JSON-RPC
+// error for the call's own id, sent as HTTP 200 so that the MCP client
+// hands it to the agent as the tool call's error.
+func (ad *adapter) RefuseRequest(req rail.Request, _ int, code, message string) (int, []byte) {
+	return http.StatusOK, RefusalFor(RequestID(req.Body), code, message)
+}
+
+// Replay implements rail.Replayer: the stored answer of the applied call,
+// re-addressed to the duplicate call's id.
+func (ad *adapter) Replay(req rail.Request, stored rail.Response) ([]byte, error) {
+	return ReplayFor(RequestID(req.Body), stored)
 }
