@@ -142,7 +142,7 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, acct
 	}
 	var stamped rail.Stamped
 	g := gateRun{req: req, principal: p, acct: acct, action: a, ref: ref, value: value, currency: key.Currency,
-		now: e.now(), advisors: e.opts.Advisors}
+		now: e.now(), advisors: e.opts.Advisors, mandates: &e.mandates}
 	res, err := e.ledger.Propose(ctx, ledger.Proposal{
 		Gate: g.ladder,
 		Key:  ledger.Key{RailAccount: acct.ID, SIK: string(s)},

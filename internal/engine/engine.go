@@ -137,11 +137,12 @@ type Options struct {
 
 // Engine is safe for concurrent use.
 type Engine struct {
-	ledger  Ledger
-	opts    Options
-	log     *slog.Logger
-	metrics *metrics.Metrics
-	now     func() time.Time
+	ledger   Ledger
+	opts     Options
+	log      *slog.Logger
+	metrics  *metrics.Metrics
+	now      func() time.Time
+	mandates mandateCache
 }
 
 // New returns an engine over l.

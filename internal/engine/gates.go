@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
@@ -26,6 +27,23 @@ type gateRun struct {
 	currency  string
 	now       time.Time
 	advisors  []gate.Advisor
+	mandates  *mandateCache
+}
+
+// mandateCache keeps decoded mandates by hash: a mandate never changes, so
+// its canonical bytes are decoded once per process.
+type mandateCache struct{ m sync.Map }
+
+func (c *mandateCache) get(rec ledger.MandateRecord) (*countersignv1.Mandate, error) {
+	if v, ok := c.m.Load(rec.Hash); ok {
+		return v.(*countersignv1.Mandate), nil
+	}
+	m, err := mandate.FromCanonical(rec.Canonical)
+	if err != nil {
+		return nil, fmt.Errorf("mandate %s: %w", rec.Hash, err)
+	}
+	c.m.Store(rec.Hash, m)
+	return m, nil
 }
 
 // ladder runs the gates inside the deciding transaction: the mandate is
@@ -49,9 +67,9 @@ func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (l
 	case err != nil:
 		return ledger.GateVerdict{}, err
 	}
-	m, err := mandate.FromCanonical(rec.Canonical)
+	m, err := g.mandates.get(rec)
 	if err != nil {
-		return ledger.GateVerdict{}, fmt.Errorf("mandate %s: %w", rec.Hash, err)
+		return ledger.GateVerdict{}, err
 	}
 	in.Mandate, in.MandateHash, in.MandateRevoked = m, rec.Hash, rec.RevokedAt != nil
 	for _, gr := range m.GetGrants() {
@@ -59,8 +77,12 @@ func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (l
 			in.Action.Reversible = gr.GetReversible()
 		}
 	}
-	if err := tx.LockMandateUsage(ctx, rec.Hash); err != nil {
-		return ledger.GateVerdict{}, err
+	// Only limits that accumulate need the decisions under a mandate to
+	// take turns; a mandate of grants alone decides in parallel.
+	if stateful(m) {
+		if err := tx.LockMandateUsage(ctx, rec.Hash); err != nil {
+			return ledger.GateVerdict{}, err
+		}
 	}
 	if err := g.usage(ctx, tx, rec.Hash, it, &in); err != nil {
 		return ledger.GateVerdict{}, err
@@ -89,14 +111,21 @@ func (g gateRun) usage(ctx context.Context, tx *ledger.Tx, hash string, it ledge
 		in.Usage.Windows = append(in.Usage.Windows, gate.WindowUsage{WindowSpec: spec, Calls: calls, AmountMinor: amount})
 	}
 	var err error
-	if in.Usage.BudgetHeldMinor, in.Usage.BudgetSpentMinor, err = tx.BudgetUsage(ctx, hash, g.currency); err != nil {
-		return err
+	m := in.Mandate
+	if len(m.GetBudgets()) > 0 {
+		if in.Usage.BudgetHeldMinor, in.Usage.BudgetSpentMinor, err = tx.BudgetUsage(ctx, hash, g.currency); err != nil {
+			return err
+		}
 	}
-	if in.Usage.FeeSpentMinor, err = tx.FeeSpent(ctx, hash); err != nil {
-		return err
+	if m.GetFeeBudget() != nil {
+		if in.Usage.FeeSpentMinor, err = tx.FeeSpent(ctx, hash); err != nil {
+			return err
+		}
 	}
-	if in.Usage.SubjectActions, err = tx.SubjectActions(ctx, hash, it.Subject); err != nil {
-		return err
+	if m.GetRecurrenceLimit() > 0 {
+		if in.Usage.SubjectActions, err = tx.SubjectActions(ctx, hash, it.Subject); err != nil {
+			return err
+		}
 	}
 	if g.action.Kind == sik.KindRefund {
 		if in.LedgerOutstandingMinor, err = tx.Outstanding(ctx, g.acct.ID, it.Subject, it.SIK); err != nil {
@@ -163,4 +192,10 @@ func verdictName(v gate.Verdict) Verdict {
 		return Hold
 	}
 	return Block
+}
+
+// stateful reports whether a mandate has limits that accumulate across
+// decisions (budgets, windows, a fee budget, a recurrence limit).
+func stateful(m *countersignv1.Mandate) bool {
+	return len(m.GetBudgets()) > 0 || len(m.GetWindows()) > 0 || m.GetFeeBudget() != nil || m.GetRecurrenceLimit() > 0
 }

@@ -94,9 +94,10 @@ func (tx *Tx) BudgetUsage(ctx context.Context, hash, currency string) (held, spe
 // FeeSpent sums the fees the rail reported on the mandate's applied actions.
 func (tx *Tx) FeeSpent(ctx context.Context, hash string) (int64, error) {
 	var fee int64
-	err := tx.tx.QueryRow(ctx, `
-		SELECT COALESCE(sum(a.fee_minor), 0) FROM attempts a JOIN intents i ON i.rail_account = a.rail_account AND i.sik = a.sik
-		WHERE i.mandate_hash = $1 AND a.outcome = 'applied'`, hash).Scan(&fee)
+	err := tx.tx.QueryRow(ctx, `SELECT fee_spent_minor FROM mandate_usage WHERE mandate_hash = $1`, hash).Scan(&fee)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
 	return fee, err
 }
 
@@ -127,8 +128,7 @@ func (tx *Tx) PayeePaidBefore(ctx context.Context, railAccount, payee string) (b
 	return ok, err
 }
 
-// placeHold reserves the amount of an allowed intent and records its
-// mandate. The budget row's CHECK refuses an overrun even if the gates were
+// placeHold reserves the amount of an allowed intent under its mandate. The budget row's CHECK refuses an overrun even if the gates were
 // wrong.
 func (tx *Tx) placeHold(ctx context.Context, it Intent, h HoldSpec) error {
 	if h.BudgetMinor > 0 {
@@ -136,10 +136,6 @@ func (tx *Tx) placeHold(ctx context.Context, it Intent, h HoldSpec) error {
 			ON CONFLICT (mandate_hash, currency) DO NOTHING`, h.MandateHash, h.Currency, h.BudgetMinor); err != nil {
 			return err
 		}
-	}
-	if _, err := tx.tx.Exec(ctx, `UPDATE intents SET mandate_hash = $3 WHERE rail_account = $1 AND sik = $2`,
-		it.RailAccount, it.SIK, h.MandateHash); err != nil {
-		return err
 	}
 	_, err := tx.tx.Exec(ctx, `
 		INSERT INTO budget_holds (rail_account, sik, hold_seq, mandate_hash, agent_id, payee_key, subject, currency, amount_minor, budgeted)

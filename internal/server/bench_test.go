@@ -37,13 +37,21 @@ import (
 // BenchmarkAllowPath measures the ALLOW path end to end over real gRPC:
 // Envoy's Check → credential → referent read at the (in-process) mock rail
 // → intent and durable IN_FLIGHT attempt committed in PostgreSQL → decision
-// recorded → response. Every operation is a new action (a new SIK).
+// recorded → response. Every operation is a new action (a new SIK) on its
+// own payment, under a mandate of grants (no budget or window: decisions
+// under it do not take turns).
 //
 //	go test -run '^$' -bench AllowPath -benchtime 2000x ./internal/server/
 func BenchmarkAllowPath(b *testing.B) {
 	for _, c := range []int{1, 16} {
 		b.Run(fmt.Sprintf("callers=%d", c), func(b *testing.B) {
 			h := benchHarness(b)
+			// One payment per operation, as refunds spread over many payments.
+			for i := range b.N {
+				if _, err := h.mock.AddPayment(mockrail.Payment{Rail: mockrail.Stripe, ID: fmt.Sprintf("pi_bench_%d", i), Amount: 100000, Currency: "usd"}); err != nil {
+					b.Fatal(err)
+				}
+			}
 			var next atomic.Int64
 			lat := make([]time.Duration, b.N)
 			var wg sync.WaitGroup
@@ -142,7 +150,7 @@ func (h *allowHarness) request(i int64) *authv3.CheckRequest {
 		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
 			Id: strconv.FormatInt(i, 10), Method: "POST", Host: "stripe.local", Path: "/v1/refunds",
 			Headers: map[string]string{"authorization": "Bearer " + h.secret, "content-type": "application/x-www-form-urlencoded"},
-			Body:    "payment_intent=pi_bench&amount=" + strconv.FormatInt(i+1, 10),
+			Body:    "payment_intent=pi_bench_" + strconv.FormatInt(i, 10) + "&amount=1000",
 		}},
 	}}
 }

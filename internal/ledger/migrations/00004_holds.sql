@@ -4,13 +4,14 @@
 -- as the intent. The hold is posted when the intent is APPLIED, voided when
 -- it is proven not applied, and kept while the outcome is unknown.
 
-ALTER TABLE intents ADD COLUMN mandate_hash text;
-
 -- One row per mandate: every deciding transaction under a mandate locks it
 -- FOR UPDATE first, so the usage the gates read (windows, budgets, fees) is
 -- never read by two deciders at once.
 CREATE TABLE mandate_usage (
-    mandate_hash text PRIMARY KEY CHECK (mandate_hash ~ '^[0-9a-f]{64}$')
+    mandate_hash    text   PRIMARY KEY CHECK (mandate_hash ~ '^[0-9a-f]{64}$'),
+    -- Fees the rail reported on the mandate's applied actions, kept by a
+    -- trigger on attempts so the fee gate reads one row.
+    fee_spent_minor bigint NOT NULL DEFAULT 0 CHECK (fee_spent_minor >= 0)
 );
 
 -- The budget of a mandate per currency. held + spent never exceeds budget,
@@ -47,6 +48,33 @@ CREATE TABLE budget_holds (
 CREATE INDEX holds_mandate_agent ON budget_holds (mandate_hash, agent_id, created_at) WHERE state <> 'voided';
 CREATE INDEX holds_mandate_payee ON budget_holds (mandate_hash, payee_key, created_at) WHERE state <> 'voided';
 CREATE INDEX holds_open ON budget_holds (rail_account, sik) WHERE state = 'held';
+CREATE INDEX holds_mandate_subject ON budget_holds (mandate_hash, subject) WHERE state <> 'voided';
+-- The value gate's outstanding refunds on a subject: only the open ones.
+CREATE INDEX intents_open_subject ON intents (rail_account, subject) WHERE state IN ('IN_FLIGHT', 'UNKNOWN', 'RECONCILING');
+
+-- +goose StatementBegin
+-- countersign_count_fees adds the fee of an attempt to its mandate's usage
+-- when the attempt is settled applied.
+CREATE FUNCTION countersign_count_fees() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_hash text;
+BEGIN
+    IF NEW.outcome = 'applied' AND OLD.outcome <> 'applied' AND COALESCE(NEW.fee_minor, 0) > 0 THEN
+        SELECT mandate_hash INTO v_hash FROM budget_holds WHERE rail_account = NEW.rail_account AND sik = NEW.sik
+            ORDER BY hold_seq DESC LIMIT 1;
+        IF v_hash IS NOT NULL THEN
+            INSERT INTO mandate_usage (mandate_hash, fee_spent_minor) VALUES (v_hash, NEW.fee_minor)
+                ON CONFLICT (mandate_hash) DO UPDATE SET fee_spent_minor = mandate_usage.fee_spent_minor + EXCLUDED.fee_spent_minor;
+        END IF;
+    END IF;
+    RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
+CREATE TRIGGER attempts_count_fees AFTER UPDATE OF outcome ON attempts
+    FOR EACH ROW EXECUTE FUNCTION countersign_count_fees();
 
 -- +goose StatementBegin
 -- countersign_hold_guard: a hold is born held and settles exactly once (B2);
@@ -127,10 +155,12 @@ CREATE TRIGGER intents_settle_holds AFTER UPDATE OF state ON intents
     FOR EACH ROW EXECUTE FUNCTION countersign_settle_holds();
 
 -- +goose Down
+DROP TRIGGER attempts_count_fees ON attempts;
+DROP FUNCTION countersign_count_fees();
+DROP INDEX intents_open_subject;
 DROP TRIGGER intents_settle_holds ON intents;
 DROP FUNCTION countersign_settle_holds();
 DROP TABLE budget_holds;
 DROP FUNCTION countersign_hold_guard();
 DROP TABLE mandate_budgets;
 DROP TABLE mandate_usage;
-ALTER TABLE intents DROP COLUMN mandate_hash;
