@@ -11,7 +11,7 @@ FUZZTIME  ?= 5s
 # -race needs cgo; the test harness starts its own PostgreSQL.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all generate check-generated build test test-go fuzz lint run ci tidy-check clean
+.PHONY: all generate check-generated build test test-go fuzz bench lint run ci tidy-check clean
 
 all: build
 
@@ -46,6 +46,10 @@ $(STRIPE_MOCK):
 ## fuzz: run every fuzz target for FUZZTIME each
 fuzz:
 	FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
+
+## bench: the ALLOW path beside the commit floor of the same PostgreSQL (pgbench)
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 3000x ./internal/server/
 
 ## lint: golangci-lint v2 (pinned) with the checked-in .golangci.yml
 lint: $(GOLANGCI_LINT)
