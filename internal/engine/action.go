@@ -121,6 +121,11 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, acct
 		// names another is keyed as asked and refused by the value gate.
 		key.Currency = ref.Currency
 	}
+	window, err := e.idempotencyWindow(ctx, p, acct, a.Kind)
+	if err != nil {
+		return refuseRail(acct, req, ReasonLedgerUnavailable, "Countersign's ledger is unreachable, so no money can move; retry later.", http.StatusServiceUnavailable)
+	}
+	key.Window = window
 	value := int64(0)
 	if a.AmountMinor != nil {
 		key.AmountMinor, value = *a.AmountMinor, *a.AmountMinor
@@ -299,4 +304,36 @@ func answersFromLedger(s intent.State) bool {
 		return true
 	}
 	return false
+}
+
+// idempotencyWindow folds the mandate's idempotency window for the action
+// kind into the key: identical payouts within one window are one payout,
+// the next window's is a new one. Refunds never take a window (DESIGN.md
+// §3): two identical refunds of one payment are one action whenever sent.
+// The window is read from the active mandate (mandates never change, so
+// reading it outside the deciding transaction is safe; the gates re-read
+// it inside).
+func (e *Engine) idempotencyWindow(ctx context.Context, p *ledger.Principal, acct *rails.Account, kind sik.Kind) (string, error) {
+	if kind == sik.KindRefund {
+		return "", nil
+	}
+	rec, err := e.ledger.ActiveMandate(ctx, p.Agent.ID, acct.ID, e.now())
+	if errors.Is(err, ledger.ErrNotFound) {
+		return "", nil // no mandate: the scope gate refuses
+	}
+	if err != nil {
+		return "", err
+	}
+	m, err := e.mandates.get(rec)
+	if err != nil {
+		return "", nil // an undecodable mandate: the scope gate refuses
+	}
+	for _, s := range m.GetIdempotency() {
+		if kindName(s.GetActionKind()) != string(kind) || s.GetWindow().AsDuration() <= 0 {
+			continue
+		}
+		w := s.GetWindow().AsDuration()
+		return fmt.Sprintf("%s@%d", w, e.now().UnixNano()/int64(w)), nil
+	}
+	return "", nil
 }

@@ -37,6 +37,10 @@ func (l *scriptedLedger) Propose(context.Context, ledger.Proposal) (ledger.Propo
 	return ledger.ProposeResult{}, errors.New("scriptedLedger: no proposals expected")
 }
 
+func (l *scriptedLedger) ActiveMandate(context.Context, string, string, time.Time) (ledger.MandateRecord, error) {
+	return ledger.MandateRecord{}, ledger.ErrNotFound
+}
+
 func (l *scriptedLedger) LookupAlias(context.Context, string, string) (ledger.ProposeResult, error) {
 	return ledger.ProposeResult{}, ledger.ErrNotFound
 }

@@ -199,3 +199,55 @@ func applyMandateTo(t *testing.T, h *allowHarness, m *countersignv1.Mandate) str
 	}
 	return rec.Hash
 }
+
+// TestIdempotencyWindowFoldsIntoTheKey: with a one-second idempotency
+// window for payouts, an identical payout in the same window is the same
+// action (a duplicate), and one in a later window is a new action.
+func TestIdempotencyWindowFoldsIntoTheKey(t *testing.T) {
+	h := bareRailHarness(t)
+	m := mandateFor(h)
+	m.Idempotency = []*countersignv1.IdempotencySetting{{ActionKind: countersignv1.ActionKind_ACTION_KIND_PAYOUT, Window: durationpb.New(time.Second)}}
+	applyMandateTo(t, h, m)
+	amount := int64(700)
+	payout := func() *countersignv1.DecideResponse {
+		return h.decide(t, &countersignv1.ProposedAction{ActionKind: countersignv1.ActionKind_ACTION_KIND_PAYOUT,
+			Subject: "ba_dest", Payee: "ba_dest", AmountMinor: &amount, Currency: "USD"})
+	}
+	first := payout()
+	if first.GetVerdict() != countersignv1.Verdict_VERDICT_ALLOW {
+		t.Fatalf("first payout: %s %s", first.GetReasonCode(), first.GetReason())
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r := payout()
+		if r.GetIntent().GetSik() == first.GetIntent().GetSik() {
+			// Same window: the in-flight duplicate.
+			if r.GetReasonCode() != "duplicate_in_flight" {
+				t.Fatalf("same-window payout: %s", r.GetReasonCode())
+			}
+		} else {
+			if r.GetVerdict() != countersignv1.Verdict_VERDICT_ALLOW {
+				t.Fatalf("next-window payout: %s %s", r.GetReasonCode(), r.GetReason())
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the key never moved to a new window")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// Without a window, the same payout a window later is still the same
+	// action.
+	h2 := bareRailHarness(t)
+	applyMandateTo(t, h2, mandateFor(h2))
+	payout2 := func() *countersignv1.DecideResponse {
+		return h2.decide(t, &countersignv1.ProposedAction{ActionKind: countersignv1.ActionKind_ACTION_KIND_PAYOUT,
+			Subject: "ba_dest", Payee: "ba_dest", AmountMinor: &amount, Currency: "USD"})
+	}
+	a := payout2()
+	time.Sleep(1100 * time.Millisecond) // past the window the other mandate would have used
+	if b := payout2(); b.GetIntent().GetSik() != a.GetIntent().GetSik() || b.GetReasonCode() != "duplicate_in_flight" {
+		t.Fatalf("windowless payout later: %s (%s vs %s)", b.GetReasonCode(), b.GetIntent().GetSik(), a.GetIntent().GetSik())
+	}
+}
