@@ -93,7 +93,8 @@ func TestFaultProfilesReconcileToTheJournal(t *testing.T) {
 			// it) a 409 naming the entity.
 			before := len(e.journal().Requests)
 			r := e.stripeRefund(nil, form)
-			if r.Header.Get("x-countersign-replay") != "true" || !(r.Status == 200 || r.Status == 409 && strings.Contains(r.Body, target.RailEntityID)) {
+			replayed := r.Status == 200 || r.Status == 409 && strings.Contains(r.Body, target.RailEntityID)
+			if r.Header.Get("x-countersign-replay") != "true" || !replayed {
 				t.Fatalf("duplicate after settling: %d %s", r.Status, r.Body)
 			}
 			if after := len(e.journal().Requests); after != before {

@@ -326,7 +326,9 @@ func (e *Engine) idempotencyWindow(ctx context.Context, p *ledger.Principal, acc
 	}
 	m, err := e.mandates.get(rec)
 	if err != nil {
-		return "", nil // an undecodable mandate: the scope gate refuses
+		// An undecodable mandate: the gates, reading it again inside the
+		// transaction, fail and the request is denied; the key needs none.
+		return "", nil //nolint:nilerr // deliberately deferred to the gates
 	}
 	for _, s := range m.GetIdempotency() {
 		if kindName(s.GetActionKind()) != string(kind) || s.GetWindow().AsDuration() <= 0 {
