@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -249,5 +250,54 @@ func TestIdempotencyWindowFoldsIntoTheKey(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond) // past the window the other mandate would have used
 	if b := payout2(); b.GetIntent().GetSik() != a.GetIntent().GetSik() || b.GetReasonCode() != "duplicate_in_flight" {
 		t.Fatalf("windowless payout later: %s (%s vs %s)", b.GetReasonCode(), b.GetIntent().GetSik(), a.GetIntent().GetSik())
+	}
+}
+
+// TestEachRefusalHasItsOwnReason drives Envoy's Check with requests that
+// must each be blocked with their own reason code.
+func TestEachRefusalHasItsOwnReason(t *testing.T) {
+	h := bareRailHarness(t)
+	hash := applyMandateTo(t, h, mandateFor(h))
+	check := func(path, body string, partial bool) string {
+		t.Helper()
+		headers := map[string]string{"authorization": "Bearer " + h.secret, "content-type": "application/x-www-form-urlencoded"}
+		if partial {
+			headers["x-envoy-auth-partial-body"] = "true"
+		}
+		resp, err := h.client.Check(context.Background(), &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+			ContextExtensions: map[string]string{"rail_account": "acct_bench"},
+			Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+				Id: "r", Method: "POST", Host: "stripe.local", Path: path, Headers: headers, Body: body}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, hv := range resp.GetDeniedResponse().GetHeaders() {
+			if hv.GetHeader().GetKey() == "x-countersign-reason" {
+				return hv.GetHeader().GetValue()
+			}
+		}
+		return "(allowed)"
+	}
+	cases := []struct {
+		name, path, body string
+		partial          bool
+		want             string
+	}{
+		{"truncated body", "/v1/refunds", "payment_intent=pi_bench&amou", true, "body_truncated"},
+		{"float amount", "/v1/refunds", "payment_intent=pi_bench&amount=12.50", false, "body_unparseable"},
+		{"unknown action on the rail host", "/v1/customers", "email=a@b.c", false, "action_unknown"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := check(tc.path, tc.body, tc.partial); got != tc.want {
+				t.Fatalf("reason %q, want %q", got, tc.want)
+			}
+		})
+	}
+	if _, err := h.store.RevokeMandate(context.Background(), hash, "agent misbehaved"); err != nil {
+		t.Fatal(err)
+	}
+	if got := check("/v1/refunds", "payment_intent=pi_bench&amount=100", false); got != "mandate_revoked" {
+		t.Fatalf("after revocation: %q", got)
 	}
 }
