@@ -79,7 +79,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 	authv3.RegisterAuthorizationServer(gs, extauthz.NewServer(eng))
 	extprocv3.RegisterExternalProcessorServer(gs, extproc.NewServer(eng, log))
 	countersignv1.RegisterDecisionServiceServer(gs, api.NewDecisionServer(eng, store, rec))
-	countersignv1.RegisterOwnerServiceServer(gs, api.NewOwnerServer())
+	countersignv1.RegisterOwnerServiceServer(gs, api.NewOwnerServer(store, nil))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)

@@ -1,0 +1,374 @@
+package api
+
+import (
+	"context"
+	"encoding/base64"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/credential"
+	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/mandate"
+)
+
+// OwnerOf names the authenticated owner of a call; the owner API refuses a
+// call without one.
+type OwnerOf func(ctx context.Context) (string, error)
+
+// OwnerServer implements countersign.v1.OwnerService. RPCs not built yet
+// (approvals, intents listing and watching, audit listing, webhooks) answer
+// Unimplemented.
+type OwnerServer struct {
+	countersignv1.UnimplementedOwnerServiceServer
+	store   *ledger.Store
+	ownerOf OwnerOf
+}
+
+// NewOwnerServer returns the owner service.
+func NewOwnerServer(store *ledger.Store, ownerOf OwnerOf) *OwnerServer {
+	return &OwnerServer{store: store, ownerOf: ownerOf}
+}
+
+// errNoOwner is returned when no owner identity reached the service: the
+// owner API is closed until owner authentication is configured.
+var errNoOwner = status.Error(codes.Unauthenticated, "the owner API needs an owner credential")
+
+func (s *OwnerServer) owner(ctx context.Context) (string, error) {
+	if s.ownerOf == nil {
+		return "", errNoOwner
+	}
+	id, err := s.ownerOf(ctx)
+	if err != nil || id == "" {
+		return "", errNoOwner
+	}
+	return id, nil
+}
+
+const defaultPage = 50
+
+func pageArgs(size int32, token string) (int, string, error) {
+	n := int(size)
+	if n <= 0 {
+		n = defaultPage
+	}
+	after := ""
+	if token != "" {
+		b, err := base64.RawURLEncoding.DecodeString(token)
+		if err != nil {
+			return 0, "", status.Error(codes.InvalidArgument, "page_token is not one this server issued")
+		}
+		after = string(b)
+	}
+	return n, after, nil
+}
+
+func nextToken(n int, last string, got int) string {
+	if got < n {
+		return ""
+	}
+	return base64.RawURLEncoding.EncodeToString([]byte(last))
+}
+
+func toAgent(a ledger.Agent) *countersignv1.Agent {
+	out := &countersignv1.Agent{AgentId: a.ID, DisplayName: a.Name, CreateTime: timestamppb.New(a.CreatedAt),
+		State: countersignv1.AgentState_AGENT_STATE_ACTIVE}
+	if a.Revoked {
+		out.State = countersignv1.AgentState_AGENT_STATE_REVOKED
+	}
+	if a.RevokedAt != nil {
+		out.RevokeTime = timestamppb.New(*a.RevokedAt)
+	}
+	return out
+}
+
+// CreateAgent creates an agent for the calling owner. Agent ids are
+// assigned by Countersign.
+func (s *OwnerServer) CreateAgent(ctx context.Context, req *countersignv1.CreateAgentRequest) (*countersignv1.CreateAgentResponse, error) {
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetAgentId() != "" {
+		return nil, status.Error(codes.InvalidArgument, "agent_id is assigned by Countersign; leave it empty")
+	}
+	a, err := s.store.CreateAgent(ctx, owner, req.GetAgent().GetDisplayName())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &countersignv1.CreateAgentResponse{Agent: toAgent(a)}, nil
+}
+
+// ListAgents pages through the owner's agents.
+func (s *OwnerServer) ListAgents(ctx context.Context, req *countersignv1.ListAgentsRequest) (*countersignv1.ListAgentsResponse, error) {
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n, after, err := pageArgs(req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	agents, err := s.store.OwnerAgents(ctx, owner, after, n, req.GetShowRevoked())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	out := &countersignv1.ListAgentsResponse{}
+	for _, a := range agents {
+		out.Agents = append(out.Agents, toAgent(a))
+	}
+	if len(agents) > 0 {
+		out.NextPageToken = nextToken(n, agents[len(agents)-1].ID, len(agents))
+	}
+	return out, nil
+}
+
+// GetAgent returns one of the owner's agents.
+func (s *OwnerServer) GetAgent(ctx context.Context, req *countersignv1.GetAgentRequest) (*countersignv1.GetAgentResponse, error) {
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.store.OwnerAgent(ctx, owner, req.GetAgentId())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &countersignv1.GetAgentResponse{Agent: toAgent(a)}, nil
+}
+
+// RevokeAgent revokes an agent, one way; its credentials stop working at
+// once (every decision reads the agent's state).
+func (s *OwnerServer) RevokeAgent(ctx context.Context, req *countersignv1.RevokeAgentRequest) (*countersignv1.RevokeAgentResponse, error) {
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.store.OwnerAgent(ctx, owner, req.GetAgentId()); err != nil {
+		return nil, ToStatus(err)
+	}
+	if err := s.store.RevokeAgent(ctx, req.GetAgentId()); err != nil {
+		return nil, ToStatus(err)
+	}
+	a, err := s.store.OwnerAgent(ctx, owner, req.GetAgentId())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &countersignv1.RevokeAgentResponse{Agent: toAgent(a)}, nil
+}
+
+var scopes = map[countersignv1.CredentialScope]credential.Scope{
+	countersignv1.CredentialScope_CREDENTIAL_SCOPE_PROPOSE: credential.ScopePropose,
+	countersignv1.CredentialScope_CREDENTIAL_SCOPE_EXECUTE: credential.ScopeExecute,
+}
+
+func toCredential(c ledger.Credential) *countersignv1.Credential {
+	out := &countersignv1.Credential{CredentialId: c.ID, AgentId: c.AgentID, SecretPrefix: credential.Prefix,
+		CreateTime: timestamppb.New(c.CreatedAt), ExpireTime: timestamppb.New(c.ExpiresAt),
+		State: countersignv1.CredentialState_CREDENTIAL_STATE_ACTIVE}
+	for k, v := range scopes {
+		if v == c.Scope {
+			out.Scope = k
+		}
+	}
+	switch {
+	case c.RevokedAt != nil:
+		out.State = countersignv1.CredentialState_CREDENTIAL_STATE_REVOKED
+		out.RevokeTime = timestamppb.New(*c.RevokedAt)
+	case !timestamppb.Now().AsTime().Before(c.ExpiresAt):
+		out.State = countersignv1.CredentialState_CREDENTIAL_STATE_EXPIRED
+	}
+	return out
+}
+
+// IssueCredential mints a credential for one of the owner's agents. The
+// secret is in this answer only; Countersign keeps its hash.
+func (s *OwnerServer) IssueCredential(ctx context.Context, req *countersignv1.IssueCredentialRequest) (*countersignv1.IssueCredentialResponse, error) {
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.store.OwnerAgent(ctx, owner, req.GetAgentId()); err != nil {
+		return nil, ToStatus(err)
+	}
+	secret, hash, err := credential.Generate()
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	c, err := s.store.IssueCredential(ctx, req.GetAgentId(), scopes[req.GetScope()], req.GetExpireTime().AsTime(), hash)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &countersignv1.IssueCredentialResponse{Credential: toCredential(c), Secret: secret}, nil
+}
+
+// ListCredentials lists the safe metadata of an agent's credentials.
+func (s *OwnerServer) ListCredentials(ctx context.Context, req *countersignv1.ListCredentialsRequest) (*countersignv1.ListCredentialsResponse, error) {
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.store.OwnerAgent(ctx, owner, req.GetAgentId()); err != nil {
+		return nil, ToStatus(err)
+	}
+	n, after, err := pageArgs(req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	cs, err := s.store.AgentCredentials(ctx, owner, req.GetAgentId(), after, n)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	out := &countersignv1.ListCredentialsResponse{}
+	for _, c := range cs {
+		out.Credentials = append(out.Credentials, toCredential(c))
+	}
+	if len(cs) > 0 {
+		out.NextPageToken = nextToken(n, cs[len(cs)-1].ID, len(cs))
+	}
+	return out, nil
+}
+
+// RevokeCredential revokes a credential, one way, effective for the next
+// decision (each decision reads the credential's state).
+func (s *OwnerServer) RevokeCredential(ctx context.Context, req *countersignv1.RevokeCredentialRequest) (*countersignv1.RevokeCredentialResponse, error) {
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.store.OwnerCredential(ctx, owner, req.GetAgentId(), req.GetCredentialId()); err != nil {
+		return nil, ToStatus(err)
+	}
+	if err := s.store.RevokeCredential(ctx, req.GetCredentialId()); err != nil {
+		return nil, ToStatus(err)
+	}
+	cs, err := s.store.AgentCredentials(ctx, owner, req.GetAgentId(), "", 1000)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	for _, c := range cs {
+		if c.ID == req.GetCredentialId() {
+			return &countersignv1.RevokeCredentialResponse{Credential: toCredential(c)}, nil
+		}
+	}
+	return nil, ToStatus(ledger.ErrNotFound)
+}
+
+func toMandateRecord(r ledger.MandateRecord) (*countersignv1.MandateRecord, error) {
+	m, err := mandate.FromCanonical(r.Canonical)
+	if err != nil {
+		return nil, err
+	}
+	out := &countersignv1.MandateRecord{MandateHash: r.Hash, Mandate: m, CreateTime: timestamppb.New(r.CreatedAt),
+		State: countersignv1.MandateState_MANDATE_STATE_ACTIVE, RevokeReason: r.RevokeReason}
+	if r.RevokedAt != nil {
+		out.State, out.RevokeTime = countersignv1.MandateState_MANDATE_STATE_REVOKED, timestamppb.New(*r.RevokedAt)
+	}
+	return out, nil
+}
+
+// CreateMandate validates and stores a mandate for one of the owner's
+// agents; applying the same mandate again returns the same hash.
+func (s *OwnerServer) CreateMandate(ctx context.Context, req *countersignv1.CreateMandateRequest) (*countersignv1.CreateMandateResponse, error) {
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m := req.GetMandate()
+	if err := mandate.Validate(m); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if _, err := s.store.OwnerAgent(ctx, owner, m.GetAgentId()); err != nil {
+		return nil, ToStatus(err)
+	}
+	rec, err := mandate.Record(m)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if _, err := s.store.CreateMandate(ctx, rec); err != nil {
+		return nil, ToStatus(err)
+	}
+	stored, err := s.store.GetMandate(ctx, rec.Hash)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	out, err := toMandateRecord(stored)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &countersignv1.CreateMandateResponse{MandateHash: rec.Hash, Mandate: out}, nil
+}
+
+func (s *OwnerServer) ownedMandate(ctx context.Context, owner, hash string) (ledger.MandateRecord, error) {
+	r, err := s.store.GetMandate(ctx, hash)
+	if err != nil {
+		return r, err
+	}
+	if r.OwnerID != owner {
+		return ledger.MandateRecord{}, ledger.ErrNotFound
+	}
+	return r, nil
+}
+
+// GetMandate returns one of the owner's mandates.
+func (s *OwnerServer) GetMandate(ctx context.Context, req *countersignv1.GetMandateRequest) (*countersignv1.GetMandateResponse, error) {
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r, err := s.ownedMandate(ctx, owner, req.GetMandateHash())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	out, err := toMandateRecord(r)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &countersignv1.GetMandateResponse{Mandate: out}, nil
+}
+
+// RevokeMandate revokes one of the owner's mandates, one way.
+func (s *OwnerServer) RevokeMandate(ctx context.Context, req *countersignv1.RevokeMandateRequest) (*countersignv1.RevokeMandateResponse, error) {
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.ownedMandate(ctx, owner, req.GetMandateHash()); err != nil {
+		return nil, ToStatus(err)
+	}
+	reason := strings.TrimSpace(req.GetReason())
+	if reason == "" {
+		reason = "revoked by the owner"
+	}
+	if _, err := s.store.RevokeMandate(ctx, req.GetMandateHash(), reason); err != nil {
+		return nil, ToStatus(err)
+	}
+	r, err := s.store.GetMandate(ctx, req.GetMandateHash())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	out, err := toMandateRecord(r)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &countersignv1.RevokeMandateResponse{Mandate: out}, nil
+}
+
+// GetIntent returns an intent of one of the owner's agents.
+func (s *OwnerServer) GetIntent(ctx context.Context, req *countersignv1.GetIntentRequest) (*countersignv1.GetIntentResponse, error) {
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	it, atts, err := s.store.OwnerIntent(ctx, owner, ledger.Key{RailAccount: req.GetRailAccount(), SIK: req.GetSik()})
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	out := &countersignv1.GetIntentResponse{Intent: toIntent(it)}
+	for _, a := range atts {
+		out.Attempts = append(out.Attempts, toAttempt(a))
+	}
+	return out, nil
+}
