@@ -25,7 +25,9 @@ func TestMain(m *testing.M) {
 
 type ownerKey struct{}
 
-func as(owner string) context.Context { return context.WithValue(context.Background(), ownerKey{}, owner) }
+func as(owner string) context.Context {
+	return context.WithValue(context.Background(), ownerKey{}, owner)
+}
 
 func ownerServer(t *testing.T) (*OwnerServer, *ledger.Store) {
 	t.Helper()
@@ -139,7 +141,7 @@ func TestOwnerAPIMandates(t *testing.T) {
 	now := time.Now().Truncate(time.Second)
 	m := &countersignv1.Mandate{Rail: countersignv1.Rail_RAIL_STRIPE, RailAccount: "acct_1", AgentId: a.GetAgent().GetAgentId(),
 		Purpose: "refunds", ValidFrom: timestamppb.New(now), ValidUntil: timestamppb.New(now.Add(time.Hour)),
-		Mode: countersignv1.MandateMode_MANDATE_MODE_BUDGETED,
+		Mode:   countersignv1.MandateMode_MANDATE_MODE_BUDGETED,
 		Grants: []*countersignv1.Grant{{ActionKind: countersignv1.ActionKind_ACTION_KIND_REFUND, MaxAmountMinor: 5000, Currencies: []string{"USD"}}}}
 	created, err := s.CreateMandate(as("own_m"), &countersignv1.CreateMandateRequest{Mandate: m})
 	if err != nil {
