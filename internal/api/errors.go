@@ -43,6 +43,8 @@ func ToStatus(err error) error {
 		return withDetails(status.New(codes.NotFound, err.Error()), "NOT_FOUND")
 	case errors.Is(err, ledger.ErrUnavailable):
 		return withDetails(status.New(codes.Unavailable, "the ledger is unreachable"), "LEDGER_UNAVAILABLE")
+	case errors.Is(err, ledger.ErrApprovalState):
+		return withDetails(status.New(codes.FailedPrecondition, err.Error()), "APPROVAL_NOT_PENDING")
 	case errors.Is(err, ledger.ErrLeaseLost):
 		return withDetails(status.New(codes.Aborted, err.Error()), "LEASE_LOST")
 	case errors.Is(err, engine.ErrUnknownAccount):

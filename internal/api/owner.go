@@ -35,7 +35,7 @@ func NewOwnerServer(store *ledger.Store, ownerOf OwnerOf) *OwnerServer {
 
 // errNoOwner is returned when no owner identity reached the service: the
 // owner API is closed until owner authentication is configured.
-var errNoOwner = status.Error(codes.Unauthenticated, "the owner API needs an owner credential")
+var errNoOwner = withDetails(status.New(codes.Unauthenticated, "the owner API needs an owner credential"), "OWNER_UNAUTHENTICATED")
 
 func (s *OwnerServer) owner(ctx context.Context) (string, error) {
 	if s.ownerOf == nil {
@@ -150,6 +150,10 @@ func (s *OwnerServer) RevokeAgent(ctx context.Context, req *countersignv1.Revoke
 		return nil, ToStatus(err)
 	}
 	if err := s.store.RevokeAgent(ctx, req.GetAgentId()); err != nil {
+		return nil, ToStatus(err)
+	}
+	// Held requests of a revoked agent can never be approved into motion.
+	if _, err := s.store.VoidApprovals(ctx, req.GetAgentId(), ""); err != nil {
 		return nil, ToStatus(err)
 	}
 	a, err := s.store.OwnerAgent(ctx, owner, req.GetAgentId())
@@ -345,6 +349,9 @@ func (s *OwnerServer) RevokeMandate(ctx context.Context, req *countersignv1.Revo
 	if _, err := s.store.RevokeMandate(ctx, req.GetMandateHash(), reason); err != nil {
 		return nil, ToStatus(err)
 	}
+	if _, err := s.store.VoidApprovals(ctx, "", req.GetMandateHash()); err != nil {
+		return nil, ToStatus(err)
+	}
 	r, err := s.store.GetMandate(ctx, req.GetMandateHash())
 	if err != nil {
 		return nil, ToStatus(err)
@@ -371,4 +378,102 @@ func (s *OwnerServer) GetIntent(ctx context.Context, req *countersignv1.GetInten
 		out.Attempts = append(out.Attempts, toAttempt(a))
 	}
 	return out, nil
+}
+
+var approvalStates = map[string]countersignv1.ApprovalState{
+	"pending": countersignv1.ApprovalState_APPROVAL_STATE_PENDING, "approved": countersignv1.ApprovalState_APPROVAL_STATE_APPROVED,
+	"rejected": countersignv1.ApprovalState_APPROVAL_STATE_REJECTED, "expired": countersignv1.ApprovalState_APPROVAL_STATE_EXPIRED,
+	"used": countersignv1.ApprovalState_APPROVAL_STATE_USED, "void": countersignv1.ApprovalState_APPROVAL_STATE_VOID,
+}
+
+func toApproval(a ledger.Approval) *countersignv1.Approval {
+	out := &countersignv1.Approval{ApprovalId: a.ID, State: approvalStates[a.State], RailAccount: a.RailAccount, Sik: a.SIK,
+		AgentId: a.AgentID, MandateHash: a.MandateHash, RequestFingerprint: a.Fingerprint, Note: a.Note,
+		CreateTime: timestamppb.New(a.CreatedAt), ExpireTime: timestamppb.New(a.ExpiresAt)}
+	if a.DecidedAt != nil {
+		out.DecideTime = timestamppb.New(*a.DecidedAt)
+	}
+	for _, g := range a.Gates {
+		gr := &countersignv1.GateResult{Gate: g.Gate, ReasonCode: g.ReasonCode, Reason: g.Reason}
+		switch g.Verdict {
+		case "ALLOW":
+			gr.Verdict = countersignv1.Verdict_VERDICT_ALLOW
+		case "HOLD":
+			gr.Verdict = countersignv1.Verdict_VERDICT_HOLD
+		default:
+			gr.Verdict = countersignv1.Verdict_VERDICT_BLOCK
+		}
+		out.Gates = append(out.Gates, gr)
+	}
+	return out
+}
+
+// ListApprovals pages through the owner's approvals.
+func (s *OwnerServer) ListApprovals(ctx context.Context, req *countersignv1.ListApprovalsRequest) (*countersignv1.ListApprovalsResponse, error) {
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n, after, err := pageArgs(req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	state := ""
+	for k, v := range approvalStates {
+		if v == req.GetState() {
+			state = k
+		}
+	}
+	as, err := s.store.ListApprovals(ctx, owner, state, req.GetAgentId(), after, n)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	out := &countersignv1.ListApprovalsResponse{}
+	for _, a := range as {
+		out.Approvals = append(out.Approvals, toApproval(a))
+	}
+	if len(as) > 0 {
+		out.NextPageToken = nextToken(n, as[len(as)-1].ID, len(as))
+	}
+	return out, nil
+}
+
+// GetApproval returns one of the owner's approvals.
+func (s *OwnerServer) GetApproval(ctx context.Context, req *countersignv1.GetApprovalRequest) (*countersignv1.GetApprovalResponse, error) {
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.store.GetApproval(ctx, owner, req.GetApprovalId())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &countersignv1.GetApprovalResponse{Approval: toApproval(a)}, nil
+}
+
+// ApproveApproval approves a pending request; it is used once, when the
+// identical request passes the gates again.
+func (s *OwnerServer) ApproveApproval(ctx context.Context, req *countersignv1.ApproveApprovalRequest) (*countersignv1.ApproveApprovalResponse, error) {
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.store.Approve(ctx, owner, req.GetApprovalId(), req.GetRequestFingerprint(), req.GetNote())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &countersignv1.ApproveApprovalResponse{Approval: toApproval(a)}, nil
+}
+
+// RejectApproval rejects a pending request; its intent is BLOCKED.
+func (s *OwnerServer) RejectApproval(ctx context.Context, req *countersignv1.RejectApprovalRequest) (*countersignv1.RejectApprovalResponse, error) {
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.store.Reject(ctx, owner, req.GetApprovalId(), req.GetNote())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &countersignv1.RejectApprovalResponse{Approval: toApproval(a)}, nil
 }

@@ -297,10 +297,11 @@ func aliasOf(account string, a rail.Action) (string, error) {
 
 // answersFromLedger reports whether an intent in state s answers a new
 // identical request without the rail: everything but the states a new
-// proposal may move on (reopen, retry, start an attempt, expire a lease).
+// proposal may move on (reopen, retry, release an approved hold, start an
+// attempt, expire a lease).
 func answersFromLedger(s intent.State) bool {
 	switch s {
-	case intent.Applied, intent.Unknown, intent.Reconciling, intent.Quarantined, intent.Blocked, intent.Held:
+	case intent.Applied, intent.Unknown, intent.Reconciling, intent.Quarantined, intent.Blocked:
 		return true
 	}
 	return false

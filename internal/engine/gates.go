@@ -60,6 +60,15 @@ func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (l
 			Currency: g.currency, Payee: g.action.Payee},
 		Referent: gate.Referent{AmountMinor: g.ref.AmountMinor, RefundableMinor: g.ref.RefundableMinor, Currency: g.ref.Currency, Payee: g.ref.Payee},
 	}
+	in.Fingerprint = ledger.Fingerprint(it.Canonical)
+	approval, hasApproval, err := tx.LiveApproval(ctx, it.Key)
+	if err != nil {
+		return ledger.GateVerdict{}, err
+	}
+	approved := hasApproval && approval.State == "approved"
+	if approved {
+		in.ApprovedFingerprint, in.ApprovalExpiresAt = approval.Fingerprint, approval.ExpiresAt
+	}
 	rec, err := tx.LatestMandate(ctx, g.principal.Agent.ID, g.acct.ID, g.now)
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
@@ -88,9 +97,14 @@ func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (l
 		return ledger.GateVerdict{}, err
 	}
 	v, err := verdictOf(gate.Evaluate(in, g.advisors...))
-	if err != nil || v.Verdict != "ALLOW" {
+	if err != nil {
 		return v, err
 	}
+	v.MandateHash, v.ApprovalTTL = rec.Hash, m.GetApprovalTtl().AsDuration()
+	if v.Verdict != "ALLOW" {
+		return v, nil
+	}
+	v.UsesApproval = approved
 	v.Hold = &ledger.HoldSpec{MandateHash: rec.Hash, AgentID: g.principal.Agent.ID, PayeeKey: payeeKey(in.Action),
 		Currency: g.currency, AmountMinor: g.value}
 	for _, b := range m.GetBudgets() {

@@ -17,6 +17,12 @@ type GateVerdict struct {
 	Gates      []GateRecord
 	// Hold reserves the amount under a mandate on ALLOW.
 	Hold *HoldSpec
+	// MandateHash and ApprovalTTL shape the approval a HOLD opens.
+	MandateHash string
+	ApprovalTTL time.Duration
+	// UsesApproval marks an ALLOW that an owner's approval made possible:
+	// the approval is used by this decision.
+	UsesApproval bool
 }
 
 // HoldSpec is a budget hold to place with the attempt.

@@ -166,9 +166,14 @@ func (s *Store) Propose(ctx context.Context, p Proposal) (ProposeResult, error) 
 			if err != nil {
 				return err
 			}
+			if v.Verdict == "BLOCK" {
+				return errGateBlocked
+			}
 			if v.Verdict == "HOLD" {
-				res.Intent, err = tx.transition(ctx, it, intent.GatesHeld, transitionOpts{reason: v.Reason})
-				return err
+				if res.Intent, err = tx.transition(ctx, it, intent.GatesHeld, transitionOpts{reason: v.Reason}); err != nil {
+					return err
+				}
+				return tx.openApproval(ctx, res.Intent, v)
 			}
 			if it, err = tx.transition(ctx, it, intent.GatesPassed, transitionOpts{}); err != nil {
 				return err
@@ -213,10 +218,8 @@ func (tx *Tx) gate(ctx context.Context, p Proposal, it Intent, res *ProposeResul
 	}
 	res.Gates = &v
 	switch v.Verdict {
-	case "ALLOW", "HOLD":
+	case "ALLOW", "HOLD", "BLOCK":
 		return v, nil
-	case "BLOCK":
-		return v, errGateBlocked
 	}
 	return v, fmt.Errorf("gates answered %q", v.Verdict)
 }
@@ -258,6 +261,9 @@ func (tx *Tx) advance(ctx context.Context, p Proposal, res *ProposeResult) error
 		if err != nil {
 			return err
 		}
+		if v.Verdict == "BLOCK" {
+			return errGateBlocked
+		}
 		if v.Verdict == "HOLD" {
 			// Held for the owner: nothing moves, the intent stays as it is.
 			return nil
@@ -273,6 +279,34 @@ func (tx *Tx) advance(ctx context.Context, p Proposal, res *ProposeResult) error
 		}
 		if err != nil {
 			return err
+		}
+		if err := tx.hold(ctx, it, v); err != nil {
+			return err
+		}
+	case intent.Held:
+		// The identical request again: if the owner approved it, the gates
+		// run again against the live limits (an approval never widens a
+		// mandate) and the approval is used once.
+		v, err := tx.gate(ctx, p, it, res)
+		if err != nil {
+			return err
+		}
+		switch v.Verdict {
+		case "BLOCK":
+			if res.Intent, err = tx.transition(ctx, it, intent.GatesBlocked, transitionOpts{reason: v.Reason}); err != nil {
+				return err
+			}
+			return tx.settleApproval(ctx, it.Key, "approved", "void")
+		case "HOLD":
+			return tx.openApproval(ctx, it, v) // keeps a live one; reopens an expired one
+		}
+		if it, err = tx.transition(ctx, it, intent.HoldReleased, transitionOpts{reason: "approved by the owner"}); err != nil {
+			return err
+		}
+		if v.UsesApproval {
+			if err := tx.settleApproval(ctx, it.Key, "approved", "used"); err != nil {
+				return err
+			}
 		}
 		if err := tx.hold(ctx, it, v); err != nil {
 			return err

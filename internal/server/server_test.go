@@ -298,9 +298,9 @@ func TestHTTPSurface(t *testing.T) {
 	// An owner RPC that is not built yet answers Unimplemented through REST
 	// (501), never a made-up answer; a built one refuses a caller without an
 	// owner credential (401).
-	s, body = h.get(t, "/v1/approvals")
+	s, body = h.get(t, "/v1/auditRecords")
 	if s != http.StatusNotImplemented {
-		t.Fatalf("GET /v1/approvals = %d %s, want 501", s, body)
+		t.Fatalf("GET /v1/auditRecords = %d %s, want 501", s, body)
 	}
 	s, body = h.get(t, "/v1/agents")
 	if s != http.StatusUnauthorized {
@@ -361,7 +361,7 @@ func TestUnixSocketListener(t *testing.T) {
 	if _, code := deniedCode(t, h.check(t, "r-unix", "")); code != "credential_missing" {
 		t.Fatalf("Check over the socket: %s", code)
 	}
-	if s, _ := h.get(t, "/v1/approvals"); s != http.StatusNotImplemented {
+	if s, _ := h.get(t, "/v1/auditRecords"); s != http.StatusNotImplemented {
 		t.Fatalf("REST through the socket = %d", s)
 	}
 	// A relative socket path is refused at start.

@@ -1,0 +1,105 @@
+package server
+
+import (
+	"context"
+	"testing"
+
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/api"
+)
+
+// owners is the owner API as the bench agent's owner sees it.
+func owners(h *allowHarness) *api.OwnerServer {
+	return api.NewOwnerServer(h.store, func(context.Context) (string, error) { return "own_bench", nil })
+}
+
+func pendingApproval(t *testing.T, h *allowHarness, sik string) *countersignv1.Approval {
+	t.Helper()
+	l, err := owners(h).ListApprovals(context.Background(), &countersignv1.ListApprovalsRequest{State: countersignv1.ApprovalState_APPROVAL_STATE_PENDING})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range l.GetApprovals() {
+		if a.GetSik() == sik {
+			return a
+		}
+	}
+	t.Fatalf("no pending approval for %s in %v", sik, l.GetApprovals())
+	return nil
+}
+
+// TestHoldApproveAllowOnce: under an approval_required mandate a refund is
+// HELD; the owner approves that exact request; the identical request is
+// ALLOWED once; a request that differs by one minor unit is a new HOLD.
+func TestHoldApproveAllowOnce(t *testing.T) {
+	h := bareRailHarness(t)
+	m := mandateFor(h)
+	m.Mode = countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED
+	applyMandateTo(t, h, m)
+
+	held := h.decide(t, refund("pi_bench", 1500, ""))
+	if held.GetVerdict() != countersignv1.Verdict_VERDICT_HOLD || held.GetIntent().GetSik() == "" {
+		t.Fatalf("first request: %s %s %s", held.GetVerdict(), held.GetReasonCode(), held.GetReason())
+	}
+	// Before approval, the identical request stays held.
+	if again := h.decide(t, refund("pi_bench", 1500, "")); again.GetVerdict() != countersignv1.Verdict_VERDICT_HOLD {
+		t.Fatalf("unapproved repeat: %s", again.GetVerdict())
+	}
+	ap := pendingApproval(t, h, held.GetIntent().GetSik())
+	if _, err := owners(h).ApproveApproval(context.Background(), &countersignv1.ApproveApprovalRequest{ApprovalId: ap.GetApprovalId(),
+		RequestFingerprint: ap.GetRequestFingerprint(), Note: "ok"}); err != nil {
+		t.Fatal(err)
+	}
+	// A request that differs by one minor unit is another action: a new HOLD.
+	if other := h.decide(t, refund("pi_bench", 1501, "")); other.GetVerdict() != countersignv1.Verdict_VERDICT_HOLD || other.GetIntent().GetSik() == held.GetIntent().GetSik() {
+		t.Fatalf("changed request: %s on %s", other.GetVerdict(), other.GetIntent().GetSik())
+	}
+	allowed := h.decide(t, refund("pi_bench", 1500, ""))
+	if allowed.GetVerdict() != countersignv1.Verdict_VERDICT_ALLOW || allowed.GetIntent().GetSik() != held.GetIntent().GetSik() {
+		t.Fatalf("approved request: %s %s %s", allowed.GetVerdict(), allowed.GetReasonCode(), allowed.GetReason())
+	}
+	used, err := owners(h).GetApproval(context.Background(), &countersignv1.GetApprovalRequest{ApprovalId: ap.GetApprovalId()})
+	if err != nil || used.GetApproval().GetState() != countersignv1.ApprovalState_APPROVAL_STATE_USED {
+		t.Fatalf("approval after use: %v %v", used, err)
+	}
+	// Used once: the same request again is the in-flight duplicate, not a
+	// second allow.
+	if dup := h.decide(t, refund("pi_bench", 1500, "")); dup.GetVerdict() == countersignv1.Verdict_VERDICT_ALLOW {
+		t.Fatalf("the approval was used twice: %s", dup.GetReasonCode())
+	}
+}
+
+// TestApprovalAfterRevocationBlocks: an approval of a request whose mandate
+// was revoked cannot move money; rejecting blocks the intent for good.
+func TestApprovalAfterRevocationBlocks(t *testing.T) {
+	h := bareRailHarness(t)
+	m := mandateFor(h)
+	m.Mode = countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED
+	hash := applyMandateTo(t, h, m)
+	held := h.decide(t, refund("pi_bench", 900, ""))
+	ap := pendingApproval(t, h, held.GetIntent().GetSik())
+	if _, err := owners(h).ApproveApproval(context.Background(), &countersignv1.ApproveApprovalRequest{ApprovalId: ap.GetApprovalId()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := owners(h).RevokeMandate(context.Background(), &countersignv1.RevokeMandateRequest{MandateHash: hash, Reason: "compromised"}); err != nil {
+		t.Fatal(err)
+	}
+	r := h.decide(t, refund("pi_bench", 900, ""))
+	if r.GetVerdict() != countersignv1.Verdict_VERDICT_BLOCK {
+		t.Fatalf("approved request after revocation: %s %s", r.GetVerdict(), r.GetReasonCode())
+	}
+
+	// Rejection: a fresh mandate, a new hold, rejected → BLOCK for good.
+	applyMandateTo(t, h, func() *countersignv1.Mandate { m2 := mandateFor(h); m2.Mode = m.Mode; m2.Purpose = "second"; return m2 }())
+	held2 := h.decide(t, refund("pi_bench", 901, ""))
+	ap2 := pendingApproval(t, h, held2.GetIntent().GetSik())
+	if _, err := owners(h).RejectApproval(context.Background(), &countersignv1.RejectApprovalRequest{ApprovalId: ap2.GetApprovalId(), Note: "no"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := h.decide(t, refund("pi_bench", 901, "")); r.GetVerdict() != countersignv1.Verdict_VERDICT_BLOCK || r.GetReasonCode() != "intent_blocked" {
+		t.Fatalf("rejected request: %s %s", r.GetVerdict(), r.GetReasonCode())
+	}
+	if _, err := owners(h).ApproveApproval(context.Background(), &countersignv1.ApproveApprovalRequest{ApprovalId: ap2.GetApprovalId()}); err == nil {
+		t.Fatal("a rejected approval was approved")
+	}
+}
