@@ -3,10 +3,16 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -161,5 +167,100 @@ func TestOwnerAPIMandates(t *testing.T) {
 	bad := &countersignv1.Mandate{AgentId: a.GetAgent().GetAgentId()}
 	if _, err := s.CreateMandate(as("own_m"), &countersignv1.CreateMandateRequest{Mandate: bad}); code(err) != codes.InvalidArgument {
 		t.Fatalf("invalid mandate: %v", err)
+	}
+}
+
+func TestOwnerAPIListsAndWatchesIntents(t *testing.T) {
+	s, store := ownerServer(t)
+	ctx := context.Background()
+	a, err := s.CreateAgent(as("own_w"), &countersignv1.CreateAgentRequest{Agent: &countersignv1.Agent{DisplayName: "bot"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	propose := func(n int) {
+		t.Helper()
+		sk := fmt.Sprintf("WATCHSIK%024d", n)
+		sk = strings.NewReplacer("0", "A", "1", "B", "2", "C", "3", "D", "4", "E", "5", "F", "6", "G", "7", "H", "8", "I", "9", "J").Replace(sk)
+		k := ledger.Key{RailAccount: "acct_w", SIK: sk}
+		if _, err := store.Propose(ctx, ledger.Proposal{Key: k, Rail: "stripe", Action: "refund", Subject: "pi_w", AmountMinor: 1,
+			Currency: "USD", Canonical: "{}", AgentID: a.GetAgent().GetAgentId(), LeaseOwner: "t", LeaseTTL: time.Minute,
+			Stamp: func(uint32) (string, error) { return k.SIK, nil }}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 3 {
+		propose(i)
+	}
+	l, err := s.ListIntents(as("own_w"), &countersignv1.ListIntentsRequest{PageSize: 2})
+	if err != nil || len(l.GetIntents()) != 2 || l.GetNextPageToken() == "" {
+		t.Fatalf("page 1 = %v, %v", l, err)
+	}
+	l2, err := s.ListIntents(as("own_w"), &countersignv1.ListIntentsRequest{PageSize: 2, PageToken: l.GetNextPageToken()})
+	if err != nil || len(l2.GetIntents()) != 1 || l2.GetIntents()[0].GetSik() == l.GetIntents()[0].GetSik() {
+		t.Fatalf("page 2 = %v, %v", l2, err)
+	}
+	if other, err := s.ListIntents(as("own_other"), &countersignv1.ListIntentsRequest{}); err != nil || len(other.GetIntents()) != 0 {
+		t.Fatalf("another owner lists %v, %v", other, err)
+	}
+}
+
+func TestWatchIntentsStreamsTransitions(t *testing.T) {
+	store, err := ledger.Open(context.Background(), pgtest.NewDatabase(t), ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	srv := NewOwnerServer(store, func(ctx context.Context) (string, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if v := md.Get("x-test-owner"); len(v) == 1 {
+			return v[0], nil
+		}
+		return "", errors.New("no owner")
+	})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	countersignv1.RegisterOwnerServiceServer(gs, srv)
+	go gs.Serve(lis)
+	defer gs.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-test-owner", "own_watch"), 20*time.Second)
+	defer cancel()
+	agent, err := store.CreateAgent(ctx, "own_watch", "bot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := countersignv1.NewOwnerServiceClient(conn).WatchIntents(ctx, &countersignv1.WatchIntentsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := ledger.Key{RailAccount: "acct_w", SIK: strings.Repeat("W", 32)}
+	go func() {
+		// The watch re-reads a window behind its start, so a transition
+		// made as it starts is not lost.
+		_, _ = store.Propose(context.Background(), ledger.Proposal{Key: k, Rail: "stripe", Action: "refund", Subject: "pi_w",
+			AmountMinor: 1, Currency: "USD", Canonical: "{}", AgentID: agent.ID, LeaseOwner: "t", LeaseTTL: time.Minute,
+			Stamp: func(uint32) (string, error) { return k.SIK, nil }})
+	}()
+	var got []string
+	for len(got) < 3 {
+		m, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("after %v: %v", got, err)
+		}
+		if m.GetIntent().GetSik() != k.SIK {
+			t.Fatalf("transition of another intent: %v", m)
+		}
+		got = append(got, m.GetTransition().GetToState().String())
+	}
+	want := []string{"INTENT_STATE_PROPOSED", "INTENT_STATE_AUTHORIZED", "INTENT_STATE_IN_FLIGHT"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("transitions %v, want %v", got, want)
 	}
 }

@@ -87,3 +87,76 @@ func (s *Store) OwnerCredential(ctx context.Context, ownerID, agentID, id string
 	}
 	return nil
 }
+
+// IntentFilter narrows an owner's intents.
+type IntentFilter struct {
+	AgentID     string
+	RailAccount string
+	States      []string
+}
+
+// OwnerIntents pages through an owner's intents, newest first, after the
+// (created_at, rail_account, sik) position of the previous page's last one.
+func (s *Store) OwnerIntents(ctx context.Context, ownerID string, f IntentFilter, after *Intent, limit int) ([]Intent, error) {
+	var afterAt any
+	afterAcct, afterSIK := "", ""
+	if after != nil {
+		afterAt, afterAcct, afterSIK = after.CreatedAt, after.RailAccount, after.SIK
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+intentColumns+` FROM intents
+		WHERE agent_id IN (SELECT id FROM agents WHERE owner_id = $1)
+		  AND ($2 = '' OR agent_id = $2) AND ($3 = '' OR rail_account = $3)
+		  AND (COALESCE(cardinality($4::text[]), 0) = 0 OR state = ANY($4))
+		  AND ($5::timestamptz IS NULL OR (created_at, rail_account, sik) < ($5, $6, $7))
+		ORDER BY created_at DESC, rail_account DESC, sik DESC LIMIT $8`,
+		ownerID, f.AgentID, f.RailAccount, f.States, afterAt, afterAcct, afterSIK, limit)
+	if err != nil {
+		return nil, classify(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Intent, error) { return scanIntent(r) })
+	return out, classify(err)
+}
+
+// Transition is one audited state change of an owner's intent.
+type Transition struct {
+	AuditRecord
+	Intent Intent
+}
+
+// OwnerTransitions returns the audited transitions of an owner's intents
+// recorded at or after sinceMicros, oldest first. Records commit out of
+// their timestamp order across chains, so a watcher re-reads a window
+// behind its cursor and drops what it has seen.
+func (s *Store) OwnerTransitions(ctx context.Context, ownerID string, f IntentFilter, sinceMicros int64, limit int) ([]Transition, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT r.chain, r.rail_account, r.seq, r.sik, r.from_state, r.to_state, r.event, r.attempt_seq, r.detail, r.at_micros,
+		       r.prev_hash, r.hash
+		FROM audit_records r JOIN intents i ON i.rail_account = r.rail_account AND i.sik = r.sik
+		WHERE i.agent_id IN (SELECT id FROM agents WHERE owner_id = $1)
+		  AND ($2 = '' OR i.agent_id = $2) AND ($3 = '' OR i.rail_account = $3)
+		  AND (COALESCE(cardinality($4::text[]), 0) = 0 OR r.to_state = ANY($4))
+		  AND r.at_micros >= $5
+		ORDER BY r.at_micros, r.chain, r.seq LIMIT $6`,
+		ownerID, f.AgentID, f.RailAccount, f.States, sinceMicros, limit)
+	if err != nil {
+		return nil, classify(err)
+	}
+	recs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditRecord, error) {
+		var a AuditRecord
+		err := r.Scan(&a.Chain, &a.RailAccount, &a.Seq, &a.SIK, &a.FromState, &a.ToState, &a.Event, &a.AttemptSeq,
+			&a.Detail, &a.AtMicros, &a.PrevHash, &a.Hash)
+		return a, err
+	})
+	if err != nil {
+		return nil, classify(err)
+	}
+	out := make([]Transition, 0, len(recs))
+	for _, r := range recs {
+		it, _, err := s.GetIntent(ctx, Key{RailAccount: r.RailAccount, SIK: r.SIK})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Transition{AuditRecord: r, Intent: it})
+	}
+	return out, nil
+}

@@ -1,0 +1,134 @@
+package api
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/ledger"
+)
+
+func filterOf(agentID, railAccount string, states ...countersignv1.IntentState) ledger.IntentFilter {
+	f := ledger.IntentFilter{AgentID: agentID, RailAccount: railAccount}
+	for _, st := range states {
+		if st != countersignv1.IntentState_INTENT_STATE_UNSPECIFIED {
+			for name, v := range intentStates {
+				if v == st {
+					f.States = append(f.States, name)
+				}
+			}
+		}
+	}
+	return f
+}
+
+type intentCursor struct {
+	At      time.Time `json:"t"`
+	Account string    `json:"a"`
+	SIK     string    `json:"s"`
+}
+
+// ListIntents pages through the owner's intents, newest first.
+func (s *OwnerServer) ListIntents(ctx context.Context, req *countersignv1.ListIntentsRequest) (*countersignv1.ListIntentsResponse, error) {
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n := int(req.GetPageSize())
+	if n <= 0 {
+		n = defaultPage
+	}
+	var after *ledger.Intent
+	if tok := req.GetPageToken(); tok != "" {
+		var c intentCursor
+		b, err := base64.RawURLEncoding.DecodeString(tok)
+		if err != nil || json.Unmarshal(b, &c) != nil {
+			return nil, status.Error(codes.InvalidArgument, "page_token is not one this server issued")
+		}
+		after = &ledger.Intent{Key: ledger.Key{RailAccount: c.Account, SIK: c.SIK}, CreatedAt: c.At}
+	}
+	its, err := s.store.OwnerIntents(ctx, owner, filterOf(req.GetAgentId(), req.GetRailAccount(), req.GetState()), after, n)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	out := &countersignv1.ListIntentsResponse{}
+	for _, it := range its {
+		out.Intents = append(out.Intents, toIntent(it))
+	}
+	if len(its) == n {
+		last := its[len(its)-1]
+		b, _ := json.Marshal(intentCursor{At: last.CreatedAt, Account: last.RailAccount, SIK: last.SIK})
+		out.NextPageToken = base64.RawURLEncoding.EncodeToString(b)
+	}
+	return out, nil
+}
+
+// watchPoll and watchOverlap pace WatchIntents: it polls the audit log and
+// re-reads a window behind its cursor, because records of different chains
+// commit out of their timestamp order; what it has sent is not sent again.
+const (
+	watchPoll    = 200 * time.Millisecond
+	watchOverlap = 5 * time.Second
+)
+
+// WatchIntents streams every audited transition of the owner's intents
+// from now on, each with the intent as it stands.
+func (s *OwnerServer) WatchIntents(req *countersignv1.WatchIntentsRequest, stream grpc.ServerStreamingServer[countersignv1.WatchIntentsResponse]) error {
+	ctx := stream.Context()
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return err
+	}
+	f := filterOf(req.GetAgentId(), req.GetRailAccount(), req.GetStates()...)
+	cursor := time.Now().UnixMicro()
+	seen := map[string]int64{} // chain/seq → at_micros, pruned behind the overlap window
+	t := time.NewTicker(watchPoll)
+	defer t.Stop()
+	for {
+		trs, err := s.store.OwnerTransitions(ctx, owner, f, cursor-watchOverlap.Microseconds(), 500)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return ToStatus(err)
+		}
+		for _, tr := range trs {
+			id := tr.Chain + "/" + strconv.FormatInt(tr.Seq, 10)
+			if _, ok := seen[id]; ok {
+				continue
+			}
+			seen[id] = tr.AtMicros
+			if err := stream.Send(&countersignv1.WatchIntentsResponse{Transition: toAuditRecord(tr.AuditRecord), Intent: toIntent(tr.Intent)}); err != nil {
+				return err
+			}
+			cursor = max(cursor, tr.AtMicros)
+		}
+		for id, at := range seen {
+			if at < cursor-2*watchOverlap.Microseconds() {
+				delete(seen, id)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func toAuditRecord(r ledger.AuditRecord) *countersignv1.AuditRecord {
+	ev := countersignv1.IntentEvent_value["INTENT_EVENT_"+r.Event]
+	return &countersignv1.AuditRecord{Seq: r.Seq, RailAccount: r.RailAccount, Sik: r.SIK,
+		FromState: intentStates[r.FromState], ToState: intentStates[r.ToState], Event: countersignv1.IntentEvent(ev),
+		Reason: r.Detail, PrevHash: hex.EncodeToString(r.PrevHash), Hash: hex.EncodeToString(r.Hash),
+		CommitTime: timestamppb.New(time.UnixMicro(r.AtMicros))}
+}
