@@ -11,7 +11,7 @@ FUZZTIME  ?= 5s
 # -race needs cgo; the test harness starts its own PostgreSQL.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all generate check-generated build test test-go fuzz bench lint run ci tidy-check clean
+.PHONY: all generate check-generated build test test-go fuzz bench lint run ci tidy-check chart-test clean
 
 all: build
 
@@ -65,6 +65,10 @@ run:
 ## tidy-check: fail if go.mod/go.sum are not tidy
 tidy-check:
 	$(GO) mod tidy -diff
+
+## chart-test: helm lint charts/countersign, render it (defaults and ci/*.yaml) and check the manifests (scripts/chartcheck)
+chart-test:
+	GO=$(GO) bash scripts/chart-test.sh
 
 ## ci: what CI runs — generation drift, tidiness, vet, lint and the full test suite
 ci: check-generated tidy-check lint test

@@ -1,0 +1,210 @@
+{{/*
+Names.
+*/}}
+{{- define "countersign.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "countersign.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "countersign.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "countersign.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "countersign.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "countersign.labels" -}}
+helm.sh/chart: {{ include "countersign.chart" . }}
+{{ include "countersign.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "countersign.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "countersign.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Fixed paths. The gRPC socket's directory is an emptyDir mounted into the
+countersign and envoy containers only; rail keys are mounted under
+railKeyDir in the countersign container only.
+*/}}
+{{- define "countersign.socketDir" -}}/var/run/countersign{{- end -}}
+{{- define "countersign.socketPath" -}}{{ include "countersign.socketDir" . }}/grpc.sock{{- end -}}
+{{- define "countersign.railsDir" -}}/etc/countersign{{- end -}}
+{{- define "countersign.railKeyDir" -}}/var/run/secrets/countersign/rails{{- end -}}
+{{- define "countersign.envoyConfigDir" -}}/etc/envoy-countersign{{- end -}}
+
+{{/*
+Images: repository:tag or repository@digest; never `latest`, never untagged.
+Call with (dict "image" .Values.image "default" .Chart.AppVersion "what" "image").
+*/}}
+{{- define "countersign.imageRef" -}}
+{{- $tag := default .default .image.tag | toString -}}
+{{- if not .image.repository -}}
+{{- fail (printf "%s.repository is required" .what) -}}
+{{- end -}}
+{{- if or (eq $tag "latest") (hasSuffix ":latest" .image.repository) -}}
+{{- fail (printf "%s.tag must not be latest: pin a version (or a digest)" .what) -}}
+{{- end -}}
+{{- if .image.digest -}}
+{{- if not (hasPrefix "sha256:" .image.digest) -}}
+{{- fail (printf "%s.digest must be sha256:…, got %q" .what .image.digest) -}}
+{{- end -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
+{{- if not $tag -}}
+{{- fail (printf "%s.tag is required" .what) -}}
+{{- end -}}
+{{- printf "%s:%s" .image.repository $tag -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "countersign.image" -}}
+{{- include "countersign.imageRef" (dict "image" .Values.image "default" .Chart.AppVersion "what" "image") -}}
+{{- end -}}
+
+{{- define "countersign.envoyImage" -}}
+{{- include "countersign.imageRef" (dict "image" .Values.envoy.image "default" "" "what" "envoy.image") -}}
+{{- end -}}
+
+{{/*
+The Service, and Envoy virtual host, of one rail: <fullname>-<egress.name>.
+Call with (dict "root" $ "rail" $r).
+*/}}
+{{- define "countersign.railServiceName" -}}
+{{- printf "%s-%s" (include "countersign.fullname" .root) .rail.egress.name -}}
+{{- end -}}
+
+{{/* The upstream host Envoy sends a rail's calls to. */}}
+{{- define "countersign.upstreamHost" -}}
+{{- $up := .egress.upstream | default dict -}}
+{{- default (first .hosts) $up.host -}}
+{{- end -}}
+
+{{/*
+Validation of everything the schema cannot say. Rendered (as nothing) by
+the Deployment, so every install and template run goes through it.
+*/}}
+{{- define "countersign.validate" -}}
+{{- if not .Values.database.existingSecret -}}
+{{- fail "database.existingSecret is required: the name of a Secret holding the PostgreSQL URL" -}}
+{{- end -}}
+{{- if not .Values.database.key -}}
+{{- fail "database.key is required" -}}
+{{- end -}}
+{{- if not .Values.rails -}}
+{{- fail "rails must name at least one rail account" -}}
+{{- end -}}
+{{- $accounts := dict -}}
+{{- $egress := dict -}}
+{{- $domains := dict -}}
+{{- range $i, $r := .Values.rails -}}
+{{- $where := printf "rails[%d] (%s)" $i ($r.account | default "") -}}
+{{- if not (regexMatch "^[A-Za-z0-9_.:-]{1,128}$" ($r.account | default "")) -}}
+{{- fail (printf "%s: account must be 1–128 of [A-Za-z0-9_.:-]" $where) -}}
+{{- end -}}
+{{- if hasKey $accounts $r.account -}}
+{{- fail (printf "%s: account %q is configured twice" $where $r.account) -}}
+{{- end -}}
+{{- $_ := set $accounts $r.account true -}}
+{{- if not $r.hosts -}}
+{{- fail (printf "%s: hosts is empty" $where) -}}
+{{- end -}}
+{{- if not (and $r.keySecret $r.keySecret.name) -}}
+{{- fail (printf "%s: keySecret.name is required: the Secret holding the rail's secret key" $where) -}}
+{{- end -}}
+{{- if not $r.keySecret.key -}}
+{{- fail (printf "%s: keySecret.key is required" $where) -}}
+{{- end -}}
+{{- $en := "" -}}
+{{- if $r.egress -}}{{- $en = $r.egress.name | default "" -}}{{- end -}}
+{{- if not (regexMatch "^[a-z]([-a-z0-9]*[a-z0-9])?$" $en) -}}
+{{- fail (printf "%s: egress.name %q must be a DNS label (a-z, 0-9, -; starting with a letter)" $where $en) -}}
+{{- end -}}
+{{- if eq $en "unknown" -}}
+{{- fail (printf "%s: egress.name \"unknown\" is Envoy's catch-all virtual host" $where) -}}
+{{- end -}}
+{{- if hasKey $egress $en -}}
+{{- fail (printf "%s: egress.name %q is configured twice" $where $en) -}}
+{{- end -}}
+{{- $_ := set $egress $en true -}}
+{{- $svc := include "countersign.railServiceName" (dict "root" $ "rail" $r) -}}
+{{- if gt (len $svc) 63 -}}
+{{- fail (printf "%s: Service name %q is longer than 63 characters: shorten egress.name or fullnameOverride" $where $svc) -}}
+{{- end -}}
+{{- $up := $r.egress.upstream | default dict -}}
+{{- if and (not $r.mcp) (eq (toString $up.tls) "false") -}}
+{{- fail (printf "%s: egress.upstream.tls may be false only for an MCP account: a rail's REST API is reached over verified TLS" $where) -}}
+{{- end -}}
+{{- range $d := include "countersign.railDomains" (dict "root" $ "rail" $r) | fromYamlArray -}}
+{{- if hasKey $domains $d -}}
+{{- fail (printf "%s: Host %q is also accepted for %s" $where $d (get $domains $d)) -}}
+{{- end -}}
+{{- $_ := set $domains $d $r.account -}}
+{{- end -}}
+{{- end -}}
+{{- $managed := list "COUNTERSIGN_DATABASE_URL" "COUNTERSIGN_GRPC_ADDR" "COUNTERSIGN_HTTP_ADDR" "COUNTERSIGN_RAILS_FILE" "COUNTERSIGN_CONFIG" -}}
+{{- range $e := .Values.countersign.extraEnv -}}
+{{- if has $e.name $managed -}}
+{{- fail (printf "countersign.extraEnv may not set %s: the chart sets it" $e.name) -}}
+{{- end -}}
+{{- end -}}
+{{- range $k, $v := .Values.countersign.settings -}}
+{{- $env := printf "COUNTERSIGN_%s" ($k | upper | replace "-" "_") -}}
+{{- if has $env $managed -}}
+{{- fail (printf "countersign.settings may not set %s (%s): the chart sets it" $k $env) -}}
+{{- end -}}
+{{- end -}}
+{{- if eq (int .Values.countersign.httpPort) (int .Values.envoy.port) -}}
+{{- fail "countersign.httpPort and envoy.port must differ" -}}
+{{- end -}}
+{{- if eq (int .Values.envoy.adminPort) (int .Values.envoy.port) -}}
+{{- fail "envoy.adminPort and envoy.port must differ" -}}
+{{- end -}}
+{{- if not .Values.podSecurityContext.fsGroup -}}
+{{- fail "podSecurityContext.fsGroup is required: it is how Envoy reaches Countersign's 0660 socket" -}}
+{{- end -}}
+{{- if not (has .Values.migrations.mode (list "hook" "initContainer")) -}}
+{{- fail (printf "migrations.mode must be hook or initContainer, got %q" .Values.migrations.mode) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The Host values Envoy accepts for one rail, as a YAML list: the Service's
+names, with and without the Service port, then egress.extraDomains.
+Call with (dict "root" $ "rail" $r).
+*/}}
+{{- define "countersign.railDomains" -}}
+{{- $svc := include "countersign.railServiceName" . -}}
+{{- $ns := .root.Release.Namespace -}}
+{{- $port := int .root.Values.service.port -}}
+{{- $names := list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.%s" $svc $ns .root.Values.clusterDomain) -}}
+{{- $out := list -}}
+{{- range $n := $names -}}
+{{- $out = append $out $n -}}
+{{- $out = append $out (printf "%s:%d" $n $port) -}}
+{{- end -}}
+{{- range $d := .rail.egress.extraDomains | default list -}}
+{{- $out = append $out $d -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}

@@ -1,0 +1,329 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/known/anypb"
+	"sigs.k8s.io/yaml"
+
+	// Every extension type the bootstrap packs in an Any must be in the
+	// global registry to be resolved (as in envoy/validate_test.go).
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
+
+	"github.com/countersign/countersign/internal/rails"
+)
+
+const (
+	countersignCluster = "countersign"
+	extAuthzName       = "envoy.filters.http.ext_authz"
+	extProcName        = "envoy.filters.http.ext_proc"
+	protocolOptionsKey = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+)
+
+// envoyInfo is what the pod checks need from the bootstrap.
+type envoyInfo struct {
+	listenerPort int
+	pipe         string
+}
+
+// checkEnvoyBootstrap parses the bootstrap the way Envoy does (YAML to
+// JSON, proto3 JSON with unknown fields an error), validates it into every
+// typed Any, and checks what the chart's pod relies on.
+func checkEnvoyBootstrap(r *result, data string, accounts map[string]rails.AccountConfig) *envoyInfo {
+	js, err := yaml.YAMLToJSON([]byte(data))
+	if !r.ok(invEnvoy, err == nil, "bootstrap: yaml: %v", err) {
+		return nil
+	}
+	b := &bootstrapv3.Bootstrap{}
+	err = protojson.UnmarshalOptions{}.Unmarshal(js, b)
+	if !r.ok(invEnvoy, err == nil, "bootstrap does not parse as an Envoy v3 Bootstrap: %v", err) {
+		return nil
+	}
+	err = validateDeep(b)
+	if !r.ok(invEnvoy, err == nil, "bootstrap fails validation: %v", err) {
+		return nil
+	}
+	info := &envoyInfo{}
+
+	if a := b.GetAdmin().GetAddress(); a != nil {
+		r.ok(invEnvoy, isLoopback(a), "admin must listen on loopback or a pipe, not %v", a)
+	}
+
+	sr := b.GetStaticResources()
+	clusters := map[string]*clusterv3.Cluster{}
+	for _, c := range sr.GetClusters() {
+		clusters[c.GetName()] = c
+	}
+
+	// Countersign: the socket, over HTTP/2.
+	if cl, ok := clusters[countersignCluster]; r.ok(invEnvoy, ok, "cluster %q is not defined", countersignCluster) {
+		var pipes []string
+		for _, le := range cl.GetLoadAssignment().GetEndpoints() {
+			for _, ep := range le.GetLbEndpoints() {
+				p := ep.GetEndpoint().GetAddress().GetPipe().GetPath()
+				r.ok(invGRPCUnix, p != "", "cluster %q: every endpoint must be a pipe (the Unix socket), got %v", countersignCluster, ep.GetEndpoint().GetAddress())
+				pipes = append(pipes, p)
+			}
+		}
+		slices.Sort(pipes)
+		pipes = slices.Compact(pipes)
+		if r.ok(invGRPCUnix, len(pipes) == 1 && pipes[0] != "", "cluster %q must have one pipe endpoint, got %q", countersignCluster, pipes) {
+			info.pipe = pipes[0]
+		}
+		po := &upstreamhttpv3.HttpProtocolOptions{}
+		a, ok := cl.GetTypedExtensionProtocolOptions()[protocolOptionsKey]
+		r.ok(invEnvoy, ok && a.UnmarshalTo(po) == nil && po.GetExplicitHttpConfig().GetHttp2ProtocolOptions() != nil,
+			"cluster %q must speak HTTP/2", countersignCluster)
+	}
+
+	ls := sr.GetListeners()
+	if !r.ok(invEnvoy, len(ls) == 1, "want one listener (the agents' egress), got %d", len(ls)) {
+		return info
+	}
+	info.listenerPort = int(ls[0].GetAddress().GetSocketAddress().GetPortValue())
+	r.ok(invEnvoy, info.listenerPort > 0, "the listener needs a TCP port")
+	var hcms int
+	for _, fc := range ls[0].GetFilterChains() {
+		for _, f := range fc.GetFilters() {
+			h := &hcmv3.HttpConnectionManager{}
+			if !r.ok(invEnvoy, f.GetTypedConfig().UnmarshalTo(h) == nil, "listener filter %q is not an HttpConnectionManager", f.GetName()) {
+				continue
+			}
+			hcms++
+			checkHCM(r, h, clusters, accounts)
+		}
+	}
+	r.ok(invEnvoy, hcms == 1, "want one HttpConnectionManager, got %d", hcms)
+	return info
+}
+
+func checkHCM(r *result, h *hcmv3.HttpConnectionManager, clusters map[string]*clusterv3.Cluster, accounts map[string]rails.AccountConfig) {
+	// ext_authz, then ext_proc, then the router, each failing closed.
+	fs := h.GetHttpFilters()
+	var names []string
+	for _, f := range fs {
+		names = append(names, f.GetName())
+	}
+	if !r.ok(invEnvoy, slices.Equal(names, []string{extAuthzName, extProcName, "envoy.filters.http.router"}),
+		"http_filters must be ext_authz, ext_proc, router; got %q", names) {
+		return
+	}
+	az := &extauthzv3.ExtAuthz{}
+	if r.ok(invEnvoy, fs[0].GetTypedConfig().UnmarshalTo(az) == nil, "ext_authz filter is not an ExtAuthz") {
+		r.ok(invEnvoy, !az.GetFailureModeAllow(), "ext_authz must fail closed (failure_mode_allow: false)")
+		r.ok(invEnvoy, az.GetGrpcService().GetEnvoyGrpc().GetClusterName() == countersignCluster, "ext_authz must call the %q cluster", countersignCluster)
+		r.ok(invEnvoy, az.GetWithRequestBody().GetAllowPartialMessage(), "ext_authz must send a truncated body on (allow_partial_message) for Countersign to refuse")
+	}
+	ep := &extprocv3.ExternalProcessor{}
+	if r.ok(invEnvoy, fs[1].GetTypedConfig().UnmarshalTo(ep) == nil, "ext_proc filter is not an ExternalProcessor") {
+		r.ok(invEnvoy, !ep.GetFailureModeAllow(), "ext_proc must fail closed (failure_mode_allow: false)")
+		r.ok(invEnvoy, ep.GetGrpcService().GetEnvoyGrpc().GetClusterName() == countersignCluster, "ext_proc must call the %q cluster", countersignCluster)
+	}
+	r.ok(invEnvoy, fs[2].GetTypedConfig().UnmarshalTo(&routerv3.Router{}) == nil, "the last filter must be the router")
+
+	// Routes: every rail route names a rail account of the rails file and
+	// goes to it over verified TLS; anything else is answered by Envoy.
+	rc := h.GetRouteConfig()
+	if !r.ok(invEnvoy, rc != nil, "the route configuration must be inline (route_config)") {
+		return
+	}
+	domains := map[string]string{}
+	routed := map[string]bool{}
+	for _, vh := range rc.GetVirtualHosts() {
+		for _, d := range vh.GetDomains() {
+			other, dup := domains[d]
+			r.ok(invEnvoy, !dup, "domain %q is in virtual hosts %q and %q (Envoy refuses that)", d, other, vh.GetName())
+			domains[d] = vh.GetName()
+		}
+		r.ok(invEnvoy, len(vh.GetTypedPerFilterConfig()) == 0, "virtual host %q: per-filter config belongs on the routes", vh.GetName())
+		for i, rt := range vh.GetRoutes() {
+			where := fmt.Sprintf("virtual host %q route %d", vh.GetName(), i)
+			switch a := rt.GetAction().(type) {
+			case *routev3.Route_Route:
+				if acct := checkRailRoute(r, where, rt, a.Route, clusters, accounts); acct != "" {
+					routed[acct] = true
+				}
+			case *routev3.Route_DirectResponse:
+			default:
+				r.ok(invEnvoy, false, "%s: action %T: only rail routes and direct responses", where, a)
+			}
+		}
+	}
+	for acct := range accounts {
+		r.ok(invEnvoy, routed[acct], "rail account %q has no Envoy route", acct)
+	}
+}
+
+func checkRailRoute(r *result, where string, rt *routev3.Route, ra *routev3.RouteAction, clusters map[string]*clusterv3.Cluster, accounts map[string]rails.AccountConfig) string {
+	name, host := ra.GetCluster(), ra.GetHostRewriteLiteral()
+	r.ok(invEnvoy, name != "" && name != countersignCluster, "%s: a rail route names one rail cluster, got %q", where, name)
+	r.ok(invEnvoy, host != "", "%s: host_rewrite_literal must name the rail host", where)
+	per := rt.GetTypedPerFilterConfig()
+	apr := &extauthzv3.ExtAuthzPerRoute{}
+	cfg, ok := per[extAuthzName]
+	if !r.ok(invEnvoy, ok && cfg.UnmarshalTo(apr) == nil && !apr.GetDisabled() && apr.GetCheckSettings() != nil,
+		"%s: ext_authz must be enabled with check_settings", where) {
+		return ""
+	}
+	ext := apr.GetCheckSettings().GetContextExtensions()
+	acct, known := accounts[ext["rail_account"]]
+	if !r.ok(invEnvoy, known, "%s: rail_account %q is not an account of the rails file", where, ext["rail_account"]) {
+		return ""
+	}
+	r.ok(invEnvoy, ext["rail_host"] == host, "%s: rail_host %q must be the host the route rewrites to (%q)", where, ext["rail_host"], host)
+	r.ok(invEnvoy, slices.Contains(acct.Hosts, host), "%s: %q is not a host of rail account %q", where, host, acct.Account)
+	// ext_proc may be off only where no money moves: an MCP server's GET
+	// stream.
+	if cfg, ok := per[extProcName]; ok {
+		pr := &extprocv3.ExtProcPerRoute{}
+		off := cfg.UnmarshalTo(pr) != nil || pr.GetDisabled() || pr.GetOverrides() != nil
+		r.ok(invEnvoy, !off || (acct.MCP != nil && isGET(rt.GetMatch())), "%s: ext_proc must run unmodified on a rail route (only an MCP GET stream may skip it)", where)
+	}
+	cl, ok := clusters[name]
+	if !r.ok(invEnvoy, ok, "%s: cluster %q is not defined", where, name) {
+		return acct.Account
+	}
+	ts := cl.GetTransportSocket()
+	if ts == nil && acct.MCP != nil {
+		return acct.Account // an in-cluster MCP server over plain HTTP
+	}
+	tls := &tlsv3.UpstreamTlsContext{}
+	if !r.ok(invEnvoy, ts != nil && ts.GetTypedConfig().UnmarshalTo(tls) == nil, "%s: cluster %q must use TLS (UpstreamTlsContext)", where, name) {
+		return acct.Account
+	}
+	r.ok(invEnvoy, tls.GetSni() == host, "%s: cluster %q sni %q, want %q", where, name, tls.GetSni(), host)
+	vc := tls.GetCommonTlsContext().GetValidationContext()
+	r.ok(invEnvoy, vc.GetTrustedCa() != nil, "%s: cluster %q does not verify the rail's certificate", where, name)
+	r.ok(invEnvoy, slices.ContainsFunc(vc.GetMatchTypedSubjectAltNames(), func(m *tlsv3.SubjectAltNameMatcher) bool {
+		return m.GetSanType() == tlsv3.SubjectAltNameMatcher_DNS && m.GetMatcher().GetExact() == host
+	}), "%s: cluster %q must match the DNS SAN %q", where, name, host)
+	return acct.Account
+}
+
+func isGET(m *routev3.RouteMatch) bool {
+	return slices.ContainsFunc(m.GetHeaders(), func(h *routev3.HeaderMatcher) bool {
+		return h.GetName() == ":method" && h.GetStringMatch().GetExact() == "GET"
+	})
+}
+
+func isLoopback(a *corev3.Address) bool {
+	if a.GetPipe() != nil {
+		return true
+	}
+	ip, err := netip.ParseAddr(a.GetSocketAddress().GetAddress())
+	return err == nil && ip.IsLoopback()
+}
+
+// validateDeep validates m with its generated rules and then every message
+// packed in a google.protobuf.Any beneath it, at any depth, refusing
+// deprecated fields and enum values: envoy/validate_test.go's walk, which
+// plain ValidateAll does not do (it stops at an Any).
+func validateDeep(m proto.Message) error {
+	w := &walker{}
+	w.validate("", m)
+	w.message("", m.ProtoReflect())
+	return errors.Join(w.errs...)
+}
+
+type walker struct{ errs []error }
+
+func (w *walker) fail(path, format string, args ...any) {
+	if path == "" {
+		path = "(root)"
+	}
+	w.errs = append(w.errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
+}
+
+func (w *walker) validate(path string, m proto.Message) {
+	v, ok := m.(interface{ ValidateAll() error })
+	if !ok {
+		w.fail(path, "%s has no generated validation", m.ProtoReflect().Descriptor().FullName())
+		return
+	}
+	if err := v.ValidateAll(); err != nil {
+		w.fail(path, "%v", err)
+	}
+}
+
+func (w *walker) message(path string, m protoreflect.Message) {
+	if m.Descriptor().FullName() == "google.protobuf.Any" {
+		w.any(path, m)
+		return
+	}
+	if len(m.GetUnknown()) > 0 {
+		w.fail(path, "%s carries fields this API version does not know", m.Descriptor().FullName())
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		fp := string(fd.Name())
+		if path != "" {
+			fp = path + "." + fp
+		}
+		if opts, ok := fd.Options().(*descriptorpb.FieldOptions); ok && opts.GetDeprecated() {
+			w.fail(fp, "field %s is deprecated", fd.FullName())
+		}
+		switch {
+		case fd.IsList():
+			l := v.List()
+			for i := range l.Len() {
+				w.value(fmt.Sprintf("%s[%d]", fp, i), fd, l.Get(i))
+			}
+		case fd.IsMap():
+			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+				w.value(fmt.Sprintf("%s[%s]", fp, k.String()), fd.MapValue(), mv)
+				return true
+			})
+		default:
+			w.value(fp, fd, v)
+		}
+		return true
+	})
+}
+
+func (w *walker) value(path string, fd protoreflect.FieldDescriptor, v protoreflect.Value) {
+	switch fd.Kind() {
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		w.message(path, v.Message())
+	case protoreflect.EnumKind:
+		ev := fd.Enum().Values().ByNumber(v.Enum())
+		if ev == nil {
+			w.fail(path, "%d is not a value of %s", v.Enum(), fd.Enum().FullName())
+			return
+		}
+		if opts, ok := ev.Options().(*descriptorpb.EnumValueOptions); ok && opts.GetDeprecated() {
+			w.fail(path, "enum value %s is deprecated", ev.FullName())
+		}
+	}
+}
+
+func (w *walker) any(path string, m protoreflect.Message) {
+	a, ok := m.Interface().(*anypb.Any)
+	if !ok {
+		w.fail(path, "google.protobuf.Any of unexpected Go type %T", m.Interface())
+		return
+	}
+	inner, err := a.UnmarshalNew()
+	if err != nil {
+		w.fail(path, "typed config %q cannot be resolved or unmarshalled: %v", a.GetTypeUrl(), err)
+		return
+	}
+	ip := fmt.Sprintf("%s<%s>", path, inner.ProtoReflect().Descriptor().Name())
+	w.validate(ip, inner)
+	w.message(ip, inner.ProtoReflect())
+}
