@@ -71,7 +71,7 @@ chart-test:
 	GO=$(GO) bash scripts/chart-test.sh
 
 ## ci: what CI runs — generation drift, tidiness, vet, lint and the full test suite
-ci: check-generated tidy-check lint test
+ci: check-generated tidy-check lint chart-test test
 
 clean:
 	rm -rf $(BIN)
