@@ -11,9 +11,12 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/protoadapt"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/countersign/countersign/internal/engine"
 	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/ownerauth"
+	"github.com/countersign/countersign/internal/quota"
 )
 
 // Domain is the ErrorInfo domain of every Countersign error.
@@ -29,6 +32,7 @@ func ToStatus(err error) error {
 		return err
 	}
 	var verr *protovalidate.ValidationError
+	var exhausted *quota.ExhaustedError
 	switch {
 	case errors.As(err, &verr):
 		st := status.New(codes.InvalidArgument, err.Error())
@@ -49,6 +53,13 @@ func ToStatus(err error) error {
 		return withDetails(status.New(codes.Aborted, err.Error()), "LEASE_LOST")
 	case errors.Is(err, engine.ErrUnknownAccount):
 		return withDetails(status.New(codes.FailedPrecondition, err.Error()), "UNKNOWN_RAIL_ACCOUNT")
+	case errors.Is(err, ownerauth.ErrAgentCredential):
+		return withDetails(status.New(codes.Unauthenticated, "an agent credential cannot call the owner API"), "AGENT_CREDENTIAL_REFUSED")
+	case errors.Is(err, ownerauth.ErrUnauthenticated):
+		return withDetails(status.New(codes.Unauthenticated, err.Error()), "UNAUTHENTICATED")
+	case errors.As(err, &exhausted):
+		return withDetails(status.New(codes.ResourceExhausted, exhausted.Error()), "RATE_LIMITED",
+			&errdetails.RetryInfo{RetryDelay: durationpb.New(exhausted.RetryAfter)})
 	case errors.Is(err, context.Canceled):
 		return withDetails(status.New(codes.Canceled, "request cancelled"), "CANCELLED")
 	case errors.Is(err, context.DeadlineExceeded):

@@ -1,0 +1,176 @@
+package ownerauth
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+)
+
+const (
+	defaultLeeway        = 30 * time.Second
+	defaultKeysMaxAge    = 10 * time.Minute
+	defaultKeysMinReload = 30 * time.Second
+	// maxJWTBytes bounds a presented JWT before it is parsed.
+	maxJWTBytes = 16 << 10
+	// maxSubjectBytes keeps "oidc:<tag>:<subject>" within the 128 bytes an
+	// owner id may have in the ledger.
+	maxSubjectBytes = 110
+)
+
+// asymmetric lists the algorithms an owner JWT may be signed with. HMAC is
+// absent on purpose (the issuer's public key must never double as a shared
+// secret), and so is "none".
+var asymmetric = map[jose.SignatureAlgorithm]bool{
+	jose.RS256: true, jose.RS384: true, jose.RS512: true,
+	jose.PS256: true, jose.PS384: true, jose.PS512: true,
+	jose.ES256: true, jose.ES384: true, jose.ES512: true,
+	jose.EdDSA: true,
+}
+
+type verifier struct {
+	issuer, audience, claim string
+	issuerTag               string
+	leeway                  time.Duration
+	algs                    []jose.SignatureAlgorithm
+	keys                    *keySource
+}
+
+func newVerifier(cfg Config, now func() time.Time) (*verifier, error) {
+	v := &verifier{issuer: cfg.Issuer, audience: cfg.Audience, claim: cfg.SubjectClaim,
+		leeway: cfg.Leeway, algs: cfg.Algorithms}
+	if v.claim == "" {
+		v.claim = "sub"
+	}
+	if v.leeway == 0 {
+		v.leeway = defaultLeeway
+	}
+	if len(v.algs) == 0 {
+		for a := range asymmetric {
+			v.algs = append(v.algs, a)
+		}
+	}
+	sum := sha256.Sum256([]byte(cfg.Issuer))
+	v.issuerTag = hex.EncodeToString(sum[:6])
+	ks := &keySource{now: now, maxAge: cfg.KeysMaxAge, minReload: cfg.KeysMinReload}
+	if ks.maxAge <= 0 {
+		ks.maxAge = defaultKeysMaxAge
+	}
+	if ks.minReload <= 0 {
+		ks.minReload = defaultKeysMinReload
+	}
+	if cfg.JWKSFile != "" {
+		ks.load = fileLoader(cfg.JWKSFile)
+		// Read now: a missing or unusable file is a configuration error.
+		ks.mu.Lock()
+		_, err := ks.reload(context.Background(), now())
+		ks.mu.Unlock()
+		if err != nil {
+			return nil, fmt.Errorf("owner-jwks-file %s: %w", cfg.JWKSFile, err)
+		}
+	} else {
+		client := cfg.HTTPClient
+		if client == nil {
+			client = defaultHTTPClient()
+		}
+		ks.load = urlLoader(client, cfg.JWKSURL)
+	}
+	v.keys = ks
+	return v, nil
+}
+
+// ownerID is the owner id of an OIDC subject of this issuer.
+func (v *verifier) ownerID(subject string) string {
+	return "oidc:" + v.issuerTag + ":" + subject
+}
+
+func (v *verifier) verify(ctx context.Context, raw string, now time.Time) (Owner, error) {
+	if len(raw) > maxJWTBytes {
+		return Owner{}, fmt.Errorf("%w: JWT is larger than %d bytes", ErrUnauthenticated, maxJWTBytes)
+	}
+	// ParseSignedCompact refuses any "alg" outside v.algs, "none" included.
+	jws, err := jose.ParseSignedCompact(raw, v.algs)
+	if err != nil {
+		return Owner{}, fmt.Errorf("%w: not a JWT signed with an accepted algorithm", ErrUnauthenticated)
+	}
+	if len(jws.Signatures) != 1 {
+		return Owner{}, fmt.Errorf("%w: JWT must carry exactly one signature", ErrUnauthenticated)
+	}
+	hdr := jws.Signatures[0].Header
+	keys, err := v.keys.candidates(ctx, hdr.KeyID)
+	if err != nil {
+		return Owner{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+	}
+	var payload []byte
+	for _, k := range keys {
+		// A key that names its algorithm signs with that one only.
+		if k.Algorithm != "" && k.Algorithm != hdr.Algorithm {
+			continue
+		}
+		if p, err := jws.Verify(k.Key); err == nil {
+			payload = p
+			break
+		}
+	}
+	if payload == nil {
+		return Owner{}, fmt.Errorf("%w: JWT does not verify against the issuer's keys", ErrUnauthenticated)
+	}
+	// The registered claims this check needs; the subject claim is read
+	// from the full set, as it may be any claim.
+	var std struct {
+		Issuer    string           `json:"iss"`
+		Audience  jwt.Audience     `json:"aud"`
+		Expiry    *jwt.NumericDate `json:"exp"`
+		NotBefore *jwt.NumericDate `json:"nbf"`
+		IssuedAt  *jwt.NumericDate `json:"iat"`
+	}
+	var all map[string]any
+	if json.Unmarshal(payload, &std) != nil || json.Unmarshal(payload, &all) != nil {
+		return Owner{}, fmt.Errorf("%w: JWT claims are malformed", ErrUnauthenticated)
+	}
+	claims := jwt.Claims{Issuer: std.Issuer, Audience: std.Audience, Expiry: std.Expiry,
+		NotBefore: std.NotBefore, IssuedAt: std.IssuedAt}
+	if claims.Expiry == nil {
+		return Owner{}, fmt.Errorf("%w: JWT has no exp claim", ErrUnauthenticated)
+	}
+	err = claims.ValidateWithLeeway(jwt.Expected{
+		Issuer: v.issuer, AnyAudience: jwt.Audience{v.audience}, Time: now,
+	}, v.leeway)
+	switch {
+	case errors.Is(err, jwt.ErrInvalidIssuer):
+		return Owner{}, fmt.Errorf("%w: JWT issuer is not the configured owner issuer", ErrUnauthenticated)
+	case errors.Is(err, jwt.ErrInvalidAudience):
+		return Owner{}, fmt.Errorf("%w: JWT audience does not include the configured owner audience", ErrUnauthenticated)
+	case errors.Is(err, jwt.ErrExpired):
+		return Owner{}, fmt.Errorf("%w: JWT expired", ErrUnauthenticated)
+	case errors.Is(err, jwt.ErrNotValidYet), errors.Is(err, jwt.ErrIssuedInTheFuture):
+		return Owner{}, fmt.Errorf("%w: JWT is not valid yet", ErrUnauthenticated)
+	case err != nil:
+		return Owner{}, fmt.Errorf("%w: JWT claims: %w", ErrUnauthenticated, err)
+	}
+	subject, ok := all[v.claim].(string)
+	if !ok || !validSubject(subject) {
+		return Owner{}, fmt.Errorf("%w: JWT claim %q must be a printable string of 1 to %d bytes", ErrUnauthenticated, v.claim, maxSubjectBytes)
+	}
+	return Owner{ID: v.ownerID(subject), Subject: subject, Method: MethodOIDC}, nil
+}
+
+func validSubject(s string) bool {
+	if s == "" || len(s) > maxSubjectBytes || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,243 @@
+// Package ownerauth authenticates callers of the owner API
+// (countersign.v1.OwnerService). An owner presents either a static owner
+// token ("Bearer cso_…", stored hashed in the ledger, for bootstrap and
+// automation) or an OIDC JWT from the configured issuer ("Bearer <JWT>",
+// verified against its JWKS). An agent credential ("csk_…") is refused
+// before any lookup: an agent can never act as its owner.
+//
+// Owner ids: a token's owner id is its owners row ("own_…"). An OIDC owner
+// has no row; its id is "oidc:<issuer tag>:<subject>", where the tag is the
+// first 12 hex digits of the SHA-256 of the issuer, so that subjects of two
+// issuers never meet if the operator switches issuer. Agents and mandates
+// record that id as their owner_id.
+package ownerauth
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+
+	"github.com/countersign/countersign/internal/credential"
+	"github.com/countersign/countersign/internal/ledger"
+)
+
+// Sentinel errors. Both mean "not an owner"; ErrAgentCredential says why, so
+// that an agent misconfigured with the owner API's address is easy to spot.
+var (
+	// ErrUnauthenticated means no credential, or one that is malformed,
+	// unknown, expired, revoked or does not verify.
+	ErrUnauthenticated = errors.New("ownerauth: unauthenticated")
+	// ErrAgentCredential means an agent credential was presented to the
+	// owner API. It is never looked up.
+	ErrAgentCredential = errors.New("ownerauth: an agent credential cannot call the owner API")
+)
+
+// Method says how an owner authenticated.
+type Method string
+
+// Methods.
+const (
+	MethodToken Method = "token"
+	MethodOIDC  Method = "oidc"
+)
+
+// Owner is an authenticated caller of the owner API.
+type Owner struct {
+	// ID scopes everything the owner may see and change: "own_…" for a
+	// token owner, "oidc:<issuer tag>:<subject>" for an OIDC owner.
+	ID string
+	// Subject is who exactly called, for logs and audit: the token id
+	// ("otk_…") or the OIDC subject claim.
+	Subject string
+	Method  Method
+}
+
+// TokenStore is the part of the ledger that resolves static owner tokens.
+type TokenStore interface {
+	LookupOwnerToken(ctx context.Context, hash [32]byte) (ledger.OwnerToken, error)
+}
+
+// Config configures OIDC. With Issuer empty OIDC is off and only static
+// owner tokens are accepted.
+type Config struct {
+	// Issuer must equal the token's "iss" exactly.
+	Issuer string
+	// Audience must be among the token's "aud".
+	Audience string
+	// JWKSURL or JWKSFile (exactly one) holds the issuer's public keys.
+	JWKSURL  string
+	JWKSFile string
+	// SubjectClaim names the claim that identifies the owner; default "sub".
+	SubjectClaim string
+	// Leeway tolerates clock skew on exp, nbf and iat; default 30s, at most 5m.
+	Leeway time.Duration
+	// Algorithms are the accepted signature algorithms; default RS256,
+	// RS384, RS512, PS256, PS384, PS512, ES256, ES384, ES512 and EdDSA.
+	// HMAC algorithms and "none" are never accepted.
+	Algorithms []jose.SignatureAlgorithm
+	// HTTPClient fetches JWKSURL; nil uses a client with timeouts.
+	HTTPClient *http.Client
+	// KeysMaxAge is how long fetched keys are used before they are fetched
+	// again; default 10m. KeysMinReload is the least time between two
+	// fetches, whatever tokens arrive; default 30s.
+	KeysMaxAge, KeysMinReload time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Enabled reports whether any OIDC setting is present.
+func (c Config) Enabled() bool {
+	return c.Issuer != "" || c.Audience != "" || c.JWKSURL != "" || c.JWKSFile != ""
+}
+
+// Validate checks c without loading anything, with messages that name the
+// flag to fix.
+func (c Config) Validate() error {
+	if !c.Enabled() {
+		if c.SubjectClaim != "" && c.SubjectClaim != "sub" {
+			return errors.New("owner-subject-claim is set but OIDC is off: set owner-issuer, owner-audience and owner-jwks-url or owner-jwks-file")
+		}
+		return nil
+	}
+	var errs []error
+	if c.Issuer == "" {
+		errs = append(errs, errors.New("owner-issuer is required when OIDC is configured"))
+	}
+	if c.Audience == "" {
+		errs = append(errs, errors.New("owner-audience is required when OIDC is configured"))
+	}
+	switch {
+	case c.JWKSURL == "" && c.JWKSFile == "":
+		errs = append(errs, errors.New("one of owner-jwks-url or owner-jwks-file is required when OIDC is configured"))
+	case c.JWKSURL != "" && c.JWKSFile != "":
+		errs = append(errs, errors.New("owner-jwks-url and owner-jwks-file are exclusive: set one"))
+	case c.JWKSURL != "":
+		if err := checkJWKSURL(c.JWKSURL); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.Leeway < 0 || c.Leeway > 5*time.Minute {
+		errs = append(errs, fmt.Errorf("owner JWT leeway must be between 0 and 5m, got %s", c.Leeway))
+	}
+	for _, a := range c.Algorithms {
+		if !asymmetric[a] {
+			errs = append(errs, fmt.Errorf("owner JWT algorithm %q is not an accepted asymmetric signature algorithm", a))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Authenticator turns an Authorization header into an Owner.
+type Authenticator struct {
+	tokens TokenStore
+	oidc   *verifier // nil when OIDC is off
+	now    func() time.Time
+}
+
+// New returns an authenticator over tokens (the ledger) and, when cfg
+// enables it, OIDC. A JWKS file is read now, so a bad file fails start-up; a
+// JWKS URL is fetched on first use, so an issuer that is briefly down does
+// not stop Countersign from starting (token owners still get in).
+func New(cfg Config, tokens TokenStore) (*Authenticator, error) {
+	if tokens == nil {
+		return nil, errors.New("ownerauth: a token store is required")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	a := &Authenticator{tokens: tokens, now: now}
+	if cfg.Enabled() {
+		v, err := newVerifier(cfg, now)
+		if err != nil {
+			return nil, err
+		}
+		a.oidc = v
+	}
+	return a, nil
+}
+
+// Authenticate resolves the value of an Authorization header. Errors match
+// ErrUnauthenticated or ErrAgentCredential, except a ledger failure, which is
+// returned as it is (ledger.ErrUnavailable: the caller may retry).
+func (a *Authenticator) Authenticate(ctx context.Context, authorization string) (Owner, error) {
+	cred, err := bearer(authorization)
+	if err != nil {
+		return Owner{}, err
+	}
+	switch {
+	case strings.HasPrefix(cred, credential.Prefix):
+		return Owner{}, ErrAgentCredential
+	case strings.HasPrefix(cred, TokenPrefix):
+		return a.token(ctx, cred)
+	case a.oidc == nil:
+		return Owner{}, fmt.Errorf("%w: not an owner token, and OIDC is not configured", ErrUnauthenticated)
+	default:
+		return a.oidc.verify(ctx, cred, a.now())
+	}
+}
+
+// bearer extracts the credential of "Bearer <credential>". An agent
+// credential sent any other way (bare, or as HTTP Basic the way Razorpay's
+// SDK sends it) is still recognised and refused as one.
+func bearer(authorization string) (string, error) {
+	h := strings.TrimSpace(authorization)
+	if h == "" {
+		return "", fmt.Errorf("%w: no credential (send Authorization: Bearer <owner token or OIDC JWT>)", ErrUnauthenticated)
+	}
+	scheme, cred, ok := strings.Cut(h, " ")
+	if !ok {
+		if strings.HasPrefix(h, credential.Prefix) {
+			return "", ErrAgentCredential
+		}
+		return "", fmt.Errorf("%w: the Authorization header must be Bearer <credential>", ErrUnauthenticated)
+	}
+	cred = strings.TrimSpace(cred)
+	switch {
+	case strings.EqualFold(scheme, "Bearer"):
+		if cred == "" {
+			return "", fmt.Errorf("%w: empty bearer credential", ErrUnauthenticated)
+		}
+		return cred, nil
+	case strings.EqualFold(scheme, "Basic"):
+		if raw, err := base64.StdEncoding.DecodeString(cred); err == nil {
+			user, pass, _ := strings.Cut(string(raw), ":")
+			if strings.HasPrefix(user, credential.Prefix) || strings.HasPrefix(pass, credential.Prefix) {
+				return "", ErrAgentCredential
+			}
+		}
+		return "", fmt.Errorf("%w: the owner API takes Bearer credentials, not Basic", ErrUnauthenticated)
+	default:
+		return "", fmt.Errorf("%w: unsupported authorization scheme", ErrUnauthenticated)
+	}
+}
+
+func (a *Authenticator) token(ctx context.Context, secret string) (Owner, error) {
+	hash, err := HashToken(secret)
+	if err != nil {
+		return Owner{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+	}
+	tok, err := a.tokens.LookupOwnerToken(ctx, hash)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return Owner{}, fmt.Errorf("%w: unknown owner token", ErrUnauthenticated)
+	}
+	if err != nil {
+		return Owner{}, err
+	}
+	switch {
+	case tok.RevokedAt != nil:
+		return Owner{}, fmt.Errorf("%w: owner token %s is revoked", ErrUnauthenticated, tok.ID)
+	case !a.now().Before(tok.ExpiresAt):
+		return Owner{}, fmt.Errorf("%w: owner token %s expired", ErrUnauthenticated, tok.ID)
+	}
+	return Owner{ID: tok.OwnerID, Subject: tok.ID, Method: MethodToken}, nil
+}
