@@ -45,6 +45,12 @@ type Config struct {
 	// ReconcileMaxAttempts quarantines an intent after this many
 	// inconclusive reconciliations.
 	ReconcileMaxAttempts int
+	// Owner authentication (OIDC) and quotas.
+	OwnerIssuer, OwnerAudience, OwnerJWKSURL, OwnerJWKSFile, OwnerSubjectClaim string
+	OwnerQuotaRate                                                             float64
+	OwnerQuotaBurst                                                            int
+	AuthFailureRate                                                            float64
+	AuthFailureBurst                                                           int
 }
 
 // Defaults are the values a setting has when nothing sets it.
@@ -61,6 +67,11 @@ func Defaults() Config {
 		ReconcileDelay:       2 * time.Second,
 		ReconcileInterval:    time.Second,
 		ReconcileMaxAttempts: 6,
+		OwnerSubjectClaim:    "sub",
+		OwnerQuotaRate:       10,
+		OwnerQuotaBurst:      50,
+		AuthFailureRate:      0.1,
+		AuthFailureBurst:     10,
 	}
 }
 
@@ -87,6 +98,15 @@ func (c *Config) BindServe(fs *pflag.FlagSet) {
 	c.BindDatabase(fs)
 	c.BindEngine(fs)
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", c.ReconcileInterval, "how often the in-process reconciler looks for work (0 turns it off)")
+	fs.StringVar(&c.OwnerIssuer, "owner-issuer", c.OwnerIssuer, "OIDC issuer of owner JWTs (exact iss); empty: OIDC off, static owner tokens only")
+	fs.StringVar(&c.OwnerAudience, "owner-audience", c.OwnerAudience, "audience an owner JWT must list in aud")
+	fs.StringVar(&c.OwnerJWKSURL, "owner-jwks-url", c.OwnerJWKSURL, "https URL of the issuer's JWKS (exclusive with owner-jwks-file)")
+	fs.StringVar(&c.OwnerJWKSFile, "owner-jwks-file", c.OwnerJWKSFile, "file holding the issuer's JWKS (exclusive with owner-jwks-url)")
+	fs.StringVar(&c.OwnerSubjectClaim, "owner-subject-claim", c.OwnerSubjectClaim, "JWT claim that names the owner")
+	fs.Float64Var(&c.OwnerQuotaRate, "owner-quota-rate", c.OwnerQuotaRate, "owner API calls per second per source and per owner (0: no quota)")
+	fs.IntVar(&c.OwnerQuotaBurst, "owner-quota-burst", c.OwnerQuotaBurst, "owner API calls allowed at once per source and per owner")
+	fs.Float64Var(&c.AuthFailureRate, "auth-failure-rate", c.AuthFailureRate, "failed credential attempts forgiven per second, per source and per credential (0: never block)")
+	fs.IntVar(&c.AuthFailureBurst, "auth-failure-burst", c.AuthFailureBurst, "failed credential attempts tolerated before 429")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address (ext_authz, countersign.v1, health, reflection): host:port, or unix:/path for a socket only Envoy can reach")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address (REST, /metrics, /healthz, /readyz, /openapi.json)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long a graceful shutdown may take before connections are cut")
@@ -188,6 +208,12 @@ func (c Config) ValidateEngine() error {
 // Validate checks every setting of a serving command.
 func (c Config) Validate() error {
 	errs := []error{c.ValidateEngine()}
+	if c.OwnerQuotaRate < 0 || c.AuthFailureRate < 0 {
+		errs = append(errs, fmt.Errorf("owner-quota-rate and auth-failure-rate (%s, %s) must not be negative", EnvName("owner-quota-rate"), EnvName("auth-failure-rate")))
+	}
+	if c.OwnerQuotaBurst < 1 || c.AuthFailureBurst < 1 {
+		errs = append(errs, fmt.Errorf("owner-quota-burst and auth-failure-burst (%s, %s) must be at least 1", EnvName("owner-quota-burst"), EnvName("auth-failure-burst")))
+	}
 	if c.ReconcileInterval < 0 {
 		errs = append(errs, fmt.Errorf("reconcile-interval (%s) must not be negative", EnvName("reconcile-interval")))
 	}

@@ -32,9 +32,17 @@ func (e *Engine) Commit(ctx context.Context, ref IntentRef, resp rail.Response) 
 		return ledger.Intent{}, rail.Classification{}, fmt.Errorf("%w %q", ErrUnknownAccount, ref.RailAccount)
 	}
 	key := ledger.Key{RailAccount: ref.RailAccount, SIK: ref.SIK}
-	it, _, err := e.ledger.GetIntent(ctx, key)
+	it, attempts, err := e.ledger.GetIntent(ctx, key)
 	if err != nil {
 		return ledger.Intent{}, rail.Classification{}, err
+	}
+	if ref.BodyStamped && ref.BodyValue == "" {
+		// A native caller says it sent the body stamp: it is the attempt's.
+		for _, at := range attempts {
+			if at.Seq == ref.AttemptSeq {
+				ref.BodyValue = at.Stamp
+			}
+		}
 	}
 	a, err := ActionOf(it)
 	if err != nil {

@@ -7,7 +7,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -146,9 +149,18 @@ func classify(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
-	// Anything else that is not a server error (dial failures, broken
-	// pipes, TLS) is a failure to reach the ledger.
-	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	// Failures to reach the ledger: dial errors, broken or closed
+	// connections, timeouts, TLS. Anything else (a sentinel of this package,
+	// a caller's own error) is returned as it is.
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	if errors.As(err, &connectErr) || errors.As(err, &netErr) || pgconn.Timeout(err) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, pgx.ErrTxClosed) || strings.Contains(err.Error(), "conn closed") ||
+		strings.Contains(err.Error(), "closed pool") {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
 }
 
 func isUndefinedTable(err error) bool {

@@ -10,7 +10,7 @@ import (
 
 // owners is the owner API as the bench agent's owner sees it.
 func owners(h *allowHarness) *api.OwnerServer {
-	return api.NewOwnerServer(h.store, func(context.Context) (string, error) { return "own_bench", nil })
+	return api.NewOwnerServer(h.store, func(context.Context) (string, error) { return h.ownerID, nil })
 }
 
 func pendingApproval(t *testing.T, h *allowHarness, sik string) *countersignv1.Approval {

@@ -27,6 +27,7 @@ import (
 	"github.com/countersign/countersign/internal/credential"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/mockrail"
+	"github.com/countersign/countersign/internal/ownerauth"
 	"github.com/countersign/countersign/internal/pgtest"
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/rail/stripe"
@@ -142,6 +143,9 @@ type allowHarness struct {
 	agentID  string
 	mock     *mockrail.Server
 	conn     *grpc.ClientConn
+	// ownerID owns the agent; ownerToken is its owner API credential.
+	ownerID, ownerToken string
+	httpAddr            string
 }
 
 func (h *allowHarness) request(i int64) *authv3.CheckRequest {
@@ -208,7 +212,11 @@ func bareRailHarness(b testing.TB) *allowHarness {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { conn.Close() })
-	agent, err := store.CreateAgent(ctx, "own_bench", "bench")
+	owner, ownerToken, _, err := ownerauth.Bootstrap(ctx, store, "bench owner", time.Hour)
+	if err != nil {
+		b.Fatal(err)
+	}
+	agent, err := store.CreateAgent(ctx, owner.ID, "bench")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -220,7 +228,7 @@ func bareRailHarness(b testing.TB) *allowHarness {
 		b.Fatal(err)
 	}
 	return &allowHarness{client: authv3.NewAuthorizationClient(conn), secret: secret, grpcAddr: srv.GRPCAddr(), mockURL: ts.URL,
-		store: store, agentID: agent.ID, mock: mock, conn: conn}
+		store: store, agentID: agent.ID, mock: mock, conn: conn, ownerID: owner.ID, ownerToken: ownerToken, httpAddr: srv.HTTPAddr()}
 }
 
 func pgbenchPath() (string, error) {

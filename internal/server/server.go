@@ -36,6 +36,8 @@ import (
 	"github.com/countersign/countersign/internal/gate"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/metrics"
+	"github.com/countersign/countersign/internal/ownerauth"
+	"github.com/countersign/countersign/internal/quota"
 	"github.com/countersign/countersign/internal/rails"
 	"github.com/countersign/countersign/internal/reconcile"
 )
@@ -73,13 +75,22 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 	if err != nil {
 		return nil, fmt.Errorf("protovalidate: %w", err)
 	}
+	authn, err := ownerauth.New(ownerauth.Config{Issuer: cfg.OwnerIssuer, Audience: cfg.OwnerAudience,
+		JWKSURL: cfg.OwnerJWKSURL, JWKSFile: cfg.OwnerJWKSFile, SubjectClaim: cfg.OwnerSubjectClaim}, store)
+	if err != nil {
+		return nil, fmt.Errorf("owner authentication: %w", err)
+	}
+	ownerQuota := quota.Options{Rate: cfg.OwnerQuotaRate, Burst: cfg.OwnerQuotaBurst}
+	failQuota := quota.Options{Rate: cfg.AuthFailureRate, Burst: cfg.AuthFailureBurst}
+	guard := &ownerauth.Guard{Auth: authn, Sources: quota.NewLimiter(ownerQuota), Owners: quota.NewLimiter(ownerQuota),
+		Failures: quota.NewFailures(failQuota, failQuota), ToStatus: api.ToStatus}
 	gs := grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler()),
-		grpc.ChainUnaryInterceptor(api.ValidationInterceptor(validator)),
-		grpc.ChainStreamInterceptor(api.StreamValidationInterceptor(validator)))
+		grpc.ChainUnaryInterceptor(guard.Unary(), api.ValidationInterceptor(validator)),
+		grpc.ChainStreamInterceptor(guard.Stream(), api.StreamValidationInterceptor(validator)))
 	authv3.RegisterAuthorizationServer(gs, extauthz.NewServer(eng))
 	extprocv3.RegisterExternalProcessorServer(gs, extproc.NewServer(eng, log))
 	countersignv1.RegisterDecisionServiceServer(gs, api.NewDecisionServer(eng, store, rec))
-	countersignv1.RegisterOwnerServiceServer(gs, api.NewOwnerServer(store, nil))
+	countersignv1.RegisterOwnerServiceServer(gs, api.NewOwnerServer(store, ownerauth.OwnerID))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
@@ -233,7 +244,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 func (s *Server) httpMux(ctx context.Context, grpcAddr string) (*http.ServeMux, error) {
-	gw := runtime.NewServeMux()
+	gw := runtime.NewServeMux(runtime.WithOutgoingHeaderMatcher(quota.OutgoingHeaderMatcher))
 	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	if err := countersignv1.RegisterOwnerServiceHandlerFromEndpoint(ctx, gw, grpcAddr, dial); err != nil {
 		return nil, fmt.Errorf("rest gateway: %w", err)

@@ -295,15 +295,9 @@ func TestHTTPSurface(t *testing.T) {
 	if s != 200 || json.Unmarshal([]byte(body), &doc) != nil || doc.Swagger != "2.0" || doc.Paths["/v1/agents"] == nil {
 		t.Fatalf("openapi.json = %d, swagger %q, %d paths", s, doc.Swagger, len(doc.Paths))
 	}
-	// An owner RPC that is not built yet answers Unimplemented through REST
-	// (501), never a made-up answer; a built one refuses a caller without an
-	// owner credential (401).
-	s, body = h.get(t, "/v1/auditRecords")
-	if s != http.StatusNotImplemented {
-		t.Fatalf("GET /v1/auditRecords = %d %s, want 501", s, body)
-	}
+	// The owner API refuses a caller without an owner credential (401).
 	s, body = h.get(t, "/v1/agents")
-	if s != http.StatusUnauthorized {
+	if s != http.StatusUnauthorized || !strings.Contains(body, "UNAUTHENTICATED") {
 		t.Fatalf("GET /v1/agents = %d %s, want 401", s, body)
 	}
 }
@@ -361,7 +355,7 @@ func TestUnixSocketListener(t *testing.T) {
 	if _, code := deniedCode(t, h.check(t, "r-unix", "")); code != "credential_missing" {
 		t.Fatalf("Check over the socket: %s", code)
 	}
-	if s, _ := h.get(t, "/v1/auditRecords"); s != http.StatusNotImplemented {
+	if s, _ := h.get(t, "/v1/agents"); s != http.StatusUnauthorized {
 		t.Fatalf("REST through the socket = %d", s)
 	}
 	// A relative socket path is refused at start.

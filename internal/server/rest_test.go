@@ -1,0 +1,131 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/metadata"
+
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+)
+
+// rest calls the REST gateway with an Authorization header.
+func (h *allowHarness) rest(t *testing.T, method, path, auth string, body any) (int, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, "http://"+h.httpAddr+path, rd)
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestOwnerAPIOverREST(t *testing.T) {
+	h := railHarness(t)
+	owner := "Bearer " + h.ownerToken
+	if s, body := h.rest(t, "GET", "/v1/agents", owner, nil); s != 200 || !strings.Contains(body, h.agentID) {
+		t.Fatalf("owner lists agents: %d %s", s, body)
+	}
+	// An agent credential never opens the owner API.
+	if s, body := h.rest(t, "GET", "/v1/agents", "Bearer "+h.secret, nil); s != 401 || !strings.Contains(body, "AGENT_CREDENTIAL") {
+		t.Fatalf("agent credential on the owner API: %d %s", s, body)
+	}
+	// An owner token is never an agent credential.
+	ownerAsAgent := *h
+	ownerAsAgent.secret = h.ownerToken
+	if r := ownerAsAgent.decide(t, refund("pi_bench", 10, "")); r.GetReasonCode() != "credential_unknown" {
+		t.Fatalf("owner token as an agent credential: %s", r.GetReasonCode())
+	}
+	// An RPC not built yet answers Unimplemented (501), never a made-up answer.
+	if s, body := h.rest(t, "GET", "/v1/auditRecords", owner, nil); s != http.StatusNotImplemented {
+		t.Fatalf("GET /v1/auditRecords = %d %s", s, body)
+	}
+}
+
+// TestHeldApprovedOverREST is issue 5's end-to-end flow on the real
+// listeners: an agent's request is HELD, the owner approves over REST, the
+// identical request is ALLOWED once, and a third gets the stored result.
+func TestHeldApprovedOverREST(t *testing.T) {
+	h := bareRailHarness(t)
+	m := mandateFor(h)
+	m.Mode = countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED
+	applyMandateTo(t, h, m)
+	owner := "Bearer " + h.ownerToken
+
+	held := h.decide(t, refund("pi_bench", 4200, ""))
+	if held.GetVerdict() != countersignv1.Verdict_VERDICT_HOLD {
+		t.Fatalf("first: %s %s", held.GetVerdict(), held.GetReasonCode())
+	}
+	s, body := h.rest(t, "GET", "/v1/approvals?state=APPROVAL_STATE_PENDING", owner, nil)
+	var list struct {
+		Approvals []struct {
+			ApprovalID         string `json:"approvalId"`
+			Sik                string `json:"sik"`
+			RequestFingerprint string `json:"requestFingerprint"`
+		} `json:"approvals"`
+	}
+	if s != 200 || json.Unmarshal([]byte(body), &list) != nil || len(list.Approvals) != 1 || list.Approvals[0].Sik != held.GetIntent().GetSik() {
+		t.Fatalf("pending approvals: %d %s", s, body)
+	}
+	ap := list.Approvals[0]
+	if s, body := h.rest(t, "POST", "/v1/approvals/"+ap.ApprovalID+":approve", owner,
+		map[string]string{"requestFingerprint": ap.RequestFingerprint, "note": "looks right"}); s != 200 || !strings.Contains(body, "APPROVAL_STATE_APPROVED") {
+		t.Fatalf("approve: %d %s", s, body)
+	}
+	// Approving twice is refused with its reason.
+	if s, body := h.rest(t, "POST", "/v1/approvals/"+ap.ApprovalID+":approve", owner, map[string]string{}); s != http.StatusBadRequest || !strings.Contains(body, "APPROVAL_NOT_PENDING") {
+		t.Fatalf("second approve: %d %s", s, body)
+	}
+	allowed := h.decide(t, refund("pi_bench", 4200, ""))
+	if allowed.GetVerdict() != countersignv1.Verdict_VERDICT_ALLOW {
+		t.Fatalf("approved request: %s %s", allowed.GetVerdict(), allowed.GetReasonCode())
+	}
+	h.sendAndCommit(t, allowed, "pi_bench", 4200)
+	third := h.decide(t, refund("pi_bench", 4200, ""))
+	if third.GetReasonCode() != "duplicate_applied" || third.GetStoredResponse() == nil {
+		t.Fatalf("third request: %s %s", third.GetVerdict(), third.GetReasonCode())
+	}
+}
+
+// sendAndCommit does what an SDK on the native API does after an ALLOW:
+// sends the stamped refund to the rail and commits the rail's answer.
+func (h *allowHarness) sendAndCommit(t *testing.T, allowed *countersignv1.DecideResponse, payment string, amount int64) {
+	t.Helper()
+	stamp := allowed.GetStamps()["idempotency-key"]
+	form := "payment_intent=" + payment + "&amount=" + strconv.FormatInt(amount, 10) + "&metadata%5Bcountersign_sik%5D=" + stamp
+	req, _ := http.NewRequest(http.MethodPost, h.mockURL+"/v1/refunds", strings.NewReader(form))
+	req.Header.Set("Authorization", "Bearer sk_test_mockrail")
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Idempotency-Key", stamp)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+h.secret)
+	cr, err := countersignv1.NewDecisionServiceClient(h.conn).Commit(ctx, &countersignv1.CommitRequest{
+		RailAccount: "acct_bench", Sik: allowed.GetIntent().GetSik(), AttemptSeq: allowed.GetAttemptSeq(), BodyStamped: true,
+		Outcome: &countersignv1.CommitRequest_Response{Response: &countersignv1.HttpResponse{HttpStatus: int32(resp.StatusCode),
+			Headers: map[string]string{"content-type": "application/json"}, Body: body}}})
+	if err != nil || cr.GetIntent().GetState() != countersignv1.IntentState_INTENT_STATE_APPLIED {
+		t.Fatalf("commit: %v %v (rail said %d %s)", cr, err, resp.StatusCode, body)
+	}
+}
