@@ -7,11 +7,13 @@ import (
 	"strings"
 
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/engine"
 	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/quota"
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/reconcile"
 	"github.com/countersign/countersign/internal/sik"
@@ -77,6 +79,9 @@ var actionKinds = map[countersignv1.ActionKind]sik.Kind{
 // secret key is never in the answer (C1): stamps only.
 func (s *DecisionServer) Decide(ctx context.Context, req *countersignv1.DecideRequest) (*countersignv1.DecideResponse, error) {
 	er := engine.Request{Source: engine.SourceDecide, RequestID: requestID(ctx), Credential: credentialFromMetadata(ctx)}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		er.Peer = quota.SourceKey(p.Addr.String())
+	}
 	var out engine.Outcome
 	switch form := req.GetForm().(type) {
 	case *countersignv1.DecideRequest_HttpRequest:

@@ -5,6 +5,8 @@ package engine
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +18,7 @@ import (
 	"github.com/countersign/countersign/internal/gate"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/metrics"
+	"github.com/countersign/countersign/internal/quota"
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/rails"
 )
@@ -59,6 +62,9 @@ type Request struct {
 	// otherwise RailHost (context extension "rail_host") or Host does.
 	RailAccount string
 	RailHost    string
+	// Peer is where the request came from (the agent's address as Envoy
+	// saw it), for the failed-credential quota.
+	Peer string
 }
 
 // Outcome is the engine's answer.
@@ -134,6 +140,9 @@ type Options struct {
 	// Advisors are the advisory gates this server offers; a mandate turns
 	// them on by name (off by default).
 	Advisors []gate.Advisor
+	// Failures limits failed credential attempts per source and per
+	// presented credential (nil: no limit).
+	Failures *quota.Failures
 }
 
 // Engine is safe for concurrent use.
@@ -172,6 +181,7 @@ const (
 	ReasonLedgerUnavailable = "ledger_unavailable"
 	ReasonInternal          = "internal_error"
 	ReasonCancelled         = "request_cancelled"
+	ReasonTooManyFailures   = "too_many_failed_credentials"
 )
 
 // recordTimeout bounds the decision write when the caller's context is gone:
@@ -230,6 +240,40 @@ func (e *Engine) authenticate(ctx context.Context, req Request) (Outcome, *ledge
 	if err := ctx.Err(); err != nil {
 		return refuse(req, ReasonCancelled, "The request was cancelled before Countersign decided; no money moved.", http.StatusServiceUnavailable), nil, false
 	}
+	// A source (or a credential) that keeps failing is refused before any
+	// lookup: guessing credentials costs the guesser, not the ledger.
+	identity := credentialIdentity(req.Credential)
+	if blocked, wait := e.opts.Failures.Blocked(req.Peer); blocked || e.blockedIdentity(identity, &wait) {
+		out := refuse(req, ReasonTooManyFailures, fmt.Sprintf("Too many failed credential attempts; retry after %s.", wait.Round(time.Second)), http.StatusTooManyRequests)
+		out.ResponseHeaders = map[string]string{"retry-after": fmt.Sprint(int(wait.Seconds()) + 1)}
+		return out, nil, false
+	}
+	out, p, ok := e.lookup(ctx, req)
+	if !ok && (out.ReasonCode == ReasonCredentialMissing || out.ReasonCode == ReasonCredentialUnknown) {
+		e.opts.Failures.Note(req.Peer, identity)
+	}
+	return out, p, ok
+}
+
+func (e *Engine) blockedIdentity(identity string, wait *time.Duration) bool {
+	blocked, w := e.opts.Failures.BlockedIdentity(identity)
+	if blocked {
+		*wait = w
+	}
+	return blocked
+}
+
+// credentialIdentity names a presented credential without its secret.
+func credentialIdentity(cred string) string {
+	if cred == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(cred))
+	return hex.EncodeToString(sum[:8])
+}
+
+// lookup resolves the presented credential against the ledger.
+func (e *Engine) lookup(ctx context.Context, req Request) (Outcome, *ledger.Principal, bool) {
 	if req.Credential == "" {
 		return refuse(req, ReasonCredentialMissing, "No Countersign agent credential was presented; send it where the rail SDK expects its API key.", http.StatusForbidden), nil, false
 	}

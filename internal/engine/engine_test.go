@@ -13,6 +13,7 @@ import (
 	"github.com/countersign/countersign/internal/credential"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/metrics"
+	"github.com/countersign/countersign/internal/quota"
 )
 
 // scriptedLedger answers from fields; it is not a store fake (the ledger's
@@ -136,5 +137,35 @@ func TestDecideDeniesEveryFailure(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestFailedCredentialsAreLimitedPerSource(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	opts := quota.Options{Rate: 0.01, Burst: 3, Now: clock}
+	l := &scriptedLedger{lookupErr: ledger.ErrNotFound}
+	e := New(l, Options{Failures: quota.NewFailures(opts, opts)}, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.New())
+	e.now = clock
+	guess := func(peer string) Outcome {
+		secret, _, err := credential.Generate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.Decide(context.Background(), Request{Source: SourceExtAuthz, RequestID: "r", Credential: secret, Peer: peer,
+			Method: "POST", Host: "api.stripe.com", Path: "/v1/refunds"})
+	}
+	for i := range 3 {
+		if out := guess("10.0.0.9"); out.ReasonCode != ReasonCredentialUnknown {
+			t.Fatalf("guess %d: %s", i, out.ReasonCode)
+		}
+	}
+	out := guess("10.0.0.9")
+	if out.ReasonCode != ReasonTooManyFailures || out.HTTPStatus != 429 || out.ResponseHeaders["retry-after"] == "" {
+		t.Fatalf("fourth guess: %s %d %v", out.ReasonCode, out.HTTPStatus, out.ResponseHeaders)
+	}
+	// Another source is not punished for this one's guesses.
+	if out := guess("10.0.0.10"); out.ReasonCode != ReasonCredentialUnknown {
+		t.Fatalf("other source: %s", out.ReasonCode)
 	}
 }

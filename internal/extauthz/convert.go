@@ -58,6 +58,8 @@ func FromCheckRequest(req *authv3.CheckRequest) engine.Request {
 	}
 	// Envoy's per-route check settings name the rail, because the agent
 	// talks to Envoy's local address and the Host it sends is Envoy's.
+	// The downstream peer as Envoy saw it: the failed-credential quota's source.
+	out.Peer = req.GetAttributes().GetSource().GetAddress().GetSocketAddress().GetAddress()
 	ext := req.GetAttributes().GetContextExtensions()
 	out.RailAccount, out.RailHost = ext["rail_account"], ext["rail_host"]
 	out.Credential = credentialFrom(out.Headers)

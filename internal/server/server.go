@@ -65,8 +65,10 @@ type Server struct {
 // none, so every payment call is refused). Nothing listens until Start.
 func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.Logger) (*Server, error) {
 	m := metrics.New()
+	failQuota := quota.Options{Rate: cfg.AuthFailureRate, Burst: cfg.AuthFailureBurst}
 	eng := engine.New(store, engine.Options{Rails: rs, LeaseOwner: cfg.LeaseOwner, LeaseTTL: cfg.LeaseTTL,
-		ReconcileDelay: cfg.ReconcileDelay, Advisors: []gate.Advisor{gate.NewPayee{}}}, log, m)
+		ReconcileDelay: cfg.ReconcileDelay, Advisors: []gate.Advisor{gate.NewPayee{}},
+		Failures: quota.NewFailures(failQuota, failQuota)}, log, m)
 	rec := reconcile.New(store, rs, reconcile.Options{
 		Owner: cfg.LeaseOwner, Delay: cfg.ReconcileDelay, MaxAttempts: cfg.ReconcileMaxAttempts,
 	}, log)
@@ -81,7 +83,6 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 		return nil, fmt.Errorf("owner authentication: %w", err)
 	}
 	ownerQuota := quota.Options{Rate: cfg.OwnerQuotaRate, Burst: cfg.OwnerQuotaBurst}
-	failQuota := quota.Options{Rate: cfg.AuthFailureRate, Burst: cfg.AuthFailureBurst}
 	guard := &ownerauth.Guard{Auth: authn, Sources: quota.NewLimiter(ownerQuota), Owners: quota.NewLimiter(ownerQuota),
 		Failures: quota.NewFailures(failQuota, failQuota), ToStatus: api.ToStatus}
 	gs := grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler()),
