@@ -31,7 +31,8 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 	}
 	root.SetOut(out)
 	root.SetErr(errOut)
-	root.AddCommand(newServe(), newMigrate(), newDev(), newAudit(), newReconcile(), newVersion())
+	root.AddCommand(newServe(), newMigrate(), newDev(), newAudit(), newReconcile(), newVersion(),
+		newOwner(), newAgent(), newCredential(), newApprovals())
 	root.AddCommand(newMandate())
 	return root
 }

@@ -1,0 +1,300 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/config"
+	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/ownerauth"
+)
+
+// ownerClient is the owner API of a running server, with the owner's token.
+type ownerClient struct {
+	conn   *grpc.ClientConn
+	client countersignv1.OwnerServiceClient
+	token  string
+}
+
+// ownerFlags are the flags of every owner command.
+type ownerFlags struct {
+	server string
+	token  string
+}
+
+func (f *ownerFlags) bind(cmd *cobra.Command) {
+	cmd.PersistentFlags().StringVar(&f.server, "server", "127.0.0.1:9191", "gRPC address of a running countersign (host:port or unix:/path)")
+	cmd.PersistentFlags().StringVar(&f.token, "owner-token", "", "owner token (cso_…); default $COUNTERSIGN_OWNER_TOKEN")
+}
+
+func (f *ownerFlags) dial() (*ownerClient, error) {
+	token := f.token
+	if token == "" {
+		token = os.Getenv("COUNTERSIGN_OWNER_TOKEN")
+	}
+	if token == "" {
+		return nil, errors.New("an owner token is needed: --owner-token or COUNTERSIGN_OWNER_TOKEN (see `countersign owner bootstrap`)")
+	}
+	target := f.server
+	if p, ok := config.UnixPath(target); ok {
+		target = "unix://" + p
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	return &ownerClient{conn: conn, client: countersignv1.NewOwnerServiceClient(conn), token: token}, nil
+}
+
+func (c *ownerClient) ctx(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(parent, 30*time.Second)
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+c.token), cancel
+}
+
+func table(w io.Writer, header string, rows [][]string) {
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	tw.Flush()
+}
+
+func newOwner() *cobra.Command {
+	owner := &cobra.Command{Use: "owner", Short: "Bootstrap owners of the owner API"}
+	cfg := config.Defaults()
+	var name string
+	var ttl time.Duration
+	boot := &cobra.Command{
+		Use:   "bootstrap",
+		Short: "Create an owner and print its first owner token (shown once)",
+		Long: "Bootstrap writes a new owner and an owner token straight into the ledger (it needs --database-url, " +
+			"not a running server) and prints the token once. Use it for the first owner; OIDC owners need none.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := load(cmd, &cfg, config.Config.ValidateDatabase); err != nil {
+				return err
+			}
+			store, err := ledger.Open(cmd.Context(), cfg.DatabaseURL, ledger.Options{MaxConns: 2})
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			o, secret, tok, err := ownerauth.Bootstrap(cmd.Context(), store, name, ttl)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "owner %s (%s)\ntoken %s expires %s\n%s\n", o.ID, name, tok.ID,
+				tok.ExpiresAt.UTC().Format(time.RFC3339), secret)
+			return nil
+		},
+	}
+	cfg.BindDatabase(boot.Flags())
+	boot.Flags().StringVar(&name, "name", "", "the owner's name")
+	boot.Flags().DurationVar(&ttl, "ttl", 90*24*time.Hour, "how long the token is valid")
+	_ = boot.MarkFlagRequired("name")
+	owner.AddCommand(boot)
+	return owner
+}
+
+func newAgent() *cobra.Command {
+	var f ownerFlags
+	agent := &cobra.Command{Use: "agent", Short: "Create, list and revoke agents (owner API)"}
+	f.bind(agent)
+	agent.AddCommand(&cobra.Command{
+		Use: "create NAME", Short: "Create an agent", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.dial()
+			if err != nil {
+				return err
+			}
+			defer c.conn.Close()
+			ctx, cancel := c.ctx(cmd.Context())
+			defer cancel()
+			r, err := c.client.CreateAgent(ctx, &countersignv1.CreateAgentRequest{Agent: &countersignv1.Agent{DisplayName: args[0]}})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), r.GetAgent().GetAgentId())
+			return nil
+		},
+	}, &cobra.Command{
+		Use: "list", Short: "List agents", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := f.dial()
+			if err != nil {
+				return err
+			}
+			defer c.conn.Close()
+			ctx, cancel := c.ctx(cmd.Context())
+			defer cancel()
+			var rows [][]string
+			token := ""
+			for {
+				r, err := c.client.ListAgents(ctx, &countersignv1.ListAgentsRequest{PageToken: token, ShowRevoked: true})
+				if err != nil {
+					return err
+				}
+				for _, a := range r.GetAgents() {
+					rows = append(rows, []string{a.GetAgentId(), strings.TrimPrefix(a.GetState().String(), "AGENT_STATE_"), a.GetDisplayName()})
+				}
+				if token = r.GetNextPageToken(); token == "" {
+					break
+				}
+			}
+			table(cmd.OutOrStdout(), "AGENT\tSTATE\tNAME", rows)
+			return nil
+		},
+	}, &cobra.Command{
+		Use: "revoke AGENT_ID", Short: "Revoke an agent, one way (its held requests are voided)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.dial()
+			if err != nil {
+				return err
+			}
+			defer c.conn.Close()
+			ctx, cancel := c.ctx(cmd.Context())
+			defer cancel()
+			if _, err := c.client.RevokeAgent(ctx, &countersignv1.RevokeAgentRequest{AgentId: args[0]}); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "revoked %s\n", args[0])
+			return nil
+		},
+	})
+	return agent
+}
+
+func newCredential() *cobra.Command {
+	var f ownerFlags
+	var scope string
+	var ttl time.Duration
+	cred := &cobra.Command{Use: "credential", Short: "Issue and revoke agent credentials (owner API)"}
+	f.bind(cred)
+	issue := &cobra.Command{
+		Use: "issue AGENT_ID", Short: "Issue a credential; the secret is printed once", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			sc := map[string]countersignv1.CredentialScope{"propose": countersignv1.CredentialScope_CREDENTIAL_SCOPE_PROPOSE,
+				"execute": countersignv1.CredentialScope_CREDENTIAL_SCOPE_EXECUTE}[scope]
+			if sc == countersignv1.CredentialScope_CREDENTIAL_SCOPE_UNSPECIFIED {
+				return fmt.Errorf("--scope must be propose or execute, got %q", scope)
+			}
+			c, err := f.dial()
+			if err != nil {
+				return err
+			}
+			defer c.conn.Close()
+			ctx, cancel := c.ctx(cmd.Context())
+			defer cancel()
+			r, err := c.client.IssueCredential(ctx, &countersignv1.IssueCredentialRequest{AgentId: args[0], Scope: sc,
+				ExpireTime: timestamppb.New(time.Now().Add(ttl))})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "credential %s\n%s\n", r.GetCredential().GetCredentialId(), r.GetSecret())
+			return nil
+		},
+	}
+	issue.Flags().StringVar(&scope, "scope", "execute", "propose (every money-moving request is held) or execute")
+	issue.Flags().DurationVar(&ttl, "ttl", 30*24*time.Hour, "how long the credential is valid")
+	cred.AddCommand(issue, &cobra.Command{
+		Use: "revoke AGENT_ID CREDENTIAL_ID", Short: "Revoke a credential, one way; the next decision refuses it", Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.dial()
+			if err != nil {
+				return err
+			}
+			defer c.conn.Close()
+			ctx, cancel := c.ctx(cmd.Context())
+			defer cancel()
+			if _, err := c.client.RevokeCredential(ctx, &countersignv1.RevokeCredentialRequest{AgentId: args[0], CredentialId: args[1]}); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "revoked %s\n", args[1])
+			return nil
+		},
+	})
+	return cred
+}
+
+func newApprovals() *cobra.Command {
+	var f ownerFlags
+	var note string
+	ap := &cobra.Command{Use: "approvals", Short: "List, approve and reject held requests (owner API)"}
+	f.bind(ap)
+	decide := func(approve bool) func(cmd *cobra.Command, args []string) error {
+		return func(cmd *cobra.Command, args []string) error {
+			c, err := f.dial()
+			if err != nil {
+				return err
+			}
+			defer c.conn.Close()
+			ctx, cancel := c.ctx(cmd.Context())
+			defer cancel()
+			var a *countersignv1.Approval
+			if approve {
+				r, err := c.client.ApproveApproval(ctx, &countersignv1.ApproveApprovalRequest{ApprovalId: args[0], Note: note})
+				if err != nil {
+					return err
+				}
+				a = r.GetApproval()
+			} else {
+				r, err := c.client.RejectApproval(ctx, &countersignv1.RejectApprovalRequest{ApprovalId: args[0], Note: note})
+				if err != nil {
+					return err
+				}
+				a = r.GetApproval()
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", a.GetApprovalId(), strings.TrimPrefix(a.GetState().String(), "APPROVAL_STATE_"))
+			return nil
+		}
+	}
+	approve := &cobra.Command{Use: "approve APPROVAL_ID", Short: "Approve a held request (used once, by the identical request)", Args: cobra.ExactArgs(1), RunE: decide(true)}
+	reject := &cobra.Command{Use: "reject APPROVAL_ID", Short: "Reject a held request; it is blocked for good", Args: cobra.ExactArgs(1), RunE: decide(false)}
+	approve.Flags().StringVar(&note, "note", "", "why")
+	reject.Flags().StringVar(&note, "note", "", "why")
+	ap.AddCommand(&cobra.Command{
+		Use: "list", Short: "List pending approvals", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := f.dial()
+			if err != nil {
+				return err
+			}
+			defer c.conn.Close()
+			ctx, cancel := c.ctx(cmd.Context())
+			defer cancel()
+			r, err := c.client.ListApprovals(ctx, &countersignv1.ListApprovalsRequest{State: countersignv1.ApprovalState_APPROVAL_STATE_PENDING})
+			if err != nil {
+				return err
+			}
+			var rows [][]string
+			for _, a := range r.GetApprovals() {
+				reason := ""
+				for _, g := range a.GetGates() {
+					if g.GetVerdict() != countersignv1.Verdict_VERDICT_ALLOW {
+						reason = g.GetReason()
+						break
+					}
+				}
+				rows = append(rows, []string{a.GetApprovalId(), a.GetAgentId(), a.GetRailAccount(), a.GetSik(),
+					a.GetExpireTime().AsTime().UTC().Format(time.RFC3339), reason})
+			}
+			table(cmd.OutOrStdout(), "APPROVAL\tAGENT\tRAIL ACCOUNT\tINTENT\tEXPIRES\tWHY HELD", rows)
+			return nil
+		},
+	}, approve, reject)
+	return ap
+}
