@@ -121,7 +121,7 @@ func newAgent() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			defer c.conn.Close()
+			defer func() { _ = c.conn.Close() }()
 			ctx, cancel := c.ctx(cmd.Context())
 			defer cancel()
 			r, err := c.client.CreateAgent(ctx, &countersignv1.CreateAgentRequest{Agent: &countersignv1.Agent{DisplayName: args[0]}})
@@ -138,7 +138,7 @@ func newAgent() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			defer c.conn.Close()
+			defer func() { _ = c.conn.Close() }()
 			ctx, cancel := c.ctx(cmd.Context())
 			defer cancel()
 			var rows [][]string
@@ -165,7 +165,7 @@ func newAgent() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			defer c.conn.Close()
+			defer func() { _ = c.conn.Close() }()
 			ctx, cancel := c.ctx(cmd.Context())
 			defer cancel()
 			if _, err := c.client.RevokeAgent(ctx, &countersignv1.RevokeAgentRequest{AgentId: args[0]}); err != nil {
@@ -196,7 +196,7 @@ func newCredential() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			defer c.conn.Close()
+			defer func() { _ = c.conn.Close() }()
 			ctx, cancel := c.ctx(cmd.Context())
 			defer cancel()
 			r, err := c.client.IssueCredential(ctx, &countersignv1.IssueCredentialRequest{AgentId: args[0], Scope: sc,
@@ -217,7 +217,7 @@ func newCredential() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			defer c.conn.Close()
+			defer func() { _ = c.conn.Close() }()
 			ctx, cancel := c.ctx(cmd.Context())
 			defer cancel()
 			if _, err := c.client.RevokeCredential(ctx, &countersignv1.RevokeCredentialRequest{AgentId: args[0], CredentialId: args[1]}); err != nil {
@@ -241,7 +241,7 @@ func newApprovals() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			defer c.conn.Close()
+			defer func() { _ = c.conn.Close() }()
 			ctx, cancel := c.ctx(cmd.Context())
 			defer cancel()
 			var a *countersignv1.Approval
@@ -273,7 +273,7 @@ func newApprovals() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			defer c.conn.Close()
+			defer func() { _ = c.conn.Close() }()
 			ctx, cancel := c.ctx(cmd.Context())
 			defer cancel()
 			r, err := c.client.ListApprovals(ctx, &countersignv1.ListApprovalsRequest{State: countersignv1.ApprovalState_APPROVAL_STATE_PENDING})
