@@ -69,6 +69,8 @@ type envOptions struct {
 	noReconciler bool
 	// noMandate leaves the agent without a mandate (tests add their own).
 	noMandate bool
+	// noDispatcher turns serve's webhook dispatcher off (tests run their own).
+	noDispatcher bool
 	// mcpUpstream, when set, is a payment MCP server (Stripe preset, with a
 	// metadata argument) reachable through the proxy as host mcp.local,
 	// guarded as rail account acct_e2e_mcp.
@@ -142,6 +144,7 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 		"COUNTERSIGN_RECONCILE_INTERVAL=" + map[bool]string{false: "200ms", true: "0s"}[o.noReconciler],
 		"COUNTERSIGN_LEASE_TTL=" + o.leaseTTL.String(),
 		"COUNTERSIGN_LOG_LEVEL=debug",
+		"COUNTERSIGN_OUTBOX_INTERVAL=" + map[bool]string{false: "500ms", true: "0s"}[o.noDispatcher],
 	}
 	cs := startProc(t, "countersign", csEnv, "serve")
 	waitStatus(t, "http://"+httpAddr+"/readyz", 200, 30*time.Second)
@@ -326,7 +329,12 @@ func (e *railEnv) settle(subject string, within time.Duration) []ledger.Intent {
 			return its
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("intents on %s did not settle within %s: %+v\ncountersign output:\n%s", subject, within, its, e.countersig.out.String())
+			var states []string
+			for _, it := range its {
+				fs, _ := e.store.FindingsFor(context.Background(), it.Key)
+				states = append(states, fmt.Sprintf("%s %s (%s) findings %+v", it.SIK, it.State, it.Reason, fs))
+			}
+			e.t.Fatalf("intents on %s did not settle within %s: %v\ncountersign output:\n%s", subject, within, states, e.countersig.out.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

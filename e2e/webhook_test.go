@@ -107,7 +107,7 @@ type hook struct {
 // receiver acknowledges every event, each under its stable delivery id,
 // every request signed.
 func TestWebhookReceiverSeesEveryEventAfterDispatcherKilledMidDelivery(t *testing.T) {
-	e := newRailEnv(t, envOptions{})
+	e := newRailEnv(t, envOptions{noDispatcher: true})
 	ctx := context.Background()
 	const secret = "whsec_e2e_webhook_secret_0001"
 

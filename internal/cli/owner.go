@@ -70,7 +70,7 @@ func table(w io.Writer, header string, rows [][]string) {
 	for _, r := range rows {
 		fmt.Fprintln(tw, strings.Join(r, "\t"))
 	}
-	tw.Flush()
+	_ = tw.Flush()
 }
 
 func newOwner() *cobra.Command {

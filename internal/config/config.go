@@ -45,6 +45,11 @@ type Config struct {
 	// ReconcileMaxAttempts quarantines an intent after this many
 	// inconclusive reconciliations.
 	ReconcileMaxAttempts int
+	// ExtProcInPath says Envoy runs the ext_proc filter after ext_authz.
+	ExtProcInPath bool
+	// OutboxInterval is how often the webhook dispatcher looks for work;
+	// 0 turns it off.
+	OutboxInterval time.Duration
 	// Owner authentication (OIDC) and quotas.
 	OwnerIssuer, OwnerAudience, OwnerJWKSURL, OwnerJWKSFile, OwnerSubjectClaim string
 	OwnerQuotaRate                                                             float64
@@ -67,6 +72,8 @@ func Defaults() Config {
 		ReconcileDelay:       2 * time.Second,
 		ReconcileInterval:    time.Second,
 		ReconcileMaxAttempts: 6,
+		ExtProcInPath:        true,
+		OutboxInterval:       time.Second,
 		OwnerSubjectClaim:    "sub",
 		OwnerQuotaRate:       10,
 		OwnerQuotaBurst:      50,
@@ -91,6 +98,7 @@ func (c *Config) BindEngine(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "how long an allowed attempt may stay unanswered before it is reconciled")
 	fs.DurationVar(&c.ReconcileDelay, "reconcile-delay", c.ReconcileDelay, "minimum wait before the first reconciliation query of an ambiguous attempt")
 	fs.IntVar(&c.ReconcileMaxAttempts, "reconcile-max-attempts", c.ReconcileMaxAttempts, "inconclusive reconciliations before an intent is quarantined")
+	fs.BoolVar(&c.ExtProcInPath, "ext-proc-in-path", c.ExtProcInPath, "Envoy runs Countersign's ext_proc filter (failing closed) after ext_authz; false for ext_authz-only deployments such as Istio CUSTOM")
 }
 
 // BindServe registers the flags of a serving command.
@@ -98,6 +106,7 @@ func (c *Config) BindServe(fs *pflag.FlagSet) {
 	c.BindDatabase(fs)
 	c.BindEngine(fs)
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", c.ReconcileInterval, "how often the in-process reconciler looks for work (0 turns it off)")
+	fs.DurationVar(&c.OutboxInterval, "outbox-interval", c.OutboxInterval, "how often the webhook dispatcher delivers events (0 turns it off)")
 	fs.StringVar(&c.OwnerIssuer, "owner-issuer", c.OwnerIssuer, "OIDC issuer of owner JWTs (exact iss); empty: OIDC off, static owner tokens only")
 	fs.StringVar(&c.OwnerAudience, "owner-audience", c.OwnerAudience, "audience an owner JWT must list in aud")
 	fs.StringVar(&c.OwnerJWKSURL, "owner-jwks-url", c.OwnerJWKSURL, "https URL of the issuer's JWKS (exclusive with owner-jwks-file)")
@@ -213,6 +222,9 @@ func (c Config) Validate() error {
 	}
 	if c.OwnerQuotaBurst < 1 || c.AuthFailureBurst < 1 {
 		errs = append(errs, fmt.Errorf("owner-quota-burst and auth-failure-burst (%s, %s) must be at least 1", EnvName("owner-quota-burst"), EnvName("auth-failure-burst")))
+	}
+	if c.OutboxInterval < 0 {
+		errs = append(errs, fmt.Errorf("outbox-interval (%s) must not be negative", EnvName("outbox-interval")))
 	}
 	if c.ReconcileInterval < 0 {
 		errs = append(errs, fmt.Errorf("reconcile-interval (%s) must not be negative", EnvName("reconcile-interval")))

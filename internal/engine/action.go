@@ -163,7 +163,8 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, acct
 			}
 			return sik.Stamp(s, gen)
 		},
-		Request: ledger.HTTPMessage{Method: req.Method, Path: req.Path, Headers: req.Headers, Body: req.Body},
+		Request:  ledger.HTTPMessage{Method: req.Method, Path: req.Path, Headers: req.Headers, Body: req.Body},
+		ViaEnvoy: req.Source == SourceExtAuthz && e.opts.ExtProcInPath,
 	})
 	switch {
 	case errors.Is(err, ledger.ErrUnavailable):

@@ -97,3 +97,9 @@ func ActionOf(it ledger.Intent) (rail.Action, error) {
 	}
 	return a, nil
 }
+
+// MarkStamped records that the attempt's request body now carries its
+// stamp; ext_proc calls it before letting the request leave.
+func (e *Engine) MarkStamped(ctx context.Context, ref IntentRef) error {
+	return e.ledger.MarkBodyStamped(ctx, ledger.Key{RailAccount: ref.RailAccount, SIK: ref.SIK}, ref.AttemptSeq)
+}

@@ -114,6 +114,7 @@ type Ledger interface {
 	ActiveMandate(ctx context.Context, agentID, railAccount string, at time.Time) (ledger.MandateRecord, error)
 	GetIntent(ctx context.Context, k ledger.Key) (ledger.Intent, []ledger.Attempt, error)
 	Commit(ctx context.Context, r ledger.AttemptResult) (ledger.Intent, error)
+	MarkBodyStamped(ctx context.Context, k ledger.Key, seq int) error
 }
 
 // Rails finds the configured rail account for a request.
@@ -143,6 +144,11 @@ type Options struct {
 	// Failures limits failed credential attempts per source and per
 	// presented credential (nil: no limit).
 	Failures *quota.Failures
+	// ExtProcInPath says Envoy runs Countersign's ext_proc filter (failing
+	// closed) after ext_authz, so an allowed request leaves only after its
+	// body stamp was recorded. False for ext_authz-only deployments
+	// (Istio CUSTOM).
+	ExtProcInPath bool
 }
 
 // Engine is safe for concurrent use.

@@ -54,6 +54,10 @@ func (l *scriptedLedger) Commit(context.Context, ledger.AttemptResult) (ledger.I
 	return ledger.Intent{}, errors.New("scriptedLedger: no commits")
 }
 
+func (l *scriptedLedger) MarkBodyStamped(context.Context, ledger.Key, int) error {
+	return errors.New("scriptedLedger: no attempts")
+}
+
 func (l *scriptedLedger) RecordDecision(_ context.Context, d ledger.Decision) (int64, error) {
 	if l.recordErr != nil {
 		return 0, l.recordErr

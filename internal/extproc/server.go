@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"strconv"
 	"strings"
 
@@ -21,6 +22,9 @@ import (
 // Committer records the rail's answer to an attempt (engine.Engine).
 type Committer interface {
 	Commit(ctx context.Context, ref engine.IntentRef, resp rail.Response) (ledger.Intent, rail.Classification, error)
+	// MarkStamped durably records that the request body carries its stamp,
+	// before the request may leave.
+	MarkStamped(ctx context.Context, ref engine.IntentRef) error
 }
 
 // Server implements envoy.service.ext_proc.v3.ExternalProcessor.
@@ -126,12 +130,13 @@ func (s *Server) requestBody(x *exchange, b *extprocv3.HttpBody) *extprocv3.Proc
 		s.log.Error("body stamp failed; stopping the request", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK, "err", err)
 		msg := []byte(`{"error":{"type":"countersign_refusal","code":"body_unstampable","message":"Countersign could not stamp the request body; it was not sent."}}`)
 		s.commit(context.Background(), x, rail.Response{Status: 400, Body: msg})
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
-			Status:  &typev3.HttpStatus{Code: typev3.StatusCode_BadRequest},
-			Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")}}}},
-			Body:    msg,
-			Details: "countersign_body_unstampable",
-		}}}
+		return immediate(http.StatusBadRequest, msg, "countersign_body_unstampable")
+	}
+	if err := s.committer.MarkStamped(context.Background(), x.ref); err != nil {
+		// Without the durable mark the reconciler could not tell a stamped
+		// request from one that never left: it does not leave.
+		s.log.Error("could not record the body stamp; stopping the request", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK, "err", err)
+		return immediate(http.StatusServiceUnavailable, []byte(`{"error":{"type":"countersign_refusal","code":"ledger_unavailable","message":"Countersign could not record the request before it left; it was not sent."}}`), "countersign_stamp_unrecorded")
 	}
 	x.ref.BodyStamped = true
 	// In buffered mode the headers may be mutated with the body.
@@ -188,4 +193,14 @@ func setHeader(k, v string) *corev3.HeaderValueOption {
 		Header:       &corev3.HeaderValue{Key: k, RawValue: []byte(v)},
 		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 	}
+}
+
+// immediate stops the request at Envoy with a local reply: it never leaves.
+func immediate(status int, body []byte, details string) *extprocv3.ProcessingResponse {
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{ImmediateResponse: &extprocv3.ImmediateResponse{
+		Status:  &typev3.HttpStatus{Code: typev3.StatusCode(status)},
+		Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{{Header: &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")}}}},
+		Body:    body,
+		Details: details,
+	}}}
 }

@@ -29,12 +29,20 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type recorder struct {
 	mu      sync.Mutex
 	commits []commit
+	stamped int
 	done    chan struct{}
 }
 
 type commit struct {
 	ref  engine.IntentRef
 	resp rail.Response
+}
+
+func (r *recorder) MarkStamped(context.Context, engine.IntentRef) error {
+	r.mu.Lock()
+	r.stamped++
+	r.mu.Unlock()
+	return nil
 }
 
 func (r *recorder) Commit(_ context.Context, ref engine.IntentRef, resp rail.Response) (ledger.Intent, rail.Classification, error) {
@@ -133,6 +141,9 @@ func TestProcessStampsAndCommits(t *testing.T) {
 		t.Fatalf("stream end = %v", err)
 	}
 	c := rec.commits[0]
+	if rec.stamped != 1 {
+		t.Fatalf("the stamp was marked %d times before the request left, want 1", rec.stamped)
+	}
 	if len(rec.commits) != 1 || c.resp.Status != 200 || string(c.resp.Body) != `{"id":"re_1"}` || c.ref.SIK != ref.SIK || !c.ref.BodyStamped {
 		t.Fatalf("commits = %+v", rec.commits)
 	}

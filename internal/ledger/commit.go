@@ -174,3 +174,17 @@ func (s *Store) ExpireLeases(ctx context.Context, limit int, delay time.Duration
 	})
 	return n, classify(err)
 }
+
+// MarkBodyStamped records, before the request may leave, that its body
+// carries the stamp (ext_proc calls it as it writes the stamp).
+func (s *Store) MarkBodyStamped(ctx context.Context, k Key, seq int) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE attempts SET body_stamped = true
+		WHERE rail_account = $1 AND sik = $2 AND attempt_seq = $3`, k.RailAccount, k.SIK, seq)
+	if err != nil {
+		return classify(err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: attempt %s#%d", ErrNotFound, k, seq)
+	}
+	return nil
+}

@@ -67,6 +67,7 @@ type Attempt struct {
 	Response        *HTTPMessage
 	TransportError  string
 	BodyStamped     bool
+	ViaEnvoy        bool
 	EntityID        string
 	FeeMinor        int64
 	StartedAt       time.Time
@@ -106,6 +107,9 @@ type Proposal struct {
 	// query of an intent whose lease expires here (no read-your-writes).
 	ReconcileDelay time.Duration
 	Request        HTTPMessage
+	// ViaEnvoy says the request goes out through Envoy (ext_authz, then
+	// ext_proc writing the body stamp), not through a native caller.
+	ViaEnvoy bool
 }
 
 // ProposeResult says what Propose did.
@@ -339,11 +343,11 @@ func (tx *Tx) startAttempt(ctx context.Context, p Proposal, it Intent, res *Prop
 		Outcome: "pending", LeaseOwner: p.LeaseOwner, Request: p.Request}
 	err = tx.tx.QueryRow(ctx, `
 		INSERT INTO attempts (rail_account, sik, attempt_seq, stamp, stamp_generation, lease_owner, lease_expires_at,
-		                      request_method, request_path, request_headers, request_body)
-		VALUES ($1, $2, $3, $4, $5, $6, now() + $7::bigint * interval '1 microsecond', $8, $9, $10, $11)
+		                      request_method, request_path, request_headers, request_body, via_envoy)
+		VALUES ($1, $2, $3, $4, $5, $6, now() + $7::bigint * interval '1 microsecond', $8, $9, $10, $11, $12)
 		RETURNING lease_expires_at, started_at`,
 		it.RailAccount, it.SIK, a.Seq, stamp, int32(it.StampGeneration), p.LeaseOwner, ttl.Microseconds(),
-		p.Request.Method, p.Request.Path, headers, p.Request.Body).Scan(&a.LeaseExpiresAt, &a.StartedAt)
+		p.Request.Method, p.Request.Path, headers, p.Request.Body, p.ViaEnvoy).Scan(&a.LeaseExpiresAt, &a.StartedAt)
 	if err != nil {
 		return err
 	}
@@ -442,7 +446,7 @@ func (tx *Tx) leaseExpired(ctx context.Context, k Key, seq int) (bool, error) {
 
 const attemptColumns = `rail_account, sik, attempt_seq, stamp, stamp_generation, outcome, lease_owner, lease_expires_at,
 	request_method, request_path, request_headers, request_body, response_status, response_headers, response_body,
-	COALESCE(transport_error, ''), body_stamped, COALESCE(entity_id, ''), COALESCE(fee_minor, 0), started_at, finished_at`
+	COALESCE(transport_error, ''), body_stamped, via_envoy, COALESCE(entity_id, ''), COALESCE(fee_minor, 0), started_at, finished_at`
 
 func scanAttempt(row pgx.Row) (Attempt, error) {
 	var a Attempt
@@ -452,7 +456,7 @@ func scanAttempt(row pgx.Row) (Attempt, error) {
 	var respBody []byte
 	err := row.Scan(&a.RailAccount, &a.SIK, &a.Seq, &a.Stamp, &gen, &a.Outcome, &a.LeaseOwner, &a.LeaseExpiresAt,
 		&a.Request.Method, &a.Request.Path, &reqHeaders, &a.Request.Body, &status, &respHeaders, &respBody,
-		&a.TransportError, &a.BodyStamped, &a.EntityID, &a.FeeMinor, &a.StartedAt, &a.FinishedAt)
+		&a.TransportError, &a.BodyStamped, &a.ViaEnvoy, &a.EntityID, &a.FeeMinor, &a.StartedAt, &a.FinishedAt)
 	if err != nil {
 		return a, err
 	}

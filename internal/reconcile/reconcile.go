@@ -156,10 +156,13 @@ func (w *Worker) one(ctx context.Context, wk ledger.ReconcileWork) (Result, erro
 		case !found.Exhausted:
 			// Absence on a page is not absence.
 			f.Outcome, f.Detail = ledger.FindingInconclusive, fmt.Sprintf("no match in %d pages, but the listing was not read to the end", found.Pages)
-		case !at.BodyStamped:
+		case !at.BodyStamped && !at.ViaEnvoy:
 			// The rails show only the body stamp on their entities; a
-			// request that may have gone without it cannot be proven absent
-			// by listing. A person settles it (it ends QUARANTINED).
+			// request that may have gone without it (a native caller that
+			// did not confirm the stamp) cannot be proven absent by
+			// listing. A person settles it (it ends QUARANTINED). Through
+			// Envoy, an unstamped request never left: ext_proc marks the
+			// stamp before letting it go and fails closed.
 			f.Outcome, f.Detail = ledger.FindingInconclusive, fmt.Sprintf("no match in %d pages, but the request was never confirmed to carry the body stamp, so absence proves nothing", found.Pages)
 		default:
 			f.Outcome, f.PaginationExhausted = ledger.FindingAbsent, true

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,6 +62,7 @@ func TestFindingsFollowTheEvidence(t *testing.T) {
 		{"match on page 3", rail.Finding{Match: entity, Pages: 3}, nil, false, ledger.FindingApplied, false},
 		{"absent after every page", rail.Finding{Exhausted: true, Pages: 4}, nil, false, ledger.FindingAbsent, true},
 		{"absent, but the body stamp was never confirmed", rail.Finding{Exhausted: true, Pages: 4}, nil, true, ledger.FindingInconclusive, false},
+		{"absent, unstamped, through Envoy with ext_proc: it never left", rail.Finding{Exhausted: true, Pages: 1}, nil, true, ledger.FindingAbsent, true},
 		{"match without a confirmed body stamp", rail.Finding{Match: entity, Pages: 1}, nil, true, ledger.FindingApplied, false},
 		{"empty page, not read to the end", rail.Finding{Pages: 1}, nil, false, ledger.FindingInconclusive, false},
 		{"listing failed", rail.Finding{Pages: 2}, errors.New("503 from the rail"), false, ledger.FindingInconclusive, false},
@@ -71,7 +73,7 @@ func TestFindingsFollowTheEvidence(t *testing.T) {
 			acct := &rails.Account{ID: "acct_1", Rail: sik.RailStripe, Adapter: ad}
 			l := &scripted{work: []ledger.ReconcileWork{{
 				Intent:  ledger.Intent{Key: ledger.Key{RailAccount: "acct_1", SIK: "S"}, Action: "refund", Subject: "pi_1", AmountMinor: 5, Currency: "USD", Canonical: `{"extra":{}}`, AttemptCount: 1},
-				Attempt: ledger.Attempt{Seq: 1, Stamp: "STAMP", BodyStamped: !tc.unstamped},
+				Attempt: ledger.Attempt{Seq: 1, Stamp: "STAMP", BodyStamped: !tc.unstamped, ViaEnvoy: strings.Contains(tc.name, "through Envoy")},
 			}}}
 			w := New(l, oneAccount{acct}, Options{Owner: "me"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			if _, err := w.Pass(context.Background(), nil); err != nil {

@@ -36,6 +36,7 @@ import (
 	"github.com/countersign/countersign/internal/gate"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/metrics"
+	"github.com/countersign/countersign/internal/outbox"
 	"github.com/countersign/countersign/internal/ownerauth"
 	"github.com/countersign/countersign/internal/quota"
 	"github.com/countersign/countersign/internal/rails"
@@ -68,7 +69,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 	failQuota := quota.Options{Rate: cfg.AuthFailureRate, Burst: cfg.AuthFailureBurst}
 	eng := engine.New(store, engine.Options{Rails: rs, LeaseOwner: cfg.LeaseOwner, LeaseTTL: cfg.LeaseTTL,
 		ReconcileDelay: cfg.ReconcileDelay, Advisors: []gate.Advisor{gate.NewPayee{}},
-		Failures: quota.NewFailures(failQuota, failQuota)}, log, m)
+		Failures: quota.NewFailures(failQuota, failQuota), ExtProcInPath: cfg.ExtProcInPath}, log, m)
 	rec := reconcile.New(store, rs, reconcile.Options{
 		Owner: cfg.LeaseOwner, Delay: cfg.ReconcileDelay, MaxAttempts: cfg.ReconcileMaxAttempts,
 	}, log)
@@ -136,6 +137,14 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
+	if s.cfg.OutboxInterval > 0 {
+		d := &outbox.Dispatcher{Store: s.store, Owner: s.cfg.LeaseOwner, Log: s.log, Metrics: outbox.NewMetrics(s.metrics.Registry)}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			d.Run(bg, s.cfg.OutboxInterval)
+		}()
+	}
 	if s.cfg.ReconcileInterval > 0 {
 		s.wg.Add(1)
 		go func() {

@@ -118,6 +118,10 @@ CREATE TABLE attempts (
     -- The request carried the body stamp (known once its answer is
     -- committed); without it an exhaustive listing proves nothing.
     body_stamped      boolean     NOT NULL DEFAULT false,
+    -- The attempt was allowed through Envoy, whose ext_proc filter (failing
+    -- closed) writes the body stamp before the request may leave: if it is
+    -- never marked stamped, it never left.
+    via_envoy         boolean     NOT NULL DEFAULT false,
     entity_id         text,
     fee_minor         bigint      CHECK (fee_minor IS NULL OR fee_minor >= 0),
     started_at        timestamptz NOT NULL DEFAULT now(),
