@@ -47,6 +47,8 @@ func ToStatus(err error) error {
 		return withDetails(status.New(codes.NotFound, err.Error()), "NOT_FOUND")
 	case errors.Is(err, ledger.ErrUnavailable):
 		return withDetails(status.New(codes.Unavailable, "the ledger is unreachable"), "LEDGER_UNAVAILABLE")
+	case errors.Is(err, ledger.ErrOutboxInvalid):
+		return withDetails(status.New(codes.InvalidArgument, err.Error()), "INVALID_ARGUMENT")
 	case errors.Is(err, ledger.ErrApprovalState):
 		return withDetails(status.New(codes.FailedPrecondition, err.Error()), "APPROVAL_NOT_PENDING")
 	case errors.Is(err, ledger.ErrLeaseLost):

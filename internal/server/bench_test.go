@@ -199,6 +199,7 @@ func bareRailHarness(b testing.TB) *allowHarness {
 	b.Cleanup(store.Close)
 	cfg := config.Defaults()
 	cfg.DatabaseURL, cfg.GRPCAddr, cfg.HTTPAddr, cfg.ReconcileInterval = url, "127.0.0.1:0", "127.0.0.1:0", 0
+	cfg.LeaseOwner, cfg.OutboxInterval = "bench", 100*time.Millisecond
 	srv, err := New(cfg, store, rs, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		b.Fatal(err)

@@ -6,13 +6,16 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/metadata"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/outbox"
 )
 
 // rest calls the REST gateway with an Authorization header.
@@ -127,5 +130,42 @@ func (h *allowHarness) sendAndCommit(t *testing.T, allowed *countersignv1.Decide
 			Headers: map[string]string{"content-type": "application/json"}, Body: body}}})
 	if err != nil || cr.GetIntent().GetState() != countersignv1.IntentState_INTENT_STATE_APPLIED {
 		t.Fatalf("commit: %v %v (rail said %d %s)", cr, err, resp.StatusCode, body)
+	}
+}
+
+// TestWebhookDeliversAppliedEvent: an owner registers a webhook over REST;
+// when a refund applies, serve's dispatcher delivers intent.applied, signed
+// with the secret the owner was shown once.
+func TestWebhookDeliversAppliedEvent(t *testing.T) {
+	h := railHarness(t)
+	got := make(chan *http.Request, 8)
+	bodies := make(chan []byte, 8)
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- r
+		bodies <- b
+	}))
+	defer recv.Close()
+	s, body := h.rest(t, "POST", "/v1/webhooks", "Bearer "+h.ownerToken,
+		map[string]any{"url": recv.URL, "eventTypes": []string{"intent.applied"}})
+	var created struct {
+		SigningSecret string `json:"signingSecret"`
+	}
+	if s != 200 || json.Unmarshal([]byte(body), &created) != nil || created.SigningSecret == "" {
+		t.Fatalf("create webhook: %d %s", s, body)
+	}
+	allowed := h.decide(t, refund("pi_bench", 321, ""))
+	h.sendAndCommit(t, allowed, "pi_bench", 321)
+	select {
+	case r := <-got:
+		b := <-bodies
+		if r.Header.Get("Countersign-Event") != "intent.applied" || !strings.Contains(string(b), allowed.GetIntent().GetSik()) {
+			t.Fatalf("delivery %v %s", r.Header, b)
+		}
+		if err := outbox.Verify(created.SigningSecret, r.Header.Get("Countersign-Signature"), b, time.Minute, time.Now()); err != nil {
+			t.Fatalf("signature: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no webhook delivery")
 	}
 }

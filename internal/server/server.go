@@ -65,6 +65,12 @@ type Server struct {
 // New builds a server over store and the configured rail accounts (nil:
 // none, so every payment call is refused). Nothing listens until Start.
 func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.Logger) (*Server, error) {
+	if cfg.LeaseOwner == "" {
+		// Leases (attempts, reconciliation, webhook deliveries) need a
+		// name unique to this process.
+		host, _ := os.Hostname()
+		cfg.LeaseOwner = fmt.Sprintf("%s:%d", host, os.Getpid())
+	}
 	m := metrics.New()
 	failQuota := quota.Options{Rate: cfg.AuthFailureRate, Burst: cfg.AuthFailureBurst}
 	eng := engine.New(store, engine.Options{Rails: rs, LeaseOwner: cfg.LeaseOwner, LeaseTTL: cfg.LeaseTTL,
