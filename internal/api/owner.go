@@ -477,3 +477,43 @@ func (s *OwnerServer) RejectApproval(ctx context.Context, req *countersignv1.Rej
 	}
 	return &countersignv1.RejectApprovalResponse{Approval: toApproval(a)}, nil
 }
+
+// ListMandates lists the owner's mandates, newest first.
+func (s *OwnerServer) ListMandates(ctx context.Context, req *countersignv1.ListMandatesRequest) (*countersignv1.ListMandatesResponse, error) {
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n, after, err := pageArgs(req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
+	}
+	all, err := s.store.ListMandates(ctx, owner, req.GetAgentId())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	out := &countersignv1.ListMandatesResponse{}
+	skipping := after != ""
+	for _, r := range all {
+		if skipping {
+			skipping = r.Hash != after
+			continue
+		}
+		if req.GetRailAccount() != "" && r.RailAccount != req.GetRailAccount() {
+			continue
+		}
+		rec, err := toMandateRecord(r)
+		if err != nil {
+			return nil, ToStatus(err)
+		}
+		if st := req.GetState(); st != countersignv1.MandateState_MANDATE_STATE_UNSPECIFIED && rec.GetState() != st {
+			continue
+		}
+		if len(out.Mandates) == n {
+			out.NextPageToken = nextToken(n, out.Mandates[n-1].GetMandateHash(), n)
+			break
+		}
+		out.Mandates = append(out.Mandates, rec)
+	}
+	return out, nil
+}

@@ -264,3 +264,41 @@ func TestWatchIntentsStreamsTransitions(t *testing.T) {
 		t.Fatalf("transitions %v, want %v", got, want)
 	}
 }
+
+func TestOwnerAPIListsMandates(t *testing.T) {
+	s, _ := ownerServer(t)
+	a, err := s.CreateAgent(as("own_l"), &countersignv1.CreateAgentRequest{Agent: &countersignv1.Agent{DisplayName: "bot"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Truncate(time.Second)
+	for i := range 3 {
+		m := &countersignv1.Mandate{Rail: countersignv1.Rail_RAIL_STRIPE, RailAccount: "acct_1", AgentId: a.GetAgent().GetAgentId(),
+			Purpose: fmt.Sprintf("edition %d", i), ValidFrom: timestamppb.New(now), ValidUntil: timestamppb.New(now.Add(time.Hour)),
+			Mode:   countersignv1.MandateMode_MANDATE_MODE_BUDGETED,
+			Grants: []*countersignv1.Grant{{ActionKind: countersignv1.ActionKind_ACTION_KIND_REFUND, MaxAmountMinor: 5000, Currencies: []string{"USD"}}}}
+		if _, err := s.CreateMandate(as("own_l"), &countersignv1.CreateMandateRequest{Mandate: m}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seen := map[string]bool{}
+	token := ""
+	for range 5 {
+		l, err := s.ListMandates(as("own_l"), &countersignv1.ListMandatesRequest{PageSize: 2, PageToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range l.GetMandates() {
+			seen[m.GetMandateHash()] = true
+		}
+		if token = l.GetNextPageToken(); token == "" {
+			break
+		}
+	}
+	if len(seen) != 3 {
+		t.Fatalf("listed %d mandates, want 3", len(seen))
+	}
+	if l, err := s.ListMandates(as("own_other"), &countersignv1.ListMandatesRequest{}); err != nil || len(l.GetMandates()) != 0 {
+		t.Fatalf("another owner lists %v %v", l, err)
+	}
+}
