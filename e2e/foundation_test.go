@@ -3,9 +3,12 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -124,10 +127,10 @@ func TestDevStartsEverything(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	grpcAddr, httpAddr, mockAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	grpcAddr, httpAddr, mockAddr, egressAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 	run := func() *proc {
 		return startProc(t, "countersign", nil, "dev", "--dir", dir, "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
-			"--mockrail-addr", mockAddr)
+			"--mockrail-addr", mockAddr, "--egress-addr", egressAddr)
 	}
 	p := run()
 	waitStatus(t, "http://"+httpAddr+"/readyz", 200, 60*time.Second)
@@ -136,6 +139,31 @@ func TestDevStartsEverything(t *testing.T) {
 		if !strings.Contains(p.out.String(), want) {
 			t.Fatalf("dev output lacks %q:\n%s", want, p.out.String())
 		}
+	}
+	// The printed demo works: ALLOW within the mandate, BLOCK above it.
+	m := regexp.MustCompile(`Bearer (csk_[a-z2-7]+)' -d payment_intent=pi_demo_1 -d amount=1500`).FindStringSubmatch(p.out.String())
+	if m == nil {
+		t.Fatalf("dev printed no demo commands:\n%s", p.out.String())
+	}
+	demo := func(amount string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, "http://"+egressAddr+"/v1/refunds",
+			strings.NewReader("payment_intent=pi_demo_1&amount="+amount))
+		req.Host = "stripe.local"
+		req.Header.Set("Authorization", "Bearer "+m[1])
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if s, body := demo("1500"); s != 200 || !strings.Contains(body, `"re_`) {
+		t.Fatalf("demo ALLOW: %d %s", s, body)
+	}
+	if s, body := demo("60000"); s != 403 || !strings.Contains(body, "amount_above_maximum") {
+		t.Fatalf("demo BLOCK: %d %s", s, body)
 	}
 	if err := p.stop(t, os.Interrupt, 30*time.Second); err != nil {
 		t.Fatalf("dev exit after SIGINT: %v", err)

@@ -18,7 +18,7 @@ func newDev() *cobra.Command {
 	cfg.LogFormat = "text"
 	var dir string
 	var pgPort int
-	var mockAddr string
+	var mockAddr, egressAddr string
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run Countersign with a private Postgres under ./.countersign/ (for a first look)",
@@ -60,6 +60,20 @@ func newDev() *cobra.Command {
 				return err
 			}
 			defer stopMock()
+			store, err := ledger.Open(ctx, cfg.DatabaseURL, ledger.Options{MaxConns: 2})
+			if err != nil {
+				return err
+			}
+			d, err := seedDemo(ctx, store, dir)
+			store.Close()
+			if err != nil {
+				return fmt.Errorf("dev: demo data: %w", err)
+			}
+			proxy, err := startDevEgress(ctx, egressAddr, cfg.GRPCAddr, mockURL)
+			if err != nil {
+				return fmt.Errorf("dev: egress proxy: %w", err)
+			}
+			defer proxy.Close()
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "\nCountersign (dev) is up:\n")
 			fmt.Fprintf(out, "  gRPC (ext_authz, countersign.v1)  %s\n", cfg.GRPCAddr)
@@ -70,6 +84,8 @@ func newDev() *cobra.Command {
 			fmt.Fprintf(out, "  ledger                            %s\n", cfg.DatabaseURL)
 			fmt.Fprintf(out, "  mock rail (Stripe + Razorpay)     %s  (journal: %s/_mock/journal)\n", mockURL, mockURL)
 			fmt.Fprintf(out, "  rail accounts                     %s (api.stripe.com), %s (api.razorpay.com)\n", devStripeAccount, devRazorpayAccount)
+			fmt.Fprintf(out, "  egress (Envoy's contract, for demos) %s\n\n", proxy.Addr())
+			printDemo(out, d, proxy.Addr(), cfg.GRPCAddr)
 			fmt.Fprintf(out, "Ctrl-C stops Countersign and its PostgreSQL.\n\n")
 			return serve(ctx, cfg, rs, log)
 		},
@@ -80,6 +96,7 @@ func newDev() *cobra.Command {
 	cmd.Flags().StringVar(&dir, "dir", ".countersign", "directory that keeps the dev PostgreSQL data")
 	cmd.Flags().IntVar(&pgPort, "pg-port", 0, "PostgreSQL port on 127.0.0.1 (0 picks a free one)")
 	cmd.Flags().StringVar(&mockAddr, "mockrail-addr", "127.0.0.1:12111", "where the in-process mock rail listens")
+	cmd.Flags().StringVar(&egressAddr, "egress-addr", "127.0.0.1:15001", "where the demo egress proxy (Envoy's contract) listens")
 	_ = cmd.Flags().MarkHidden("rails-file")
 	return cmd
 }
