@@ -2,10 +2,16 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/api"
+	"github.com/countersign/countersign/internal/pgtest"
 )
 
 // owners is the owner API as the bench agent's owner sees it.
@@ -102,4 +108,84 @@ func TestApprovalAfterRevocationBlocks(t *testing.T) {
 	if _, err := owners(h).ApproveApproval(context.Background(), &countersignv1.ApproveApprovalRequest{ApprovalId: ap2.GetApprovalId()}); err == nil {
 		t.Fatal("a rejected approval was approved")
 	}
+}
+
+// TestConcurrentApproveAndRevoke races the approved request against the
+// revocation of its mandate, many times. Money moves only if the deciding
+// transaction committed before the revocation did: the decision
+// share-locks the mandate row, so the revocation waits for it. Commit
+// order is read from PostgreSQL itself (track_commit_timestamp).
+func TestConcurrentApproveAndRevoke(t *testing.T) {
+	ctx := context.Background()
+	cluster, err := pgtest.StartCluster(ctx, pgtest.ClusterOptions{Settings: map[string]string{"track_commit_timestamp": "on"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cluster.Close() })
+	if err := cluster.CreateDatabase(ctx, "countersign", ""); err != nil {
+		t.Fatal(err)
+	}
+	url := cluster.URL("countersign")
+	if err := migrate(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	h := railHarnessOn(t, url)
+	db, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+
+	allowedBefore, blocked := 0, 0
+	for round := range 20 {
+		m := mandateFor(h)
+		m.Mode = countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED
+		m.Purpose = fmt.Sprintf("round %d", round)
+		hash := applyMandateTo(t, h, m)
+		amount := int64(1000 + round)
+		held := h.decide(t, refund("pi_bench", amount, ""))
+		ap := pendingApproval(t, h, held.GetIntent().GetSik())
+		if _, err := owners(h).ApproveApproval(ctx, &countersignv1.ApproveApprovalRequest{ApprovalId: ap.GetApprovalId()}); err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		var decided *countersignv1.DecideResponse
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			decided = h.decide(t, refund("pi_bench", amount, ""))
+		}()
+		go func() {
+			defer wg.Done()
+			// Spread the revocation over the decision's span so both
+			// interleavings happen (this varies the race; it does not
+			// synchronise anything).
+			time.Sleep(time.Duration(round%10) * time.Millisecond)
+			if _, err := owners(h).RevokeMandate(ctx, &countersignv1.RevokeMandateRequest{MandateHash: hash, Reason: "race"}); err != nil {
+				t.Error(err)
+			}
+		}()
+		wg.Wait()
+		// After the revocation has committed, nothing under the mandate moves.
+		if after := h.decide(t, refund("pi_bench", amount, "")); after.GetVerdict() == countersignv1.Verdict_VERDICT_ALLOW {
+			t.Fatalf("round %d: allowed after the revocation committed", round)
+		}
+		if decided.GetVerdict() != countersignv1.Verdict_VERDICT_ALLOW {
+			blocked++
+			continue
+		}
+		// It was allowed: its attempt must have committed before the revocation.
+		var attemptCommit, revokeCommit time.Time
+		if err := db.QueryRow(ctx, `SELECT pg_xact_commit_timestamp(xmin) FROM attempts WHERE sik = $1`, held.GetIntent().GetSik()).Scan(&attemptCommit); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.QueryRow(ctx, `SELECT pg_xact_commit_timestamp(xmin) FROM mandates WHERE hash = $1`, hash).Scan(&revokeCommit); err != nil {
+			t.Fatal(err)
+		}
+		if !attemptCommit.Before(revokeCommit) {
+			t.Fatalf("round %d: money allowed by a transaction that committed at %s, after the revocation at %s", round, attemptCommit, revokeCommit)
+		}
+		allowedBefore++
+	}
+	t.Logf("20 races: %d allowed before the revocation committed, %d blocked", allowedBefore, blocked)
 }

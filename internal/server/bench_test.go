@@ -174,6 +174,12 @@ func railHarness(b testing.TB) *allowHarness {
 // bareRailHarness is railHarness without any mandate.
 func bareRailHarness(b testing.TB) *allowHarness {
 	b.Helper()
+	return railHarnessOn(b, pgtest.NewDatabase(b))
+}
+
+// railHarnessOn is bareRailHarness over the migrated database at url.
+func railHarnessOn(b testing.TB, url string) *allowHarness {
+	b.Helper()
 	ctx := context.Background()
 	mock, err := mockrail.New(mockrail.WithPayments(mockrail.Payment{Rail: mockrail.Stripe, ID: "pi_bench", Amount: 1 << 50, Currency: "usd"}))
 	if err != nil {
@@ -191,7 +197,6 @@ func bareRailHarness(b testing.TB) *allowHarness {
 	if err != nil {
 		b.Fatal(err)
 	}
-	url := pgtest.NewDatabase(b)
 	store, err := ledger.Open(ctx, url, ledger.Options{MaxConns: 32})
 	if err != nil {
 		b.Fatal(err)
