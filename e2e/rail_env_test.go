@@ -71,6 +71,10 @@ type envOptions struct {
 	noMandate bool
 	// noDispatcher turns serve's webhook dispatcher off (tests run their own).
 	noDispatcher bool
+	// dbURLRewrite, when set, changes the database URL countersign serve
+	// uses (e.g. through a proxy the test controls); the test's own store
+	// keeps the direct one.
+	dbURLRewrite func(string) string
 	// mcpUpstream, when set, is a payment MCP server (Stripe preset, with a
 	// metadata argument) reachable through the proxy as host mcp.local,
 	// guarded as rail account acct_e2e_mcp.
@@ -135,8 +139,12 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 `, mcpAccount, mockURL, write("mcp.key", stripeKey)))
 
 	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	serveURL := dbURL
+	if o.dbURLRewrite != nil {
+		serveURL = o.dbURLRewrite(dbURL)
+	}
 	csEnv := []string{
-		"COUNTERSIGN_DATABASE_URL=" + dbURL,
+		"COUNTERSIGN_DATABASE_URL=" + serveURL,
 		"COUNTERSIGN_GRPC_ADDR=" + grpcAddr,
 		"COUNTERSIGN_HTTP_ADDR=" + httpAddr,
 		"COUNTERSIGN_RAILS_FILE=" + railsFile,

@@ -1,0 +1,198 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/countersign/countersign/internal/ledger"
+)
+
+// cutProxy is a TCP proxy between countersign and PostgreSQL that the test
+// can cut (every connection dropped, new ones refused) and restore.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	cut    atomic.Bool
+	mu     sync.Mutex
+	conns  map[net.Conn]bool
+	wg     sync.WaitGroup
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() { ln.Close(); p.closeAll(); p.wg.Wait() })
+	return p
+}
+
+func (p *cutProxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		if p.cut.Load() {
+			c.Close()
+			continue
+		}
+		up, err := net.Dial("tcp", p.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		p.conns[c], p.conns[up] = true, true
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(c, up)
+		go p.pipe(up, c)
+	}
+}
+
+func (p *cutProxy) pipe(dst, src net.Conn) {
+	defer p.wg.Done()
+	_, _ = io.Copy(dst, src)
+	dst.Close()
+	src.Close()
+}
+
+func (p *cutProxy) closeAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.Close()
+	}
+	p.conns = map[net.Conn]bool{}
+}
+
+// Cut drops every connection and refuses new ones.
+func (p *cutProxy) Cut() { p.cut.Store(true); p.closeAll() }
+
+// Restore lets connections through again.
+func (p *cutProxy) Restore() { p.cut.Store(false) }
+
+// TestNoAllowWhileTheLedgerIsCut floods Check with new refunds while the
+// path to PostgreSQL is cut and restored: no ALLOW is answered while the
+// path is cut, every ALLOW answered is backed by a committed attempt, and
+// ALLOWs resume once the path is back.
+func TestNoAllowWhileTheLedgerIsCut(t *testing.T) {
+	var proxy *cutProxy
+	e := newRailEnv(t, envOptions{dbURLRewrite: func(u string) string {
+		parsed, err := url.Parse(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxy = newCutProxy(t, parsed.Host)
+		parsed.Host = proxy.ln.Addr().String()
+		return parsed.String()
+	}})
+	e.payment("stripe", "pi_cut", 1_000_000_000, "usd")
+	conn, err := grpc.NewClient(e.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := authv3.NewAuthorizationClient(conn)
+
+	type answer struct {
+		at      time.Time
+		allowed bool
+		sik     string
+	}
+	var mu sync.Mutex
+	var answers []answer
+	var n atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				i := n.Add(1)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				resp, err := client.Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+					ContextExtensions: map[string]string{"rail_account": stripeAccount},
+					Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+						Id: fmt.Sprint(i), Method: "POST", Host: "stripe.local", Path: "/v1/refunds",
+						Headers: map[string]string{"authorization": "Bearer " + e.secret, "content-type": "application/x-www-form-urlencoded"},
+						Body:    fmt.Sprintf("payment_intent=pi_cut&amount=%d", i),
+					}}}})
+				cancel()
+				a := answer{at: time.Now()}
+				if err == nil && codes.Code(resp.GetStatus().GetCode()) == codes.OK {
+					a.allowed = true
+					a.sik = resp.GetDynamicMetadata().GetFields()["countersign"].GetStructValue().GetFields()["sik"].GetStringValue()
+				}
+				mu.Lock()
+				answers = append(answers, a)
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(1500 * time.Millisecond) // traffic before the cut
+	cutAt := time.Now()
+	proxy.Cut()
+	time.Sleep(3 * time.Second) // the cut lasts
+	restoreAt := time.Now()
+	proxy.Restore()
+	time.Sleep(4 * time.Second) // the pool reconnects, traffic resumes
+	close(stop)
+	wg.Wait()
+
+	// An answer already on its way when the cut began may land a moment
+	// after it; nothing may be allowed later than that inside the cut.
+	const inFlight = 250 * time.Millisecond
+	before, during, after := 0, 0, 0
+	var allowed []answer
+	for _, a := range answers {
+		if !a.allowed {
+			continue
+		}
+		allowed = append(allowed, a)
+		switch {
+		case a.at.Before(cutAt.Add(inFlight)):
+			before++
+		case a.at.Before(restoreAt):
+			during++
+			t.Errorf("ALLOW answered at %s, %s into the cut", a.at.Format(time.StampMilli), a.at.Sub(cutAt))
+		default:
+			after++
+		}
+	}
+	t.Logf("%d answers: %d ALLOW before the cut, %d during, %d after", len(answers), before, during, after)
+	if before == 0 || after == 0 {
+		t.Fatalf("the test proved nothing: %d ALLOW before the cut, %d after", before, after)
+	}
+	// Every ALLOW is backed by a durable attempt (I2).
+	for _, a := range allowed {
+		_, atts, err := e.store.GetIntent(context.Background(), ledger.Key{RailAccount: stripeAccount, SIK: a.sik})
+		if err != nil || len(atts) == 0 {
+			t.Fatalf("ALLOW for %s has no committed attempt: %v", a.sik, err)
+		}
+	}
+}
