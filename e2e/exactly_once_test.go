@@ -69,3 +69,42 @@ func TestConcurrentIdenticalRefundsMoveMoneyOnce(t *testing.T) {
 	}
 	t.Logf("200 callers: 1 applied, %d told in progress, %d given the stored result", inProgress, replayed)
 }
+
+// TestTwoProcessesRaceOnOneIntent: two countersign processes on one ledger,
+// each behind its own egress proxy, receive the same refund from 100
+// concurrent callers split between them; the rail applies it once.
+func TestTwoProcessesRaceOnOneIntent(t *testing.T) {
+	e := newRailEnv(t, envOptions{})
+	second := e.secondCountersign()
+	e.payment("stripe", "pi_race", 10000, "usd")
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 100}, Timeout: 60 * time.Second}
+	const n = 100
+	var wg sync.WaitGroup
+	statuses := make([]int, n)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			base := e.proxy
+			if i%2 == 1 {
+				base = second
+			}
+			statuses[i] = e.stripeRefundVia(base, client, url.Values{"payment_intent": {"pi_race"}, "amount": {"1234"}}).Status
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i, s := range statuses {
+		if s != 200 && s != 409 {
+			t.Errorf("caller %d got %d", i, s)
+		}
+	}
+	if got := e.journal().effectsOn("pi_race"); got != 1 {
+		t.Fatalf("the rail applied %d refunds across two processes, want 1", got)
+	}
+	if its := e.settle("pi_race", 10*time.Second); len(its) != 1 || its[0].State != intent.Applied {
+		t.Fatalf("ledger: %d intents, first %s", len(its), its[0].State)
+	}
+}

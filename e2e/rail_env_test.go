@@ -46,6 +46,29 @@ type railEnv struct {
 	csEnv      []string
 	httpAddr   string
 	railsFile  string
+	proxyCfg   egress.Config
+}
+
+// secondCountersign starts another countersign process on the same ledger
+// (its own addresses and lease owner) with its own egress proxy, and
+// returns that proxy's base URL.
+func (e *railEnv) secondCountersign() string {
+	e.t.Helper()
+	grpcAddr, httpAddr := freeAddr(e.t), freeAddr(e.t)
+	env := append([]string{}, e.csEnv...)
+	env = append(env, "COUNTERSIGN_GRPC_ADDR="+grpcAddr, "COUNTERSIGN_HTTP_ADDR="+httpAddr, "COUNTERSIGN_LEASE_OWNER=second")
+	startProc(e.t, "countersign", env, "serve")
+	waitStatus(e.t, "http://"+httpAddr+"/readyz", 200, 30*time.Second)
+	cfg := e.proxyCfg
+	cfg.ExtAuthz, cfg.ExtProc = grpcAddr, grpcAddr
+	ctx, cancel := context.WithCancel(context.Background())
+	p, err := egress.Start(ctx, cfg)
+	if err != nil {
+		cancel()
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { p.Close(); cancel() })
+	return "http://" + p.Addr()
 }
 
 // restartCountersign SIGKILLs the running countersign (no graceful
@@ -196,7 +219,7 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 		applyMandate(t, store, generousMandate(agent.ID, razorpayAccount, countersignv1.Rail_RAIL_RAZORPAY, "INR"))
 		applyMandate(t, store, generousMandate(agent.ID, mcpAccount, countersignv1.Rail_RAIL_STRIPE, "USD"))
 	}
-	return &railEnv{t: t, dbURL: dbURL, store: store, agentID: agent.ID, mock: mockURL, proxy: "http://" + proxy.Addr(), grpcAddr: grpcAddr, secret: secret, countersig: cs, csEnv: csEnv, httpAddr: httpAddr, railsFile: railsFile}
+	return &railEnv{t: t, dbURL: dbURL, store: store, agentID: agent.ID, mock: mockURL, proxy: "http://" + proxy.Addr(), grpcAddr: grpcAddr, secret: secret, countersig: cs, csEnv: csEnv, httpAddr: httpAddr, railsFile: railsFile, proxyCfg: pcfg}
 }
 
 // waitListening reads a process's output until a line with prefix names its URL.
@@ -289,7 +312,13 @@ type agentResponse struct {
 // the egress proxy, with the agent's credential where the SDK puts its key.
 func (e *railEnv) stripeRefund(client *http.Client, form url.Values) agentResponse {
 	e.t.Helper()
-	req, err := http.NewRequest(http.MethodPost, e.proxy+"/v1/refunds", strings.NewReader(form.Encode()))
+	return e.stripeRefundVia(e.proxy, client, form)
+}
+
+// stripeRefundVia sends the refund through the egress proxy at base.
+func (e *railEnv) stripeRefundVia(base string, client *http.Client, form url.Values) agentResponse {
+	e.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, base+"/v1/refunds", strings.NewReader(form.Encode()))
 	if err != nil {
 		e.t.Fatal(err)
 	}
