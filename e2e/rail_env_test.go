@@ -98,6 +98,9 @@ type envOptions struct {
 	// uses (e.g. through a proxy the test controls); the test's own store
 	// keeps the direct one.
 	dbURLRewrite func(string) string
+	// cluster, when set, receives a private PostgreSQL cluster the
+	// environment runs on (so the test can kill it).
+	cluster **pgtest.Cluster
 	// mcpUpstream, when set, is a payment MCP server (Stripe preset, with a
 	// metadata argument) reachable through the proxy as host mcp.local,
 	// guarded as rail account acct_e2e_mcp.
@@ -118,7 +121,20 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 	if o.routeTimeout == 0 {
 		o.routeTimeout = 3 * time.Second
 	}
-	dbURL := pgtest.NewDatabase(t)
+	var dbURL string
+	if o.cluster != nil {
+		// A private cluster the test may kill and restart.
+		*o.cluster = pgtest.NewCluster(t)
+		if err := (*o.cluster).CreateDatabase(ctx, "countersign", ""); err != nil {
+			t.Fatal(err)
+		}
+		dbURL = (*o.cluster).URL("countersign")
+		if _, err := ledger.Migrate(ctx, dbURL, nil); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		dbURL = pgtest.NewDatabase(t)
+	}
 	store, err := ledger.Open(ctx, dbURL, ledger.Options{})
 	if err != nil {
 		t.Fatal(err)
