@@ -11,7 +11,7 @@ FUZZTIME  ?= 5s
 # -race needs cgo; the test harness starts its own PostgreSQL.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all generate check-generated build test test-go fuzz bench lint run ci tidy-check chart-test clean
+.PHONY: all generate check-generated build test test-go fuzz bench chaos lint run ci tidy-check chart-test clean
 
 all: build
 
@@ -46,6 +46,11 @@ $(STRIPE_MOCK):
 ## fuzz: run every fuzz target for FUZZTIME each
 fuzz:
 	FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
+
+## chaos: the kill matrix (5 kill points × 6 rail faults) TRIALS times per cell
+TRIALS ?= 1
+chaos:
+	CHAOS_TRIALS=$(TRIALS) $(GO) test -count=1 -timeout 120m -run 'TestKillMatrix' -v ./e2e/ | grep -E '^(=== RUN|--- |ok|FAIL)'
 
 ## bench: the ALLOW path beside the commit floor of the same PostgreSQL (pgbench)
 bench:

@@ -25,11 +25,17 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bin = dir
-	build := exec.Command("go", "build", "-o", bin+"/", "../cmd/countersign", "../cmd/mockrail")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: build:", err)
-		os.Exit(1)
+	for _, args := range [][]string{
+		{"build", "-o", bin + "/", "../cmd/countersign", "../cmd/mockrail"},
+		// The chaos build carries the kill points; a normal build cannot arm them.
+		{"build", "-tags", "chaos", "-o", bin + "/countersign-chaos", "../cmd/countersign"},
+	} {
+		build := exec.Command("go", args...)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: build:", err)
+			os.Exit(1)
+		}
 	}
 	pgtest.Main(removeAfter{m, dir}, func(ctx context.Context, url string) error {
 		_, err := ledger.Migrate(ctx, url, nil)

@@ -75,9 +75,8 @@ func (e *railEnv) secondCountersign() string {
 // anything) and starts a new one on the same ledger and addresses.
 func (e *railEnv) restartCountersign() {
 	e.t.Helper()
-	if err := e.countersig.cmd.Process.Kill(); err != nil {
-		e.t.Fatal(err)
-	}
+	// It may already be dead (a chaos kill point).
+	_ = e.countersig.cmd.Process.Kill()
 	_ = e.countersig.cmd.Wait()
 	e.countersig = startProc(e.t, "countersign", e.csEnv, "serve")
 	waitStatus(e.t, "http://"+e.httpAddr+"/readyz", 200, 30*time.Second)
@@ -101,6 +100,9 @@ type envOptions struct {
 	// cluster, when set, receives a private PostgreSQL cluster the
 	// environment runs on (so the test can kill it).
 	cluster **pgtest.Cluster
+	// chaosKill, when set, starts the chaos build of countersign armed to
+	// SIGKILL itself at that kill point.
+	chaosKill string
 	// mcpUpstream, when set, is a payment MCP server (Stripe preset, with a
 	// metadata argument) reachable through the proxy as host mcp.local,
 	// guarded as rail account acct_e2e_mcp.
@@ -193,7 +195,11 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 		"COUNTERSIGN_LOG_LEVEL=debug",
 		"COUNTERSIGN_OUTBOX_INTERVAL=" + map[bool]string{false: "500ms", true: "0s"}[o.noDispatcher],
 	}
-	cs := startProc(t, "countersign", csEnv, "serve")
+	binary, firstEnv := "countersign", csEnv
+	if o.chaosKill != "" {
+		binary, firstEnv = "countersign-chaos", append(append([]string{}, csEnv...), "COUNTERSIGN_CHAOS_KILL="+o.chaosKill)
+	}
+	cs := startProc(t, binary, firstEnv, "serve")
 	waitStatus(t, "http://"+httpAddr+"/readyz", 200, 30*time.Second)
 
 	pctx, cancel := context.WithCancel(ctx)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/countersign/countersign/internal/chaos"
 	"github.com/countersign/countersign/internal/intent"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/rail"
@@ -145,6 +146,7 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, acct
 	if err != nil {
 		return refuseRail(acct, req, ReasonInvalidAction, err.Error(), http.StatusBadRequest)
 	}
+	chaos.Point(chaos.BeforeWAL)
 	var stamped rail.Stamped
 	g := gateRun{req: req, principal: p, acct: acct, action: a, ref: ref, value: value, currency: key.Currency,
 		now: e.now(), advisors: e.opts.Advisors, mandates: &e.mandates}
@@ -172,6 +174,9 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, acct
 	case err != nil:
 		e.log.Error("propose failed; denying", "request_id", req.RequestID, "err", err)
 		return refuseRail(acct, req, ReasonInternal, "Countersign failed internally; no money moved.", http.StatusServiceUnavailable)
+	}
+	if res.Attempt != nil {
+		chaos.Point(chaos.AfterWALBeforeCall)
 	}
 	return e.answer(acct, req, res, stamped)
 }

@@ -13,6 +13,7 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 
+	"github.com/countersign/countersign/internal/chaos"
 	"github.com/countersign/countersign/internal/engine"
 	"github.com/countersign/countersign/internal/extauthz"
 	"github.com/countersign/countersign/internal/ledger"
@@ -99,6 +100,9 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return s.requestBody(x, r.RequestBody)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
+		if x.hasIntent {
+			chaos.Point(chaos.DuringCall)
+		}
 		x.status, x.headers = headerMap(r.ResponseHeaders.GetHeaders())
 		if x.hasIntent && r.ResponseHeaders.GetEndOfStream() {
 			s.commit(ctx, x, rail.Response{Status: x.status, Headers: x.headers})
@@ -106,7 +110,9 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		if x.hasIntent && r.ResponseBody.GetEndOfStream() {
+			chaos.Point(chaos.AfterCallBeforeCommit)
 			s.commit(ctx, x, rail.Response{Status: x.status, Headers: x.headers, Body: r.ResponseBody.GetBody()})
+			chaos.Point(chaos.AfterCommitBeforeAck)
 		}
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
 	case *extprocv3.ProcessingRequest_RequestTrailers:
