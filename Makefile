@@ -50,7 +50,8 @@ fuzz:
 ## chaos: the kill matrix (5 kill points × 6 rail faults) TRIALS times per cell
 TRIALS ?= 1
 chaos:
-	CHAOS_TRIALS=$(TRIALS) $(GO) test -count=1 -timeout 120m -run 'TestKillMatrix' -v ./e2e/ | grep -E '^(=== RUN|--- |ok|FAIL)'
+	CHAOS_TRIALS=$(TRIALS) CHAOS_RESULTS=$(CURDIR)/RESULTS.md $(GO) test -count=1 -timeout 120m -run 'TestKillMatrix' -v ./e2e/ \
+		| grep -E '^(=== RUN|\s*--- |ok|FAIL)'
 
 ## bench: the ALLOW path beside the commit floor of the same PostgreSQL (pgbench)
 bench:

@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,15 +41,54 @@ func TestKillMatrix(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("CHAOS_TRIALS")); err == nil && v > 0 {
 		trials = v
 	}
-	for _, point := range chaos.Points() {
-		for _, prof := range chaosProfiles {
-			for trial := range trials {
-				t.Run(fmt.Sprintf("%s/%s/%d", point, prof.name, trial), func(t *testing.T) {
-					t.Parallel()
-					killTrial(t, point, prof.rule)
-				})
+	var mu sync.Mutex
+	type cell struct{ trials, applied, violations int }
+	cells := map[[2]string]*cell{}
+	t.Run("matrix", func(t *testing.T) {
+		for _, point := range chaos.Points() {
+			for _, prof := range chaosProfiles {
+				key := [2]string{point, prof.name}
+				cells[key] = &cell{}
+				for trial := range trials {
+					t.Run(fmt.Sprintf("%s/%s/%d", point, prof.name, trial), func(t *testing.T) {
+						t.Parallel()
+						t.Cleanup(func() {
+							mu.Lock()
+							defer mu.Unlock()
+							c := cells[key]
+							c.trials++
+							if t.Failed() {
+								c.violations++
+							} else {
+								c.applied++
+							}
+						})
+						killTrial(t, point, prof.rule)
+					})
+				}
 			}
 		}
+	})
+	// make chaos writes the results section (CHAOS_RESULTS names the file).
+	path := os.Getenv("CHAOS_RESULTS")
+	if path == "" {
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Kill matrix\n\nMachine-written by `make chaos TRIALS=%d` on %s. Each trial: the chaos build SIGKILLs itself at the kill point while the rail injects the fault; a normal build restarts on the same ledger; the agent retries; the ledger must end APPLIED with the rail journal's single effect.\n\n",
+		trials, time.Now().UTC().Format("2006-01-02"))
+	b.WriteString("| kill point | rail fault | trials | ended APPLIED, one rail effect | violations |\n|---|---|---|---|---|\n")
+	var total cell
+	for _, point := range chaos.Points() {
+		for _, prof := range chaosProfiles {
+			c := cells[[2]string{point, prof.name}]
+			fmt.Fprintf(&b, "| %s | %s | %d | %d | %d |\n", point, prof.name, c.trials, c.applied, c.violations)
+			total.trials, total.applied, total.violations = total.trials+c.trials, total.applied+c.applied, total.violations+c.violations
+		}
+	}
+	fmt.Fprintf(&b, "| **total** | | %d | %d | %d |\n", total.trials, total.applied, total.violations)
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
 
