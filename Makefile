@@ -49,8 +49,9 @@ fuzz:
 
 ## chaos: the kill matrix (5 kill points × 6 rail faults) TRIALS times per cell
 TRIALS ?= 1
+PARALLEL ?= 2
 chaos:
-	CHAOS_TRIALS=$(TRIALS) CHAOS_RESULTS=$(CURDIR)/RESULTS.md $(GO) test -count=1 -timeout 120m -run 'TestKillMatrix' -v ./e2e/ \
+	CHAOS_TRIALS=$(TRIALS) CHAOS_RESULTS=$(CURDIR)/RESULTS.md $(GO) test -count=1 -timeout 120m -parallel $(PARALLEL) -run 'TestKillMatrix' -v ./e2e/ \
 		| grep -E '^(=== RUN|\s*--- |ok|FAIL)'
 
 ## bench: the ALLOW path beside the commit floor of the same PostgreSQL (pgbench)
