@@ -52,7 +52,7 @@ TRIALS ?= 1
 PARALLEL ?= 2
 chaos:
 	CHAOS_TRIALS=$(TRIALS) CHAOS_RESULTS=$(CURDIR)/RESULTS.md $(GO) test -count=1 -timeout 120m -parallel $(PARALLEL) -run 'TestKillMatrix' -v ./e2e/ \
-		| grep -E '^(=== RUN|\s*--- |ok|FAIL)'
+		| grep --line-buffered -E '^(\s*--- |ok|FAIL)'
 
 ## bench: the ALLOW path beside the commit floor of the same PostgreSQL (pgbench)
 bench:
