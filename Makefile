@@ -1,6 +1,7 @@
 # Countersign — the commands a contributor needs. `make run` and `make test`
 # are the two a newcomer needs; `make ci` is what CI runs.
 
+SHELL     := /bin/bash
 GO        ?= go
 BIN       := $(CURDIR)/bin
 GOLANGCI_LINT_VERSION := v2.15.0
@@ -51,7 +52,7 @@ fuzz:
 TRIALS ?= 1
 PARALLEL ?= 2
 chaos:
-	CHAOS_TRIALS=$(TRIALS) CHAOS_RESULTS=$(CURDIR)/RESULTS.md $(GO) test -count=1 -timeout 120m -parallel $(PARALLEL) -run 'TestKillMatrix' -v ./e2e/ \
+	set -o pipefail; CHAOS_TRIALS=$(TRIALS) CHAOS_RESULTS=$(CURDIR)/RESULTS.md $(GO) test -count=1 -timeout 120m -parallel $(PARALLEL) -run 'TestKillMatrix' -v ./e2e/ \
 		| grep --line-buffered -E '^(\s*--- |ok|FAIL)'
 
 ## bench: the ALLOW path beside the commit floor of the same PostgreSQL (pgbench)
