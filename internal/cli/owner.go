@@ -59,9 +59,16 @@ func (f *ownerFlags) dial() (*ownerClient, error) {
 	return &ownerClient{conn: conn, client: countersignv1.NewOwnerServiceClient(conn), token: token}, nil
 }
 
-func (c *ownerClient) ctx(parent context.Context) (context.Context, context.CancelFunc) {
+// open dials the server and returns the client, a context carrying the
+// owner token with a deadline, and the function that releases both.
+func (f *ownerFlags) open(parent context.Context) (*ownerClient, context.Context, func(), error) {
+	c, err := f.dial()
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	ctx, cancel := context.WithTimeout(parent, 30*time.Second)
-	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+c.token), cancel
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+c.token)
+	return c, ctx, func() { cancel(); _ = c.conn.Close() }, nil
 }
 
 func table(w io.Writer, header string, rows [][]string) {
@@ -117,13 +124,11 @@ func newAgent() *cobra.Command {
 	agent.AddCommand(&cobra.Command{
 		Use: "create NAME", Short: "Create an agent", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.dial()
+			c, ctx, done, err := f.open(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer func() { _ = c.conn.Close() }()
-			ctx, cancel := c.ctx(cmd.Context())
-			defer cancel()
+			defer done()
 			r, err := c.client.CreateAgent(ctx, &countersignv1.CreateAgentRequest{Agent: &countersignv1.Agent{DisplayName: args[0]}})
 			if err != nil {
 				return err
@@ -134,13 +139,11 @@ func newAgent() *cobra.Command {
 	}, &cobra.Command{
 		Use: "list", Short: "List agents", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := f.dial()
+			c, ctx, done, err := f.open(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer func() { _ = c.conn.Close() }()
-			ctx, cancel := c.ctx(cmd.Context())
-			defer cancel()
+			defer done()
 			var rows [][]string
 			token := ""
 			for {
@@ -161,13 +164,11 @@ func newAgent() *cobra.Command {
 	}, &cobra.Command{
 		Use: "revoke AGENT_ID", Short: "Revoke an agent, one way (its held requests are voided)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.dial()
+			c, ctx, done, err := f.open(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer func() { _ = c.conn.Close() }()
-			ctx, cancel := c.ctx(cmd.Context())
-			defer cancel()
+			defer done()
 			if _, err := c.client.RevokeAgent(ctx, &countersignv1.RevokeAgentRequest{AgentId: args[0]}); err != nil {
 				return err
 			}
@@ -192,13 +193,11 @@ func newCredential() *cobra.Command {
 			if sc == countersignv1.CredentialScope_CREDENTIAL_SCOPE_UNSPECIFIED {
 				return fmt.Errorf("--scope must be propose or execute, got %q", scope)
 			}
-			c, err := f.dial()
+			c, ctx, done, err := f.open(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer func() { _ = c.conn.Close() }()
-			ctx, cancel := c.ctx(cmd.Context())
-			defer cancel()
+			defer done()
 			r, err := c.client.IssueCredential(ctx, &countersignv1.IssueCredentialRequest{AgentId: args[0], Scope: sc,
 				ExpireTime: timestamppb.New(time.Now().Add(ttl))})
 			if err != nil {
@@ -213,13 +212,11 @@ func newCredential() *cobra.Command {
 	cred.AddCommand(issue, &cobra.Command{
 		Use: "revoke AGENT_ID CREDENTIAL_ID", Short: "Revoke a credential, one way; the next decision refuses it", Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.dial()
+			c, ctx, done, err := f.open(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer func() { _ = c.conn.Close() }()
-			ctx, cancel := c.ctx(cmd.Context())
-			defer cancel()
+			defer done()
 			if _, err := c.client.RevokeCredential(ctx, &countersignv1.RevokeCredentialRequest{AgentId: args[0], CredentialId: args[1]}); err != nil {
 				return err
 			}
@@ -237,13 +234,11 @@ func newApprovals() *cobra.Command {
 	f.bind(ap)
 	decide := func(approve bool) func(cmd *cobra.Command, args []string) error {
 		return func(cmd *cobra.Command, args []string) error {
-			c, err := f.dial()
+			c, ctx, done, err := f.open(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer func() { _ = c.conn.Close() }()
-			ctx, cancel := c.ctx(cmd.Context())
-			defer cancel()
+			defer done()
 			var a *countersignv1.Approval
 			if approve {
 				r, err := c.client.ApproveApproval(ctx, &countersignv1.ApproveApprovalRequest{ApprovalId: args[0], Note: note})
@@ -269,13 +264,11 @@ func newApprovals() *cobra.Command {
 	ap.AddCommand(&cobra.Command{
 		Use: "list", Short: "List pending approvals", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := f.dial()
+			c, ctx, done, err := f.open(cmd.Context())
 			if err != nil {
 				return err
 			}
-			defer func() { _ = c.conn.Close() }()
-			ctx, cancel := c.ctx(cmd.Context())
-			defer cancel()
+			defer done()
 			r, err := c.client.ListApprovals(ctx, &countersignv1.ListApprovalsRequest{State: countersignv1.ApprovalState_APPROVAL_STATE_PENDING})
 			if err != nil {
 				return err
