@@ -149,6 +149,10 @@ type Options struct {
 	// body stamp was recorded. False for ext_authz-only deployments
 	// (Istio CUSTOM).
 	ExtProcInPath bool
+	// Now is the engine's clock (credential expiry, mandate validity,
+	// sliding windows); nil means time.Now. The deterministic simulation
+	// drives it.
+	Now func() time.Time
 }
 
 // Engine is safe for concurrent use.
@@ -172,7 +176,11 @@ func New(l Ledger, opts Options, log *slog.Logger, m *metrics.Metrics) *Engine {
 	if opts.LeaseOwner == "" {
 		opts.LeaseOwner = "countersign"
 	}
-	return &Engine{ledger: l, opts: opts, log: log, metrics: m, now: time.Now}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Engine{ledger: l, opts: opts, log: log, metrics: m, now: now}
 }
 
 // Reason codes of the answers the engine gives today.
@@ -218,7 +226,7 @@ func (e *Engine) DecideAction(ctx context.Context, req Request, railAccount stri
 }
 
 func (e *Engine) decide(ctx context.Context, req Request, next func(*ledger.Principal) Outcome) (out Outcome) {
-	start := e.now()
+	start := time.Now() // latency is measured on the real clock
 	defer func() {
 		if r := recover(); r != nil {
 			e.log.Error("decide panicked; denying", "request_id", req.RequestID, "panic", fmt.Sprint(r))

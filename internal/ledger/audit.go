@@ -53,6 +53,10 @@ func (r AuditRecord) ComputeHash(prev []byte) []byte {
 	return h.Sum(nil)
 }
 
+// auditChainsPerAccount is how many hash chains the audit trigger spreads
+// one rail account's records over (by the SIK's first hash byte).
+const auditChainsPerAccount = 16
+
 // AuditBreak names the first record of a chain that does not verify.
 type AuditBreak struct {
 	Chain   string
@@ -75,12 +79,27 @@ type AuditReport struct {
 // recomputing each hash, and checks the chain head. It reports the first
 // broken record of each chain.
 func (s *Store) VerifyAudit(ctx context.Context) (AuditReport, error) {
+	return s.VerifyAuditOf(ctx, "")
+}
+
+// VerifyAuditOf is VerifyAudit restricted to the chains of one rail
+// account ("" verifies every chain).
+func (s *Store) VerifyAuditOf(ctx context.Context, railAccount string) (AuditReport, error) {
 	var rep AuditReport
+	// An account's chains are "<rail account>#00" … "#15" (the audit
+	// trigger's naming); nil chains means every chain.
+	var chains []string
+	if railAccount != "" {
+		for i := range auditChainsPerAccount {
+			chains = append(chains, fmt.Sprintf("%s#%02d", railAccount, i))
+		}
+	}
+	const ofAccount = `($1::text[] IS NULL OR chain = ANY($1))`
 	heads := map[string]struct {
 		seq  int64
 		hash []byte
 	}{}
-	rows, err := s.pool.Query(ctx, `SELECT chain, seq, hash FROM audit_heads ORDER BY chain`)
+	rows, err := s.pool.Query(ctx, `SELECT chain, seq, hash FROM audit_heads WHERE `+ofAccount+` ORDER BY chain`, chains)
 	if err != nil {
 		return rep, classify(err)
 	}
@@ -103,7 +122,7 @@ func (s *Store) VerifyAudit(ctx context.Context) (AuditReport, error) {
 
 	rows, err = s.pool.Query(ctx, `
 		SELECT chain, rail_account, seq, sik, from_state, to_state, event, attempt_seq, detail, at_micros, prev_hash, hash
-		FROM audit_records ORDER BY chain, seq`)
+		FROM audit_records WHERE `+ofAccount+` ORDER BY chain, seq`, chains)
 	if err != nil {
 		return rep, classify(err)
 	}
@@ -155,7 +174,8 @@ func (s *Store) VerifyAudit(ctx context.Context) (AuditReport, error) {
 		SELECT h.chain, h.seq, h.hash, r.seq, r.hash
 		FROM audit_heads h LEFT JOIN LATERAL (
 			SELECT seq, hash FROM audit_records r WHERE r.chain = h.chain ORDER BY seq DESC LIMIT 1
-		) r ON true`)
+		) r ON true
+		WHERE `+strings.ReplaceAll(ofAccount, "chain", "h.chain"), chains)
 	if err != nil {
 		return rep, classify(err)
 	}

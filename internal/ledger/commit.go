@@ -145,7 +145,7 @@ func (s *Store) ExpireLeases(ctx context.Context, limit int, delay time.Duration
 			WHERE state = 'IN_FLIGHT' AND EXISTS (
 				SELECT 1 FROM attempts a WHERE a.rail_account = i.rail_account AND a.sik = i.sik
 				  AND a.attempt_seq = i.attempt_count AND a.lease_expires_at < now())
-			ORDER BY updated_at LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
+			ORDER BY updated_at, rail_account, sik LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
 		if err != nil {
 			return err
 		}

@@ -375,6 +375,16 @@ func TestAuditVerifyNamesTheEditedRecord(t *testing.T) {
 	if !strings.Contains(rep.Breaks[0].Error(), "record 2") || !strings.Contains(rep.Breaks[0].Error(), chain) {
 		t.Fatalf("break message %q does not name the record", rep.Breaks[0].Error())
 	}
+	// Verifying one account reads only its chains.
+	acct, _, _ := strings.Cut(chain, "#")
+	one, err := s.VerifyAuditOf(ctx, acct)
+	if err != nil || len(one.Breaks) != 1 || one.Breaks[0].Chain != chain || one.Records != rep.Records {
+		t.Fatalf("VerifyAuditOf(%s) = %+v, %v; want the same break over all %d records", acct, one, err, rep.Records)
+	}
+	other, err := s.VerifyAuditOf(ctx, acct+"x")
+	if err != nil || len(other.Breaks) != 0 || other.Records != 0 || other.Chains != 0 {
+		t.Fatalf("VerifyAuditOf(another account) = %+v, %v; want nothing read", other, err)
+	}
 }
 
 func TestAuditVerifyDetectsRemovedTail(t *testing.T) {

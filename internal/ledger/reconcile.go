@@ -37,7 +37,7 @@ func (s *Store) ClaimReconcile(ctx context.Context, owner string, ttl time.Durat
 			WHERE state IN ('UNKNOWN', 'RECONCILING') AND next_reconcile_at <= now()
 			  AND (reconcile_expires IS NULL OR reconcile_expires < now())
 			  AND ($2::text IS NULL OR (rail_account = $2 AND sik = $3))
-			ORDER BY next_reconcile_at LIMIT $1 FOR UPDATE SKIP LOCKED`, limit, onlyAccount, onlySIK)
+			ORDER BY next_reconcile_at, rail_account, sik LIMIT $1 FOR UPDATE SKIP LOCKED`, limit, onlyAccount, onlySIK)
 		if err != nil {
 			return err
 		}
