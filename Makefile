@@ -12,7 +12,7 @@ FUZZTIME  ?= 5s
 # -race needs cgo; the test harness starts its own PostgreSQL.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all generate check-generated build test test-go fuzz bench chaos lint run ci tidy-check chart-test clean
+.PHONY: all generate check-generated build test test-go fuzz sim bench chaos lint run ci tidy-check chart-test clean
 
 all: build
 
@@ -33,13 +33,13 @@ build:
 	$(GO) build -o $(BIN)/countersign ./cmd/countersign
 	$(GO) build -o $(BIN)/mockrail ./cmd/mockrail
 
-## test: every test, against a real throwaway PostgreSQL, then each fuzz target briefly
-test: test-go fuzz
+## test: every test, against a real throwaway PostgreSQL, then each fuzz target briefly, then the simulation
+test: test-go fuzz sim
 
 # stripe-mock proves stamped Stripe requests are valid Stripe requests; under
 # make it is installed and required, so its test cannot be skipped.
 test-go: $(STRIPE_MOCK)
-	PATH="$(BIN):$$PATH" COUNTERSIGN_REQUIRE_STRIPE_MOCK=1 $(GO) test $(TESTFLAGS) ./...
+	PATH="$(BIN):$$PATH" COUNTERSIGN_REQUIRE_STRIPE_MOCK=1 COUNTERSIGN_SIM_SEEDS=100 $(GO) test $(TESTFLAGS) ./...
 
 $(STRIPE_MOCK):
 	GOBIN=$(BIN) $(GO) install github.com/stripe/stripe-mock@$(STRIPE_MOCK_VERSION)
@@ -47,6 +47,12 @@ $(STRIPE_MOCK):
 ## fuzz: run every fuzz target for FUZZTIME each
 fuzz:
 	FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
+
+## sim: the deterministic simulation over SEEDS seeds (a failing seed prints
+## the command that replays it exactly)
+SEEDS ?= 2000
+sim:
+	COUNTERSIGN_SIM_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 30m -run 'TestSimulation$$' -v ./internal/sim/
 
 ## chaos: the kill matrix (5 kill points × 6 rail faults) TRIALS times per cell
 TRIALS ?= 1
