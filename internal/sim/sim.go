@@ -57,6 +57,10 @@ type Config struct {
 	MaxTries int
 	// MaxEvents ends a seed that does not settle (a liveness violation).
 	MaxEvents int
+	// TruncateListings breaks the rail client on purpose: every listing
+	// page says it is the last, so absence is "proven" on page 1. Only the
+	// test that shows the simulation catches that bug sets it.
+	TruncateListings bool
 }
 
 // Defaults is the configuration CI runs.
@@ -124,6 +128,7 @@ func Run(ctx context.Context, env Env, cfg Config, seed uint64) (Result, error) 
 	if err != nil {
 		return Result{Seed: seed}, err
 	}
+	defer w.mock.Close()
 	err = w.run(ctx)
 	w.stats.Events = w.events
 	return Result{Seed: seed, Trace: w.trace, Violations: w.violations, Stats: w.stats}, err
@@ -759,6 +764,13 @@ func (w *world) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	rec := httptest.NewRecorder()
 	w.mock.ServeHTTP(rec, req)
+	if w.cfg.TruncateListings && req.Method == http.MethodGet && strings.HasPrefix(req.URL.Path, "/v1/refunds") {
+		body := strings.Replace(rec.Body.String(), `"has_more": true`, `"has_more": false`, 1)
+		body = strings.Replace(body, `"has_more":true`, `"has_more":false`, 1)
+		rec.Body.Reset()
+		rec.Body.WriteString(body)
+		rec.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	}
 	return rec.Result(), nil
 }
 

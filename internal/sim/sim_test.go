@@ -232,3 +232,33 @@ func TestSeedReplaysExactly(t *testing.T) {
 		}
 	}
 }
+
+// TestSimulationCatchesTruncatedListings breaks the rail client on purpose
+// (every listing page claims to be the last, which is what a reconciler
+// that stops paging does) and requires the simulation to report a double
+// effect with a seed that replays to the same violation. A simulation
+// that stopped finding bugs would fail here.
+func TestSimulationCatchesTruncatedListings(t *testing.T) {
+	cfg := Defaults()
+	cfg.TruncateListings = true
+	env := newEnv(t)
+	for seed := uint64(1); seed <= 400; seed++ {
+		r, err := Run(context.Background(), env, cfg, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Failed() || !strings.HasPrefix(r.Violations[0], "double effect") {
+			continue
+		}
+		again, err := Run(context.Background(), newEnv(t), cfg, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(again.Trace, "\n") != strings.Join(r.Trace, "\n") {
+			t.Fatalf("seed %d did not replay: %d then %d events", seed, len(r.Trace), len(again.Trace))
+		}
+		t.Logf("seed %d: %s (replayed identically, %d events)", seed, r.Violations[0], len(r.Trace))
+		return
+	}
+	t.Fatal("400 seeds with truncated listings found no double effect")
+}
