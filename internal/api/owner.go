@@ -13,6 +13,7 @@ import (
 	"github.com/countersign/countersign/internal/credential"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/mandate"
+	"github.com/countersign/countersign/internal/outbox"
 )
 
 // OwnerOf names the authenticated owner of a call; the owner API refuses a
@@ -24,13 +25,21 @@ type OwnerOf func(ctx context.Context) (string, error)
 // Unimplemented.
 type OwnerServer struct {
 	countersignv1.UnimplementedOwnerServiceServer
-	store   *ledger.Store
-	ownerOf OwnerOf
+	store    *ledger.Store
+	ownerOf  OwnerOf
+	webhooks outbox.AddressPolicy
 }
 
 // NewOwnerServer returns the owner service.
 func NewOwnerServer(store *ledger.Store, ownerOf OwnerOf) *OwnerServer {
 	return &OwnerServer{store: store, ownerOf: ownerOf}
+}
+
+// WithWebhookAddresses sets which addresses webhook URLs may name (by
+// default every special-purpose range is refused).
+func (s *OwnerServer) WithWebhookAddresses(p outbox.AddressPolicy) *OwnerServer {
+	s.webhooks = p
+	return s
 }
 
 // errNoOwner is returned when no owner identity reached the service: the

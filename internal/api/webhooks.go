@@ -25,11 +25,14 @@ func (s *OwnerServer) CreateWebhook(ctx context.Context, req *countersignv1.Crea
 	if err != nil {
 		return nil, err
 	}
+	w := req.GetWebhook()
+	if err := s.webhooks.CheckURL(w.GetUrl()); err != nil {
+		return nil, withDetails(status.New(codes.InvalidArgument, err.Error()), "WEBHOOK_ADDRESS_REFUSED")
+	}
 	secret, err := outbox.NewSecret()
 	if err != nil {
 		return nil, ToStatus(err)
 	}
-	w := req.GetWebhook()
 	hook, err := s.store.CreateWebhook(ctx, owner, ledger.WebhookSpec{URL: w.GetUrl(), Secret: ledger.WebhookSecret(secret),
 		EventTypes: w.GetEventTypes(), Description: w.GetDescription()})
 	if err != nil {

@@ -16,6 +16,8 @@ import (
 func newDev() *cobra.Command {
 	cfg := config.Defaults()
 	cfg.LogFormat = "text"
+	// On one machine, webhook receivers are local.
+	cfg.WebhookAllowNetworks = "127.0.0.0/8,::1"
 	var dir string
 	var pgPort int
 	var mockAddr, egressAddr string

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,6 +51,10 @@ type Config struct {
 	// OutboxInterval is how often the webhook dispatcher looks for work;
 	// 0 turns it off.
 	OutboxInterval time.Duration
+	// WebhookAllowNetworks lists (comma-separated CIDR prefixes or
+	// addresses) the non-public networks webhooks may reach; every other
+	// special-purpose address (loopback, private, link-local, …) is refused.
+	WebhookAllowNetworks string
 	// Owner authentication (OIDC) and quotas.
 	OwnerIssuer, OwnerAudience, OwnerJWKSURL, OwnerJWKSFile, OwnerSubjectClaim string
 	OwnerQuotaRate                                                             float64
@@ -107,6 +112,7 @@ func (c *Config) BindServe(fs *pflag.FlagSet) {
 	c.BindEngine(fs)
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", c.ReconcileInterval, "how often the in-process reconciler looks for work (0 turns it off)")
 	fs.DurationVar(&c.OutboxInterval, "outbox-interval", c.OutboxInterval, "how often the webhook dispatcher delivers events (0 turns it off)")
+	fs.StringVar(&c.WebhookAllowNetworks, "webhook-allow-networks", c.WebhookAllowNetworks, "comma-separated CIDR prefixes of non-public networks webhooks may reach (loopback, private and link-local addresses are refused otherwise)")
 	fs.StringVar(&c.OwnerIssuer, "owner-issuer", c.OwnerIssuer, "OIDC issuer of owner JWTs (exact iss); empty: OIDC off, static owner tokens only")
 	fs.StringVar(&c.OwnerAudience, "owner-audience", c.OwnerAudience, "audience an owner JWT must list in aud")
 	fs.StringVar(&c.OwnerJWKSURL, "owner-jwks-url", c.OwnerJWKSURL, "https URL of the issuer's JWKS (exclusive with owner-jwks-file)")
@@ -226,6 +232,9 @@ func (c Config) Validate() error {
 	if c.OutboxInterval < 0 {
 		errs = append(errs, fmt.Errorf("outbox-interval (%s) must not be negative", EnvName("outbox-interval")))
 	}
+	if _, err := c.WebhookNetworks(); err != nil {
+		errs = append(errs, fmt.Errorf("webhook-allow-networks (%s): %w", EnvName("webhook-allow-networks"), err))
+	}
 	if c.ReconcileInterval < 0 {
 		errs = append(errs, fmt.Errorf("reconcile-interval (%s) must not be negative", EnvName("reconcile-interval")))
 	}
@@ -250,6 +259,29 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("readiness-interval (%s) must be between 100ms and 1m, got %s", EnvName("readiness-interval"), c.ReadinessInterval))
 	}
 	return errors.Join(errs...)
+}
+
+// WebhookNetworks parses WebhookAllowNetworks: CIDR prefixes or single
+// addresses, comma-separated.
+func (c Config) WebhookNetworks() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for s := range strings.SplitSeq(c.WebhookAllowNetworks, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if p, err := netip.ParsePrefix(s); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("%q is neither a CIDR prefix nor an IP address", s)
+		}
+		a = a.Unmap()
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
 }
 
 // UnixPath returns the socket path of a "unix:/path" or "unix:///path"

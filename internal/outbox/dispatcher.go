@@ -49,9 +49,12 @@ const (
 // Dispatcher delivers due events. Zero fields take the defaults above.
 type Dispatcher struct {
 	Store Store
-	// HTTP sends the deliveries; nil means a client that does not follow
-	// redirects (a 3xx is a failed attempt, never a POST elsewhere).
+	// HTTP sends the deliveries; nil means Addresses.Client(): no
+	// redirects (a 3xx is a failed attempt, never a POST elsewhere), and
+	// no connection to a special-purpose address Addresses does not allow.
 	HTTP *http.Client
+	// Addresses is the policy of the default client.
+	Addresses AddressPolicy
 	// Owner names this dispatcher in leases; it must be unique among the
 	// dispatchers running at once. Required.
 	Owner string
@@ -104,7 +107,7 @@ func (d *Dispatcher) settings() *worker {
 	}
 	c.Timeout = min(c.Timeout, c.Lease/2)
 	if c.HTTP == nil {
-		c.HTTP = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		c.HTTP = c.Addresses.Client()
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)

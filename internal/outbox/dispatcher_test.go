@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,6 +37,9 @@ type receiver struct {
 	got    []received
 	answer func(n int, r *http.Request) int
 }
+
+// loopback lets deliveries reach the test receivers on 127.0.0.1.
+var loopback = AddressPolicy{Allow: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
 
 func newReceiver(t *testing.T, answer func(n int, r *http.Request) int) *receiver {
 	t.Helper()
@@ -144,7 +148,7 @@ func TestDeliverySignatureVerifies(t *testing.T) {
 	rc := newReceiver(t, always(204))
 	f := newFixture(t, rc)
 	k := f.applied(t, 1)
-	d := &Dispatcher{Store: f.store, Owner: "dispatcher-1"}
+	d := &Dispatcher{Store: f.store, Addresses: loopback, Owner: "dispatcher-1"}
 	delivered, failed, dead, err := d.Pass(context.Background())
 	if err != nil || delivered != 1 || failed != 0 || dead != 0 {
 		t.Fatalf("Pass = %d delivered, %d failed, %d dead, %v", delivered, failed, dead, err)
@@ -194,7 +198,7 @@ func TestFailedDeliveryIsRetriedWithTheSameID(t *testing.T) {
 	})
 	f := newFixture(t, rc)
 	k := f.applied(t, 1)
-	d := &Dispatcher{Store: f.store, Owner: "dispatcher-1", BaseBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
+	d := &Dispatcher{Store: f.store, Addresses: loopback, Owner: "dispatcher-1", BaseBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}
 	delivered, failed, dead, err := d.Pass(context.Background())
 	if err != nil || delivered != 0 || failed != 1 || dead != 0 {
 		t.Fatalf("first Pass = %d delivered, %d failed, %d dead, %v", delivered, failed, dead, err)
@@ -230,7 +234,7 @@ func TestDeadAfterMaxAttemptsThenReplayed(t *testing.T) {
 	})
 	f := newFixture(t, rc)
 	f.applied(t, 1)
-	d := &Dispatcher{Store: f.store, Owner: "dispatcher-1", MaxAttempts: 3, BaseBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}
+	d := &Dispatcher{Store: f.store, Addresses: loopback, Owner: "dispatcher-1", MaxAttempts: 3, BaseBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond}
 	passUntil(t, d, 10*time.Second, func() bool { return deadLetters(t, f) > 0 })
 	dls, _, err := f.store.ListDeadLetters(context.Background(), f.owner, ledger.DeadLetterQuery{})
 	if err != nil || len(dls) != 1 {
@@ -290,7 +294,7 @@ func TestDeliveryWithoutA2xxIsAFailure(t *testing.T) {
 			}
 			f := newFixture(t, rc)
 			k := f.applied(t, 1)
-			d := &Dispatcher{Store: f.store, Owner: "dispatcher-1", Timeout: 100 * time.Millisecond, Lease: 5 * time.Second}
+			d := &Dispatcher{Store: f.store, Addresses: loopback, Owner: "dispatcher-1", Timeout: 100 * time.Millisecond, Lease: 5 * time.Second}
 			if delivered, failed, _, err := d.Pass(context.Background()); err != nil || delivered != 0 || failed != 1 {
 				t.Fatalf("Pass = %d delivered, %d failed, %v", delivered, failed, err)
 			}
@@ -327,7 +331,7 @@ func TestDispatcherStoppedMidDeliveryIsTakenOver(t *testing.T) {
 	f.applied(t, 2)
 
 	ctxA, stopA := context.WithCancel(context.Background())
-	a := &Dispatcher{Store: f.store, Owner: "dispatcher-a", Lease: 500 * time.Millisecond}
+	a := &Dispatcher{Store: f.store, Addresses: loopback, Owner: "dispatcher-a", Lease: 500 * time.Millisecond}
 	doneA := make(chan struct{})
 	go func() { defer close(doneA); a.Run(ctxA, 10*time.Millisecond) }()
 	select {
@@ -340,7 +344,7 @@ func TestDispatcherStoppedMidDeliveryIsTakenOver(t *testing.T) {
 	held := rc.requests()[0].delivery
 
 	ctxB, stopB := context.WithCancel(context.Background())
-	b := &Dispatcher{Store: f.store, Owner: "dispatcher-b", Lease: 500 * time.Millisecond}
+	b := &Dispatcher{Store: f.store, Addresses: loopback, Owner: "dispatcher-b", Lease: 500 * time.Millisecond}
 	doneB := make(chan struct{})
 	go func() { defer close(doneB); b.Run(ctxB, 10*time.Millisecond) }()
 	defer func() { stopB(); <-doneB }()

@@ -205,6 +205,7 @@ func railHarnessOn(b testing.TB, url string) *allowHarness {
 	cfg := config.Defaults()
 	cfg.DatabaseURL, cfg.GRPCAddr, cfg.HTTPAddr, cfg.ReconcileInterval = url, "127.0.0.1:0", "127.0.0.1:0", 0
 	cfg.LeaseOwner, cfg.OutboxInterval = "bench", 100*time.Millisecond
+	cfg.WebhookAllowNetworks = "127.0.0.1" // test webhook receivers listen on loopback
 	srv, err := New(cfg, store, rs, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		b.Fatal(err)

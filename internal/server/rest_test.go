@@ -146,6 +146,13 @@ func TestWebhookDeliversAppliedEvent(t *testing.T) {
 		bodies <- b
 	}))
 	defer recv.Close()
+	// An internal address outside --webhook-allow-networks is refused.
+	for _, u := range []string{"http://169.254.169.254/latest/meta-data", "http://10.0.0.5/hook", "http://[fd00::1]/"} {
+		s, body := h.rest(t, "POST", "/v1/webhooks", "Bearer "+h.ownerToken, map[string]any{"url": u})
+		if s != 400 || !strings.Contains(body, "WEBHOOK_ADDRESS_REFUSED") {
+			t.Fatalf("webhook to %s: %d %s, want 400 WEBHOOK_ADDRESS_REFUSED", u, s, body)
+		}
+	}
 	s, body := h.rest(t, "POST", "/v1/webhooks", "Bearer "+h.ownerToken,
 		map[string]any{"url": recv.URL, "eventTypes": []string{"intent.applied"}})
 	var created struct {

@@ -55,6 +55,7 @@ type Server struct {
 	store      *ledger.Store
 	rails      *rails.Registry
 	reconciler *reconcile.Worker
+	webhooks   outbox.AddressPolicy
 
 	grpcLis, httpLis net.Listener
 	cancel           context.CancelFunc
@@ -89,6 +90,11 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 	if err != nil {
 		return nil, fmt.Errorf("owner authentication: %w", err)
 	}
+	webhookNets, err := cfg.WebhookNetworks()
+	if err != nil {
+		return nil, fmt.Errorf("webhook-allow-networks: %w", err)
+	}
+	webhooks := outbox.AddressPolicy{Allow: webhookNets}
 	ownerQuota := quota.Options{Rate: cfg.OwnerQuotaRate, Burst: cfg.OwnerQuotaBurst}
 	guard := &ownerauth.Guard{Auth: authn, Sources: quota.NewLimiter(ownerQuota), Owners: quota.NewLimiter(ownerQuota),
 		Failures: quota.NewFailures(failQuota, failQuota), ToStatus: api.ToStatus}
@@ -98,14 +104,14 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 	authv3.RegisterAuthorizationServer(gs, extauthz.NewServer(eng))
 	extprocv3.RegisterExternalProcessorServer(gs, extproc.NewServer(eng, log))
 	countersignv1.RegisterDecisionServiceServer(gs, api.NewDecisionServer(eng, store, rec))
-	countersignv1.RegisterOwnerServiceServer(gs, api.NewOwnerServer(store, ownerauth.OwnerID))
+	countersignv1.RegisterOwnerServiceServer(gs, api.NewOwnerServer(store, ownerauth.OwnerID).WithWebhookAddresses(webhooks))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 
 	s := &Server{
 		cfg: cfg, log: log, metrics: m, grpc: gs, errs: make(chan error, 2),
-		store: store, rails: rs, reconciler: rec,
+		store: store, rails: rs, reconciler: rec, webhooks: webhooks,
 		ready: &readiness{
 			prober: store, health: hs, metrics: m, log: log,
 			services: []string{"", authv3.Authorization_ServiceDesc.ServiceName,
@@ -144,7 +150,8 @@ func (s *Server) Start(ctx context.Context) error {
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 
 	if s.cfg.OutboxInterval > 0 {
-		d := &outbox.Dispatcher{Store: s.store, Owner: s.cfg.LeaseOwner, Log: s.log, Metrics: outbox.NewMetrics(s.metrics.Registry)}
+		d := &outbox.Dispatcher{Store: s.store, Owner: s.cfg.LeaseOwner, Log: s.log, Metrics: outbox.NewMetrics(s.metrics.Registry),
+			Addresses: s.webhooks}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()

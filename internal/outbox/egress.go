@@ -1,0 +1,117 @@
+package outbox
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ErrAddressRefused means a webhook URL points at, or its name resolved
+// to, an address webhooks may not reach.
+var ErrAddressRefused = errors.New("outbox: webhook address refused")
+
+// AddressPolicy says which addresses webhook deliveries may connect to.
+// An owner chooses webhook URLs, so without it an owner could make the
+// server POST to its own neighbours: the cloud metadata service, the
+// PostgreSQL port, an admin endpoint on loopback (server-side request
+// forgery). Public unicast addresses are allowed; every special-purpose
+// range is refused unless Allow names it.
+type AddressPolicy struct {
+	// Allow lists networks that are reachable even though they are not
+	// public (e.g. an internal receiver at 10.20.0.0/16).
+	Allow []netip.Prefix
+}
+
+// refused are the special-purpose ranges webhooks may not reach by
+// default (IANA's special-purpose registries, RFC 6890 and successors).
+var refused = mustPrefixes(
+	"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
+	"192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16", "198.18.0.0/15", "198.51.100.0/24",
+	"203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
+	"::/128", "::1/128", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001::/23", "2001:db8::/32", "2002::/16",
+	"fc00::/7", "fe80::/10", "ff00::/8",
+)
+
+func mustPrefixes(ss ...string) []netip.Prefix {
+	out := make([]netip.Prefix, len(ss))
+	for i, s := range ss {
+		out[i] = netip.MustParsePrefix(s)
+	}
+	return out
+}
+
+// Check returns nil if a delivery may connect to a.
+func (p AddressPolicy) Check(a netip.Addr) error {
+	a = a.Unmap().WithZone("")
+	for _, n := range p.Allow {
+		if n.Contains(a) {
+			return nil
+		}
+	}
+	for _, n := range refused {
+		if n.Contains(a) {
+			return fmt.Errorf("%w: %s is in the special-purpose range %s (allow it with --webhook-allow-networks)", ErrAddressRefused, a, n)
+		}
+	}
+	return nil
+}
+
+// CheckURL validates a webhook URL when it is registered: http or https,
+// a host, and — when the host is an IP literal — an address the policy
+// allows. A host name is checked again at every connection, after it
+// resolves (a name can resolve differently later).
+func (p AddressPolicy) CheckURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("webhook url: %w", err)
+	}
+	if u.Scheme != "https" && u.Scheme != "http" {
+		return fmt.Errorf("webhook url: scheme %q, want https (or http)", u.Scheme)
+	}
+	host := u.Hostname()
+	if host == "" {
+		return errors.New("webhook url: no host")
+	}
+	if u.User != nil {
+		return errors.New("webhook url: credentials in the URL are refused; authenticate the delivery by its signature")
+	}
+	if a, err := netip.ParseAddr(host); err == nil {
+		return p.Check(a)
+	}
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return p.Check(netip.MustParseAddr("127.0.0.1"))
+	}
+	return nil
+}
+
+// Client is the HTTP client deliveries go out on: it checks every address
+// it connects to against the policy after name resolution (so a name that
+// re-resolves to an internal address is refused too), never follows a
+// redirect (a 3xx is a failed attempt, never a POST elsewhere) and never
+// uses a proxy from the environment.
+func (p AddressPolicy) Client() *http.Client {
+	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second,
+		Control: func(_, address string, _ syscall.RawConn) error {
+			ap, err := netip.ParseAddrPort(address)
+			if err != nil {
+				return fmt.Errorf("%w: unparseable address %q", ErrAddressRefused, address)
+			}
+			return p.Check(ap.Addr())
+		}}
+	t := &http.Transport{
+		Proxy:                 nil,
+		DialContext:           d.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          64,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+	return &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
