@@ -32,7 +32,7 @@ func InstallFakeClock(ctx context.Context, databaseURL string, start time.Time) 
 	if err != nil {
 		return fmt.Errorf("pgtest: fake clock: %w", err)
 	}
-	defer conn.Close(ctx)
+	defer func() { _ = conn.Close(ctx) }()
 	schema := quoteIdent(FakeClockSchema)
 	for _, stmt := range []string{
 		`CREATE SCHEMA ` + schema,
