@@ -26,14 +26,14 @@ import (
 // 1, finds the refund on page 3 and settles the intent APPLIED with the one
 // rail effect carrying its stamp; the agent's retry gets the stored result.
 //
-// The reconcile claim TTL is not configurable (serve uses the reconciler's
-// 2-minute default), so this test waits that long for the claim to lapse;
-// it runs in parallel with the other e2e tests.
+// The reconcile claim TTL is 20 s here (--reconcile-claim-ttl; the default
+// is 2 minutes): long enough for pages 1 and 2, short enough that the
+// restarted process does not wait long for the dead one's claim to lapse.
 func TestReconcilerKilledMidPagination(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	const subject, amount = "pi_midpage", 777
-	e := newRailEnv(t, envOptions{reconcileDelay: 10 * time.Second, routeTimeout: 1500 * time.Millisecond})
+	e := newRailEnv(t, envOptions{reconcileDelay: 10 * time.Second, routeTimeout: 1500 * time.Millisecond, claimTTL: 20 * time.Second})
 	e.payment("stripe", subject, 1_000_000_000, "usd")
 
 	// 1. The refund is applied at the rail but its answer is lost.

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/countersign/countersign/e2e/egress"
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/config"
 	"github.com/countersign/countersign/internal/credential"
 	"github.com/countersign/countersign/internal/intent"
 	"github.com/countersign/countersign/internal/ledger"
@@ -85,6 +87,8 @@ func (e *railEnv) restartCountersign() {
 type envOptions struct {
 	reconcileDelay time.Duration
 	leaseTTL       time.Duration
+	// claimTTL is the reconcile claim TTL (the product's default when 0).
+	claimTTL time.Duration
 	routeTimeout   time.Duration
 	mockFaults     []string // --fault flags for mockrail
 	// noReconciler turns serve's in-process reconciler off.
@@ -192,6 +196,7 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 		"COUNTERSIGN_RECONCILE_DELAY=" + o.reconcileDelay.String(),
 		"COUNTERSIGN_RECONCILE_INTERVAL=" + map[bool]string{false: "200ms", true: "0s"}[o.noReconciler],
 		"COUNTERSIGN_LEASE_TTL=" + o.leaseTTL.String(),
+		"COUNTERSIGN_RECONCILE_CLAIM_TTL=" + cmp.Or(o.claimTTL, config.Defaults().ReconcileClaimTTL).String(),
 		"COUNTERSIGN_LOG_LEVEL=debug",
 		"COUNTERSIGN_OUTBOX_INTERVAL=" + map[bool]string{false: "500ms", true: "0s"}[o.noDispatcher],
 	}

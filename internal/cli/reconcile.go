@@ -34,7 +34,7 @@ func newReconcile() *cobra.Command {
 			}
 			defer store.Close()
 			w := reconcile.New(store, rs, reconcile.Options{Owner: leaseOwner(cfg), Delay: cfg.ReconcileDelay,
-				MaxAttempts: cfg.ReconcileMaxAttempts}, log)
+				MaxAttempts: cfg.ReconcileMaxAttempts, ClaimTTL: cfg.ReconcileClaimTTL}, log)
 			rep, err := w.Pass(cmd.Context(), nil)
 			if err != nil {
 				return err

@@ -46,6 +46,9 @@ type Config struct {
 	// ReconcileMaxAttempts quarantines an intent after this many
 	// inconclusive reconciliations.
 	ReconcileMaxAttempts int
+	// ReconcileClaimTTL bounds one intent's reconciliation (its listing);
+	// a reconciler that dies holds its claims this long.
+	ReconcileClaimTTL time.Duration
 	// ExtProcInPath says Envoy runs the ext_proc filter after ext_authz.
 	ExtProcInPath bool
 	// OutboxInterval is how often the webhook dispatcher looks for work;
@@ -77,6 +80,7 @@ func Defaults() Config {
 		ReconcileDelay:       2 * time.Second,
 		ReconcileInterval:    time.Second,
 		ReconcileMaxAttempts: 6,
+		ReconcileClaimTTL:    2 * time.Minute,
 		ExtProcInPath:        true,
 		OutboxInterval:       time.Second,
 		OwnerSubjectClaim:    "sub",
@@ -103,6 +107,7 @@ func (c *Config) BindEngine(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "how long an allowed attempt may stay unanswered before it is reconciled")
 	fs.DurationVar(&c.ReconcileDelay, "reconcile-delay", c.ReconcileDelay, "minimum wait before the first reconciliation query of an ambiguous attempt")
 	fs.IntVar(&c.ReconcileMaxAttempts, "reconcile-max-attempts", c.ReconcileMaxAttempts, "inconclusive reconciliations before an intent is quarantined")
+	fs.DurationVar(&c.ReconcileClaimTTL, "reconcile-claim-ttl", c.ReconcileClaimTTL, "how long one intent's reconciliation (its listing to the last page) may take; a reconciler that dies holds its claims this long")
 	fs.BoolVar(&c.ExtProcInPath, "ext-proc-in-path", c.ExtProcInPath, "Envoy runs Countersign's ext_proc filter (failing closed) after ext_authz; false for ext_authz-only deployments such as Istio CUSTOM")
 }
 
@@ -213,6 +218,9 @@ func (c Config) ValidateEngine() error {
 	}
 	if c.ReconcileDelay < 0 {
 		errs = append(errs, fmt.Errorf("reconcile-delay (%s) must not be negative", EnvName("reconcile-delay")))
+	}
+	if c.ReconcileClaimTTL < time.Second {
+		errs = append(errs, fmt.Errorf("reconcile-claim-ttl (%s) must be at least 1s, got %s", EnvName("reconcile-claim-ttl"), c.ReconcileClaimTTL))
 	}
 	if c.ReconcileMaxAttempts < 1 || c.ReconcileMaxAttempts > 1000 {
 		errs = append(errs, fmt.Errorf("reconcile-max-attempts (%s) must be between 1 and 1000, got %d", EnvName("reconcile-max-attempts"), c.ReconcileMaxAttempts))

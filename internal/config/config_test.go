@@ -103,6 +103,7 @@ func TestValidate(t *testing.T) {
 		{"zero shutdown", func(c *Config) { c.ShutdownTimeout = 0 }, "shutdown-timeout"},
 		{"fast readiness", func(c *Config) { c.ReadinessInterval = time.Millisecond }, "readiness-interval"},
 		{"pool too big", func(c *Config) { c.DBMaxConns = 5000 }, "db-max-conns"},
+		{"short claim", func(c *Config) { c.ReconcileClaimTTL = 10 * time.Millisecond }, "reconcile-claim-ttl (COUNTERSIGN_RECONCILE_CLAIM_TTL) must be at least 1s"},
 		{"webhook networks", func(c *Config) { c.WebhookAllowNetworks = " 10.20.0.0/16, 127.0.0.1 ,fd00::/8" }, ""},
 		{"bad webhook network", func(c *Config) { c.WebhookAllowNetworks = "10.20.0.0/16,intranet" }, `webhook-allow-networks (COUNTERSIGN_WEBHOOK_ALLOW_NETWORKS): "intranet" is neither`},
 	}
