@@ -88,9 +88,9 @@ type envOptions struct {
 	reconcileDelay time.Duration
 	leaseTTL       time.Duration
 	// claimTTL is the reconcile claim TTL (the product's default when 0).
-	claimTTL time.Duration
-	routeTimeout   time.Duration
-	mockFaults     []string // --fault flags for mockrail
+	claimTTL     time.Duration
+	routeTimeout time.Duration
+	mockFaults   []string // --fault flags for mockrail
 	// noReconciler turns serve's in-process reconciler off.
 	noReconciler bool
 	// noMandate leaves the agent without a mandate (tests add their own).
