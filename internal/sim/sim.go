@@ -29,6 +29,7 @@ import (
 	"github.com/countersign/countersign/internal/mockrail"
 	"github.com/countersign/countersign/internal/pgtest"
 	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/rail/razorpay"
 	"github.com/countersign/countersign/internal/rail/stripe"
 	"github.com/countersign/countersign/internal/rails"
 	"github.com/countersign/countersign/internal/reconcile"
@@ -53,13 +54,21 @@ type Config struct {
 	// listing request of a reconcile pass after its first (between two
 	// pages, or between two intents' listings).
 	MidPageCrashProb float64
+	// InsertBetweenPagesProb is the chance that a burst of refunds lands
+	// on the listed payment just before a listing page after the first is
+	// served (new entities enter at the head of newest-first lists, which
+	// shifts offset pages).
+	InsertBetweenPagesProb float64
 	// MaxTries is how many times an agent sends one request.
 	MaxTries int
 	// MaxEvents ends a seed that does not settle (a liveness violation).
 	MaxEvents int
-	// TruncateListings breaks the rail client on purpose: every listing
-	// page says it is the last, so absence is "proven" on page 1. Only the
-	// test that shows the simulation catches that bug sets it.
+	// Rail, when set ("stripe" or "razorpay"), is every seed's rail;
+	// otherwise each seed picks one.
+	Rail string
+	// TruncateListings breaks the rail client on purpose: every Stripe
+	// listing page says it is the last, so absence is "proven" on page 1.
+	// Only the test that shows the simulation catches that bug sets it.
 	TruncateListings bool
 }
 
@@ -68,7 +77,7 @@ func Defaults() Config {
 	return Config{
 		MaxTasks: 6, LeaseTTL: 10 * time.Second, ReconcileDelay: 5 * time.Second, ClaimTTL: 30 * time.Second,
 		MaxReconciles: 6, PassInterval: 2 * time.Second, CrashProb: 0.02, MidPageCrashProb: 0.2,
-		MaxTries: 8, MaxEvents: 5000,
+		InsertBetweenPagesProb: 0.3, MaxTries: 8, MaxEvents: 5000,
 	}
 }
 
@@ -87,11 +96,13 @@ func (c Config) Bound() time.Duration {
 }
 
 // Env is what the seeds run by one worker share: a ledger whose now() is
-// the fake clock, the clock's handle, and a file holding the rail key.
+// the fake clock, the clock's handle, and the files holding the rail keys
+// (mockrail's default Stripe key; its default Razorpay key_id:key_secret).
 type Env struct {
-	Store   *ledger.Store
-	Clock   *pgtest.FakeClock
-	KeyFile string
+	Store           *ledger.Store
+	Clock           *pgtest.FakeClock
+	StripeKeyFile   string
+	RazorpayKeyFile string
 }
 
 // Result is one seed's run.
@@ -113,13 +124,58 @@ type Stats struct {
 	Events, Tasks, Requests, Crashes, MidPageCrashes, LongOutages int
 	Faults                                                        map[string]int
 	Applied, Refused, GaveUp, Effects, Reopened, Quarantined      int
-	BurstRefunds, MaxPages                                        int
+	BurstRefunds, MaxPages, InsertsBetweenPages                   int
+	Rails                                                         map[string]int
 }
 
 // epoch is the simulated start of every seed.
 var epoch = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 
-const railHost = "api.stripe.com"
+// railSpec is what the simulation needs to speak one rail.
+type railSpec struct {
+	name     string // rails-file rail
+	host     string
+	currency string // the mandate's
+	payment  string // payment id prefix
+	mandate  countersignv1.Rail
+	key      func(Env) string
+}
+
+var (
+	stripeRail = railSpec{name: "stripe", host: "api.stripe.com", currency: "USD", payment: "pi_sim",
+		mandate: countersignv1.Rail_RAIL_STRIPE, key: func(e Env) string { return e.StripeKeyFile }}
+	razorpayRail = railSpec{name: "razorpay", host: "api.razorpay.com", currency: "INR", payment: "pay_sim",
+		mandate: countersignv1.Rail_RAIL_RAZORPAY, key: func(e Env) string { return e.RazorpayKeyFile }}
+)
+
+// refundRequest is an agent's refund of amount on payment, as the rail's
+// SDK sends it.
+func (r railSpec) refundRequest(payment string, amount int64) (path, contentType string, body []byte) {
+	if r.name == "razorpay" {
+		return "/v1/payments/" + payment + "/refund", "application/json", fmt.Appendf(nil, `{"amount":%d}`, amount)
+	}
+	return "/v1/refunds", "application/x-www-form-urlencoded",
+		[]byte(url.Values{"payment_intent": {payment}, "amount": {strconv.FormatInt(amount, 10)}}.Encode())
+}
+
+// listedPayment returns the payment a refund listing request is about, or
+// "" if req is not one.
+func (r railSpec) listedPayment(req *http.Request) string {
+	if req.Method != http.MethodGet {
+		return ""
+	}
+	if r.name == "razorpay" {
+		rest, ok := strings.CutPrefix(req.URL.Path, "/v1/payments/")
+		if id, ok2 := strings.CutSuffix(rest, "/refunds"); ok && ok2 {
+			return id
+		}
+		return ""
+	}
+	if req.URL.Path == "/v1/refunds" {
+		return req.URL.Query().Get("payment_intent")
+	}
+	return ""
+}
 
 // Run simulates one seed. An error means the simulation itself could not
 // run (the database failed); invariant failures are in the Result.
@@ -152,8 +208,10 @@ type pipe struct {
 	t    *task
 	inc  int
 	ref  engine.IntentRef
-	hdr  map[string]string
-	body []byte
+	hdr   map[string]string
+	path  string
+	ctype string
+	body  []byte
 	resp rail.Response
 }
 
@@ -223,6 +281,7 @@ type world struct {
 	pageReads  int
 	passCancel context.CancelFunc
 
+	rail       railSpec
 	account    string
 	payments   []string
 	credential string
@@ -251,10 +310,24 @@ type world struct {
 func newWorld(ctx context.Context, env Env, cfg Config, seed uint64) (*world, error) {
 	w := &world{env: env, cfg: cfg, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), //nolint:gosec // a seeded simulation, not secrets
 		pipes: map[*pipe]bool{}, names: map[string]string{}, unsettled: map[string]time.Duration{},
-		stats: Stats{Faults: map[string]int{}}}
+		stats: Stats{Faults: map[string]int{}, Rails: map[string]int{}}}
 	tag := strconv.FormatUint(seed, 36)
+	switch cfg.Rail {
+	case "stripe":
+		w.rail = stripeRail
+	case "razorpay":
+		w.rail = razorpayRail
+	case "":
+		w.rail = stripeRail
+		if w.rng.IntN(2) == 0 {
+			w.rail = razorpayRail
+		}
+	default:
+		return nil, fmt.Errorf("sim: unknown rail %q", cfg.Rail)
+	}
+	w.stats.Rails[w.rail.name]++
 	w.account = "acct_sim_" + tag
-	w.payments = []string{"pi_sim" + tag + "a", "pi_sim" + tag + "b"}
+	w.payments = []string{w.rail.payment + tag + "a", w.rail.payment + tag + "b"}
 	w.mclock = mockrail.NewManualClock(epoch)
 	var err error
 	w.mock, err = mockrail.New(mockrail.WithClock(w.mclock), mockrail.WithIDs(mockrail.SequentialIDs()),
@@ -263,7 +336,8 @@ func newWorld(ctx context.Context, env Env, cfg Config, seed uint64) (*world, er
 		return nil, err
 	}
 	for _, p := range w.payments {
-		if _, err := w.mock.AddPayment(mockrail.Payment{Rail: mockrail.Stripe, ID: p, Amount: 1_000_000_000, Currency: "usd"}); err != nil {
+		if _, err := w.mock.AddPayment(mockrail.Payment{Rail: mockrail.Rail(w.rail.name), ID: p, Amount: 1_000_000_000,
+			Currency: strings.ToLower(w.rail.currency)}); err != nil {
 			return nil, err
 		}
 	}
@@ -272,9 +346,10 @@ func newWorld(ctx context.Context, env Env, cfg Config, seed uint64) (*world, er
 	if w.rng.IntN(2) == 0 {
 		w.lag = time.Duration(500+w.rng.IntN(int(cfg.ReconcileDelay/time.Millisecond)-1000)) * time.Millisecond
 	}
-	w.reg, err = rails.New(rails.File{Rails: []rails.AccountConfig{{Account: w.account, Rail: "stripe", Hosts: []string{railHost},
-		BaseURL: "https://" + railHost, KeyFile: env.KeyFile}}},
-		rails.Adapters{sik.RailStripe: func() rail.Adapter { return stripe.New() }}, &http.Client{Transport: w})
+	w.reg, err = rails.New(rails.File{Rails: []rails.AccountConfig{{Account: w.account, Rail: w.rail.name, Hosts: []string{w.rail.host},
+		BaseURL: "https://" + w.rail.host, KeyFile: w.rail.key(env)}}},
+		rails.Adapters{sik.RailStripe: func() rail.Adapter { return stripe.New() }, sik.RailRazorpay: func() rail.Adapter { return razorpay.New() }},
+		&http.Client{Transport: w})
 	if err != nil {
 		return nil, err
 	}
@@ -308,18 +383,18 @@ func (w *world) seedLedger(ctx context.Context) error {
 	}
 	w.credential = secret
 	m := &countersignv1.Mandate{
-		Rail: countersignv1.Rail_RAIL_STRIPE, RailAccount: w.account, AgentId: agent.ID, Purpose: "simulation",
+		Rail: w.rail.mandate, RailAccount: w.account, AgentId: agent.ID, Purpose: "simulation",
 		ValidFrom: timestamppb.New(epoch.Add(-time.Hour)), ValidUntil: timestamppb.New(epoch.Add(90 * 24 * time.Hour)),
 		Mode: countersignv1.MandateMode_MANDATE_MODE_BUDGETED,
 		Grants: []*countersignv1.Grant{
-			{ActionKind: countersignv1.ActionKind_ACTION_KIND_REFUND, MaxAmountMinor: 1_000_000, Currencies: []string{"USD"}},
+			{ActionKind: countersignv1.ActionKind_ACTION_KIND_REFUND, MaxAmountMinor: 1_000_000, Currencies: []string{w.rail.currency}},
 		},
 	}
 	// Half the seeds run under a budget with room for about half of what
 	// the agents ask for.
 	if w.rng.IntN(2) == 0 {
 		w.budget = 2500 + w.rng.Int64N(10_000)
-		m.Budgets = []*countersignv1.Money{{AmountMinor: w.budget, Currency: "USD"}}
+		m.Budgets = []*countersignv1.Money{{AmountMinor: w.budget, Currency: w.rail.currency}}
 	}
 	rec, err := mandate.Record(m)
 	if err != nil {
@@ -513,10 +588,10 @@ func (w *world) latency() time.Duration {
 }
 
 func (w *world) decide(ctx context.Context, p *pipe) error {
-	body := url.Values{"payment_intent": {p.t.payment}, "amount": {strconv.FormatInt(p.t.amount, 10)}}.Encode()
+	path, ctype, body := w.rail.refundRequest(p.t.payment, p.t.amount)
 	out := w.eng.Decide(ctx, engine.Request{Source: engine.SourceExtAuthz, RequestID: fmt.Sprintf("task%d-try%d", p.t.id, p.t.tries),
-		Credential: w.credential, Method: http.MethodPost, Host: railHost, Path: "/v1/refunds",
-		Headers: map[string]string{"content-type": "application/x-www-form-urlencoded"}, Body: []byte(body)})
+		Credential: w.credential, Method: http.MethodPost, Host: w.rail.host, Path: path,
+		Headers: map[string]string{"content-type": ctype}, Body: body})
 	name := ""
 	if out.Intent != nil {
 		name = w.name(out.Intent.SIK)
@@ -527,7 +602,7 @@ func (w *world) decide(ctx context.Context, p *pipe) error {
 		w.answer(p.t, out.HTTPStatus, out.ReasonCode, "countersign")
 		return nil
 	}
-	p.ref, p.hdr, p.body = *out.Intent, out.SetHeaders, []byte(body)
+	p.ref, p.hdr, p.body, p.path, p.ctype = *out.Intent, out.SetHeaders, body, path, ctype
 	w.logf("task %d try %d: decide ALLOW %s attempt %d", p.t.id, p.t.tries, name, p.ref.AttemptSeq)
 	w.after(w.latency(), &event{kind: evStamp, p: p, inc: p.inc})
 	return nil
@@ -581,11 +656,11 @@ func (w *world) callRail(ctx context.Context, p *pipe) {
 		w.lost(p)
 		return
 	}
-	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "https://"+railHost+"/v1/refunds", strings.NewReader(string(p.body)))
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "https://"+w.rail.host+p.path, strings.NewReader(string(p.body)))
 	for k, v := range p.hdr {
 		req.Header.Set(k, v)
 	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Content-Type", p.ctype)
 	rec := httptest.NewRecorder()
 	w.mock.ServeHTTP(rec, req)
 	resp := rec.Result()
@@ -746,7 +821,7 @@ func (w *world) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !w.up {
 		return nil, errors.New("sim: the process is dead")
 	}
-	if req.Method == http.MethodGet && strings.HasPrefix(req.URL.Path, "/v1/refunds") {
+	if listed := w.rail.listedPayment(req); listed != "" {
 		w.pageReads++
 		// The first listing request of a pass crashes like any step; a
 		// later one (the next page, or the next intent's listing) more
@@ -761,10 +836,16 @@ func (w *world) RoundTrip(req *http.Request) (*http.Response, error) {
 			w.passCancel()
 			return nil, errors.New("sim: the process died mid-pagination")
 		}
+		if w.pageReads > 1 && w.rng.Float64() < w.cfg.InsertBetweenPagesProb {
+			n := 1 + w.rng.IntN(95)
+			w.stats.InsertsBetweenPages++
+			w.logf("%d refunds land on %s between two listing pages", n, listed)
+			w.refundsAtRail(req.Context(), listed, n)
+		}
 	}
 	rec := httptest.NewRecorder()
 	w.mock.ServeHTTP(rec, req)
-	if w.cfg.TruncateListings && req.Method == http.MethodGet && strings.HasPrefix(req.URL.Path, "/v1/refunds") {
+	if w.cfg.TruncateListings && w.rail.name == "stripe" && w.rail.listedPayment(req) != "" {
 		body := strings.Replace(rec.Body.String(), `"has_more": true`, `"has_more": false`, 1)
 		body = strings.Replace(body, `"has_more":true`, `"has_more":false`, 1)
 		rec.Body.Reset()
@@ -777,20 +858,30 @@ func (w *world) RoundTrip(req *http.Request) (*http.Response, error) {
 // burst makes n small refunds straight at the rail on one payment.
 func (w *world) burst(ctx context.Context, n int) {
 	p := w.payments[w.rng.IntN(len(w.payments))]
+	w.refundsAtRail(ctx, p, n)
+	w.logf("burst: %d refunds straight at the rail on %s", n, p)
+}
+
+// refundsAtRail makes n small refunds on payment p with the rail's own
+// key, without Countersign (a dashboard, another system).
+func (w *world) refundsAtRail(ctx context.Context, p string, n int) {
 	for i := range n {
-		req := httptest.NewRequestWithContext(ctx, http.MethodPost, "https://"+railHost+"/v1/refunds",
-			strings.NewReader(url.Values{"payment_intent": {p}, "amount": {strconv.Itoa(1 + i%7)}}.Encode()))
-		req.Header.Set("Authorization", "Bearer "+mockrail.DefaultStripeKey)
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		path, ctype, body := w.rail.refundRequest(p, int64(1+i%7))
+		req := httptest.NewRequestWithContext(ctx, http.MethodPost, "https://"+w.rail.host+path, strings.NewReader(string(body)))
+		if w.rail.name == "razorpay" {
+			req.SetBasicAuth(mockrail.DefaultRazorpayKeyID, mockrail.DefaultRazorpayKeySecret)
+		} else {
+			req.Header.Set("Authorization", "Bearer "+mockrail.DefaultStripeKey)
+		}
+		req.Header.Set("Content-Type", ctype)
 		rec := httptest.NewRecorder()
 		w.mock.ServeHTTP(rec, req)
 		if rec.Code != http.StatusOK {
-			w.violations = append(w.violations, fmt.Sprintf("simulation: a burst refund was refused: %d %s", rec.Code, rec.Body))
+			w.violations = append(w.violations, fmt.Sprintf("simulation: a refund made at the rail was refused: %d %s", rec.Code, rec.Body))
 			return
 		}
 	}
 	w.stats.BurstRefunds += n
-	w.logf("burst: %d refunds straight at the rail on %s", n, p)
 }
 
 // name is the trace's name for an intent.

@@ -70,11 +70,15 @@ func newEnv(t *testing.T) Env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = clock.Close(context.Background()) })
-	key := filepath.Join(t.TempDir(), "stripe.key")
-	if err := os.WriteFile(key, []byte(mockrail.DefaultStripeKey), 0o600); err != nil {
-		t.Fatal(err)
+	dir := t.TempDir()
+	env := Env{Store: store, Clock: clock, StripeKeyFile: filepath.Join(dir, "stripe.key"), RazorpayKeyFile: filepath.Join(dir, "razorpay.key")}
+	for file, key := range map[string]string{env.StripeKeyFile: mockrail.DefaultStripeKey,
+		env.RazorpayKeyFile: mockrail.DefaultRazorpayKeyID + ":" + mockrail.DefaultRazorpayKeySecret} {
+		if err := os.WriteFile(file, []byte(key), 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
-	return Env{Store: store, Clock: clock, KeyFile: key}
+	return env
 }
 
 // runSeeds runs seeds over workers, each on its own database, and returns
@@ -136,7 +140,7 @@ func TestSimulation(t *testing.T) {
 	results := runSeeds(t, cfg, seeds, *flagWorkers)
 	elapsed := time.Since(start)
 	var total Stats
-	total.Faults = map[string]int{}
+	total.Faults, total.Rails = map[string]int{}, map[string]int{}
 	failed := 0
 	for _, r := range results {
 		add(&total, r.Stats)
@@ -160,10 +164,11 @@ func TestSimulation(t *testing.T) {
 		}
 	}
 	t.Logf("%d seeds (%d failed) in %s over %d workers: %d events, %d tasks, %d requests, %d rail effects, %d applied, %d refused, %d gave up; "+
-		"%d crashes (%d mid-pagination, %d outages past a day), %d burst refunds, deepest listing %d pages, %d intents retried after an attempt, %d quarantined; faults %v",
+		"%d crashes (%d mid-pagination, %d outages past a day), %d refunds made at the rail (%d times between two listing pages), deepest listing %d pages, "+
+		"%d intents retried after an attempt, %d quarantined; rails %v; faults %v",
 		len(seeds), failed, elapsed.Round(time.Millisecond), *flagWorkers, total.Events, total.Tasks, total.Requests, total.Effects,
 		total.Applied, total.Refused, total.GaveUp, total.Crashes, total.MidPageCrashes, total.LongOutages, total.BurstRefunds,
-		total.MaxPages, total.Reopened, total.Quarantined, total.Faults)
+		total.InsertsBetweenPages, total.MaxPages, total.Reopened, total.Quarantined, total.Rails, total.Faults)
 	if len(seeds) >= 100 {
 		// The run must have exercised what it claims to: otherwise a
 		// change to the generator could make every seed trivially pass.
@@ -171,7 +176,8 @@ func TestSimulation(t *testing.T) {
 			"outages past a day": total.LongOutages, "listings of 3+ pages": boolCount(total.MaxPages >= 3),
 			"timeouts after apply": total.Faults["timeout_after_apply"], "5xx after apply": total.Faults["5xx_after_apply"],
 			"resets before apply": total.Faults["reset_before_apply"], "replayed other bodies": total.Faults["replay_other"],
-			"intents retried after an attempt": total.Reopened} {
+			"intents retried after an attempt": total.Reopened, "refunds between listing pages": total.InsertsBetweenPages,
+			"stripe seeds": total.Rails["stripe"], "razorpay seeds": total.Rails["razorpay"]} {
 			if n == 0 {
 				t.Errorf("%d seeds exercised no %s", len(seeds), what)
 			}
@@ -201,8 +207,12 @@ func add(t *Stats, s Stats) {
 	t.Quarantined += s.Quarantined
 	t.BurstRefunds += s.BurstRefunds
 	t.MaxPages = max(t.MaxPages, s.MaxPages)
+	t.InsertsBetweenPages += s.InsertsBetweenPages
 	for k, v := range s.Faults {
 		t.Faults[k] += v
+	}
+	for k, v := range s.Rails {
+		t.Rails[k] += v
 	}
 }
 
@@ -240,9 +250,9 @@ func TestSeedReplaysExactly(t *testing.T) {
 // that stopped finding bugs would fail here.
 func TestSimulationCatchesTruncatedListings(t *testing.T) {
 	cfg := Defaults()
-	cfg.TruncateListings = true
+	cfg.TruncateListings, cfg.Rail = true, "stripe"
 	env := newEnv(t)
-	for seed := uint64(1); seed <= 400; seed++ {
+	for seed := uint64(1); seed <= 600; seed++ {
 		r, err := Run(context.Background(), env, cfg, seed)
 		if err != nil {
 			t.Fatal(err)
@@ -260,5 +270,5 @@ func TestSimulationCatchesTruncatedListings(t *testing.T) {
 		t.Logf("seed %d: %s (replayed identically, %d events)", seed, r.Violations[0], len(r.Trace))
 		return
 	}
-	t.Fatal("400 seeds with truncated listings found no double effect")
+	t.Fatal("600 seeds with truncated listings found no double effect")
 }
