@@ -205,14 +205,14 @@ type task struct {
 // ext_authz decide → ext_proc stamp → the rail → ext_proc commit → the
 // agent. It belongs to one incarnation of the process.
 type pipe struct {
-	t    *task
-	inc  int
-	ref  engine.IntentRef
+	t     *task
+	inc   int
+	ref   engine.IntentRef
 	hdr   map[string]string
 	path  string
 	ctype string
 	body  []byte
-	resp rail.Response
+	resp  rail.Response
 }
 
 type evKind int
