@@ -229,12 +229,24 @@ func (e *Engine) answer(acct *rails.Account, req Request, res ledger.ProposeResu
 				}
 				out.Body = body
 			}
+		} else if _, reshapes := acct.Adapter.(rail.Replayer); res.Applied.FoundEntity != nil && !reshapes {
+			// Settled by reconciliation: the answer was lost, but the
+			// reconciler kept the entity as the rail listed it (stamp
+			// matched), which is what the rail's answer carried.
+			out.HTTPStatus, out.Body = http.StatusOK, res.Applied.FoundEntity
+			out.Reason = fmt.Sprintf("already applied as %s (settled by reconciliation); this is the entity as the rail lists it", it.RailEntityID)
+			out.ResponseHeaders = map[string]string{"x-countersign-settled-by": "reconciliation"}
 		} else {
-			// Settled by reconciliation: no 2xx body was stored.
+			// Settled by reconciliation without a kept entity (an MCP
+			// answer has its own shape): say so.
 			out = refuseRail(acct, req, ReasonDuplicateApplied, fmt.Sprintf("Already applied as %s (settled by reconciliation); the rail's own answer was not kept.", it.RailEntityID), http.StatusConflict)
 			out.Verdict = Block
 		}
-		out.ResponseHeaders = map[string]string{"content-type": "application/json", "x-countersign-replay": "true"}
+		if out.ResponseHeaders == nil {
+			out.ResponseHeaders = map[string]string{}
+		}
+		out.ResponseHeaders["content-type"] = "application/json"
+		out.ResponseHeaders["x-countersign-replay"] = "true"
 	case it.State == intent.InFlight:
 		out = refuseRail(acct, req, ReasonDuplicateInFlight, fmt.Sprintf("An identical request (intent %s) is in progress at the rail; retry the same request shortly for its result.", it.SIK), http.StatusConflict)
 	case it.State == intent.Unknown || it.State == intent.Reconciling:

@@ -72,6 +72,10 @@ type Attempt struct {
 	FeeMinor        int64
 	StartedAt       time.Time
 	FinishedAt      *time.Time
+	// FoundEntity is the entity as the rail listed it when reconciliation
+	// found this attempt applied (nil otherwise): the rail's own JSON,
+	// carrying the attempt's stamp.
+	FoundEntity []byte
 }
 
 // Proposal is a new money-moving action, fully resolved, on its way to the
@@ -446,7 +450,9 @@ func (tx *Tx) leaseExpired(ctx context.Context, k Key, seq int) (bool, error) {
 
 const attemptColumns = `rail_account, sik, attempt_seq, stamp, stamp_generation, outcome, lease_owner, lease_expires_at,
 	request_method, request_path, request_headers, request_body, response_status, response_headers, response_body,
-	COALESCE(transport_error, ''), body_stamped, via_envoy, COALESCE(entity_id, ''), COALESCE(fee_minor, 0), started_at, finished_at`
+	COALESCE(transport_error, ''), body_stamped, via_envoy, COALESCE(entity_id, ''), COALESCE(fee_minor, 0), started_at, finished_at,
+	(SELECT f.entity_body FROM reconciliation_findings f WHERE f.rail_account = attempts.rail_account AND f.sik = attempts.sik
+	   AND f.attempt_seq = attempts.attempt_seq AND f.outcome = 'found_applied' ORDER BY f.id DESC LIMIT 1)`
 
 func scanAttempt(row pgx.Row) (Attempt, error) {
 	var a Attempt
@@ -456,7 +462,7 @@ func scanAttempt(row pgx.Row) (Attempt, error) {
 	var respBody []byte
 	err := row.Scan(&a.RailAccount, &a.SIK, &a.Seq, &a.Stamp, &gen, &a.Outcome, &a.LeaseOwner, &a.LeaseExpiresAt,
 		&a.Request.Method, &a.Request.Path, &reqHeaders, &a.Request.Body, &status, &respHeaders, &respBody,
-		&a.TransportError, &a.BodyStamped, &a.ViaEnvoy, &a.EntityID, &a.FeeMinor, &a.StartedAt, &a.FinishedAt)
+		&a.TransportError, &a.BodyStamped, &a.ViaEnvoy, &a.EntityID, &a.FeeMinor, &a.StartedAt, &a.FinishedAt, &a.FoundEntity)
 	if err != nil {
 		return a, err
 	}

@@ -411,3 +411,39 @@ func TestAuditVerifyDetectsRemovedTail(t *testing.T) {
 		t.Fatalf("after removing the tail: %+v, %v", rep, err)
 	}
 }
+
+// TestFoundEntityIsKeptForDuplicates: an intent settled by reconciliation
+// keeps the entity as the rail listed it, and a duplicate proposal gets it
+// with the applying attempt; only a found_applied finding may carry one.
+func TestFoundEntityIsKeptForDuplicates(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	p := proposal(40)
+	if _, err := s.Propose(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeAmbiguous, TransportError: "timeout"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO reconciliation_findings (rail_account, sik, attempt_seq, outcome, pages, pagination_exhausted, entity_body)
+		VALUES ($1, $2, 1, 'inconclusive', 1, false, '\x7b7d')`, p.RailAccount, p.SIK); err == nil {
+		t.Fatal("an inconclusive finding carrying an entity body was accepted")
+	}
+	work, err := s.ClaimReconcile(ctx, "rec", time.Minute, 10, &p.Key)
+	if err != nil || len(work) != 1 {
+		t.Fatalf("claim = %+v, %v", work, err)
+	}
+	body := []byte(`{"id":"re_40","object":"refund","metadata":{"countersign_sik":"` + p.SIK + `-0"}}`)
+	it, err := s.RecordFinding(ctx, Finding{Key: p.Key, AttemptSeq: 1, Outcome: FindingApplied, Pages: 2, EntityID: "re_40", EntityBody: body, Owner: "rec"})
+	if err != nil || it.State != intent.Applied {
+		t.Fatalf("finding applied = %+v, %v", it, err)
+	}
+	res, err := s.Propose(ctx, p)
+	if err != nil || res.Attempt != nil || res.Applied == nil || string(res.Applied.FoundEntity) != string(body) {
+		t.Fatalf("duplicate = %+v, %v; want the applying attempt with the found entity", res, err)
+	}
+	fs, err := s.FindingsFor(ctx, p.Key)
+	if err != nil || len(fs) != 1 || string(fs[0].EntityBody) != string(body) {
+		t.Fatalf("findings = %+v, %v", fs, err)
+	}
+}

@@ -90,7 +90,9 @@ type Finding struct {
 	Pages               int
 	PaginationExhausted bool
 	EntityID            string
-	Detail              string
+	// EntityBody is the found entity as the rail listed it (found_applied).
+	EntityBody []byte
+	Detail     string
 	// Owner must hold the reconcile lease.
 	Owner string
 	// MaxReconciles quarantines the intent when an inconclusive pass is
@@ -123,9 +125,9 @@ func (s *Store) RecordFinding(ctx context.Context, f Finding) (Intent, error) {
 			return fmt.Errorf("%w: %s is %s", ErrLeaseLost, f.Key, it.State)
 		}
 		if _, err := tx.tx.Exec(ctx, `
-			INSERT INTO reconciliation_findings (rail_account, sik, attempt_seq, outcome, pages, pagination_exhausted, entity_id, detail)
-			VALUES ($1, $2, $3, $4, $5, $6, NULLIF($7, ''), $8)`,
-			f.RailAccount, f.SIK, f.AttemptSeq, string(f.Outcome), f.Pages, f.PaginationExhausted, f.EntityID, f.Detail); err != nil {
+			INSERT INTO reconciliation_findings (rail_account, sik, attempt_seq, outcome, pages, pagination_exhausted, entity_id, detail, entity_body)
+			VALUES ($1, $2, $3, $4, $5, $6, NULLIF($7, ''), $8, $9)`,
+			f.RailAccount, f.SIK, f.AttemptSeq, string(f.Outcome), f.Pages, f.PaginationExhausted, f.EntityID, f.Detail, f.EntityBody); err != nil {
 			return err
 		}
 		switch f.Outcome {
@@ -164,7 +166,7 @@ func (s *Store) RecordFinding(ctx context.Context, f Finding) (Intent, error) {
 // FindingsFor lists the findings recorded for an intent, oldest first.
 func (s *Store) FindingsFor(ctx context.Context, k Key) ([]Finding, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT attempt_seq, outcome, pages, pagination_exhausted, COALESCE(entity_id, ''), detail
+		SELECT attempt_seq, outcome, pages, pagination_exhausted, COALESCE(entity_id, ''), detail, entity_body
 		FROM reconciliation_findings WHERE rail_account = $1 AND sik = $2 ORDER BY id`, k.RailAccount, k.SIK)
 	if err != nil {
 		return nil, classify(err)
@@ -172,7 +174,7 @@ func (s *Store) FindingsFor(ctx context.Context, k Key) ([]Finding, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Finding, error) {
 		f := Finding{Key: k}
 		var outcome string
-		err := r.Scan(&f.AttemptSeq, &outcome, &f.Pages, &f.PaginationExhausted, &f.EntityID, &f.Detail)
+		err := r.Scan(&f.AttemptSeq, &outcome, &f.Pages, &f.PaginationExhausted, &f.EntityID, &f.Detail, &f.EntityBody)
 		f.Outcome = FindingOutcome(outcome)
 		return f, err
 	})

@@ -173,6 +173,8 @@ type Entity struct {
 	Currency    string
 	Status      string
 	Created     time.Time
+	// Raw is the entity's JSON as the rail listed it.
+	Raw []byte
 }
 
 // Finding is the result of searching the rail for an intent's stamp.

@@ -151,7 +151,7 @@ func (w *Worker) one(ctx context.Context, wk ledger.ReconcileWork) (Result, erro
 		case err != nil:
 			f.Outcome, f.Detail = ledger.FindingInconclusive, "listing failed: "+err.Error()
 		case found.Match != nil:
-			f.Outcome, f.EntityID = ledger.FindingApplied, found.Match.ID
+			f.Outcome, f.EntityID, f.EntityBody = ledger.FindingApplied, found.Match.ID, found.Match.Raw
 			f.Detail = fmt.Sprintf("%s carries stamp %s", found.Match.ID, at.Stamp)
 		case !found.Exhausted:
 			// Absence on a page is not absence.

@@ -50,7 +50,7 @@ type oneAccount struct{ acct *rails.Account }
 func (o oneAccount) ByID(id string) (*rails.Account, bool) { return o.acct, id == o.acct.ID }
 
 func TestFindingsFollowTheEvidence(t *testing.T) {
-	entity := &rail.Entity{ID: "re_9", Stamp: "STAMP"}
+	entity := &rail.Entity{ID: "re_9", Stamp: "STAMP", Raw: []byte(`{"id":"re_9","metadata":{"countersign_sik":"STAMP"}}`)}
 	cases := []struct {
 		name      string
 		found     rail.Finding
@@ -86,8 +86,11 @@ func TestFindingsFollowTheEvidence(t *testing.T) {
 			if ad.stamp != "STAMP" {
 				t.Fatalf("searched for stamp %q, want the attempt's", ad.stamp)
 			}
-			if tc.want == ledger.FindingApplied && f.EntityID != "re_9" {
-				t.Fatalf("entity = %q", f.EntityID)
+			if tc.want == ledger.FindingApplied && (f.EntityID != "re_9" || string(f.EntityBody) != string(entity.Raw)) {
+				t.Fatalf("entity = %q, body %s", f.EntityID, f.EntityBody)
+			}
+			if tc.want != ledger.FindingApplied && f.EntityBody != nil {
+				t.Fatalf("a %s finding keeps an entity body %s", f.Outcome, f.EntityBody)
 			}
 		})
 	}

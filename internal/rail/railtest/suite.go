@@ -484,6 +484,11 @@ func runFind(t *testing.T, newAdapter func() rail.Adapter, fx Fixtures) {
 			if m.ID != want.ID || m.Stamp != stamp || m.AmountMinor != want.AmountMinor || m.Currency != cur || !m.Created.Equal(want.Created) {
 				t.Fatalf("Match = %+v, want %s stamped %s, %d %s, created %v", m, want.ID, stamp, want.AmountMinor, cur, want.Created)
 			}
+			// Raw is the listed entity itself (a duplicate is answered with it).
+			var raw map[string]any
+			if err := json.Unmarshal(m.Raw, &raw); err != nil || raw["id"] != want.ID || !strings.Contains(string(m.Raw), stamp) {
+				t.Fatalf("Match.Raw = %s (%v), want the listed entity %s carrying %s", m.Raw, err, want.ID, stamp)
+			}
 		}
 		wantAbsent := func(t *testing.T, f rail.Finding, err error) {
 			t.Helper()

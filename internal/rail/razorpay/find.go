@@ -148,5 +148,6 @@ func entity(raw json.RawMessage, want string) (rail.Entity, error) {
 		Currency:    strings.ToUpper(c.Currency),
 		Status:      c.Status,
 		Created:     time.Unix(c.CreatedAt, 0).UTC(),
+		Raw:         raw,
 	}, nil
 }

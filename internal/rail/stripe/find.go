@@ -132,5 +132,6 @@ func entity(raw json.RawMessage, want string) (rail.Entity, error) {
 		Currency:    strings.ToUpper(c.Currency),
 		Status:      c.Status,
 		Created:     time.Unix(c.Created, 0).UTC(),
+		Raw:         raw,
 	}, nil
 }
