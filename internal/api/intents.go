@@ -129,6 +129,6 @@ func toAuditRecord(r ledger.AuditRecord) *countersignv1.AuditRecord {
 	ev := countersignv1.IntentEvent_value["INTENT_EVENT_"+r.Event]
 	return &countersignv1.AuditRecord{Seq: r.Seq, RailAccount: r.RailAccount, Sik: r.SIK,
 		FromState: intentStates[r.FromState], ToState: intentStates[r.ToState], Event: countersignv1.IntentEvent(ev),
-		Reason: r.Detail, PrevHash: hex.EncodeToString(r.PrevHash), Hash: hex.EncodeToString(r.Hash),
-		CommitTime: timestamppb.New(time.UnixMicro(r.AtMicros))}
+		Reason: r.Detail, PrevHash: hex.EncodeToString(r.PrevHash), Hash: hex.EncodeToString(r.Hash), PayloadHash: hex.EncodeToString(r.PayloadHash()),
+		CommitTime: timestamppb.New(time.UnixMicro(r.AtMicros)), Chain: r.Chain}
 }

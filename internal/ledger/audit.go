@@ -34,8 +34,22 @@ func auditField(b *strings.Builder, v string) {
 }
 
 // ComputeHash returns the hash the record must carry given its fields and
-// its predecessor's hash.
+// its predecessor's hash: SHA-256(prev ‖ payload).
 func (r AuditRecord) ComputeHash(prev []byte) []byte {
+	h := sha256.New()
+	h.Write(prev)
+	h.Write(r.payload())
+	return h.Sum(nil)
+}
+
+// PayloadHash is SHA-256 of the record's canonical field encoding.
+func (r AuditRecord) PayloadHash() []byte {
+	sum := sha256.Sum256(r.payload())
+	return sum[:]
+}
+
+// payload is the record's canonical field encoding.
+func (r AuditRecord) payload() []byte {
 	var b strings.Builder
 	auditField(&b, r.Chain)
 	auditField(&b, strconv.FormatInt(r.Seq, 10))
@@ -47,10 +61,7 @@ func (r AuditRecord) ComputeHash(prev []byte) []byte {
 	auditField(&b, strconv.Itoa(r.AttemptSeq))
 	auditField(&b, r.Detail)
 	auditField(&b, strconv.FormatInt(r.AtMicros, 10))
-	h := sha256.New()
-	h.Write(prev)
-	h.Write([]byte(b.String()))
-	return h.Sum(nil)
+	return []byte(b.String())
 }
 
 // auditChainsPerAccount is how many hash chains the audit trigger spreads

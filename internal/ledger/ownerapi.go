@@ -129,8 +129,7 @@ type Transition struct {
 // behind its cursor and drops what it has seen.
 func (s *Store) OwnerTransitions(ctx context.Context, ownerID string, f IntentFilter, sinceMicros int64, limit int) ([]Transition, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT r.chain, r.rail_account, r.seq, r.sik, r.from_state, r.to_state, r.event, r.attempt_seq, r.detail, r.at_micros,
-		       r.prev_hash, r.hash
+		SELECT `+auditRecordColumns+`
 		FROM audit_records r JOIN intents i ON i.rail_account = r.rail_account AND i.sik = r.sik
 		WHERE i.agent_id IN (SELECT id FROM agents WHERE owner_id = $1)
 		  AND ($2 = '' OR i.agent_id = $2) AND ($3 = '' OR i.rail_account = $3)
@@ -141,12 +140,7 @@ func (s *Store) OwnerTransitions(ctx context.Context, ownerID string, f IntentFi
 	if err != nil {
 		return nil, classify(err)
 	}
-	recs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditRecord, error) {
-		var a AuditRecord
-		err := r.Scan(&a.Chain, &a.RailAccount, &a.Seq, &a.SIK, &a.FromState, &a.ToState, &a.Event, &a.AttemptSeq,
-			&a.Detail, &a.AtMicros, &a.PrevHash, &a.Hash)
-		return a, err
-	})
+	recs, err := pgx.CollectRows(rows, scanAuditRecord)
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -159,4 +153,47 @@ func (s *Store) OwnerTransitions(ctx context.Context, ownerID string, f IntentFi
 		out = append(out, Transition{AuditRecord: r, Intent: it})
 	}
 	return out, nil
+}
+
+// auditRecordColumns are an audit record's columns, on the alias r.
+const auditRecordColumns = `r.chain, r.rail_account, r.seq, r.sik, r.from_state, r.to_state, r.event, r.attempt_seq, r.detail,
+	r.at_micros, r.prev_hash, r.hash`
+
+func scanAuditRecord(r pgx.CollectableRow) (AuditRecord, error) {
+	var a AuditRecord
+	err := r.Scan(&a.Chain, &a.RailAccount, &a.Seq, &a.SIK, &a.FromState, &a.ToState, &a.Event, &a.AttemptSeq,
+		&a.Detail, &a.AtMicros, &a.PrevHash, &a.Hash)
+	return a, err
+}
+
+// AuditFilter narrows an owner's audit records ("" fields match all).
+type AuditFilter struct {
+	RailAccount, SIK, Chain string
+}
+
+// OwnerAuditRecords pages through the audit records of an owner's intents,
+// chain by chain in sequence order, after (afterChain, afterSeq).
+func (s *Store) OwnerAuditRecords(ctx context.Context, ownerID string, f AuditFilter, afterChain string, afterSeq int64, limit int) ([]AuditRecord, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT `+auditRecordColumns+`
+		FROM audit_records r JOIN intents i ON i.rail_account = r.rail_account AND i.sik = r.sik
+		WHERE i.agent_id IN (SELECT id FROM agents WHERE owner_id = $1)
+		  AND ($2 = '' OR r.rail_account = $2) AND ($3 = '' OR r.sik = $3) AND ($4 = '' OR r.chain = $4)
+		  AND (r.chain, r.seq) > ($5::text, $6::bigint)
+		ORDER BY r.chain, r.seq LIMIT $7`,
+		ownerID, f.RailAccount, f.SIK, f.Chain, afterChain, afterSeq, limit)
+	if err != nil {
+		return nil, classify(err)
+	}
+	out, err := pgx.CollectRows(rows, scanAuditRecord)
+	return out, classify(err)
+}
+
+// OwnerHasRailAccount reports whether one of the owner's agents holds a
+// mandate (revoked or not) on railAccount.
+func (s *Store) OwnerHasRailAccount(ctx context.Context, ownerID, railAccount string) (bool, error) {
+	var ok bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM mandates m JOIN agents a ON a.id = m.agent_id
+		WHERE a.owner_id = $1 AND m.rail_account = $2)`, ownerID, railAccount).Scan(&ok)
+	return ok, classify(err)
 }

@@ -56,9 +56,17 @@ func TestOwnerAPIOverREST(t *testing.T) {
 	if r := ownerAsAgent.decide(t, refund("pi_bench", 10, "")); r.GetReasonCode() != "credential_unknown" {
 		t.Fatalf("owner token as an agent credential: %s", r.GetReasonCode())
 	}
-	// An RPC not built yet answers Unimplemented (501), never a made-up answer.
-	if s, body := h.rest(t, "GET", "/v1/auditRecords", owner, nil); s != http.StatusNotImplemented {
+	// The audit over REST: the owner's records, and verification of a rail
+	// account the owner holds a mandate on.
+	h.decide(t, refund("pi_bench", 10, ""))
+	if s, body := h.rest(t, "GET", "/v1/auditRecords?railAccount=acct_bench", owner, nil); s != 200 || !strings.Contains(body, `"chain":"acct_bench#`) {
 		t.Fatalf("GET /v1/auditRecords = %d %s", s, body)
+	}
+	if s, body := h.rest(t, "POST", "/v1/auditRecords:verify", owner, map[string]any{"railAccount": "acct_bench"}); s != 200 || !strings.Contains(body, `"ok":true`) {
+		t.Fatalf("POST /v1/auditRecords:verify = %d %s", s, body)
+	}
+	if s, body := h.rest(t, "POST", "/v1/auditRecords:verify", owner, map[string]any{"railAccount": "acct_elsewhere"}); s != 404 {
+		t.Fatalf("verify of an account without the owner's mandate = %d %s", s, body)
 	}
 }
 

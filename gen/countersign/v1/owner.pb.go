@@ -2864,7 +2864,10 @@ func (x *RejectApprovalResponse) GetApproval() *Approval {
 	return nil
 }
 
-// ListAuditRecordsRequest pages through the audit chain.
+// ListAuditRecordsRequest pages through the audit records of the owner's
+// intents. Each rail account's records are spread over 16 hash chains
+// ("<rail account>#00" … "#15", by the SIK); records come chain by chain,
+// each chain in sequence order.
 type ListAuditRecordsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Maximum number of records to return (default 100, at most 1000).
@@ -2875,8 +2878,8 @@ type ListAuditRecordsRequest struct {
 	RailAccount string `protobuf:"bytes,3,opt,name=rail_account,json=railAccount,proto3" json:"rail_account,omitempty"`
 	// Only records of this intent (with rail_account); empty means all.
 	Sik string `protobuf:"bytes,4,opt,name=sik,proto3" json:"sik,omitempty"`
-	// Start after this sequence number.
-	StartAfterSeq int64 `protobuf:"varint,5,opt,name=start_after_seq,json=startAfterSeq,proto3" json:"start_after_seq,omitempty"`
+	// Only records of this chain; empty means all.
+	Chain         string `protobuf:"bytes,6,opt,name=chain,proto3" json:"chain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2939,11 +2942,11 @@ func (x *ListAuditRecordsRequest) GetSik() string {
 	return ""
 }
 
-func (x *ListAuditRecordsRequest) GetStartAfterSeq() int64 {
+func (x *ListAuditRecordsRequest) GetChain() string {
 	if x != nil {
-		return x.StartAfterSeq
+		return x.Chain
 	}
-	return 0
+	return ""
 }
 
 // ListAuditRecordsResponse is one page of audit records, in sequence order.
@@ -3001,13 +3004,13 @@ func (x *ListAuditRecordsResponse) GetNextPageToken() string {
 	return ""
 }
 
-// VerifyAuditRequest selects the range of the chain to verify.
+// VerifyAuditRequest names the rail account whose chains to verify. A
+// chain holds every owner's records on the account (the hashes link them),
+// so all of them are checked; only counts and break positions are returned.
 type VerifyAuditRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// First sequence number to verify; 0 means the start of the chain.
-	FromSeq int64 `protobuf:"varint,1,opt,name=from_seq,json=fromSeq,proto3" json:"from_seq,omitempty"`
-	// Last sequence number to verify; 0 means the chain head.
-	ToSeq         int64 `protobuf:"varint,2,opt,name=to_seq,json=toSeq,proto3" json:"to_seq,omitempty"`
+	// Rail account whose 16 chains to verify; the owner must hold a mandate on it.
+	RailAccount   string `protobuf:"bytes,3,opt,name=rail_account,json=railAccount,proto3" json:"rail_account,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3042,35 +3045,25 @@ func (*VerifyAuditRequest) Descriptor() ([]byte, []int) {
 	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{42}
 }
 
-func (x *VerifyAuditRequest) GetFromSeq() int64 {
+func (x *VerifyAuditRequest) GetRailAccount() string {
 	if x != nil {
-		return x.FromSeq
+		return x.RailAccount
 	}
-	return 0
+	return ""
 }
 
-func (x *VerifyAuditRequest) GetToSeq() int64 {
-	if x != nil {
-		return x.ToSeq
-	}
-	return 0
-}
-
-// VerifyAuditResponse is the outcome of a chain verification.
+// VerifyAuditResponse is the outcome of verifying a rail account's chains.
 type VerifyAuditResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// True if every record in the range hashes correctly and links to its predecessor.
+	// True if every record hashes correctly, links to its predecessor, and
+	// every chain head points at its last record.
 	Ok bool `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
 	// Number of records checked.
 	RecordsChecked int64 `protobuf:"varint,2,opt,name=records_checked,json=recordsChecked,proto3" json:"records_checked,omitempty"`
-	// Sequence number of the chain head at verification time.
-	HeadSeq int64 `protobuf:"varint,3,opt,name=head_seq,json=headSeq,proto3" json:"head_seq,omitempty"`
-	// Hash of the chain head.
-	HeadHash string `protobuf:"bytes,4,opt,name=head_hash,json=headHash,proto3" json:"head_hash,omitempty"`
-	// First record that failed, if any.
-	FirstBadSeq int64 `protobuf:"varint,5,opt,name=first_bad_seq,json=firstBadSeq,proto3" json:"first_bad_seq,omitempty"`
-	// What was wrong with it.
-	Problem       string `protobuf:"bytes,6,opt,name=problem,proto3" json:"problem,omitempty"`
+	// Number of chains with records.
+	ChainsChecked int32 `protobuf:"varint,7,opt,name=chains_checked,json=chainsChecked,proto3" json:"chains_checked,omitempty"`
+	// The first broken record of each broken chain.
+	Breaks        []*AuditBreak `protobuf:"bytes,8,rep,name=breaks,proto3" json:"breaks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3119,28 +3112,78 @@ func (x *VerifyAuditResponse) GetRecordsChecked() int64 {
 	return 0
 }
 
-func (x *VerifyAuditResponse) GetHeadSeq() int64 {
+func (x *VerifyAuditResponse) GetChainsChecked() int32 {
 	if x != nil {
-		return x.HeadSeq
+		return x.ChainsChecked
 	}
 	return 0
 }
 
-func (x *VerifyAuditResponse) GetHeadHash() string {
+func (x *VerifyAuditResponse) GetBreaks() []*AuditBreak {
 	if x != nil {
-		return x.HeadHash
+		return x.Breaks
+	}
+	return nil
+}
+
+// AuditBreak is the first record of a chain that does not verify.
+type AuditBreak struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The chain ("<rail account>#NN").
+	Chain string `protobuf:"bytes,1,opt,name=chain,proto3" json:"chain,omitempty"`
+	// Sequence number of the first bad record.
+	Seq int64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	// What is wrong with it.
+	Problem       string `protobuf:"bytes,3,opt,name=problem,proto3" json:"problem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditBreak) Reset() {
+	*x = AuditBreak{}
+	mi := &file_countersign_v1_owner_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditBreak) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditBreak) ProtoMessage() {}
+
+func (x *AuditBreak) ProtoReflect() protoreflect.Message {
+	mi := &file_countersign_v1_owner_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditBreak.ProtoReflect.Descriptor instead.
+func (*AuditBreak) Descriptor() ([]byte, []int) {
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *AuditBreak) GetChain() string {
+	if x != nil {
+		return x.Chain
 	}
 	return ""
 }
 
-func (x *VerifyAuditResponse) GetFirstBadSeq() int64 {
+func (x *AuditBreak) GetSeq() int64 {
 	if x != nil {
-		return x.FirstBadSeq
+		return x.Seq
 	}
 	return 0
 }
 
-func (x *VerifyAuditResponse) GetProblem() string {
+func (x *AuditBreak) GetProblem() string {
 	if x != nil {
 		return x.Problem
 	}
@@ -3167,7 +3210,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[44]
+	mi := &file_countersign_v1_owner_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3179,7 +3222,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[44]
+	mi := &file_countersign_v1_owner_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3192,7 +3235,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{44}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Webhook) GetWebhookId() string {
@@ -3241,7 +3284,7 @@ type CreateWebhookRequest struct {
 
 func (x *CreateWebhookRequest) Reset() {
 	*x = CreateWebhookRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[45]
+	mi := &file_countersign_v1_owner_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3253,7 +3296,7 @@ func (x *CreateWebhookRequest) String() string {
 func (*CreateWebhookRequest) ProtoMessage() {}
 
 func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[45]
+	mi := &file_countersign_v1_owner_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3266,7 +3309,7 @@ func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookRequest.ProtoReflect.Descriptor instead.
 func (*CreateWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{45}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *CreateWebhookRequest) GetWebhook() *Webhook {
@@ -3289,7 +3332,7 @@ type CreateWebhookResponse struct {
 
 func (x *CreateWebhookResponse) Reset() {
 	*x = CreateWebhookResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[46]
+	mi := &file_countersign_v1_owner_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3301,7 +3344,7 @@ func (x *CreateWebhookResponse) String() string {
 func (*CreateWebhookResponse) ProtoMessage() {}
 
 func (x *CreateWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[46]
+	mi := &file_countersign_v1_owner_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3314,7 +3357,7 @@ func (x *CreateWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookResponse.ProtoReflect.Descriptor instead.
 func (*CreateWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{46}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *CreateWebhookResponse) GetWebhook() *Webhook {
@@ -3344,7 +3387,7 @@ type ListWebhooksRequest struct {
 
 func (x *ListWebhooksRequest) Reset() {
 	*x = ListWebhooksRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[47]
+	mi := &file_countersign_v1_owner_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3356,7 +3399,7 @@ func (x *ListWebhooksRequest) String() string {
 func (*ListWebhooksRequest) ProtoMessage() {}
 
 func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[47]
+	mi := &file_countersign_v1_owner_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3369,7 +3412,7 @@ func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhooksRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{47}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListWebhooksRequest) GetPageSize() int32 {
@@ -3399,7 +3442,7 @@ type ListWebhooksResponse struct {
 
 func (x *ListWebhooksResponse) Reset() {
 	*x = ListWebhooksResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[48]
+	mi := &file_countersign_v1_owner_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3411,7 +3454,7 @@ func (x *ListWebhooksResponse) String() string {
 func (*ListWebhooksResponse) ProtoMessage() {}
 
 func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[48]
+	mi := &file_countersign_v1_owner_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3424,7 +3467,7 @@ func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhooksResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{48}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListWebhooksResponse) GetWebhooks() []*Webhook {
@@ -3452,7 +3495,7 @@ type DeleteWebhookRequest struct {
 
 func (x *DeleteWebhookRequest) Reset() {
 	*x = DeleteWebhookRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[49]
+	mi := &file_countersign_v1_owner_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3464,7 +3507,7 @@ func (x *DeleteWebhookRequest) String() string {
 func (*DeleteWebhookRequest) ProtoMessage() {}
 
 func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[49]
+	mi := &file_countersign_v1_owner_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3477,7 +3520,7 @@ func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWebhookRequest.ProtoReflect.Descriptor instead.
 func (*DeleteWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{49}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *DeleteWebhookRequest) GetWebhookId() string {
@@ -3496,7 +3539,7 @@ type DeleteWebhookResponse struct {
 
 func (x *DeleteWebhookResponse) Reset() {
 	*x = DeleteWebhookResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[50]
+	mi := &file_countersign_v1_owner_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3508,7 +3551,7 @@ func (x *DeleteWebhookResponse) String() string {
 func (*DeleteWebhookResponse) ProtoMessage() {}
 
 func (x *DeleteWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[50]
+	mi := &file_countersign_v1_owner_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3521,7 +3564,7 @@ func (x *DeleteWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWebhookResponse.ProtoReflect.Descriptor instead.
 func (*DeleteWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{50}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{51}
 }
 
 // DeadLetter is a webhook delivery that exhausted its retries.
@@ -3555,7 +3598,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[51]
+	mi := &file_countersign_v1_owner_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3567,7 +3610,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[51]
+	mi := &file_countersign_v1_owner_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3580,7 +3623,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{51}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DeadLetter) GetDeadLetterId() string {
@@ -3677,7 +3720,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[52]
+	mi := &file_countersign_v1_owner_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3689,7 +3732,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[52]
+	mi := &file_countersign_v1_owner_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3702,7 +3745,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{52}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListDeadLettersRequest) GetPageSize() int32 {
@@ -3746,7 +3789,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[53]
+	mi := &file_countersign_v1_owner_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3758,7 +3801,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[53]
+	mi := &file_countersign_v1_owner_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3771,7 +3814,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{53}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -3799,7 +3842,7 @@ type ReplayDeadLetterRequest struct {
 
 func (x *ReplayDeadLetterRequest) Reset() {
 	*x = ReplayDeadLetterRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[54]
+	mi := &file_countersign_v1_owner_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3811,7 +3854,7 @@ func (x *ReplayDeadLetterRequest) String() string {
 func (*ReplayDeadLetterRequest) ProtoMessage() {}
 
 func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[54]
+	mi := &file_countersign_v1_owner_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3824,7 +3867,7 @@ func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterRequest.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{54}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReplayDeadLetterRequest) GetDeadLetterId() string {
@@ -3845,7 +3888,7 @@ type ReplayDeadLetterResponse struct {
 
 func (x *ReplayDeadLetterResponse) Reset() {
 	*x = ReplayDeadLetterResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[55]
+	mi := &file_countersign_v1_owner_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3857,7 +3900,7 @@ func (x *ReplayDeadLetterResponse) String() string {
 func (*ReplayDeadLetterResponse) ProtoMessage() {}
 
 func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[55]
+	mi := &file_countersign_v1_owner_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3870,7 +3913,7 @@ func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterResponse.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{55}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ReplayDeadLetterResponse) GetDeadLetter() *DeadLetter {
@@ -4075,28 +4118,30 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"approvalId\x12\x1c\n" +
 	"\x04note\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\xe8\aR\x04note\"N\n" +
 	"\x16RejectApprovalResponse\x124\n" +
-	"\bapproval\x18\x01 \x01(\v2\x18.countersign.v1.ApprovalR\bapproval\"\xf5\x01\n" +
+	"\bapproval\x18\x01 \x01(\v2\x18.countersign.v1.ApprovalR\bapproval\"\xfb\x01\n" +
 	"\x17ListAuditRecordsRequest\x12'\n" +
 	"\tpage_size\x18\x01 \x01(\x05B\n" +
 	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\bpageSize\x12'\n" +
 	"\n" +
 	"page_token\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\x12+\n" +
 	"\frail_account\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\vrailAccount\x12*\n" +
-	"\x03sik\x18\x04 \x01(\tB\x18\xbaH\x15r\x132\x11^([A-Z2-7]{32})?$R\x03sik\x12/\n" +
-	"\x0fstart_after_seq\x18\x05 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\rstartAfterSeq\"\x84\x01\n" +
+	"\x03sik\x18\x04 \x01(\tB\x18\xbaH\x15r\x132\x11^([A-Z2-7]{32})?$R\x03sik\x12\x1e\n" +
+	"\x05chain\x18\x06 \x01(\tB\b\xbaH\x05r\x03\x18\x84\x02R\x05chainJ\x04\b\x05\x10\x06R\x0fstart_after_seq\"\x84\x01\n" +
 	"\x18ListAuditRecordsResponse\x12@\n" +
 	"\raudit_records\x18\x01 \x03(\v2\x1b.countersign.v1.AuditRecordR\fauditRecords\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"X\n" +
-	"\x12VerifyAuditRequest\x12\"\n" +
-	"\bfrom_seq\x18\x01 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\afromSeq\x12\x1e\n" +
-	"\x06to_seq\x18\x02 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\x05toSeq\"\xc4\x01\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"e\n" +
+	"\x12VerifyAuditRequest\x121\n" +
+	"\frail_account\x18\x03 \x01(\tB\x0e\xe2A\x01\x02\xbaH\ar\x05\x10\x01\x18\xff\x01R\vrailAccountJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03R\bfrom_seqR\x06to_seq\"\xee\x01\n" +
 	"\x13VerifyAuditResponse\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12'\n" +
-	"\x0frecords_checked\x18\x02 \x01(\x03R\x0erecordsChecked\x12\x19\n" +
-	"\bhead_seq\x18\x03 \x01(\x03R\aheadSeq\x12\x1b\n" +
-	"\thead_hash\x18\x04 \x01(\tR\bheadHash\x12\"\n" +
-	"\rfirst_bad_seq\x18\x05 \x01(\x03R\vfirstBadSeq\x12\x18\n" +
-	"\aproblem\x18\x06 \x01(\tR\aproblem\"\x88\x02\n" +
+	"\x0frecords_checked\x18\x02 \x01(\x03R\x0erecordsChecked\x12%\n" +
+	"\x0echains_checked\x18\a \x01(\x05R\rchainsChecked\x122\n" +
+	"\x06breaks\x18\b \x03(\v2\x1a.countersign.v1.AuditBreakR\x06breaksJ\x04\b\x03\x10\x04J\x04\b\x04\x10\x05J\x04\b\x05\x10\x06J\x04\b\x06\x10\aR\bhead_seqR\thead_hashR\rfirst_bad_seqR\aproblem\"N\n" +
+	"\n" +
+	"AuditBreak\x12\x14\n" +
+	"\x05chain\x18\x01 \x01(\tR\x05chain\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12\x18\n" +
+	"\aproblem\x18\x03 \x01(\tR\aproblem\"\x88\x02\n" +
 	"\aWebhook\x12#\n" +
 	"\n" +
 	"webhook_id\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\twebhookId\x12!\n" +
@@ -4240,7 +4285,7 @@ func file_countersign_v1_owner_proto_rawDescGZIP() []byte {
 }
 
 var file_countersign_v1_owner_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_countersign_v1_owner_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_countersign_v1_owner_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_countersign_v1_owner_proto_goTypes = []any{
 	(AgentState)(0),                  // 0: countersign.v1.AgentState
 	(CredentialScope)(0),             // 1: countersign.v1.CredentialScope
@@ -4292,32 +4337,33 @@ var file_countersign_v1_owner_proto_goTypes = []any{
 	(*ListAuditRecordsResponse)(nil), // 47: countersign.v1.ListAuditRecordsResponse
 	(*VerifyAuditRequest)(nil),       // 48: countersign.v1.VerifyAuditRequest
 	(*VerifyAuditResponse)(nil),      // 49: countersign.v1.VerifyAuditResponse
-	(*Webhook)(nil),                  // 50: countersign.v1.Webhook
-	(*CreateWebhookRequest)(nil),     // 51: countersign.v1.CreateWebhookRequest
-	(*CreateWebhookResponse)(nil),    // 52: countersign.v1.CreateWebhookResponse
-	(*ListWebhooksRequest)(nil),      // 53: countersign.v1.ListWebhooksRequest
-	(*ListWebhooksResponse)(nil),     // 54: countersign.v1.ListWebhooksResponse
-	(*DeleteWebhookRequest)(nil),     // 55: countersign.v1.DeleteWebhookRequest
-	(*DeleteWebhookResponse)(nil),    // 56: countersign.v1.DeleteWebhookResponse
-	(*DeadLetter)(nil),               // 57: countersign.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),   // 58: countersign.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),  // 59: countersign.v1.ListDeadLettersResponse
-	(*ReplayDeadLetterRequest)(nil),  // 60: countersign.v1.ReplayDeadLetterRequest
-	(*ReplayDeadLetterResponse)(nil), // 61: countersign.v1.ReplayDeadLetterResponse
-	(*timestamppb.Timestamp)(nil),    // 62: google.protobuf.Timestamp
-	(*Mandate)(nil),                  // 63: countersign.v1.Mandate
-	(IntentState)(0),                 // 64: countersign.v1.IntentState
-	(*Intent)(nil),                   // 65: countersign.v1.Intent
-	(*Attempt)(nil),                  // 66: countersign.v1.Attempt
-	(*AuditRecord)(nil),              // 67: countersign.v1.AuditRecord
-	(ActionKind)(0),                  // 68: countersign.v1.ActionKind
-	(*Money)(nil),                    // 69: countersign.v1.Money
-	(*GateResult)(nil),               // 70: countersign.v1.GateResult
+	(*AuditBreak)(nil),               // 50: countersign.v1.AuditBreak
+	(*Webhook)(nil),                  // 51: countersign.v1.Webhook
+	(*CreateWebhookRequest)(nil),     // 52: countersign.v1.CreateWebhookRequest
+	(*CreateWebhookResponse)(nil),    // 53: countersign.v1.CreateWebhookResponse
+	(*ListWebhooksRequest)(nil),      // 54: countersign.v1.ListWebhooksRequest
+	(*ListWebhooksResponse)(nil),     // 55: countersign.v1.ListWebhooksResponse
+	(*DeleteWebhookRequest)(nil),     // 56: countersign.v1.DeleteWebhookRequest
+	(*DeleteWebhookResponse)(nil),    // 57: countersign.v1.DeleteWebhookResponse
+	(*DeadLetter)(nil),               // 58: countersign.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),   // 59: countersign.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),  // 60: countersign.v1.ListDeadLettersResponse
+	(*ReplayDeadLetterRequest)(nil),  // 61: countersign.v1.ReplayDeadLetterRequest
+	(*ReplayDeadLetterResponse)(nil), // 62: countersign.v1.ReplayDeadLetterResponse
+	(*timestamppb.Timestamp)(nil),    // 63: google.protobuf.Timestamp
+	(*Mandate)(nil),                  // 64: countersign.v1.Mandate
+	(IntentState)(0),                 // 65: countersign.v1.IntentState
+	(*Intent)(nil),                   // 66: countersign.v1.Intent
+	(*Attempt)(nil),                  // 67: countersign.v1.Attempt
+	(*AuditRecord)(nil),              // 68: countersign.v1.AuditRecord
+	(ActionKind)(0),                  // 69: countersign.v1.ActionKind
+	(*Money)(nil),                    // 70: countersign.v1.Money
+	(*GateResult)(nil),               // 71: countersign.v1.GateResult
 }
 var file_countersign_v1_owner_proto_depIdxs = []int32{
 	0,  // 0: countersign.v1.Agent.state:type_name -> countersign.v1.AgentState
-	62, // 1: countersign.v1.Agent.create_time:type_name -> google.protobuf.Timestamp
-	62, // 2: countersign.v1.Agent.revoke_time:type_name -> google.protobuf.Timestamp
+	63, // 1: countersign.v1.Agent.create_time:type_name -> google.protobuf.Timestamp
+	63, // 2: countersign.v1.Agent.revoke_time:type_name -> google.protobuf.Timestamp
 	6,  // 3: countersign.v1.CreateAgentRequest.agent:type_name -> countersign.v1.Agent
 	6,  // 4: countersign.v1.CreateAgentResponse.agent:type_name -> countersign.v1.Agent
 	6,  // 5: countersign.v1.ListAgentsResponse.agents:type_name -> countersign.v1.Agent
@@ -4325,111 +4371,112 @@ var file_countersign_v1_owner_proto_depIdxs = []int32{
 	6,  // 7: countersign.v1.RevokeAgentResponse.agent:type_name -> countersign.v1.Agent
 	1,  // 8: countersign.v1.Credential.scope:type_name -> countersign.v1.CredentialScope
 	2,  // 9: countersign.v1.Credential.state:type_name -> countersign.v1.CredentialState
-	62, // 10: countersign.v1.Credential.create_time:type_name -> google.protobuf.Timestamp
-	62, // 11: countersign.v1.Credential.expire_time:type_name -> google.protobuf.Timestamp
-	62, // 12: countersign.v1.Credential.revoke_time:type_name -> google.protobuf.Timestamp
-	62, // 13: countersign.v1.Credential.last_use_time:type_name -> google.protobuf.Timestamp
+	63, // 10: countersign.v1.Credential.create_time:type_name -> google.protobuf.Timestamp
+	63, // 11: countersign.v1.Credential.expire_time:type_name -> google.protobuf.Timestamp
+	63, // 12: countersign.v1.Credential.revoke_time:type_name -> google.protobuf.Timestamp
+	63, // 13: countersign.v1.Credential.last_use_time:type_name -> google.protobuf.Timestamp
 	1,  // 14: countersign.v1.IssueCredentialRequest.scope:type_name -> countersign.v1.CredentialScope
-	62, // 15: countersign.v1.IssueCredentialRequest.expire_time:type_name -> google.protobuf.Timestamp
+	63, // 15: countersign.v1.IssueCredentialRequest.expire_time:type_name -> google.protobuf.Timestamp
 	15, // 16: countersign.v1.IssueCredentialResponse.credential:type_name -> countersign.v1.Credential
 	15, // 17: countersign.v1.ListCredentialsResponse.credentials:type_name -> countersign.v1.Credential
 	15, // 18: countersign.v1.RevokeCredentialResponse.credential:type_name -> countersign.v1.Credential
-	63, // 19: countersign.v1.MandateRecord.mandate:type_name -> countersign.v1.Mandate
+	64, // 19: countersign.v1.MandateRecord.mandate:type_name -> countersign.v1.Mandate
 	3,  // 20: countersign.v1.MandateRecord.state:type_name -> countersign.v1.MandateState
-	62, // 21: countersign.v1.MandateRecord.create_time:type_name -> google.protobuf.Timestamp
-	62, // 22: countersign.v1.MandateRecord.revoke_time:type_name -> google.protobuf.Timestamp
-	63, // 23: countersign.v1.CreateMandateRequest.mandate:type_name -> countersign.v1.Mandate
+	63, // 21: countersign.v1.MandateRecord.create_time:type_name -> google.protobuf.Timestamp
+	63, // 22: countersign.v1.MandateRecord.revoke_time:type_name -> google.protobuf.Timestamp
+	64, // 23: countersign.v1.CreateMandateRequest.mandate:type_name -> countersign.v1.Mandate
 	22, // 24: countersign.v1.CreateMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
 	22, // 25: countersign.v1.GetMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
 	3,  // 26: countersign.v1.ListMandatesRequest.state:type_name -> countersign.v1.MandateState
 	22, // 27: countersign.v1.ListMandatesResponse.mandates:type_name -> countersign.v1.MandateRecord
 	22, // 28: countersign.v1.RevokeMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
-	64, // 29: countersign.v1.ListIntentsRequest.state:type_name -> countersign.v1.IntentState
-	65, // 30: countersign.v1.ListIntentsResponse.intents:type_name -> countersign.v1.Intent
-	65, // 31: countersign.v1.GetIntentResponse.intent:type_name -> countersign.v1.Intent
-	66, // 32: countersign.v1.GetIntentResponse.attempts:type_name -> countersign.v1.Attempt
-	64, // 33: countersign.v1.WatchIntentsRequest.states:type_name -> countersign.v1.IntentState
-	67, // 34: countersign.v1.WatchIntentsResponse.transition:type_name -> countersign.v1.AuditRecord
-	65, // 35: countersign.v1.WatchIntentsResponse.intent:type_name -> countersign.v1.Intent
+	65, // 29: countersign.v1.ListIntentsRequest.state:type_name -> countersign.v1.IntentState
+	66, // 30: countersign.v1.ListIntentsResponse.intents:type_name -> countersign.v1.Intent
+	66, // 31: countersign.v1.GetIntentResponse.intent:type_name -> countersign.v1.Intent
+	67, // 32: countersign.v1.GetIntentResponse.attempts:type_name -> countersign.v1.Attempt
+	65, // 33: countersign.v1.WatchIntentsRequest.states:type_name -> countersign.v1.IntentState
+	68, // 34: countersign.v1.WatchIntentsResponse.transition:type_name -> countersign.v1.AuditRecord
+	66, // 35: countersign.v1.WatchIntentsResponse.intent:type_name -> countersign.v1.Intent
 	4,  // 36: countersign.v1.Approval.state:type_name -> countersign.v1.ApprovalState
-	68, // 37: countersign.v1.Approval.action_kind:type_name -> countersign.v1.ActionKind
-	69, // 38: countersign.v1.Approval.amount:type_name -> countersign.v1.Money
-	70, // 39: countersign.v1.Approval.gates:type_name -> countersign.v1.GateResult
-	62, // 40: countersign.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
-	62, // 41: countersign.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
-	62, // 42: countersign.v1.Approval.decide_time:type_name -> google.protobuf.Timestamp
+	69, // 37: countersign.v1.Approval.action_kind:type_name -> countersign.v1.ActionKind
+	70, // 38: countersign.v1.Approval.amount:type_name -> countersign.v1.Money
+	71, // 39: countersign.v1.Approval.gates:type_name -> countersign.v1.GateResult
+	63, // 40: countersign.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
+	63, // 41: countersign.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
+	63, // 42: countersign.v1.Approval.decide_time:type_name -> google.protobuf.Timestamp
 	4,  // 43: countersign.v1.ListApprovalsRequest.state:type_name -> countersign.v1.ApprovalState
 	37, // 44: countersign.v1.ListApprovalsResponse.approvals:type_name -> countersign.v1.Approval
 	37, // 45: countersign.v1.GetApprovalResponse.approval:type_name -> countersign.v1.Approval
 	37, // 46: countersign.v1.ApproveApprovalResponse.approval:type_name -> countersign.v1.Approval
 	37, // 47: countersign.v1.RejectApprovalResponse.approval:type_name -> countersign.v1.Approval
-	67, // 48: countersign.v1.ListAuditRecordsResponse.audit_records:type_name -> countersign.v1.AuditRecord
-	62, // 49: countersign.v1.Webhook.create_time:type_name -> google.protobuf.Timestamp
-	50, // 50: countersign.v1.CreateWebhookRequest.webhook:type_name -> countersign.v1.Webhook
-	50, // 51: countersign.v1.CreateWebhookResponse.webhook:type_name -> countersign.v1.Webhook
-	50, // 52: countersign.v1.ListWebhooksResponse.webhooks:type_name -> countersign.v1.Webhook
-	5,  // 53: countersign.v1.DeadLetter.state:type_name -> countersign.v1.DeadLetterState
-	62, // 54: countersign.v1.DeadLetter.create_time:type_name -> google.protobuf.Timestamp
-	62, // 55: countersign.v1.DeadLetter.dead_time:type_name -> google.protobuf.Timestamp
-	62, // 56: countersign.v1.DeadLetter.replay_time:type_name -> google.protobuf.Timestamp
-	5,  // 57: countersign.v1.ListDeadLettersRequest.state:type_name -> countersign.v1.DeadLetterState
-	57, // 58: countersign.v1.ListDeadLettersResponse.dead_letters:type_name -> countersign.v1.DeadLetter
-	57, // 59: countersign.v1.ReplayDeadLetterResponse.dead_letter:type_name -> countersign.v1.DeadLetter
-	7,  // 60: countersign.v1.OwnerService.CreateAgent:input_type -> countersign.v1.CreateAgentRequest
-	9,  // 61: countersign.v1.OwnerService.ListAgents:input_type -> countersign.v1.ListAgentsRequest
-	11, // 62: countersign.v1.OwnerService.GetAgent:input_type -> countersign.v1.GetAgentRequest
-	13, // 63: countersign.v1.OwnerService.RevokeAgent:input_type -> countersign.v1.RevokeAgentRequest
-	16, // 64: countersign.v1.OwnerService.IssueCredential:input_type -> countersign.v1.IssueCredentialRequest
-	18, // 65: countersign.v1.OwnerService.ListCredentials:input_type -> countersign.v1.ListCredentialsRequest
-	20, // 66: countersign.v1.OwnerService.RevokeCredential:input_type -> countersign.v1.RevokeCredentialRequest
-	23, // 67: countersign.v1.OwnerService.CreateMandate:input_type -> countersign.v1.CreateMandateRequest
-	25, // 68: countersign.v1.OwnerService.GetMandate:input_type -> countersign.v1.GetMandateRequest
-	27, // 69: countersign.v1.OwnerService.ListMandates:input_type -> countersign.v1.ListMandatesRequest
-	29, // 70: countersign.v1.OwnerService.RevokeMandate:input_type -> countersign.v1.RevokeMandateRequest
-	31, // 71: countersign.v1.OwnerService.ListIntents:input_type -> countersign.v1.ListIntentsRequest
-	33, // 72: countersign.v1.OwnerService.GetIntent:input_type -> countersign.v1.GetIntentRequest
-	35, // 73: countersign.v1.OwnerService.WatchIntents:input_type -> countersign.v1.WatchIntentsRequest
-	38, // 74: countersign.v1.OwnerService.ListApprovals:input_type -> countersign.v1.ListApprovalsRequest
-	40, // 75: countersign.v1.OwnerService.GetApproval:input_type -> countersign.v1.GetApprovalRequest
-	42, // 76: countersign.v1.OwnerService.ApproveApproval:input_type -> countersign.v1.ApproveApprovalRequest
-	44, // 77: countersign.v1.OwnerService.RejectApproval:input_type -> countersign.v1.RejectApprovalRequest
-	46, // 78: countersign.v1.OwnerService.ListAuditRecords:input_type -> countersign.v1.ListAuditRecordsRequest
-	48, // 79: countersign.v1.OwnerService.VerifyAudit:input_type -> countersign.v1.VerifyAuditRequest
-	58, // 80: countersign.v1.OwnerService.ListDeadLetters:input_type -> countersign.v1.ListDeadLettersRequest
-	60, // 81: countersign.v1.OwnerService.ReplayDeadLetter:input_type -> countersign.v1.ReplayDeadLetterRequest
-	51, // 82: countersign.v1.OwnerService.CreateWebhook:input_type -> countersign.v1.CreateWebhookRequest
-	53, // 83: countersign.v1.OwnerService.ListWebhooks:input_type -> countersign.v1.ListWebhooksRequest
-	55, // 84: countersign.v1.OwnerService.DeleteWebhook:input_type -> countersign.v1.DeleteWebhookRequest
-	8,  // 85: countersign.v1.OwnerService.CreateAgent:output_type -> countersign.v1.CreateAgentResponse
-	10, // 86: countersign.v1.OwnerService.ListAgents:output_type -> countersign.v1.ListAgentsResponse
-	12, // 87: countersign.v1.OwnerService.GetAgent:output_type -> countersign.v1.GetAgentResponse
-	14, // 88: countersign.v1.OwnerService.RevokeAgent:output_type -> countersign.v1.RevokeAgentResponse
-	17, // 89: countersign.v1.OwnerService.IssueCredential:output_type -> countersign.v1.IssueCredentialResponse
-	19, // 90: countersign.v1.OwnerService.ListCredentials:output_type -> countersign.v1.ListCredentialsResponse
-	21, // 91: countersign.v1.OwnerService.RevokeCredential:output_type -> countersign.v1.RevokeCredentialResponse
-	24, // 92: countersign.v1.OwnerService.CreateMandate:output_type -> countersign.v1.CreateMandateResponse
-	26, // 93: countersign.v1.OwnerService.GetMandate:output_type -> countersign.v1.GetMandateResponse
-	28, // 94: countersign.v1.OwnerService.ListMandates:output_type -> countersign.v1.ListMandatesResponse
-	30, // 95: countersign.v1.OwnerService.RevokeMandate:output_type -> countersign.v1.RevokeMandateResponse
-	32, // 96: countersign.v1.OwnerService.ListIntents:output_type -> countersign.v1.ListIntentsResponse
-	34, // 97: countersign.v1.OwnerService.GetIntent:output_type -> countersign.v1.GetIntentResponse
-	36, // 98: countersign.v1.OwnerService.WatchIntents:output_type -> countersign.v1.WatchIntentsResponse
-	39, // 99: countersign.v1.OwnerService.ListApprovals:output_type -> countersign.v1.ListApprovalsResponse
-	41, // 100: countersign.v1.OwnerService.GetApproval:output_type -> countersign.v1.GetApprovalResponse
-	43, // 101: countersign.v1.OwnerService.ApproveApproval:output_type -> countersign.v1.ApproveApprovalResponse
-	45, // 102: countersign.v1.OwnerService.RejectApproval:output_type -> countersign.v1.RejectApprovalResponse
-	47, // 103: countersign.v1.OwnerService.ListAuditRecords:output_type -> countersign.v1.ListAuditRecordsResponse
-	49, // 104: countersign.v1.OwnerService.VerifyAudit:output_type -> countersign.v1.VerifyAuditResponse
-	59, // 105: countersign.v1.OwnerService.ListDeadLetters:output_type -> countersign.v1.ListDeadLettersResponse
-	61, // 106: countersign.v1.OwnerService.ReplayDeadLetter:output_type -> countersign.v1.ReplayDeadLetterResponse
-	52, // 107: countersign.v1.OwnerService.CreateWebhook:output_type -> countersign.v1.CreateWebhookResponse
-	54, // 108: countersign.v1.OwnerService.ListWebhooks:output_type -> countersign.v1.ListWebhooksResponse
-	56, // 109: countersign.v1.OwnerService.DeleteWebhook:output_type -> countersign.v1.DeleteWebhookResponse
-	85, // [85:110] is the sub-list for method output_type
-	60, // [60:85] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	68, // 48: countersign.v1.ListAuditRecordsResponse.audit_records:type_name -> countersign.v1.AuditRecord
+	50, // 49: countersign.v1.VerifyAuditResponse.breaks:type_name -> countersign.v1.AuditBreak
+	63, // 50: countersign.v1.Webhook.create_time:type_name -> google.protobuf.Timestamp
+	51, // 51: countersign.v1.CreateWebhookRequest.webhook:type_name -> countersign.v1.Webhook
+	51, // 52: countersign.v1.CreateWebhookResponse.webhook:type_name -> countersign.v1.Webhook
+	51, // 53: countersign.v1.ListWebhooksResponse.webhooks:type_name -> countersign.v1.Webhook
+	5,  // 54: countersign.v1.DeadLetter.state:type_name -> countersign.v1.DeadLetterState
+	63, // 55: countersign.v1.DeadLetter.create_time:type_name -> google.protobuf.Timestamp
+	63, // 56: countersign.v1.DeadLetter.dead_time:type_name -> google.protobuf.Timestamp
+	63, // 57: countersign.v1.DeadLetter.replay_time:type_name -> google.protobuf.Timestamp
+	5,  // 58: countersign.v1.ListDeadLettersRequest.state:type_name -> countersign.v1.DeadLetterState
+	58, // 59: countersign.v1.ListDeadLettersResponse.dead_letters:type_name -> countersign.v1.DeadLetter
+	58, // 60: countersign.v1.ReplayDeadLetterResponse.dead_letter:type_name -> countersign.v1.DeadLetter
+	7,  // 61: countersign.v1.OwnerService.CreateAgent:input_type -> countersign.v1.CreateAgentRequest
+	9,  // 62: countersign.v1.OwnerService.ListAgents:input_type -> countersign.v1.ListAgentsRequest
+	11, // 63: countersign.v1.OwnerService.GetAgent:input_type -> countersign.v1.GetAgentRequest
+	13, // 64: countersign.v1.OwnerService.RevokeAgent:input_type -> countersign.v1.RevokeAgentRequest
+	16, // 65: countersign.v1.OwnerService.IssueCredential:input_type -> countersign.v1.IssueCredentialRequest
+	18, // 66: countersign.v1.OwnerService.ListCredentials:input_type -> countersign.v1.ListCredentialsRequest
+	20, // 67: countersign.v1.OwnerService.RevokeCredential:input_type -> countersign.v1.RevokeCredentialRequest
+	23, // 68: countersign.v1.OwnerService.CreateMandate:input_type -> countersign.v1.CreateMandateRequest
+	25, // 69: countersign.v1.OwnerService.GetMandate:input_type -> countersign.v1.GetMandateRequest
+	27, // 70: countersign.v1.OwnerService.ListMandates:input_type -> countersign.v1.ListMandatesRequest
+	29, // 71: countersign.v1.OwnerService.RevokeMandate:input_type -> countersign.v1.RevokeMandateRequest
+	31, // 72: countersign.v1.OwnerService.ListIntents:input_type -> countersign.v1.ListIntentsRequest
+	33, // 73: countersign.v1.OwnerService.GetIntent:input_type -> countersign.v1.GetIntentRequest
+	35, // 74: countersign.v1.OwnerService.WatchIntents:input_type -> countersign.v1.WatchIntentsRequest
+	38, // 75: countersign.v1.OwnerService.ListApprovals:input_type -> countersign.v1.ListApprovalsRequest
+	40, // 76: countersign.v1.OwnerService.GetApproval:input_type -> countersign.v1.GetApprovalRequest
+	42, // 77: countersign.v1.OwnerService.ApproveApproval:input_type -> countersign.v1.ApproveApprovalRequest
+	44, // 78: countersign.v1.OwnerService.RejectApproval:input_type -> countersign.v1.RejectApprovalRequest
+	46, // 79: countersign.v1.OwnerService.ListAuditRecords:input_type -> countersign.v1.ListAuditRecordsRequest
+	48, // 80: countersign.v1.OwnerService.VerifyAudit:input_type -> countersign.v1.VerifyAuditRequest
+	59, // 81: countersign.v1.OwnerService.ListDeadLetters:input_type -> countersign.v1.ListDeadLettersRequest
+	61, // 82: countersign.v1.OwnerService.ReplayDeadLetter:input_type -> countersign.v1.ReplayDeadLetterRequest
+	52, // 83: countersign.v1.OwnerService.CreateWebhook:input_type -> countersign.v1.CreateWebhookRequest
+	54, // 84: countersign.v1.OwnerService.ListWebhooks:input_type -> countersign.v1.ListWebhooksRequest
+	56, // 85: countersign.v1.OwnerService.DeleteWebhook:input_type -> countersign.v1.DeleteWebhookRequest
+	8,  // 86: countersign.v1.OwnerService.CreateAgent:output_type -> countersign.v1.CreateAgentResponse
+	10, // 87: countersign.v1.OwnerService.ListAgents:output_type -> countersign.v1.ListAgentsResponse
+	12, // 88: countersign.v1.OwnerService.GetAgent:output_type -> countersign.v1.GetAgentResponse
+	14, // 89: countersign.v1.OwnerService.RevokeAgent:output_type -> countersign.v1.RevokeAgentResponse
+	17, // 90: countersign.v1.OwnerService.IssueCredential:output_type -> countersign.v1.IssueCredentialResponse
+	19, // 91: countersign.v1.OwnerService.ListCredentials:output_type -> countersign.v1.ListCredentialsResponse
+	21, // 92: countersign.v1.OwnerService.RevokeCredential:output_type -> countersign.v1.RevokeCredentialResponse
+	24, // 93: countersign.v1.OwnerService.CreateMandate:output_type -> countersign.v1.CreateMandateResponse
+	26, // 94: countersign.v1.OwnerService.GetMandate:output_type -> countersign.v1.GetMandateResponse
+	28, // 95: countersign.v1.OwnerService.ListMandates:output_type -> countersign.v1.ListMandatesResponse
+	30, // 96: countersign.v1.OwnerService.RevokeMandate:output_type -> countersign.v1.RevokeMandateResponse
+	32, // 97: countersign.v1.OwnerService.ListIntents:output_type -> countersign.v1.ListIntentsResponse
+	34, // 98: countersign.v1.OwnerService.GetIntent:output_type -> countersign.v1.GetIntentResponse
+	36, // 99: countersign.v1.OwnerService.WatchIntents:output_type -> countersign.v1.WatchIntentsResponse
+	39, // 100: countersign.v1.OwnerService.ListApprovals:output_type -> countersign.v1.ListApprovalsResponse
+	41, // 101: countersign.v1.OwnerService.GetApproval:output_type -> countersign.v1.GetApprovalResponse
+	43, // 102: countersign.v1.OwnerService.ApproveApproval:output_type -> countersign.v1.ApproveApprovalResponse
+	45, // 103: countersign.v1.OwnerService.RejectApproval:output_type -> countersign.v1.RejectApprovalResponse
+	47, // 104: countersign.v1.OwnerService.ListAuditRecords:output_type -> countersign.v1.ListAuditRecordsResponse
+	49, // 105: countersign.v1.OwnerService.VerifyAudit:output_type -> countersign.v1.VerifyAuditResponse
+	60, // 106: countersign.v1.OwnerService.ListDeadLetters:output_type -> countersign.v1.ListDeadLettersResponse
+	62, // 107: countersign.v1.OwnerService.ReplayDeadLetter:output_type -> countersign.v1.ReplayDeadLetterResponse
+	53, // 108: countersign.v1.OwnerService.CreateWebhook:output_type -> countersign.v1.CreateWebhookResponse
+	55, // 109: countersign.v1.OwnerService.ListWebhooks:output_type -> countersign.v1.ListWebhooksResponse
+	57, // 110: countersign.v1.OwnerService.DeleteWebhook:output_type -> countersign.v1.DeleteWebhookResponse
+	86, // [86:111] is the sub-list for method output_type
+	61, // [61:86] is the sub-list for method input_type
+	61, // [61:61] is the sub-list for extension type_name
+	61, // [61:61] is the sub-list for extension extendee
+	0,  // [0:61] is the sub-list for field type_name
 }
 
 func init() { file_countersign_v1_owner_proto_init() }
@@ -4445,7 +4492,7 @@ func file_countersign_v1_owner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_countersign_v1_owner_proto_rawDesc), len(file_countersign_v1_owner_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   56,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

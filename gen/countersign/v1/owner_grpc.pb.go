@@ -94,9 +94,11 @@ type OwnerServiceClient interface {
 	ApproveApproval(ctx context.Context, in *ApproveApprovalRequest, opts ...grpc.CallOption) (*ApproveApprovalResponse, error)
 	// RejectApproval rejects a pending approval; the held intent is blocked.
 	RejectApproval(ctx context.Context, in *RejectApprovalRequest, opts ...grpc.CallOption) (*RejectApprovalResponse, error)
-	// ListAuditRecords lists the audit chain in sequence order.
+	// ListAuditRecords lists the audit records of the owner's intents, chain
+	// by chain in sequence order.
 	ListAuditRecords(ctx context.Context, in *ListAuditRecordsRequest, opts ...grpc.CallOption) (*ListAuditRecordsResponse, error)
-	// VerifyAudit recomputes the hash chain over a range and reports the first break.
+	// VerifyAudit recomputes every hash chain of a rail account the owner
+	// holds a mandate on and reports the first break of each.
 	VerifyAudit(ctx context.Context, in *VerifyAuditRequest, opts ...grpc.CallOption) (*VerifyAuditResponse, error)
 	// ListDeadLetters lists webhook deliveries that exhausted their retries.
 	ListDeadLetters(ctx context.Context, in *ListDeadLettersRequest, opts ...grpc.CallOption) (*ListDeadLettersResponse, error)
@@ -426,9 +428,11 @@ type OwnerServiceServer interface {
 	ApproveApproval(context.Context, *ApproveApprovalRequest) (*ApproveApprovalResponse, error)
 	// RejectApproval rejects a pending approval; the held intent is blocked.
 	RejectApproval(context.Context, *RejectApprovalRequest) (*RejectApprovalResponse, error)
-	// ListAuditRecords lists the audit chain in sequence order.
+	// ListAuditRecords lists the audit records of the owner's intents, chain
+	// by chain in sequence order.
 	ListAuditRecords(context.Context, *ListAuditRecordsRequest) (*ListAuditRecordsResponse, error)
-	// VerifyAudit recomputes the hash chain over a range and reports the first break.
+	// VerifyAudit recomputes every hash chain of a rail account the owner
+	// holds a mandate on and reports the first break of each.
 	VerifyAudit(context.Context, *VerifyAuditRequest) (*VerifyAuditResponse, error)
 	// ListDeadLetters lists webhook deliveries that exhausted their retries.
 	ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error)

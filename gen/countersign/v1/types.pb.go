@@ -1117,14 +1117,19 @@ type AuditRecord struct {
 	Event IntentEvent `protobuf:"varint,6,opt,name=event,proto3,enum=countersign.v1.IntentEvent" json:"event,omitempty"`
 	// Reason recorded with the transition (a distinct reason is logged verbatim).
 	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
-	// Hash of the canonical event payload.
+	// SHA-256 of the record's canonical field encoding (chain, seq, rail
+	// account, sik, states, event, attempt, reason, commit time), which
+	// `hash` chains after prev_hash.
 	PayloadHash string `protobuf:"bytes,8,opt,name=payload_hash,json=payloadHash,proto3" json:"payload_hash,omitempty"`
 	// Hash of the previous record; empty for the first record of the chain.
 	PrevHash string `protobuf:"bytes,9,opt,name=prev_hash,json=prevHash,proto3" json:"prev_hash,omitempty"`
 	// Hash over this record's fields and prev_hash.
 	Hash string `protobuf:"bytes,10,opt,name=hash,proto3" json:"hash,omitempty"`
 	// When the transition was committed.
-	CommitTime    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=commit_time,json=commitTime,proto3" json:"commit_time,omitempty"`
+	CommitTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=commit_time,json=commitTime,proto3" json:"commit_time,omitempty"`
+	// The hash chain the record is on ("<rail account>#NN"); seq counts
+	// within it.
+	Chain         string `protobuf:"bytes,12,opt,name=chain,proto3" json:"chain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1236,6 +1241,13 @@ func (x *AuditRecord) GetCommitTime() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *AuditRecord) GetChain() string {
+	if x != nil {
+		return x.Chain
+	}
+	return ""
+}
+
 var File_countersign_v1_types_proto protoreflect.FileDescriptor
 
 const file_countersign_v1_types_proto_rawDesc = "" +
@@ -1301,7 +1313,7 @@ const file_countersign_v1_types_proto_rawDesc = "" +
 	"\x0frail_error_code\x18\f \x01(\tR\rrailErrorCode\x12&\n" +
 	"\x0frail_request_id\x18\r \x01(\tR\rrailRequestId\x12$\n" +
 	"\x0erail_entity_id\x18\x0e \x01(\tR\frailEntityId\x12'\n" +
-	"\x03fee\x18\x0f \x01(\v2\x15.countersign.v1.MoneyR\x03fee\"\xa4\x03\n" +
+	"\x03fee\x18\x0f \x01(\v2\x15.countersign.v1.MoneyR\x03fee\"\xba\x03\n" +
 	"\vAuditRecord\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12!\n" +
 	"\frail_account\x18\x02 \x01(\tR\vrailAccount\x12\x10\n" +
@@ -1316,7 +1328,8 @@ const file_countersign_v1_types_proto_rawDesc = "" +
 	"\x04hash\x18\n" +
 	" \x01(\tR\x04hash\x12;\n" +
 	"\vcommit_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"commitTime*Z\n" +
+	"commitTime\x12\x14\n" +
+	"\x05chain\x18\f \x01(\tR\x05chain*Z\n" +
 	"\aVerdict\x12\x17\n" +
 	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rVERDICT_ALLOW\x10\x01\x12\x10\n" +

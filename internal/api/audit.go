@@ -1,0 +1,87 @@
+package api
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/ledger"
+)
+
+// auditCursor is a ListAuditRecords page token: the last record returned.
+type auditCursor struct {
+	Chain string `json:"c"`
+	Seq   int64  `json:"s"`
+}
+
+// ListAuditRecords pages through the audit records of the owner's
+// intents, chain by chain in sequence order.
+func (s *OwnerServer) ListAuditRecords(ctx context.Context, req *countersignv1.ListAuditRecordsRequest) (*countersignv1.ListAuditRecordsResponse, error) {
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetSik() != "" && req.GetRailAccount() == "" {
+		return nil, withDetails(status.New(codes.InvalidArgument, "sik names an intent only with its rail_account"), "INVALID_ARGUMENT")
+	}
+	n := int(req.GetPageSize())
+	if n <= 0 {
+		n = defaultPage
+	}
+	var after auditCursor
+	if tok := req.GetPageToken(); tok != "" {
+		b, err := base64.RawURLEncoding.DecodeString(tok)
+		if err != nil || json.Unmarshal(b, &after) != nil || after.Chain == "" {
+			return nil, withDetails(status.New(codes.InvalidArgument, "page_token is not one this server issued"), "INVALID_ARGUMENT")
+		}
+	}
+	recs, err := s.store.OwnerAuditRecords(ctx, owner,
+		ledger.AuditFilter{RailAccount: req.GetRailAccount(), SIK: req.GetSik(), Chain: req.GetChain()}, after.Chain, after.Seq, n)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	out := &countersignv1.ListAuditRecordsResponse{}
+	for _, r := range recs {
+		out.AuditRecords = append(out.AuditRecords, toAuditRecord(r))
+	}
+	if len(recs) == n {
+		last := recs[len(recs)-1]
+		b, err := json.Marshal(auditCursor{Chain: last.Chain, Seq: last.Seq})
+		if err != nil {
+			return nil, ToStatus(err)
+		}
+		out.NextPageToken = base64.RawURLEncoding.EncodeToString(b)
+	}
+	return out, nil
+}
+
+// VerifyAudit verifies every chain of a rail account the owner holds a
+// mandate on. The chains hold other owners' records too (their hashes
+// link them); only counts and break positions are returned.
+func (s *OwnerServer) VerifyAudit(ctx context.Context, req *countersignv1.VerifyAuditRequest) (*countersignv1.VerifyAuditResponse, error) {
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ok, err := s.store.OwnerHasRailAccount(ctx, owner, req.GetRailAccount())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	if !ok {
+		return nil, withDetails(status.New(codes.NotFound, fmt.Sprintf("no mandate of yours is on rail account %q", req.GetRailAccount())), "NOT_FOUND")
+	}
+	rep, err := s.store.VerifyAuditOf(ctx, req.GetRailAccount())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	out := &countersignv1.VerifyAuditResponse{Ok: len(rep.Breaks) == 0, RecordsChecked: rep.Records, ChainsChecked: int32(rep.Chains)} //nolint:gosec // at most 16 chains per account
+	for _, b := range rep.Breaks {
+		out.Breaks = append(out.Breaks, &countersignv1.AuditBreak{Chain: b.Chain, Seq: b.Seq, Problem: b.Problem})
+	}
+	return out, nil
+}
