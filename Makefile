@@ -34,7 +34,8 @@ build:
 	$(GO) build -o $(BIN)/mockrail ./cmd/mockrail
 
 ## test: every test, against a real throwaway PostgreSQL, then each fuzz target briefly, then the simulation
-test: test-go fuzz sim
+test: test-go fuzz
+	$(MAKE) sim SIM_RESULTS=
 
 # stripe-mock proves stamped Stripe requests are valid Stripe requests; under
 # make it is installed and required, so its test cannot be skipped.
@@ -49,10 +50,11 @@ fuzz:
 	FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh
 
 ## sim: the deterministic simulation over SEEDS seeds (a failing seed prints
-## the command that replays it exactly)
+## the command that replays it exactly); writes its section of RESULTS.md
 SEEDS ?= 2000
+SIM_RESULTS ?= $(CURDIR)/RESULTS.md
 sim:
-	COUNTERSIGN_SIM_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 30m -run 'TestSimulation$$' -v ./internal/sim/
+	SIM_RESULTS=$(SIM_RESULTS) COUNTERSIGN_SIM_SEEDS=$(SEEDS) $(GO) test -count=1 -timeout 30m -run 'TestSimulation$$' -v ./internal/sim/
 
 ## chaos: the kill matrix (5 kill points × 6 rail faults) TRIALS times per cell
 TRIALS ?= 1

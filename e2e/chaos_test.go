@@ -12,6 +12,7 @@ import (
 
 	"github.com/countersign/countersign/internal/chaos"
 	"github.com/countersign/countersign/internal/intent"
+	"github.com/countersign/countersign/internal/results"
 )
 
 // chaosProfiles are the rail's faults the kill matrix crosses with every
@@ -87,7 +88,7 @@ func TestKillMatrix(t *testing.T) {
 		}
 	}
 	fmt.Fprintf(&b, "| **total** | | %d | %d | %d |\n", total.trials, total.applied, total.violations)
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+	if err := results.WriteSection(path, "kill-matrix", b.String()); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/mockrail"
 	"github.com/countersign/countersign/internal/pgtest"
+	"github.com/countersign/countersign/internal/results"
 )
 
 var (
@@ -24,6 +25,7 @@ var (
 	flagSeed    = flag.Uint64("sim.seed", 0, "run only this seed and print its whole trace")
 	flagWorkers = flag.Int("sim.workers", runtime.GOMAXPROCS(0), "seeds run at once (each worker has its own database)")
 	flagTrace   = flag.String("sim.trace", "", "write the trace of the first failing seed to this file")
+	flagResults = flag.String("sim.results", os.Getenv("SIM_RESULTS"), "write the run's section of this RESULTS.md (default $SIM_RESULTS)")
 )
 
 // seedsDefault lets `make test` size the run without a flag that other
@@ -169,6 +171,9 @@ func TestSimulation(t *testing.T) {
 		len(seeds), failed, elapsed.Round(time.Millisecond), *flagWorkers, total.Events, total.Tasks, total.Requests, total.Effects,
 		total.Applied, total.Refused, total.GaveUp, total.Crashes, total.MidPageCrashes, total.LongOutages, total.BurstRefunds,
 		total.InsertsBetweenPages, total.MaxPages, total.Reopened, total.Quarantined, total.Rails, total.Faults)
+	if *flagResults != "" && *flagSeed == 0 {
+		writeResults(t, *flagResults, len(seeds), failed, elapsed, total)
+	}
 	if len(seeds) >= 100 {
 		// The run must have exercised what it claims to: otherwise a
 		// change to the generator could make every seed trivially pass.
@@ -271,4 +276,31 @@ func TestSimulationCatchesTruncatedListings(t *testing.T) {
 		return
 	}
 	t.Fatal("600 seeds with truncated listings found no double effect")
+}
+
+// writeResults writes the simulation's section of RESULTS.md.
+func writeResults(t *testing.T, path string, seeds, failed int, elapsed time.Duration, s Stats) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Deterministic simulation\n\nMachine-written by `make sim SEEDS=%d` on %s (%d workers, %s). "+
+		"Each seed runs the engine, reconciler and ledger on a fake clock against the in-process mock rail, with crashes, "+
+		"faults, outages and agent retries drawn from the seed; the invariants are checked after every event.\n\n",
+		seeds, time.Now().UTC().Format("2006-01-02"), *flagWorkers, elapsed.Round(time.Second))
+	b.WriteString("| | |\n|---|---|\n")
+	row := func(k string, v any) { fmt.Fprintf(&b, "| %s | %v |\n", k, v) }
+	row("seeds (Stripe / Razorpay)", fmt.Sprintf("%d (%d / %d)", seeds, s.Rails["stripe"], s.Rails["razorpay"]))
+	row("seeds with a violation", failed)
+	row("events (each followed by the invariant checks)", s.Events)
+	row("agent tasks / requests", fmt.Sprintf("%d / %d", s.Tasks, s.Requests))
+	row("rail effects through Countersign", s.Effects)
+	row("tasks applied / refused / gave up", fmt.Sprintf("%d / %d / %d", s.Applied, s.Refused, s.GaveUp))
+	row("crashes (mid-pagination / outages past a day)", fmt.Sprintf("%d (%d / %d)", s.Crashes, s.MidPageCrashes, s.LongOutages))
+	row("rail faults on money calls", fmt.Sprintf("timeout after apply %d, reset before apply %d, 5xx after apply %d, another entity's body %d",
+		s.Faults["timeout_after_apply"], s.Faults["reset_before_apply"], s.Faults["5xx_after_apply"], s.Faults["replay_other"]))
+	row("refunds made straight at the rail (between two listing pages)", fmt.Sprintf("%d (%d)", s.BurstRefunds, s.InsertsBetweenPages))
+	row("deepest listing", fmt.Sprintf("%d pages", s.MaxPages))
+	row("intents retried after an attempt / quarantined", fmt.Sprintf("%d / %d", s.Reopened, s.Quarantined))
+	if err := results.WriteSection(path, "simulation", b.String()); err != nil {
+		t.Error(err)
+	}
 }
