@@ -61,7 +61,7 @@ TRIALS ?= 1
 PARALLEL ?= 2
 chaos:
 	set -o pipefail; CHAOS_TRIALS=$(TRIALS) CHAOS_RESULTS=$(CURDIR)/RESULTS.md $(GO) test -count=1 -timeout 120m -parallel $(PARALLEL) -run 'TestKillMatrix' -v ./e2e/ \
-		| grep --line-buffered -E '^(\s*--- |ok|FAIL)'
+		| grep --line-buffered -E '^(chaos: |\s*--- FAIL|ok|FAIL)'
 
 ## bench: the ALLOW path beside the commit floor of the same PostgreSQL (pgbench)
 bench:

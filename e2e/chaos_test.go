@@ -45,6 +45,7 @@ func TestKillMatrix(t *testing.T) {
 	var mu sync.Mutex
 	type cell struct{ trials, applied, violations int }
 	cells := map[[2]string]*cell{}
+	planned, finished := len(chaos.Points())*len(chaosProfiles)*trials, 0
 	t.Run("matrix", func(t *testing.T) {
 		for _, point := range chaos.Points() {
 			for _, prof := range chaosProfiles {
@@ -53,16 +54,25 @@ func TestKillMatrix(t *testing.T) {
 				for trial := range trials {
 					t.Run(fmt.Sprintf("%s/%s/%d", point, prof.name, trial), func(t *testing.T) {
 						t.Parallel()
+						start := time.Now()
 						t.Cleanup(func() {
 							mu.Lock()
 							defer mu.Unlock()
 							c := cells[key]
 							c.trials++
+							verdict := "APPLIED, one rail effect"
 							if t.Failed() {
 								c.violations++
+								verdict = "VIOLATION"
 							} else {
 								c.applied++
 							}
+							finished++
+							// Straight to stdout: go test holds a parallel
+							// subtest's result line until its parent ends,
+							// and make chaos shows one line per trial as it
+							// finishes.
+							fmt.Printf("chaos: trial %d/%d %s × %s #%d: %s (%.1fs)\n", finished, planned, point, prof.name, trial+1, verdict, time.Since(start).Seconds())
 						})
 						killTrial(t, point, prof.rule)
 					})
