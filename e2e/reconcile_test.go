@@ -75,8 +75,8 @@ func TestAuditVerifyNamesAHandEditedRecord(t *testing.T) {
 		t.Fatalf("refund: %d %s", r.Status, r.Body)
 	}
 	e.settle("pi_audit", 10*time.Second)
-	verify := func() (string, error) {
-		out, err := exec.Command(filepath.Join(bin, "countersign"), "audit", "verify", "--database-url", e.dbURL).CombinedOutput()
+	verify := func(args ...string) (string, error) {
+		out, err := exec.Command(filepath.Join(bin, "countersign"), append([]string{"audit", "verify", "--database-url", e.dbURL}, args...)...).CombinedOutput()
 		return string(out), err
 	}
 	if out, err := verify(); err != nil || !strings.Contains(out, "0 broken") {
@@ -114,6 +114,13 @@ func TestAuditVerifyNamesAHandEditedRecord(t *testing.T) {
 	want := regexp.MustCompile(fmt.Sprintf(`BROKEN chain %s record %d: `, regexp.QuoteMeta(chain), seq))
 	if !want.MatchString(out) {
 		t.Fatalf("verify output does not name chain %s record %d:\n%s", chain, seq, out)
+	}
+	// --rail-account reads one account's chains only.
+	if out, err := verify("--rail-account", stripeAccount); err == nil || !want.MatchString(out) {
+		t.Fatalf("verify --rail-account %s: %v\n%s", stripeAccount, err, out)
+	}
+	if out, err := verify("--rail-account", "acct_elsewhere"); err != nil || !strings.Contains(out, "0 chains, 0 records, 0 broken") {
+		t.Fatalf("verify --rail-account acct_elsewhere: %v\n%s", err, out)
 	}
 }
 

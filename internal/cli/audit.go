@@ -17,11 +17,13 @@ var errAuditBroken = errors.New("audit chain verification failed")
 func newAudit() *cobra.Command {
 	audit := &cobra.Command{Use: "audit", Short: "Inspect the hash-chained audit log"}
 	cfg := config.Defaults()
+	var railAccount string
 	verify := &cobra.Command{
 		Use:   "verify",
 		Short: "Recompute every audit chain and name the first broken record",
 		Long: "Verify walks each rail account's audit chain from its first record, recomputes every hash, " +
-			"and checks the chain head. It prints the first broken record of each broken chain and exits 1.",
+			"and checks the chain head. It prints the first broken record of each broken chain and exits 1. " +
+			"--rail-account limits it to that account's 16 chains.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, err := load(cmd, &cfg, config.Config.ValidateDatabase); err != nil {
@@ -32,7 +34,7 @@ func newAudit() *cobra.Command {
 				return err
 			}
 			defer store.Close()
-			rep, err := store.VerifyAudit(cmd.Context())
+			rep, err := store.VerifyAuditOf(cmd.Context(), railAccount)
 			if err != nil {
 				return err
 			}
@@ -48,6 +50,7 @@ func newAudit() *cobra.Command {
 		},
 	}
 	cfg.BindDatabase(verify.Flags())
+	verify.Flags().StringVar(&railAccount, "rail-account", "", "verify only this rail account's chains (default: every chain)")
 	audit.AddCommand(verify)
 	return audit
 }
