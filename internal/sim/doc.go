@@ -3,12 +3,15 @@
 // now() is a fake clock), the in-process mock rail on the same fake clock,
 // and simulated agents, driven by one seed.
 //
-// A seed decides everything that varies: when agents ask for refunds and
-// whether two of them ask for the same one, which rail fault hits each
+// A seed decides everything that varies: the rail (Stripe, whose lists
+// page by cursor, or Razorpay, whose lists page by offset), when agents ask
+// for refunds and whether two of them ask for the same one, which rail
+// fault hits each
 // money-moving call (timeout after apply, reset before apply, 5xx after
 // apply, another entity's body), replica lag on listings, bursts of refunds
 // made straight at the rail that push an intent's entity to later listing
-// pages, when the Countersign process crashes (at any step boundary of a
+// pages (some landing between two pages of a listing), when the
+// Countersign process crashes (at any step boundary of a
 // request, or between two listing pages of a reconciliation) and for how
 // long it stays down (seconds, minutes, or days — past the rail's
 // idempotency-key retention), and when agents retry.
