@@ -19,23 +19,20 @@ import (
 
 // stripeMock returns the URL of a stripe-mock (github.com/stripe/stripe-mock,
 // which answers from Stripe's OpenAPI spec and rejects requests the spec
-// does not allow): STRIPE_MOCK_URL if set, else a stripe-mock binary on
-// PATH started for this test. Without either the test is skipped:
-// `go install github.com/stripe/stripe-mock@v0.203.0` enables it.
+// does not allow): STRIPE_MOCK_URL if set, else the version pinned as a
+// tool in go.mod (`go tool stripe-mock`), started for this test.
 func stripeMock(t *testing.T) string {
 	t.Helper()
 	if u := os.Getenv("STRIPE_MOCK_URL"); u != "" {
 		return strings.TrimRight(u, "/")
 	}
-	bin, err := exec.LookPath("stripe-mock")
+	// `go tool -n` builds the pinned tool (once; it is cached) and prints
+	// its path.
+	out, err := exec.Command("go", "tool", "-n", "stripe-mock").Output()
 	if err != nil {
-		msg := "stripe-mock not on PATH and STRIPE_MOCK_URL unset; go install github.com/stripe/stripe-mock@v0.203.0 to run"
-		if os.Getenv("COUNTERSIGN_REQUIRE_STRIPE_MOCK") != "" {
-			// `make test` installs it and sets this: there it must run.
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		t.Fatalf("building the pinned stripe-mock (go tool -n stripe-mock): %v", err)
 	}
+	bin := strings.TrimSpace(string(out))
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
