@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -297,37 +295,6 @@ func TestStartErrorsIncludeLogTail(t *testing.T) {
 			t.Fatalf("err = %v, want the bind failure from the log", err)
 		}
 	})
-}
-
-// TestAbandonedClusterDies runs a child test process that starts a cluster and exits
-// without closing it, as a panic in a test goroutine would: the server must die with it,
-// and the next cluster start must sweep its directory.
-func TestAbandonedClusterDies(t *testing.T) {
-	if _, err := os.Stat("/proc/self"); err != nil {
-		t.Skip("the parent-death signal is Linux-only")
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), abandonHelperEnv+"=1")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("helper: %v\n%s", err, out)
-	}
-	fields := strings.Fields(string(out))
-	if len(fields) != 2 {
-		t.Fatalf("helper printed %q, want \"<pid> <dir>\"", out)
-	}
-	pm, _ := strconv.Atoi(fields[0])
-	dir := fields[1]
-	if !waitUntil(context.Background(), 10*time.Second, 10*time.Millisecond, func() bool { return !processAlive(pm) }) {
-		t.Fatalf("postmaster %d outlived its test process", pm)
-	}
-	if _, err := os.Stat(dir); err != nil {
-		t.Fatalf("helper's directory %s: %v", dir, err)
-	}
-	sweepStale()
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		t.Fatalf("sweep left %s (stat: %v)", dir, err)
-	}
 }
 
 const abandonHelperEnv = "PGTEST_ABANDON_HELPER"
