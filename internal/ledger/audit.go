@@ -105,35 +105,10 @@ func (s *Store) VerifyAuditOf(ctx context.Context, railAccount string) (AuditRep
 			chains = append(chains, fmt.Sprintf("%s#%02d", railAccount, i))
 		}
 	}
-	const ofAccount = `($1::text[] IS NULL OR chain = ANY($1))`
-	heads := map[string]struct {
-		seq  int64
-		hash []byte
-	}{}
-	rows, err := s.pool.Query(ctx, `SELECT chain, seq, hash FROM audit_heads WHERE `+ofAccount+` ORDER BY chain`, chains)
-	if err != nil {
-		return rep, classify(err)
-	}
-	for rows.Next() {
-		var acct string
-		var h struct {
-			seq  int64
-			hash []byte
-		}
-		if err := rows.Scan(&acct, &h.seq, &h.hash); err != nil {
-			rows.Close()
-			return rep, classify(err)
-		}
-		heads[acct] = h
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return rep, classify(err)
-	}
+	ofAccount := func(col string) string { return "($1::text[] IS NULL OR " + col + " = ANY($1))" }
 
-	rows, err = s.pool.Query(ctx, `
-		SELECT chain, rail_account, seq, sik, from_state, to_state, event, attempt_seq, detail, at_micros, prev_hash, hash
-		FROM audit_records WHERE `+ofAccount+` ORDER BY chain, seq`, chains)
+	rows, err := s.pool.Query(ctx, `SELECT `+auditRecordColumns+`
+		FROM audit_records r WHERE `+ofAccount("r.chain")+` ORDER BY r.chain, r.seq`, chains)
 	if err != nil {
 		return rep, classify(err)
 	}
@@ -142,23 +117,20 @@ func (s *Store) VerifyAuditOf(ctx context.Context, railAccount string) (AuditRep
 	var prev []byte
 	var next int64
 	broken := map[string]bool{}
-	seen := map[string]bool{}
-	fail := func(acct string, seq int64, format string, args ...any) {
-		if !broken[acct] {
-			broken[acct] = true
-			rep.Breaks = append(rep.Breaks, AuditBreak{Chain: acct, Seq: seq, Problem: fmt.Sprintf(format, args...)})
+	fail := func(chain string, seq int64, format string, args ...any) {
+		if !broken[chain] {
+			broken[chain] = true
+			rep.Breaks = append(rep.Breaks, AuditBreak{Chain: chain, Seq: seq, Problem: fmt.Sprintf(format, args...)})
 		}
 	}
 	for rows.Next() {
-		var r AuditRecord
-		if err := rows.Scan(&r.Chain, &r.RailAccount, &r.Seq, &r.SIK, &r.FromState, &r.ToState, &r.Event, &r.AttemptSeq,
-			&r.Detail, &r.AtMicros, &r.PrevHash, &r.Hash); err != nil {
+		r, err := scanAuditRecord(rows)
+		if err != nil {
 			return rep, classify(err)
 		}
 		rep.Records++
 		if r.Chain != cur {
 			cur, prev, next = r.Chain, make([]byte, sha256.Size), 1
-			seen[cur] = true
 			rep.Chains++
 		}
 		switch {
@@ -175,34 +147,33 @@ func (s *Store) VerifyAuditOf(ctx context.Context, railAccount string) (AuditRep
 	if err := rows.Err(); err != nil {
 		return rep, classify(err)
 	}
-	for acct, h := range heads {
-		if !seen[acct] && h.seq > 0 {
-			fail(acct, 1, "the head says %d records but none exist", h.seq)
-		}
-	}
-	// The head must point at the last record: a removed tail shows here.
-	rows2, err := s.pool.Query(ctx, `
+	// Each head must point at its chain's last record: a removed tail, or
+	// a head over no records at all, shows here.
+	heads, err := s.pool.Query(ctx, `
 		SELECT h.chain, h.seq, h.hash, r.seq, r.hash
 		FROM audit_heads h LEFT JOIN LATERAL (
 			SELECT seq, hash FROM audit_records r WHERE r.chain = h.chain ORDER BY seq DESC LIMIT 1
 		) r ON true
-		WHERE `+strings.ReplaceAll(ofAccount, "chain", "h.chain"), chains)
+		WHERE `+ofAccount("h.chain")+` ORDER BY h.chain`, chains)
 	if err != nil {
 		return rep, classify(err)
 	}
-	defer rows2.Close()
-	for rows2.Next() {
-		var acct string
+	defer heads.Close()
+	for heads.Next() {
+		var chain string
 		var hseq int64
 		var hhash []byte
 		var lseq *int64
 		var lhash []byte
-		if err := rows2.Scan(&acct, &hseq, &hhash, &lseq, &lhash); err != nil {
+		if err := heads.Scan(&chain, &hseq, &hhash, &lseq, &lhash); err != nil {
 			return rep, classify(err)
 		}
-		if lseq != nil && (*lseq != hseq || !bytes.Equal(lhash, hhash)) {
-			fail(acct, *lseq, "the chain head says record %d, the last record is %d (records after it were removed or the head was altered)", hseq, *lseq)
+		switch {
+		case lseq == nil && hseq > 0:
+			fail(chain, 1, "the head says %d records but none exist", hseq)
+		case lseq != nil && (*lseq != hseq || !bytes.Equal(lhash, hhash)):
+			fail(chain, *lseq, "the chain head says record %d, the last record is %d (records after it were removed or the head was altered)", hseq, *lseq)
 		}
 	}
-	return rep, classify(rows2.Err())
+	return rep, classify(heads.Err())
 }

@@ -447,3 +447,28 @@ func TestFoundEntityIsKeptForDuplicates(t *testing.T) {
 		t.Fatalf("findings = %+v, %v", fs, err)
 	}
 }
+
+func TestAuditVerifyDetectsAHeadOverNoRecords(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	if _, err := s.Propose(ctx, proposal(21)); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM audit_records`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := s.VerifyAudit(ctx)
+	if err != nil || len(rep.Breaks) != 1 || rep.Breaks[0].Seq != 1 || !strings.Contains(rep.Breaks[0].Problem, "records but none exist") {
+		t.Fatalf("after removing every record: %+v, %v", rep, err)
+	}
+}
