@@ -73,8 +73,9 @@ type Attempt struct {
 	StartedAt       time.Time
 	FinishedAt      *time.Time
 	// FoundEntity is the entity as the rail listed it when reconciliation
-	// found this attempt applied (nil otherwise): the rail's own JSON,
-	// carrying the attempt's stamp.
+	// found this attempt applied: the rail's own JSON, carrying the
+	// attempt's stamp. Read only for the applying attempt handed to a
+	// duplicate (ProposeResult.Applied); nil otherwise.
 	FoundEntity []byte
 }
 
@@ -245,7 +246,7 @@ func (tx *Tx) advance(ctx context.Context, p Proposal, res *ProposeResult) error
 	it := res.Intent
 	switch it.State {
 	case intent.Applied:
-		a, err := tx.attempt(ctx, it.Key, it.AppliedAttemptSeq)
+		a, err := appliedAttempt(ctx, tx.tx, it)
 		if err != nil {
 			return err
 		}
@@ -450,9 +451,7 @@ func (tx *Tx) leaseExpired(ctx context.Context, k Key, seq int) (bool, error) {
 
 const attemptColumns = `rail_account, sik, attempt_seq, stamp, stamp_generation, outcome, lease_owner, lease_expires_at,
 	request_method, request_path, request_headers, request_body, response_status, response_headers, response_body,
-	COALESCE(transport_error, ''), body_stamped, via_envoy, COALESCE(entity_id, ''), COALESCE(fee_minor, 0), started_at, finished_at,
-	(SELECT f.entity_body FROM reconciliation_findings f WHERE f.rail_account = attempts.rail_account AND f.sik = attempts.sik
-	   AND f.attempt_seq = attempts.attempt_seq AND f.outcome = 'found_applied' ORDER BY f.id DESC LIMIT 1)`
+	COALESCE(transport_error, ''), body_stamped, via_envoy, COALESCE(entity_id, ''), COALESCE(fee_minor, 0), started_at, finished_at`
 
 func scanAttempt(row pgx.Row) (Attempt, error) {
 	var a Attempt
@@ -462,7 +461,7 @@ func scanAttempt(row pgx.Row) (Attempt, error) {
 	var respBody []byte
 	err := row.Scan(&a.RailAccount, &a.SIK, &a.Seq, &a.Stamp, &gen, &a.Outcome, &a.LeaseOwner, &a.LeaseExpiresAt,
 		&a.Request.Method, &a.Request.Path, &reqHeaders, &a.Request.Body, &status, &respHeaders, &respBody,
-		&a.TransportError, &a.BodyStamped, &a.ViaEnvoy, &a.EntityID, &a.FeeMinor, &a.StartedAt, &a.FinishedAt, &a.FoundEntity)
+		&a.TransportError, &a.BodyStamped, &a.ViaEnvoy, &a.EntityID, &a.FeeMinor, &a.StartedAt, &a.FinishedAt)
 	if err != nil {
 		return a, err
 	}
@@ -481,6 +480,32 @@ func scanAttempt(row pgx.Row) (Attempt, error) {
 		}
 	}
 	return a, nil
+}
+
+// rowQuerier is a pool or a transaction.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// appliedAttempt is the attempt that applied an APPLIED intent, with the
+// entity reconciliation found when it was settled that way: what a
+// duplicate is answered with.
+func appliedAttempt(ctx context.Context, q rowQuerier, it Intent) (Attempt, error) {
+	a, err := scanAttempt(q.QueryRow(ctx, `SELECT `+attemptColumns+`
+		FROM attempts WHERE rail_account = $1 AND sik = $2 AND attempt_seq = $3`, it.RailAccount, it.SIK, it.AppliedAttemptSeq))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return a, fmt.Errorf("%w: attempt %s#%d", ErrNotFound, it.Key, it.AppliedAttemptSeq)
+	}
+	if err != nil || it.LastEvent != string(intent.FoundApplied) {
+		return a, err
+	}
+	err = q.QueryRow(ctx, `SELECT entity_body FROM reconciliation_findings
+		WHERE rail_account = $1 AND sik = $2 AND attempt_seq = $3 AND outcome = 'found_applied'
+		ORDER BY id DESC LIMIT 1`, it.RailAccount, it.SIK, it.AppliedAttemptSeq).Scan(&a.FoundEntity)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return a, nil
+	}
+	return a, err
 }
 
 func (tx *Tx) attempt(ctx context.Context, k Key, seq int) (Attempt, error) {
@@ -545,8 +570,7 @@ func (s *Store) LookupAlias(ctx context.Context, railAccount, alias string) (Pro
 	}
 	res.Intent = it
 	if it.State == intent.Applied {
-		a, err := scanAttempt(s.pool.QueryRow(ctx, `SELECT `+attemptColumns+`
-			FROM attempts WHERE rail_account = $1 AND sik = $2 AND attempt_seq = $3`, it.RailAccount, it.SIK, it.AppliedAttemptSeq))
+		a, err := appliedAttempt(ctx, s.pool, it)
 		if err != nil {
 			return res, classify(err)
 		}
