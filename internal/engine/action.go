@@ -214,39 +214,7 @@ func (e *Engine) answer(acct *rails.Account, req Request, res ledger.ProposeResu
 			out.Gates = res.Gates.Gates
 		}
 	case res.Applied != nil:
-		// The stored rail response, without touching the rail.
-		out = Outcome{Verdict: Block, ReasonCode: ReasonDuplicateApplied,
-			Reason: fmt.Sprintf("already applied as %s; this is the rail's stored answer", it.RailEntityID)}
-		// Only an answer the commit path classified as this intent's own is
-		// replayed; one settled by reconciliation may have stored another
-		// entity's body (or a 5xx).
-		if r := res.Applied.Response; r != nil && r.Status >= 200 && r.Status < 300 && it.LastEvent == string(intent.RailApplied) {
-			out.HTTPStatus, out.Body = r.Status, r.Body
-			if rp, ok := acct.Adapter.(rail.Replayer); ok {
-				body, err := rp.Replay(railRequest(req), rail.Response{Status: r.Status, Headers: r.Headers, Body: r.Body})
-				if err != nil {
-					return refuseRail(acct, req, ReasonInternal, "Countersign could not re-address the stored answer: "+err.Error(), http.StatusServiceUnavailable)
-				}
-				out.Body = body
-			}
-		} else if _, reshapes := acct.Adapter.(rail.Replayer); res.Applied.FoundEntity != nil && !reshapes {
-			// Settled by reconciliation: the answer was lost, but the
-			// reconciler kept the entity as the rail listed it (stamp
-			// matched), which is what the rail's answer carried.
-			out.HTTPStatus, out.Body = http.StatusOK, res.Applied.FoundEntity
-			out.Reason = fmt.Sprintf("already applied as %s (settled by reconciliation); this is the entity as the rail lists it", it.RailEntityID)
-			out.ResponseHeaders = map[string]string{"x-countersign-settled-by": "reconciliation"}
-		} else {
-			// Settled by reconciliation without a kept entity (an MCP
-			// answer has its own shape): say so.
-			out = refuseRail(acct, req, ReasonDuplicateApplied, fmt.Sprintf("Already applied as %s (settled by reconciliation); the rail's own answer was not kept.", it.RailEntityID), http.StatusConflict)
-			out.Verdict = Block
-		}
-		if out.ResponseHeaders == nil {
-			out.ResponseHeaders = map[string]string{}
-		}
-		out.ResponseHeaders["content-type"] = "application/json"
-		out.ResponseHeaders["x-countersign-replay"] = "true"
+		out = replayApplied(acct, req, it, res.Applied)
 	case it.State == intent.InFlight:
 		out = refuseRail(acct, req, ReasonDuplicateInFlight, fmt.Sprintf("An identical request (intent %s) is in progress at the rail; retry the same request shortly for its result.", it.SIK), http.StatusConflict)
 	case it.State == intent.Unknown || it.State == intent.Reconciling:
@@ -357,4 +325,36 @@ func (e *Engine) idempotencyWindow(ctx context.Context, p *ledger.Principal, acc
 		return fmt.Sprintf("%s@%d", w, e.now().UnixNano()/int64(w)), nil
 	}
 	return "", nil
+}
+
+// replayApplied answers a duplicate of an APPLIED intent from the ledger,
+// without touching the rail. Only an answer the commit path classified as
+// the intent's own is replayed (one settled by reconciliation may have
+// stored another entity's body, or a 5xx); when the answer was lost and
+// reconciliation found the entity, the entity as the rail listed it is the
+// answer — except for adapters that reshape stored answers (an MCP
+// server's), which get a 409 naming the entity.
+func replayApplied(acct *rails.Account, req Request, it ledger.Intent, a *ledger.Attempt) Outcome {
+	headers := map[string]string{"content-type": "application/json", "x-countersign-replay": "true"}
+	replayer, reshapes := acct.Adapter.(rail.Replayer)
+	switch r := a.Response; {
+	case r != nil && r.Status >= 200 && r.Status < 300 && it.LastEvent == string(intent.RailApplied):
+		body := r.Body
+		if reshapes {
+			var err error
+			if body, err = replayer.Replay(railRequest(req), rail.Response{Status: r.Status, Headers: r.Headers, Body: r.Body}); err != nil {
+				return refuseRail(acct, req, ReasonInternal, "Countersign could not re-address the stored answer: "+err.Error(), http.StatusServiceUnavailable)
+			}
+		}
+		return Outcome{Verdict: Block, ReasonCode: ReasonDuplicateApplied, HTTPStatus: r.Status, Body: body, ResponseHeaders: headers,
+			Reason: fmt.Sprintf("already applied as %s; this is the rail's stored answer", it.RailEntityID)}
+	case a.FoundEntity != nil && !reshapes:
+		headers["x-countersign-settled-by"] = "reconciliation"
+		return Outcome{Verdict: Block, ReasonCode: ReasonDuplicateApplied, HTTPStatus: http.StatusOK, Body: a.FoundEntity, ResponseHeaders: headers,
+			Reason: fmt.Sprintf("already applied as %s (settled by reconciliation); this is the entity as the rail lists it", it.RailEntityID)}
+	default:
+		out := refuseRail(acct, req, ReasonDuplicateApplied, fmt.Sprintf("Already applied as %s (settled by reconciliation); the rail's own answer was not kept.", it.RailEntityID), http.StatusConflict)
+		out.ResponseHeaders = headers
+		return out
+	}
 }
