@@ -79,7 +79,7 @@ func TestReconcilerKilledMidPagination(t *testing.T) {
 			t.Fatalf("filler refund %d: status %d", i, resp.StatusCode)
 		}
 	}
-	if l := midpageListings(midpageJournalOf(t, e), subject, 0); len(l) != 0 {
+	if l := midpageListings(e.journal(), subject, 0); len(l) != 0 {
 		t.Fatalf("the reconciler listed before the fillers were in (reconcile delay too short for this machine): %+v", l)
 	}
 
@@ -87,7 +87,7 @@ func TestReconcilerKilledMidPagination(t *testing.T) {
 	// request is held at the rail: the reconciler is mid-pagination.
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		l := midpageListings(midpageJournalOf(t, e), subject, 0)
+		l := midpageListings(e.journal(), subject, 0)
 		if it, _, err := e.store.GetIntent(ctx, key); err != nil || it.State != intent.Unknown && it.State != intent.Reconciling {
 			fs, _ := e.store.FindingsFor(ctx, key)
 			t.Fatalf("the intent left reconciliation before the listing reached page 3 (the rail answered %d pages): %s (%s) %v\nfindings %+v",
@@ -118,7 +118,7 @@ func TestReconcilerKilledMidPagination(t *testing.T) {
 		t.Fatalf("countersign did not die of SIGKILL: %v", killed.cmd.ProcessState)
 	}
 	killedAt := time.Now()
-	atKill := midpageJournalOf(t, e)
+	atKill := e.journal()
 
 	// 3. A half-read listing proves nothing and must not be recorded as
 	// if it did.
@@ -148,7 +148,7 @@ func TestReconcilerKilledMidPagination(t *testing.T) {
 	e.fault(map[string]any{"profile": "none"})
 	e.restartCountersign()
 	its = e.settle(subject, time.Until(claimExpires)+90*time.Second)
-	j := midpageJournalOf(t, e)
+	j := e.journal()
 
 	var entity string
 	for _, f := range j.Effects {
@@ -181,7 +181,7 @@ func TestReconcilerKilledMidPagination(t *testing.T) {
 	// The restarted reconciler listed from page 1 again, and only once the
 	// dead one's claim had lapsed.
 	after := midpageListings(j, subject, len(atKill.Requests))
-	var firstPage1 *midpageRequest
+	var firstPage1 *journalRequest
 	for i := range after {
 		if !after[i].page2() {
 			firstPage1 = &after[i]
@@ -217,7 +217,7 @@ func TestReconcilerKilledMidPagination(t *testing.T) {
 		got.Metadata["countersign_sik"] != stamp {
 		t.Fatalf("retry after settlement: %d %v %s", r.Status, r.Header, r.Body)
 	}
-	j = midpageJournalOf(t, e)
+	j = e.journal()
 	if n := j.posts(); n != posts {
 		t.Fatalf("the retry reached the rail: %d refund POSTs before it, %d after", posts, n)
 	}
@@ -229,50 +229,15 @@ func TestReconcilerKilledMidPagination(t *testing.T) {
 	}
 }
 
-// midpageJournal is mockrail's journal with what this test reads of it:
-// every effect's stamp and every request's query and time.
-type midpageJournal struct {
-	Effects []struct {
-		EntityID       string            `json:"entity_id"`
-		IdempotencyKey string            `json:"idempotency_key"`
-		Subject        string            `json:"subject"`
-		Amount         int64             `json:"amount"`
-		Metadata       map[string]string `json:"metadata"`
-	} `json:"effects"`
-	Requests []midpageRequest `json:"requests"`
-}
-
-type midpageRequest struct {
-	Time   time.Time `json:"time"`
-	Method string    `json:"method"`
-	Path   string    `json:"path"`
-	Query  string    `json:"query"`
-	Status int       `json:"status"`
-}
-
 // page2 reports whether the request asked for a page after the first.
-func (r midpageRequest) page2() bool {
+func (r journalRequest) page2() bool {
 	q, _ := url.ParseQuery(r.Query)
 	return q.Get("starting_after") != ""
 }
 
-func midpageJournalOf(t *testing.T, e *railEnv) midpageJournal {
-	t.Helper()
-	resp, err := http.Get(e.mock + "/_mock/journal")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var j midpageJournal
-	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil {
-		t.Fatal(err)
-	}
-	return j
-}
-
 // effectsWithStamp counts the effects stamped with stamp, in the body or
 // as the idempotency key.
-func (j midpageJournal) effectsWithStamp(stamp string) int {
+func (j journal) effectsWithStamp(stamp string) int {
 	n := 0
 	for _, f := range j.Effects {
 		if f.Metadata["countersign_sik"] == stamp || f.IdempotencyKey == stamp {
@@ -282,18 +247,8 @@ func (j midpageJournal) effectsWithStamp(stamp string) int {
 	return n
 }
 
-func (j midpageJournal) effectsOn(subject string) int {
-	n := 0
-	for _, f := range j.Effects {
-		if f.Subject == subject {
-			n++
-		}
-	}
-	return n
-}
-
 // posts counts the refund POSTs the rail answered.
-func (j midpageJournal) posts() int {
+func (j journal) posts() int {
 	n := 0
 	for _, r := range j.Requests {
 		if r.Method == http.MethodPost && r.Path == "/v1/refunds" {
@@ -306,8 +261,8 @@ func (j midpageJournal) posts() int {
 // midpageListings returns the refund listings of subject the rail answered,
 // from the from-th journaled request on. (The rail journals a request when
 // it answers it, so a held page is not among them.)
-func midpageListings(j midpageJournal, subject string, from int) []midpageRequest {
-	var out []midpageRequest
+func midpageListings(j journal, subject string, from int) []journalRequest {
+	var out []journalRequest
 	for _, r := range j.Requests[min(from, len(j.Requests)):] {
 		q, _ := url.ParseQuery(r.Query)
 		if r.Method == http.MethodGet && r.Path == "/v1/refunds" && q.Get("payment_intent") == subject {

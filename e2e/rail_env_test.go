@@ -296,11 +296,18 @@ type journal struct {
 		Amount         int64             `json:"amount"`
 		Metadata       map[string]string `json:"metadata"`
 	} `json:"effects"`
-	Requests []struct {
-		Method  string `json:"method"`
-		Path    string `json:"path"`
-		Outcome string `json:"outcome"`
-	} `json:"requests"`
+	Requests []journalRequest `json:"requests"`
+}
+
+// journalRequest is one rail request as mockrail journaled it (when it
+// answered it).
+type journalRequest struct {
+	Time    time.Time `json:"time"`
+	Method  string    `json:"method"`
+	Path    string    `json:"path"`
+	Query   string    `json:"query"`
+	Status  int       `json:"status"`
+	Outcome string    `json:"outcome"`
 }
 
 func (e *railEnv) journal() journal {
