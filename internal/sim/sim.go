@@ -553,7 +553,7 @@ func (w *world) step(ctx context.Context, e *event) error {
 	case evStamp:
 		return w.stamp(ctx, e.p)
 	case evRail:
-		w.callRail(ctx, e.p)
+		return w.callRail(ctx, e.p)
 	case evCommit:
 		return w.commit(ctx, e.p)
 	case evAck:
@@ -629,7 +629,7 @@ func (w *world) stamp(ctx context.Context, p *pipe) error {
 // callRail sends the stamped request to the rail with a fault drawn for
 // this call. A transport failure is answered by Envoy (504) without the
 // response phase: nothing is committed and the lease expires.
-func (w *world) callRail(ctx context.Context, p *pipe) {
+func (w *world) callRail(ctx context.Context, p *pipe) error {
 	fault := "none"
 	switch r := w.rng.IntN(100); {
 	case r < 8:
@@ -648,13 +648,13 @@ func (w *world) callRail(ctx context.Context, p *pipe) {
 		rules = append(rules, mockrail.Fault{Profile: mockrail.Profile(fault), Count: 1, Method: http.MethodPost})
 	}
 	if err := w.mock.SetFaults(rules...); err != nil {
-		panic(err) // the rules are built here; an invalid one is a bug in the simulation
+		return fmt.Errorf("rail faults: %w", err)
 	}
 	name := w.name(p.ref.SIK)
 	if fault == string(mockrail.FaultResetBeforeApply) {
 		w.logf("task %d: rail %s reset before apply", p.t.id, name)
 		w.lost(p)
-		return
+		return nil
 	}
 	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "https://"+w.rail.host+p.path, strings.NewReader(string(p.body)))
 	for k, v := range p.hdr {
@@ -666,12 +666,12 @@ func (w *world) callRail(ctx context.Context, p *pipe) {
 	resp := rec.Result()
 	body, _ := io.ReadAll(resp.Body)
 	if err := w.mock.SetFaults(w.lagRules()...); err != nil {
-		panic(err)
+		return fmt.Errorf("rail faults: %w", err)
 	}
 	if fault == string(mockrail.FaultTimeoutAfterApply) {
 		w.logf("task %d: rail %s answered %d but the answer was lost (timeout)", p.t.id, name, resp.StatusCode)
 		w.lost(p)
-		return
+		return nil
 	}
 	h := map[string]string{}
 	for k := range resp.Header {
@@ -680,6 +680,7 @@ func (w *world) callRail(ctx context.Context, p *pipe) {
 	p.resp = rail.Response{Status: resp.StatusCode, Headers: h, Body: body}
 	w.logf("task %d: rail %s answered %d (fault %s)", p.t.id, name, resp.StatusCode, fault)
 	w.after(w.latency(), &event{kind: evCommit, p: p, inc: p.inc})
+	return nil
 }
 
 // lost ends a pipe whose rail answer never came: Envoy answers the agent
