@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 
@@ -29,16 +28,13 @@ func (s *OwnerServer) ListAuditRecords(ctx context.Context, req *countersignv1.L
 	if req.GetSik() != "" && req.GetRailAccount() == "" {
 		return nil, withDetails(status.New(codes.InvalidArgument, "sik names an intent only with its rail_account"), "INVALID_ARGUMENT")
 	}
-	n := int(req.GetPageSize())
-	if n <= 0 {
-		n = defaultPage
+	n, tok, err := pageArgs(req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
 	}
 	var after auditCursor
-	if tok := req.GetPageToken(); tok != "" {
-		b, err := base64.RawURLEncoding.DecodeString(tok)
-		if err != nil || json.Unmarshal(b, &after) != nil || after.Chain == "" {
-			return nil, withDetails(status.New(codes.InvalidArgument, "page_token is not one this server issued"), "INVALID_ARGUMENT")
-		}
+	if tok != "" && (json.Unmarshal([]byte(tok), &after) != nil || after.Chain == "") {
+		return nil, status.Error(codes.InvalidArgument, "page_token is not one this server issued")
 	}
 	recs, err := s.store.OwnerAuditRecords(ctx, owner,
 		ledger.AuditFilter{RailAccount: req.GetRailAccount(), SIK: req.GetSik(), Chain: req.GetChain()}, after.Chain, after.Seq, n)
@@ -49,13 +45,13 @@ func (s *OwnerServer) ListAuditRecords(ctx context.Context, req *countersignv1.L
 	for _, r := range recs {
 		out.AuditRecords = append(out.AuditRecords, toAuditRecord(r))
 	}
-	if len(recs) == n {
+	if len(recs) > 0 {
 		last := recs[len(recs)-1]
 		b, err := json.Marshal(auditCursor{Chain: last.Chain, Seq: last.Seq})
 		if err != nil {
 			return nil, ToStatus(err)
 		}
-		out.NextPageToken = base64.RawURLEncoding.EncodeToString(b)
+		out.NextPageToken = nextToken(n, string(b), len(recs))
 	}
 	return out, nil
 }

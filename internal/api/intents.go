@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"strconv"
@@ -43,15 +42,14 @@ func (s *OwnerServer) ListIntents(ctx context.Context, req *countersignv1.ListIn
 	if err != nil {
 		return nil, err
 	}
-	n := int(req.GetPageSize())
-	if n <= 0 {
-		n = defaultPage
+	n, tok, err := pageArgs(req.GetPageSize(), req.GetPageToken())
+	if err != nil {
+		return nil, err
 	}
 	var after *ledger.Intent
-	if tok := req.GetPageToken(); tok != "" {
+	if tok != "" {
 		var c intentCursor
-		b, err := base64.RawURLEncoding.DecodeString(tok)
-		if err != nil || json.Unmarshal(b, &c) != nil {
+		if json.Unmarshal([]byte(tok), &c) != nil {
 			return nil, status.Error(codes.InvalidArgument, "page_token is not one this server issued")
 		}
 		after = &ledger.Intent{Key: ledger.Key{RailAccount: c.Account, SIK: c.SIK}, CreatedAt: c.At}
@@ -64,10 +62,13 @@ func (s *OwnerServer) ListIntents(ctx context.Context, req *countersignv1.ListIn
 	for _, it := range its {
 		out.Intents = append(out.Intents, toIntent(it))
 	}
-	if len(its) == n {
+	if len(its) > 0 {
 		last := its[len(its)-1]
-		b, _ := json.Marshal(intentCursor{At: last.CreatedAt, Account: last.RailAccount, SIK: last.SIK})
-		out.NextPageToken = base64.RawURLEncoding.EncodeToString(b)
+		b, err := json.Marshal(intentCursor{At: last.CreatedAt, Account: last.RailAccount, SIK: last.SIK})
+		if err != nil {
+			return nil, ToStatus(err)
+		}
+		out.NextPageToken = nextToken(n, string(b), len(its))
 	}
 	return out, nil
 }
