@@ -72,7 +72,7 @@ $(GOLANGCI_LINT):
 
 ## run: Countersign with a private PostgreSQL under ./.countersign/ (Ctrl-C stops it)
 run:
-	$(GO) run ./cmd/countersign dev
+	$(GO) run ./cmd/countersign-dev dev
 
 ## tidy-check: fail if go.mod/go.sum are not tidy
 tidy-check:

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/ledger"
-	"github.com/countersign/countersign/internal/pgtest"
+	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
 // bin is the directory holding the binaries built for this test run.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/intent"
-	"github.com/countersign/countersign/internal/pgtest"
+	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
 // TestPostgresKilledMidFlight SIGKILLs PostgreSQL while agents send a

@@ -16,13 +16,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/countersign/countersign/e2e/egress"
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/config"
 	"github.com/countersign/countersign/internal/credential"
 	"github.com/countersign/countersign/internal/intent"
 	"github.com/countersign/countersign/internal/ledger"
-	"github.com/countersign/countersign/internal/pgtest"
+	"github.com/countersign/countersign/internal/testing/envoystandin"
+	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
 // The rail accounts every environment configures, with mockrail's default keys.
@@ -48,7 +48,7 @@ type railEnv struct {
 	csEnv      []string
 	httpAddr   string
 	railsFile  string
-	proxyCfg   egress.Config
+	proxyCfg   envoystandin.Config
 }
 
 // secondCountersign starts another countersign process on the same ledger
@@ -64,7 +64,7 @@ func (e *railEnv) secondCountersign() string {
 	cfg := e.proxyCfg
 	cfg.ExtAuthz, cfg.ExtProc = grpcAddr, grpcAddr
 	ctx, cancel := context.WithCancel(context.Background())
-	p, err := egress.Start(ctx, cfg)
+	p, err := envoystandin.Start(ctx, cfg)
 	if err != nil {
 		cancel()
 		e.t.Fatal(err)
@@ -208,11 +208,11 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 	waitStatus(t, "http://"+httpAddr+"/readyz", 200, 30*time.Second)
 
 	pctx, cancel := context.WithCancel(ctx)
-	pcfg := egress.Config{
+	pcfg := envoystandin.Config{
 		Listen: "127.0.0.1:0", ExtAuthz: grpcAddr, ExtProc: grpcAddr,
 		MaxRequestBytes: 64 << 10, AllowPartialMessage: true, StatusOnError: 503,
 		Timeout: 10 * time.Second, ExtProcMessageTimeout: 10 * time.Second,
-		Routes: []egress.Route{
+		Routes: []envoystandin.Route{
 			{Prefix: "stripe.local", Upstream: mockURL, HostRewrite: "api.stripe.com",
 				ContextExtensions: map[string]string{"rail_account": stripeAccount}, Timeout: o.routeTimeout},
 			{Prefix: "razorpay.local", Upstream: mockURL, HostRewrite: "api.razorpay.com",
@@ -220,10 +220,10 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 		},
 	}
 	if o.mcpUpstream != "" {
-		pcfg.Routes = append(pcfg.Routes, egress.Route{Prefix: "mcp.local", Upstream: o.mcpUpstream, HostRewrite: "mcp.stripe.local",
+		pcfg.Routes = append(pcfg.Routes, envoystandin.Route{Prefix: "mcp.local", Upstream: o.mcpUpstream, HostRewrite: "mcp.stripe.local",
 			ContextExtensions: map[string]string{"rail_account": mcpAccount}, Timeout: o.routeTimeout})
 	}
-	proxy, err := egress.Start(pctx, pcfg)
+	proxy, err := envoystandin.Start(pctx, pcfg)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

@@ -1,5 +1,5 @@
 // Command mockrail runs the stateful, fault-injecting test rail
-// (internal/mockrail) on a real listener for whole-process tests:
+// (internal/testing/mockrail) on a real listener for whole-process tests:
 //
 //	mockrail --listen 127.0.0.1:12111 --seed-file seed.json --fault replica_lag:delay=3s
 //
@@ -27,7 +27,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/countersign/countersign/internal/mockrail"
+	"github.com/countersign/countersign/internal/testing/mockrail"
 )
 
 func main() {

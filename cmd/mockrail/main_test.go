@@ -19,7 +19,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/countersign/countersign/internal/mockrail"
+	"github.com/countersign/countersign/internal/testing/mockrail"
 )
 
 func TestMain(m *testing.M) {

@@ -19,7 +19,7 @@ import (
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/credential"
 	"github.com/countersign/countersign/internal/ledger"
-	"github.com/countersign/countersign/internal/pgtest"
+	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
 func TestMain(m *testing.M) {

@@ -26,7 +26,7 @@ func newAudit() *cobra.Command {
 			"--rail-account limits it to that account's 16 chains.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, err := load(cmd, &cfg, config.Config.ValidateDatabase); err != nil {
+			if _, err := Load(cmd, &cfg, config.Config.ValidateDatabase); err != nil {
 				return err
 			}
 			store, err := ledger.Open(cmd.Context(), cfg.DatabaseURL, ledger.Options{MaxConns: 2})

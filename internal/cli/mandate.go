@@ -91,7 +91,7 @@ func newMandateLint() *cobra.Command {
 
 // openLedger loads cmd's database configuration and opens the ledger.
 func openLedger(cmd *cobra.Command, cfg *config.Config) (*ledger.Store, error) {
-	if _, err := load(cmd, cfg, config.Config.ValidateDatabase); err != nil {
+	if _, err := Load(cmd, cfg, config.Config.ValidateDatabase); err != nil {
 		return nil, err
 	}
 	return ledger.Open(cmd.Context(), cfg.DatabaseURL, ledger.Options{MaxConns: 2})

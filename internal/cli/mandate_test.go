@@ -13,7 +13,7 @@ import (
 
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/mandate"
-	"github.com/countersign/countersign/internal/pgtest"
+	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
 // TestMain gives the package's tests a throwaway migrated Postgres. (It is

@@ -92,7 +92,7 @@ func newOwner() *cobra.Command {
 			"not a running server) and prints the token once. Use it for the first owner; OIDC owners need none.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, err := load(cmd, &cfg, config.Config.ValidateDatabase); err != nil {
+			if _, err := Load(cmd, &cfg, config.Config.ValidateDatabase); err != nil {
 				return err
 			}
 			store, err := ledger.Open(cmd.Context(), cfg.DatabaseURL, ledger.Options{MaxConns: 2})

@@ -12,8 +12,8 @@ import (
 	"github.com/countersign/countersign/internal/sik"
 )
 
-// adapters are the rails this binary speaks.
-var adapters = rails.Adapters{
+// Adapters are the rails this binary speaks.
+var Adapters = rails.Adapters{
 	sik.RailStripe:   func() rail.Adapter { return stripe.New() },
 	sik.RailRazorpay: func() rail.Adapter { return razorpay.New() },
 }
@@ -24,7 +24,7 @@ func loadRails(cfg config.Config) (*rails.Registry, error) {
 	if cfg.RailsFile == "" {
 		return nil, nil
 	}
-	rs, err := rails.Load(cfg.RailsFile, adapters, nil)
+	rs, err := rails.Load(cfg.RailsFile, Adapters, nil)
 	if err != nil {
 		return nil, fmt.Errorf("rails-file (%s): %w", config.EnvName("rails-file"), err)
 	}

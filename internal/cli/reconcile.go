@@ -20,7 +20,7 @@ func newReconcile() *cobra.Command {
 			"the finding. It is the single-pass form of the reconciler that `serve` runs continuously.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := load(cmd, &cfg, config.Config.ValidateEngine)
+			log, err := Load(cmd, &cfg, config.Config.ValidateEngine)
 			if err != nil {
 				return err
 			}

@@ -18,8 +18,9 @@ import (
 // Version is set at build time with -ldflags "-X …/internal/cli.Version=v1.2.3".
 var Version = "dev"
 
-// NewRoot returns the root command writing to out and errOut.
-func NewRoot(out, errOut io.Writer) *cobra.Command {
+// NewRoot returns the root command writing to out and errOut, with extra
+// subcommands beside the production ones (the demo binary adds `dev`).
+func NewRoot(out, errOut io.Writer, extra ...*cobra.Command) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "countersign",
 		Short: "Countersign guards an AI agent's payment calls: allow, hold or block, with a write-ahead ledger.",
@@ -31,15 +32,16 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 	}
 	root.SetOut(out)
 	root.SetErr(errOut)
-	root.AddCommand(newServe(), newMigrate(), newDev(), newAudit(), newReconcile(), newVersion(),
+	root.AddCommand(newServe(), newMigrate(), newAudit(), newReconcile(), newVersion(),
 		newOwner(), newAgent(), newCredential(), newApprovals())
 	root.AddCommand(newMandate())
+	root.AddCommand(extra...)
 	return root
 }
 
 // Execute runs the command line and returns the process exit code.
-func Execute(ctx context.Context, args []string) int {
-	root := NewRoot(os.Stdout, os.Stderr)
+func Execute(ctx context.Context, args []string, extra ...*cobra.Command) int {
+	root := NewRoot(os.Stdout, os.Stderr, extra...)
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "countersign:", err)
@@ -48,8 +50,8 @@ func Execute(ctx context.Context, args []string) int {
 	return 0
 }
 
-// load resolves and validates the configuration of cmd and builds its logger.
-func load(cmd *cobra.Command, cfg *config.Config, validate func(config.Config) error) (*slog.Logger, error) {
+// Load resolves and validates the configuration of cmd and builds its logger.
+func Load(cmd *cobra.Command, cfg *config.Config, validate func(config.Config) error) (*slog.Logger, error) {
 	if err := config.Resolve(cmd.Flags(), os.LookupEnv); err != nil {
 		return nil, err
 	}

@@ -24,7 +24,7 @@ func newServe() *cobra.Command {
 			"Every flag can also be set with COUNTERSIGN_<FLAG> (e.g. COUNTERSIGN_DATABASE_URL) or in --config.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := load(cmd, &cfg, config.Config.Validate)
+			log, err := Load(cmd, &cfg, config.Config.Validate)
 			if err != nil {
 				return err
 			}
@@ -32,15 +32,15 @@ func newServe() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return serve(cmd.Context(), cfg, rs, log)
+			return Serve(cmd.Context(), cfg, rs, log)
 		},
 	}
 	cfg.BindServe(cmd.Flags())
 	return cmd
 }
 
-// serve runs a server over the configured ledger until ctx ends.
-func serve(ctx context.Context, cfg config.Config, rs *rails.Registry, log *slog.Logger) error {
+// Serve runs a server over the configured ledger until ctx ends.
+func Serve(ctx context.Context, cfg config.Config, rs *rails.Registry, log *slog.Logger) error {
 	store, err := ledger.Open(ctx, cfg.DatabaseURL, ledger.Options{MaxConns: cfg.DBMaxConns})
 	if err != nil {
 		return err
@@ -64,7 +64,7 @@ func newMigrate() *cobra.Command {
 		Short: "Apply the ledger's pending schema migrations",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := load(cmd, &cfg, config.Config.ValidateDatabase)
+			log, err := Load(cmd, &cfg, config.Config.ValidateDatabase)
 			if err != nil {
 				return err
 			}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/countersign/countersign/internal/pgtest"
+	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
 func TestMain(m *testing.M) {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/ownerauth"
-	"github.com/countersign/countersign/internal/pgtest"
+	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
 // The owner-token bootstrap path (internal/ownerauth) against the real ledger: a first owner and token, the

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/ledger"
-	"github.com/countersign/countersign/internal/pgtest"
+	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
 const testSecret = "whsec_dispatcher_test_secret"

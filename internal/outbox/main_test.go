@@ -7,7 +7,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/countersign/countersign/internal/ledger"
-	"github.com/countersign/countersign/internal/pgtest"
+	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
 // TestMain runs the tests against a real PostgreSQL and fails the binary if

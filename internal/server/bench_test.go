@@ -26,13 +26,13 @@ import (
 	"github.com/countersign/countersign/internal/config"
 	"github.com/countersign/countersign/internal/credential"
 	"github.com/countersign/countersign/internal/ledger"
-	"github.com/countersign/countersign/internal/mockrail"
 	"github.com/countersign/countersign/internal/ownerauth"
-	"github.com/countersign/countersign/internal/pgtest"
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/rail/stripe"
 	"github.com/countersign/countersign/internal/rails"
 	"github.com/countersign/countersign/internal/sik"
+	"github.com/countersign/countersign/internal/testing/mockrail"
+	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
 // BenchmarkAllowPath measures the ALLOW path end to end over real gRPC:

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
-	"github.com/countersign/countersign/internal/mockrail"
+	"github.com/countersign/countersign/internal/testing/mockrail"
 )
 
 // mandateFor is a budgeted USD mandate of h's agent on acct_bench that a

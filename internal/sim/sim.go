@@ -26,14 +26,14 @@ import (
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/mandate"
 	"github.com/countersign/countersign/internal/metrics"
-	"github.com/countersign/countersign/internal/mockrail"
-	"github.com/countersign/countersign/internal/pgtest"
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/rail/razorpay"
 	"github.com/countersign/countersign/internal/rail/stripe"
 	"github.com/countersign/countersign/internal/rails"
 	"github.com/countersign/countersign/internal/reconcile"
 	"github.com/countersign/countersign/internal/sik"
+	"github.com/countersign/countersign/internal/testing/mockrail"
+	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
 // Config tunes the simulation. [Defaults] is what CI runs.

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/ledger"
-	"github.com/countersign/countersign/internal/mockrail"
-	"github.com/countersign/countersign/internal/pgtest"
 	"github.com/countersign/countersign/internal/results"
+	"github.com/countersign/countersign/internal/testing/mockrail"
+	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
 var (

@@ -1,19 +1,23 @@
-package cli
+package demo
 
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
+	"github.com/countersign/countersign/internal/cli"
 	"github.com/countersign/countersign/internal/config"
 	"github.com/countersign/countersign/internal/ledger"
-	"github.com/countersign/countersign/internal/pgtest"
+	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
-func newDev() *cobra.Command {
+// NewCommand returns `dev`: the demo, for the demo binary only.
+func NewCommand() *cobra.Command {
 	cfg := config.Defaults()
 	cfg.LogFormat = "text"
 	// On one machine, webhook receivers are local.
@@ -31,17 +35,24 @@ func newDev() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// The database URL is this command's own; only the rest is validated.
 			cfg.DatabaseURL = "postgres://dev"
-			log, err := load(cmd, &cfg, config.Config.Validate)
+			log, err := cli.Load(cmd, &cfg, config.Config.Validate)
 			if err != nil {
 				return err
 			}
 			ctx := cmd.Context()
-			abs, err := filepath.Abs(filepath.Join(dir, "pg"))
-			if err != nil {
-				return err
+			if err := makeDir(dir); err != nil {
+				return fmt.Errorf("dev: %w", err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "starting PostgreSQL in %s …\n", abs)
-			cluster, err := pgtest.StartCluster(ctx, pgtest.ClusterOptions{DataDir: abs, Port: pgPort})
+			pgDir, moved, err := pgtest.KeptDataDir(filepath.Join(dir, "pg"))
+			if err != nil {
+				return fmt.Errorf("dev: %w", err)
+			}
+			if moved {
+				fmt.Fprintf(cmd.OutOrStdout(), "starting PostgreSQL in %s (the postgres OS user, which runs it, cannot enter %s) …\n", pgDir, dir)
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "starting PostgreSQL in %s …\n", pgDir)
+			}
+			cluster, err := pgtest.StartCluster(ctx, pgtest.ClusterOptions{DataDir: pgDir, Port: pgPort})
 			if err != nil {
 				return fmt.Errorf("dev: postgres: %w", err)
 			}
@@ -89,7 +100,7 @@ func newDev() *cobra.Command {
 			fmt.Fprintf(out, "  egress (Envoy's contract, for demos) %s\n\n", proxy.Addr())
 			printDemo(out, d, proxy.Addr(), cfg.GRPCAddr)
 			fmt.Fprintf(out, "Ctrl-C stops Countersign and its PostgreSQL.\n\n")
-			return serve(ctx, cfg, rs, log)
+			return cli.Serve(ctx, cfg, rs, log)
 		},
 	}
 	cfg.BindServe(cmd.Flags())
@@ -106,4 +117,18 @@ func newDev() *cobra.Command {
 func isDuplicateDatabase(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "42P04"
+}
+
+// makeDir creates the dev directory. As root it is made 0711 so that the
+// postgres OS user may pass through it to its data directory; the keys and
+// the demo's secrets inside stay 0700/0600.
+func makeDir(dir string) error {
+	mode := os.FileMode(0o700)
+	if os.Geteuid() == 0 {
+		mode = 0o711
+	}
+	if err := os.Mkdir(dir, mode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return nil
 }

@@ -1,4 +1,4 @@
-package cli
+package demo
 
 import (
 	"context"
@@ -10,8 +10,9 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/countersign/countersign/internal/mockrail"
+	"github.com/countersign/countersign/internal/cli"
 	"github.com/countersign/countersign/internal/rails"
+	"github.com/countersign/countersign/internal/testing/mockrail"
 )
 
 // The rail accounts `countersign dev` configures against its mock rail.
@@ -70,7 +71,7 @@ func startDevRail(ctx context.Context, keyDir, addr string) (*rails.Registry, st
 	rs, err := rails.New(rails.File{Rails: []rails.AccountConfig{
 		{Account: devStripeAccount, Rail: "stripe", Hosts: []string{"api.stripe.com"}, BaseURL: url, KeyFile: sk},
 		{Account: devRazorpayAccount, Rail: "razorpay", Hosts: []string{"api.razorpay.com"}, BaseURL: url, KeyFile: rk},
-	}}, adapters, nil)
+	}}, cli.Adapters, nil)
 	if err != nil {
 		stop()
 		return nil, "", nil, err

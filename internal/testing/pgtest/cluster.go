@@ -496,7 +496,7 @@ func reap(cmd *exec.Cmd, pm *postmaster, started chan<- error) {
 // goroutine waits for its server process. Clusters stopped by Close or Main's teardown
 // leave none.
 func IgnoreServerGoroutines() goleak.Option {
-	return goleak.IgnoreAnyFunction("github.com/countersign/countersign/internal/pgtest.reap")
+	return goleak.IgnoreAnyFunction("github.com/countersign/countersign/internal/testing/pgtest.reap")
 }
 
 // waitReady polls with real connections until one succeeds, the server exits or ctx ends.

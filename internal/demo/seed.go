@@ -1,4 +1,4 @@
-package cli
+package demo
 
 import (
 	"context"
@@ -11,12 +11,12 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/countersign/countersign/e2e/egress"
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/credential"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/mandate"
 	"github.com/countersign/countersign/internal/ownerauth"
+	"github.com/countersign/countersign/internal/testing/envoystandin"
 )
 
 // demo is what `countersign dev` seeds once and keeps (0600, in the dev
@@ -84,11 +84,11 @@ func seedDemo(ctx context.Context, store *ledger.Store, dir string) (demo, error
 
 // startDevEgress runs the Envoy-contract egress proxy in front of the mock
 // rail, so the demo's curl commands take the path an agent's SDK would.
-func startDevEgress(ctx context.Context, listen, grpcAddr, mockURL string) (*egress.Proxy, error) {
-	return egress.Start(ctx, egress.Config{
+func startDevEgress(ctx context.Context, listen, grpcAddr, mockURL string) (*envoystandin.Proxy, error) {
+	return envoystandin.Start(ctx, envoystandin.Config{
 		Listen: listen, ExtAuthz: grpcAddr, ExtProc: grpcAddr, MaxRequestBytes: 64 << 10, AllowPartialMessage: true,
 		StatusOnError: 503, Timeout: 5 * time.Second, ExtProcMessageTimeout: 5 * time.Second,
-		Routes: []egress.Route{{Prefix: "stripe.local", Upstream: mockURL, HostRewrite: "api.stripe.com",
+		Routes: []envoystandin.Route{{Prefix: "stripe.local", Upstream: mockURL, HostRewrite: "api.stripe.com",
 			ContextExtensions: map[string]string{"rail_account": devStripeAccount}}},
 	})
 }

@@ -3,8 +3,10 @@ package pgtest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/user"
@@ -204,4 +206,46 @@ func sweepStale() {
 		}
 		_ = os.RemoveAll(dir)
 	}
+}
+
+// KeptDataDir returns where a cluster that is kept between runs for dir
+// should live. Unless running as root, or when the postgres OS user can reach
+// dir, that is dir itself. Otherwise (a root-only home, a 0700 temporary
+// directory) it is a directory of the postgres user under os.TempDir() named
+// for dir, the same on every run; moved reports that.
+func KeptDataDir(dir string) (dataDir string, moved bool, err error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", false, fmt.Errorf("pgtest: %w", err)
+	}
+	cred, err := serverCredential()
+	if err != nil || cred == nil {
+		return abs, false, err
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
+		return "", false, fmt.Errorf("pgtest: %w", err)
+	}
+	if checkReachable(filepath.Dir(abs), cred) == nil {
+		return abs, false, nil
+	}
+	sum := sha256.Sum256([]byte(abs))
+	base := filepath.Join(os.TempDir(), fmt.Sprintf("countersign-dev-%x", sum[:8]))
+	if err := os.Mkdir(base, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", false, fmt.Errorf("pgtest: %w", err)
+	}
+	// The name is predictable: refuse anything there that is not a plain
+	// directory of root or the postgres user (a symlink planted by another
+	// local user, say).
+	fi, err := os.Lstat(base)
+	if err != nil {
+		return "", false, fmt.Errorf("pgtest: %w", err)
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !fi.IsDir() || !ok || (st.Uid != 0 && st.Uid != cred.Uid) || fi.Mode().Perm()&0o022 != 0 {
+		return "", false, fmt.Errorf("pgtest: %s exists but is not a private directory of root or the postgres user; remove it", base)
+	}
+	if err := chownTo(base, cred); err != nil {
+		return "", false, fmt.Errorf("pgtest: %w", err)
+	}
+	return filepath.Join(base, "pg"), true, nil
 }

@@ -1,4 +1,4 @@
-// Package egress is a stand-in for Envoy on the agent's egress path, for
+// Package envoystandin is a stand-in for Envoy on the agent's egress path, for
 // whole-process tests.
 //
 // It exists because no Envoy binary can be installed on the machines this
@@ -57,4 +57,4 @@
 // encode_raw_headers, allowed/disallowed header matchers,
 // per_connection_buffer_limit_bytes, clear_route_cache (routing is decided
 // once), the ext_authz HTTP service, access logs and stats.
-package egress
+package envoystandin

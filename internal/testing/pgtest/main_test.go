@@ -100,7 +100,7 @@ func TestIgnoreServerGoroutines(t *testing.T) {
 	}
 	goleak.VerifyNone(t, IgnoreServerGoroutines())
 	// The name other packages' tests used before IgnoreServerGoroutines existed.
-	goleak.VerifyNone(t, goleak.IgnoreAnyFunction("github.com/countersign/countersign/internal/pgtest.spawn.func1"))
+	goleak.VerifyNone(t, goleak.IgnoreAnyFunction("github.com/countersign/countersign/internal/testing/pgtest.spawn.func1"))
 }
 
 func TestNewDatabaseDroppedAfterTest(t *testing.T) {

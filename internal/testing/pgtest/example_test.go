@@ -4,7 +4,7 @@ import (
 	"context"
 	"log"
 
-	"github.com/countersign/countersign/internal/pgtest"
+	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
 // A long-lived cluster for a developer, kept under ./.countersign/pg: the first run

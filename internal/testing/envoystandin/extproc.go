@@ -1,4 +1,4 @@
-package egress
+package envoystandin
 
 import (
 	"context"
