@@ -384,7 +384,16 @@ func (p *prompter) ask(question, def string, accept func(string) error) (string,
 			if err := p.in.Err(); err != nil {
 				return "", err
 			}
-			return "", fmt.Errorf("no answer to %q: input ended", question)
+			// Input ended: the shown default is the answer, as an empty line
+			// would have made it; without one there is nothing to take.
+			if def == "" {
+				return "", fmt.Errorf("no answer to %q: input ended", question)
+			}
+			if err := accept(def); err != nil {
+				return "", fmt.Errorf("no answer to %q: input ended, and the default %q is refused: %w", question, def, err)
+			}
+			fmt.Fprintf(p.out, "%s (input ended: took the default)\n", def)
+			return def, nil
 		}
 		answer := strings.TrimSpace(p.in.Text())
 		if answer == "" {

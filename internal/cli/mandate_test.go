@@ -337,6 +337,29 @@ func TestMandateInit(t *testing.T) {
 			t.Fatal("init wrote a file without all the answers")
 		}
 	})
+	t.Run("input ends at a question with a default", func(t *testing.T) {
+		noLast := filepath.Join(dir, "nolast.yaml")
+		// The answers without the last empty line: the validity question
+		// shows a default of 90 days, which the ended input takes.
+		r := runCLI(t, strings.TrimSuffix(answers, "\n\n")+"\n", "mandate", "init", "--out", noLast)
+		if r.err != nil {
+			t.Fatalf("init whose input ends at a defaulted question: %v\n%s", r.err, r.out)
+		}
+		if !strings.Contains(r.out, "(input ended: took the default)") {
+			t.Errorf("init did not say it took the default:\n%s", r.out)
+		}
+		b, err := os.ReadFile(noLast)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := mandate.Parse(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if days := m.GetValidUntil().AsTime().Sub(m.GetValidFrom().AsTime()).Hours() / 24; days != 90 {
+			t.Errorf("validity = %v days, want the default 90", days)
+		}
+	})
 	t.Run("needs --out", func(t *testing.T) {
 		if r := runCLI(t, answers, "mandate", "init"); r.err == nil || !strings.Contains(r.err.Error(), "--out") {
 			t.Fatalf("init without --out = %v", r.err)

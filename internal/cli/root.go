@@ -32,6 +32,7 @@ func NewRoot(out, errOut io.Writer, extra ...*cobra.Command) *cobra.Command {
 	}
 	root.SetOut(out)
 	root.SetErr(errOut)
+	root.SetFlagErrorFunc(suggestFlag)
 	root.AddCommand(newServe(), newMigrate(), newAudit(), newReconcile(), newVersion(),
 		newOwner(), newAgent(), newCredential(), newApprovals())
 	root.AddCommand(newMandate())
@@ -67,18 +68,43 @@ func newVersion() *cobra.Command {
 		Short: "Print the version and build information",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			rev := "unknown"
-			goVersion := ""
-			if bi, ok := debug.ReadBuildInfo(); ok {
-				goVersion = bi.GoVersion
-				for _, s := range bi.Settings {
-					if s.Key == "vcs.revision" {
-						rev = s.Value
-					}
-				}
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "countersign %s (revision %s, %s)\n", Version, rev, goVersion)
+			bi, _ := debug.ReadBuildInfo()
+			fmt.Fprintln(cmd.OutOrStdout(), versionLine(Version, bi))
 			return nil
 		},
+	}
+}
+
+// versionLine says which build this is: the version set at link time, else
+// the module version Go stamped, and the VCS revision it was built from.
+// A binary built without VCS stamping (go run, -buildvcs=false, a tree
+// without .git) says so instead of guessing.
+func versionLine(linked string, bi *debug.BuildInfo) string {
+	version, goVersion := linked, "unknown Go"
+	rev, modified := "", ""
+	if bi != nil {
+		goVersion = bi.GoVersion
+		if (version == "" || version == "dev") && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			version = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				modified = s.Value
+			}
+		}
+	}
+	if version == "" {
+		version = "dev"
+	}
+	switch {
+	case rev == "":
+		return fmt.Sprintf("countersign %s (%s; built without VCS information: build with `make build` or `go build -buildvcs=auto` in a git checkout)", version, goVersion)
+	case modified == "true":
+		return fmt.Sprintf("countersign %s (revision %s with uncommitted changes, %s)", version, rev, goVersion)
+	default:
+		return fmt.Sprintf("countersign %s (revision %s, %s)", version, rev, goVersion)
 	}
 }
