@@ -27,6 +27,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/logging"
 )
 
 // Store is what the dispatcher needs from the ledger.
@@ -128,14 +129,13 @@ func (d *Dispatcher) Run(ctx context.Context, interval time.Duration) {
 	c := d.settings()
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	outage := &logging.Outage{Log: c.Log, What: "outbox dispatch"}
 	for {
 		rep, err := c.pass(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		if err != nil {
-			c.Log.Warn("outbox: dispatch pass failed", "err", err)
-		}
+		outage.Observe(err)
 		if err == nil && rep.claimed >= c.Batch {
 			continue
 		}

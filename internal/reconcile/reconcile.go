@@ -11,6 +11,7 @@ import (
 
 	"github.com/countersign/countersign/internal/engine"
 	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/logging"
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/rails"
 )
@@ -192,10 +193,13 @@ func (w *Worker) backoff(n int) time.Duration {
 func (w *Worker) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	outage := &logging.Outage{Log: w.log, What: "reconcile"}
 	for {
-		if _, err := w.Pass(ctx, nil); err != nil && ctx.Err() == nil {
-			w.log.Warn("reconcile pass failed", "err", err)
+		_, err := w.Pass(ctx, nil)
+		if ctx.Err() != nil {
+			return
 		}
+		outage.Observe(err)
 		select {
 		case <-ctx.Done():
 			return

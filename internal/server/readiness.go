@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/countersign/countersign/internal/logging"
 	"github.com/countersign/countersign/internal/metrics"
 )
 
@@ -61,7 +62,7 @@ func (r *readiness) publish(err error) {
 	r.metrics.LedgerReady.Set(gauge)
 	if changed {
 		if err != nil {
-			r.log.Warn("not ready", "err", err)
+			r.log.Warn("not ready", "err", logging.OneLine(err))
 		} else {
 			r.log.Info("ready")
 		}
