@@ -4,8 +4,9 @@
 SHELL     := /bin/bash
 GO        ?= go
 BIN       := $(CURDIR)/bin
-GOLANGCI_LINT_VERSION := v2.15.0
-GOLANGCI_LINT := $(BIN)/golangci-lint
+# Stamp the VCS revision into binaries (GOFLAGS may say -buildvcs=false)
+# when this is a git checkout git can read; a tarball builds without it.
+BUILDVCS  := $(shell git rev-parse --verify -q HEAD >/dev/null 2>&1 && echo auto || echo false)
 FUZZTIME  ?= 5s
 # -race needs cgo; the test harness starts its own PostgreSQL.
 TESTFLAGS ?= -race -count=1 -timeout 20m
@@ -28,8 +29,8 @@ check-generated: generate
 
 ## build: build the countersign and mockrail binaries into bin/
 build:
-	$(GO) build -o $(BIN)/countersign ./cmd/countersign
-	$(GO) build -o $(BIN)/mockrail ./cmd/mockrail
+	$(GO) build -buildvcs=$(BUILDVCS) -o $(BIN)/countersign ./cmd/countersign
+	$(GO) build -buildvcs=$(BUILDVCS) -o $(BIN)/mockrail ./cmd/mockrail
 
 ## test: every test, against a real throwaway PostgreSQL, then each fuzz target briefly, then the simulation
 test: test-go fuzz
@@ -63,16 +64,17 @@ chaos:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 3000x ./internal/server/
 
-## lint: golangci-lint v2 (pinned) with the checked-in .golangci.yml
-lint: $(GOLANGCI_LINT)
-	$(GOLANGCI_LINT) run ./...
+## lint: golangci-lint v2 (pinned in scripts/tool.sh, built once per version into a cache outside the clone)
+lint:
+	@lint=$$(GO=$(GO) bash scripts/tool.sh golangci-lint) && $$lint run ./...
 
-$(GOLANGCI_LINT):
-	GOBIN=$(BIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
-
-## run: Countersign with a private PostgreSQL under ./.countersign/ (Ctrl-C stops it)
+## run: the demo — Countersign with a private PostgreSQL, a mock rail and an
+## Envoy stand-in (Ctrl-C stops it all). Built, then exec'd, so Ctrl-C reaches
+## it directly and its clean exit is make's.
 run:
-	$(GO) run ./cmd/countersign-dev dev
+	@$(GO) build -buildvcs=$(BUILDVCS) -o $(BIN)/countersign ./cmd/countersign
+	@$(GO) build -buildvcs=$(BUILDVCS) -o $(BIN)/countersign-dev ./cmd/countersign-dev
+	@exec $(BIN)/countersign-dev dev
 
 ## tidy-check: fail if go.mod/go.sum are not tidy
 tidy-check:

@@ -7,15 +7,12 @@
 # started with the rendered environment and rails file. Then values the
 # chart must refuse, each with its message.
 #
-# Offline: helm is built from the Go module proxy at a pinned version into
-# bin/ (the first build takes a few minutes; later runs reuse it).
+# Offline: helm is built from the Go module proxy at a pinned version
+# (scripts/tool.sh) into a cache outside the clone, once per version.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 GO=${GO:-go}
-HELM_VERSION=v3.22.0
-BIN="$PWD/bin"
-HELM="$BIN/helm"
 CHART=charts/countersign
 NAMESPACE=agents
 # helm built by `go install` carries no default Kubernetes version (it says
@@ -27,14 +24,8 @@ step() {
 	echo "chart-test: $* (+$((SECONDS - step_start))s)" >&2
 }
 
-# helm, at the pinned version (reinstalled if bin/helm is another version).
-helm_version() {
-	"$GO" version -m "$HELM" 2>/dev/null | awk '$1 == "mod" && $2 == "helm.sh/helm/v3" { print $3 }'
-}
-if [[ ! -x "$HELM" || "$(helm_version)" != "$HELM_VERSION" ]]; then
-	step "installing helm $HELM_VERSION into bin/ (first build takes a few minutes)"
-	GOBIN="$BIN" "$GO" install "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
-fi
+# helm, at the pinned version, built once into the tool cache (scripts/tool.sh).
+HELM=$(GO="$GO" bash scripts/tool.sh helm)
 # Keep helm's own state out of the user's home directory.
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
