@@ -51,6 +51,10 @@ type Config struct {
 	ReconcileClaimTTL time.Duration
 	// ExtProcInPath says Envoy runs the ext_proc filter after ext_authz.
 	ExtProcInPath bool
+	// MaxRequestBytes is Envoy's ext_authz with_request_body.max_request_bytes:
+	// a body that reaches it without a declared length matching what was
+	// seen cannot be shown whole, and is refused.
+	MaxRequestBytes int
 	// OutboxInterval is how often the webhook dispatcher looks for work;
 	// 0 turns it off.
 	OutboxInterval time.Duration
@@ -82,6 +86,7 @@ func Defaults() Config {
 		ReconcileMaxAttempts: 6,
 		ReconcileClaimTTL:    2 * time.Minute,
 		ExtProcInPath:        true,
+		MaxRequestBytes:      65536,
 		OutboxInterval:       time.Second,
 		OwnerSubjectClaim:    "sub",
 		OwnerQuotaRate:       10,
@@ -109,6 +114,7 @@ func (c *Config) BindEngine(fs *pflag.FlagSet) {
 	fs.IntVar(&c.ReconcileMaxAttempts, "reconcile-max-attempts", c.ReconcileMaxAttempts, "inconclusive reconciliations before an intent is quarantined")
 	fs.DurationVar(&c.ReconcileClaimTTL, "reconcile-claim-ttl", c.ReconcileClaimTTL, "how long one intent's reconciliation (its listing to the last page) may take; a reconciler that dies holds its claims this long")
 	fs.BoolVar(&c.ExtProcInPath, "ext-proc-in-path", c.ExtProcInPath, "Envoy runs Countersign's ext_proc filter (failing closed) after ext_authz; false for ext_authz-only deployments such as Istio CUSTOM")
+	fs.IntVar(&c.MaxRequestBytes, "max-request-bytes", c.MaxRequestBytes, "Envoy ext_authz with_request_body.max_request_bytes (keep them equal): a body that reaches it and whose declared length does not prove it whole is refused")
 }
 
 // BindServe registers the flags of a serving command.
@@ -221,6 +227,9 @@ func (c Config) ValidateEngine() error {
 	}
 	if c.ReconcileClaimTTL < time.Second {
 		errs = append(errs, fmt.Errorf("reconcile-claim-ttl (%s) must be at least 1s, got %s", EnvName("reconcile-claim-ttl"), c.ReconcileClaimTTL))
+	}
+	if c.MaxRequestBytes < 1024 || c.MaxRequestBytes > 64<<20 {
+		errs = append(errs, fmt.Errorf("max-request-bytes (%s) must be between 1024 and %d, got %d", EnvName("max-request-bytes"), 64<<20, c.MaxRequestBytes))
 	}
 	if c.ReconcileMaxAttempts < 1 || c.ReconcileMaxAttempts > 1000 {
 		errs = append(errs, fmt.Errorf("reconcile-max-attempts (%s) must be between 1 and 1000, got %d", EnvName("reconcile-max-attempts"), c.ReconcileMaxAttempts))

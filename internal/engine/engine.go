@@ -103,6 +103,9 @@ type IntentRef struct {
 	// BodyStamped is set by the response path when the body stamp was
 	// written into the request that went out.
 	BodyStamped bool
+	// BodySHA256 is the hex SHA-256 of the request body the gates decided
+	// on (ext_authz sets it); ext_proc lets no other body leave (A2).
+	BodySHA256 string
 }
 
 // Ledger is what the engine needs from the ledger.

@@ -4,7 +4,9 @@
 package extauthz
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"maps"
 	"net/http"
 	"slices"
@@ -31,7 +33,8 @@ var credentialHeaders = []string{"authorization", "proxy-authorization", "x-api-
 
 // FromCheckRequest converts an Envoy CheckRequest into an engine Request. It
 // never fails: whatever is missing stays empty, and the engine denies.
-func FromCheckRequest(req *authv3.CheckRequest) engine.Request {
+// maxBody is Envoy's with_request_body.max_request_bytes.
+func FromCheckRequest(req *authv3.CheckRequest, maxBody int) engine.Request {
 	h := req.GetAttributes().GetRequest().GetHttp()
 	out := engine.Request{
 		Source:    engine.SourceExtAuthz,
@@ -50,7 +53,7 @@ func FromCheckRequest(req *authv3.CheckRequest) engine.Request {
 	} else if h.GetBody() != "" {
 		out.Body = []byte(h.GetBody())
 	}
-	out.BodyTruncated = strings.EqualFold(out.Headers[PartialBodyHeader], "true")
+	out.BodyTruncated = !BodyIsWhole(out.Headers, len(out.Body), maxBody)
 	// Envoy's CheckRequest id is its stream id; x-request-id is the id the
 	// agent, the logs and the rail's traces share. Prefer it.
 	if rid := out.Headers["x-request-id"]; rid != "" {
@@ -67,6 +70,36 @@ func FromCheckRequest(req *authv3.CheckRequest) engine.Request {
 		delete(out.Headers, k)
 	}
 	return out
+}
+
+// BodyIsWhole reports whether the body the check carries can be shown to be
+// the whole request body. Envoy's own flag is not enough on its own: it
+// sets x-envoy-auth-partial-body from "the bytes copied differ from the
+// bytes buffered" (check_request_utils.cc, setHttpRequest), so a check
+// started when the buffer is exactly full says "false" with more to come,
+// and it sets nothing at all when it buffered no body. So:
+//   - Envoy said partial: not whole;
+//   - a declared Content-Length must be one plain decimal equal to the bytes
+//     seen (Envoy drops a client's own partial-body header, ibid., and
+//     refuses a request whose Content-Length disagrees with its body);
+//   - without one (chunked), a body that reached the bound may have been cut
+//     there: not whole.
+func BodyIsWhole(headers map[string]string, seen, maxBody int) bool {
+	if strings.EqualFold(headers[PartialBodyHeader], "true") {
+		return false
+	}
+	if cl, ok := headers["content-length"]; ok {
+		n, err := strconv.ParseUint(cl, 10, 63)
+		return err == nil && cl != "" && cl[0] != '+' && n == uint64(seen)
+	}
+	return maxBody <= 0 || seen < maxBody
+}
+
+// BodyDigest is the hex SHA-256 that binds a decided body to the one
+// ext_proc lets leave.
+func BodyDigest(body []byte) string {
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:])
 }
 
 // credentialFrom extracts the agent credential from where an unmodified rail
@@ -169,6 +202,7 @@ func IntentMetadata(r *engine.IntentRef) *structpb.Struct {
 			"stamp":        structpb.NewStringValue(r.Stamp),
 			"body_field":   structpb.NewStringValue(r.BodyField),
 			"body_value":   structpb.NewStringValue(r.BodyValue),
+			"body_sha256":  structpb.NewStringValue(r.BodySHA256),
 		}}),
 	}}
 }
@@ -183,6 +217,6 @@ func IntentFromMetadata(s *structpb.Struct) (engine.IntentRef, bool) {
 	f := func(k string) string { return cs.GetFields()[k].GetStringValue() }
 	seq, err := strconv.Atoi(f("attempt_seq"))
 	r := engine.IntentRef{RailAccount: f("rail_account"), SIK: f("sik"), AttemptSeq: seq,
-		Stamp: f("stamp"), BodyField: f("body_field"), BodyValue: f("body_value")}
+		Stamp: f("stamp"), BodyField: f("body_field"), BodyValue: f("body_value"), BodySHA256: f("body_sha256")}
 	return r, err == nil && seq > 0 && r.RailAccount != "" && r.SIK != ""
 }

@@ -1,7 +1,9 @@
 package extauthz
 
 import (
+	"context"
 	"encoding/base64"
+	"strings"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -42,7 +44,7 @@ func TestFromCheckRequest(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := FromCheckRequest(tc.req)
+			got := FromCheckRequest(tc.req, 64<<10)
 			if got.Source != engine.SourceExtAuthz {
 				t.Errorf("source = %q", got.Source)
 			}
@@ -115,12 +117,84 @@ func FuzzFromCheckRequest(f *testing.F) {
 	f.Add("Bearer csk_x", "amount=100", "true")
 	f.Add("Basic "+base64.StdEncoding.EncodeToString([]byte("a:b")), "", "")
 	f.Fuzz(func(t *testing.T, auth, body, partial string) {
-		r := FromCheckRequest(checkRequest(map[string]string{"authorization": auth, PartialBodyHeader: partial}, body, nil))
+		r := FromCheckRequest(checkRequest(map[string]string{"authorization": auth, PartialBodyHeader: partial}, body, nil), 16)
 		if _, ok := r.Headers["authorization"]; ok {
 			t.Fatal("authorization header reached the engine")
 		}
+		// No content-length: a body at the bound, or one Envoy called
+		// partial, is never taken for whole.
+		if (len(body) >= 16 || strings.EqualFold(partial, "true")) && !r.BodyTruncated {
+			t.Fatalf("body of %d bytes (partial %q) taken for whole", len(body), partial)
+		}
 	})
 }
+
+// TestBodyIsWhole: whether the gates saw the whole body rests on Envoy's
+// flag, the declared length and the bound together, never on one alone.
+func TestBodyIsWhole(t *testing.T) {
+	const bound = 64
+	cases := []struct {
+		name    string
+		headers map[string]string
+		seen    int
+		whole   bool
+	}{
+		{"no body, nothing declared", map[string]string{}, 0, true},
+		{"declared and seen agree", map[string]string{"content-length": "30"}, 30, true},
+		{"envoy says partial", map[string]string{PartialBodyHeader: "true", "content-length": "30"}, 30, false},
+		{"envoy says partial in capitals", map[string]string{PartialBodyHeader: "TRUE"}, 10, false},
+		// Envoy started the check with the buffer exactly full: its flag
+		// says false, the declared length says more is coming.
+		{"buffer exactly full, more declared", map[string]string{PartialBodyHeader: "false", "content-length": "100000"}, bound, false},
+		{"declared more than seen", map[string]string{"content-length": "31"}, 30, false},
+		{"declared less than seen", map[string]string{"content-length": "29"}, 30, false},
+		{"declared with a sign", map[string]string{"content-length": "+30"}, 30, false},
+		{"declared twice", map[string]string{"content-length": "30, 30"}, 30, false},
+		{"declared empty", map[string]string{"content-length": ""}, 0, false},
+		{"declared not a number", map[string]string{"content-length": "thirty"}, 30, false},
+		{"body but no declared length and no body buffered", map[string]string{"content-length": "57"}, 0, false},
+		{"chunked below the bound", map[string]string{"transfer-encoding": "chunked"}, bound - 1, true},
+		{"chunked at the bound", map[string]string{"transfer-encoding": "chunked", PartialBodyHeader: "false"}, bound, false},
+		{"declared length over the bound but equal to what was seen", map[string]string{"content-length": "100"}, 100, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := BodyIsWhole(tc.headers, tc.seen, bound); got != tc.whole {
+				t.Fatalf("BodyIsWhole = %v, want %v", got, tc.whole)
+			}
+		})
+	}
+}
+
+// TestCheckBindsTheDecidedBody: an allowed attempt's metadata carries the
+// digest of exactly the body the engine was given.
+func TestCheckBindsTheDecidedBody(t *testing.T) {
+	ref := &engine.IntentRef{RailAccount: "acct_1", SIK: "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", AttemptSeq: 1, Stamp: "s"}
+	d := deciderFunc(func(_ context.Context, r engine.Request) engine.Outcome {
+		if string(r.Body) != "amount=100&payment_intent=pi_1" {
+			t.Errorf("engine got body %q", r.Body)
+		}
+		return engine.Outcome{Verdict: engine.Allow, Intent: ref}
+	})
+	resp, err := NewServer(d, 1024).Check(context.Background(), checkRequest(map[string]string{"content-length": "30"}, "", []byte("amount=100&payment_intent=pi_1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, ok := IntentFromMetadata(resp.GetDynamicMetadata())
+	if !ok {
+		t.Fatalf("no intent in the metadata: %v", resp.GetDynamicMetadata())
+	}
+	if want := BodyDigest([]byte("amount=100&payment_intent=pi_1")); got.BodySHA256 != want || len(want) != 64 {
+		t.Fatalf("body digest = %q, want %q", got.BodySHA256, want)
+	}
+	if ref.BodySHA256 != "" {
+		t.Fatal("Check wrote into the engine's IntentRef")
+	}
+}
+
+type deciderFunc func(context.Context, engine.Request) engine.Outcome
+
+func (f deciderFunc) Decide(ctx context.Context, r engine.Request) engine.Outcome { return f(ctx, r) }
 
 func TestToCheckResponseAllowInjectsRailKeyAndStamp(t *testing.T) {
 	ref := &engine.IntentRef{RailAccount: "acct_1", SIK: "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", AttemptSeq: 2, Stamp: "s", BodyField: "metadata[countersign_sik]", BodyValue: "s"}

@@ -96,6 +96,13 @@ func intentOf(req *extprocv3.ProcessingRequest) (engine.IntentRef, bool) {
 func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
 	switch r := req.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
+		// Headers that end the stream: the request has no body, and no body
+		// phase follows; it may leave only if the decided body was empty.
+		if x.hasIntent && r.RequestHeaders.GetEndOfStream() {
+			if refusal := s.checkDecidedBody(x, nil, true); refusal != nil {
+				return refusal
+			}
+		}
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}}
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return s.requestBody(x, r.RequestBody)
@@ -128,7 +135,13 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 // the rail — and the attempt is recorded as not applied.
 func (s *Server) requestBody(x *exchange, b *extprocv3.HttpBody) *extprocv3.ProcessingResponse {
 	cont := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}
-	if !x.hasIntent || x.ref.BodyField == "" {
+	if !x.hasIntent {
+		return cont
+	}
+	if refusal := s.checkDecidedBody(x, b.GetBody(), b.GetEndOfStream()); refusal != nil {
+		return refusal
+	}
+	if x.ref.BodyField == "" {
 		return cont
 	}
 	body, err := StampBody(b.GetBody(), x.ref.BodyField, x.ref.BodyValue)
@@ -157,6 +170,31 @@ func (s *Server) requestBody(x *exchange, b *extprocv3.HttpBody) *extprocv3.Proc
 			BodyMutation:   &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}},
 		},
 	}}}
+}
+
+// checkDecidedBody lets an allowed request's body leave only if it is,
+// byte for byte, the body ext_authz decided on (its digest travels in the
+// dynamic metadata) and it is whole (BUFFERED mode sends the whole body in
+// one message with end_of_stream; anything else cannot be compared). A
+// refusal stops the request here, and the attempt is recorded as not sent.
+func (s *Server) checkDecidedBody(x *exchange, body []byte, whole bool) *extprocv3.ProcessingResponse {
+	var msg, details string
+	switch {
+	case x.ref.BodySHA256 == "":
+		msg, details = "Countersign has no record of the body it decided on; the request was not sent.", "countersign_body_unbound"
+	case !whole:
+		msg, details = "The request body reached Countersign in parts and cannot be compared with the one decided on; it was not sent.", "countersign_body_partial"
+	case extauthz.BodyDigest(body) != x.ref.BodySHA256:
+		msg, details = "The request body differs from the one Countersign decided on; it was not sent.", "countersign_body_changed"
+	default:
+		return nil
+	}
+	s.log.Error("request body is not the decided one; stopping the request", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK,
+		"attempt", x.ref.AttemptSeq, "why", details)
+	refusal := []byte(`{"error":{"type":"countersign_refusal","code":"body_not_decided","message":"` + msg + `"}}`)
+	// The request never left: a definite not-applied answer for this attempt.
+	s.commit(context.Background(), x, rail.Response{Status: http.StatusBadRequest, Body: refusal})
+	return immediate(http.StatusForbidden, refusal, details)
 }
 
 func (s *Server) commit(ctx context.Context, x *exchange, resp rail.Response) {

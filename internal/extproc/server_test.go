@@ -70,12 +70,18 @@ func dial(t *testing.T, c Committer) extprocv3.ExternalProcessorClient {
 	return extprocv3.NewExternalProcessorClient(conn)
 }
 
+// decidedBody is the body ext_authz decided on in these tests.
+const decidedBody = "payment_intent=pi_1&amount=100"
+
 var ref = &engine.IntentRef{RailAccount: "acct_1", SIK: "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", AttemptSeq: 1,
-	Stamp: "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", BodyField: "metadata[countersign_sik]", BodyValue: "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"}
+	Stamp: "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", BodyField: "metadata[countersign_sik]", BodyValue: "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567",
+	BodySHA256: extauthz.BodyDigest([]byte(decidedBody))}
 
 // md is the ext_authz dynamic metadata as Envoy forwards it to ext_proc.
-func md() *corev3.Metadata {
-	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{extauthz.MetadataNamespace: extauthz.IntentMetadata(ref)}}
+func md() *corev3.Metadata { return mdOf(ref) }
+
+func mdOf(r *engine.IntentRef) *corev3.Metadata {
+	return &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{extauthz.MetadataNamespace: extauthz.IntentMetadata(r)}}
 }
 
 func headers(kv ...string) *corev3.HeaderMap {
@@ -112,7 +118,7 @@ func TestProcessStampsAndCommits(t *testing.T) {
 		t.Fatalf("request headers answer = %v", r)
 	}
 	r := send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{
-		Body: []byte("payment_intent=pi_1&amount=100"), EndOfStream: true}}})
+		Body: []byte(decidedBody), EndOfStream: true}}})
 	body := r.GetRequestBody().GetResponse().GetBodyMutation().GetBody()
 	if want := "amount=100&metadata%5Bcountersign_sik%5D=" + ref.BodyValue + "&payment_intent=pi_1"; string(body) != want {
 		t.Fatalf("stamped body = %q, want %q", body, want)
@@ -204,5 +210,72 @@ func TestProcessWithoutIntentCommitsNothing(t *testing.T) {
 	}
 	if len(rec.commits) != 0 {
 		t.Fatalf("a read was committed: %+v", rec.commits)
+	}
+}
+
+// TestOnlyTheDecidedBodyLeaves: a body other than the one ext_authz decided
+// on — changed by one byte, sent in parts, emptied, or with no decision to
+// compare against — is stopped at Envoy (an immediate response), never
+// stamped, and the attempt is committed as not sent.
+func TestOnlyTheDecidedBodyLeaves(t *testing.T) {
+	unbound := *ref
+	unbound.BodySHA256 = ""
+	bodyPhase := func(body string, end bool) *extprocv3.ProcessingRequest {
+		return &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: end}}}
+	}
+	cases := []struct {
+		name    string
+		ref     *engine.IntentRef
+		phases  []*extprocv3.ProcessingRequest // after the request headers
+		headEnd bool                           // the headers end the stream (no body)
+		details string
+	}{
+		{"amount changed", ref, []*extprocv3.ProcessingRequest{bodyPhase("payment_intent=pi_1&amount=900", true)}, false, "countersign_body_changed"},
+		{"one byte appended", ref, []*extprocv3.ProcessingRequest{bodyPhase(decidedBody+"&", true)}, false, "countersign_body_changed"},
+		{"body in parts", ref, []*extprocv3.ProcessingRequest{bodyPhase(decidedBody, false)}, false, "countersign_body_partial"},
+		{"body emptied", ref, nil, true, "countersign_body_changed"},
+		{"no decided digest", &unbound, []*extprocv3.ProcessingRequest{bodyPhase(decidedBody, true)}, false, "countersign_body_unbound"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recorder{done: make(chan struct{}, 4)}
+			client := dial(t, rec)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			st, err := client.Process(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			phases := append([]*extprocv3.ProcessingRequest{{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+				Headers: headers(":method", "POST", ":path", "/v1/refunds"), EndOfStream: tc.headEnd}}}}, tc.phases...)
+			var last *extprocv3.ProcessingResponse
+			for _, p := range phases {
+				p.MetadataContext = mdOf(tc.ref)
+				if err := st.Send(p); err != nil {
+					t.Fatal(err)
+				}
+				if last, err = st.Recv(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			im := last.GetImmediateResponse()
+			if im == nil || im.GetStatus().GetCode() != 403 || im.GetDetails() != tc.details {
+				t.Fatalf("answer = %v; want an immediate 403 with details %s", last, tc.details)
+			}
+			select {
+			case <-rec.done:
+			case <-ctx.Done():
+				t.Fatal("the stopped attempt was not committed")
+			}
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if rec.stamped != 0 {
+				t.Error("a refused body was marked stamped")
+			}
+			if c := rec.commits[0]; c.resp.Status != 400 || c.resp.TransportErr != nil {
+				t.Errorf("committed %+v; want the definite not-sent answer", c.resp)
+			}
+			_ = st.CloseSend()
+		})
 	}
 }

@@ -101,7 +101,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 	gs := grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.ChainUnaryInterceptor(guard.Unary(), api.ValidationInterceptor(validator)),
 		grpc.ChainStreamInterceptor(guard.Stream(), api.StreamValidationInterceptor(validator)))
-	authv3.RegisterAuthorizationServer(gs, extauthz.NewServer(eng))
+	authv3.RegisterAuthorizationServer(gs, extauthz.NewServer(eng, cfg.MaxRequestBytes))
 	extprocv3.RegisterExternalProcessorServer(gs, extproc.NewServer(eng, log))
 	countersignv1.RegisterDecisionServiceServer(gs, api.NewDecisionServer(eng, store, rec))
 	countersignv1.RegisterOwnerServiceServer(gs, api.NewOwnerServer(store, ownerauth.OwnerID).WithWebhookAddresses(webhooks))
