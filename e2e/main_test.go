@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 	}
 	bin = dir
 	for _, args := range [][]string{
-		{"build", "-o", bin + "/", "../cmd/countersign", "../cmd/mockrail"},
+		{"build", "-o", bin + "/", "../cmd/countersign", "../cmd/mockrail", "../cmd/countersign-dev"},
 		// The chaos build carries the kill points; a normal build cannot arm them.
 		{"build", "-tags", "chaos", "-o", bin + "/countersign-chaos", "../cmd/countersign"},
 	} {
