@@ -29,8 +29,10 @@ func NewCommand() *cobra.Command {
 		Use:   "dev",
 		Short: "Run Countersign with a private Postgres under ./.countersign/ (for a first look)",
 		Long: "Dev starts a private PostgreSQL from the locally installed server binaries, keeping its data " +
-			"under --dir, migrates the ledger, serves, and prints the endpoints. Ctrl-C stops everything it started; " +
-			"the data stays for the next run. Not for production: use `serve` against a managed Postgres.",
+			"under --dir, migrates the ledger, serves, and prints the endpoints, each rail's SDK settings and demo commands. " +
+			"Every run refunds payments of its own on the mock rail, so the commands show each verdict again. " +
+			"Ctrl-C stops everything it started; the data stays for the next run. " +
+			"Not for production: use `serve` against a managed Postgres.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// The database URL is this command's own; only the rest is validated.
