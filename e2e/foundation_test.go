@@ -3,12 +3,12 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -115,67 +115,145 @@ func TestServeRejectsBadConfiguration(t *testing.T) {
 	}
 }
 
-// TestDevStartsEverything runs `countersign dev` (what `make run` runs):
-// a private Postgres under its directory, migrated, served; SIGINT stops it all.
+// TestDevStartsEverything runs `countersign-dev dev` (what `make run`
+// runs): a private Postgres under its directory, migrated, served, with the
+// mock rail and one egress listener per rail account. Every printed command
+// answers as its comment says, on the first run and again on the next one
+// over the same directory (each run refunds payments of its own); an
+// unserved Host gets a JSON answer naming the served ones; SIGINT stops it
+// all.
 func TestDevStartsEverything(t *testing.T) {
-	dir, err := os.MkdirTemp("", "countersign-e2e-dev-*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	// The postgres OS user (used when tests run as root) must reach the directory.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	grpcAddr, httpAddr, mockAddr, egressAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
-	run := func() *proc {
-		return startProc(t, "countersign", nil, "dev", "--dir", dir, "--grpc-addr", grpcAddr, "--http-addr", httpAddr,
-			"--mockrail-addr", mockAddr, "--egress-addr", egressAddr)
-	}
-	p := run()
-	waitStatus(t, "http://"+httpAddr+"/readyz", 200, 60*time.Second)
-	waitStatus(t, "http://"+mockAddr+"/_mock/healthz", 200, 10*time.Second)
-	for _, want := range []string{grpcAddr, "http://" + httpAddr + "/readyz", "http://" + mockAddr, "Ctrl-C"} {
-		if !strings.Contains(p.out.String(), want) {
-			t.Fatalf("dev output lacks %q:\n%s", want, p.out.String())
+	d := startDemo(t)
+	waitStatus(t, "http://"+d.mockAddr+"/_mock/healthz", 200, 10*time.Second)
+	out := d.p.out.String()
+	for _, want := range []string{d.grpcAddr, "http://" + d.httpAddr + "/readyz", "http://" + d.mockAddr, "Ctrl-C"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("dev output lacks %q:\n%s", want, out)
 		}
 	}
-	// The printed demo works: ALLOW within the mandate, BLOCK above it.
-	m := regexp.MustCompile(`Bearer (csk_[a-z2-7]+)' -d payment_intent=pi_demo_1 -d amount=1500`).FindStringSubmatch(p.out.String())
-	if m == nil {
-		t.Fatalf("dev printed no demo commands:\n%s", p.out.String())
+	first := d.checkPrintedStory(t)
+
+	// Whatever the Host, an SDK pointed elsewhere learns where to point it.
+	req := curlRequest(t, d.step(t, "ALLOW", 0))
+	req.Host = "stripe.local"
+	status, h, body := send(t, req)
+	if status != 404 || h.Get("Content-Type") != "application/json" || !json.Valid([]byte(body)) ||
+		!strings.Contains(body, d.stripeBase) || !strings.Contains(body, d.razorpayBase) || !strings.Contains(body, `"code":"countersign_unknown_host"`) {
+		t.Fatalf("unserved host: %d %s %s", status, h.Get("Content-Type"), body)
 	}
-	demo := func(amount string) (int, string) {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+egressAddr+"/v1/refunds",
-			strings.NewReader("payment_intent=pi_demo_1&amount="+amount))
-		req.Host = "stripe.local"
-		req.Header.Set("Authorization", "Bearer "+m[1])
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	if s, body := demo("1500"); s != 200 || !strings.Contains(body, `"re_`) {
-		t.Fatalf("demo ALLOW: %d %s", s, body)
-	}
-	if s, body := demo("60000"); s != 403 || !strings.Contains(body, "amount_above_maximum") {
-		t.Fatalf("demo BLOCK: %d %s", s, body)
-	}
-	if err := p.stop(t, os.Interrupt, 30*time.Second); err != nil {
+
+	if err := d.p.stop(t, os.Interrupt, 30*time.Second); err != nil {
 		t.Fatalf("dev exit after SIGINT: %v", err)
 	}
-	pidFile := filepath.Join(dir, "pg", "postmaster.pid")
+	pidFile := filepath.Join(d.dir, "pg", "postmaster.pid")
 	if _, err := os.Stat(pidFile); !os.IsNotExist(err) {
 		t.Fatalf("postgres still running after dev stopped (%s: %v)", pidFile, err)
 	}
-	// A second run reuses the same data directory and comes up again.
-	p = run()
-	waitStatus(t, "http://"+httpAddr+"/readyz", 200, 60*time.Second)
-	if err := p.stop(t, os.Interrupt, 30*time.Second); err != nil {
+
+	// A second run reuses the directory, the owner, the agent and its
+	// credentials, and teaches the same story on payments of its own.
+	key := d.stripeKey
+	d.start(t, d.args)
+	if d.stripeKey != key {
+		t.Fatalf("the second run printed another agent credential")
+	}
+	if second := d.checkPrintedStory(t); second == first {
+		t.Fatalf("the second run refunds %s again", second)
+	}
+	if err := d.p.stop(t, os.Interrupt, 30*time.Second); err != nil {
 		t.Fatalf("second dev exit: %v", err)
 	}
+}
+
+// checkPrintedStory runs the printed commands as a newcomer would and
+// checks each answers as its comment says: ALLOW, the replay, BLOCK, HOLD →
+// approve → ALLOW, and Razorpay's refund. It returns the Stripe payment the
+// run refunds.
+func (d *demoRun) checkPrintedStory(t *testing.T) string {
+	t.Helper()
+	refundID := func(what string, status int, h http.Header, body string, replay bool) string {
+		t.Helper()
+		var r struct{ ID string }
+		if err := json.Unmarshal([]byte(body), &r); status != 200 || err != nil || !strings.HasPrefix(r.ID, "re_") {
+			t.Fatalf("%s: %d %s", what, status, body)
+		}
+		if got := h.Get("X-Countersign-Replay") == "true"; got != replay {
+			t.Fatalf("%s: X-Countersign-Replay %q, want a replay: %v", what, h.Get("X-Countersign-Replay"), replay)
+		}
+		return r.ID
+	}
+	refusal := func(what string, status int, h http.Header, body, verdict string) string {
+		t.Helper()
+		var r struct {
+			Error struct{ Code, Message string }
+		}
+		if err := json.Unmarshal([]byte(body), &r); status != 403 || err != nil || h.Get("X-Countersign-Verdict") != verdict || r.Error.Message == "" {
+			t.Fatalf("%s: %d %s %s, want 403 %s", what, status, h.Get("X-Countersign-Verdict"), body, verdict)
+		}
+		return r.Error.Code
+	}
+	do := func(step string, i int) (int, http.Header, string) {
+		t.Helper()
+		return send(t, curlRequest(t, d.step(t, step, i)))
+	}
+
+	s, h, b := do("ALLOW", 0)
+	allowed := refundID("ALLOW", s, h, b, false)
+	s, h, b = do("REPLAY", 0)
+	if replayed := refundID("REPLAY", s, h, b, true); replayed != allowed {
+		t.Fatalf("REPLAY answered %s, want the stored %s", replayed, allowed)
+	}
+	s, h, b = do("BLOCK", 0)
+	if code := refusal("BLOCK", s, h, b, "BLOCK"); code != "amount_above_maximum" {
+		t.Fatalf("BLOCK refused with %q", code)
+	}
+
+	before := d.approvals(t)
+	s, h, b = do("HOLD", 0)
+	refusal("HOLD", s, h, b, "HOLD")
+	var held string
+	for _, id := range d.approvals(t) {
+		if !slices.Contains(before, id) {
+			held = id
+		}
+	}
+	if held == "" {
+		t.Fatalf("the HOLD added no approval to the printed listing (before: %v)", before)
+	}
+	if out := d.owner(t, 2, held); !strings.Contains(out, held) {
+		t.Fatalf("approve printed %q", out)
+	}
+	s, h, b = do("HOLD", 3)
+	refundID("HOLD → approve → ALLOW", s, h, b, false)
+
+	s, _, b = do("Razorpay", 0)
+	var rr struct{ ID string }
+	if err := json.Unmarshal([]byte(b), &rr); s != 200 || err != nil || !strings.HasPrefix(rr.ID, "rfnd_") {
+		t.Fatalf("Razorpay: %d %s", s, b)
+	}
+	return curlForm(t, d.step(t, "ALLOW", 0)).Get("payment_intent")
+}
+
+// owner runs the i-th printed command of the HOLD step (an owner command,
+// printed as `go run ./cmd/countersign …`) with the built binary, the
+// approval id in place of APPROVAL_ID.
+func (d *demoRun) owner(t *testing.T, i int, approval string) string {
+	t.Helper()
+	line := d.step(t, "HOLD", i)
+	rest, ok := strings.CutPrefix(line, "go run ./cmd/countersign ")
+	if !ok {
+		t.Fatalf("HOLD command %d is not a countersign command: %q", i, line)
+	}
+	args := shellWords(strings.ReplaceAll(rest, "APPROVAL_ID", approval))
+	out, err := exec.Command(filepath.Join(bin, "countersign"), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("countersign %s: %v\n%s", rest, err, out)
+	}
+	return string(out)
+}
+
+// approvals are the approval ids the printed listing command shows.
+func (d *demoRun) approvals(t *testing.T) []string {
+	t.Helper()
+	return regexp.MustCompile(`(?m)^apr_\w+`).FindAllString(d.owner(t, 1, ""), -1)
 }

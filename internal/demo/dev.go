@@ -24,13 +24,15 @@ func NewCommand() *cobra.Command {
 	cfg.WebhookAllowNetworks = "127.0.0.0/8,::1"
 	var dir string
 	var pgPort int
-	var mockAddr, egressAddr string
+	var mockAddr, egressAddr, razorpayEgressAddr string
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run Countersign with a private Postgres under ./.countersign/ (for a first look)",
 		Long: "Dev starts a private PostgreSQL from the locally installed server binaries, keeping its data " +
-			"under --dir, migrates the ledger, serves, and prints the endpoints. Ctrl-C stops everything it started; " +
-			"the data stays for the next run. Not for production: use `serve` against a managed Postgres.",
+			"under --dir, migrates the ledger, serves, and prints the endpoints, each rail's SDK settings and demo commands. " +
+			"Every run refunds payments of its own on the mock rail, so the commands show each verdict again. " +
+			"Ctrl-C stops everything it started; the data stays for the next run. " +
+			"Not for production: use `serve` against a managed Postgres.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// The database URL is this command's own; only the rest is validated.
@@ -68,7 +70,11 @@ func NewCommand() *cobra.Command {
 			if _, err := ledger.Migrate(ctx, cfg.DatabaseURL, log); err != nil {
 				return err
 			}
-			rs, mockURL, stopMock, err := startDevRail(ctx, filepath.Join(dir, "keys"), mockAddr)
+			d, r, err := loadDemo(dir)
+			if err != nil {
+				return fmt.Errorf("dev: demo data: %w", err)
+			}
+			rs, mockURL, stopMock, err := startDevRail(ctx, filepath.Join(dir, "keys"), mockAddr, r.payments())
 			if err != nil {
 				return err
 			}
@@ -77,16 +83,18 @@ func NewCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			d, err := seedDemo(ctx, store, dir)
+			d, err = seedDemo(ctx, store, dir, d)
 			store.Close()
 			if err != nil {
 				return fmt.Errorf("dev: demo data: %w", err)
 			}
-			proxy, err := startDevEgress(ctx, egressAddr, cfg.GRPCAddr, mockURL)
-			if err != nil {
-				return fmt.Errorf("dev: egress proxy: %w", err)
+			stripe := &egressRail{Name: "Stripe", Account: devStripeAccount, RailHost: stripeHost}
+			razorpay := &egressRail{Name: "Razorpay", Account: devRazorpayAccount, RailHost: razorpayHost}
+			egress := []*egressRail{stripe, razorpay}
+			if err := startDevEgress(ctx, cfg.GRPCAddr, mockURL, egress, []string{egressAddr, razorpayEgressAddr}); err != nil {
+				return fmt.Errorf("dev: %w", err)
 			}
-			defer proxy.Close()
+			defer stopEgress(egress)
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "\nCountersign (dev) is up:\n")
 			fmt.Fprintf(out, "  gRPC (ext_authz, countersign.v1)  %s\n", cfg.GRPCAddr)
@@ -96,9 +104,12 @@ func NewCommand() *cobra.Command {
 			fmt.Fprintf(out, "  OpenAPI                           http://%s/openapi.json\n", cfg.HTTPAddr)
 			fmt.Fprintf(out, "  ledger                            %s\n", cfg.DatabaseURL)
 			fmt.Fprintf(out, "  mock rail (Stripe + Razorpay)     %s  (journal: %s/_mock/journal)\n", mockURL, mockURL)
-			fmt.Fprintf(out, "  rail accounts                     %s (api.stripe.com), %s (api.razorpay.com)\n", devStripeAccount, devRazorpayAccount)
-			fmt.Fprintf(out, "  egress (Envoy's contract, for demos) %s\n\n", proxy.Addr())
-			printDemo(out, d, proxy.Addr(), cfg.GRPCAddr)
+			for _, e := range egress {
+				fmt.Fprintf(out, "  egress to %-9s (Envoy's contract) %s  → rail account %s (%s)\n", e.Name, e.BaseURL(), e.Account, e.RailHost)
+			}
+			fmt.Fprintln(out)
+			printSDK(out, d, stripe, razorpay)
+			printDemo(out, d, r, stripe, razorpay, cfg.GRPCAddr)
 			fmt.Fprintf(out, "Ctrl-C stops Countersign and its PostgreSQL.\n\n")
 			return cli.Serve(ctx, cfg, rs, log)
 		},
@@ -109,7 +120,8 @@ func NewCommand() *cobra.Command {
 	cmd.Flags().StringVar(&dir, "dir", ".countersign", "directory that keeps the dev PostgreSQL data")
 	cmd.Flags().IntVar(&pgPort, "pg-port", 0, "PostgreSQL port on 127.0.0.1 (0 picks a free one)")
 	cmd.Flags().StringVar(&mockAddr, "mockrail-addr", "127.0.0.1:12111", "where the in-process mock rail listens")
-	cmd.Flags().StringVar(&egressAddr, "egress-addr", "127.0.0.1:15001", "where the demo egress proxy (Envoy's contract) listens")
+	cmd.Flags().StringVar(&egressAddr, "egress-addr", "127.0.0.1:15001", "where the demo egress proxy (Envoy's contract) listens for Stripe's API: a Stripe SDK's base URL")
+	cmd.Flags().StringVar(&razorpayEgressAddr, "razorpay-egress-addr", "127.0.0.1:15002", "where the demo egress proxy listens for Razorpay's API: a Razorpay SDK's base URL")
 	_ = cmd.Flags().MarkHidden("rails-file")
 	return cmd
 }

@@ -19,16 +19,15 @@ import (
 const (
 	devStripeAccount   = "acct_dev_stripe"
 	devRazorpayAccount = "acct_dev_razorpay"
+	stripeHost         = "api.stripe.com"
+	razorpayHost       = "api.razorpay.com"
 )
 
-// startDevRail runs the mock rail in-process with demo payments, writes its
-// keys where a mounted secret would be, and returns the rail accounts that
-// point at it.
-func startDevRail(ctx context.Context, keyDir, addr string) (*rails.Registry, string, func(), error) {
-	mock, err := mockrail.New(mockrail.WithPayments(
-		mockrail.Payment{Rail: mockrail.Stripe, ID: "pi_demo_1", Amount: 250000, Currency: "usd"},
-		mockrail.Payment{Rail: mockrail.Razorpay, ID: "pay_demo_1", Amount: 500000, Currency: "INR"},
-	))
+// startDevRail runs the mock rail in-process with the run's payments (it
+// keeps nothing between runs), writes its keys where a mounted secret would
+// be, and returns the rail accounts that point at it.
+func startDevRail(ctx context.Context, keyDir, addr string, payments []mockrail.Payment) (*rails.Registry, string, func(), error) {
+	mock, err := mockrail.New(mockrail.WithPayments(payments...))
 	if err != nil {
 		return nil, "", nil, err
 	}
@@ -69,8 +68,8 @@ func startDevRail(ctx context.Context, keyDir, addr string) (*rails.Registry, st
 		return nil, "", nil, err
 	}
 	rs, err := rails.New(rails.File{Rails: []rails.AccountConfig{
-		{Account: devStripeAccount, Rail: "stripe", Hosts: []string{"api.stripe.com"}, BaseURL: url, KeyFile: sk},
-		{Account: devRazorpayAccount, Rail: "razorpay", Hosts: []string{"api.razorpay.com"}, BaseURL: url, KeyFile: rk},
+		{Account: devStripeAccount, Rail: "stripe", Hosts: []string{stripeHost}, BaseURL: url, KeyFile: sk},
+		{Account: devRazorpayAccount, Rail: "razorpay", Hosts: []string{razorpayHost}, BaseURL: url, KeyFile: rk},
 	}}, cli.Adapters, nil)
 	if err != nil {
 		stop()

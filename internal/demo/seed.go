@@ -2,11 +2,13 @@ package demo
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -16,93 +18,145 @@ import (
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/mandate"
 	"github.com/countersign/countersign/internal/ownerauth"
-	"github.com/countersign/countersign/internal/testing/envoystandin"
+	"github.com/countersign/countersign/internal/testing/mockrail"
 )
 
-// demo is what `countersign dev` seeds once and keeps (0600, in the dev
-// directory) so a rerun prints the same commands.
+// demo is what `dev` seeds once and keeps (0600, in the dev directory): the
+// owner, the agent and its credentials persist across runs. Runs counts
+// them, so that every run refunds payments of its own.
 type demo struct {
 	OwnerToken    string `json:"owner_token"`
 	AgentID       string `json:"agent_id"`
 	ExecuteSecret string `json:"execute_secret"`
 	ProposeSecret string `json:"propose_secret"`
+	Runs          int    `json:"runs"`
 }
 
-// seedDemo creates a demo owner, agent, two credentials (execute and
-// propose) and a mandate on the mock rail's Stripe account, once.
-func seedDemo(ctx context.Context, store *ledger.Store, dir string) (demo, error) {
-	path := filepath.Join(dir, "demo.json")
-	if b, err := os.ReadFile(path); err == nil {
-		var d demo
-		if err := json.Unmarshal(b, &d); err == nil && d.OwnerToken != "" {
-			return d, nil
+// The demo mandates' per-refund maxima and the demo payments' amounts, in
+// minor units.
+const (
+	stripeMaxRefund   = 50000  // 500.00 USD
+	razorpayMaxRefund = 500000 // 5,000.00 INR
+	stripePayment     = 250000 // 2,500.00 USD
+	razorpayPayment   = 500000 // 5,000.00 INR
+)
+
+// run is one run of the demo: the payments that exist on the mock rail for
+// it, and nowhere else. The ledger keeps every earlier run's intents; a
+// payment of this run has none, so the printed commands show ALLOW, the
+// replay, HOLD and BLOCK again instead of yesterday's answers.
+type run struct {
+	N               int
+	StripePayment   string
+	RazorpayPayment string
+}
+
+// newRun names this run's payments: the run number, for a person, and a
+// random tag, so that a dev directory whose demo.json was removed (the
+// counter starting again) never meets an earlier run's intents.
+func newRun(n int) run {
+	tag := strings.ToLower(rand.Text()[:4]) // [a-z2-7]: a rail id's bytes
+	return run{
+		N:               n,
+		StripePayment:   fmt.Sprintf("pi_demo_%d_%s", n, tag),
+		RazorpayPayment: fmt.Sprintf("pay_demo_%d_%s", n, tag),
+	}
+}
+
+// payments are the run's payments as the mock rail holds them.
+func (r run) payments() []mockrail.Payment {
+	return []mockrail.Payment{
+		{Rail: mockrail.Stripe, ID: r.StripePayment, Amount: stripePayment, Currency: "usd"},
+		{Rail: mockrail.Razorpay, ID: r.RazorpayPayment, Amount: razorpayPayment, Currency: "INR"},
+	}
+}
+
+// loadDemo reads the dev directory's demo.json, counts this run in it and
+// writes it back. A missing or unreadable file is a first run: seeding
+// happens later, against the ledger.
+func loadDemo(dir string) (demo, run, error) {
+	var d demo
+	if b, err := os.ReadFile(filepath.Join(dir, "demo.json")); err == nil {
+		if json.Unmarshal(b, &d) != nil || d.OwnerToken == "" {
+			d = demo{}
 		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return demo{}, run{}, err
 	}
-	owner, token, _, err := ownerauth.Bootstrap(ctx, store, "demo owner", 365*24*time.Hour)
+	d.Runs++
+	return d, newRun(d.Runs), nil
+}
+
+func saveDemo(dir string, d demo) error {
+	b, err := json.Marshal(d)
 	if err != nil {
-		return demo{}, err
+		return err
 	}
-	agent, err := store.CreateAgent(ctx, owner.ID, "demo refund agent")
-	if err != nil {
-		return demo{}, err
-	}
-	d := demo{OwnerToken: token, AgentID: agent.ID}
-	for _, c := range []struct {
-		scope  credential.Scope
-		secret *string
-	}{{credential.ScopeExecute, &d.ExecuteSecret}, {credential.ScopePropose, &d.ProposeSecret}} {
-		secret, hash, err := credential.Generate()
+	return os.WriteFile(filepath.Join(dir, "demo.json"), b, 0o600)
+}
+
+// seedDemo creates, once, a demo owner, an agent, two credentials (execute
+// and propose), and makes sure the agent has a refund mandate on each rail
+// account (a dev directory from before Razorpay was in the demo gets its
+// mandate now). It saves d, which keeps the secrets.
+func seedDemo(ctx context.Context, store *ledger.Store, dir string, d demo) (demo, error) {
+	if d.OwnerToken == "" {
+		runs := d.Runs
+		owner, token, _, err := ownerauth.Bootstrap(ctx, store, "demo owner", 365*24*time.Hour)
 		if err != nil {
 			return demo{}, err
 		}
-		if _, err := store.IssueCredential(ctx, agent.ID, c.scope, time.Now().Add(365*24*time.Hour), hash); err != nil {
+		agent, err := store.CreateAgent(ctx, owner.ID, "demo refund agent")
+		if err != nil {
 			return demo{}, err
 		}
-		*c.secret = secret
+		d = demo{OwnerToken: token, AgentID: agent.ID, Runs: runs}
+		for _, c := range []struct {
+			scope  credential.Scope
+			secret *string
+		}{{credential.ScopeExecute, &d.ExecuteSecret}, {credential.ScopePropose, &d.ProposeSecret}} {
+			secret, hash, err := credential.Generate()
+			if err != nil {
+				return demo{}, err
+			}
+			if _, err := store.IssueCredential(ctx, agent.ID, c.scope, time.Now().Add(365*24*time.Hour), hash); err != nil {
+				return demo{}, err
+			}
+			*c.secret = secret
+		}
 	}
+	for _, m := range []struct {
+		rail     countersignv1.Rail
+		account  string
+		max      int64
+		currency string
+	}{
+		{countersignv1.Rail_RAIL_STRIPE, devStripeAccount, stripeMaxRefund, "USD"},
+		{countersignv1.Rail_RAIL_RAZORPAY, devRazorpayAccount, razorpayMaxRefund, "INR"},
+	} {
+		if err := ensureMandate(ctx, store, d.AgentID, m.rail, m.account, m.max, m.currency); err != nil {
+			return demo{}, err
+		}
+	}
+	return d, saveDemo(dir, d)
+}
+
+// ensureMandate creates a budgeted refund mandate for the agent on account
+// unless one is active.
+func ensureMandate(ctx context.Context, store *ledger.Store, agentID string, r countersignv1.Rail, account string, max int64, currency string) error {
 	now := time.Now().Truncate(time.Second)
-	m := &countersignv1.Mandate{Rail: countersignv1.Rail_RAIL_STRIPE, RailAccount: devStripeAccount, AgentId: agent.ID,
+	_, err := store.ActiveMandate(ctx, agentID, account, now)
+	if err == nil || !errors.Is(err, ledger.ErrNotFound) {
+		return err
+	}
+	m := &countersignv1.Mandate{Rail: r, RailAccount: account, AgentId: agentID,
 		Purpose: "demo: refunds for support tickets", ValidFrom: timestamppb.New(now.Add(-time.Minute)),
 		ValidUntil: timestamppb.New(now.Add(365 * 24 * time.Hour)), Mode: countersignv1.MandateMode_MANDATE_MODE_BUDGETED,
-		Grants: []*countersignv1.Grant{{ActionKind: countersignv1.ActionKind_ACTION_KIND_REFUND, MaxAmountMinor: 50000, Currencies: []string{"USD"}}}}
+		Grants: []*countersignv1.Grant{{ActionKind: countersignv1.ActionKind_ACTION_KIND_REFUND, MaxAmountMinor: max, Currencies: []string{currency}}}}
 	rec, err := mandate.Record(m)
 	if err != nil {
-		return demo{}, err
+		return err
 	}
-	if _, err := store.CreateMandate(ctx, rec); err != nil {
-		return demo{}, err
-	}
-	b, err := json.Marshal(d)
-	if err != nil {
-		return demo{}, err
-	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		return demo{}, err
-	}
-	return d, nil
-}
-
-// startDevEgress runs the Envoy-contract egress proxy in front of the mock
-// rail, so the demo's curl commands take the path an agent's SDK would.
-func startDevEgress(ctx context.Context, listen, grpcAddr, mockURL string) (*envoystandin.Proxy, error) {
-	return envoystandin.Start(ctx, envoystandin.Config{
-		Listen: listen, ExtAuthz: grpcAddr, ExtProc: grpcAddr, MaxRequestBytes: 64 << 10, AllowPartialMessage: true,
-		StatusOnError: 503, Timeout: 5 * time.Second, ExtProcMessageTimeout: 5 * time.Second,
-		Routes: []envoystandin.Route{{Prefix: "stripe.local", Upstream: mockURL, HostRewrite: "api.stripe.com",
-			ContextExtensions: map[string]string{"rail_account": devStripeAccount}}},
-	})
-}
-
-func printDemo(w io.Writer, d demo, egressAddr, grpcAddr string) {
-	curl := func(secret string, amount int) string {
-		return fmt.Sprintf("curl -s http://%s/v1/refunds -H 'Host: stripe.local' -H 'Authorization: Bearer %s' -d payment_intent=pi_demo_1 -d amount=%d", egressAddr, secret, amount)
-	}
-	owner := fmt.Sprintf("--server %s --owner-token %s", grpcAddr, d.OwnerToken)
-	fmt.Fprintf(w, "Demo (agent %s, mandate: refunds up to 500.00 USD each on %s):\n\n", d.AgentID, devStripeAccount)
-	fmt.Fprintf(w, "  # ALLOW: a refund within the mandate goes to the (mock) rail, stamped; again, and you get the stored answer\n  %s\n\n", curl(d.ExecuteSecret, 1500))
-	fmt.Fprintf(w, "  # BLOCK: above the mandate's 50000 per refund\n  %s\n\n", curl(d.ExecuteSecret, 60000))
-	fmt.Fprintf(w, "  # HOLD → approve → ALLOW: a propose-only credential waits for the owner\n  %s\n", curl(d.ProposeSecret, 2500))
-	fmt.Fprintf(w, "  go run ./cmd/countersign approvals list %s\n", owner)
-	fmt.Fprintf(w, "  go run ./cmd/countersign approvals approve APPROVAL_ID %s\n", owner)
-	fmt.Fprintf(w, "  %s   # the identical request, now allowed once\n\n", curl(d.ProposeSecret, 2500))
+	_, err = store.CreateMandate(ctx, rec)
+	return err
 }

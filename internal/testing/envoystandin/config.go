@@ -15,6 +15,10 @@ type Config struct {
 	// Listen is the listener address (listener.address); "" means
 	// 127.0.0.1:0.
 	Listen string
+	// Listener, when set, is used instead of opening Listen: a caller that
+	// must know the port before it writes the route table (a virtual
+	// host's domains name it) opens the socket itself. Close closes it.
+	Listener net.Listener
 
 	// ExtAuthz is the gRPC address of the authorization service
 	// (ext_authz grpc_service; transport_api_version V3). Required.
@@ -86,6 +90,27 @@ type Route struct {
 	ContextExtensions map[string]string
 	// Timeout is route.timeout. 0 means Envoy's default, 15s.
 	Timeout time.Duration
+	// DirectResponse, when set, is route.direct_response: the router
+	// answers itself and Upstream is not used. Such a route also stands
+	// for ExtAuthzPerRoute{disabled: true} and ExtProcPerRoute{disabled:
+	// true}, as envoy/egress.yaml configures its catch-all `unknown`
+	// route: neither filter sees the request (other per-route filter
+	// settings are not modelled).
+	DirectResponse *DirectResponse
+}
+
+// DirectResponse is a route's direct_response: a local reply from the
+// router. As in Envoy's sendLocalReply, a non-empty body gets
+// content-type: text/plain unless Headers (the route's
+// response_headers_to_add, applied to the local reply first) set one; the
+// reply still passes through the encoder filters that are not disabled.
+type DirectResponse struct {
+	// Status is direct_response.status (200–599).
+	Status int
+	// Body is direct_response.body.inline_string.
+	Body string
+	// Headers are the route's response_headers_to_add (OVERWRITE_IF_EXISTS_OR_ADD).
+	Headers map[string]string
 }
 
 const (
@@ -137,6 +162,15 @@ func (c Config) validate() error {
 	for i, r := range c.Routes {
 		if r.Prefix == "" {
 			errs = append(errs, fmt.Errorf("egress: route %d: Prefix is empty", i))
+		}
+		if d := r.DirectResponse; d != nil {
+			if d.Status < 200 || d.Status > 599 {
+				errs = append(errs, fmt.Errorf("egress: route %d: DirectResponse.Status %d is not an HTTP status", i, d.Status))
+			}
+			if r.Upstream != "" {
+				errs = append(errs, fmt.Errorf("egress: route %d: a DirectResponse route has no Upstream", i))
+			}
+			continue
 		}
 		u, err := url.Parse(r.Upstream)
 		switch {

@@ -25,7 +25,11 @@
 //     headers dropped, x-forwarded-proto, x-request-id generated when
 //     absent, a random stream id, server: envoy.
 //   - Routes matched on the agent's authority (or a path prefix); no route
-//     is a 404 and skips ext_authz.
+//     is a 404 and skips ext_authz. A route's direct_response (a catch-all
+//     "*" route like envoy/egress.yaml's `unknown`, answering an unserved
+//     host) is the router's local reply with the route's
+//     response_headers_to_add, and disables ext_authz and ext_proc on that
+//     route, as that route's typed_per_filter_config does.
 //   - ext_authz: the CheckRequest as createHttpCheck builds it (id is the
 //     stream id; headers merged with ","; host before the host rewrite;
 //     body or raw_body; size; source and destination; per-route

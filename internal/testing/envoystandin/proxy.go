@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -77,8 +80,9 @@ func Start(ctx context.Context, cfg Config) (*Proxy, error) {
 		// redirects.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	p.ln, err = (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Listen)
-	if err != nil {
+	if cfg.Listener != nil {
+		p.ln = cfg.Listener
+	} else if p.ln, err = (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.Listen); err != nil {
 		p.closeClients()
 		return nil, fmt.Errorf("egress: listen: %w", err)
 	}
@@ -300,6 +304,11 @@ func (x *exchange) decode(r *http.Request) *response {
 	x.req = downstreamHeaders(r)
 	path, _ := x.req.first(":path")
 	x.route = x.p.cfg.match(r.Host, path)
+	direct := x.route != nil && x.route.DirectResponse != nil
+	if direct {
+		// ExtProcPerRoute{disabled: true}: no stream is opened.
+		x.proc = nil
+	}
 
 	// The codec hands the body to the filters; a request whose headers end
 	// the stream (no Content-Length and no chunked body, or
@@ -316,7 +325,7 @@ func (x *exchange) decode(r *http.Request) *response {
 		x.body = b
 	}
 
-	if x.route != nil {
+	if x.route != nil && !direct {
 		if lr := x.extAuthz(); lr != nil {
 			return lr
 		}
@@ -329,6 +338,14 @@ func (x *exchange) decode(r *http.Request) *response {
 	if x.route == nil {
 		// The router's route_not_found local reply.
 		return localReply(http.StatusNotFound, nil, nil)
+	}
+	if direct {
+		d := x.route.DirectResponse
+		return localReply(d.Status, []byte(d.Body), func(h *headerMap) {
+			for _, k := range slices.Sorted(maps.Keys(d.Headers)) {
+				h.set(strings.ToLower(k), d.Headers[k])
+			}
+		})
 	}
 	return x.forward()
 }

@@ -2,6 +2,7 @@ package envoystandin
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -233,6 +234,88 @@ func TestRouting(t *testing.T) {
 	}
 }
 
+// TestDirectResponse models envoy/egress.yaml's catch-all `unknown` route:
+// a direct_response with ext_authz and ext_proc disabled on the route.
+func TestDirectResponse(t *testing.T) {
+	const unknown = `{"error":{"code":"unknown_host"}}`
+	cases := []struct {
+		name            string
+		host            string
+		headers         map[string]string
+		wantStatus      int
+		wantContentType string
+		wantBody        string
+		wantCheck       bool
+	}{
+		{name: "a served host still reaches the rail", host: agentHost, wantStatus: 200, wantCheck: true},
+		{name: "any other host gets the route's answer, untouched by either filter", host: "api.stripe.com",
+			headers: map[string]string{"Content-Type": "application/json"}, wantStatus: 404, wantContentType: "application/json", wantBody: unknown},
+		{name: "without response_headers_to_add a local reply is text/plain", host: "127.0.0.1:9",
+			wantStatus: 404, wantContentType: "text/plain", wantBody: unknown},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			h.proxy.Close()
+			cfg := h.proxy.cfg
+			cfg.Routes = append(cfg.Routes, Route{Prefix: "*", DirectResponse: &DirectResponse{Status: 404, Body: unknown, Headers: tc.headers}})
+			p, err := Start(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(p.Close)
+			h.proxy = p
+			resp := h.mustDo(agentReq{host: tc.host, body: refundBody})
+			if resp.status != tc.wantStatus {
+				t.Fatalf("status %d %q, want %d", resp.status, resp.body, tc.wantStatus)
+			}
+			if tc.wantCheck {
+				h.check()
+				h.railSaw()
+				h.stream()
+				return
+			}
+			if resp.body != tc.wantBody || resp.header.Get("Content-Type") != tc.wantContentType || resp.header.Get("Server") != "envoy" {
+				t.Errorf("answer %q, content-type %q, server %q", resp.body, resp.header.Get("Content-Type"), resp.header.Get("Server"))
+			}
+			if n := len(h.authz.requests()); n != 0 {
+				t.Errorf("ext_authz called %d times, want none", n)
+			}
+			h.railUntouched()
+			h.noStream()
+		})
+	}
+}
+
+// TestStartOnAGivenListener: a caller that must know its port before it
+// writes the route table opens the socket itself.
+func TestStartOnAGivenListener(t *testing.T) {
+	h := newHarness(t, withoutProc)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := h.proxy.cfg
+	cfg.Listener = ln
+	cfg.Routes = []Route{{Prefix: ln.Addr().String(), Upstream: h.rail.srv.URL}}
+	p, err := Start(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.proxy.Close()
+	h.proxy = p
+	if p.Addr() != ln.Addr().String() {
+		t.Fatalf("Addr %s, want the given listener's %s", p.Addr(), ln.Addr())
+	}
+	if resp := h.mustDo(agentReq{host: p.Addr(), body: refundBody}); resp.status != 200 {
+		t.Fatalf("status %d %q", resp.status, resp.body)
+	}
+	p.Close()
+	if _, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+		t.Fatal("the given listener still accepts after Close")
+	}
+}
+
 func TestStart(t *testing.T) {
 	good := func() Config {
 		return Config{ExtAuthz: "127.0.0.1:1", Routes: []Route{{Prefix: agentHost, Upstream: "http://127.0.0.1:2"}}}
@@ -246,6 +329,12 @@ func TestStart(t *testing.T) {
 		{name: "a route is required", mutate: func(c *Config) { c.Routes = nil }, wantErr: "Route"},
 		{name: "TLS origination is not modelled", mutate: func(c *Config) { c.Routes[0].Upstream = "https://api.stripe.com" }, wantErr: "http://"},
 		{name: "status_on_error must be an HTTP status", mutate: func(c *Config) { c.StatusOnError = 42 }, wantErr: "status 42"},
+		{name: "a direct response needs an HTTP status", mutate: func(c *Config) {
+			c.Routes = append(c.Routes, Route{Prefix: "*", DirectResponse: &DirectResponse{Status: 42}})
+		}, wantErr: "DirectResponse.Status 42"},
+		{name: "a direct response has no upstream", mutate: func(c *Config) {
+			c.Routes = append(c.Routes, Route{Prefix: "*", Upstream: "http://127.0.0.1:3", DirectResponse: &DirectResponse{Status: 404}})
+		}, wantErr: "no Upstream"},
 		{name: "defaults: 503 on error, fail closed, Envoy's timeouts", mutate: func(*Config) {}},
 	}
 	for _, tc := range cases {
