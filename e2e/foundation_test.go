@@ -235,19 +235,18 @@ func (d *demoRun) checkPrintedStory(t *testing.T) string {
 }
 
 // owner runs the i-th printed command of the HOLD step (an owner command,
-// printed as `go run ./cmd/countersign …`) with the built binary, the
-// approval id in place of APPROVAL_ID.
+// printed as the path of the running countersign-dev, which carries every
+// countersign command) as printed, the approval id in place of APPROVAL_ID.
 func (d *demoRun) owner(t *testing.T, i int, approval string) string {
 	t.Helper()
 	line := d.step(t, "HOLD", i)
-	rest, ok := strings.CutPrefix(line, "go run ./cmd/countersign ")
-	if !ok {
-		t.Fatalf("HOLD command %d is not a countersign command: %q", i, line)
+	words := shellWords(strings.ReplaceAll(line, "APPROVAL_ID", approval))
+	if len(words) < 3 || filepath.Base(words[0]) != "countersign-dev" || words[1] != "approvals" {
+		t.Fatalf("HOLD command %d is not a countersign-dev approvals command: %q", i, line)
 	}
-	args := shellWords(strings.ReplaceAll(rest, "APPROVAL_ID", approval))
-	out, err := exec.Command(filepath.Join(bin, "countersign"), args...).CombinedOutput()
+	out, err := exec.Command(words[0], words[1:]...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("countersign %s: %v\n%s", rest, err, out)
+		t.Fatalf("%s: %v\n%s", line, err, out)
 	}
 	return string(out)
 }

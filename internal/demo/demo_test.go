@@ -118,3 +118,16 @@ func TestUnknownHostBody(t *testing.T) {
 		})
 	}
 }
+
+func TestCLICommand(t *testing.T) {
+	for _, tc := range []struct{ exe, wd, want string }{
+		{"/src/countersign/bin/countersign-dev", "/src/countersign", "./bin/countersign-dev"},
+		{"/opt/bin/countersign-dev", "/src/countersign", "/opt/bin/countersign-dev"},
+		{"/tmp/go-build123/b001/exe/countersign-dev", "/src/countersign", "go run ./cmd/countersign"},
+		{"", "/src", "go run ./cmd/countersign"},
+	} {
+		if got := cliCommand(tc.exe, tc.wd); got != tc.want {
+			t.Errorf("cliCommand(%q, %q) = %q, want %q", tc.exe, tc.wd, got, tc.want)
+		}
+	}
+}

@@ -50,7 +50,7 @@ func NewCommand() *cobra.Command {
 				return fmt.Errorf("dev: %w", err)
 			}
 			if moved {
-				fmt.Fprintf(cmd.OutOrStdout(), "starting PostgreSQL in %s (the postgres OS user, which runs it, cannot enter %s) …\n", pgDir, dir)
+				fmt.Fprintf(cmd.OutOrStdout(), "starting PostgreSQL in %s (the postgres OS user, which runs it, cannot enter %s) …\n", pgDir, absOr(dir))
 			} else {
 				fmt.Fprintf(cmd.OutOrStdout(), "starting PostgreSQL in %s …\n", pgDir)
 			}
@@ -109,7 +109,9 @@ func NewCommand() *cobra.Command {
 			}
 			fmt.Fprintln(out)
 			printSDK(out, d, stripe, razorpay)
-			printDemo(out, d, r, stripe, razorpay, cfg.GRPCAddr)
+			exe, _ := os.Executable()
+			wd, _ := os.Getwd()
+			printDemo(out, d, r, stripe, razorpay, cfg.GRPCAddr, cliCommand(exe, wd))
 			fmt.Fprintf(out, "Ctrl-C stops Countersign and its PostgreSQL.\n\n")
 			return cli.Serve(ctx, cfg, rs, log)
 		},
@@ -143,4 +145,12 @@ func makeDir(dir string) error {
 		return err
 	}
 	return nil
+}
+
+// absOr is dir made absolute, or dir when that fails.
+func absOr(dir string) string {
+	if abs, err := filepath.Abs(dir); err == nil {
+		return abs
+	}
+	return dir
 }

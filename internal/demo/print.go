@@ -3,6 +3,7 @@ package demo
 import (
 	"fmt"
 	"io"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -31,7 +32,7 @@ func printSDK(w io.Writer, d demo, stripe, razorpay *egressRail) {
 
 // printDemo prints this run's commands: each shows its verdict on this run,
 // because the payments are this run's own.
-func printDemo(w io.Writer, d demo, r run, stripe, razorpay *egressRail, grpcAddr string) {
+func printDemo(w io.Writer, d demo, r run, stripe, razorpay *egressRail, grpcAddr, cli string) {
 	curl := func(secret string, amount int64) string {
 		return fmt.Sprintf("curl -s %s/v1/refunds -H 'Authorization: Bearer %s' -d payment_intent=%s -d amount=%d",
 			stripe.BaseURL(), secret, r.StripePayment, amount)
@@ -49,8 +50,8 @@ func printDemo(w io.Writer, d demo, r run, stripe, razorpay *egressRail, grpcAdd
 		major(blockAmount, "USD"), major(stripeMaxRefund, "USD"), curl(d.ExecuteSecret, blockAmount))
 	fmt.Fprintf(w, "  # HOLD → approve → ALLOW: a propose-only credential's refund of %s waits for the owner\n  %s\n",
 		major(holdAmount, "USD"), curl(d.ProposeSecret, holdAmount))
-	fmt.Fprintf(w, "  go run ./cmd/countersign approvals list %s\n", owner)
-	fmt.Fprintf(w, "  go run ./cmd/countersign approvals approve APPROVAL_ID %s\n", owner)
+	fmt.Fprintf(w, "  %s approvals list %s\n", cli, owner)
+	fmt.Fprintf(w, "  %s approvals approve APPROVAL_ID %s\n", cli, owner)
 	fmt.Fprintf(w, "  %s   # the identical request, now allowed once\n\n", curl(d.ProposeSecret, holdAmount))
 	fmt.Fprintf(w, "  # Razorpay, on its own listener: a refund of %s (HTTP Basic key_id:key_secret)\n", major(razorpayAmount, "INR"))
 	fmt.Fprintf(w, "  curl -s %s/v1/payments/%s/refund -u %s:%s -H 'Content-Type: application/json' -d '{\"amount\":%d}'\n\n",
@@ -70,4 +71,21 @@ func major(minor int64, currency string) string {
 		b.WriteRune(c)
 	}
 	return fmt.Sprintf("%s.%02d %s", b.String(), minor%100, currency)
+}
+
+// cliCommand is how a person at the same prompt runs this binary's owner
+// commands: countersign-dev carries every countersign command, so its own
+// path (relative to the working directory when it is under it, as
+// ./bin/countersign-dev after `make run`). A binary `go run` built in a
+// temporary directory is printed as `go run ./cmd/countersign`.
+func cliCommand(exe, wd string) string {
+	if exe == "" || strings.Contains(exe, string(filepath.Separator)+"go-build") {
+		return "go run ./cmd/countersign"
+	}
+	if wd != "" {
+		if rel, err := filepath.Rel(wd, exe); err == nil && !strings.HasPrefix(rel, "..") {
+			return "." + string(filepath.Separator) + rel
+		}
+	}
+	return exe
 }
