@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -242,7 +243,16 @@ func (c *contract) mutationRules(path string, r *mutationv3.HeaderMutationRules)
 
 func (c *contract) routes(path string, rc *routev3.RouteConfiguration, authzName, procName string) {
 	rails := 0
+	var served []string
 	for _, vh := range rc.GetVirtualHosts() {
+		if !slices.Contains(vh.GetDomains(), "*") {
+			served = append(served, vh.GetDomains()...)
+		}
+	}
+	for _, vh := range rc.GetVirtualHosts() {
+		if slices.Contains(vh.GetDomains(), "*") {
+			c.unknownHost(fmt.Sprintf("%s: virtual host %q", path, vh.GetName()), vh, served)
+		}
 		if len(vh.GetTypedPerFilterConfig()) > 0 {
 			c.fail("%s: virtual host %q: per-filter config belongs on the routes, where it is checked", path, vh.GetName())
 		}
@@ -261,6 +271,38 @@ func (c *contract) routes(path string, rc *routev3.RouteConfiguration, authzName
 	}
 	if rails == 0 {
 		c.fail("%s: no route leads to a rail", path)
+	}
+}
+
+// unknownHost: a request for a host no rail is served on gets a JSON error
+// (an SDK reads it as the rail's own) that names every served host with a
+// port, so whoever set the wrong base URL learns the right one.
+func (c *contract) unknownHost(path string, vh *routev3.VirtualHost, served []string) {
+	for i, r := range vh.GetRoutes() {
+		dr := r.GetDirectResponse()
+		if dr == nil {
+			continue
+		}
+		rp := fmt.Sprintf("%s route %d", path, i)
+		body := dr.GetBody().GetInlineString()
+		var e struct {
+			Error struct{ Type, Code, Message string } `json:"error"`
+		}
+		if err := json.Unmarshal([]byte(body), &e); err != nil || e.Error.Code == "" || e.Error.Message == "" {
+			c.fail("%s: the unknown-host answer must be a JSON error with a code and a message, got %q", rp, body)
+		}
+		for _, d := range served {
+			if strings.Contains(d, ":") && !strings.Contains(body, d) {
+				c.fail("%s: the unknown-host answer does not name the served host %s", rp, d)
+			}
+		}
+		jsonType := false
+		for _, h := range r.GetResponseHeadersToAdd() {
+			jsonType = jsonType || (strings.EqualFold(h.GetHeader().GetKey(), "content-type") && h.GetHeader().GetValue() == "application/json")
+		}
+		if !jsonType {
+			c.fail("%s: the unknown-host answer must say content-type: application/json (Envoy's default is text/plain)", rp)
+		}
 	}
 }
 
