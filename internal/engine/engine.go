@@ -103,6 +103,10 @@ type IntentRef struct {
 	// BodyStamped is set by the response path when the body stamp was
 	// written into the request that went out.
 	BodyStamped bool
+	// CommitToken is the secret a native caller presents to Commit this
+	// attempt (set on a native Decide's ALLOW only; the ledger keeps its
+	// hash).
+	CommitToken string
 }
 
 // Ledger is what the engine needs from the ledger.
