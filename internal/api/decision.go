@@ -13,6 +13,7 @@ import (
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/engine"
 	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/ownerauth"
 	"github.com/countersign/countersign/internal/quota"
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/reconcile"
@@ -23,12 +24,14 @@ import (
 type Engine interface {
 	Decide(ctx context.Context, req engine.Request) engine.Outcome
 	DecideAction(ctx context.Context, req engine.Request, railAccount string, a rail.Action) engine.Outcome
-	Commit(ctx context.Context, ref engine.IntentRef, resp rail.Response) (ledger.Intent, rail.Classification, error)
+	Authenticate(ctx context.Context, c engine.Caller) (ledger.Principal, error)
+	CommitReported(ctx context.Context, p ledger.Principal, token string, ref engine.IntentRef, resp rail.Response) (ledger.Intent, rail.Classification, error)
 }
 
-// IntentReader reads intents.
+// IntentReader reads intents, for their agent or their owner.
 type IntentReader interface {
 	GetIntent(ctx context.Context, k ledger.Key) (ledger.Intent, []ledger.Attempt, error)
+	OwnerIntent(ctx context.Context, ownerID string, k ledger.Key) (ledger.Intent, []ledger.Attempt, error)
 }
 
 // Reconciler runs a reconciliation pass.
@@ -38,27 +41,60 @@ type Reconciler interface {
 
 // DecisionServer implements countersign.v1.DecisionService: the engine
 // without Envoy, for SDKs and MCP proxies.
+//
+// Who may call what (DESIGN.md §1, A1): Decide, Commit and GetIntent need
+// an agent credential, and Commit and GetIntent answer only about the
+// caller's own intents; Reconcile needs an owner, admitted by the owner
+// guard (ownerauth.Guard.Methods) before the handler runs.
 type DecisionServer struct {
 	countersignv1.UnimplementedDecisionServiceServer
 	engine     Engine
 	intents    IntentReader
 	reconciler Reconciler
+	ownerOf    OwnerOf
 }
 
-// NewDecisionServer returns the decision service.
+// NewDecisionServer returns the decision service. Reconcile's owner is the
+// one ownerauth's guard admitted.
 func NewDecisionServer(e Engine, r IntentReader, rec Reconciler) *DecisionServer {
-	return &DecisionServer{engine: e, intents: r, reconciler: rec}
+	return &DecisionServer{engine: e, intents: r, reconciler: rec, ownerOf: ownerauth.OwnerID}
 }
 
-// credentialFromMetadata reads "authorization: Bearer <credential>".
+// credentialFromMetadata reads "authorization: Bearer <credential>". More
+// than one Authorization value is no credential: which one would be
+// believed is exactly what an attacker would play with.
 func credentialFromMetadata(ctx context.Context) string {
 	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get("authorization") {
-		if scheme, cred, ok := strings.Cut(strings.TrimSpace(v), " "); ok && strings.EqualFold(scheme, "bearer") {
-			return strings.TrimSpace(cred)
-		}
+	vals := md.Get("authorization")
+	if len(vals) != 1 {
+		return ""
+	}
+	if scheme, cred, ok := strings.Cut(strings.TrimSpace(vals[0]), " "); ok && strings.EqualFold(scheme, "bearer") {
+		return strings.TrimSpace(cred)
 	}
 	return ""
+}
+
+// caller is who calls, for authentication.
+func caller(ctx context.Context) engine.Caller {
+	c := engine.Caller{Credential: credentialFromMetadata(ctx), RequestID: requestID(ctx)}
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		c.Peer = quota.SourceKey(p.Addr.String())
+	}
+	return c
+}
+
+// agent authenticates the calling agent.
+func (s *DecisionServer) agent(ctx context.Context) (ledger.Principal, error) {
+	p, err := s.engine.Authenticate(ctx, caller(ctx))
+	if err != nil {
+		var ex *quota.ExhaustedError
+		if errors.As(err, &ex) {
+			quota.SetRetryAfter(ctx, ex.RetryAfter)
+		}
+		return p, ToStatus(err)
+	}
+	return p, nil
 }
 
 func requestID(ctx context.Context) string {
@@ -78,10 +114,8 @@ var actionKinds = map[countersignv1.ActionKind]sik.Kind{
 // Decide runs the gates and the ledger for one proposed action. The rail's
 // secret key is never in the answer (C1): stamps only.
 func (s *DecisionServer) Decide(ctx context.Context, req *countersignv1.DecideRequest) (*countersignv1.DecideResponse, error) {
-	er := engine.Request{Source: engine.SourceDecide, RequestID: requestID(ctx), Credential: credentialFromMetadata(ctx)}
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		er.Peer = quota.SourceKey(p.Addr.String())
-	}
+	c := caller(ctx)
+	er := engine.Request{Source: engine.SourceDecide, RequestID: c.RequestID, Credential: c.Credential, Peer: c.Peer}
 	var out engine.Outcome
 	switch form := req.GetForm().(type) {
 	case *countersignv1.DecideRequest_HttpRequest:
@@ -103,6 +137,15 @@ func (s *DecisionServer) Decide(ctx context.Context, req *countersignv1.DecideRe
 			act.AmountMinor = &v
 		}
 		out = s.engine.DecideAction(ctx, er, a.GetRailAccount(), act)
+	}
+	if engine.IsAuthRefusal(out) {
+		// Refusing the caller is not a verdict on an action.
+		err := engine.AuthError(out)
+		var ex *quota.ExhaustedError
+		if errors.As(err, &ex) {
+			quota.SetRetryAfter(ctx, ex.RetryAfter)
+		}
+		return nil, ToStatus(err)
 	}
 	return toDecideResponse(out), nil
 }
@@ -128,8 +171,11 @@ func toDecideResponse(out engine.Outcome) *countersignv1.DecideResponse {
 				resp.Stamps[k] = v
 			}
 		}
-		if out.Intent != nil && out.Intent.BodyField != "" {
-			resp.Stamps[out.Intent.BodyField] = out.Intent.BodyValue
+		if out.Intent != nil {
+			if out.Intent.BodyField != "" {
+				resp.Stamps[out.Intent.BodyField] = out.Intent.BodyValue
+			}
+			resp.CommitToken = out.Intent.CommitToken
 		}
 		return resp
 	}
@@ -148,8 +194,13 @@ var transportErrors = map[countersignv1.TransportError]string{
 	countersignv1.TransportError_TRANSPORT_ERROR_LOST:    "response lost",
 }
 
-// Commit records the rail's answer to an allowed attempt.
+// Commit records the rail's answer to an allowed attempt, reported by the
+// agent that Decide allowed it to, with the attempt's commit token.
 func (s *DecisionServer) Commit(ctx context.Context, req *countersignv1.CommitRequest) (*countersignv1.CommitResponse, error) {
+	p, err := s.agent(ctx)
+	if err != nil {
+		return nil, err
+	}
 	ref := engine.IntentRef{RailAccount: req.GetRailAccount(), SIK: req.GetSik(), AttemptSeq: int(req.GetAttemptSeq()),
 		BodyStamped: req.GetBodyStamped()}
 	var resp rail.Response
@@ -163,7 +214,7 @@ func (s *DecisionServer) Commit(ctx context.Context, req *countersignv1.CommitRe
 	case *countersignv1.CommitRequest_TransportError:
 		resp = rail.Response{TransportErr: errors.New(transportErrors[o.TransportError])}
 	}
-	it, _, err := s.engine.Commit(ctx, ref, resp)
+	it, _, err := s.engine.CommitReported(ctx, p, req.GetCommitToken(), ref, resp)
 	if err != nil {
 		return nil, ToStatus(err)
 	}
@@ -180,9 +231,18 @@ func (s *DecisionServer) Commit(ctx context.Context, req *countersignv1.CommitRe
 	return out, nil
 }
 
-// GetIntent returns an intent and its attempts.
+// GetIntent returns an intent and its attempts to the intent's own agent;
+// another agent's intent is NotFound, as one that does not exist.
 func (s *DecisionServer) GetIntent(ctx context.Context, req *countersignv1.DecisionServiceGetIntentRequest) (*countersignv1.DecisionServiceGetIntentResponse, error) {
-	it, atts, err := s.intents.GetIntent(ctx, ledger.Key{RailAccount: req.GetRailAccount(), SIK: req.GetSik()})
+	p, err := s.agent(ctx)
+	if err != nil {
+		return nil, err
+	}
+	k := ledger.Key{RailAccount: req.GetRailAccount(), SIK: req.GetSik()}
+	it, atts, err := s.intents.GetIntent(ctx, k)
+	if err == nil && (it.AgentID == "" || it.AgentID != p.Agent.ID) {
+		err = ledger.NotFoundIntent(k)
+	}
 	if err != nil {
 		return nil, ToStatus(err)
 	}
@@ -195,11 +255,20 @@ func (s *DecisionServer) GetIntent(ctx context.Context, req *countersignv1.Decis
 
 // Reconcile runs one reconciliation pass, for one intent or a batch. The
 // minimum delay before the first query still applies: an intent that is
-// not due yet is reported NOT_DUE.
+// not due yet is reported NOT_DUE. Only an owner calls it (the guard has
+// refused anyone else), about its own agents' intents: another owner's
+// intent is NotFound, and a batch reports only the caller's findings.
 func (s *DecisionServer) Reconcile(ctx context.Context, req *countersignv1.ReconcileRequest) (*countersignv1.ReconcileResponse, error) {
+	owner, err := s.ownerOf(ctx)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
 	var only *ledger.Key
 	if k := req.GetIntent(); k != nil {
 		only = &ledger.Key{RailAccount: k.GetRailAccount(), SIK: k.GetSik()}
+		if _, _, err := s.intents.OwnerIntent(ctx, owner, *only); err != nil {
+			return nil, ToStatus(err)
+		}
 	}
 	rep, err := s.reconciler.Pass(ctx, only)
 	if err != nil {
@@ -207,6 +276,16 @@ func (s *DecisionServer) Reconcile(ctx context.Context, req *countersignv1.Recon
 	}
 	out := &countersignv1.ReconcileResponse{}
 	for _, r := range rep.Results {
+		if only == nil {
+			if acct := req.GetBatch().GetRailAccount(); acct != "" && r.Key.RailAccount != acct {
+				continue
+			}
+			if _, _, err := s.intents.OwnerIntent(ctx, owner, r.Key); errors.Is(err, ledger.ErrNotFound) {
+				continue // another owner's: its pass happened, its finding is not ours to show
+			} else if err != nil {
+				return nil, ToStatus(err)
+			}
+		}
 		f := &countersignv1.ReconcileFinding{
 			Intent:              &countersignv1.IntentKey{RailAccount: r.Key.RailAccount, Sik: r.Key.SIK},
 			ToState:             intentStates[r.State],

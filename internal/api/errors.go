@@ -53,6 +53,10 @@ func ToStatus(err error) error {
 		return withDetails(status.New(codes.FailedPrecondition, err.Error()), "APPROVAL_NOT_PENDING")
 	case errors.Is(err, ledger.ErrLeaseLost):
 		return withDetails(status.New(codes.Aborted, err.Error()), "LEASE_LOST")
+	case errors.Is(err, ledger.ErrCommitRefused):
+		return withDetails(status.New(codes.PermissionDenied, err.Error()), "COMMIT_REFUSED")
+	case errors.Is(err, engine.ErrUnauthenticated):
+		return withDetails(status.New(codes.Unauthenticated, err.Error()), "UNAUTHENTICATED")
 	case errors.Is(err, engine.ErrUnknownAccount):
 		return withDetails(status.New(codes.FailedPrecondition, err.Error()), "UNKNOWN_RAIL_ACCOUNT")
 	case errors.Is(err, ownerauth.ErrAgentCredential):

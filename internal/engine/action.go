@@ -146,6 +146,17 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, acct
 	if err != nil {
 		return refuseRail(acct, req, ReasonInvalidAction, err.Error(), http.StatusBadRequest)
 	}
+	// A native caller sends the request itself and reports the answer:
+	// the attempt is bound to a token only it receives. Envoy's attempts
+	// have none; ext_proc reports them over the trusted listener.
+	var token string
+	var tokenHash []byte
+	if req.Source == SourceDecide {
+		if token, tokenHash, err = newCommitToken(); err != nil {
+			e.log.Error("commit token failed; denying", "request_id", req.RequestID, "err", err)
+			return refuseRail(acct, req, ReasonInternal, "Countersign failed internally; no money moved.", http.StatusServiceUnavailable)
+		}
+	}
 	chaos.Point(chaos.BeforeWAL)
 	var stamped rail.Stamped
 	g := gateRun{req: req, principal: p, acct: acct, action: a, ref: ref, value: value, currency: key.Currency,
@@ -165,8 +176,9 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, acct
 			}
 			return sik.Stamp(s, gen)
 		},
-		Request:  ledger.HTTPMessage{Method: req.Method, Path: req.Path, Headers: req.Headers, Body: req.Body},
-		ViaEnvoy: req.Source == SourceExtAuthz && e.opts.ExtProcInPath,
+		Request:         ledger.HTTPMessage{Method: req.Method, Path: req.Path, Headers: req.Headers, Body: req.Body},
+		ViaEnvoy:        req.Source == SourceExtAuthz && e.opts.ExtProcInPath,
+		CommitTokenHash: tokenHash,
 	})
 	switch {
 	case errors.Is(err, ledger.ErrUnavailable):
@@ -178,7 +190,11 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, acct
 	if res.Attempt != nil {
 		chaos.Point(chaos.AfterWALBeforeCall)
 	}
-	return e.answer(acct, req, res, stamped)
+	out := e.answer(acct, req, res, stamped)
+	if out.Verdict == Allow && out.Intent != nil {
+		out.Intent.CommitToken = token
+	}
+	return out
 }
 
 // answer turns the ledger's view of the intent into the response.

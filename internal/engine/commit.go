@@ -2,12 +2,18 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
+	"strconv"
+	"time"
 
 	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/quota"
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/sik"
 )
@@ -16,10 +22,111 @@ import (
 // configured.
 var ErrUnknownAccount = errors.New("engine: unknown rail account")
 
+// ErrUnauthenticated means a native call presented no agent credential, or
+// one that is unknown, expired or revoked, or of a revoked agent.
+var ErrUnauthenticated = errors.New("engine: unauthenticated")
+
+// commitTokenPrefix marks a commit token, so that one pasted where a
+// credential belongs (or the other way round) is recognisable.
+const commitTokenPrefix = "cct_"
+
+// newCommitToken returns a random commit token and its SHA-256, the only
+// form the ledger keeps.
+func newCommitToken() (string, []byte, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", nil, fmt.Errorf("commit token: %w", err)
+	}
+	tok := commitTokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	h := sha256.Sum256([]byte(tok))
+	return tok, h[:], nil
+}
+
+// Caller is who makes a native API call, as the server saw it.
+type Caller struct {
+	// Credential is the agent credential presented ("" when none was).
+	Credential string
+	// Peer is the caller's source, for the failed-credential quota.
+	Peer      string
+	RequestID string
+}
+
+// Authenticate resolves a native caller's agent credential, under the same
+// failed-credential quota as Decide. Errors match ErrUnauthenticated,
+// quota.ErrExhausted, ledger.ErrUnavailable or context.Canceled.
+func (e *Engine) Authenticate(ctx context.Context, c Caller) (ledger.Principal, error) {
+	identity := credentialIdentity(c.Credential)
+	if blocked, wait := e.opts.Failures.Blocked(c.Peer); blocked || e.blockedIdentity(identity, &wait) {
+		return ledger.Principal{}, &quota.ExhaustedError{Scope: "failed credential attempts", RetryAfter: wait}
+	}
+	out, p, ok := e.authenticate(ctx, Request{Source: SourceDecide, RequestID: c.RequestID, Credential: c.Credential, Peer: c.Peer})
+	if ok {
+		return *p, nil
+	}
+	return ledger.Principal{}, authError(out)
+}
+
+// authError is the error of a refused authentication outcome.
+func authError(out Outcome) error {
+	switch out.ReasonCode {
+	case ReasonLedgerUnavailable:
+		return fmt.Errorf("%w: %s", ledger.ErrUnavailable, out.Reason)
+	case ReasonCancelled:
+		return context.Canceled
+	case ReasonTooManyFailures:
+		wait := time.Second
+		if n, err := strconv.Atoi(out.ResponseHeaders["retry-after"]); err == nil && n > 0 {
+			wait = time.Duration(n) * time.Second
+		}
+		return &quota.ExhaustedError{Scope: "failed credential attempts", RetryAfter: wait}
+	case ReasonInternal:
+		return errors.New(out.Reason)
+	}
+	return fmt.Errorf("%w (%s): %s", ErrUnauthenticated, out.ReasonCode, out.Reason)
+}
+
+// IsAuthRefusal reports whether a Decide outcome refused the caller's
+// credential itself (not the action): the native API answers those with an
+// error, not a verdict.
+func IsAuthRefusal(out Outcome) bool {
+	switch out.ReasonCode {
+	case ReasonCredentialMissing, ReasonCredentialUnknown, ReasonCredentialRevoked, ReasonCredentialExpired,
+		ReasonAgentRevoked, ReasonTooManyFailures:
+		return true
+	}
+	return false
+}
+
+// AuthError is the error of an outcome IsAuthRefusal accepts.
+func AuthError(out Outcome) error { return authError(out) }
+
+// CommitReported is Commit for an answer a caller reports through the
+// native API: accepted only from the intent's own agent (p) with the commit
+// token Decide issued with the intent's latest attempt. Another agent's
+// intent is ErrNotFound, as one that does not exist; a wrong, stale or
+// missing token is ledger.ErrCommitRefused. The caller's word is recorded
+// but never on its own makes the intent sendable again (see ledger.Commit).
+func (e *Engine) CommitReported(ctx context.Context, p ledger.Principal, token string, ref IntentRef, resp rail.Response) (ledger.Intent, rail.Classification, error) {
+	rep := &ledger.Reporter{AgentID: p.Agent.ID, TokenHash: sha256.Sum256([]byte(token))}
+	if token == "" {
+		// No token is never a match, whatever a row holds.
+		rep.TokenHash = [32]byte{}
+	}
+	return e.commit(ctx, ref, resp, rep)
+}
+
 // Commit classifies the rail's answer to an allowed attempt with the rail's
-// adapter and records it. It is what ext_proc runs on the response path and
-// what the native Commit RPC runs for SDKs.
+// adapter and records it. It is what ext_proc runs on the response path:
+// the trusted reporter of what the rail answered Envoy.
 func (e *Engine) Commit(ctx context.Context, ref IntentRef, resp rail.Response) (ledger.Intent, rail.Classification, error) {
+	return e.commit(ctx, ref, resp, nil)
+}
+
+func (e *Engine) commit(ctx context.Context, ref IntentRef, resp rail.Response, rep *ledger.Reporter) (ledger.Intent, rail.Classification, error) {
+	key := ledger.Key{RailAccount: ref.RailAccount, SIK: ref.SIK}
+	if rep != nil && ref.RailAccount == "" {
+		return ledger.Intent{}, rail.Classification{}, ledger.NotFoundIntent(key)
+	}
 	var acct interface {
 		Classify(rail.Action, rail.Response) rail.Classification
 	}
@@ -29,12 +136,18 @@ func (e *Engine) Commit(ctx context.Context, ref IntentRef, resp rail.Response) 
 		}
 	}
 	if acct == nil {
+		if rep != nil {
+			// A caller learns nothing of the configuration it cannot use.
+			return ledger.Intent{}, rail.Classification{}, ledger.NotFoundIntent(key)
+		}
 		return ledger.Intent{}, rail.Classification{}, fmt.Errorf("%w %q", ErrUnknownAccount, ref.RailAccount)
 	}
-	key := ledger.Key{RailAccount: ref.RailAccount, SIK: ref.SIK}
 	it, attempts, err := e.ledger.GetIntent(ctx, key)
 	if err != nil {
 		return ledger.Intent{}, rail.Classification{}, err
+	}
+	if rep != nil && it.AgentID != rep.AgentID {
+		return ledger.Intent{}, rail.Classification{}, ledger.NotFoundIntent(key)
 	}
 	if ref.BodyStamped && ref.BodyValue == "" {
 		// A native caller says it sent the body stamp: it is the attempt's.
@@ -54,7 +167,7 @@ func (e *Engine) Commit(ctx context.Context, ref IntentRef, resp rail.Response) 
 		c = c.CheckStamp(ref.BodyValue)
 	}
 	r := ledger.AttemptResult{Key: key, Seq: ref.AttemptSeq, EntityID: c.EntityID, FeeMinor: c.FeeMinor,
-		Reason: c.Reason, ReconcileDelay: e.opts.ReconcileDelay, BodyStamped: ref.BodyStamped}
+		Reason: c.Reason, ReconcileDelay: e.opts.ReconcileDelay, BodyStamped: ref.BodyStamped, ReportedBy: rep}
 	if resp.Status != 0 {
 		r.Response = &ledger.HTTPMessage{Status: resp.Status, Headers: maps.Clone(resp.Headers), Body: resp.Body}
 	}

@@ -106,6 +106,10 @@ type IntentRef struct {
 	// BodySHA256 is the hex SHA-256 of the request body the gates decided
 	// on (ext_authz sets it); ext_proc lets no other body leave (A2).
 	BodySHA256 string
+	// CommitToken is the secret a native caller presents to Commit this
+	// attempt (set on a native Decide's ALLOW only; the ledger keeps its
+	// hash).
+	CommitToken string
 }
 
 // Ledger is what the engine needs from the ledger.

@@ -34,6 +34,10 @@ type Edge struct {
 //     names only CONFIRMED_NOT_APPLIED, but a definite rail rejection is as much a
 //     proof of "not applied" as an exhausted listing (see ProvenNotApplied).
 //   - QUARANTINED has no edge out: an operator resolves it outside the machine.
+//   - QUARANTINE is also legal from FAILED_TERMINAL and CONFIRMED_NOT_APPLIED:
+//     a rail "applied" that arrives after the intent was settled as not
+//     applied contradicts the ledger, and the intent stops for a person
+//     instead of being sent again (A1).
 //     IN_FLIGHT has no QUARANTINE edge: a rail idempotency_error (§4) goes
 //     IN_FLIGHT →RAIL_AMBIGUOUS→ UNKNOWN →QUARANTINE→ QUARANTINED.
 //   - A rail 409 "same key still running" is no event: the intent stays IN_FLIGHT.
@@ -61,7 +65,8 @@ var edges = map[State]map[Event]State{
 		LeaseExpired:  Unknown,
 	},
 	FailedTerminal: {
-		Reopened: Authorized,
+		Reopened:   Authorized,
+		Quarantine: Quarantined,
 	},
 	Unknown: {
 		ReconcileStarted: Reconciling,
@@ -75,6 +80,7 @@ var edges = map[State]map[Event]State{
 	},
 	ConfirmedNotApplied: {
 		RetryAuthorized: Authorized,
+		Quarantine:      Quarantined,
 	},
 	// APPLIED, BLOCKED (absorbing) and QUARANTINED have no edges.
 }

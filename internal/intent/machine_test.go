@@ -126,7 +126,7 @@ var spec = map[State]map[Event]State{
 		ConfirmedAbsent:  illegal,
 		Inconclusive:     illegal,
 		RetryAuthorized:  illegal,
-		Quarantine:       illegal,
+		Quarantine:       Quarantined,
 	},
 	Unknown: {
 		GatesPassed:      illegal,
@@ -183,7 +183,7 @@ var spec = map[State]map[Event]State{
 		ConfirmedAbsent:  illegal,
 		Inconclusive:     illegal,
 		RetryAuthorized:  Authorized,
-		Quarantine:       illegal,
+		Quarantine:       Quarantined,
 	},
 	Blocked: {
 		GatesPassed:      illegal,

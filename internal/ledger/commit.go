@@ -36,12 +36,19 @@ type AttemptResult struct {
 	// ReconcileDelay is the wait before the first reconciliation query of
 	// an ambiguous outcome.
 	ReconcileDelay time.Duration
+	// ReportedBy is the caller that reported this answer through the native
+	// Commit RPC; nil for the trusted response path (ext_proc).
+	ReportedBy *Reporter
 }
 
 // Commit records the rail's answer to an attempt and moves the intent.
 // A late answer (the intent already moved on, e.g. its lease expired) is
-// kept on the attempt for the reconciler and changes no state. Committing
-// the same answer twice is harmless.
+// kept on the attempt for the reconciler and changes no state, unless it
+// is an "applied" that contradicts how the intent was settled (see
+// lateApplied). Committing the same answer twice is harmless. A reported
+// answer (r.ReportedBy) is admitted only from the intent's agent with the
+// latest attempt's commit token, and its definite rejection goes to
+// reconciliation instead of FAILED_TERMINAL.
 func (s *Store) Commit(ctx context.Context, r AttemptResult) (Intent, error) {
 	var out Intent
 	err := s.InTx(ctx, func(tx *Tx) error {
@@ -49,12 +56,20 @@ func (s *Store) Commit(ctx context.Context, r AttemptResult) (Intent, error) {
 		if err != nil {
 			return err
 		}
+		if r.ReportedBy != nil {
+			if err := tx.checkReporter(ctx, it, r); err != nil {
+				return err
+			}
+		}
 		if err := tx.recordResponse(ctx, r); err != nil {
 			return err
 		}
 		out = it
 		if it.State != intent.InFlight || it.AttemptCount != r.Seq {
-			return nil
+			if r.Outcome == OutcomeApplied {
+				out, err = tx.lateApplied(ctx, it, r)
+			}
+			return err
 		}
 		switch r.Outcome {
 		case OutcomeApplied:
@@ -64,6 +79,10 @@ func (s *Store) Commit(ctx context.Context, r AttemptResult) (Intent, error) {
 			out, err = tx.transition(ctx, it, intent.RailApplied, transitionOpts{
 				reason: "applied by the rail", attemptOutcome: "applied", entityID: r.EntityID})
 		case OutcomeRejected:
+			if r.ReportedBy != nil {
+				out, err = tx.reportedRejection(ctx, it, r)
+				break
+			}
 			out, err = tx.transition(ctx, it, intent.RailRejected, transitionOpts{
 				reason: r.Reason, attemptOutcome: "rejected"})
 		case OutcomeAmbiguous:

@@ -115,6 +115,11 @@ type Proposal struct {
 	// ViaEnvoy says the request goes out through Envoy (ext_authz, then
 	// ext_proc writing the body stamp), not through a native caller.
 	ViaEnvoy bool
+	// CommitTokenHash is the SHA-256 of the commit token handed to a native
+	// caller with the attempt this proposal starts; only that token's holder
+	// may report the attempt's answer through Commit. nil: no token (Envoy
+	// sends the request and ext_proc reports it).
+	CommitTokenHash []byte
 }
 
 // ProposeResult says what Propose did.
@@ -348,11 +353,11 @@ func (tx *Tx) startAttempt(ctx context.Context, p Proposal, it Intent, res *Prop
 		Outcome: "pending", LeaseOwner: p.LeaseOwner, Request: p.Request}
 	err = tx.tx.QueryRow(ctx, `
 		INSERT INTO attempts (rail_account, sik, attempt_seq, stamp, stamp_generation, lease_owner, lease_expires_at,
-		                      request_method, request_path, request_headers, request_body, via_envoy)
-		VALUES ($1, $2, $3, $4, $5, $6, now() + $7::bigint * interval '1 microsecond', $8, $9, $10, $11, $12)
+		                      request_method, request_path, request_headers, request_body, via_envoy, commit_token_hash)
+		VALUES ($1, $2, $3, $4, $5, $6, now() + $7::bigint * interval '1 microsecond', $8, $9, $10, $11, $12, $13)
 		RETURNING lease_expires_at, started_at`,
 		it.RailAccount, it.SIK, a.Seq, stamp, int32(it.StampGeneration), p.LeaseOwner, ttl.Microseconds(),
-		p.Request.Method, p.Request.Path, headers, p.Request.Body, p.ViaEnvoy).Scan(&a.LeaseExpiresAt, &a.StartedAt)
+		p.Request.Method, p.Request.Path, headers, p.Request.Body, p.ViaEnvoy, p.CommitTokenHash).Scan(&a.LeaseExpiresAt, &a.StartedAt)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"google.golang.org/grpc"
@@ -41,7 +42,7 @@ func FromContext(ctx context.Context) (Owner, bool) {
 //  5. an owner over its call quota is refused (429);
 //  6. the handler runs with the Owner in its context (FromContext).
 //
-// Calls to every other service pass through untouched.
+// Calls to every other service (other than Methods) pass through untouched.
 type Guard struct {
 	Auth *Authenticator
 	// Sources limits calls per source (quota.PeerSource); nil: unlimited.
@@ -52,13 +53,21 @@ type Guard struct {
 	Failures *quota.Failures
 	// ToStatus maps errors to gRPC statuses with ErrorInfo (api.ToStatus).
 	ToStatus func(error) error
+	// Methods are further full method names, outside ServicePrefix, that
+	// only an owner may call (DecisionService.Reconcile).
+	Methods []string
+}
+
+// guards reports whether the guard admits calls of fullMethod.
+func (g *Guard) guards(fullMethod string) bool {
+	return strings.HasPrefix(fullMethod, ServicePrefix) || slices.Contains(g.Methods, fullMethod)
 }
 
 // Unary is the guard as a unary server interceptor.
 func (g *Guard) Unary() grpc.UnaryServerInterceptor {
 	g.mustBeWired()
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if !strings.HasPrefix(info.FullMethod, ServicePrefix) {
+		if !g.guards(info.FullMethod) {
 			return handler(ctx, req)
 		}
 		o, err := g.admit(ctx)
@@ -77,7 +86,7 @@ func (g *Guard) Unary() grpc.UnaryServerInterceptor {
 func (g *Guard) Stream() grpc.StreamServerInterceptor {
 	g.mustBeWired()
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if !strings.HasPrefix(info.FullMethod, ServicePrefix) {
+		if !g.guards(info.FullMethod) {
 			return handler(srv, ss)
 		}
 		o, err := g.admit(ss.Context())

@@ -164,11 +164,17 @@ func benchHarness(b *testing.B) *allowHarness { return railHarness(b) }
 // railHarness is a server with one Stripe rail account (acct_bench) on an
 // in-process mock rail holding payment pi_bench, an execute credential and
 // a generous mandate.
-func railHarness(b testing.TB) *allowHarness {
+func railHarness(b testing.TB, opts ...harnessOption) *allowHarness {
 	b.Helper()
-	h := bareRailHarness(b)
+	h := railHarnessOn(b, pgtest.NewDatabase(b), opts...)
 	grantAll(b, h.store, h.agentID, "acct_bench")
 	return h
+}
+
+// harnessOption adjusts railHarnessOn's mock rail or server configuration.
+type harnessOption struct {
+	mock []mockrail.Option
+	cfg  func(*config.Config)
 }
 
 // bareRailHarness is railHarness without any mandate.
@@ -178,10 +184,14 @@ func bareRailHarness(b testing.TB) *allowHarness {
 }
 
 // railHarnessOn is bareRailHarness over the migrated database at url.
-func railHarnessOn(b testing.TB, url string) *allowHarness {
+func railHarnessOn(b testing.TB, url string, opts ...harnessOption) *allowHarness {
 	b.Helper()
 	ctx := context.Background()
-	mock, err := mockrail.New(mockrail.WithPayments(mockrail.Payment{Rail: mockrail.Stripe, ID: "pi_bench", Amount: 1 << 50, Currency: "usd"}))
+	mockOpts := []mockrail.Option{mockrail.WithPayments(mockrail.Payment{Rail: mockrail.Stripe, ID: "pi_bench", Amount: 1 << 50, Currency: "usd"})}
+	for _, o := range opts {
+		mockOpts = append(mockOpts, o.mock...)
+	}
+	mock, err := mockrail.New(mockOpts...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -206,6 +216,11 @@ func railHarnessOn(b testing.TB, url string) *allowHarness {
 	cfg.DatabaseURL, cfg.GRPCAddr, cfg.HTTPAddr, cfg.ReconcileInterval = url, "127.0.0.1:0", "127.0.0.1:0", 0
 	cfg.LeaseOwner, cfg.OutboxInterval = "bench", 100*time.Millisecond
 	cfg.WebhookAllowNetworks = "127.0.0.1" // test webhook receivers listen on loopback
+	for _, o := range opts {
+		if o.cfg != nil {
+			o.cfg(&cfg)
+		}
+	}
 	srv, err := New(cfg, store, rs, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		b.Fatal(err)

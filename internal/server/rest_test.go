@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/outbox"
@@ -51,10 +53,12 @@ func TestOwnerAPIOverREST(t *testing.T) {
 		t.Fatalf("agent credential on the owner API: %d %s", s, body)
 	}
 	// An owner token is never an agent credential.
-	ownerAsAgent := *h
-	ownerAsAgent.secret = h.ownerToken
-	if r := ownerAsAgent.decide(t, refund("pi_bench", 10, "")); r.GetReasonCode() != "credential_unknown" {
-		t.Fatalf("owner token as an agent credential: %s", r.GetReasonCode())
+	ownerCtx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+h.ownerToken)
+	a := refund("pi_bench", 10, "")
+	a.Rail, a.RailAccount = countersignv1.Rail_RAIL_STRIPE, "acct_bench"
+	if _, err := countersignv1.NewDecisionServiceClient(h.conn).Decide(ownerCtx, &countersignv1.DecideRequest{
+		Form: &countersignv1.DecideRequest_Action{Action: a}}); status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "credential_unknown") {
+		t.Fatalf("owner token as an agent credential: %v", err)
 	}
 	// The audit over REST: the owner's records, and verification of a rail
 	// account the owner holds a mandate on.
@@ -134,7 +138,7 @@ func (h *allowHarness) sendAndCommit(t *testing.T, allowed *countersignv1.Decide
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+h.secret)
 	cr, err := countersignv1.NewDecisionServiceClient(h.conn).Commit(ctx, &countersignv1.CommitRequest{
 		RailAccount: "acct_bench", Sik: allowed.GetIntent().GetSik(), AttemptSeq: allowed.GetAttemptSeq(), BodyStamped: true,
-		Outcome: &countersignv1.CommitRequest_Response{Response: &countersignv1.HttpResponse{HttpStatus: int32(resp.StatusCode),
+		CommitToken: allowed.GetCommitToken(), Outcome: &countersignv1.CommitRequest_Response{Response: &countersignv1.HttpResponse{HttpStatus: int32(resp.StatusCode),
 			Headers: map[string]string{"content-type": "application/json"}, Body: body}}})
 	if err != nil || cr.GetIntent().GetState() != countersignv1.IntentState_INTENT_STATE_APPLIED {
 		t.Fatalf("commit: %v %v (rail said %d %s)", cr, err, resp.StatusCode, body)

@@ -97,7 +97,8 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 	webhooks := outbox.AddressPolicy{Allow: webhookNets}
 	ownerQuota := quota.Options{Rate: cfg.OwnerQuotaRate, Burst: cfg.OwnerQuotaBurst}
 	guard := &ownerauth.Guard{Auth: authn, Sources: quota.NewLimiter(ownerQuota), Owners: quota.NewLimiter(ownerQuota),
-		Failures: quota.NewFailures(failQuota, failQuota), ToStatus: api.ToStatus}
+		Failures: quota.NewFailures(failQuota, failQuota), ToStatus: api.ToStatus,
+		Methods: []string{countersignv1.DecisionService_Reconcile_FullMethodName}}
 	gs := grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.ChainUnaryInterceptor(guard.Unary(), api.ValidationInterceptor(validator)),
 		grpc.ChainStreamInterceptor(guard.Stream(), api.StreamValidationInterceptor(validator)))

@@ -568,7 +568,11 @@ type DecideResponse struct {
 	// Machine-readable reason for the verdict (from the deciding gate).
 	ReasonCode string `protobuf:"bytes,11,opt,name=reason_code,json=reasonCode,proto3" json:"reason_code,omitempty"`
 	// A sentence the agent can act on.
-	Reason        string `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,12,opt,name=reason,proto3" json:"reason,omitempty"`
+	// On ALLOW of a native Decide: the secret Commit must present to report
+	// this attempt. Shown once; Countersign keeps only its hash. Empty when no
+	// attempt started.
+	CommitToken   string `protobuf:"bytes,13,opt,name=commit_token,json=commitToken,proto3" json:"commit_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -687,6 +691,13 @@ func (x *DecideResponse) GetReason() string {
 	return ""
 }
 
+func (x *DecideResponse) GetCommitToken() string {
+	if x != nil {
+		return x.CommitToken
+	}
+	return ""
+}
+
 // CommitRequest reports the rail's answer to an attempt.
 type CommitRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -709,7 +720,9 @@ type CommitRequest struct {
 	// (Decide's stamps entry for metadata/notes). Only then can the
 	// reconciler take an exhaustive listing without a match as proof that
 	// the attempt did not apply.
-	BodyStamped   bool `protobuf:"varint,7,opt,name=body_stamped,json=bodyStamped,proto3" json:"body_stamped,omitempty"`
+	BodyStamped bool `protobuf:"varint,7,opt,name=body_stamped,json=bodyStamped,proto3" json:"body_stamped,omitempty"`
+	// The commit_token Decide returned with this attempt.
+	CommitToken   string `protobuf:"bytes,8,opt,name=commit_token,json=commitToken,proto3" json:"commit_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -802,6 +815,13 @@ func (x *CommitRequest) GetBodyStamped() bool {
 		return x.BodyStamped
 	}
 	return false
+}
+
+func (x *CommitRequest) GetCommitToken() string {
+	if x != nil {
+		return x.CommitToken
+	}
+	return ""
 }
 
 type isCommitRequest_Outcome interface {
@@ -1343,7 +1363,7 @@ const file_countersign_v1_decision_proto_rawDesc = "" +
 	"\x04body\x18\x03 \x01(\fB\t\xbaH\x06z\x04\x18\x80\x80@R\x04body\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x89\x05\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xac\x05\n" +
 	"\x0eDecideResponse\x121\n" +
 	"\averdict\x18\x01 \x01(\x0e2\x17.countersign.v1.VerdictR\averdict\x12.\n" +
 	"\x06intent\x18\x02 \x01(\v2\x16.countersign.v1.IntentR\x06intent\x120\n" +
@@ -1360,10 +1380,11 @@ const file_countersign_v1_decision_proto_rawDesc = "" +
 	" \x01(\tR\vmandateHash\x12\x1f\n" +
 	"\vreason_code\x18\v \x01(\tR\n" +
 	"reasonCode\x12\x16\n" +
-	"\x06reason\x18\f \x01(\tR\x06reason\x1a9\n" +
+	"\x06reason\x18\f \x01(\tR\x06reason\x12!\n" +
+	"\fcommit_token\x18\r \x01(\tR\vcommitToken\x1a9\n" +
 	"\vStampsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x80\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xad\x03\n" +
 	"\rCommitRequest\x12-\n" +
 	"\frail_account\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\xff\x01R\vrailAccount\x12'\n" +
@@ -1374,7 +1395,8 @@ const file_countersign_v1_decision_proto_rawDesc = "" +
 	"\x0ftransport_error\x18\x05 \x01(\x0e2\x1e.countersign.v1.TransportErrorB\n" +
 	"\xbaH\a\x82\x01\x04\x10\x01 \x00H\x00R\x0etransportError\x12%\n" +
 	"\x0ebody_truncated\x18\x06 \x01(\bR\rbodyTruncated\x12!\n" +
-	"\fbody_stamped\x18\a \x01(\bR\vbodyStampedB\x10\n" +
+	"\fbody_stamped\x18\a \x01(\bR\vbodyStamped\x12+\n" +
+	"\fcommit_token\x18\b \x01(\tB\b\xbaH\x05r\x03\x18\x80\x01R\vcommitTokenB\x10\n" +
 	"\aoutcome\x12\x05\xbaH\x02\b\x01\"s\n" +
 	"\x0eCommitResponse\x12.\n" +
 	"\x06intent\x18\x01 \x01(\v2\x16.countersign.v1.IntentR\x06intent\x121\n" +

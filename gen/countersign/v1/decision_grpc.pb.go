@@ -30,22 +30,35 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // DecisionService is the engine's native API for SDKs and MCP proxies, the
-// same decisions Envoy obtains through ext_authz and ext_proc. Callers
-// authenticate with an agent credential sent as gRPC metadata
-// `authorization: Bearer <credential>`; it is never part of a message.
+// same decisions Envoy obtains through ext_authz and ext_proc. Every call is
+// authenticated from gRPC metadata `authorization: Bearer <credential>`
+// (never part of a message): Decide, Commit and GetIntent take an agent
+// credential, Reconcile an owner token or OIDC token. A call without a valid
+// credential is UNAUTHENTICATED; an intent of another agent is NOT_FOUND,
+// exactly as one that does not exist.
 type DecisionServiceClient interface {
 	// Decide runs the gate ladder on a proposed action and records the intent.
 	// On ALLOW a durable IN_FLIGHT attempt is committed before the answer is
 	// sent; the caller must then call the rail with the returned stamps and
-	// report the outcome with Commit. A refusal (HOLD or BLOCK) is an answer,
-	// not an error.
+	// report the outcome with Commit, presenting the returned commit_token.
+	// A refusal (HOLD or BLOCK) is an answer, not an error; a missing, unknown,
+	// expired or revoked credential is UNAUTHENTICATED.
 	Decide(ctx context.Context, in *DecideRequest, opts ...grpc.CallOption) (*DecideResponse, error)
 	// Commit records the rail's answer to an attempt and moves the intent on.
+	// Only the agent whose Decide started the attempt may report it, with that
+	// attempt's commit_token, and only while it is the intent's latest attempt
+	// (PERMISSION_DENIED otherwise). A reported answer never on its own makes
+	// the intent sendable again: a definite rejection reported here sends the
+	// intent to reconciliation (UNKNOWN), which settles it from the rail's own
+	// listing; a reported "applied" that contradicts how the intent was
+	// settled quarantines it for a person.
 	Commit(ctx context.Context, in *CommitRequest, opts ...grpc.CallOption) (*CommitResponse, error)
 	// Reconcile settles ambiguous intents by querying the rail: one intent, or
-	// a batch of those due.
+	// a batch of those due. Owners only: an agent credential is refused, and
+	// an owner sees findings only about its own agents' intents.
 	Reconcile(ctx context.Context, in *ReconcileRequest, opts ...grpc.CallOption) (*ReconcileResponse, error)
-	// GetIntent returns one intent with its attempts.
+	// GetIntent returns one intent with its attempts, to the intent's own
+	// agent only (owners read intents through OwnerService).
 	GetIntent(ctx context.Context, in *DecisionServiceGetIntentRequest, opts ...grpc.CallOption) (*DecisionServiceGetIntentResponse, error)
 }
 
@@ -102,22 +115,35 @@ func (c *decisionServiceClient) GetIntent(ctx context.Context, in *DecisionServi
 // for forward compatibility.
 //
 // DecisionService is the engine's native API for SDKs and MCP proxies, the
-// same decisions Envoy obtains through ext_authz and ext_proc. Callers
-// authenticate with an agent credential sent as gRPC metadata
-// `authorization: Bearer <credential>`; it is never part of a message.
+// same decisions Envoy obtains through ext_authz and ext_proc. Every call is
+// authenticated from gRPC metadata `authorization: Bearer <credential>`
+// (never part of a message): Decide, Commit and GetIntent take an agent
+// credential, Reconcile an owner token or OIDC token. A call without a valid
+// credential is UNAUTHENTICATED; an intent of another agent is NOT_FOUND,
+// exactly as one that does not exist.
 type DecisionServiceServer interface {
 	// Decide runs the gate ladder on a proposed action and records the intent.
 	// On ALLOW a durable IN_FLIGHT attempt is committed before the answer is
 	// sent; the caller must then call the rail with the returned stamps and
-	// report the outcome with Commit. A refusal (HOLD or BLOCK) is an answer,
-	// not an error.
+	// report the outcome with Commit, presenting the returned commit_token.
+	// A refusal (HOLD or BLOCK) is an answer, not an error; a missing, unknown,
+	// expired or revoked credential is UNAUTHENTICATED.
 	Decide(context.Context, *DecideRequest) (*DecideResponse, error)
 	// Commit records the rail's answer to an attempt and moves the intent on.
+	// Only the agent whose Decide started the attempt may report it, with that
+	// attempt's commit_token, and only while it is the intent's latest attempt
+	// (PERMISSION_DENIED otherwise). A reported answer never on its own makes
+	// the intent sendable again: a definite rejection reported here sends the
+	// intent to reconciliation (UNKNOWN), which settles it from the rail's own
+	// listing; a reported "applied" that contradicts how the intent was
+	// settled quarantines it for a person.
 	Commit(context.Context, *CommitRequest) (*CommitResponse, error)
 	// Reconcile settles ambiguous intents by querying the rail: one intent, or
-	// a batch of those due.
+	// a batch of those due. Owners only: an agent credential is refused, and
+	// an owner sees findings only about its own agents' intents.
 	Reconcile(context.Context, *ReconcileRequest) (*ReconcileResponse, error)
-	// GetIntent returns one intent with its attempts.
+	// GetIntent returns one intent with its attempts, to the intent's own
+	// agent only (owners read intents through OwnerService).
 	GetIntent(context.Context, *DecisionServiceGetIntentRequest) (*DecisionServiceGetIntentResponse, error)
 	mustEmbedUnimplementedDecisionServiceServer()
 }

@@ -1,0 +1,102 @@
+package ledger
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/countersign/countersign/internal/intent"
+)
+
+// ErrCommitRefused means a reported commit is not bound to the intent's
+// latest attempt: its commit token is missing, wrong, of an older attempt
+// or of an attempt that has none (one Envoy sent, which only ext_proc
+// reports).
+var ErrCommitRefused = errors.New("ledger: commit refused")
+
+// Reporter is a caller that reports a rail answer through the native
+// Commit RPC: the agent it authenticated as and the SHA-256 of the commit
+// token it presented. An AttemptResult without one comes from the trusted
+// response path (ext_proc on the Envoy listener).
+type Reporter struct {
+	AgentID   string
+	TokenHash [32]byte
+}
+
+// checkReporter admits a reported commit only from the intent's own agent
+// (any other caller is told the intent does not exist) with the token of
+// the intent's latest attempt.
+func (tx *Tx) checkReporter(ctx context.Context, it Intent, r AttemptResult) error {
+	if it.AgentID == "" || it.AgentID != r.ReportedBy.AgentID {
+		return notFoundIntent(r.Key)
+	}
+	if r.Seq != it.AttemptCount {
+		return fmt.Errorf("%w: attempt %d is not the latest attempt (%d) of intent %s", ErrCommitRefused, r.Seq, it.AttemptCount, r.Key)
+	}
+	var stored []byte
+	err := tx.tx.QueryRow(ctx, `SELECT commit_token_hash FROM attempts
+		WHERE rail_account = $1 AND sik = $2 AND attempt_seq = $3`, r.RailAccount, r.SIK, r.Seq).Scan(&stored)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%w: intent %s has no attempt %d", ErrCommitRefused, r.Key, r.Seq)
+	case err != nil:
+		return err
+	case len(stored) != len(r.ReportedBy.TokenHash):
+		return fmt.Errorf("%w: attempt %d of intent %s is reported only by the proxy that sent it", ErrCommitRefused, r.Seq, r.Key)
+	case subtle.ConstantTimeCompare(stored, r.ReportedBy.TokenHash[:]) != 1:
+		return fmt.Errorf("%w: the commit token is not the one issued with attempt %d of intent %s", ErrCommitRefused, r.Seq, r.Key)
+	}
+	return nil
+}
+
+// notFoundIntent is the one answer for an intent that does not exist and
+// for one the caller may not see: the two must not be told apart.
+func notFoundIntent(k Key) error { return fmt.Errorf("%w: intent %s", ErrNotFound, k) }
+
+// NotFoundIntent is notFoundIntent for callers outside the ledger that
+// refuse to show an intent (another agent's).
+func NotFoundIntent(k Key) error { return notFoundIntent(k) }
+
+// reportedRejection records a definite rejection that a caller reported.
+// The caller's word does not prove the attempt had no effect (the real
+// request may still be at the rail), and a proven-not-applied state would
+// let the action be sent again: the intent goes to reconciliation, which
+// settles it from the rail's own listing.
+func (tx *Tx) reportedRejection(ctx context.Context, it Intent, r AttemptResult) (Intent, error) {
+	delay := r.ReconcileDelay
+	return tx.transition(ctx, it, intent.RailAmbiguous, transitionOpts{
+		reason:         fmt.Sprintf("the caller reported a definite rejection (%s); reconciliation confirms it from the rail before any new attempt", r.Reason),
+		attemptOutcome: "ambiguous", reconcileIn: &delay})
+}
+
+// lateApplied handles a rail "applied" for an attempt that is not the
+// intent's live one. If the ledger already settled the intent as not
+// applied, or started a newer attempt since, the answer contradicts it: two
+// attempts may both have applied, or one the ledger would re-send did. The
+// intent is quarantined for a person, never sent again. An applied answer
+// to the attempt being reconciled (lease expired, then the answer came) is
+// no contradiction: it is kept on the attempt and the reconciler finds it.
+func (tx *Tx) lateApplied(ctx context.Context, it Intent, r AttemptResult) (Intent, error) {
+	reason := fmt.Sprintf("the rail reported attempt %d applied (entity %q) after the intent was settled as %s at attempt %d; check the rail before resolving",
+		r.Seq, r.EntityID, it.State, it.AttemptCount)
+	newer := it.AttemptCount > r.Seq
+	switch {
+	case it.State == intent.FailedTerminal, it.State == intent.ConfirmedNotApplied:
+	case newer && it.State == intent.InFlight:
+		// IN_FLIGHT has no QUARANTINE edge: the live attempt's outcome is
+		// now ambiguous, then the intent is quarantined.
+		delay := r.ReconcileDelay
+		var err error
+		if it, err = tx.transition(ctx, it, intent.RailAmbiguous, transitionOpts{
+			reason: reason, attemptOutcome: "ambiguous", reconcileIn: &delay}); err != nil {
+			return it, err
+		}
+	case newer && (it.State == intent.Unknown || it.State == intent.Reconciling || it.State == intent.Authorized):
+	default:
+		return it, nil
+	}
+	return tx.transition(ctx, it, intent.Quarantine, transitionOpts{reason: reason})
+}

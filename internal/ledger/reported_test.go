@@ -1,0 +1,170 @@
+package ledger
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"testing"
+
+	"github.com/countersign/countersign/internal/intent"
+)
+
+// reportedProposal is proposal(n) by a real agent, with the hash of token
+// as its attempt's commit token.
+func reportedProposal(t *testing.T, s *Store, n int, token string) (Proposal, string) {
+	t.Helper()
+	a, err := s.CreateAgent(context.Background(), "own_1", "reporter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := proposal(n)
+	p.AgentID = a.ID
+	if token != "" {
+		h := sha256.Sum256([]byte(token))
+		p.CommitTokenHash = h[:]
+	}
+	if _, err := s.Propose(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	return p, a.ID
+}
+
+func reporter(agentID, token string) *Reporter {
+	return &Reporter{AgentID: agentID, TokenHash: sha256.Sum256([]byte(token))}
+}
+
+// TestReportedCommitIsBoundToAgentAndToken: only the intent's agent with
+// the attempt's token may report it; anyone else changes nothing.
+func TestReportedCommitIsBoundToAgentAndToken(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	p, agentID := reportedProposal(t, s, 40, "cct_right")
+	other, err := s.CreateAgent(ctx, "own_2", "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	noToken, noTokenAgent := reportedProposal(t, s, 41, "")
+	applied := AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeApplied, EntityID: "re_forged",
+		Response: &HTTPMessage{Status: 200, Body: []byte(`{"id":"re_forged"}`)}}
+	cases := []struct {
+		name string
+		r    AttemptResult
+		want error
+	}{
+		{"another agent, right token", with(applied, reporter(other.ID, "cct_right")), ErrNotFound},
+		{"own agent, wrong token", with(applied, reporter(agentID, "cct_wrong")), ErrCommitRefused},
+		{"own agent, no token", with(applied, &Reporter{AgentID: agentID}), ErrCommitRefused},
+		{"own agent, right token, an attempt that does not exist", with(AttemptResult{Key: p.Key, Seq: 2, Outcome: OutcomeApplied, EntityID: "re_x"}, reporter(agentID, "cct_right")), ErrCommitRefused},
+		{"an attempt issued without a token", with(AttemptResult{Key: noToken.Key, Seq: 1, Outcome: OutcomeRejected, Reason: "forged"}, reporter(noTokenAgent, "")), ErrCommitRefused},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := s.Commit(ctx, tc.r); !errors.Is(err, tc.want) {
+				t.Fatalf("Commit = %v, want %v", err, tc.want)
+			}
+			it, atts, err := s.GetIntent(ctx, tc.r.Key)
+			if err != nil || it.State != intent.InFlight || atts[0].Response != nil || atts[0].EntityID != "" {
+				t.Fatalf("a refused commit changed the intent: %+v %+v %v", it, atts, err)
+			}
+		})
+	}
+	// The intent's agent with its token is heard.
+	if it, err := s.Commit(ctx, with(applied, reporter(agentID, "cct_right"))); err != nil || it.State != intent.Applied {
+		t.Fatalf("own commit = %+v, %v", it, err)
+	}
+}
+
+func with(r AttemptResult, rep *Reporter) AttemptResult {
+	r.ReportedBy = rep
+	return r
+}
+
+// TestReportedRejectionGoesToReconciliation: a caller's "the rail said
+// 400" does not make the intent sendable again; the trusted path's does.
+func TestReportedRejectionGoesToReconciliation(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	p, agentID := reportedProposal(t, s, 42, "cct_tok")
+	it, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeRejected, Reason: "amount_too_large",
+		Response: &HTTPMessage{Status: 400, Body: []byte(`{"error":{}}`)}, ReportedBy: reporter(agentID, "cct_tok")})
+	if err != nil || it.State != intent.Unknown || it.NextReconcileAt == nil {
+		t.Fatalf("reported rejection = %+v, %v; want UNKNOWN, scheduled for reconciliation", it, err)
+	}
+	res, err := s.Propose(ctx, p)
+	if err != nil || res.Attempt != nil {
+		t.Fatalf("a new proposal after a reported rejection started attempt %+v (%v)", res.Attempt, err)
+	}
+}
+
+// TestLateAppliedQuarantines: a rail "applied" for an attempt the ledger
+// settled otherwise stops the intent for a person, never re-sends it.
+func TestLateAppliedQuarantines(t *testing.T) {
+	ctx := context.Background()
+	late := func(k Key, seq int) AttemptResult {
+		return AttemptResult{Key: k, Seq: seq, Outcome: OutcomeApplied, EntityID: "re_late",
+			Response: &HTTPMessage{Status: 200, Body: []byte(`{"id":"re_late"}`)}}
+	}
+	reject := func(s *Store, k Key, seq int) {
+		t.Helper()
+		if _, err := s.Commit(ctx, AttemptResult{Key: k, Seq: seq, Outcome: OutcomeRejected, Reason: "r",
+			Response: &HTTPMessage{Status: 400}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("after FAILED_TERMINAL", func(t *testing.T) {
+		s := openTest(t)
+		p := proposal(43)
+		if _, err := s.Propose(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		reject(s, p.Key, 1)
+		it, err := s.Commit(ctx, late(p.Key, 1))
+		if err != nil || it.State != intent.Quarantined {
+			t.Fatalf("late applied = %+v, %v; want QUARANTINED", it, err)
+		}
+		if res, err := s.Propose(ctx, p); err != nil || res.Attempt != nil {
+			t.Fatalf("a quarantined intent started attempt %+v (%v)", res.Attempt, err)
+		}
+	})
+	t.Run("while a newer attempt is in flight", func(t *testing.T) {
+		s := openTest(t)
+		p := proposal(44)
+		if _, err := s.Propose(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		reject(s, p.Key, 1)
+		if res, err := s.Propose(ctx, p); err != nil || res.Attempt == nil || res.Attempt.Seq != 2 {
+			t.Fatalf("reopen = %+v, %v", res, err)
+		}
+		it, err := s.Commit(ctx, late(p.Key, 1))
+		if err != nil || it.State != intent.Quarantined || it.AttemptCount != 2 {
+			t.Fatalf("late applied of attempt 1 = %+v, %v; want QUARANTINED", it, err)
+		}
+	})
+	t.Run("the reconciled attempt itself is no conflict", func(t *testing.T) {
+		s := openTest(t)
+		p := proposal(45)
+		if _, err := s.Propose(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeAmbiguous, Reason: "502"}); err != nil {
+			t.Fatal(err)
+		}
+		it, err := s.Commit(ctx, late(p.Key, 1))
+		if err != nil || it.State != intent.Unknown {
+			t.Fatalf("late applied of the ambiguous attempt = %+v, %v; want UNKNOWN for the reconciler", it, err)
+		}
+	})
+}
+
+// TestCommitTokenNeverChanges: the database refuses to rebind an attempt.
+func TestCommitTokenNeverChanges(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	p, _ := reportedProposal(t, s, 46, "cct_first")
+	h := sha256.Sum256([]byte("cct_second"))
+	if _, err := s.pool.Exec(ctx, `UPDATE attempts SET commit_token_hash = $3 WHERE rail_account = $1 AND sik = $2`,
+		p.RailAccount, p.SIK, h[:]); err == nil {
+		t.Fatal("the database let an attempt's commit token change")
+	}
+}
