@@ -17,13 +17,33 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// DefaultEnvoySocket is where the Envoy-facing listener is by default: a
+// directory meant to be a volume only the Envoy and Countersign containers
+// mount (the chart and the injector mount one there).
+const DefaultEnvoySocket = "/var/run/countersign/envoy.sock"
+
+// UnsafeEnvoyTCPFlag is the override that lets the Envoy-facing listener be
+// plain TCP; its name says what it risks.
+const UnsafeEnvoyTCPFlag = "unsafe-envoy-tcp-exposes-rail-keys"
+
 // EnvPrefix is the prefix of every environment variable Countersign reads.
 const EnvPrefix = "COUNTERSIGN_"
 
 // Config is everything `countersign serve` needs.
 type Config struct {
-	ConfigFile        string
-	GRPCAddr          string
+	ConfigFile string
+	// GRPCAddr serves countersign.v1 (decision and owner APIs, each caller
+	// authenticated), health and reflection.
+	GRPCAddr string
+	// EnvoyAddr serves Envoy's ext_authz and ext_proc, whose ALLOW answer
+	// carries the rail key: a Unix socket on a volume only Envoy and
+	// Countersign mount, or TCP with mutual TLS (EnvoyTLS*), or TCP with
+	// UnsafeEnvoyTCP where no agent can reach the address.
+	EnvoyAddr                                string
+	EnvoyTLSCert, EnvoyTLSKey, EnvoyClientCA string
+	// UnsafeEnvoyTCP lets EnvoyAddr be plain TCP. Anything that can connect
+	// to it can ask for an ALLOW and read the rail key it carries.
+	UnsafeEnvoyTCP    bool
 	HTTPAddr          string
 	DatabaseURL       string
 	DBMaxConns        int32
@@ -74,6 +94,7 @@ type Config struct {
 func Defaults() Config {
 	return Config{
 		GRPCAddr:             "127.0.0.1:9191",
+		EnvoyAddr:            "unix:" + DefaultEnvoySocket,
 		HTTPAddr:             "127.0.0.1:8080",
 		DBMaxConns:           32,
 		LogLevel:             "info",
@@ -133,7 +154,12 @@ func (c *Config) BindServe(fs *pflag.FlagSet) {
 	fs.IntVar(&c.OwnerQuotaBurst, "owner-quota-burst", c.OwnerQuotaBurst, "owner API calls allowed at once per source and per owner")
 	fs.Float64Var(&c.AuthFailureRate, "auth-failure-rate", c.AuthFailureRate, "failed credential attempts forgiven per second, per source and per credential (0: never block)")
 	fs.IntVar(&c.AuthFailureBurst, "auth-failure-burst", c.AuthFailureBurst, "failed credential attempts tolerated before 429")
-	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address (ext_authz, countersign.v1, health, reflection): host:port, or unix:/path for a socket only Envoy can reach")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address of the countersign.v1 APIs (every caller authenticated), health and reflection: host:port or unix:/path")
+	fs.StringVar(&c.EnvoyAddr, "envoy-addr", c.EnvoyAddr, "listen address of Envoy's ext_authz and ext_proc, whose ALLOW carries the rail key: unix:/path on a volume only Envoy and Countersign mount; TCP needs envoy-tls-cert, envoy-tls-key and envoy-client-ca (mutual TLS) or --"+UnsafeEnvoyTCPFlag)
+	fs.StringVar(&c.EnvoyTLSCert, "envoy-tls-cert", c.EnvoyTLSCert, "PEM certificate of a TCP envoy-addr (mutual TLS)")
+	fs.StringVar(&c.EnvoyTLSKey, "envoy-tls-key", c.EnvoyTLSKey, "PEM private key of a TCP envoy-addr (mutual TLS)")
+	fs.StringVar(&c.EnvoyClientCA, "envoy-client-ca", c.EnvoyClientCA, "PEM CA bundle Envoy's client certificate must chain to (mutual TLS on a TCP envoy-addr)")
+	fs.BoolVar(&c.UnsafeEnvoyTCP, UnsafeEnvoyTCPFlag, c.UnsafeEnvoyTCP, "DANGER: serve ext_authz/ext_proc on plain TCP. Whatever can connect to envoy-addr can obtain the rail keys; use only where no agent shares the network (e.g. Envoy in another pod reached over a mesh's mTLS)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address (REST, /metrics, /healthz, /readyz, /openapi.json)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long a graceful shutdown may take before connections are cut")
 	fs.DurationVar(&c.ReadinessInterval, "readiness-interval", c.ReadinessInterval, "how often the ledger is probed for readiness")
@@ -266,6 +292,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s (%s) must be host:port, got %q", a.flag, EnvName(a.flag), a.addr))
 		}
 	}
+	errs = append(errs, c.validateEnvoyListener())
 	if c.GRPCAddr == c.HTTPAddr && !strings.HasSuffix(c.GRPCAddr, ":0") {
 		errs = append(errs, fmt.Errorf("grpc-addr and http-addr must differ, both are %q", c.GRPCAddr))
 	}
@@ -276,6 +303,46 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("readiness-interval (%s) must be between 100ms and 1m, got %s", EnvName("readiness-interval"), c.ReadinessInterval))
 	}
 	return errors.Join(errs...)
+}
+
+// validateEnvoyListener refuses an Envoy-facing listener the agent could
+// reach: its ALLOW answers carry the rail keys (C1, DESIGN §11).
+func (c Config) validateEnvoyListener() error {
+	name := fmt.Sprintf("envoy-addr (%s)", EnvName("envoy-addr"))
+	tlsSet := 0
+	for _, f := range []string{c.EnvoyTLSCert, c.EnvoyTLSKey, c.EnvoyClientCA} {
+		if f != "" {
+			tlsSet++
+		}
+	}
+	if path, ok := UnixPath(c.EnvoyAddr); ok {
+		switch {
+		case !filepath.IsAbs(path):
+			return fmt.Errorf("%s unix socket path must be absolute, got %q", name, path)
+		case len(path) > 104:
+			return fmt.Errorf("%s unix socket path is %d bytes; the system allows about 104", name, len(path))
+		case tlsSet > 0:
+			return fmt.Errorf("envoy-tls-cert, envoy-tls-key and envoy-client-ca are for a TCP %s; a unix socket is guarded by its volume", name)
+		}
+		return nil
+	}
+	if _, port, err := net.SplitHostPort(c.EnvoyAddr); err != nil || port == "" {
+		return fmt.Errorf("%s must be unix:/path or host:port, got %q", name, c.EnvoyAddr)
+	}
+	if c.EnvoyAddr == c.GRPCAddr || c.EnvoyAddr == c.HTTPAddr {
+		return fmt.Errorf("%s must differ from grpc-addr and http-addr: the rail keys get a listener of their own", name)
+	}
+	switch {
+	case tlsSet == 3:
+		return nil
+	case tlsSet > 0:
+		return fmt.Errorf("a TCP %s needs all of envoy-tls-cert, envoy-tls-key and envoy-client-ca (mutual TLS), %d of 3 are set", name, tlsSet)
+	case c.UnsafeEnvoyTCP:
+		return nil
+	}
+	return fmt.Errorf("%s is TCP (%q) without mutual TLS: an ALLOW answer carries the rail key, and in a pod every container, "+
+		"the agent's too, can connect to the pod's addresses and ask for one. Use unix:/path on a volume only Envoy and Countersign mount, "+
+		"or set envoy-tls-cert, envoy-tls-key and envoy-client-ca; --%s overrides this where no agent can reach the address", name, c.EnvoyAddr, UnsafeEnvoyTCPFlag)
 }
 
 // WebhookNetworks parses WebhookAllowNetworks: CIDR prefixes or single

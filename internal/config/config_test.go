@@ -105,6 +105,23 @@ func TestValidate(t *testing.T) {
 		{"pool too big", func(c *Config) { c.DBMaxConns = 5000 }, "db-max-conns"},
 		{"short claim", func(c *Config) { c.ReconcileClaimTTL = 10 * time.Millisecond }, "reconcile-claim-ttl (COUNTERSIGN_RECONCILE_CLAIM_TTL) must be at least 1s"},
 		{"webhook networks", func(c *Config) { c.WebhookAllowNetworks = " 10.20.0.0/16, 127.0.0.1 ,fd00::/8" }, ""},
+		// The Envoy-facing listener: its ALLOW carries the rail key.
+		{"default envoy socket", func(c *Config) {
+			if c.EnvoyAddr != "unix:"+DefaultEnvoySocket {
+				t.Errorf("default envoy-addr = %q, want the socket", c.EnvoyAddr)
+			}
+		}, ""},
+		{"envoy on loopback TCP is refused", func(c *Config) { c.EnvoyAddr = "127.0.0.1:9192" }, "without mutual TLS: an ALLOW answer carries the rail key"},
+		{"envoy on all interfaces is refused", func(c *Config) { c.EnvoyAddr = ":9192" }, "--" + UnsafeEnvoyTCPFlag + " overrides"},
+		{"envoy TCP with the loud override", func(c *Config) { c.EnvoyAddr = "127.0.0.1:9192"; c.UnsafeEnvoyTCP = true }, ""},
+		{"envoy TCP with mutual TLS", func(c *Config) {
+			c.EnvoyAddr, c.EnvoyTLSCert, c.EnvoyTLSKey, c.EnvoyClientCA = "10.0.0.5:9192", "/tls/crt", "/tls/key", "/tls/ca"
+		}, ""},
+		{"envoy TCP with half of TLS", func(c *Config) { c.EnvoyAddr, c.EnvoyTLSCert = "10.0.0.5:9192", "/tls/crt" }, "needs all of envoy-tls-cert, envoy-tls-key and envoy-client-ca"},
+		{"envoy TLS on a socket", func(c *Config) { c.EnvoyTLSCert = "/tls/crt" }, "are for a TCP"},
+		{"envoy on the gRPC API's address", func(c *Config) { c.EnvoyAddr, c.UnsafeEnvoyTCP = c.GRPCAddr, true }, "must differ from grpc-addr"},
+		{"envoy relative socket", func(c *Config) { c.EnvoyAddr = "unix:envoy.sock" }, "must be absolute"},
+		{"envoy socket path too long", func(c *Config) { c.EnvoyAddr = "unix:/" + strings.Repeat("d", 120) }, "the system allows about 104"},
 		{"bad webhook network", func(c *Config) { c.WebhookAllowNetworks = "10.20.0.0/16,intranet" }, `webhook-allow-networks (COUNTERSIGN_WEBHOOK_ALLOW_NETWORKS): "intranet" is neither`},
 	}
 	for _, tc := range cases {

@@ -214,6 +214,7 @@ func railHarnessOn(b testing.TB, url string, opts ...harnessOption) *allowHarnes
 	b.Cleanup(store.Close)
 	cfg := config.Defaults()
 	cfg.DatabaseURL, cfg.GRPCAddr, cfg.HTTPAddr, cfg.ReconcileInterval = url, "127.0.0.1:0", "127.0.0.1:0", 0
+	cfg.EnvoyAddr = testEnvoyAddr(b)
 	cfg.LeaseOwner, cfg.OutboxInterval = "bench", 100*time.Millisecond
 	cfg.WebhookAllowNetworks = "127.0.0.1" // test webhook receivers listen on loopback
 	for _, o := range opts {
@@ -234,6 +235,8 @@ func railHarnessOn(b testing.TB, url string, opts ...harnessOption) *allowHarnes
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { conn.Close() })
+	envoy := dialTest(b, srv.EnvoyAddr())
+	b.Cleanup(func() { envoy.Close() })
 	owner, ownerToken, _, err := ownerauth.Bootstrap(ctx, store, "bench owner", time.Hour)
 	if err != nil {
 		b.Fatal(err)
@@ -249,7 +252,7 @@ func railHarnessOn(b testing.TB, url string, opts ...harnessOption) *allowHarnes
 	if _, err := store.IssueCredential(ctx, agent.ID, credential.ScopeExecute, time.Now().Add(time.Hour), hash); err != nil {
 		b.Fatal(err)
 	}
-	return &allowHarness{client: authv3.NewAuthorizationClient(conn), secret: secret, grpcAddr: srv.GRPCAddr(), mockURL: ts.URL,
+	return &allowHarness{client: authv3.NewAuthorizationClient(envoy), secret: secret, grpcAddr: srv.GRPCAddr(), mockURL: ts.URL,
 		store: store, agentID: agent.ID, mock: mock, conn: conn, ownerID: owner.ID, ownerToken: ownerToken, httpAddr: srv.HTTPAddr()}
 }
 

@@ -1,6 +1,8 @@
-// Package server wires Countersign's listeners: gRPC (ext_authz, the
-// countersign.v1 services, health, reflection) and HTTP (REST through
-// grpc-gateway, /metrics, /healthz, /readyz, /openapi.json).
+// Package server wires Countersign's listeners: the Envoy listener (ext_authz
+// and ext_proc, whose ALLOW carries the rail key, and health), gRPC (the
+// countersign.v1 services, each caller authenticated, health, reflection)
+// and HTTP (REST through grpc-gateway, /metrics, /healthz, /readyz,
+// /openapi.json).
 package server
 
 import (
@@ -50,6 +52,7 @@ type Server struct {
 	metrics *metrics.Metrics
 	ready   *readiness
 	grpc    *grpc.Server
+	envoy   *grpc.Server // ext_authz and ext_proc only: its own listener (C1)
 	http    *http.Server
 
 	store      *ledger.Store
@@ -57,10 +60,10 @@ type Server struct {
 	reconciler *reconcile.Worker
 	webhooks   outbox.AddressPolicy
 
-	grpcLis, httpLis net.Listener
-	cancel           context.CancelFunc
-	wg               sync.WaitGroup
-	errs             chan error
+	grpcLis, envoyLis, httpLis net.Listener
+	cancel                     context.CancelFunc
+	wg                         sync.WaitGroup
+	errs                       chan error
 }
 
 // New builds a server over store and the configured rail accounts (nil:
@@ -102,16 +105,25 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 	gs := grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.ChainUnaryInterceptor(guard.Unary(), api.ValidationInterceptor(validator)),
 		grpc.ChainStreamInterceptor(guard.Stream(), api.StreamValidationInterceptor(validator)))
-	authv3.RegisterAuthorizationServer(gs, extauthz.NewServer(eng, cfg.MaxRequestBytes))
-	extprocv3.RegisterExternalProcessorServer(gs, extproc.NewServer(eng, log))
 	countersignv1.RegisterDecisionServiceServer(gs, api.NewDecisionServer(eng, store, rec))
 	countersignv1.RegisterOwnerServiceServer(gs, api.NewOwnerServer(store, ownerauth.OwnerID).WithWebhookAddresses(webhooks))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 
+	// The Envoy-facing server answers nothing else: an ALLOW carries the
+	// rail key, so what can reach this listener is what can obtain it.
+	envoyCreds, err := envoyCredentials(cfg)
+	if err != nil {
+		return nil, err
+	}
+	es := grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler()), grpc.Creds(envoyCreds))
+	authv3.RegisterAuthorizationServer(es, extauthz.NewServer(eng, cfg.MaxRequestBytes))
+	extprocv3.RegisterExternalProcessorServer(es, extproc.NewServer(eng, log))
+	healthpb.RegisterHealthServer(es, hs)
+
 	s := &Server{
-		cfg: cfg, log: log, metrics: m, grpc: gs, errs: make(chan error, 2),
+		cfg: cfg, log: log, metrics: m, grpc: gs, envoy: es, errs: make(chan error, 3),
 		store: store, rails: rs, reconciler: rec, webhooks: webhooks,
 		ready: &readiness{
 			prober: store, health: hs, metrics: m, log: log,
@@ -132,12 +144,22 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("grpc-addr %s: %w", s.cfg.GRPCAddr, err)
 	}
+	el, err := listenGRPC(ctx, s.cfg.EnvoyAddr)
+	if err != nil {
+		gl.Close()
+		return fmt.Errorf("envoy-addr %s: %w", s.cfg.EnvoyAddr, err)
+	}
 	hl, err := lc.Listen(ctx, "tcp", s.cfg.HTTPAddr)
 	if err != nil {
 		gl.Close()
+		el.Close()
 		return fmt.Errorf("http-addr %s: %w", s.cfg.HTTPAddr, err)
 	}
-	s.grpcLis, s.httpLis = gl, hl
+	s.grpcLis, s.envoyLis, s.httpLis = gl, el, hl
+	if _, unix := config.UnixPath(s.cfg.EnvoyAddr); !unix && s.cfg.EnvoyTLSCert == "" {
+		s.log.Warn("the Envoy listener is plain TCP (--"+config.UnsafeEnvoyTCPFlag+"): anything that can connect to it can obtain the rail keys",
+			"envoy_addr", el.Addr().String())
+	}
 
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
@@ -145,6 +167,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		cancel()
 		gl.Close()
+		el.Close()
 		hl.Close()
 		return err
 	}
@@ -166,11 +189,17 @@ func (s *Server) Start(ctx context.Context) error {
 			s.reconciler.Run(bg, s.cfg.ReconcileInterval)
 		}()
 	}
-	s.wg.Add(3)
+	s.wg.Add(4)
 	go func() {
 		defer s.wg.Done()
 		if err := s.grpc.Serve(gl); err != nil {
 			s.errs <- fmt.Errorf("grpc: %w", err)
+		}
+	}()
+	go func() {
+		defer s.wg.Done()
+		if err := s.envoy.Serve(el); err != nil {
+			s.errs <- fmt.Errorf("envoy listener: %w", err)
 		}
 	}()
 	go func() {
@@ -183,13 +212,17 @@ func (s *Server) Start(ctx context.Context) error {
 		defer s.wg.Done()
 		s.ready.run(bg, s.cfg.ReadinessInterval)
 	}()
-	s.log.Info("serving", "grpc", gl.Addr().String(), "http", hl.Addr().String())
+	s.log.Info("serving", "grpc", gl.Addr().String(), "envoy", el.Addr().String(), "http", hl.Addr().String())
 	return nil
 }
 
 // GRPCAddr is the bound gRPC address (useful with port 0), as a gRPC dial
 // target.
 func (s *Server) GRPCAddr() string { return dialTarget(s.grpcLis) }
+
+// EnvoyAddr is the bound Envoy listener (ext_authz, ext_proc), as a gRPC
+// dial target.
+func (s *Server) EnvoyAddr() string { return dialTarget(s.envoyLis) }
 
 // listenGRPC listens on host:port, or on a unix socket for "unix:/path".
 // ALLOW answers carry the rail key to Envoy, so a deployment where the agent
@@ -254,13 +287,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.ready.health.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
 	}
 	herr := s.http.Shutdown(ctx)
-	done := make(chan struct{})
-	go func() { s.grpc.GracefulStop(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		s.grpc.Stop()
-		<-done
+	for _, g := range []*grpc.Server{s.envoy, s.grpc} {
+		done := make(chan struct{})
+		go func() { g.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			g.Stop()
+			<-done
+		}
 	}
 	s.cancel()
 	s.wg.Wait()

@@ -13,12 +13,15 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/config"
 	"github.com/countersign/countersign/internal/credential"
 	"github.com/countersign/countersign/internal/ledger"
@@ -36,8 +39,30 @@ func migrate(ctx context.Context, url string) error {
 type harness struct {
 	store *ledger.Store
 	srv   *Server
-	conn  *grpc.ClientConn
+	conn  *grpc.ClientConn // the API listener
+	envoy *grpc.ClientConn // the Envoy listener (ext_authz, ext_proc)
 	http  string
+}
+
+// testEnvoyAddr is a Unix socket for the Envoy listener in a directory of
+// its own, short enough for the socket path limit.
+func testEnvoyAddr(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "cs-envoy-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return "unix:" + filepath.Join(dir, "envoy.sock")
+}
+
+func dialTest(t testing.TB, target string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
 }
 
 func start(t *testing.T, url string) *harness {
@@ -54,7 +79,7 @@ func start(t *testing.T, url string) *harness {
 	}
 	cfg := config.Defaults()
 	cfg.DatabaseURL = url
-	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.GRPCAddr, cfg.HTTPAddr, cfg.EnvoyAddr = "127.0.0.1:0", "127.0.0.1:0", testEnvoyAddr(t)
 	cfg.ReadinessInterval = 100 * time.Millisecond
 	srv, err := New(cfg, store, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
@@ -67,8 +92,10 @@ func start(t *testing.T, url string) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	envoy := dialTest(t, srv.EnvoyAddr())
 	t.Cleanup(func() {
 		conn.Close()
+		envoy.Close()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := srv.Shutdown(sctx); err != nil {
@@ -76,7 +103,7 @@ func start(t *testing.T, url string) *harness {
 		}
 		store.Close()
 	})
-	return &harness{store: store, srv: srv, conn: conn, http: "http://" + srv.HTTPAddr()}
+	return &harness{store: store, srv: srv, conn: conn, envoy: envoy, http: "http://" + srv.HTTPAddr()}
 }
 
 func (h *harness) check(t *testing.T, id, auth string) *authv3.CheckResponse {
@@ -87,7 +114,7 @@ func (h *harness) check(t *testing.T, id, auth string) *authv3.CheckResponse {
 	if auth != "" {
 		headers["authorization"] = auth
 	}
-	resp, err := authv3.NewAuthorizationClient(h.conn).Check(ctx, &authv3.CheckRequest{
+	resp, err := authv3.NewAuthorizationClient(h.envoy).Check(ctx, &authv3.CheckRequest{
 		Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
 			Id: id, Method: "POST", Host: "api.stripe.com", Path: "/v1/refunds", Scheme: "http",
 			Headers: headers, Body: "payment_intent=pi_1&amount=1000",
@@ -331,6 +358,7 @@ func TestUnixSocketListener(t *testing.T) {
 	defer store.Close()
 	cfg := config.Defaults()
 	cfg.DatabaseURL, cfg.GRPCAddr, cfg.HTTPAddr, cfg.ReconcileInterval = url, "unix:"+sock, "127.0.0.1:0", 0
+	cfg.EnvoyAddr = "unix:" + sock + ".envoy"
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +379,9 @@ func TestUnixSocketListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	h := &harness{store: store, srv: srv, conn: conn, http: "http://" + srv.HTTPAddr()}
+	envoy := dialTest(t, srv.EnvoyAddr())
+	defer envoy.Close()
+	h := &harness{store: store, srv: srv, conn: conn, envoy: envoy, http: "http://" + srv.HTTPAddr()}
 	if _, code := deniedCode(t, h.check(t, "r-unix", "")); code != "credential_missing" {
 		t.Fatalf("Check over the socket: %s", code)
 	}
@@ -363,5 +393,41 @@ func TestUnixSocketListener(t *testing.T) {
 	bad.GRPCAddr = "unix:grpc.sock"
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "must be absolute") {
 		t.Fatalf("relative socket path: %v", err)
+	}
+}
+
+// TestRailKeyListenerIsItsOwn: the protocols whose ALLOW carries the rail
+// key (ext_authz, ext_proc) answer only on the Envoy listener; the API
+// listener, which an agent in the pod can reach, does not know them, and
+// the Envoy listener answers nothing but them and health.
+func TestRailKeyListenerIsItsOwn(t *testing.T) {
+	h := start(t, pgtest.NewDatabase(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	check := &authv3.CheckRequest{Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{
+		Http: &authv3.AttributeContext_HttpRequest{Method: "POST", Path: "/v1/refunds", Headers: map[string]string{"authorization": "Bearer csk_x"}}}}}
+	if _, err := authv3.NewAuthorizationClient(h.conn).Check(ctx, check); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("Check on the API listener = %v, want Unimplemented", err)
+	}
+	st, err := extprocv3.NewExternalProcessorClient(h.conn).Process(ctx)
+	if err == nil {
+		_, err = st.Recv()
+	}
+	if status.Code(err) != codes.Unimplemented {
+		t.Fatalf("ext_proc on the API listener = %v, want Unimplemented", err)
+	}
+	if _, err := authv3.NewAuthorizationClient(h.envoy).Check(ctx, check); err != nil {
+		t.Fatalf("Check on the Envoy listener: %v", err)
+	}
+	_, err = countersignv1.NewOwnerServiceClient(h.envoy).ListAgents(ctx, &countersignv1.ListAgentsRequest{})
+	if status.Code(err) != codes.Unimplemented {
+		t.Fatalf("the owner API on the Envoy listener = %v, want Unimplemented", err)
+	}
+	_, err = countersignv1.NewDecisionServiceClient(h.envoy).GetIntent(ctx, &countersignv1.DecisionServiceGetIntentRequest{})
+	if status.Code(err) != codes.Unimplemented {
+		t.Fatalf("the decision API on the Envoy listener = %v, want Unimplemented", err)
+	}
+	if r, err := healthpb.NewHealthClient(h.envoy).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || r.GetStatus() == healthpb.HealthCheckResponse_UNKNOWN {
+		t.Fatalf("health on the Envoy listener = %v, %v", r, err)
 	}
 }
