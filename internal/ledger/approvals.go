@@ -60,12 +60,13 @@ const approvalFrom = ` FROM approvals ap JOIN intents i ON i.rail_account = ap.r
 const approvalColumns = `ap.id, ap.rail_account, ap.sik, ap.owner_id, ap.agent_id, ap.mandate_hash, ap.fingerprint, ap.gates, ap.state, ap.note,
 	ap.created_at, ap.expires_at, ap.decided_at, i.rail, i.action, i.subject, i.amount_minor, i.currency, i.payee, i.canonical`
 
-func scanApproval(row pgx.Row) (Approval, error) {
+// scanApproval scans approvalColumns, then any extra columns into extra.
+func scanApproval(row pgx.Row, extra ...any) (Approval, error) {
 	var a Approval
 	var gates []byte
-	err := row.Scan(&a.ID, &a.RailAccount, &a.SIK, &a.OwnerID, &a.AgentID, &a.MandateHash, &a.Fingerprint, &gates,
+	err := row.Scan(append([]any{&a.ID, &a.RailAccount, &a.SIK, &a.OwnerID, &a.AgentID, &a.MandateHash, &a.Fingerprint, &gates,
 		&a.State, &a.Note, &a.CreatedAt, &a.ExpiresAt, &a.DecidedAt,
-		&a.Rail, &a.Action, &a.Subject, &a.AmountMinor, &a.Currency, &a.Payee, &a.Canonical)
+		&a.Rail, &a.Action, &a.Subject, &a.AmountMinor, &a.Currency, &a.Payee, &a.Canonical}, extra...)...)
 	if err == nil && len(gates) > 0 {
 		err = json.Unmarshal(gates, &a.Gates)
 	}
@@ -97,18 +98,29 @@ func (tx *Tx) openApproval(ctx context.Context, it Intent, v GateVerdict) error 
 }
 
 // LiveApproval returns the pending or approved approval of an intent;
-// found is false when there is none. An expired one is marked expired.
+// found is false when there is none. One whose time has run out (by the
+// database's clock) is marked expired: a pending one is then not found,
+// and an approved one is returned with State "expired", so that the
+// gates can tell the agent its approval expired rather than that none
+// was ever given.
 func (tx *Tx) LiveApproval(ctx context.Context, k Key) (Approval, bool, error) {
-	if _, err := tx.tx.Exec(ctx, `UPDATE approvals SET state = 'expired'
-		WHERE rail_account = $1 AND sik = $2 AND state IN ('pending', 'approved') AND expires_at <= now()`, k.RailAccount, k.SIK); err != nil {
+	var lapsed bool
+	a, err := scanApproval(tx.tx.QueryRow(ctx, `SELECT `+approvalColumns+`, ap.expires_at <= now()`+approvalFrom+`
+		WHERE ap.rail_account = $1 AND ap.sik = $2 AND ap.state IN ('pending', 'approved') FOR UPDATE OF ap`, k.RailAccount, k.SIK), &lapsed)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Approval{}, false, nil
+	case err != nil:
+		return Approval{}, false, err
+	case !lapsed:
+		return a, true, nil
+	}
+	if _, err := tx.tx.Exec(ctx, `UPDATE approvals SET state = 'expired' WHERE id = $1`, a.ID); err != nil {
 		return Approval{}, false, err
 	}
-	a, err := scanApproval(tx.tx.QueryRow(ctx, `SELECT `+approvalColumns+approvalFrom+`
-		WHERE ap.rail_account = $1 AND ap.sik = $2 AND ap.state IN ('pending', 'approved') FOR UPDATE OF ap`, k.RailAccount, k.SIK))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Approval{}, false, nil
-	}
-	return a, err == nil, err
+	wasApproved := a.State == "approved"
+	a.State = "expired"
+	return a, wasApproved, nil
 }
 
 func (tx *Tx) settleApproval(ctx context.Context, k Key, from, to string) error {

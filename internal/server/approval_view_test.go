@@ -212,3 +212,49 @@ func TestExpiredApprovalSaysExpired(t *testing.T) {
 		t.Errorf("approve after expiry: %q, want it to contain %q", msg, want)
 	}
 }
+
+// TestApprovedThenExpiredSaysExpired: the owner approved a request, but the
+// approval ran out before the agent sent it again. The agent is told the
+// approval expired (not that none was given), no money moves, a new
+// approval is opened, and the old one, approved again, says it expired
+// after it was approved.
+func TestApprovedThenExpiredSaysExpired(t *testing.T) {
+	h := bareRailHarness(t)
+	client, ctx := ownerGRPC(h)
+	// The owner must approve inside the TTL; a machine too busy for the
+	// short one gets a longer one.
+	for i, ttl := range []time.Duration{2 * time.Second, 10 * time.Second} {
+		m := mandateFor(h)
+		m.Mode = countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED
+		m.ApprovalTtl = durationpb.New(ttl)
+		m.Purpose = "ttl " + ttl.String()
+		applyMandateTo(t, h, m)
+		amount := int64(4400 + i)
+		held := h.decide(t, refund("pi_bench", amount, ""))
+		ap := pendingApproval(t, h, held.GetIntent().GetSik())
+		if _, err := client.ApproveApproval(ctx, &countersignv1.ApproveApprovalRequest{ApprovalId: ap.GetApprovalId()}); err != nil {
+			t.Logf("approval with a %s TTL was not approved in time: %v", ttl, err)
+			continue
+		}
+		expires := ap.GetExpireTime().AsTime()
+		for deadline := time.Now().Add(ttl + 10*time.Second); !time.Now().After(expires); {
+			if time.Now().After(deadline) {
+				t.Fatalf("the clock did not pass %s", expires)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		r := h.decide(t, refund("pi_bench", amount, ""))
+		want := "expired at " + expires.UTC().Format(time.RFC3339) + ", before this request came back"
+		if r.GetVerdict() != countersignv1.Verdict_VERDICT_HOLD || r.GetReasonCode() != "approval_expired" || !strings.Contains(r.GetReason(), want) {
+			t.Fatalf("request after its approval expired: %s %s %q, want HOLD approval_expired containing %q", r.GetVerdict(), r.GetReasonCode(), r.GetReason(), want)
+		}
+		if fresh := pendingApproval(t, h, held.GetIntent().GetSik()); fresh.GetApprovalId() == ap.GetApprovalId() {
+			t.Fatalf("no new approval was opened for the request")
+		}
+		if msg := approveRefused(t, h, ap.GetApprovalId()); !strings.Contains(msg, "but expired at "+expires.UTC().Format(time.RFC3339)+" before its request used it") {
+			t.Errorf("approve of the expired approval: %q", msg)
+		}
+		return
+	}
+	t.Fatal("no approval could be approved inside its TTL")
+}
