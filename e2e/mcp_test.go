@@ -128,7 +128,7 @@ func TestMCPToolCallsAreGuarded(t *testing.T) {
 		} `json:"error"`
 	}
 	if err := json.Unmarshal([]byte(r.Body), &rpc); err != nil || rpc.ID != 3 || rpc.Error.Code == 0 ||
-		!strings.Contains(rpc.Error.Message, "7500") || f.calls.Load() != 1 {
+		!strings.Contains(rpc.Error.Message, "75.00 USD still refundable") || f.calls.Load() != 1 {
 		t.Fatalf("refused tool call: %d %s (server calls %d)", r.Status, r.Body, f.calls.Load())
 	}
 }

@@ -395,10 +395,16 @@ var approvalStates = map[string]countersignv1.ApprovalState{
 	"used": countersignv1.ApprovalState_APPROVAL_STATE_USED, "void": countersignv1.ApprovalState_APPROVAL_STATE_VOID,
 }
 
+// toApproval is an approval as the owner reviews it: what the held request
+// does (action, subject, amount in minor units, payee), the gate that held
+// it, and the exact canonical request the approval is bound to.
 func toApproval(a ledger.Approval) *countersignv1.Approval {
 	out := &countersignv1.Approval{ApprovalId: a.ID, State: approvalStates[a.State], RailAccount: a.RailAccount, Sik: a.SIK,
 		AgentId: a.AgentID, MandateHash: a.MandateHash, RequestFingerprint: a.Fingerprint, Note: a.Note,
-		CreateTime: timestamppb.New(a.CreatedAt), ExpireTime: timestamppb.New(a.ExpiresAt)}
+		CreateTime: timestamppb.New(a.CreatedAt), ExpireTime: timestamppb.New(a.ExpiresAt),
+		Rail: rails[a.Rail], ActionKind: kinds[a.Action], Subject: a.Subject,
+		Amount: &countersignv1.Money{AmountMinor: a.AmountMinor, Currency: a.Currency}, Payee: a.Payee,
+		CanonicalRequest: a.Canonical}
 	if a.DecidedAt != nil {
 		out.DecideTime = timestamppb.New(*a.DecidedAt)
 	}
@@ -413,6 +419,11 @@ func toApproval(a ledger.Approval) *countersignv1.Approval {
 			gr.Verdict = countersignv1.Verdict_VERDICT_BLOCK
 		}
 		out.Gates = append(out.Gates, gr)
+		// The gates are stored in ladder order: the first HOLD is the one
+		// the agent was told about (an approval exists only for a HOLD).
+		if out.HeldBy == nil && gr.Verdict == countersignv1.Verdict_VERDICT_HOLD {
+			out.HeldBy = gr
+		}
 	}
 	return out
 }

@@ -230,10 +230,14 @@ func newMandateShow() *cobra.Command {
 					return nil
 				}
 				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "HASH\tSTATE\tAGENT\tRAIL ACCOUNT\tMODE\tVALID FROM\tVALID UNTIL\tCREATED")
+				fmt.Fprintln(tw, "HASH\tSTATE\tAGENT\tRAIL ACCOUNT\tMODE\tVALID FROM\tVALID UNTIL\tCREATED\tLIMITS")
 				for _, r := range list {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Hash, mandateState(r, now), r.AgentID, r.RailAccount, r.Mode,
-						r.ValidFrom.UTC().Format(time.RFC3339), r.ValidUntil.UTC().Format(time.RFC3339), r.CreatedAt.UTC().Format(time.RFC3339))
+					limits := "?"
+					if m, err := mandate.FromCanonical(r.Canonical); err == nil {
+						limits = mandateLimits(m)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Hash, mandateState(r, now), r.AgentID, r.RailAccount, r.Mode,
+						r.ValidFrom.UTC().Format(time.RFC3339), r.ValidUntil.UTC().Format(time.RFC3339), r.CreatedAt.UTC().Format(time.RFC3339), limits)
 				}
 				return tw.Flush()
 			}
@@ -256,6 +260,7 @@ func newMandateShow() *cobra.Command {
 			fmt.Fprintf(out, "# state: %s (at %s)\n", mandateState(rec, now), now.UTC().Format(time.RFC3339))
 			fmt.Fprintf(out, "# owner: %s\n", rec.OwnerID)
 			fmt.Fprintf(out, "# created: %s\n", rec.CreatedAt.UTC().Format(time.RFC3339))
+			fmt.Fprintf(out, "# limits: %s (the YAML below is in minor units)\n", mandateLimits(m))
 			if rec.RevokedAt != nil {
 				fmt.Fprintf(out, "# revoked: %s: %s\n", rec.RevokedAt.UTC().Format(time.RFC3339), strings.Join(strings.Fields(rec.RevokeReason), " "))
 			}
@@ -425,7 +430,7 @@ var (
 func minorUnits(currency string) func(string) error {
 	return func(s string) error {
 		if !initMinor.MatchString(s) {
-			return fmt.Errorf("%q is not a whole number of minor units (write 5000 for 50.00 %s)", s, currency)
+			return fmt.Errorf("%q is not a whole number of minor units of %s (%s)", s, currency, minorExample(5000, currency))
 		}
 		return nil
 	}
@@ -472,7 +477,7 @@ func askMandate(p *prompter, now time.Time) (mandate.Answers, error) {
 			return err
 		},
 		func() error {
-			s, err := p.ask(fmt.Sprintf("The most the agent may move in one action, in minor units of %s (5000 = 50.00)", a.Currency), "", minorUnits(a.Currency))
+			s, err := p.ask(fmt.Sprintf("The most the agent may move in one action, in minor units of %s (%s)", a.Currency, minorExample(5000, a.Currency)), "", minorUnits(a.Currency))
 			a.MaxPerAction, _ = strconv.ParseInt(s, 10, 64)
 			return err
 		},
@@ -482,7 +487,7 @@ func askMandate(p *prompter, now time.Time) (mandate.Answers, error) {
 					return err
 				}
 				if v, _ := strconv.ParseInt(s, 10, 64); v < a.MaxPerAction {
-					return fmt.Errorf("the daily cap must be at least the per-action maximum (%d)", a.MaxPerAction)
+					return fmt.Errorf("the daily cap must be at least the per-action maximum (%s)", minorExample(a.MaxPerAction, a.Currency))
 				}
 				return nil
 			})

@@ -163,7 +163,8 @@ func TestMandateApplyShowRevoke(t *testing.T) {
 	if r.err != nil {
 		t.Fatalf("show: %v", r.err)
 	}
-	for _, w := range []string{"# mandate " + hash, "# state: active", "# owner: own_cli", "agent_id: " + agent.ID, "max_amount_minor: 50000"} {
+	for _, w := range []string{"# mandate " + hash, "# state: active", "# owner: own_cli", "agent_id: " + agent.ID, "max_amount_minor: 50000",
+		"# limits: refund ≤ 500.00 USD; 2,000.00 USD per 24h (the YAML below is in minor units)"} {
 		if !strings.Contains(r.out, w) {
 			t.Errorf("show lacks %q:\n%s", w, r.out)
 		}
@@ -182,7 +183,8 @@ func TestMandateApplyShowRevoke(t *testing.T) {
 	secondHash := strings.TrimSpace(r.out)
 
 	r = runCLI(t, "", "mandate", "show", "--agent", agent.ID, db)
-	if r.err != nil || !strings.Contains(r.out, "HASH") || !strings.Contains(r.out, hash+"  active") || !strings.Contains(r.out, secondHash) {
+	if r.err != nil || !strings.Contains(r.out, "HASH") || !strings.Contains(r.out, hash+"  active") || !strings.Contains(r.out, secondHash) ||
+		!strings.Contains(r.out, "refund ≤ 500.00 USD; 2,000.00 USD per 24h") {
 		t.Fatalf("show --agent = %q, %v", r.out, r.err)
 	}
 	if lines := strings.Count(r.out, "\n"); lines != 3 {
@@ -273,9 +275,9 @@ func TestMandateInit(t *testing.T) {
 	}
 	for _, w := range []string{
 		`"bribe" is not one of refund, payout, transfer; try again.`,
-		`"12.50" is not a whole number of minor units (write 5000 for 50.00 USD); try again.`,
+		`"12.50" is not a whole number of minor units of USD (5000 = 50.00 USD); try again.`,
 		`"1e3" is not a whole number`,
-		"the daily cap must be at least the per-action maximum (5000); try again.",
+		"the daily cap must be at least the per-action maximum (5000 = 50.00 USD); try again.",
 		`"bob" is not an agent id`,
 		"an answer is required; try again.",
 		`"sometimes" is neither approval_required nor budgeted`,

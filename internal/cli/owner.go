@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
@@ -229,8 +230,8 @@ func newCredential() *cobra.Command {
 
 func newApprovals() *cobra.Command {
 	var f ownerFlags
-	var note string
-	ap := &cobra.Command{Use: "approvals", Short: "List, approve and reject held requests (owner API)"}
+	var note, fingerprint, state string
+	ap := &cobra.Command{Use: "approvals", Short: "List, show, approve and reject held requests (owner API)"}
 	f.bind(ap)
 	decide := func(approve bool) func(cmd *cobra.Command, args []string) error {
 		return func(cmd *cobra.Command, args []string) error {
@@ -241,53 +242,167 @@ func newApprovals() *cobra.Command {
 			defer done()
 			var a *countersignv1.Approval
 			if approve {
-				r, err := c.client.ApproveApproval(ctx, &countersignv1.ApproveApprovalRequest{ApprovalId: args[0], Note: note})
+				r, err := c.client.ApproveApproval(ctx, &countersignv1.ApproveApprovalRequest{ApprovalId: args[0], RequestFingerprint: fingerprint, Note: note})
 				if err != nil {
-					return err
+					return refusal(err)
 				}
 				a = r.GetApproval()
 			} else {
 				r, err := c.client.RejectApproval(ctx, &countersignv1.RejectApprovalRequest{ApprovalId: args[0], Note: note})
 				if err != nil {
-					return err
+					return refusal(err)
 				}
 				a = r.GetApproval()
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", a.GetApprovalId(), strings.TrimPrefix(a.GetState().String(), "APPROVAL_STATE_"))
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s\n", a.GetApprovalId(), approvalState(a), approvalWhat(a))
 			return nil
 		}
 	}
 	approve := &cobra.Command{Use: "approve APPROVAL_ID", Short: "Approve a held request (used once, by the identical request)", Args: cobra.ExactArgs(1), RunE: decide(true)}
 	reject := &cobra.Command{Use: "reject APPROVAL_ID", Short: "Reject a held request; it is blocked for good", Args: cobra.ExactArgs(1), RunE: decide(false)}
 	approve.Flags().StringVar(&note, "note", "", "why")
+	approve.Flags().StringVar(&fingerprint, "fingerprint", "", "approve only if the approval covers this request fingerprint (from `approvals get`)")
 	reject.Flags().StringVar(&note, "note", "", "why")
-	ap.AddCommand(&cobra.Command{
-		Use: "list", Short: "List pending approvals", Args: cobra.NoArgs,
+	list := &cobra.Command{
+		Use: "list", Short: "List approvals (pending unless --state says otherwise)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			want, ok := approvalStateFlag[state]
+			if !ok {
+				return fmt.Errorf("--state must be one of pending, approved, rejected, expired, used, void or all, got %q", state)
+			}
 			c, ctx, done, err := f.open(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer done()
-			r, err := c.client.ListApprovals(ctx, &countersignv1.ListApprovalsRequest{State: countersignv1.ApprovalState_APPROVAL_STATE_PENDING})
+			var rows [][]string
+			token := ""
+			for {
+				r, err := c.client.ListApprovals(ctx, &countersignv1.ListApprovalsRequest{State: want, PageToken: token})
+				if err != nil {
+					return refusal(err)
+				}
+				for _, a := range r.GetApprovals() {
+					rows = append(rows, approvalRow(a))
+				}
+				if token = r.GetNextPageToken(); token == "" {
+					break
+				}
+			}
+			table(cmd.OutOrStdout(), "APPROVAL\tSTATE\tAGENT\tACTION\tSUBJECT\tAMOUNT\tPAYEE\tEXPIRES\tHELD BY\tWHY HELD", rows)
+			return nil
+		},
+	}
+	list.Flags().StringVar(&state, "state", "pending", "pending, approved, rejected, expired, used, void or all")
+	get := &cobra.Command{
+		Use: "get APPROVAL_ID", Short: "Show one approval and the exact request it is bound to", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, ctx, done, err := f.open(cmd.Context())
 			if err != nil {
 				return err
 			}
-			var rows [][]string
-			for _, a := range r.GetApprovals() {
-				reason := ""
-				for _, g := range a.GetGates() {
-					if g.GetVerdict() != countersignv1.Verdict_VERDICT_ALLOW {
-						reason = g.GetReason()
-						break
-					}
-				}
-				rows = append(rows, []string{a.GetApprovalId(), a.GetAgentId(), a.GetRailAccount(), a.GetSik(),
-					a.GetExpireTime().AsTime().UTC().Format(time.RFC3339), reason})
+			defer done()
+			r, err := c.client.GetApproval(ctx, &countersignv1.GetApprovalRequest{ApprovalId: args[0]})
+			if err != nil {
+				return refusal(err)
 			}
-			table(cmd.OutOrStdout(), "APPROVAL\tAGENT\tRAIL ACCOUNT\tINTENT\tEXPIRES\tWHY HELD", rows)
+			printApproval(cmd.OutOrStdout(), r.GetApproval())
 			return nil
 		},
-	}, approve, reject)
+	}
+	ap.AddCommand(list, get, approve, reject)
 	return ap
+}
+
+// refusal is the owner API's own sentence for a refused call ("approval
+// apr_… was already used …"), without the gRPC framing.
+func refusal(err error) error {
+	if st, ok := status.FromError(err); ok {
+		return fmt.Errorf("%s (%s)", st.Message(), st.Code())
+	}
+	return err
+}
+
+var approvalStateFlag = map[string]countersignv1.ApprovalState{
+	"all":      countersignv1.ApprovalState_APPROVAL_STATE_UNSPECIFIED,
+	"pending":  countersignv1.ApprovalState_APPROVAL_STATE_PENDING,
+	"approved": countersignv1.ApprovalState_APPROVAL_STATE_APPROVED,
+	"rejected": countersignv1.ApprovalState_APPROVAL_STATE_REJECTED,
+	"expired":  countersignv1.ApprovalState_APPROVAL_STATE_EXPIRED,
+	"used":     countersignv1.ApprovalState_APPROVAL_STATE_USED,
+	"void":     countersignv1.ApprovalState_APPROVAL_STATE_VOID,
+}
+
+func approvalState(a *countersignv1.Approval) string {
+	return strings.TrimPrefix(a.GetState().String(), "APPROVAL_STATE_")
+}
+
+func enumWord(s, prefix string) string { return strings.ToLower(strings.TrimPrefix(s, prefix)) }
+
+// approvalWhat is the held request in a few words: "refund of 42.00 USD on
+// pi_1" or "payout of 1,500 JPY to ba_1".
+func approvalWhat(a *countersignv1.Approval) string {
+	what := fmt.Sprintf("%s of %s", enumWord(a.GetActionKind().String(), "ACTION_KIND_"), showMoney(a.GetRail(), a.GetAmount()))
+	if a.GetPayee() != "" && a.GetPayee() != a.GetSubject() {
+		return what + " on " + a.GetSubject() + " to " + a.GetPayee()
+	}
+	if a.GetActionKind() == countersignv1.ActionKind_ACTION_KIND_REFUND {
+		return what + " on " + a.GetSubject()
+	}
+	return what + " to " + a.GetSubject()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func approvalRow(a *countersignv1.Approval) []string {
+	held := a.GetHeldBy()
+	return []string{a.GetApprovalId(), approvalState(a), a.GetAgentId(), enumWord(a.GetActionKind().String(), "ACTION_KIND_"),
+		a.GetSubject(), showMoney(a.GetRail(), a.GetAmount()), orDash(a.GetPayee()),
+		a.GetExpireTime().AsTime().UTC().Format(time.RFC3339), orDash(held.GetGate()), orDash(held.GetReason())}
+}
+
+// printApproval writes one approval for review: what the request does, in
+// major units, why it was held, and the exact request the approval binds.
+func printApproval(w io.Writer, a *countersignv1.Approval) {
+	stamp := func(t *timestamppb.Timestamp) string {
+		if t == nil {
+			return "-"
+		}
+		return t.AsTime().UTC().Format(time.RFC3339)
+	}
+	held := a.GetHeldBy()
+	amount := "-"
+	if a.GetAmount() != nil {
+		amount = fmt.Sprintf("%s (%d minor units)", showMoney(a.GetRail(), a.GetAmount()), a.GetAmount().GetAmountMinor())
+	}
+	rows := [][]string{
+		{"approval", a.GetApprovalId()},
+		{"state", approvalState(a)},
+		{"agent", a.GetAgentId()},
+		{"rail account", enumWord(a.GetRail().String(), "RAIL_") + " " + a.GetRailAccount()},
+		{"action", enumWord(a.GetActionKind().String(), "ACTION_KIND_")},
+		{"subject", a.GetSubject()},
+		{"amount", amount},
+		{"payee", orDash(a.GetPayee())},
+		{"held by", orDash(strings.TrimSpace(held.GetGate() + " " + held.GetReasonCode()))},
+		{"why held", orDash(held.GetReason())},
+		{"mandate", orDash(a.GetMandateHash())},
+		{"created", stamp(a.GetCreateTime())},
+		{"expires", stamp(a.GetExpireTime())},
+		{"decided", stamp(a.GetDecideTime())},
+		{"note", orDash(a.GetNote())},
+		{"intent", a.GetSik()},
+		{"fingerprint", a.GetRequestFingerprint()},
+		{"request", a.GetCanonicalRequest()},
+	}
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
+	}
+	_ = tw.Flush()
 }

@@ -66,8 +66,14 @@ func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (l
 		return ledger.GateVerdict{}, err
 	}
 	approved := hasApproval && approval.State == "approved"
-	if approved {
+	switch {
+	case approved:
 		in.ApprovedFingerprint, in.ApprovalExpiresAt = approval.Fingerprint, approval.ExpiresAt
+	case hasApproval && approval.State == "expired":
+		// Approved, but it ran out (by the ledger's clock) before this
+		// request came back: the gates say so. Its expiry is taken as no
+		// later than now, so it can never lift the hold.
+		in.ApprovedFingerprint, in.ApprovalExpiresAt = approval.Fingerprint, minTime(approval.ExpiresAt, g.now)
 	}
 	rec, err := tx.LatestMandate(ctx, g.principal.Agent.ID, g.acct.ID, g.now)
 	switch {
@@ -212,4 +218,11 @@ func verdictName(v gate.Verdict) Verdict {
 // decisions (budgets, windows, a fee budget, a recurrence limit).
 func stateful(m *countersignv1.Mandate) bool {
 	return len(m.GetBudgets()) > 0 || len(m.GetWindows()) > 0 || m.GetFeeBudget() != nil || m.GetRecurrenceLimit() > 0
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }

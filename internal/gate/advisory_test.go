@@ -39,7 +39,7 @@ func TestCheckAdvisory(t *testing.T) {
 		{gateCase{name: "off without a mandate", mod: func(in *Input) { in.Mandate = nil }, verdict: Allow, code: ReasonPassed}, []Advisor{fixed{"no", BlockFor("no", "no"), nil}}},
 		{gateCase{name: "known payee", mod: func(in *Input) { enable(in) }, verdict: Allow, code: ReasonPassed, contains: []string{"1 ran"}}, []Advisor{NewPayee{}}},
 		{gateCase{name: "new payee is held", mod: newPayee, verdict: Hold, code: ReasonNewPayee,
-			contains: []string{"Advisory gate new_payee objected: ba_1 has never been paid from acct_1", "1000000 USD", "send the identical request again"}}, []Advisor{NewPayee{}}},
+			contains: []string{"Advisory gate new_payee objected: ba_1 has never been paid from acct_1", "first payment of 10,000.00 USD, so", "send the identical request again"}}, []Advisor{NewPayee{}}},
 		{gateCase{name: "refund to a new payer passes", mod: func(in *Input) { *in = refundIn(); enable(in) }, verdict: Allow, code: ReasonPassed}, []Advisor{NewPayee{}}},
 		{gateCase{name: "new payee approved", mod: func(in *Input) { newPayee(in); approve(in) }, verdict: Allow, code: ReasonApproved, contains: []string{"new_payee"}}, []Advisor{NewPayee{}}},
 		{gateCase{name: "block outranks hold", mod: newPayee, verdict: Block, code: "sanctioned_payee", contains: []string{"new_payee", "on a list"}},

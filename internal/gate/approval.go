@@ -13,7 +13,7 @@ func approval(in Input) (ok bool, code, reason string) {
 		return false, ReasonApprovalMismatch, fmt.Sprintf("the owner approved request %s, not this one (%s); a changed request needs its own approval, so send the approved request unchanged or wait for approval of this one",
 			short(in.ApprovedFingerprint), orNone(short(in.Fingerprint)))
 	case !in.Now.Before(in.ApprovalExpiresAt):
-		return false, ReasonApprovalExpired, fmt.Sprintf("the owner's approval of request %s expired at %s; it needs a new approval",
+		return false, ReasonApprovalExpired, fmt.Sprintf("the owner's approval of request %s expired at %s, before this request came back; it needs a new approval, so send the identical request again once the owner approves it again",
 			short(in.Fingerprint), stamp(in.ApprovalExpiresAt))
 	}
 	return true, ReasonApproved, fmt.Sprintf("the owner approved request %s (usable until %s)", short(in.Fingerprint), stamp(in.ApprovalExpiresAt))

@@ -39,7 +39,7 @@ func TestEvaluate(t *testing.T) {
 		{"payout allowed", payoutIn, Allow, ReasonPassed, nil, ""},
 		{"refund above the refundable balance", func() Input { in := refundIn(); in.Referent.RefundableMinor = 189900; return in },
 			Block, ReasonAmountExceedsRefundable, []string{ReasonPassed, ReasonPassed, ReasonAmountExceedsRefundable, ReasonPassed, ReasonNotEvaluated},
-			"250000 exceeds the 189900 still refundable on pay_1002"},
+			"2,500.00 USD exceeds the 1,899.00 USD still refundable on pay_1002"},
 		{"refund in the wrong currency", func() Input { in := refundIn(); in.Referent.Currency = "INR"; return in },
 			Block, ReasonCurrencyMismatch, nil, "The request is in USD but pay_1002 is in INR."},
 		{"payee off the allowlist", func() Input {
@@ -136,7 +136,7 @@ func TestStructuringIsBlocked(t *testing.T) {
 			continue
 		}
 		p := Primary(rs)
-		if p.ReasonCode != ReasonWindowAmountExceeded || !strings.Contains(p.Reason, "to 3000000, over its limit of 2500000") {
+		if p.ReasonCode != ReasonWindowAmountExceeded || !strings.Contains(p.Reason, "to 30,000.00 USD, over its limit of 25,000.00 USD") {
 			t.Fatalf("payout 3 refused with %s %q", p.ReasonCode, p.Reason)
 		}
 	}

@@ -49,7 +49,7 @@ func testMandate() *countersignv1.Mandate {
 	}
 }
 
-// refundIn is an input every gate allows: a 250000 USD refund of pay_1002.
+// refundIn is an input every gate allows: a 2,500.00 USD (250000) refund of pay_1002.
 func refundIn() Input {
 	in := Input{
 		Now:         t0,
@@ -66,7 +66,7 @@ func refundIn() Input {
 	return in
 }
 
-// payoutIn is an input every gate allows: a 1000000 USD payout to ba_1.
+// payoutIn is an input every gate allows: a 10,000.00 USD (1000000) payout to ba_1.
 func payoutIn() Input {
 	in := refundIn()
 	in.Action = Action{Kind: sik.KindPayout, Subject: "ba_1", AmountMinor: 1000000, Currency: "USD", Payee: "ba_1"}

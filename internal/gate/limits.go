@@ -25,14 +25,17 @@ func CheckLimits(in Input) Result {
 	}
 	switch {
 	case a.AmountMinor <= 0:
-		return block(GateLimits, ReasonAmountInvalid, "The amount must be a positive number of minor units; it is %d.", a.AmountMinor)
+		return block(GateLimits, ReasonAmountInvalid, "The amount must be positive; it is %s.", amount(in, a.AmountMinor, a.Currency))
 	case u.BudgetHeldMinor < 0 || u.BudgetSpentMinor < 0 || u.FeeSpentMinor < 0 || u.SubjectActions < 0:
-		return block(GateLimits, ReasonUsageInvalid, "The ledger counted held %d, spent %d, fees %d and %d actions on %s; none may be negative.",
-			u.BudgetHeldMinor, u.BudgetSpentMinor, u.FeeSpentMinor, u.SubjectActions, a.Subject)
+		return block(GateLimits, ReasonUsageInvalid, "The ledger counted %s held, %s spent, %s in fees and %d actions on %s; none may be negative.",
+			amount(in, u.BudgetHeldMinor, a.Currency), amount(in, u.BudgetSpentMinor, a.Currency), amount(in, u.FeeSpentMinor, m.GetFeeBudget().GetCurrency()),
+			u.SubjectActions, a.Subject)
 	case a.AmountMinor < g.GetMinAmountMinor():
-		return block(GateLimits, ReasonAmountBelowMinimum, "%d %s is below the %d minimum %s grants per %s.", a.AmountMinor, a.Currency, g.GetMinAmountMinor(), mandateName(in), a.Kind)
+		return block(GateLimits, ReasonAmountBelowMinimum, "%s is below the %s minimum %s grants per %s.",
+			amount(in, a.AmountMinor, a.Currency), amount(in, g.GetMinAmountMinor(), a.Currency), mandateName(in), a.Kind)
 	case a.AmountMinor > g.GetMaxAmountMinor():
-		return block(GateLimits, ReasonAmountAboveMaximum, "%d %s is above the %d maximum %s grants per %s.", a.AmountMinor, a.Currency, g.GetMaxAmountMinor(), mandateName(in), a.Kind)
+		return block(GateLimits, ReasonAmountAboveMaximum, "%s is above the %s maximum %s grants per %s.",
+			amount(in, a.AmountMinor, a.Currency), amount(in, g.GetMaxAmountMinor(), a.Currency), mandateName(in), a.Kind)
 	}
 	for _, check := range []func(Input) (string, string){checkWindows, checkRecurrence, checkFees, checkBudget} {
 		if code, why := check(in); code != "" {
@@ -46,7 +49,7 @@ func CheckLimits(in Input) Result {
 		}
 		return result(GateLimits, Allow, ReasonApproved, "Within every limit of %s, and %s.", mandateName(in), why)
 	}
-	return pass(GateLimits, "%d %s is within every limit of %s.", a.AmountMinor, a.Currency, mandateName(in))
+	return pass(GateLimits, "%s is within every limit of %s.", amount(in, a.AmountMinor, a.Currency), mandateName(in))
 }
 
 // checkRecurrence: the mandate's limit on actions on one subject.
@@ -67,8 +70,8 @@ func checkFees(in Input) (code, reason string) {
 	if fb == nil || in.Usage.FeeSpentMinor < fb.GetAmountMinor() {
 		return "", ""
 	}
-	return ReasonFeeBudgetExhausted, fmt.Sprintf("The rail has charged %d %s in fees on this mandate's actions, which exhausts the fee budget of %d %s that %s sets.",
-		in.Usage.FeeSpentMinor, fb.GetCurrency(), fb.GetAmountMinor(), fb.GetCurrency(), mandateName(in))
+	return ReasonFeeBudgetExhausted, fmt.Sprintf("The rail has charged %s in fees on this mandate's actions, which exhausts the fee budget of %s that %s sets.",
+		amount(in, in.Usage.FeeSpentMinor, fb.GetCurrency()), amount(in, fb.GetAmountMinor(), fb.GetCurrency()), mandateName(in))
 }
 
 // checkBudget: held + spent + this amount ≤ the mandate's budget in the
@@ -84,13 +87,14 @@ func checkBudget(in Input) (code, reason string) {
 	total, ok2 := addMinor(used, a.AmountMinor)
 	switch limit := b.GetAmountMinor(); {
 	case limit < 0:
-		return ReasonMandateInvalid, fmt.Sprintf("The %s budget of %s is negative (%d).", a.Currency, mandateName(in), limit)
+		return ReasonMandateInvalid, fmt.Sprintf("The %s budget of %s is negative (%s).", a.Currency, mandateName(in), amount(in, limit, a.Currency))
 	case !ok1 || !ok2:
-		return ReasonAmountOverflow, fmt.Sprintf("%d %s plus the %d held and %d spent does not fit in a 64-bit amount, so it is refused.",
-			a.AmountMinor, a.Currency, u.BudgetHeldMinor, u.BudgetSpentMinor)
+		return ReasonAmountOverflow, fmt.Sprintf("%s plus the %s held and %s spent does not fit in a 64-bit amount, so it is refused.",
+			amount(in, a.AmountMinor, a.Currency), amount(in, u.BudgetHeldMinor, a.Currency), amount(in, u.BudgetSpentMinor, a.Currency))
 	case total > limit:
-		return ReasonBudgetExceeded, fmt.Sprintf("%d %s would bring the held and spent %s budget of %s to %d, over its %d (%d held, %d spent, %d left).",
-			a.AmountMinor, a.Currency, a.Currency, mandateName(in), total, limit, u.BudgetHeldMinor, u.BudgetSpentMinor, max(limit-used, 0))
+		cur := func(minor int64) string { return amount(in, minor, a.Currency) }
+		return ReasonBudgetExceeded, fmt.Sprintf("%s would bring the held and spent %s budget of %s to %s, over its %s (%s held, %s spent, %s left).",
+			cur(a.AmountMinor), a.Currency, mandateName(in), cur(total), cur(limit), cur(u.BudgetHeldMinor), cur(u.BudgetSpentMinor), cur(max(limit-used, 0)))
 	}
 	return "", ""
 }

@@ -14,16 +14,16 @@ import (
 func TestCheckLimits(t *testing.T) {
 	approvalRequired := func(in *Input) { in.Mandate.Mode = countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED }
 	runGate(t, payoutIn, CheckLimits, GateLimits, []gateCase{
-		{name: "within every limit", verdict: Allow, code: ReasonPassed, contains: []string{"1000000 USD"}},
+		{name: "within every limit", verdict: Allow, code: ReasonPassed, contains: []string{"10,000.00 USD is within every limit"}},
 		{name: "refund within every limit", mod: func(in *Input) { *in = refundIn() }, verdict: Allow, code: ReasonPassed},
 		{name: "no grant", mod: func(in *Input) { in.Action.Kind = sik.KindTransfer }, verdict: Block, code: ReasonNotEvaluated, contains: []string{GateScope}},
 		{name: "no mandate", mod: func(in *Input) { in.Mandate = nil }, verdict: Block, code: ReasonNotEvaluated},
 		{name: "zero amount", mod: func(in *Input) { in.Action.AmountMinor = 0 }, verdict: Block, code: ReasonAmountInvalid},
-		{name: "negative held", mod: func(in *Input) { in.Usage.BudgetHeldMinor = -1 }, verdict: Block, code: ReasonUsageInvalid, contains: []string{"held -1"}},
-		{name: "below the grant's minimum", mod: func(in *Input) { in.Action.AmountMinor = 99 }, verdict: Block, code: ReasonAmountBelowMinimum, contains: []string{"99 USD", "100 minimum"}},
+		{name: "negative held", mod: func(in *Input) { in.Usage.BudgetHeldMinor = -1 }, verdict: Block, code: ReasonUsageInvalid, contains: []string{"-0.01 USD held"}},
+		{name: "below the grant's minimum", mod: func(in *Input) { in.Action.AmountMinor = 99 }, verdict: Block, code: ReasonAmountBelowMinimum, contains: []string{"0.99 USD is below the 1.00 USD minimum"}},
 		{name: "at the grant's minimum", mod: func(in *Input) { in.Action.AmountMinor = 100 }, verdict: Allow, code: ReasonPassed},
 		{name: "at the grant's maximum", mod: func(in *Input) { in.Action.AmountMinor = 2000000; in.Usage.Windows = counted(*in) }, verdict: Allow, code: ReasonPassed},
-		{name: "above the grant's maximum", mod: func(in *Input) { in.Action.AmountMinor = 2000001 }, verdict: Block, code: ReasonAmountAboveMaximum, contains: []string{"2000001 USD", "2000000 maximum"}},
+		{name: "above the grant's maximum", mod: func(in *Input) { in.Action.AmountMinor = 2000001 }, verdict: Block, code: ReasonAmountAboveMaximum, contains: []string{"20,000.01 USD is above the 20,000.00 USD maximum"}},
 		{name: "windows miscounted", mod: func(in *Input) { in.Usage.Windows = in.Usage.Windows[:1] }, verdict: Block, code: ReasonUsageInvalid, contains: []string{"1 windows", "has 2"}},
 		{name: "window counted for another payee", mod: func(in *Input) { in.Usage.Windows[1].Key = "ba_2" }, verdict: Block, code: ReasonUsageInvalid,
 			contains: []string{"payee ba_2", "payee ba_1"}},
@@ -38,20 +38,20 @@ func TestCheckLimits(t *testing.T) {
 		{name: "payee window calls used up", mod: func(in *Input) { in.Usage.Windows = counted(*in, [2]int64{0, 0}, [2]int64{3, 0}) }, verdict: Block, code: ReasonWindowCallsExceeded,
 			contains: []string{"1h window of payee ba_1 allows 3"}},
 		{name: "structuring: third payout of 1000000 in a 2500000 day", mod: func(in *Input) { in.Usage.Windows = counted(*in, [2]int64{2, 2000000}) }, verdict: Block, code: ReasonWindowAmountExceeded,
-			contains: []string{"payout of 1000000 USD would bring the 24h window of agent agt_1 to 3000000, over its limit of 2500000 (2000000 already used, 500000 left)"}},
+			contains: []string{"payout of 10,000.00 USD would bring the 24h window of agent agt_1 to 30,000.00 USD, over its limit of 25,000.00 USD (20,000.00 USD already used, 5,000.00 USD left)"}},
 		{name: "window fills exactly", mod: func(in *Input) { in.Usage.Windows = counted(*in, [2]int64{2, 1500000}) }, verdict: Allow, code: ReasonPassed},
 		{name: "window in another currency", mod: func(in *Input) {
 			in.Action.Currency, in.Referent.Currency = "EUR", "EUR"
 			in.Usage.Windows = counted(*in, [2]int64{2, 2500000})
 		}, verdict: Allow, code: ReasonPassed},
 		{name: "window amount overflows", mod: func(in *Input) { in.Usage.Windows = counted(*in, [2]int64{1, math.MaxInt64}) }, verdict: Block, code: ReasonAmountOverflow,
-			contains: []string{"9223372036854775807"}},
+			contains: []string{"92,233,720,368,547,758.07 USD"}},
 		{name: "recurrence limit reached", mod: func(in *Input) { in.Usage.SubjectActions = 5 }, verdict: Block, code: ReasonRecurrenceLimitExceeded, contains: []string{"5 actions on ba_1", "limit of 5"}},
 		{name: "no recurrence limit", mod: func(in *Input) { in.Mandate.RecurrenceLimit = 0; in.Usage.SubjectActions = 500 }, verdict: Allow, code: ReasonPassed},
-		{name: "fee budget exhausted", mod: func(in *Input) { in.Usage.FeeSpentMinor = 50000 }, verdict: Block, code: ReasonFeeBudgetExhausted, contains: []string{"50000 USD in fees"}},
+		{name: "fee budget exhausted", mod: func(in *Input) { in.Usage.FeeSpentMinor = 50000 }, verdict: Block, code: ReasonFeeBudgetExhausted, contains: []string{"500.00 USD in fees", "fee budget of 500.00 USD"}},
 		{name: "no fee budget", mod: func(in *Input) { in.Mandate.FeeBudget = nil; in.Usage.FeeSpentMinor = math.MaxInt64 }, verdict: Allow, code: ReasonPassed},
 		{name: "budget exceeded", mod: func(in *Input) { in.Usage.BudgetHeldMinor, in.Usage.BudgetSpentMinor = 4000000, 5500000 }, verdict: Block, code: ReasonBudgetExceeded,
-			contains: []string{"1000000 USD would bring", "to 10500000, over its 10000000 (4000000 held, 5500000 spent, 500000 left)"}},
+			contains: []string{"10,000.00 USD would bring", "to 105,000.00 USD, over its 100,000.00 USD (40,000.00 USD held, 55,000.00 USD spent, 5,000.00 USD left)"}},
 		{name: "budget filled exactly", mod: func(in *Input) { in.Usage.BudgetHeldMinor, in.Usage.BudgetSpentMinor = 4000000, 5000000 }, verdict: Allow, code: ReasonPassed},
 		{name: "currency without a budget", mod: func(in *Input) {
 			in.Action.Currency = "EUR"

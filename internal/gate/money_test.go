@@ -3,9 +3,12 @@ package gate
 import (
 	"math"
 	"math/big"
+	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/countersign/countersign/internal/sik"
 )
 
 func TestAddMinor(t *testing.T) {
@@ -51,4 +54,40 @@ func TestAddMinorIsExact(t *testing.T) {
 			t.Fatalf("addMinor(%v) = %d, want %s", xs, sum, exact)
 		}
 	})
+}
+
+// Reasons write amounts in the currency's major units with its code, as the
+// action's rail counts them: never "60000 USD" for 600.00 USD.
+func TestReasonsWriteMajorUnits(t *testing.T) {
+	refund := func(currency string, rail sik.Rail, amount, refundable int64) Input {
+		in := refundIn()
+		in.Rail = rail
+		in.Action.Currency, in.Action.AmountMinor = currency, amount
+		in.Referent.Currency, in.Referent.RefundableMinor = currency, refundable
+		return in
+	}
+	for _, tc := range []struct {
+		name string
+		in   Input
+		want string
+	}{
+		{"dollars", refund("USD", sik.RailStripe, 250000, 189900), "2,500.00 USD exceeds the 1,899.00 USD still refundable on pay_1002."},
+		{"zero-decimal yen", refund("JPY", sik.RailStripe, 2500, 1500), "2,500 JPY exceeds the 1,500 JPY still refundable on pay_1002."},
+		{"three-decimal dinar", refund("KWD", sik.RailRazorpay, 5130, 5120), "5.130 KWD exceeds the 5.120 KWD still refundable on pay_1002."},
+		{"Stripe's two-decimal krona", refund("ISK", sik.RailStripe, 50000, 40000), "500.00 ISK exceeds the 400.00 ISK still refundable on pay_1002."},
+		{"ISO's zero-decimal krona off Stripe", refund("ISK", sik.RailRazorpay, 50000, 40000), "50,000 ISK exceeds the 40,000 ISK still refundable on pay_1002."},
+		{"unknown currency keeps minor units", refund("XYZ", sik.RailStripe, 250000, 189900), "250000 minor units of XYZ exceeds the 189900 minor units of XYZ still refundable on pay_1002."},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if r := CheckValue(tc.in); r.Reason != tc.want {
+				t.Fatalf("reason %q, want %q", r.Reason, tc.want)
+			}
+		})
+	}
+	in := payoutIn()
+	in.Action.AmountMinor = 60000
+	in.Mandate.Grants[1].MaxAmountMinor = 50000
+	if r := CheckLimits(in); r.ReasonCode != ReasonAmountAboveMaximum || !strings.HasPrefix(r.Reason, "600.00 USD is above the 500.00 USD maximum") {
+		t.Fatalf("CheckLimits = %s %q", r.ReasonCode, r.Reason)
+	}
 }

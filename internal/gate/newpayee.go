@@ -20,6 +20,6 @@ func (NewPayee) Advise(in Input) *Objection {
 	if a.Kind == sik.KindRefund || in.PayeeSeenBefore {
 		return nil
 	}
-	return HoldFor(ReasonNewPayee, fmt.Sprintf("%s has never been paid from %s; the owner must approve this first payment of %d %s, so send the identical request again after approval",
-		orNone(a.Payee), in.RailAccount, a.AmountMinor, a.Currency))
+	return HoldFor(ReasonNewPayee, fmt.Sprintf("%s has never been paid from %s; the owner must approve this first payment of %s, so send the identical request again after approval",
+		orNone(a.Payee), in.RailAccount, amount(in, a.AmountMinor, a.Currency)))
 }

@@ -13,26 +13,28 @@ func refundable(r Referent, outstanding int64) (avail int64, ok bool) {
 	return max(r.RefundableMinor-outstanding, 0), true // both ≥ 0: cannot overflow
 }
 
-// checkRefundable returns a reason code and sentence when refund a does not
-// fit in what is still refundable on its subject; "" when it does.
-func checkRefundable(a Action, r Referent, outstanding int64) (code, reason string) {
+// checkRefundable returns a reason code and sentence when the refund in.Action
+// does not fit in what is still refundable on its subject; "" when it does.
+func checkRefundable(in Input, r Referent, outstanding int64) (code, reason string) {
+	a := in.Action
+	cur := func(minor int64) string { return amount(in, minor, a.Currency) }
 	avail, ok := refundable(r, outstanding)
 	if !ok {
-		return ReasonReferentInvalid, fmt.Sprintf("The rail reported %d refundable and the ledger %d outstanding on %s; neither may be negative, so the refund is refused.",
-			r.RefundableMinor, outstanding, a.Subject)
+		return ReasonReferentInvalid, fmt.Sprintf("The rail reported %s refundable and the ledger %s outstanding on %s; neither may be negative, so the refund is refused.",
+			cur(r.RefundableMinor), cur(outstanding), a.Subject)
 	}
 	why := ""
 	if outstanding > 0 {
-		why = fmt.Sprintf(" (the rail shows %d, and %d more is already being refunded through Countersign)", r.RefundableMinor, outstanding)
+		why = fmt.Sprintf(" (the rail shows %s, and %s more is already being refunded through Countersign)", cur(r.RefundableMinor), cur(outstanding))
 	}
 	switch {
 	case avail == 0:
 		return ReasonNothingRefundable, fmt.Sprintf("Nothing is left to refund on %s%s.", a.Subject, why)
 	case a.AmountMinor > avail && a.FullRefund:
-		return ReasonAmountExceedsRefundable, fmt.Sprintf("A full refund of %s, valued at %d, exceeds the %d still refundable on %s%s; send an explicit amount of at most %d.",
-			a.Subject, a.AmountMinor, avail, a.Subject, why, avail)
+		return ReasonAmountExceedsRefundable, fmt.Sprintf("A full refund of %s, valued at %s, exceeds the %s still refundable on %s%s; send an explicit amount of at most %s (%d in minor units).",
+			a.Subject, cur(a.AmountMinor), cur(avail), a.Subject, why, cur(avail), avail)
 	case a.AmountMinor > avail:
-		return ReasonAmountExceedsRefundable, fmt.Sprintf("%d exceeds the %d still refundable on %s%s.", a.AmountMinor, avail, a.Subject, why)
+		return ReasonAmountExceedsRefundable, fmt.Sprintf("%s exceeds the %s still refundable on %s%s.", cur(a.AmountMinor), cur(avail), a.Subject, why)
 	}
 	return "", ""
 }

@@ -72,7 +72,8 @@ type Result struct {
 	// ReasonCode is stable and snake_case (the Reason* constants).
 	ReasonCode string
 	// Reason is a sentence the agent or owner can act on, carrying the
-	// numbers: "250000 exceeds the 189900 still refundable on pay_1002".
+	// numbers in major units: "2,500.00 USD exceeds the 1,899.00 USD still
+	// refundable on pay_1002".
 	Reason string
 }
 

@@ -151,7 +151,7 @@ func TestPrimary(t *testing.T) {
 }
 
 func TestResultProto(t *testing.T) {
-	r := Result{Gate: GateValue, Verdict: Block, ReasonCode: ReasonAmountExceedsRefundable, Reason: "250000 exceeds the 189900 still refundable on pay_1002."}
+	r := Result{Gate: GateValue, Verdict: Block, ReasonCode: ReasonAmountExceedsRefundable, Reason: "2,500.00 USD exceeds the 1,899.00 USD still refundable on pay_1002."}
 	p := r.Proto()
 	if p.GetGate() != r.Gate || p.GetVerdict() != countersignv1.Verdict_VERDICT_BLOCK || p.GetReasonCode() != r.ReasonCode || p.GetReason() != r.Reason {
 		t.Fatalf("Proto() = %v", p)

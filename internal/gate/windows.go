@@ -64,7 +64,7 @@ func checkWindows(in Input) (code, reason string) {
 		case u.Scope != s.Scope || u.Duration != s.Duration || u.Key != s.Key || u.Currency != s.Currency || !u.Since.Equal(s.Since):
 			return ReasonUsageInvalid, fmt.Sprintf("The ledger counted window %d as %s, but it is %s.", i+1, windowName(u.WindowSpec), windowName(s))
 		case u.Calls < 0 || u.AmountMinor < 0:
-			return ReasonUsageInvalid, fmt.Sprintf("The ledger counted %d calls and %d for %s; neither may be negative.", u.Calls, u.AmountMinor, windowName(s))
+			return ReasonUsageInvalid, fmt.Sprintf("The ledger counted %d calls and %s for %s; neither may be negative.", u.Calls, amount(in, u.AmountMinor, s.Currency), windowName(s))
 		case w.GetMaxCalls() > 0 && u.Calls >= int64(w.GetMaxCalls()):
 			return ReasonWindowCallsExceeded, fmt.Sprintf("%s allows %d calls and %d already count against it; wait for the window to slide.",
 				windowName(s), w.GetMaxCalls(), u.Calls)
@@ -76,10 +76,12 @@ func checkWindows(in Input) (code, reason string) {
 		total, ok := addMinor(u.AmountMinor, a.AmountMinor)
 		switch {
 		case !ok:
-			return ReasonAmountOverflow, fmt.Sprintf("%d %s plus the %d already in %s does not fit in a 64-bit amount.", a.AmountMinor, a.Currency, u.AmountMinor, windowName(s))
+			return ReasonAmountOverflow, fmt.Sprintf("%s plus the %s already in %s does not fit in a 64-bit amount.",
+				amount(in, a.AmountMinor, a.Currency), amount(in, u.AmountMinor, a.Currency), windowName(s))
 		case total > limit:
-			return ReasonWindowAmountExceeded, fmt.Sprintf("This %s of %d %s would bring %s to %d, over its limit of %d (%d already used, %d left).",
-				a.Kind, a.AmountMinor, a.Currency, windowName(s), total, limit, u.AmountMinor, max(limit-u.AmountMinor, 0))
+			cur := func(minor int64) string { return amount(in, minor, a.Currency) }
+			return ReasonWindowAmountExceeded, fmt.Sprintf("This %s of %s would bring %s to %s, over its limit of %s (%s already used, %s left).",
+				a.Kind, cur(a.AmountMinor), windowName(s), cur(total), cur(limit), cur(u.AmountMinor), cur(max(limit-u.AmountMinor, 0)))
 		}
 	}
 	return "", ""

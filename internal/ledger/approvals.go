@@ -15,7 +15,8 @@ import (
 	"github.com/countersign/countersign/internal/intent"
 )
 
-// Approval is an owner's decision on one HELD request.
+// Approval is an owner's decision on one HELD request, with the request it
+// covers as its intent records it.
 type Approval struct {
 	ID string
 	Key
@@ -29,6 +30,16 @@ type Approval struct {
 	CreatedAt   time.Time
 	ExpiresAt   time.Time
 	DecidedAt   *time.Time
+
+	// The held intent's action. Canonical is the exact canonical request
+	// whose SHA-256 is Fingerprint; the other fields repeat its values.
+	Rail        string
+	Action      string
+	Subject     string
+	AmountMinor int64
+	Currency    string
+	Payee       string
+	Canonical   string
 }
 
 // Fingerprint is the request fingerprint an approval is bound to: the
@@ -40,16 +51,22 @@ func Fingerprint(canonical string) string {
 
 // ErrApprovalState means the approval cannot make the asked move (already
 // decided, expired, used).
-var ErrApprovalState = errors.New("ledger: approval is not pending")
+var ErrApprovalState = errors.New("ledger: the approval can no longer be decided")
 
-const approvalColumns = `id, rail_account, sik, owner_id, agent_id, mandate_hash, fingerprint, gates, state, note,
-	created_at, expires_at, decided_at`
+// approvalFrom joins each approval to its intent: the intent row holds the
+// canonical request the approval's fingerprint was taken over.
+const approvalFrom = ` FROM approvals ap JOIN intents i ON i.rail_account = ap.rail_account AND i.sik = ap.sik `
 
-func scanApproval(row pgx.Row) (Approval, error) {
+const approvalColumns = `ap.id, ap.rail_account, ap.sik, ap.owner_id, ap.agent_id, ap.mandate_hash, ap.fingerprint, ap.gates, ap.state, ap.note,
+	ap.created_at, ap.expires_at, ap.decided_at, i.rail, i.action, i.subject, i.amount_minor, i.currency, i.payee, i.canonical`
+
+// scanApproval scans approvalColumns, then any extra columns into extra.
+func scanApproval(row pgx.Row, extra ...any) (Approval, error) {
 	var a Approval
 	var gates []byte
-	err := row.Scan(&a.ID, &a.RailAccount, &a.SIK, &a.OwnerID, &a.AgentID, &a.MandateHash, &a.Fingerprint, &gates,
-		&a.State, &a.Note, &a.CreatedAt, &a.ExpiresAt, &a.DecidedAt)
+	err := row.Scan(append([]any{&a.ID, &a.RailAccount, &a.SIK, &a.OwnerID, &a.AgentID, &a.MandateHash, &a.Fingerprint, &gates,
+		&a.State, &a.Note, &a.CreatedAt, &a.ExpiresAt, &a.DecidedAt,
+		&a.Rail, &a.Action, &a.Subject, &a.AmountMinor, &a.Currency, &a.Payee, &a.Canonical}, extra...)...)
 	if err == nil && len(gates) > 0 {
 		err = json.Unmarshal(gates, &a.Gates)
 	}
@@ -81,18 +98,29 @@ func (tx *Tx) openApproval(ctx context.Context, it Intent, v GateVerdict) error 
 }
 
 // LiveApproval returns the pending or approved approval of an intent;
-// found is false when there is none. An expired one is marked expired.
+// found is false when there is none. One whose time has run out (by the
+// database's clock) is marked expired: a pending one is then not found,
+// and an approved one is returned with State "expired", so that the
+// gates can tell the agent its approval expired rather than that none
+// was ever given.
 func (tx *Tx) LiveApproval(ctx context.Context, k Key) (Approval, bool, error) {
-	if _, err := tx.tx.Exec(ctx, `UPDATE approvals SET state = 'expired'
-		WHERE rail_account = $1 AND sik = $2 AND state IN ('pending', 'approved') AND expires_at <= now()`, k.RailAccount, k.SIK); err != nil {
+	var lapsed bool
+	a, err := scanApproval(tx.tx.QueryRow(ctx, `SELECT `+approvalColumns+`, ap.expires_at <= now()`+approvalFrom+`
+		WHERE ap.rail_account = $1 AND ap.sik = $2 AND ap.state IN ('pending', 'approved') FOR UPDATE OF ap`, k.RailAccount, k.SIK), &lapsed)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Approval{}, false, nil
+	case err != nil:
+		return Approval{}, false, err
+	case !lapsed:
+		return a, true, nil
+	}
+	if _, err := tx.tx.Exec(ctx, `UPDATE approvals SET state = 'expired' WHERE id = $1`, a.ID); err != nil {
 		return Approval{}, false, err
 	}
-	a, err := scanApproval(tx.tx.QueryRow(ctx, `SELECT `+approvalColumns+` FROM approvals
-		WHERE rail_account = $1 AND sik = $2 AND state IN ('pending', 'approved') FOR UPDATE`, k.RailAccount, k.SIK))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return Approval{}, false, nil
-	}
-	return a, err == nil, err
+	wasApproved := a.State == "approved"
+	a.State = "expired"
+	return a, wasApproved, nil
 }
 
 func (tx *Tx) settleApproval(ctx context.Context, k Key, from, to string) error {
@@ -103,9 +131,9 @@ func (tx *Tx) settleApproval(ctx context.Context, k Key, from, to string) error 
 
 // ListApprovals pages through an owner's approvals (state "" for all).
 func (s *Store) ListApprovals(ctx context.Context, ownerID, state, agentID, after string, limit int) ([]Approval, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+approvalColumns+` FROM approvals
-		WHERE owner_id = $1 AND ($2 = '' OR state = $2) AND ($3 = '' OR agent_id = $3) AND id > $4
-		ORDER BY id LIMIT $5`, ownerID, state, agentID, after, limit)
+	rows, err := s.pool.Query(ctx, `SELECT `+approvalColumns+approvalFrom+`
+		WHERE ap.owner_id = $1 AND ($2 = '' OR ap.state = $2) AND ($3 = '' OR ap.agent_id = $3) AND ap.id > $4
+		ORDER BY ap.id LIMIT $5`, ownerID, state, agentID, after, limit)
 	if err != nil {
 		return nil, classify(err)
 	}
@@ -115,7 +143,7 @@ func (s *Store) ListApprovals(ctx context.Context, ownerID, state, agentID, afte
 
 // GetApproval returns one of an owner's approvals.
 func (s *Store) GetApproval(ctx context.Context, ownerID, id string) (Approval, error) {
-	a, err := scanApproval(s.pool.QueryRow(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE owner_id = $1 AND id = $2`, ownerID, id))
+	a, err := scanApproval(s.pool.QueryRow(ctx, `SELECT `+approvalColumns+approvalFrom+`WHERE ap.owner_id = $1 AND ap.id = $2`, ownerID, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Approval{}, fmt.Errorf("%w: approval %s", ErrNotFound, id)
 	}
@@ -138,15 +166,15 @@ func (s *Store) Reject(ctx context.Context, ownerID, id, note string) (Approval,
 func (s *Store) decideApproval(ctx context.Context, ownerID, id, fingerprint, note, to string) (Approval, error) {
 	var out Approval
 	err := s.InTx(ctx, func(tx *Tx) error {
-		a, err := scanApproval(tx.tx.QueryRow(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE owner_id = $1 AND id = $2 FOR UPDATE`, ownerID, id))
+		a, err := scanApproval(tx.tx.QueryRow(ctx, `SELECT `+approvalColumns+approvalFrom+`WHERE ap.owner_id = $1 AND ap.id = $2 FOR UPDATE OF ap`, ownerID, id))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: approval %s", ErrNotFound, id)
 		}
 		if err != nil {
 			return err
 		}
-		if a.State != "pending" || !time.Now().Before(a.ExpiresAt) {
-			return fmt.Errorf("%w: approval %s is %s (expires %s)", ErrApprovalState, id, a.State, a.ExpiresAt.UTC().Format(time.RFC3339))
+		if why := notDecidable(a, time.Now()); why != "" {
+			return fmt.Errorf("%w: %s", ErrApprovalState, why)
 		}
 		if fingerprint != "" && fingerprint != a.Fingerprint {
 			return fmt.Errorf("%w: approval %s is for request %s, not %s", ErrApprovalState, id, a.Fingerprint, fingerprint)
@@ -165,10 +193,46 @@ func (s *Store) decideApproval(ctx context.Context, ownerID, id, fingerprint, no
 				}
 			}
 		}
-		out, err = scanApproval(tx.tx.QueryRow(ctx, `SELECT `+approvalColumns+` FROM approvals WHERE id = $1`, id))
+		out, err = scanApproval(tx.tx.QueryRow(ctx, `SELECT `+approvalColumns+approvalFrom+`WHERE ap.id = $1`, id))
 		return err
 	})
 	return out, classify(err)
+}
+
+// notDecidable says precisely why approval a can no longer be approved or
+// rejected at now, or "" when it can: expired, already used, rejected,
+// voided, or already approved.
+func notDecidable(a Approval, now time.Time) string {
+	at := func(t *time.Time) string {
+		if t == nil {
+			return ""
+		}
+		return " at " + t.UTC().Format(time.RFC3339)
+	}
+	expires := a.ExpiresAt.UTC().Format(time.RFC3339)
+	switch a.State {
+	case "pending":
+		if now.Before(a.ExpiresAt) {
+			return ""
+		}
+		return fmt.Sprintf("approval %s expired at %s before it was decided; the agent's identical request will open a new approval", a.ID, expires)
+	case "approved":
+		return fmt.Sprintf("approval %s was already approved%s; the identical request may use it once, until %s", a.ID, at(a.DecidedAt), expires)
+	case "used":
+		return fmt.Sprintf("approval %s was approved%s and already used by the request it covers; an approval is used once, so a new request needs a new approval", a.ID, at(a.DecidedAt))
+	case "rejected":
+		return fmt.Sprintf("approval %s was rejected%s; its request is blocked for good", a.ID, at(a.DecidedAt))
+	case "expired":
+		// decided_at is when it left pending: before the expiry only when
+		// the owner approved it (an expiry is recorded at or after it).
+		if a.DecidedAt != nil && a.DecidedAt.Before(a.ExpiresAt) {
+			return fmt.Sprintf("approval %s was approved%s but expired at %s before its request used it; the agent's identical request will open a new approval", a.ID, at(a.DecidedAt), expires)
+		}
+		return fmt.Sprintf("approval %s expired at %s before it was decided; the agent's identical request will open a new approval", a.ID, expires)
+	case "void":
+		return fmt.Sprintf("approval %s was voided: its agent or mandate was revoked, or its request was blocked when re-checked against the mandate; it can no longer be decided", a.ID)
+	}
+	return fmt.Sprintf("approval %s is %s", a.ID, a.State)
 }
 
 // VoidApprovals voids the live approvals of an agent (revoked) or of a

@@ -124,7 +124,7 @@ func TestStructuringIsBlocked(t *testing.T) {
 			t.Fatalf("payout verdicts %v, want %v (last: %s %s)", verdicts, want, last.GetReasonCode(), last.GetReason())
 		}
 	}
-	if !strings.Contains(string(last.GetRefusal().GetBody()), "2500000") {
+	if !strings.Contains(string(last.GetRefusal().GetBody()), "over its limit of 25,000.00 USD") {
 		t.Fatalf("the third payout's refusal does not carry the window's numbers: %s", last.GetRefusal().GetBody())
 	}
 }
@@ -139,7 +139,7 @@ func TestBlockedRequestsCarryTheirReason(t *testing.T) {
 	}{
 		{"refund above the refundable balance", nil,
 			func() *countersignv1.ProposedAction { return refund("pi_small", 250000, "") },
-			"amount_exceeds_refundable", []string{"250000", "189900", "pi_small"}},
+			"amount_exceeds_refundable", []string{"2,500.00 USD exceeds the 1,899.00 USD still refundable on pi_small"}},
 		{"refund in the wrong currency", func(m *countersignv1.Mandate) { m.Grants[0].Currencies = []string{"EUR", "USD"} },
 			func() *countersignv1.ProposedAction {
 				a := refund("pi_small", 100, "")

@@ -2272,7 +2272,8 @@ type Approval struct {
 	ActionKind ActionKind `protobuf:"varint,8,opt,name=action_kind,json=actionKind,proto3,enum=countersign.v1.ActionKind" json:"action_kind,omitempty"`
 	// Rail entity the action refers to.
 	Subject string `protobuf:"bytes,9,opt,name=subject,proto3" json:"subject,omitempty"`
-	// Amount of the action.
+	// Amount of the action, in minor units (for a full refund, the
+	// refundable balance it was valued at).
 	Amount *Money `protobuf:"bytes,10,opt,name=amount,proto3" json:"amount,omitempty"`
 	// Payee or destination, for payouts and transfers.
 	Payee string `protobuf:"bytes,11,opt,name=payee,proto3" json:"payee,omitempty"`
@@ -2285,9 +2286,18 @@ type Approval struct {
 	// When the owner approved or rejected.
 	DecideTime *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=decide_time,json=decideTime,proto3" json:"decide_time,omitempty"`
 	// Owner's note with the decision.
-	Note          string `protobuf:"bytes,16,opt,name=note,proto3" json:"note,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Note string `protobuf:"bytes,16,opt,name=note,proto3" json:"note,omitempty"`
+	// Rail of the held intent.
+	Rail Rail `protobuf:"varint,17,opt,name=rail,proto3,enum=countersign.v1.Rail" json:"rail,omitempty"`
+	// The gate result that held the request: the first gate, in ladder
+	// order, whose verdict was HOLD (one of gates).
+	HeldBy *GateResult `protobuf:"bytes,18,opt,name=held_by,json=heldBy,proto3" json:"held_by,omitempty"`
+	// The exact request the approval is bound to: the canonical JSON
+	// (RFC 8785) of the intent's action, whose SHA-256 is
+	// request_fingerprint. Amounts in it are minor units.
+	CanonicalRequest string `protobuf:"bytes,19,opt,name=canonical_request,json=canonicalRequest,proto3" json:"canonical_request,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Approval) Reset() {
@@ -2428,6 +2438,27 @@ func (x *Approval) GetDecideTime() *timestamppb.Timestamp {
 func (x *Approval) GetNote() string {
 	if x != nil {
 		return x.Note
+	}
+	return ""
+}
+
+func (x *Approval) GetRail() Rail {
+	if x != nil {
+		return x.Rail
+	}
+	return Rail_RAIL_UNSPECIFIED
+}
+
+func (x *Approval) GetHeldBy() *GateResult {
+	if x != nil {
+		return x.HeldBy
+	}
+	return nil
+}
+
+func (x *Approval) GetCanonicalRequest() string {
+	if x != nil {
+		return x.CanonicalRequest
 	}
 	return ""
 }
@@ -4067,7 +4098,7 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"\n" +
 	"transition\x18\x01 \x01(\v2\x1b.countersign.v1.AuditRecordR\n" +
 	"transition\x12.\n" +
-	"\x06intent\x18\x02 \x01(\v2\x16.countersign.v1.IntentR\x06intent\"\x9d\x05\n" +
+	"\x06intent\x18\x02 \x01(\v2\x16.countersign.v1.IntentR\x06intent\"\xa9\x06\n" +
 	"\bApproval\x12\x1f\n" +
 	"\vapproval_id\x18\x01 \x01(\tR\n" +
 	"approvalId\x123\n" +
@@ -4090,7 +4121,10 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"expireTime\x12;\n" +
 	"\vdecide_time\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"decideTime\x12\x12\n" +
-	"\x04note\x18\x10 \x01(\tR\x04note\"\xcb\x01\n" +
+	"\x04note\x18\x10 \x01(\tR\x04note\x12(\n" +
+	"\x04rail\x18\x11 \x01(\x0e2\x14.countersign.v1.RailR\x04rail\x123\n" +
+	"\aheld_by\x18\x12 \x01(\v2\x1a.countersign.v1.GateResultR\x06heldBy\x12+\n" +
+	"\x11canonical_request\x18\x13 \x01(\tR\x10canonicalRequest\"\xcb\x01\n" +
 	"\x14ListApprovalsRequest\x12'\n" +
 	"\tpage_size\x18\x01 \x01(\x05B\n" +
 	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\bpageSize\x12'\n" +
@@ -4359,6 +4393,7 @@ var file_countersign_v1_owner_proto_goTypes = []any{
 	(ActionKind)(0),                  // 69: countersign.v1.ActionKind
 	(*Money)(nil),                    // 70: countersign.v1.Money
 	(*GateResult)(nil),               // 71: countersign.v1.GateResult
+	(Rail)(0),                        // 72: countersign.v1.Rail
 }
 var file_countersign_v1_owner_proto_depIdxs = []int32{
 	0,  // 0: countersign.v1.Agent.state:type_name -> countersign.v1.AgentState
@@ -4404,79 +4439,81 @@ var file_countersign_v1_owner_proto_depIdxs = []int32{
 	63, // 40: countersign.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
 	63, // 41: countersign.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
 	63, // 42: countersign.v1.Approval.decide_time:type_name -> google.protobuf.Timestamp
-	4,  // 43: countersign.v1.ListApprovalsRequest.state:type_name -> countersign.v1.ApprovalState
-	37, // 44: countersign.v1.ListApprovalsResponse.approvals:type_name -> countersign.v1.Approval
-	37, // 45: countersign.v1.GetApprovalResponse.approval:type_name -> countersign.v1.Approval
-	37, // 46: countersign.v1.ApproveApprovalResponse.approval:type_name -> countersign.v1.Approval
-	37, // 47: countersign.v1.RejectApprovalResponse.approval:type_name -> countersign.v1.Approval
-	68, // 48: countersign.v1.ListAuditRecordsResponse.audit_records:type_name -> countersign.v1.AuditRecord
-	50, // 49: countersign.v1.VerifyAuditResponse.breaks:type_name -> countersign.v1.AuditBreak
-	63, // 50: countersign.v1.Webhook.create_time:type_name -> google.protobuf.Timestamp
-	51, // 51: countersign.v1.CreateWebhookRequest.webhook:type_name -> countersign.v1.Webhook
-	51, // 52: countersign.v1.CreateWebhookResponse.webhook:type_name -> countersign.v1.Webhook
-	51, // 53: countersign.v1.ListWebhooksResponse.webhooks:type_name -> countersign.v1.Webhook
-	5,  // 54: countersign.v1.DeadLetter.state:type_name -> countersign.v1.DeadLetterState
-	63, // 55: countersign.v1.DeadLetter.create_time:type_name -> google.protobuf.Timestamp
-	63, // 56: countersign.v1.DeadLetter.dead_time:type_name -> google.protobuf.Timestamp
-	63, // 57: countersign.v1.DeadLetter.replay_time:type_name -> google.protobuf.Timestamp
-	5,  // 58: countersign.v1.ListDeadLettersRequest.state:type_name -> countersign.v1.DeadLetterState
-	58, // 59: countersign.v1.ListDeadLettersResponse.dead_letters:type_name -> countersign.v1.DeadLetter
-	58, // 60: countersign.v1.ReplayDeadLetterResponse.dead_letter:type_name -> countersign.v1.DeadLetter
-	7,  // 61: countersign.v1.OwnerService.CreateAgent:input_type -> countersign.v1.CreateAgentRequest
-	9,  // 62: countersign.v1.OwnerService.ListAgents:input_type -> countersign.v1.ListAgentsRequest
-	11, // 63: countersign.v1.OwnerService.GetAgent:input_type -> countersign.v1.GetAgentRequest
-	13, // 64: countersign.v1.OwnerService.RevokeAgent:input_type -> countersign.v1.RevokeAgentRequest
-	16, // 65: countersign.v1.OwnerService.IssueCredential:input_type -> countersign.v1.IssueCredentialRequest
-	18, // 66: countersign.v1.OwnerService.ListCredentials:input_type -> countersign.v1.ListCredentialsRequest
-	20, // 67: countersign.v1.OwnerService.RevokeCredential:input_type -> countersign.v1.RevokeCredentialRequest
-	23, // 68: countersign.v1.OwnerService.CreateMandate:input_type -> countersign.v1.CreateMandateRequest
-	25, // 69: countersign.v1.OwnerService.GetMandate:input_type -> countersign.v1.GetMandateRequest
-	27, // 70: countersign.v1.OwnerService.ListMandates:input_type -> countersign.v1.ListMandatesRequest
-	29, // 71: countersign.v1.OwnerService.RevokeMandate:input_type -> countersign.v1.RevokeMandateRequest
-	31, // 72: countersign.v1.OwnerService.ListIntents:input_type -> countersign.v1.ListIntentsRequest
-	33, // 73: countersign.v1.OwnerService.GetIntent:input_type -> countersign.v1.GetIntentRequest
-	35, // 74: countersign.v1.OwnerService.WatchIntents:input_type -> countersign.v1.WatchIntentsRequest
-	38, // 75: countersign.v1.OwnerService.ListApprovals:input_type -> countersign.v1.ListApprovalsRequest
-	40, // 76: countersign.v1.OwnerService.GetApproval:input_type -> countersign.v1.GetApprovalRequest
-	42, // 77: countersign.v1.OwnerService.ApproveApproval:input_type -> countersign.v1.ApproveApprovalRequest
-	44, // 78: countersign.v1.OwnerService.RejectApproval:input_type -> countersign.v1.RejectApprovalRequest
-	46, // 79: countersign.v1.OwnerService.ListAuditRecords:input_type -> countersign.v1.ListAuditRecordsRequest
-	48, // 80: countersign.v1.OwnerService.VerifyAudit:input_type -> countersign.v1.VerifyAuditRequest
-	59, // 81: countersign.v1.OwnerService.ListDeadLetters:input_type -> countersign.v1.ListDeadLettersRequest
-	61, // 82: countersign.v1.OwnerService.ReplayDeadLetter:input_type -> countersign.v1.ReplayDeadLetterRequest
-	52, // 83: countersign.v1.OwnerService.CreateWebhook:input_type -> countersign.v1.CreateWebhookRequest
-	54, // 84: countersign.v1.OwnerService.ListWebhooks:input_type -> countersign.v1.ListWebhooksRequest
-	56, // 85: countersign.v1.OwnerService.DeleteWebhook:input_type -> countersign.v1.DeleteWebhookRequest
-	8,  // 86: countersign.v1.OwnerService.CreateAgent:output_type -> countersign.v1.CreateAgentResponse
-	10, // 87: countersign.v1.OwnerService.ListAgents:output_type -> countersign.v1.ListAgentsResponse
-	12, // 88: countersign.v1.OwnerService.GetAgent:output_type -> countersign.v1.GetAgentResponse
-	14, // 89: countersign.v1.OwnerService.RevokeAgent:output_type -> countersign.v1.RevokeAgentResponse
-	17, // 90: countersign.v1.OwnerService.IssueCredential:output_type -> countersign.v1.IssueCredentialResponse
-	19, // 91: countersign.v1.OwnerService.ListCredentials:output_type -> countersign.v1.ListCredentialsResponse
-	21, // 92: countersign.v1.OwnerService.RevokeCredential:output_type -> countersign.v1.RevokeCredentialResponse
-	24, // 93: countersign.v1.OwnerService.CreateMandate:output_type -> countersign.v1.CreateMandateResponse
-	26, // 94: countersign.v1.OwnerService.GetMandate:output_type -> countersign.v1.GetMandateResponse
-	28, // 95: countersign.v1.OwnerService.ListMandates:output_type -> countersign.v1.ListMandatesResponse
-	30, // 96: countersign.v1.OwnerService.RevokeMandate:output_type -> countersign.v1.RevokeMandateResponse
-	32, // 97: countersign.v1.OwnerService.ListIntents:output_type -> countersign.v1.ListIntentsResponse
-	34, // 98: countersign.v1.OwnerService.GetIntent:output_type -> countersign.v1.GetIntentResponse
-	36, // 99: countersign.v1.OwnerService.WatchIntents:output_type -> countersign.v1.WatchIntentsResponse
-	39, // 100: countersign.v1.OwnerService.ListApprovals:output_type -> countersign.v1.ListApprovalsResponse
-	41, // 101: countersign.v1.OwnerService.GetApproval:output_type -> countersign.v1.GetApprovalResponse
-	43, // 102: countersign.v1.OwnerService.ApproveApproval:output_type -> countersign.v1.ApproveApprovalResponse
-	45, // 103: countersign.v1.OwnerService.RejectApproval:output_type -> countersign.v1.RejectApprovalResponse
-	47, // 104: countersign.v1.OwnerService.ListAuditRecords:output_type -> countersign.v1.ListAuditRecordsResponse
-	49, // 105: countersign.v1.OwnerService.VerifyAudit:output_type -> countersign.v1.VerifyAuditResponse
-	60, // 106: countersign.v1.OwnerService.ListDeadLetters:output_type -> countersign.v1.ListDeadLettersResponse
-	62, // 107: countersign.v1.OwnerService.ReplayDeadLetter:output_type -> countersign.v1.ReplayDeadLetterResponse
-	53, // 108: countersign.v1.OwnerService.CreateWebhook:output_type -> countersign.v1.CreateWebhookResponse
-	55, // 109: countersign.v1.OwnerService.ListWebhooks:output_type -> countersign.v1.ListWebhooksResponse
-	57, // 110: countersign.v1.OwnerService.DeleteWebhook:output_type -> countersign.v1.DeleteWebhookResponse
-	86, // [86:111] is the sub-list for method output_type
-	61, // [61:86] is the sub-list for method input_type
-	61, // [61:61] is the sub-list for extension type_name
-	61, // [61:61] is the sub-list for extension extendee
-	0,  // [0:61] is the sub-list for field type_name
+	72, // 43: countersign.v1.Approval.rail:type_name -> countersign.v1.Rail
+	71, // 44: countersign.v1.Approval.held_by:type_name -> countersign.v1.GateResult
+	4,  // 45: countersign.v1.ListApprovalsRequest.state:type_name -> countersign.v1.ApprovalState
+	37, // 46: countersign.v1.ListApprovalsResponse.approvals:type_name -> countersign.v1.Approval
+	37, // 47: countersign.v1.GetApprovalResponse.approval:type_name -> countersign.v1.Approval
+	37, // 48: countersign.v1.ApproveApprovalResponse.approval:type_name -> countersign.v1.Approval
+	37, // 49: countersign.v1.RejectApprovalResponse.approval:type_name -> countersign.v1.Approval
+	68, // 50: countersign.v1.ListAuditRecordsResponse.audit_records:type_name -> countersign.v1.AuditRecord
+	50, // 51: countersign.v1.VerifyAuditResponse.breaks:type_name -> countersign.v1.AuditBreak
+	63, // 52: countersign.v1.Webhook.create_time:type_name -> google.protobuf.Timestamp
+	51, // 53: countersign.v1.CreateWebhookRequest.webhook:type_name -> countersign.v1.Webhook
+	51, // 54: countersign.v1.CreateWebhookResponse.webhook:type_name -> countersign.v1.Webhook
+	51, // 55: countersign.v1.ListWebhooksResponse.webhooks:type_name -> countersign.v1.Webhook
+	5,  // 56: countersign.v1.DeadLetter.state:type_name -> countersign.v1.DeadLetterState
+	63, // 57: countersign.v1.DeadLetter.create_time:type_name -> google.protobuf.Timestamp
+	63, // 58: countersign.v1.DeadLetter.dead_time:type_name -> google.protobuf.Timestamp
+	63, // 59: countersign.v1.DeadLetter.replay_time:type_name -> google.protobuf.Timestamp
+	5,  // 60: countersign.v1.ListDeadLettersRequest.state:type_name -> countersign.v1.DeadLetterState
+	58, // 61: countersign.v1.ListDeadLettersResponse.dead_letters:type_name -> countersign.v1.DeadLetter
+	58, // 62: countersign.v1.ReplayDeadLetterResponse.dead_letter:type_name -> countersign.v1.DeadLetter
+	7,  // 63: countersign.v1.OwnerService.CreateAgent:input_type -> countersign.v1.CreateAgentRequest
+	9,  // 64: countersign.v1.OwnerService.ListAgents:input_type -> countersign.v1.ListAgentsRequest
+	11, // 65: countersign.v1.OwnerService.GetAgent:input_type -> countersign.v1.GetAgentRequest
+	13, // 66: countersign.v1.OwnerService.RevokeAgent:input_type -> countersign.v1.RevokeAgentRequest
+	16, // 67: countersign.v1.OwnerService.IssueCredential:input_type -> countersign.v1.IssueCredentialRequest
+	18, // 68: countersign.v1.OwnerService.ListCredentials:input_type -> countersign.v1.ListCredentialsRequest
+	20, // 69: countersign.v1.OwnerService.RevokeCredential:input_type -> countersign.v1.RevokeCredentialRequest
+	23, // 70: countersign.v1.OwnerService.CreateMandate:input_type -> countersign.v1.CreateMandateRequest
+	25, // 71: countersign.v1.OwnerService.GetMandate:input_type -> countersign.v1.GetMandateRequest
+	27, // 72: countersign.v1.OwnerService.ListMandates:input_type -> countersign.v1.ListMandatesRequest
+	29, // 73: countersign.v1.OwnerService.RevokeMandate:input_type -> countersign.v1.RevokeMandateRequest
+	31, // 74: countersign.v1.OwnerService.ListIntents:input_type -> countersign.v1.ListIntentsRequest
+	33, // 75: countersign.v1.OwnerService.GetIntent:input_type -> countersign.v1.GetIntentRequest
+	35, // 76: countersign.v1.OwnerService.WatchIntents:input_type -> countersign.v1.WatchIntentsRequest
+	38, // 77: countersign.v1.OwnerService.ListApprovals:input_type -> countersign.v1.ListApprovalsRequest
+	40, // 78: countersign.v1.OwnerService.GetApproval:input_type -> countersign.v1.GetApprovalRequest
+	42, // 79: countersign.v1.OwnerService.ApproveApproval:input_type -> countersign.v1.ApproveApprovalRequest
+	44, // 80: countersign.v1.OwnerService.RejectApproval:input_type -> countersign.v1.RejectApprovalRequest
+	46, // 81: countersign.v1.OwnerService.ListAuditRecords:input_type -> countersign.v1.ListAuditRecordsRequest
+	48, // 82: countersign.v1.OwnerService.VerifyAudit:input_type -> countersign.v1.VerifyAuditRequest
+	59, // 83: countersign.v1.OwnerService.ListDeadLetters:input_type -> countersign.v1.ListDeadLettersRequest
+	61, // 84: countersign.v1.OwnerService.ReplayDeadLetter:input_type -> countersign.v1.ReplayDeadLetterRequest
+	52, // 85: countersign.v1.OwnerService.CreateWebhook:input_type -> countersign.v1.CreateWebhookRequest
+	54, // 86: countersign.v1.OwnerService.ListWebhooks:input_type -> countersign.v1.ListWebhooksRequest
+	56, // 87: countersign.v1.OwnerService.DeleteWebhook:input_type -> countersign.v1.DeleteWebhookRequest
+	8,  // 88: countersign.v1.OwnerService.CreateAgent:output_type -> countersign.v1.CreateAgentResponse
+	10, // 89: countersign.v1.OwnerService.ListAgents:output_type -> countersign.v1.ListAgentsResponse
+	12, // 90: countersign.v1.OwnerService.GetAgent:output_type -> countersign.v1.GetAgentResponse
+	14, // 91: countersign.v1.OwnerService.RevokeAgent:output_type -> countersign.v1.RevokeAgentResponse
+	17, // 92: countersign.v1.OwnerService.IssueCredential:output_type -> countersign.v1.IssueCredentialResponse
+	19, // 93: countersign.v1.OwnerService.ListCredentials:output_type -> countersign.v1.ListCredentialsResponse
+	21, // 94: countersign.v1.OwnerService.RevokeCredential:output_type -> countersign.v1.RevokeCredentialResponse
+	24, // 95: countersign.v1.OwnerService.CreateMandate:output_type -> countersign.v1.CreateMandateResponse
+	26, // 96: countersign.v1.OwnerService.GetMandate:output_type -> countersign.v1.GetMandateResponse
+	28, // 97: countersign.v1.OwnerService.ListMandates:output_type -> countersign.v1.ListMandatesResponse
+	30, // 98: countersign.v1.OwnerService.RevokeMandate:output_type -> countersign.v1.RevokeMandateResponse
+	32, // 99: countersign.v1.OwnerService.ListIntents:output_type -> countersign.v1.ListIntentsResponse
+	34, // 100: countersign.v1.OwnerService.GetIntent:output_type -> countersign.v1.GetIntentResponse
+	36, // 101: countersign.v1.OwnerService.WatchIntents:output_type -> countersign.v1.WatchIntentsResponse
+	39, // 102: countersign.v1.OwnerService.ListApprovals:output_type -> countersign.v1.ListApprovalsResponse
+	41, // 103: countersign.v1.OwnerService.GetApproval:output_type -> countersign.v1.GetApprovalResponse
+	43, // 104: countersign.v1.OwnerService.ApproveApproval:output_type -> countersign.v1.ApproveApprovalResponse
+	45, // 105: countersign.v1.OwnerService.RejectApproval:output_type -> countersign.v1.RejectApprovalResponse
+	47, // 106: countersign.v1.OwnerService.ListAuditRecords:output_type -> countersign.v1.ListAuditRecordsResponse
+	49, // 107: countersign.v1.OwnerService.VerifyAudit:output_type -> countersign.v1.VerifyAuditResponse
+	60, // 108: countersign.v1.OwnerService.ListDeadLetters:output_type -> countersign.v1.ListDeadLettersResponse
+	62, // 109: countersign.v1.OwnerService.ReplayDeadLetter:output_type -> countersign.v1.ReplayDeadLetterResponse
+	53, // 110: countersign.v1.OwnerService.CreateWebhook:output_type -> countersign.v1.CreateWebhookResponse
+	55, // 111: countersign.v1.OwnerService.ListWebhooks:output_type -> countersign.v1.ListWebhooksResponse
+	57, // 112: countersign.v1.OwnerService.DeleteWebhook:output_type -> countersign.v1.DeleteWebhookResponse
+	88, // [88:113] is the sub-list for method output_type
+	63, // [63:88] is the sub-list for method input_type
+	63, // [63:63] is the sub-list for extension type_name
+	63, // [63:63] is the sub-list for extension extendee
+	0,  // [0:63] is the sub-list for field type_name
 }
 
 func init() { file_countersign_v1_owner_proto_init() }

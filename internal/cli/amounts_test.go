@@ -1,0 +1,45 @@
+package cli
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+)
+
+func TestMinorExample(t *testing.T) {
+	for _, tc := range []struct {
+		minor    int64
+		currency string
+		want     string
+	}{
+		{5000, "USD", "5000 = 50.00 USD"},
+		{5000, "JPY", "5000 = 5,000 JPY"},
+		{5000, "KWD", "5000 = 5.000 KWD"},
+		{5000, "XYZ", "5000 minor units of XYZ"},
+	} {
+		if got := minorExample(tc.minor, tc.currency); got != tc.want {
+			t.Errorf("minorExample(%d, %s) = %q, want %q", tc.minor, tc.currency, got, tc.want)
+		}
+	}
+}
+
+func TestMandateLimits(t *testing.T) {
+	m := &countersignv1.Mandate{
+		Rail: countersignv1.Rail_RAIL_STRIPE,
+		Grants: []*countersignv1.Grant{
+			{ActionKind: countersignv1.ActionKind_ACTION_KIND_REFUND, MaxAmountMinor: 189900, Currencies: []string{"USD", "JPY"}},
+			{ActionKind: countersignv1.ActionKind_ACTION_KIND_PAYOUT, MaxAmountMinor: 50000, Currencies: []string{"ISK"}},
+		},
+		Budgets: []*countersignv1.Money{{AmountMinor: 1000000, Currency: "USD"}},
+		Windows: []*countersignv1.Window{{Duration: durationpb.New(36 * 60 * 60 * 1e9), MaxAmount: &countersignv1.Money{AmountMinor: 150000, Currency: "USD"}}},
+	}
+	want := "refund ≤ 1,899.00 USD or 189,900 JPY; payout ≤ 500.00 ISK; budget 10,000.00 USD; 1,500.00 USD per 36h"
+	if got := mandateLimits(m); got != want {
+		t.Fatalf("mandateLimits = %q, want %q", got, want)
+	}
+	if got := mandateLimits(&countersignv1.Mandate{}); got != "-" {
+		t.Fatalf("mandateLimits of an empty mandate = %q", got)
+	}
+}
