@@ -4,8 +4,9 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"strconv"
 	"strings"
+
+	"github.com/countersign/countersign/internal/money"
 )
 
 // Amounts the printed commands send, in minor units.
@@ -58,20 +59,9 @@ func printDemo(w io.Writer, d demo, r run, stripe, razorpay *egressRail, grpcAdd
 		razorpay.BaseURL(), r.RazorpayPayment, d.AgentID, d.ExecuteSecret, razorpayAmount)
 }
 
-// major writes a two-decimal currency's minor units as a person reads
-// them: 250000, "USD" is "2,500.00 USD". (The demo's currencies, USD and
-// INR, both have two decimals.)
-func major(minor int64, currency string) string {
-	whole := strconv.FormatInt(minor/100, 10)
-	var b strings.Builder
-	for i, c := range whole {
-		if i > 0 && (len(whole)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	return fmt.Sprintf("%s.%02d %s", b.String(), minor%100, currency)
-}
+// major writes minor units as a person reads them: 250000, "USD" is
+// "2,500.00 USD".
+func major(minor int64, currency string) string { return money.Format(minor, currency) }
 
 // cliCommand is how a person at the same prompt runs this binary's owner
 // commands: countersign-dev carries every countersign command, so its own
