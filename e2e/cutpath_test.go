@@ -106,7 +106,7 @@ func TestNoAllowWhileTheLedgerIsCut(t *testing.T) {
 		return parsed.String()
 	}})
 	e.payment("stripe", "pi_cut", 1_000_000_000, "usd")
-	conn, err := grpc.NewClient(e.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(e.envoyAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/countersign/countersign/internal/testing/pgtest"
 )
@@ -32,11 +33,12 @@ func TestServeMigrateCheck(t *testing.T) {
 	if err := cluster.CreateDatabase(ctx, "countersign", ""); err != nil {
 		t.Fatal(err)
 	}
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, httpAddr, envoyAddr := freeAddr(t), freeAddr(t), envoySocket(t)
 	env := []string{
 		"COUNTERSIGN_DATABASE_URL=" + cluster.URL("countersign"),
 		"COUNTERSIGN_GRPC_ADDR=" + grpcAddr,
 		"COUNTERSIGN_HTTP_ADDR=" + httpAddr,
+		"COUNTERSIGN_ENVOY_ADDR=" + envoyAddr,
 	}
 
 	// Before migrating, serve runs but is not ready.
@@ -65,12 +67,22 @@ func TestServeMigrateCheck(t *testing.T) {
 	if err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("grpc health = %v, %v", hr, err)
 	}
-	resp, err := authv3.NewAuthorizationClient(conn).Check(cctx, &authv3.CheckRequest{
+	check := &authv3.CheckRequest{
 		Attributes: &authv3.AttributeContext{Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
 			Id: "e2e-1", Method: "POST", Host: "api.stripe.com", Path: "/v1/refunds",
 			Headers: map[string]string{"authorization": "Bearer sk_live_not_a_countersign_credential"},
 		}}},
-	})
+	}
+	// The TCP API listener does not speak ext_authz: only the Envoy socket does.
+	if _, err := authv3.NewAuthorizationClient(conn).Check(cctx, check); status.Code(err) != codes.Unimplemented {
+		t.Fatalf("Check on the TCP API listener = %v, want Unimplemented", err)
+	}
+	envoy, err := grpc.NewClient(envoyAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer envoy.Close()
+	resp, err := authv3.NewAuthorizationClient(envoy).Check(cctx, check)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,6 +114,8 @@ func TestServeRejectsBadConfiguration(t *testing.T) {
 		{"no database", nil, []string{"serve"}, "database-url (COUNTERSIGN_DATABASE_URL) is required"},
 		{"bad env duration", []string{"COUNTERSIGN_DATABASE_URL=postgres://x/y", "COUNTERSIGN_SHUTDOWN_TIMEOUT=later"}, []string{"serve"}, "COUNTERSIGN_SHUTDOWN_TIMEOUT"},
 		{"bad flag address", []string{"COUNTERSIGN_DATABASE_URL=postgres://x/y"}, []string{"serve", "--grpc-addr", "nowhere"}, "grpc-addr (COUNTERSIGN_GRPC_ADDR) must be host:port"},
+		{"envoy listener on TCP", []string{"COUNTERSIGN_DATABASE_URL=postgres://x/y"}, []string{"serve", "--envoy-addr", "127.0.0.1:9192"},
+			"an ALLOW answer carries the rail key"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -55,6 +55,18 @@ func (r removeAfter) Run() int {
 	return r.m.Run()
 }
 
+// envoySocket is a Unix socket address for a countersign's Envoy listener
+// (ext_authz, ext_proc), in a directory of its own.
+func envoySocket(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "cs-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return "unix:" + filepath.Join(dir, "envoy.sock")
+}
+
 // freeAddr returns a loopback address with a port nobody listens on.
 func freeAddr(t *testing.T) string {
 	t.Helper()

@@ -42,6 +42,7 @@ type railEnv struct {
 	mock       string // mockrail base URL
 	proxy      string // egress proxy base URL (what the agent's SDK points at)
 	grpcAddr   string
+	envoyAddr  string // the Envoy listener (ext_authz, ext_proc): a Unix socket
 	secret     string // the agent's Countersign credential
 	agentID    string
 	countersig *proc
@@ -56,13 +57,14 @@ type railEnv struct {
 // returns that proxy's base URL.
 func (e *railEnv) secondCountersign() string {
 	e.t.Helper()
-	grpcAddr, httpAddr := freeAddr(e.t), freeAddr(e.t)
+	grpcAddr, httpAddr, envoyAddr := freeAddr(e.t), freeAddr(e.t), envoySocket(e.t)
 	env := append([]string{}, e.csEnv...)
-	env = append(env, "COUNTERSIGN_GRPC_ADDR="+grpcAddr, "COUNTERSIGN_HTTP_ADDR="+httpAddr, "COUNTERSIGN_LEASE_OWNER=second")
+	env = append(env, "COUNTERSIGN_GRPC_ADDR="+grpcAddr, "COUNTERSIGN_HTTP_ADDR="+httpAddr, "COUNTERSIGN_ENVOY_ADDR="+envoyAddr,
+		"COUNTERSIGN_LEASE_OWNER=second")
 	startProc(e.t, "countersign", env, "serve")
 	waitStatus(e.t, "http://"+httpAddr+"/readyz", 200, 30*time.Second)
 	cfg := e.proxyCfg
-	cfg.ExtAuthz, cfg.ExtProc = grpcAddr, grpcAddr
+	cfg.ExtAuthz, cfg.ExtProc = envoyAddr, envoyAddr
 	ctx, cancel := context.WithCancel(context.Background())
 	p, err := envoystandin.Start(ctx, cfg)
 	if err != nil {
@@ -183,7 +185,7 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
     mcp: {preset: stripe, metadata: metadata}
 `, mcpAccount, mockURL, write("mcp.key", stripeKey)))
 
-	grpcAddr, httpAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, httpAddr, envoyAddr := freeAddr(t), freeAddr(t), envoySocket(t)
 	serveURL := dbURL
 	if o.dbURLRewrite != nil {
 		serveURL = o.dbURLRewrite(dbURL)
@@ -191,6 +193,7 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 	csEnv := []string{
 		"COUNTERSIGN_DATABASE_URL=" + serveURL,
 		"COUNTERSIGN_GRPC_ADDR=" + grpcAddr,
+		"COUNTERSIGN_ENVOY_ADDR=" + envoyAddr,
 		"COUNTERSIGN_HTTP_ADDR=" + httpAddr,
 		"COUNTERSIGN_RAILS_FILE=" + railsFile,
 		"COUNTERSIGN_RECONCILE_DELAY=" + o.reconcileDelay.String(),
@@ -209,7 +212,7 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 
 	pctx, cancel := context.WithCancel(ctx)
 	pcfg := envoystandin.Config{
-		Listen: "127.0.0.1:0", ExtAuthz: grpcAddr, ExtProc: grpcAddr,
+		Listen: "127.0.0.1:0", ExtAuthz: envoyAddr, ExtProc: envoyAddr,
 		MaxRequestBytes: 64 << 10, AllowPartialMessage: true, StatusOnError: 503,
 		Timeout: 10 * time.Second, ExtProcMessageTimeout: 10 * time.Second,
 		Routes: []envoystandin.Route{
@@ -246,7 +249,7 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 		applyMandate(t, store, generousMandate(agent.ID, razorpayAccount, countersignv1.Rail_RAIL_RAZORPAY, "INR"))
 		applyMandate(t, store, generousMandate(agent.ID, mcpAccount, countersignv1.Rail_RAIL_STRIPE, "USD"))
 	}
-	return &railEnv{t: t, dbURL: dbURL, store: store, agentID: agent.ID, mock: mockURL, proxy: "http://" + proxy.Addr(), grpcAddr: grpcAddr, secret: secret, countersig: cs, csEnv: csEnv, httpAddr: httpAddr, railsFile: railsFile, proxyCfg: pcfg}
+	return &railEnv{t: t, dbURL: dbURL, store: store, agentID: agent.ID, mock: mockURL, proxy: "http://" + proxy.Addr(), grpcAddr: grpcAddr, envoyAddr: envoyAddr, secret: secret, countersig: cs, csEnv: csEnv, httpAddr: httpAddr, railsFile: railsFile, proxyCfg: pcfg}
 }
 
 // waitListening reads a process's output until a line with prefix names its URL.

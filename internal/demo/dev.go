@@ -22,6 +22,9 @@ func NewCommand() *cobra.Command {
 	cfg.LogFormat = "text"
 	// On one machine, webhook receivers are local.
 	cfg.WebhookAllowNetworks = "127.0.0.0/8,::1"
+	// The Envoy listener (its ALLOW carries the rail keys) is a socket in
+	// the dev directory; the demo's egress proxy is the only client.
+	cfg.EnvoyAddr = envoyInDir
 	var dir string
 	var pgPort int
 	var mockAddr, egressAddr, razorpayEgressAddr string
@@ -37,7 +40,13 @@ func NewCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			// The database URL is this command's own; only the rest is validated.
 			cfg.DatabaseURL = "postgres://dev"
-			log, err := cli.Load(cmd, &cfg, config.Config.Validate)
+			placeEnvoy := func(c *config.Config) {
+				if c.EnvoyAddr == envoyInDir {
+					c.EnvoyAddr = envoySocket(dir)
+				}
+			}
+			log, err := cli.Load(cmd, &cfg, func(c config.Config) error { placeEnvoy(&c); return c.Validate() })
+			placeEnvoy(&cfg)
 			if err != nil {
 				return err
 			}
@@ -91,7 +100,7 @@ func NewCommand() *cobra.Command {
 			stripe := &egressRail{Name: "Stripe", Account: devStripeAccount, RailHost: stripeHost}
 			razorpay := &egressRail{Name: "Razorpay", Account: devRazorpayAccount, RailHost: razorpayHost}
 			egress := []*egressRail{stripe, razorpay}
-			if err := startDevEgress(ctx, cfg.GRPCAddr, mockURL, egress, []string{egressAddr, razorpayEgressAddr}); err != nil {
+			if err := startDevEgress(ctx, cfg.EnvoyAddr, mockURL, egress, []string{egressAddr, razorpayEgressAddr}); err != nil {
 				return fmt.Errorf("dev: %w", err)
 			}
 			defer stopEgress(egress)
@@ -153,4 +162,19 @@ func absOr(dir string) string {
 		return abs
 	}
 	return dir
+}
+
+// envoyInDir is dev's shown default for --envoy-addr: a socket in --dir.
+const envoyInDir = "unix:DIR/envoy.sock"
+
+// envoySocket is the Envoy listener's socket in dir, or in a new temporary
+// directory when that path is too long for a socket.
+func envoySocket(dir string) string {
+	p := filepath.Join(absOr(dir), "envoy.sock")
+	if len(p) > 100 {
+		if tmp, err := os.MkdirTemp("", "cs-dev-"); err == nil {
+			p = filepath.Join(tmp, "envoy.sock")
+		}
+	}
+	return "unix:" + p
 }

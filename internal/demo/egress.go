@@ -76,7 +76,7 @@ func servedHosts(a net.Addr) []string {
 // a catch-all route like envoy/egress.yaml's `unknown` (a direct_response
 // with ext_authz and ext_proc disabled), whose JSON body, shaped like the
 // rail's own error, names the hosts that are served.
-func startDevEgress(ctx context.Context, grpcAddr, mockURL string, rails []*egressRail, addrs []string) error {
+func startDevEgress(ctx context.Context, envoyAddr, mockURL string, rails []*egressRail, addrs []string) error {
 	if err := listenEgress(ctx, rails, addrs); err != nil {
 		return err
 	}
@@ -98,7 +98,7 @@ func startDevEgress(ctx context.Context, grpcAddr, mockURL string, rails []*egre
 				Status: 404, Body: unknownHostBody(r, rails), Headers: map[string]string{"content-type": "application/json"}}})
 		}
 		p, err := envoystandin.Start(ctx, envoystandin.Config{
-			Listener: r.ln, ExtAuthz: grpcAddr, ExtProc: grpcAddr, MaxRequestBytes: 64 << 10, AllowPartialMessage: true,
+			Listener: r.ln, ExtAuthz: envoyAddr, ExtProc: envoyAddr, MaxRequestBytes: 64 << 10, AllowPartialMessage: true,
 			PackAsBytes: true, StatusOnError: 503, Timeout: 5 * time.Second, ExtProcMessageTimeout: 5 * time.Second,
 			Routes: routes,
 		})

@@ -4,7 +4,7 @@
 //
 //   - the rail key Secrets are mounted into the countersign container only,
 //     and every key_file of the rails file lies in one of those mounts;
-//   - Countersign's gRPC listener is a Unix socket (COUNTERSIGN_GRPC_ADDR
+//   - Countersign's Envoy listener is a Unix socket (COUNTERSIGN_ENVOY_ADDR
 //     unix:…) in an emptyDir that only the countersign and envoy containers
 //     mount, and Envoy's countersign cluster is that socket (a pipe);
 //   - the readiness probe is GET /readyz and the liveness probe GET /healthz
@@ -576,11 +576,12 @@ func checkEgressPod(r *result, name string, s podSpec, configMaps map[string]obj
 	r.ok(invDatabase, ok && secret != "" && val == "", "%s: COUNTERSIGN_DATABASE_URL must come from a secretKeyRef", where)
 	dbSecret := secret
 
-	// gRPC: a Unix socket in an emptyDir shared with Envoy only.
-	grpcAddr, _, _ := cs.env("COUNTERSIGN_GRPC_ADDR")
-	sock, isUnix := strings.CutPrefix(grpcAddr, "unix:")
+	// The Envoy listener (ext_authz, ext_proc: its ALLOW carries the rail
+	// keys): a Unix socket in an emptyDir shared with Envoy only.
+	envoyAddr, _, _ := cs.env("COUNTERSIGN_ENVOY_ADDR")
+	sock, isUnix := strings.CutPrefix(envoyAddr, "unix:")
 	sock = "/" + strings.TrimLeft(sock, "/")
-	r.ok(invGRPCUnix, isUnix, "%s: COUNTERSIGN_GRPC_ADDR must be unix:/path, got %q", where, grpcAddr)
+	r.ok(invGRPCUnix, isUnix, "%s: COUNTERSIGN_ENVOY_ADDR must be unix:/path, got %q", where, envoyAddr)
 	sockVol, sockRel, found := "", "", false
 	if isUnix {
 		sockVol, sockRel, found = locate(cs, sock)

@@ -55,13 +55,13 @@ var mutations = []mutation{
 		return nil
 	}},
 	{"gRPC on TCP", invGRPCUnix, func(d []map[string]any) error {
-		return setEnv(d, "countersign", "COUNTERSIGN_GRPC_ADDR", "127.0.0.1:9191")
+		return setEnv(d, "countersign", "COUNTERSIGN_ENVOY_ADDR", "127.0.0.1:9191")
 	}},
 	{"Envoy dialling another socket", invSocketShare, func(d []map[string]any) error {
-		return editConfigMapData(d, "envoy.yaml", "pipe: { path: /var/run/countersign/grpc.sock }", "pipe: { path: /tmp/other.sock }")
+		return editConfigMapData(d, "envoy.yaml", "pipe: { path: /var/run/countersign/envoy.sock }", "pipe: { path: /tmp/other.sock }")
 	}},
 	{"Envoy dialling Countersign over TCP", invGRPCUnix, func(d []map[string]any) error {
-		return editConfigMapData(d, "envoy.yaml", "pipe: { path: /var/run/countersign/grpc.sock }", "socket_address: { address: 127.0.0.1, port_value: 9191 }")
+		return editConfigMapData(d, "envoy.yaml", "pipe: { path: /var/run/countersign/envoy.sock }", "socket_address: { address: 127.0.0.1, port_value: 9191 }")
 	}},
 	{"readiness probe on /healthz", invProbes, func(d []map[string]any) error {
 		c, err := egressContainer(d, "countersign")

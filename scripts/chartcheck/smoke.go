@@ -31,7 +31,7 @@ const unreachableLedger = "postgres://chartcheck@127.0.0.1:1/countersign?connect
 // The database URL (a Secret) is replaced by an unreachable ledger and the
 // HTTP port by a free one. It requires what the pod relies on: serve
 // accepts every rendered setting and the rails file, creates its gRPC
-// socket 0660 at COUNTERSIGN_GRPC_ADDR, answers the liveness probe's
+// socket 0660 at COUNTERSIGN_ENVOY_ADDR, answers the liveness probe's
 // /healthz with 200 and the readiness probe's /readyz with 503 while the
 // ledger is unreachable, and stops on SIGTERM.
 func smoke(bin string, eg *egress) (string, error) {
@@ -55,16 +55,19 @@ func smoke(bin string, eg *egress) (string, error) {
 			env = append(env, e.Name+"="+unreachableLedger)
 		case e.Value == nil:
 			return "", fmt.Errorf("%s: only the database URL may come from elsewhere than a literal value", e.Name)
-		case e.Name == "COUNTERSIGN_GRPC_ADDR":
+		case e.Name == "COUNTERSIGN_ENVOY_ADDR" || e.Name == "COUNTERSIGN_GRPC_ADDR":
 			p, ok := strings.CutPrefix(*e.Value, "unix:")
 			if !ok {
 				return "", fmt.Errorf("%s is %q, not a unix socket", e.Name, *e.Value)
 			}
-			sock = under(p)
-			if err := os.MkdirAll(filepath.Dir(sock), 0o750); err != nil {
+			placed := under(p)
+			if err := os.MkdirAll(filepath.Dir(placed), 0o750); err != nil {
 				return "", err
 			}
-			env = append(env, e.Name+"=unix:"+sock)
+			if e.Name == "COUNTERSIGN_ENVOY_ADDR" {
+				sock = placed
+			}
+			env = append(env, e.Name+"=unix:"+placed)
 		case e.Name == "COUNTERSIGN_HTTP_ADDR":
 			host, _, err := net.SplitHostPort(*e.Value)
 			if err != nil {
@@ -93,7 +96,7 @@ func smoke(bin string, eg *egress) (string, error) {
 		}
 	}
 	if sock == "" || httpHostPort == "" {
-		return "", errors.New("the container sets no COUNTERSIGN_GRPC_ADDR or COUNTERSIGN_HTTP_ADDR")
+		return "", errors.New("the container sets no COUNTERSIGN_ENVOY_ADDR or COUNTERSIGN_HTTP_ADDR")
 	}
 
 	var logs bytes.Buffer
@@ -143,7 +146,7 @@ func smoke(bin string, eg *egress) (string, error) {
 	// The socket Envoy dials: where the chart says, group-accessible only.
 	fi, err := os.Lstat(sock)
 	if err != nil || fi.Mode()&os.ModeSocket == 0 {
-		return fail("no Unix socket at COUNTERSIGN_GRPC_ADDR (%s): %v", sock, err)
+		return fail("no Unix socket at COUNTERSIGN_ENVOY_ADDR (%s): %v", sock, err)
 	}
 	if perm := fi.Mode().Perm(); perm != 0o660 {
 		return fail("the socket is %o, want 660 (Envoy reaches it through the pod's fsGroup)", perm)

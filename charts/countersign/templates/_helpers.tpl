@@ -48,7 +48,8 @@ countersign and envoy containers only; rail keys are mounted under
 railKeyDir in the countersign container only.
 */}}
 {{- define "countersign.socketDir" -}}/var/run/countersign{{- end -}}
-{{- define "countersign.socketPath" -}}{{ include "countersign.socketDir" . }}/grpc.sock{{- end -}}
+{{- define "countersign.socketPath" -}}{{ include "countersign.socketDir" . }}/envoy.sock{{- end -}}
+{{- define "countersign.apiSocketPath" -}}{{ include "countersign.socketDir" . }}/api.sock{{- end -}}
 {{- define "countersign.railsDir" -}}/etc/countersign{{- end -}}
 {{- define "countersign.railKeyDir" -}}/var/run/secrets/countersign/rails{{- end -}}
 {{- define "countersign.envoyConfigDir" -}}/etc/envoy-countersign{{- end -}}
