@@ -54,8 +54,11 @@ func (tx *Tx) LatestMandate(ctx context.Context, agentID, railAccount string, at
 	if err == nil || !errors.Is(err, ErrNotFound) {
 		return r, err
 	}
-	r, err = scanMandate(tx.tx.QueryRow(ctx, `SELECT `+mandateColumns+` FROM mandates
-		WHERE agent_id = $1 AND rail_account = $2 ORDER BY created_at DESC, hash LIMIT 1 FOR SHARE`, agentID, railAccount))
+	// Only mandates on an account their owner holds: one the owner lost
+	// must not come back here as "the newest, unrevoked".
+	r, err = scanMandate(tx.tx.QueryRow(ctx, `SELECT `+mandateColumns+` FROM mandates m
+		WHERE agent_id = $1 AND rail_account = $2 AND `+heldByOwner+`
+		ORDER BY created_at DESC, hash LIMIT 1 FOR SHARE`, agentID, railAccount))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return MandateRecord{}, fmt.Errorf("%w: mandate for agent %s on %s", ErrNotFound, agentID, railAccount)
 	}
