@@ -20,6 +20,15 @@ func applyMandate(t *testing.T, store *ledger.Store, m *countersignv1.Mandate) s
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The operator's grant of the account to the agent's owner
+	// (`countersign owner grant-account`): a mandate needs it.
+	owner, err := store.AgentOwner(context.Background(), rec.AgentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.GrantRailAccount(context.Background(), rec.RailAccount, owner); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := store.CreateMandate(context.Background(), rec); err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -19,7 +18,8 @@ type auditCursor struct {
 }
 
 // ListAuditRecords pages through the audit records of the owner's
-// intents, chain by chain in sequence order.
+// intents on the rail accounts it holds, chain by chain in sequence order.
+// Naming a rail account it does not hold is PermissionDenied.
 func (s *OwnerServer) ListAuditRecords(ctx context.Context, req *countersignv1.ListAuditRecordsRequest) (*countersignv1.ListAuditRecordsResponse, error) {
 	owner, err := s.owner(ctx)
 	if err != nil {
@@ -27,6 +27,11 @@ func (s *OwnerServer) ListAuditRecords(ctx context.Context, req *countersignv1.L
 	}
 	if req.GetSik() != "" && req.GetRailAccount() == "" {
 		return nil, withDetails(status.New(codes.InvalidArgument, "sik names an intent only with its rail_account"), "INVALID_ARGUMENT")
+	}
+	if req.GetRailAccount() != "" {
+		if err := s.store.OwnerHoldsRailAccount(ctx, owner, req.GetRailAccount()); err != nil {
+			return nil, ToStatus(err)
+		}
 	}
 	n, tok, err := pageArgs(req.GetPageSize(), req.GetPageToken())
 	if err != nil {
@@ -56,20 +61,17 @@ func (s *OwnerServer) ListAuditRecords(ctx context.Context, req *countersignv1.L
 	return out, nil
 }
 
-// VerifyAudit verifies every chain of a rail account the owner holds a
-// mandate on. The chains hold other owners' records too (their hashes
+// VerifyAudit verifies every chain of a rail account the owner holds (the
+// operator granted it; PermissionDenied otherwise, whether or not the
+// account exists). The chains hold other owners' records too (their hashes
 // link them); only counts and break positions are returned.
 func (s *OwnerServer) VerifyAudit(ctx context.Context, req *countersignv1.VerifyAuditRequest) (*countersignv1.VerifyAuditResponse, error) {
 	owner, err := s.owner(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ok, err := s.store.OwnerHasRailAccount(ctx, owner, req.GetRailAccount())
-	if err != nil {
+	if err := s.store.OwnerHoldsRailAccount(ctx, owner, req.GetRailAccount()); err != nil {
 		return nil, ToStatus(err)
-	}
-	if !ok {
-		return nil, withDetails(status.New(codes.NotFound, fmt.Sprintf("no mandate of yours is on rail account %q", req.GetRailAccount())), "NOT_FOUND")
 	}
 	rep, err := s.store.VerifyAuditOf(ctx, req.GetRailAccount())
 	if err != nil {

@@ -29,6 +29,12 @@ func TestOwnerAPIListsAndVerifiesTheAudit(t *testing.T) {
 		return o, nil
 	})
 	const acct = "acct_audit"
+	// own_a and own_b share the account; own_c holds none.
+	for _, o := range []string{"own_a", "own_b"} {
+		if _, err := store.GrantRailAccount(ctx, acct, o); err != nil {
+			t.Fatal(err)
+		}
+	}
 	agentOf := func(owner string, mandate bool) string {
 		t.Helper()
 		a, err := s.CreateAgent(as(owner), &countersignv1.CreateAgentRequest{Agent: &countersignv1.Agent{DisplayName: "bot"}})
@@ -124,8 +130,27 @@ func TestOwnerAPIListsAndVerifiesTheAudit(t *testing.T) {
 	if err != nil || !v.GetOk() || v.GetChainsChecked() < 1 || v.GetRecordsChecked() <= int64(len(got)) {
 		t.Fatalf("verify = %v, %v (own_a's records alone: %d)", v, err, len(got))
 	}
-	if _, err := s.VerifyAudit(as("own_b"), &countersignv1.VerifyAuditRequest{RailAccount: acct}); code(err) != codes.NotFound {
-		t.Fatalf("an owner without a mandate on the account verifies it: %v", err)
+	if v, err := s.VerifyAudit(as("own_b"), &countersignv1.VerifyAuditRequest{RailAccount: acct}); err != nil || !v.GetOk() {
+		t.Fatalf("a co-owner of the account verifies = %v, %v", v, err)
+	}
+	// An owner that does not hold the account neither verifies nor lists
+	// it, and cannot tell it from an account that does not exist.
+	var refusals []string
+	for _, a := range []string{acct, "acct_nowhere"} {
+		_, verr := s.VerifyAudit(as("own_c"), &countersignv1.VerifyAuditRequest{RailAccount: a})
+		_, lerr := s.ListAuditRecords(as("own_c"), &countersignv1.ListAuditRecordsRequest{RailAccount: a})
+		for _, err := range []error{verr, lerr} {
+			if code(err) != codes.PermissionDenied {
+				t.Fatalf("own_c on %s: %v, want PermissionDenied", a, err)
+			}
+			refusals = append(refusals, strings.ReplaceAll(err.Error(), a, "X"))
+		}
+	}
+	if refusals[0] != refusals[2] || refusals[1] != refusals[3] {
+		t.Fatalf("refusals tell a real account from a missing one: %q", refusals)
+	}
+	if l, err := s.ListAuditRecords(as("own_c"), &countersignv1.ListAuditRecordsRequest{}); err != nil || len(l.GetAuditRecords()) != 0 {
+		t.Fatalf("own_c lists %v, %v; want nothing", l, err)
 	}
 	// A hand edit is found and named.
 	conn, err := pgx.Connect(ctx, url)

@@ -33,6 +33,7 @@ func ToStatus(err error) error {
 	}
 	var verr *protovalidate.ValidationError
 	var exhausted *quota.ExhaustedError
+	var notHeld *ledger.NotHeldError
 	switch {
 	case errors.As(err, &verr):
 		st := status.New(codes.InvalidArgument, err.Error())
@@ -61,6 +62,12 @@ func ToStatus(err error) error {
 		return withDetails(status.New(codes.FailedPrecondition, err.Error()), "UNKNOWN_RAIL_ACCOUNT")
 	case errors.Is(err, ownerauth.ErrAgentCredential):
 		return withDetails(status.New(codes.Unauthenticated, "an agent credential cannot call the owner API"), "AGENT_CREDENTIAL_REFUSED")
+	case errors.Is(err, ownerauth.ErrNotAllowed):
+		return withDetails(status.New(codes.PermissionDenied, err.Error()), "OWNER_NOT_ALLOWED")
+	case errors.As(err, &notHeld):
+		// One message for an account that exists and one that does not:
+		// an owner learns nothing about accounts it does not hold.
+		return withDetails(status.New(codes.PermissionDenied, notHeld.Error()), "RAIL_ACCOUNT_NOT_HELD")
 	case errors.Is(err, ownerauth.ErrUnauthenticated):
 		return withDetails(status.New(codes.Unauthenticated, err.Error()), "UNAUTHENTICATED")
 	case errors.As(err, &exhausted):

@@ -283,7 +283,7 @@ func toMandateRecord(r ledger.MandateRecord) (*countersignv1.MandateRecord, erro
 }
 
 // CreateMandate validates and stores a mandate for one of the owner's
-// agents; applying the same mandate again returns the same hash.
+// agents on a rail account the owner holds; applying the same mandate again returns the same hash.
 func (s *OwnerServer) CreateMandate(ctx context.Context, req *countersignv1.CreateMandateRequest) (*countersignv1.CreateMandateResponse, error) {
 	owner, err := s.owner(ctx)
 	if err != nil {
@@ -294,6 +294,12 @@ func (s *OwnerServer) CreateMandate(ctx context.Context, req *countersignv1.Crea
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if _, err := s.store.OwnerAgent(ctx, owner, m.GetAgentId()); err != nil {
+		return nil, ToStatus(err)
+	}
+	// Only on a rail account the operator granted this owner (the ledger
+	// refuses the insert too); PermissionDenied says nothing of whether
+	// the account exists.
+	if err := s.store.OwnerHoldsRailAccount(ctx, owner, m.GetRailAccount()); err != nil {
 		return nil, ToStatus(err)
 	}
 	rec, err := mandate.Record(m)

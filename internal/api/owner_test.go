@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
@@ -139,9 +140,12 @@ func TestOwnerAPIPagesAgents(t *testing.T) {
 }
 
 func TestOwnerAPIMandates(t *testing.T) {
-	s, _ := ownerServer(t)
+	s, store := ownerServer(t)
 	a, err := s.CreateAgent(as("own_m"), &countersignv1.CreateAgentRequest{Agent: &countersignv1.Agent{DisplayName: "payout-bot"}})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.GrantRailAccount(context.Background(), "acct_1", "own_m"); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now().Truncate(time.Second)
@@ -163,6 +167,28 @@ func TestOwnerAPIMandates(t *testing.T) {
 	r, err := s.RevokeMandate(as("own_m"), &countersignv1.RevokeMandateRequest{MandateHash: created.GetMandateHash(), Reason: "done"})
 	if err != nil || r.GetMandate().GetState() != countersignv1.MandateState_MANDATE_STATE_REVOKED || r.GetMandate().GetRevokeReason() != "done" {
 		t.Fatalf("revoke = %v, %v", r, err)
+	}
+	// A second owner cannot put a mandate on own_m's account, and is told
+	// the same as for an account that does not exist.
+	x, err := s.CreateAgent(as("own_x"), &countersignv1.CreateAgentRequest{Agent: &countersignv1.Agent{DisplayName: "squatter"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refusals []string
+	for _, acct := range []string{"acct_1", "acct_nowhere"} {
+		squat := proto.Clone(m).(*countersignv1.Mandate)
+		squat.AgentId, squat.RailAccount = x.GetAgent().GetAgentId(), acct
+		_, err := s.CreateMandate(as("own_x"), &countersignv1.CreateMandateRequest{Mandate: squat})
+		if code(err) != codes.PermissionDenied {
+			t.Fatalf("own_x mandates on %s: %v, want PermissionDenied", acct, err)
+		}
+		refusals = append(refusals, strings.ReplaceAll(err.Error(), acct, "X"))
+	}
+	if refusals[0] != refusals[1] {
+		t.Fatalf("the refusal tells a held account from a missing one: %q", refusals)
+	}
+	if l, err := s.ListMandates(as("own_x"), &countersignv1.ListMandatesRequest{}); err != nil || len(l.GetMandates()) != 0 {
+		t.Fatalf("own_x has mandates after refusals: %v, %v", l, err)
 	}
 	bad := &countersignv1.Mandate{AgentId: a.GetAgent().GetAgentId()}
 	if _, err := s.CreateMandate(as("own_m"), &countersignv1.CreateMandateRequest{Mandate: bad}); code(err) != codes.InvalidArgument {
@@ -266,9 +292,12 @@ func TestWatchIntentsStreamsTransitions(t *testing.T) {
 }
 
 func TestOwnerAPIListsMandates(t *testing.T) {
-	s, _ := ownerServer(t)
+	s, store := ownerServer(t)
 	a, err := s.CreateAgent(as("own_l"), &countersignv1.CreateAgentRequest{Agent: &countersignv1.Agent{DisplayName: "bot"}})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.GrantRailAccount(context.Background(), "acct_1", "own_l"); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now().Truncate(time.Second)

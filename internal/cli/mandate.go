@@ -140,6 +140,10 @@ func newMandateApply() *cobra.Command {
 			if errors.Is(err, ledger.ErrNotFound) {
 				return fmt.Errorf("agent %s does not exist or is revoked; create the agent first: %w", rec.AgentID, err)
 			}
+			if errors.Is(err, ledger.ErrNotHeld) {
+				return fmt.Errorf("the owner of agent %s does not hold rail account %s; grant it first with "+
+					"`countersign owner grant-account %s OWNER_ID`: %w", rec.AgentID, rec.RailAccount, rec.RailAccount, err)
+			}
 			if err != nil {
 				return err
 			}

@@ -124,6 +124,20 @@ func TestMandateLint(t *testing.T) {
 
 var hashLine = regexp.MustCompile(`^[0-9a-f]{64}\n$`)
 
+// mandateAccount is the rail account of the mandate file.
+func mandateAccount(t *testing.T, file string) string {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := mandate.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.GetRailAccount()
+}
+
 func TestMandateApplyShowRevoke(t *testing.T) {
 	url := pgtest.NewDatabase(t)
 	ctx := context.Background()
@@ -140,8 +154,24 @@ func TestMandateApplyShowRevoke(t *testing.T) {
 	file := writeMandateFile(t, dir, "m.yaml", mandateYAML(agent.ID, "refunds", 30*24*time.Hour))
 	db := "--database-url=" + url
 
-	// apply prints the hash, then "already applied".
+	// Without the operator's grant of the account, nothing is applied.
 	r := runCLI(t, "", "mandate", "apply", file, db)
+	if r.err == nil || !strings.Contains(r.err.Error(), "countersign owner grant-account") {
+		t.Fatalf("apply without a grant = %q, %v", r.out, r.err)
+	}
+	acct := mandateAccount(t, file)
+	if r := runCLI(t, "", "owner", "grant-account", acct, "own_cli", db); r.err != nil || !strings.Contains(r.out, "granted") {
+		t.Fatalf("grant-account = %q, %v", r.out, r.err)
+	}
+	if r := runCLI(t, "", "owner", "grant-account", acct, "own_cli", db); r.err != nil || !strings.Contains(r.out, "already holds") {
+		t.Fatalf("second grant-account = %q, %v", r.out, r.err)
+	}
+	if r := runCLI(t, "", "owner", "accounts", db); r.err != nil || !strings.Contains(r.out, acct) || !strings.Contains(r.out, "own_cli") {
+		t.Fatalf("accounts = %q, %v", r.out, r.err)
+	}
+
+	// apply prints the hash, then "already applied".
+	r = runCLI(t, "", "mandate", "apply", file, db)
 	if r.err != nil || !hashLine.MatchString(r.out) {
 		t.Fatalf("apply = %q, %v (stderr %q)", r.out, r.err, r.errOut)
 	}

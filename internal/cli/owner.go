@@ -82,7 +82,7 @@ func table(w io.Writer, header string, rows [][]string) {
 }
 
 func newOwner() *cobra.Command {
-	owner := &cobra.Command{Use: "owner", Short: "Bootstrap owners of the owner API"}
+	owner := &cobra.Command{Use: "owner", Short: "Bootstrap owners of the owner API and grant them rail accounts"}
 	cfg := config.Defaults()
 	var name string
 	var ttl time.Duration
@@ -114,8 +114,106 @@ func newOwner() *cobra.Command {
 	boot.Flags().StringVar(&name, "name", "", "the owner's name")
 	boot.Flags().DurationVar(&ttl, "ttl", 90*24*time.Hour, "how long the token is valid")
 	_ = boot.MarkFlagRequired("name")
-	owner.AddCommand(boot)
+	owner.AddCommand(boot, newGrantAccount(), newRevokeAccount(), newAccounts())
 	return owner
+}
+
+// Rail accounts belong to the owners the operator grants them to. These
+// commands write the ledger directly (they need --database-url): granting
+// is the operator's act, and no API an owner can call grants an account,
+// so no owner can claim another's account first.
+
+func newGrantAccount() *cobra.Command {
+	cfg := config.Defaults()
+	cmd := &cobra.Command{
+		Use:   "grant-account RAIL_ACCOUNT OWNER_ID",
+		Short: "Give an owner a rail account: it may then put mandates on it and read its audit",
+		Long: "grant-account records that OWNER_ID (own_… for a token owner, oidc:<issuer tag>:<subject> for an OIDC owner) " +
+			"holds RAIL_ACCOUNT (an account id of the rails file). Only owners holding an account may mandate agents on it, " +
+			"and its mandates decide only while the grant lasts. An account may be granted to several owners.",
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			store, err := openLedger(cmd, &cfg)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			created, err := store.GrantRailAccount(cmd.Context(), args[0], args[1])
+			if err != nil {
+				return err
+			}
+			if !created {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s already holds %s\n", args[1], args[0])
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "granted %s to %s\n", args[0], args[1])
+			return nil
+		},
+	}
+	cfg.BindDatabase(cmd.Flags())
+	return cmd
+}
+
+func newRevokeAccount() *cobra.Command {
+	cfg := config.Defaults()
+	cmd := &cobra.Command{
+		Use:   "revoke-account RAIL_ACCOUNT OWNER_ID",
+		Short: "Withdraw a rail account from an owner, one way; its mandates on it are revoked",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			store, err := openLedger(cmd, &cfg)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			hashes, err := store.RevokeRailAccount(cmd.Context(), args[0], args[1])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "withdrew %s from %s; revoked %d mandate(s)\n", args[0], args[1], len(hashes))
+			for _, h := range hashes {
+				fmt.Fprintln(cmd.OutOrStdout(), h)
+			}
+			return nil
+		},
+	}
+	cfg.BindDatabase(cmd.Flags())
+	return cmd
+}
+
+func newAccounts() *cobra.Command {
+	cfg := config.Defaults()
+	var account, ownerID string
+	cmd := &cobra.Command{
+		Use:   "accounts",
+		Short: "List rail account grants (live and revoked)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			store, err := openLedger(cmd, &cfg)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			gs, err := store.RailAccountGrants(cmd.Context(), account, ownerID)
+			if err != nil {
+				return err
+			}
+			var rows [][]string
+			for _, g := range gs {
+				revoked := "-"
+				if g.RevokedAt != nil {
+					revoked = g.RevokedAt.UTC().Format(time.RFC3339) + " by " + g.RevokedBy
+				}
+				rows = append(rows, []string{g.RailAccount, g.OwnerID, g.GrantedAt.UTC().Format(time.RFC3339) + " by " + g.GrantedBy, revoked})
+			}
+			table(cmd.OutOrStdout(), "RAIL ACCOUNT\tOWNER\tGRANTED\tREVOKED", rows)
+			return nil
+		},
+	}
+	cfg.BindDatabase(cmd.Flags())
+	cmd.Flags().StringVar(&account, "rail-account", "", "only this rail account")
+	cmd.Flags().StringVar(&ownerID, "owner", "", "only this owner")
+	return cmd
 }
 
 func newAgent() *cobra.Command {

@@ -15,6 +15,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"sigs.k8s.io/yaml"
+
+	"github.com/countersign/countersign/internal/ownerauth"
 )
 
 // DefaultEnvoySocket is where the Envoy-facing listener is by default: a
@@ -84,10 +86,14 @@ type Config struct {
 	WebhookAllowNetworks string
 	// Owner authentication (OIDC) and quotas.
 	OwnerIssuer, OwnerAudience, OwnerJWKSURL, OwnerJWKSFile, OwnerSubjectClaim string
-	OwnerQuotaRate                                                             float64
-	OwnerQuotaBurst                                                            int
-	AuthFailureRate                                                            float64
-	AuthFailureBurst                                                           int
+	// OwnerAllowedSubjects and OwnerAllowedGroups (comma-separated) are the
+	// OIDC owner allowlist; OwnerGroupsClaim names the claim the groups are
+	// read from. With an issuer set, the allowlist must not be empty.
+	OwnerAllowedSubjects, OwnerAllowedGroups, OwnerGroupsClaim string
+	OwnerQuotaRate                                             float64
+	OwnerQuotaBurst                                            int
+	AuthFailureRate                                            float64
+	AuthFailureBurst                                           int
 }
 
 // Defaults are the values a setting has when nothing sets it.
@@ -110,6 +116,7 @@ func Defaults() Config {
 		MaxRequestBytes:      65536,
 		OutboxInterval:       time.Second,
 		OwnerSubjectClaim:    "sub",
+		OwnerGroupsClaim:     ownerauth.DefaultGroupsClaim,
 		OwnerQuotaRate:       10,
 		OwnerQuotaBurst:      50,
 		AuthFailureRate:      0.1,
@@ -150,6 +157,9 @@ func (c *Config) BindServe(fs *pflag.FlagSet) {
 	fs.StringVar(&c.OwnerJWKSURL, "owner-jwks-url", c.OwnerJWKSURL, "https URL of the issuer's JWKS (exclusive with owner-jwks-file)")
 	fs.StringVar(&c.OwnerJWKSFile, "owner-jwks-file", c.OwnerJWKSFile, "file holding the issuer's JWKS (exclusive with owner-jwks-url)")
 	fs.StringVar(&c.OwnerSubjectClaim, "owner-subject-claim", c.OwnerSubjectClaim, "JWT claim that names the owner")
+	fs.StringVar(&c.OwnerAllowedSubjects, "owner-allowed-subjects", c.OwnerAllowedSubjects, "comma-separated subject claim values admitted as owners (OIDC needs this and/or owner-allowed-groups)")
+	fs.StringVar(&c.OwnerAllowedGroups, "owner-allowed-groups", c.OwnerAllowedGroups, "comma-separated groups whose members are admitted as owners (read from owner-groups-claim)")
+	fs.StringVar(&c.OwnerGroupsClaim, "owner-groups-claim", c.OwnerGroupsClaim, "top-level JWT claim listing the subject's groups (array of strings or one string)")
 	fs.Float64Var(&c.OwnerQuotaRate, "owner-quota-rate", c.OwnerQuotaRate, "owner API calls per second per source and per owner (0: no quota)")
 	fs.IntVar(&c.OwnerQuotaBurst, "owner-quota-burst", c.OwnerQuotaBurst, "owner API calls allowed at once per source and per owner")
 	fs.Float64Var(&c.AuthFailureRate, "auth-failure-rate", c.AuthFailureRate, "failed credential attempts forgiven per second, per source and per credential (0: never block)")
@@ -210,12 +220,26 @@ func Resolve(fs *pflag.FlagSet, getenv func(string) (string, bool)) error {
 			return
 		}
 		if v, ok := file[f.Name]; ok && f.Name != "config" {
-			if err := fs.Set(f.Name, fmt.Sprint(v)); err != nil {
+			if err := fs.Set(f.Name, fileValue(v)); err != nil {
 				errs = append(errs, fmt.Errorf("config file %s: %s: %w", path, f.Name, err))
 			}
 		}
 	})
 	return errors.Join(errs...)
+}
+
+// fileValue is a config file value as a flag would spell it: a YAML list
+// is comma-separated (the list settings are comma-separated strings).
+func fileValue(v any) string {
+	l, ok := v.([]any)
+	if !ok {
+		return fmt.Sprint(v)
+	}
+	parts := make([]string, len(l))
+	for i, e := range l {
+		parts[i] = fmt.Sprint(e)
+	}
+	return strings.Join(parts, ",")
 }
 
 // ValidateDatabase checks the settings BindDatabase registers.
@@ -271,6 +295,9 @@ func (c Config) Validate() error {
 	}
 	if c.OwnerQuotaBurst < 1 || c.AuthFailureBurst < 1 {
 		errs = append(errs, fmt.Errorf("owner-quota-burst and auth-failure-burst (%s, %s) must be at least 1", EnvName("owner-quota-burst"), EnvName("auth-failure-burst")))
+	}
+	if err := c.OwnerAuth().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("owner authentication: %w", err))
 	}
 	if c.OutboxInterval < 0 {
 		errs = append(errs, fmt.Errorf("outbox-interval (%s) must not be negative", EnvName("outbox-interval")))
@@ -343,6 +370,24 @@ func (c Config) validateEnvoyListener() error {
 	return fmt.Errorf("%s is TCP (%q) without mutual TLS: an ALLOW answer carries the rail key, and in a pod every container, "+
 		"the agent's too, can connect to the pod's addresses and ask for one. Use unix:/path on a volume only Envoy and Countersign mount, "+
 		"or set envoy-tls-cert, envoy-tls-key and envoy-client-ca; --%s overrides this where no agent can reach the address", name, c.EnvoyAddr, UnsafeEnvoyTCPFlag)
+}
+
+// OwnerAuth is the owner authentication (OIDC) configuration.
+func (c Config) OwnerAuth() ownerauth.Config {
+	return ownerauth.Config{Issuer: c.OwnerIssuer, Audience: c.OwnerAudience, JWKSURL: c.OwnerJWKSURL,
+		JWKSFile: c.OwnerJWKSFile, SubjectClaim: c.OwnerSubjectClaim, AllowedSubjects: list(c.OwnerAllowedSubjects),
+		AllowedGroups: list(c.OwnerAllowedGroups), GroupsClaim: c.OwnerGroupsClaim}
+}
+
+// list splits a comma-separated setting, dropping blanks.
+func list(s string) []string {
+	var out []string
+	for v := range strings.SplitSeq(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // WebhookNetworks parses WebhookAllowNetworks: CIDR prefixes or single

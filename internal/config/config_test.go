@@ -141,3 +141,52 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestOwnerOIDCNeedsAnAllowlist(t *testing.T) {
+	jwksFile := filepath.Join(t.TempDir(), "jwks.json")
+	valid := func() Config {
+		c := Defaults()
+		c.DatabaseURL = "postgres://x/db"
+		c.OwnerIssuer, c.OwnerAudience, c.OwnerJWKSFile = "https://id.example.test", "countersign", jwksFile
+		return c
+	}
+	c := valid()
+	err := c.Validate()
+	if err == nil || !strings.Contains(err.Error(), "owner-allowed-subjects and/or owner-allowed-groups") {
+		t.Fatalf("an issuer without an allowlist must not start: %v", err)
+	}
+	c.OwnerAllowedSubjects = " alice , bob@example.test,,"
+	if err := c.Validate(); err != nil {
+		t.Fatalf("allowlisted OIDC refused: %v", err)
+	}
+	if got := c.OwnerAuth().AllowedSubjects; strings.Join(got, "|") != "alice|bob@example.test" {
+		t.Fatalf("allowed subjects = %q", got)
+	}
+	c = valid()
+	c.OwnerAllowedGroups = "payments-owners"
+	if err := c.Validate(); err != nil {
+		t.Fatalf("group-allowlisted OIDC refused: %v", err)
+	}
+	if oa := c.OwnerAuth(); oa.GroupsClaim != "groups" || len(oa.AllowedGroups) != 1 {
+		t.Fatalf("owner auth = %+v", oa)
+	}
+}
+
+func TestOwnerAllowlistFromAConfigFileList(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("owner-allowed-subjects: [alice, bob]\nowner-allowed-groups: payments-owners\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Defaults()
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	cfg.BindServe(fs)
+	if err := fs.Parse([]string{"--config", file}); err != nil {
+		t.Fatal(err)
+	}
+	if err := Resolve(fs, env(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.OwnerAllowedSubjects != "alice,bob" || cfg.OwnerAllowedGroups != "payments-owners" {
+		t.Fatalf("allowlist from file = %q / %q", cfg.OwnerAllowedSubjects, cfg.OwnerAllowedGroups)
+	}
+}

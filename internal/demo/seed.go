@@ -144,8 +144,16 @@ func seedDemo(ctx context.Context, store *ledger.Store, dir string, d demo) (dem
 // ensureMandate creates a budgeted refund mandate for the agent on account
 // unless one is active.
 func ensureMandate(ctx context.Context, store *ledger.Store, agentID string, r countersignv1.Rail, account string, max int64, currency string) error {
+	// The operator's part: the demo owner holds the demo's rail accounts.
+	owner, err := store.AgentOwner(ctx, agentID)
+	if err != nil {
+		return err
+	}
+	if _, err := store.GrantRailAccount(ctx, account, owner); err != nil {
+		return err
+	}
 	now := time.Now().Truncate(time.Second)
-	_, err := store.ActiveMandate(ctx, agentID, account, now)
+	_, err = store.ActiveMandate(ctx, agentID, account, now)
 	if err == nil || !errors.Is(err, ledger.ErrNotFound) {
 		return err
 	}

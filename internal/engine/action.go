@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/chaos"
 	"github.com/countersign/countersign/internal/intent"
 	"github.com/countersign/countersign/internal/ledger"
@@ -88,6 +89,11 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, acct
 	seen, err := e.ledger.LookupAlias(ctx, acct.ID, alias)
 	switch {
 	case err == nil && answersFromLedger(seen.Intent.State):
+		// Only to a caller the scope gate admits on this account, and only
+		// about an intent of its own owner (tenancy.go).
+		if out, ok := e.admitToLedgerAnswer(ctx, req, p, acct, a.Kind, seen.Intent); !ok {
+			return out
+		}
 		return e.answer(acct, req, seen, rail.Stamped{})
 	case errors.Is(err, ledger.ErrUnavailable):
 		return refuseRail(acct, req, ReasonLedgerUnavailable, "Countersign's ledger is unreachable, so no money can move; retry later.", http.StatusServiceUnavailable)
@@ -122,11 +128,13 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, acct
 		// names another is keyed as asked and refused by the value gate.
 		key.Currency = ref.Currency
 	}
-	window, err := e.idempotencyWindow(ctx, p, acct, a.Kind)
-	if err != nil {
-		return refuseRail(acct, req, ReasonLedgerUnavailable, "Countersign's ledger is unreachable, so no money can move; retry later.", http.StatusServiceUnavailable)
+	// G1 before the ledger is asked: a proposal of an existing intent is
+	// answered from it (or moves it) without the ladder.
+	m, out, ok := e.admitScope(ctx, req, p, acct, a.Kind, key.Currency)
+	if !ok {
+		return out
 	}
-	key.Window = window
+	key.Window = e.idempotencyWindow(m, a.Kind)
 	value := int64(0)
 	if a.AmountMinor != nil {
 		key.AmountMinor, value = *a.AmountMinor, *a.AmountMinor
@@ -181,6 +189,8 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, acct
 		CommitTokenHash: tokenHash,
 	})
 	switch {
+	case errors.Is(err, ledger.ErrForeignIntent):
+		return refuseForeign(acct, req)
 	case errors.Is(err, ledger.ErrUnavailable):
 		return refuseRail(acct, req, ReasonLedgerUnavailable, "Countersign's ledger is unreachable, so no money can move; retry later.", http.StatusServiceUnavailable)
 	case err != nil:
@@ -190,7 +200,7 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, acct
 	if res.Attempt != nil {
 		chaos.Point(chaos.AfterWALBeforeCall)
 	}
-	out := e.answer(acct, req, res, stamped)
+	out = e.answer(acct, req, res, stamped)
 	if out.Verdict == Allow && out.Intent != nil {
 		out.Intent.CommitToken = token
 	}
@@ -209,7 +219,7 @@ func (e *Engine) answer(acct *rails.Account, req Request, res ledger.ProposeResu
 			out.Gates = g.Gates
 			return out
 		}
-		out = refuseRail(acct, req, g.ReasonCode, g.Reason+" The request is held for the owner's approval; send the identical request again once it is approved.", http.StatusForbidden)
+		out = refuseRail(acct, req, g.ReasonCode, g.Reason, http.StatusForbidden)
 		out.Verdict, out.Gates, out.Intent = Hold, g.Gates, ref
 		return out
 	}
@@ -313,34 +323,21 @@ func answersFromLedger(s intent.State) bool {
 // kind into the key: identical payouts within one window are one payout,
 // the next window's is a new one. Refunds never take a window (DESIGN.md
 // §3): two identical refunds of one payment are one action whenever sent.
-// The window is read from the active mandate (mandates never change, so
-// reading it outside the deciding transaction is safe; the gates re-read
-// it inside).
-func (e *Engine) idempotencyWindow(ctx context.Context, p *ledger.Principal, acct *rails.Account, kind sik.Kind) (string, error) {
-	if kind == sik.KindRefund {
-		return "", nil
-	}
-	rec, err := e.ledger.ActiveMandate(ctx, p.Agent.ID, acct.ID, e.now())
-	if errors.Is(err, ledger.ErrNotFound) {
-		return "", nil // no mandate: the scope gate refuses
-	}
-	if err != nil {
-		return "", err
-	}
-	m, err := e.mandates.get(rec)
-	if err != nil {
-		// An undecodable mandate: the gates, reading it again inside the
-		// transaction, fail and the request is denied; the key needs none.
-		return "", nil //nolint:nilerr // deliberately deferred to the gates
+// m is the active mandate the scope gate admitted under (mandates never
+// change, so reading it outside the deciding transaction is safe; the
+// gates re-read it inside).
+func (e *Engine) idempotencyWindow(m *countersignv1.Mandate, kind sik.Kind) string {
+	if kind == sik.KindRefund || m == nil {
+		return ""
 	}
 	for _, s := range m.GetIdempotency() {
 		if kindName(s.GetActionKind()) != string(kind) || s.GetWindow().AsDuration() <= 0 {
 			continue
 		}
 		w := s.GetWindow().AsDuration()
-		return fmt.Sprintf("%s@%d", w, e.now().UnixNano()/int64(w)), nil
+		return fmt.Sprintf("%s@%d", w, e.now().UnixNano()/int64(w))
 	}
-	return "", nil
+	return ""
 }
 
 // replayApplied answers a duplicate of an APPLIED intent from the ledger,
@@ -362,15 +359,15 @@ func replayApplied(acct *rails.Account, req Request, it ledger.Intent, a *ledger
 				return refuseRail(acct, req, ReasonInternal, "Countersign could not re-address the stored answer: "+err.Error(), http.StatusServiceUnavailable)
 			}
 		}
-		return Outcome{Verdict: Block, ReasonCode: ReasonDuplicateApplied, HTTPStatus: r.Status, Body: body, ResponseHeaders: headers,
+		return Outcome{Verdict: Block, Replayed: true, ReasonCode: ReasonDuplicateApplied, HTTPStatus: r.Status, Body: body, ResponseHeaders: headers,
 			Reason: fmt.Sprintf("already applied as %s; this is the rail's stored answer", it.RailEntityID)}
 	case a.FoundEntity != nil && !reshapes:
 		headers["x-countersign-settled-by"] = "reconciliation"
-		return Outcome{Verdict: Block, ReasonCode: ReasonDuplicateApplied, HTTPStatus: http.StatusOK, Body: a.FoundEntity, ResponseHeaders: headers,
+		return Outcome{Verdict: Block, Replayed: true, ReasonCode: ReasonDuplicateApplied, HTTPStatus: http.StatusOK, Body: a.FoundEntity, ResponseHeaders: headers,
 			Reason: fmt.Sprintf("already applied as %s (settled by reconciliation); this is the entity as the rail lists it", it.RailEntityID)}
 	default:
 		out := refuseRail(acct, req, ReasonDuplicateApplied, fmt.Sprintf("Already applied as %s (settled by reconciliation); the rail's own answer was not kept.", it.RailEntityID), http.StatusConflict)
-		out.ResponseHeaders = headers
+		out.ResponseHeaders, out.Replayed = headers, true
 		return out
 	}
 }

@@ -88,6 +88,10 @@ type Outcome struct {
 	ResponseHeaders map[string]string
 	// Gates are the gate ladder's results, when it ran.
 	Gates []ledger.GateRecord
+	// Replayed says the answer is the stored outcome of an applied
+	// duplicate, from the ledger: not forwarded (the decision is BLOCK),
+	// but not a refusal either, and labelled as what it is.
+	Replayed bool
 }
 
 // IntentRef tells the response path (ext_proc, Commit) which attempt an
@@ -118,10 +122,11 @@ type Ledger interface {
 	RecordDecision(ctx context.Context, d ledger.Decision) (int64, error)
 	Propose(ctx context.Context, p ledger.Proposal) (ledger.ProposeResult, error)
 	LookupAlias(ctx context.Context, railAccount, alias string) (ledger.ProposeResult, error)
-	ActiveMandate(ctx context.Context, agentID, railAccount string, at time.Time) (ledger.MandateRecord, error)
+	LatestMandate(ctx context.Context, agentID, railAccount string, at time.Time) (ledger.MandateRecord, error)
 	GetIntent(ctx context.Context, k ledger.Key) (ledger.Intent, []ledger.Attempt, error)
 	Commit(ctx context.Context, r ledger.AttemptResult) (ledger.Intent, error)
 	MarkBodyStamped(ctx context.Context, k ledger.Key, seq int) error
+	AgentOwner(ctx context.Context, agentID string) (string, error)
 }
 
 // Rails finds the configured rail account for a request.

@@ -38,7 +38,7 @@ func (l *scriptedLedger) Propose(context.Context, ledger.Proposal) (ledger.Propo
 	return ledger.ProposeResult{}, errors.New("scriptedLedger: no proposals expected")
 }
 
-func (l *scriptedLedger) ActiveMandate(context.Context, string, string, time.Time) (ledger.MandateRecord, error) {
+func (l *scriptedLedger) LatestMandate(context.Context, string, string, time.Time) (ledger.MandateRecord, error) {
 	return ledger.MandateRecord{}, ledger.ErrNotFound
 }
 
@@ -52,6 +52,10 @@ func (l *scriptedLedger) GetIntent(context.Context, ledger.Key) (ledger.Intent, 
 
 func (l *scriptedLedger) Commit(context.Context, ledger.AttemptResult) (ledger.Intent, error) {
 	return ledger.Intent{}, errors.New("scriptedLedger: no commits")
+}
+
+func (l *scriptedLedger) AgentOwner(context.Context, string) (string, error) {
+	return "", errors.New("scriptedLedger: no owner lookups expected")
 }
 
 func (l *scriptedLedger) MarkBodyStamped(context.Context, ledger.Key, int) error {

@@ -23,6 +23,9 @@ import (
 	"github.com/countersign/countersign/internal/engine"
 )
 
+// VerdictReplay labels an answer replayed from the ledger.
+const VerdictReplay = "REPLAY"
+
 // PartialBodyHeader is set by Envoy when with_request_body's bound cut the
 // body (allow_partial_message: true).
 const PartialBodyHeader = "x-envoy-auth-partial-body"
@@ -160,9 +163,15 @@ func ToCheckResponse(out engine.Outcome) *authv3.CheckResponse {
 	if code == 0 {
 		code = http.StatusForbidden
 	}
+	// A replayed duplicate is not forwarded (the decision is BLOCK), but it
+	// is the rail's own answer, not a refusal: it says REPLAY.
+	verdict := string(out.Verdict)
+	if out.Replayed {
+		verdict = VerdictReplay
+	}
 	headers := []*corev3.HeaderValueOption{
 		header("content-type", "application/json"),
-		header("x-countersign-verdict", string(out.Verdict)),
+		header("x-countersign-verdict", verdict),
 		header("x-countersign-reason", out.ReasonCode),
 	}
 	for _, k := range slices.Sorted(maps.Keys(out.ResponseHeaders)) {

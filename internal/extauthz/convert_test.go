@@ -223,3 +223,21 @@ func TestToCheckResponseAllowInjectsRailKeyAndStamp(t *testing.T) {
 		t.Fatal("nil metadata accepted")
 	}
 }
+
+// TestReplayIsLabelledAsWhatItIs: a duplicate of an applied refund is
+// answered with the rail's stored answer; it says REPLAY, not BLOCK, while
+// a refusal still says BLOCK.
+func TestReplayIsLabelledAsWhatItIs(t *testing.T) {
+	verdictOf := func(out engine.Outcome) string {
+		return headerValue(ToCheckResponse(out).GetDeniedResponse().GetHeaders(), "x-countersign-verdict")
+	}
+	replay := engine.Outcome{Verdict: engine.Block, Replayed: true, ReasonCode: "duplicate_applied", HTTPStatus: 200, Body: []byte(`{"id":"re_1"}`),
+		ResponseHeaders: map[string]string{"x-countersign-replay": "true"}}
+	if got := verdictOf(replay); got != VerdictReplay {
+		t.Errorf("replayed answer says %q, want %q", got, VerdictReplay)
+	}
+	refusal := engine.Outcome{Verdict: engine.Block, ReasonCode: "amount_above_maximum", HTTPStatus: 403, Body: []byte(`{}`)}
+	if got := verdictOf(refusal); got != "BLOCK" {
+		t.Errorf("refusal says %q, want BLOCK", got)
+	}
+}

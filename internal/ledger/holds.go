@@ -49,13 +49,26 @@ var errGateBlocked = errors.New("ledger: gates blocked the proposal")
 // applies), with a share lock so a concurrent revocation waits for this
 // decision. ErrNotFound when the agent has none.
 func (tx *Tx) LatestMandate(ctx context.Context, agentID, railAccount string, at time.Time) (MandateRecord, error) {
+	return latestMandate(ctx, tx.tx, agentID, railAccount, at, " FOR SHARE")
+}
+
+// LatestMandate is Tx.LatestMandate outside a transaction, without a lock:
+// for the scope check that precedes an answer from the ledger.
+func (s *Store) LatestMandate(ctx context.Context, agentID, railAccount string, at time.Time) (MandateRecord, error) {
+	return latestMandate(ctx, s.pool, agentID, railAccount, at, "")
+}
+
+func latestMandate(ctx context.Context, q querier, agentID, railAccount string, at time.Time, lock string) (MandateRecord, error) {
 	// An active one first; else the newest, whatever its state.
-	r, err := tx.ActiveMandate(ctx, agentID, railAccount, at)
+	r, err := activeMandate(ctx, q, agentID, railAccount, at, lock)
 	if err == nil || !errors.Is(err, ErrNotFound) {
 		return r, err
 	}
-	r, err = scanMandate(tx.tx.QueryRow(ctx, `SELECT `+mandateColumns+` FROM mandates
-		WHERE agent_id = $1 AND rail_account = $2 ORDER BY created_at DESC, hash LIMIT 1 FOR SHARE`, agentID, railAccount))
+	// Only mandates on an account their owner holds: one the owner lost
+	// must not come back here as "the newest, unrevoked".
+	r, err = scanMandate(q.QueryRow(ctx, `SELECT `+mandateColumns+` FROM mandates m
+		WHERE agent_id = $1 AND rail_account = $2 AND `+heldByOwner+`
+		ORDER BY created_at DESC, hash LIMIT 1`+lock, agentID, railAccount))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return MandateRecord{}, fmt.Errorf("%w: mandate for agent %s on %s", ErrNotFound, agentID, railAccount)
 	}

@@ -199,6 +199,17 @@ func (s *Store) Propose(ctx context.Context, p Proposal) (ProposeResult, error) 
 			if it, err = tx.lockIntent(ctx, p.Key); err != nil {
 				return err
 			}
+			// Another owner's intent is neither moved nor described: its
+			// approval, its reopening and its answer are its owner's.
+			if p.AgentID != "" {
+				same, err := tx.sameOwner(ctx, p.AgentID, it.AgentID)
+				if err != nil {
+					return err
+				}
+				if !same {
+					return ErrForeignIntent
+				}
+			}
 		default:
 			return err
 		}
@@ -213,6 +224,9 @@ func (s *Store) Propose(ctx context.Context, p Proposal) (ProposeResult, error) 
 	})
 	if errors.Is(err, errGateBlocked) {
 		return res, nil
+	}
+	if errors.Is(err, ErrForeignIntent) {
+		return ProposeResult{}, ErrForeignIntent
 	}
 	if err != nil {
 		return ProposeResult{}, classify(fmt.Errorf("ledger: propose %s: %w", p.Key, err))

@@ -65,7 +65,8 @@ func scanMandate(row pgx.Row) (MandateRecord, error) {
 // the hash: storing a mandate that already exists (revoked or not) changes
 // nothing and returns created=false. OwnerID may be empty, in which case the
 // agent's owner is recorded; when given it must be the agent's owner. An
-// unknown, revoked or foreign agent is ErrNotFound.
+// unknown, revoked or foreign agent is ErrNotFound; a rail account the
+// agent's owner does not hold (GrantRailAccount) is ErrNotHeld.
 func (s *Store) CreateMandate(ctx context.Context, m MandateRecord) (created bool, err error) {
 	if !mandateHash.MatchString(m.Hash) {
 		return false, fmt.Errorf("ledger: create mandate: hash %q is not lower-case hex SHA-256", m.Hash)
@@ -77,6 +78,9 @@ func (s *Store) CreateMandate(ctx context.Context, m MandateRecord) (created boo
 		ON CONFLICT (hash) DO NOTHING`,
 		m.Hash, m.OwnerID, m.AgentID, m.RailAccount, string(m.Canonical), m.Mode, m.ValidFrom, m.ValidUntil)
 	if err != nil {
+		if nh := notHeld(err, m.RailAccount); nh != err {
+			return false, nh
+		}
 		return false, classify(fmt.Errorf("ledger: create mandate: %w", err))
 	}
 	if tag.RowsAffected() == 1 {
@@ -174,9 +178,10 @@ func (tx *Tx) ActiveMandate(ctx context.Context, agentID, railAccount string, at
 }
 
 func activeMandate(ctx context.Context, q querier, agentID, railAccount string, at time.Time, lock string) (MandateRecord, error) {
-	r, err := scanMandate(q.QueryRow(ctx, `SELECT `+mandateColumns+` FROM mandates
+	// A mandate decides only while its owner holds its rail account.
+	r, err := scanMandate(q.QueryRow(ctx, `SELECT `+mandateColumns+` FROM mandates m
 		WHERE agent_id = $1 AND rail_account = $2 AND revoked_at IS NULL
-		  AND valid_from <= $3 AND $3 < valid_until
+		  AND valid_from <= $3 AND $3 < valid_until AND `+heldByOwner+`
 		ORDER BY created_at DESC, hash
 		LIMIT 1`+lock, agentID, railAccount, at))
 	if errors.Is(err, pgx.ErrNoRows) {

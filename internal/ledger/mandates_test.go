@@ -39,11 +39,19 @@ func testMandate(t *testing.T, agentID, railAccount string, from, until time.Tim
 	}
 }
 
+// createMandateAgent creates an agent of owner, and grants owner the rail
+// accounts the mandate tests use (a mandate needs its owner to hold its
+// account).
 func createMandateAgent(t *testing.T, s *Store, owner string) Agent {
 	t.Helper()
 	a, err := s.CreateAgent(context.Background(), owner, "mandate test")
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, acct := range []string{"acct_1", "acct_2"} {
+		if _, err := s.GrantRailAccount(context.Background(), acct, owner); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return a
 }

@@ -178,6 +178,7 @@ func (s *Store) OwnerAuditRecords(ctx context.Context, ownerID string, f AuditFi
 		SELECT `+auditRecordColumns+`
 		FROM audit_records r JOIN intents i ON i.rail_account = r.rail_account AND i.sik = r.sik
 		WHERE i.agent_id IN (SELECT id FROM agents WHERE owner_id = $1)
+		  AND r.rail_account IN (SELECT rail_account FROM rail_account_owners WHERE owner_id = $1 AND revoked_at IS NULL)
 		  AND ($2 = '' OR r.rail_account = $2) AND ($3 = '' OR r.sik = $3) AND ($4 = '' OR r.chain = $4)
 		  AND (r.chain, r.seq) > ($5::text, $6::bigint)
 		ORDER BY r.chain, r.seq LIMIT $7`,
@@ -187,13 +188,4 @@ func (s *Store) OwnerAuditRecords(ctx context.Context, ownerID string, f AuditFi
 	}
 	out, err := pgx.CollectRows(rows, scanAuditRecord)
 	return out, classify(err)
-}
-
-// OwnerHasRailAccount reports whether one of the owner's agents holds a
-// mandate (revoked or not) on railAccount.
-func (s *Store) OwnerHasRailAccount(ctx context.Context, ownerID, railAccount string) (bool, error) {
-	var ok bool
-	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM mandates m JOIN agents a ON a.id = m.agent_id
-		WHERE a.owner_id = $1 AND m.rail_account = $2)`, ownerID, railAccount).Scan(&ok)
-	return ok, classify(err)
 }

@@ -20,7 +20,7 @@ func FuzzAuthenticate(f *testing.F) {
 	store := &fakeTokens{}
 	live := store.add(f, ledger.OwnerToken{ID: "otk_live", OwnerID: "own_alice", ExpiresAt: clk.Now().Add(time.Hour)})
 	path := writeJWKSFile(f, jwks(f, rsaK, ecK))
-	a, err := ownerauth.New(ownerauth.Config{Issuer: testIssuer, Audience: testAudience, JWKSFile: path, Now: clk.Now}, store)
+	a, err := ownerauth.New(ownerauth.Config{Issuer: testIssuer, Audience: testAudience, AllowedSubjects: testOwners, JWKSFile: path, Now: clk.Now}, store)
 	if err != nil {
 		f.Fatal(err)
 	}

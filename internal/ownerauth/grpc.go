@@ -38,7 +38,8 @@ func FromContext(ctx context.Context) (Owner, bool) {
 //  2. a source over its call quota is refused (429);
 //  3. a credential that failed too often, from any source, is refused (429);
 //  4. the Authorization metadata is authenticated; a failure is counted
-//     against the source and the credential and refused (401);
+//     against the source and the credential and refused (401, or 403 for
+//     a verified OIDC subject that is not on the owner allowlist);
 //  5. an owner over its call quota is refused (429);
 //  6. the handler runs with the Owner in its context (FromContext).
 //
@@ -135,7 +136,7 @@ func (g *Guard) admit(ctx context.Context) (Owner, error) {
 	}
 	o, err := g.Auth.Authenticate(ctx, authz)
 	if err != nil {
-		if errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrAgentCredential) {
+		if errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrAgentCredential) || errors.Is(err, ErrNotAllowed) {
 			g.Failures.Note(src, credKey)
 		}
 		return Owner{}, err

@@ -31,6 +31,9 @@ const (
 	testAudience = "countersign-owner-api"
 )
 
+// testOwners are the subjects the tests' issuer signs for that are owners.
+var testOwners = []string{"alice", "alice@example.test", "bob"}
+
 // fakeClock is a clock the test moves by hand.
 type fakeClock struct {
 	mu sync.Mutex

@@ -38,6 +38,9 @@ var asymmetric = map[jose.SignatureAlgorithm]bool{
 
 type verifier struct {
 	issuer, audience, claim string
+	groupsClaim             string
+	allowedSubjects         map[string]bool
+	allowedGroups           map[string]bool
 	issuerTag               string
 	leeway                  time.Duration
 	algs                    []jose.SignatureAlgorithm
@@ -50,6 +53,11 @@ func newVerifier(cfg Config, now func() time.Time) (*verifier, error) {
 	if v.claim == "" {
 		v.claim = "sub"
 	}
+	v.groupsClaim = cfg.GroupsClaim
+	if v.groupsClaim == "" {
+		v.groupsClaim = DefaultGroupsClaim
+	}
+	v.allowedSubjects, v.allowedGroups = set(cfg.AllowedSubjects), set(cfg.AllowedGroups)
 	if v.leeway == 0 {
 		v.leeway = defaultLeeway
 	}
@@ -160,7 +168,43 @@ func (v *verifier) verify(ctx context.Context, raw string, now time.Time) (Owner
 	if !ok || !validSubject(subject) {
 		return Owner{}, fmt.Errorf("%w: JWT claim %q must be a printable string of 1 to %d bytes", ErrUnauthenticated, v.claim, maxSubjectBytes)
 	}
+	if !v.allowed(subject, all[v.groupsClaim]) {
+		return Owner{}, fmt.Errorf("%w: OIDC subject %q is not an owner of this deployment: it is not in owner-allowed-subjects, "+
+			"and its %q claim names no group in owner-allowed-groups", ErrNotAllowed, subject, v.groupsClaim)
+	}
 	return Owner{ID: v.ownerID(subject), Subject: subject, Method: MethodOIDC}, nil
+}
+
+// allowed reports whether subject, or one of the groups its token lists,
+// is on the allowlist. The groups claim is an array of strings or a single
+// string; anything else (numbers, objects, a claim of another shape) lists
+// no group. Matching is exact: no case folding, no prefixes.
+func (v *verifier) allowed(subject string, groups any) bool {
+	if v.allowedSubjects[subject] {
+		return true
+	}
+	if len(v.allowedGroups) == 0 {
+		return false
+	}
+	switch g := groups.(type) {
+	case string:
+		return v.allowedGroups[g]
+	case []any:
+		for _, e := range g {
+			if s, ok := e.(string); ok && v.allowedGroups[s] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func set(vals []string) map[string]bool {
+	out := make(map[string]bool, len(vals))
+	for _, v := range vals {
+		out[v] = true
+	}
+	return out
 }
 
 func validSubject(s string) bool {

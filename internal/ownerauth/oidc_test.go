@@ -19,7 +19,7 @@ import (
 // newOIDC returns an authenticator whose JWKS comes from a URL or a file.
 func newOIDC(t *testing.T, clk *fakeClock, source string, body []byte, mutate func(*ownerauth.Config)) *ownerauth.Authenticator {
 	t.Helper()
-	cfg := ownerauth.Config{Issuer: testIssuer, Audience: testAudience, Now: clk.Now}
+	cfg := ownerauth.Config{Issuer: testIssuer, Audience: testAudience, AllowedSubjects: testOwners, Now: clk.Now}
 	switch source {
 	case "url":
 		cfg.JWKSURL = newJWKSServer(t, body).URL + "/jwks"
@@ -136,7 +136,7 @@ func TestJWKSRotationAndReloadBound(t *testing.T) {
 	rsaK, _, _, rotated := testKeys(t)
 	clk := newClock()
 	srv := newJWKSServer(t, jwks(t, rsaK))
-	a, err := ownerauth.New(ownerauth.Config{Issuer: testIssuer, Audience: testAudience, JWKSURL: srv.URL,
+	a, err := ownerauth.New(ownerauth.Config{Issuer: testIssuer, Audience: testAudience, AllowedSubjects: testOwners, JWKSURL: srv.URL,
 		Now: clk.Now, KeysMinReload: 30 * time.Second, KeysMaxAge: time.Hour}, &fakeTokens{})
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +186,7 @@ func TestAnIssuerDownAtFirstUseRefuses(t *testing.T) {
 	rsaK, _, _, _ := testKeys(t)
 	clk := newClock()
 	srv := newJWKSServer(t, []byte("not json"))
-	a, err := ownerauth.New(ownerauth.Config{Issuer: testIssuer, Audience: testAudience, JWKSURL: srv.URL, Now: clk.Now}, &fakeTokens{})
+	a, err := ownerauth.New(ownerauth.Config{Issuer: testIssuer, Audience: testAudience, AllowedSubjects: testOwners, JWKSURL: srv.URL, Now: clk.Now}, &fakeTokens{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,17 +206,17 @@ func TestConfigValidation(t *testing.T) {
 		errHas string // "" = accepted
 	}{
 		{"OIDC off", ownerauth.Config{}, ""},
-		{"file", ownerauth.Config{Issuer: testIssuer, Audience: testAudience, JWKSFile: good}, ""},
-		{"https URL", ownerauth.Config{Issuer: testIssuer, Audience: testAudience, JWKSURL: "https://id.example.test/jwks"}, ""},
-		{"http to loopback", ownerauth.Config{Issuer: testIssuer, Audience: testAudience, JWKSURL: "http://127.0.0.1:8081/jwks"}, ""},
+		{"file", ownerauth.Config{Issuer: testIssuer, Audience: testAudience, AllowedSubjects: testOwners, JWKSFile: good}, ""},
+		{"https URL", ownerauth.Config{Issuer: testIssuer, Audience: testAudience, AllowedSubjects: testOwners, JWKSURL: "https://id.example.test/jwks"}, ""},
+		{"http to loopback", ownerauth.Config{Issuer: testIssuer, Audience: testAudience, AllowedSubjects: testOwners, JWKSURL: "http://127.0.0.1:8081/jwks"}, ""},
 		{"no issuer", ownerauth.Config{Audience: testAudience, JWKSFile: good}, "owner-issuer"},
 		{"no audience", ownerauth.Config{Issuer: testIssuer, JWKSFile: good}, "owner-audience"},
-		{"no keys", ownerauth.Config{Issuer: testIssuer, Audience: testAudience}, "owner-jwks-url or owner-jwks-file"},
-		{"both key sources", ownerauth.Config{Issuer: testIssuer, Audience: testAudience, JWKSFile: good, JWKSURL: "https://x/jwks"}, "exclusive"},
-		{"plain http elsewhere", ownerauth.Config{Issuer: testIssuer, Audience: testAudience, JWKSURL: "http://id.example.test/jwks"}, "https"},
-		{"missing file", ownerauth.Config{Issuer: testIssuer, Audience: testAudience, JWKSFile: "/nonexistent/jwks.json"}, "owner-jwks-file"},
-		{"a file of symmetric keys only", ownerauth.Config{Issuer: testIssuer, Audience: testAudience, JWKSFile: private}, "no usable public signing key"},
-		{"HMAC algorithm", ownerauth.Config{Issuer: testIssuer, Audience: testAudience, JWKSFile: good, Algorithms: []jose.SignatureAlgorithm{jose.HS256}}, "HS256"},
+		{"no keys", ownerauth.Config{Issuer: testIssuer, Audience: testAudience, AllowedSubjects: testOwners}, "owner-jwks-url or owner-jwks-file"},
+		{"both key sources", ownerauth.Config{Issuer: testIssuer, Audience: testAudience, AllowedSubjects: testOwners, JWKSFile: good, JWKSURL: "https://x/jwks"}, "exclusive"},
+		{"plain http elsewhere", ownerauth.Config{Issuer: testIssuer, Audience: testAudience, AllowedSubjects: testOwners, JWKSURL: "http://id.example.test/jwks"}, "https"},
+		{"missing file", ownerauth.Config{Issuer: testIssuer, Audience: testAudience, AllowedSubjects: testOwners, JWKSFile: "/nonexistent/jwks.json"}, "owner-jwks-file"},
+		{"a file of symmetric keys only", ownerauth.Config{Issuer: testIssuer, Audience: testAudience, AllowedSubjects: testOwners, JWKSFile: private}, "no usable public signing key"},
+		{"HMAC algorithm", ownerauth.Config{Issuer: testIssuer, Audience: testAudience, AllowedSubjects: testOwners, JWKSFile: good, Algorithms: []jose.SignatureAlgorithm{jose.HS256}}, "HS256"},
 		{"subject claim without OIDC", ownerauth.Config{SubjectClaim: "email"}, "owner-subject-claim"},
 	}
 	for _, tc := range tests {

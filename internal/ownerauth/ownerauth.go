@@ -36,7 +36,14 @@ var (
 	// ErrAgentCredential means an agent credential was presented to the
 	// owner API. It is never looked up.
 	ErrAgentCredential = errors.New("ownerauth: an agent credential cannot call the owner API")
+	// ErrNotAllowed means a JWT verified, but its subject is not an owner
+	// of this deployment: neither its subject nor any of its groups is on
+	// the allowlist.
+	ErrNotAllowed = errors.New("ownerauth: not an allowed owner")
 )
+
+// DefaultGroupsClaim is the claim the allowed groups are looked up in.
+const DefaultGroupsClaim = "groups"
 
 // Method says how an owner authenticated.
 type Method string
@@ -75,6 +82,16 @@ type Config struct {
 	JWKSFile string
 	// SubjectClaim names the claim that identifies the owner; default "sub".
 	SubjectClaim string
+	// AllowedSubjects are the subject claim values admitted as owners.
+	AllowedSubjects []string
+	// AllowedGroups admit a subject whose GroupsClaim lists one of them.
+	// At least one of AllowedSubjects and AllowedGroups must be set when
+	// OIDC is on.
+	AllowedGroups []string
+	// GroupsClaim names the top-level claim holding the subject's groups
+	// (an array of strings, or one string); default "groups". Claim names
+	// are matched whole (they may contain dots, as namespaced claims do).
+	GroupsClaim string
 	// Leeway tolerates clock skew on exp, nbf and iat; default 30s, at most 5m.
 	Leeway time.Duration
 	// Algorithms are the accepted signature algorithms; default RS256,
@@ -103,6 +120,12 @@ func (c Config) Validate() error {
 		if c.SubjectClaim != "" && c.SubjectClaim != "sub" {
 			return errors.New("owner-subject-claim is set but OIDC is off: set owner-issuer, owner-audience and owner-jwks-url or owner-jwks-file")
 		}
+		if len(c.AllowedSubjects) > 0 || len(c.AllowedGroups) > 0 {
+			return errors.New("owner-allowed-subjects or owner-allowed-groups is set but OIDC is off: set owner-issuer, owner-audience and owner-jwks-url or owner-jwks-file")
+		}
+		if c.GroupsClaim != "" && c.GroupsClaim != DefaultGroupsClaim {
+			return errors.New("owner-groups-claim is set but OIDC is off: set owner-issuer, owner-audience and owner-jwks-url or owner-jwks-file")
+		}
 		return nil
 	}
 	var errs []error
@@ -121,6 +144,26 @@ func (c Config) Validate() error {
 		if err := checkJWKSURL(c.JWKSURL); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if len(c.AllowedSubjects) == 0 && len(c.AllowedGroups) == 0 {
+		errs = append(errs, errors.New("OIDC owners need an allowlist: set owner-allowed-subjects and/or owner-allowed-groups "+
+			"(the issuer signs tokens for everyone in its realm; an issuer alone would make each of them an owner)"))
+	}
+	for _, l := range []struct {
+		flag string
+		vals []string
+	}{{"owner-allowed-subjects", c.AllowedSubjects}, {"owner-allowed-groups", c.AllowedGroups}} {
+		for _, v := range l.vals {
+			if !validSubject(v) {
+				errs = append(errs, fmt.Errorf("%s: %q must be a printable string of 1 to %d bytes", l.flag, v, maxSubjectBytes))
+			}
+		}
+	}
+	if strings.TrimSpace(c.GroupsClaim) != c.GroupsClaim {
+		errs = append(errs, fmt.Errorf("owner-groups-claim %q has surrounding spaces", c.GroupsClaim))
+	}
+	if len(c.AllowedGroups) == 0 && c.GroupsClaim != "" && c.GroupsClaim != DefaultGroupsClaim {
+		errs = append(errs, errors.New("owner-groups-claim is set but owner-allowed-groups is empty: no group would be admitted"))
 	}
 	if c.Leeway < 0 || c.Leeway > 5*time.Minute {
 		errs = append(errs, fmt.Errorf("owner JWT leeway must be between 0 and 5m, got %s", c.Leeway))
@@ -167,7 +210,7 @@ func New(cfg Config, tokens TokenStore) (*Authenticator, error) {
 }
 
 // Authenticate resolves the value of an Authorization header. Errors match
-// ErrUnauthenticated or ErrAgentCredential, except a ledger failure, which is
+// ErrUnauthenticated, ErrAgentCredential or ErrNotAllowed, except a ledger failure, which is
 // returned as it is (ledger.ErrUnavailable: the caller may retry).
 func (a *Authenticator) Authenticate(ctx context.Context, authorization string) (Owner, error) {
 	cred, err := bearer(authorization)

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -46,6 +47,10 @@ func TestHoldApproveAllowOnce(t *testing.T) {
 	held := h.decide(t, refund("pi_bench", 1500, ""))
 	if held.GetVerdict() != countersignv1.Verdict_VERDICT_HOLD || held.GetIntent().GetSik() == "" {
 		t.Fatalf("first request: %s %s %s", held.GetVerdict(), held.GetReasonCode(), held.GetReason())
+	}
+	// The HOLD says once what to do.
+	if n := strings.Count(held.GetReason(), "send the identical request"); n != 1 {
+		t.Errorf("the HOLD says %d times to send the identical request: %q", n, held.GetReason())
 	}
 	// Before approval, the identical request stays held.
 	if again := h.decide(t, refund("pi_bench", 1500, "")); again.GetVerdict() != countersignv1.Verdict_VERDICT_HOLD {

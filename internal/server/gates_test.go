@@ -195,6 +195,7 @@ func applyMandateTo(t *testing.T, h *allowHarness, m *countersignv1.Mandate) str
 	if err != nil {
 		t.Fatal(err)
 	}
+	grantAccountOfAgent(t, h.store, rec.RailAccount, rec.AgentID)
 	if _, err := h.store.CreateMandate(context.Background(), rec); err != nil {
 		t.Fatal(err)
 	}

@@ -30,10 +30,25 @@ func grantAll(t testing.TB, store *ledger.Store, agentID, railAccount string) st
 	if err != nil {
 		t.Fatal(err)
 	}
+	grantAccountOfAgent(t, store, railAccount, agentID)
 	if _, err := store.CreateMandate(context.Background(), rec); err != nil {
 		t.Fatal(err)
 	}
 	return rec.Hash
+}
+
+// grantAccountOfAgent grants railAccount to the owner of agentID, as the
+// operator does with `countersign owner grant-account`: a mandate needs
+// its owner to hold its account.
+func grantAccountOfAgent(t testing.TB, store *ledger.Store, railAccount, agentID string) {
+	t.Helper()
+	owner, err := store.AgentOwner(context.Background(), agentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.GrantRailAccount(context.Background(), railAccount, owner); err != nil {
+		t.Fatal(err)
+	}
 }
 
 var mandateRecord = mandate.Record

@@ -61,7 +61,7 @@ func TestOwnerAPIOverREST(t *testing.T) {
 		t.Fatalf("owner token as an agent credential: %v", err)
 	}
 	// The audit over REST: the owner's records, and verification of a rail
-	// account the owner holds a mandate on.
+	// account the owner holds.
 	h.decide(t, refund("pi_bench", 10, ""))
 	if s, body := h.rest(t, "GET", "/v1/auditRecords?railAccount=acct_bench", owner, nil); s != 200 || !strings.Contains(body, `"chain":"acct_bench#`) {
 		t.Fatalf("GET /v1/auditRecords = %d %s", s, body)
@@ -69,8 +69,8 @@ func TestOwnerAPIOverREST(t *testing.T) {
 	if s, body := h.rest(t, "POST", "/v1/auditRecords:verify", owner, map[string]any{"railAccount": "acct_bench"}); s != 200 || !strings.Contains(body, `"ok":true`) {
 		t.Fatalf("POST /v1/auditRecords:verify = %d %s", s, body)
 	}
-	if s, body := h.rest(t, "POST", "/v1/auditRecords:verify", owner, map[string]any{"railAccount": "acct_elsewhere"}); s != 404 {
-		t.Fatalf("verify of an account without the owner's mandate = %d %s", s, body)
+	if s, body := h.rest(t, "POST", "/v1/auditRecords:verify", owner, map[string]any{"railAccount": "acct_elsewhere"}); s != 403 || !strings.Contains(body, "RAIL_ACCOUNT_NOT_HELD") {
+		t.Fatalf("verify of an account the owner does not hold = %d %s", s, body)
 	}
 }
 

@@ -88,8 +88,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 	if err != nil {
 		return nil, fmt.Errorf("protovalidate: %w", err)
 	}
-	authn, err := ownerauth.New(ownerauth.Config{Issuer: cfg.OwnerIssuer, Audience: cfg.OwnerAudience,
-		JWKSURL: cfg.OwnerJWKSURL, JWKSFile: cfg.OwnerJWKSFile, SubjectClaim: cfg.OwnerSubjectClaim}, store)
+	authn, err := ownerauth.New(cfg.OwnerAuth(), store)
 	if err != nil {
 		return nil, fmt.Errorf("owner authentication: %w", err)
 	}

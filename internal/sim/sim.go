@@ -400,6 +400,9 @@ func (w *world) seedLedger(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if _, err := st.GrantRailAccount(ctx, w.account, agent.OwnerID); err != nil {
+		return err
+	}
 	if _, err := st.CreateMandate(ctx, rec); err != nil {
 		return err
 	}

@@ -1,0 +1,184 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/countersign/countersign/internal/intent"
+)
+
+// A rail account belongs to the owners the operator granted it to: only
+// they may put mandates on it, and a grant an owner lost stops its mandates
+// from deciding. The database enforces it, not only Go.
+func TestRailAccountGrantsGateMandates(t *testing.T) {
+	jan1, feb1, _, apr1 := mandateDates()
+	s := openTest(t)
+	ctx := context.Background()
+	alice, err := s.CreateAgent(ctx, "own_alice", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mallory, err := s.CreateAgent(ctx, "own_mallory", "m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created, err := s.GrantRailAccount(ctx, "acct_alice", "own_alice"); err != nil || !created {
+		t.Fatalf("grant = %v, %v", created, err)
+	}
+	if created, err := s.GrantRailAccount(ctx, "acct_alice", "own_alice"); err != nil || created {
+		t.Fatalf("second grant = %v, %v; want no new grant", created, err)
+	}
+
+	t.Run("a mandate on an account the owner does not hold is refused alike, whether or not it exists", func(t *testing.T) {
+		var msgs []string
+		for _, acct := range []string{"acct_alice", "acct_nowhere"} {
+			_, err := s.CreateMandate(ctx, testMandate(t, mallory.ID, acct, jan1, apr1, "squat"))
+			var nh *NotHeldError
+			if !errors.Is(err, ErrNotHeld) || !errors.As(err, &nh) {
+				t.Fatalf("%s: CreateMandate err = %v, want ErrNotHeld", acct, err)
+			}
+			msgs = append(msgs, strings.ReplaceAll(err.Error(), acct, "X"))
+		}
+		if msgs[0] != msgs[1] {
+			t.Fatalf("the refusals differ: %q vs %q", msgs[0], msgs[1])
+		}
+		if err := s.OwnerHoldsRailAccount(ctx, "own_mallory", "acct_alice"); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("OwnerHoldsRailAccount = %v", err)
+		}
+	})
+
+	t.Run("the database refuses the insert itself", func(t *testing.T) {
+		m := testMandate(t, mallory.ID, "acct_alice", jan1, apr1, "raw")
+		_, err := s.pool.Exec(ctx, `INSERT INTO mandates (hash, owner_id, agent_id, rail_account, canonical, mode, valid_from, valid_until)
+			VALUES ($1, 'own_mallory', $2, $3, $4, $5, $6, $7)`, m.Hash, m.AgentID, m.RailAccount, string(m.Canonical), m.Mode, m.ValidFrom, m.ValidUntil)
+		if mandatePGCode(err) != sqlStateNotHeld {
+			t.Fatalf("raw insert err = %v, want SQLSTATE %s", err, sqlStateNotHeld)
+		}
+	})
+
+	m := testMandate(t, alice.ID, "acct_alice", jan1, apr1, "refunds")
+	mustCreateMandate(t, s, m)
+	if _, err := s.ActiveMandate(ctx, alice.ID, "acct_alice", feb1); err != nil {
+		t.Fatalf("ActiveMandate of the holder = %v", err)
+	}
+
+	t.Run("a grant lost in the database stops its mandates at once", func(t *testing.T) {
+		tx, err := s.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		if _, err := tx.Exec(ctx, `UPDATE rail_account_owners SET revoked_at = now(), revoked_by = 'test'
+			WHERE rail_account = 'acct_alice' AND owner_id = 'own_alice'`); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := activeMandate(ctx, tx, alice.ID, "acct_alice", feb1, ""); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("ActiveMandate without the grant = %v, want ErrNotFound", err)
+		}
+	})
+
+	t.Run("grants are never deleted and revocation is one way", func(t *testing.T) {
+		if _, err := s.pool.Exec(ctx, `DELETE FROM rail_account_owners`); mandatePGCode(err) != "42501" {
+			t.Fatalf("DELETE err = %v", err)
+		}
+		if _, err := s.pool.Exec(ctx, `UPDATE rail_account_owners SET owner_id = 'own_mallory'`); mandatePGCode(err) != "23514" {
+			t.Fatalf("owner change err = %v", err)
+		}
+	})
+
+	t.Run("revoke-account revokes the owner's mandates on it", func(t *testing.T) {
+		hashes, err := s.RevokeRailAccount(ctx, "acct_alice", "own_alice")
+		if err != nil || len(hashes) != 1 || hashes[0] != m.Hash {
+			t.Fatalf("RevokeRailAccount = %v, %v", hashes, err)
+		}
+		got, err := s.GetMandate(ctx, m.Hash)
+		if err != nil || got.RevokedAt == nil {
+			t.Fatalf("mandate after revoke-account = %+v, %v", got, err)
+		}
+		if _, err := s.RevokeRailAccount(ctx, "acct_alice", "own_alice"); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("second revoke = %v, want ErrNotHeld", err)
+		}
+		if _, err := s.CreateMandate(ctx, testMandate(t, alice.ID, "acct_alice", jan1, apr1, "again")); !errors.Is(err, ErrNotHeld) {
+			t.Fatalf("mandate after revoke-account = %v, want ErrNotHeld", err)
+		}
+		if created, err := s.GrantRailAccount(ctx, "acct_alice", "own_alice"); err != nil || !created {
+			t.Fatalf("re-grant = %v, %v", created, err)
+		}
+		gs, err := s.RailAccountGrants(ctx, "acct_alice", "")
+		if err != nil || len(gs) != 2 || gs[0].RevokedAt == nil || gs[1].RevokedAt != nil || gs[0].GrantedBy == "" {
+			t.Fatalf("grants = %+v, %v; want the revoked one kept and a new live one", gs, err)
+		}
+	})
+}
+
+// A proposal that meets an intent made by another owner's agent neither
+// moves it nor learns anything of it; an agent of the same owner does.
+func TestProposeRefusesAnotherOwnersIntent(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	agent := func(owner string) string {
+		a, err := s.CreateAgent(ctx, owner, "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.ID
+	}
+	a1, a2, b := agent("own_a"), agent("own_a"), agent("own_b")
+	p := proposal(1)
+	p.AgentID = a1
+	first, err := s.Propose(ctx, p)
+	if err != nil || first.Attempt == nil {
+		t.Fatalf("first propose = %+v, %v", first, err)
+	}
+	p.AgentID = b
+	res, err := s.Propose(ctx, p)
+	if !errors.Is(err, ErrForeignIntent) || res.Intent.SIK != "" || res.Attempt != nil || res.Applied != nil {
+		t.Fatalf("another owner's propose = %+v, %v; want ErrForeignIntent and nothing", res, err)
+	}
+	if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeApplied, EntityID: "re_1",
+		Response: &HTTPMessage{Status: 200, Body: []byte(`{"id":"re_1"}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = s.Propose(ctx, p)
+	if !errors.Is(err, ErrForeignIntent) || res.Applied != nil {
+		t.Fatalf("another owner's propose of an applied intent = %+v, %v; want no replay", res, err)
+	}
+	p.AgentID = a2
+	res, err = s.Propose(ctx, p)
+	if err != nil || res.Applied == nil || res.Intent.State != intent.Applied {
+		t.Fatalf("same owner's other agent = %+v, %v; want the replay", res, err)
+	}
+}
+
+// The audit an owner lists is of the rail accounts it holds.
+func TestOwnerAuditRecordsNeedTheAccount(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	a, err := s.CreateAgent(ctx, "own_a", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := proposal(1)
+	p.AgentID = a.ID
+	if _, err := s.Propose(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	list := func() int {
+		recs, err := s.OwnerAuditRecords(ctx, "own_a", AuditFilter{}, "", 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(recs)
+	}
+	if n := list(); n != 0 {
+		t.Fatalf("records of an account not held = %d, want 0", n)
+	}
+	if _, err := s.GrantRailAccount(ctx, p.RailAccount, "own_a"); err != nil {
+		t.Fatal(err)
+	}
+	if n := list(); n == 0 {
+		t.Fatal("no records of a held account")
+	}
+}
