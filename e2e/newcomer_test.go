@@ -138,8 +138,13 @@ func freshCopyOfTheRepository(t *testing.T) string {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(dir) })
 	n := 0
+	seen := map[string]bool{}
 	for name := range bytes.SplitSeq(bytes.TrimRight(list, "\x00"), []byte{0}) {
 		rel := string(name)
+		if seen[rel] {
+			continue // a path in a merge lists once per stage
+		}
+		seen[rel] = true
 		src := filepath.Join(root, rel)
 		fi, err := os.Lstat(src)
 		if errors.Is(err, os.ErrNotExist) {

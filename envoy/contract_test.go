@@ -90,11 +90,21 @@ func (c *contract) fail(format string, args ...any) {
 	c.errs = append(c.errs, fmt.Errorf(format, args...))
 }
 
+// admin: Envoy's admin interface can drain listeners and dump config. In a
+// pod every container shares loopback, so it is a pipe (a socket on the
+// private volume), owner only, or absent.
 func (c *contract) admin(a *bootstrapv3.Admin) {
-	if a == nil {
+	if a == nil || a.GetAddress() == nil {
 		return
 	}
-	c.loopback("admin", a.GetAddress())
+	p := a.GetAddress().GetPipe()
+	if p == nil || p.GetPath() == "" {
+		c.fail("admin listens on %v, not on a pipe: an agent sharing the pod's network would reach it", a.GetAddress())
+		return
+	}
+	if p.GetMode()&0o077 != 0 {
+		c.fail("admin pipe %s has mode %#o; owner only (0600)", p.GetPath(), p.GetMode())
+	}
 }
 
 // loopback: nothing Countersign's egress opens may listen beyond the pod.
@@ -401,16 +411,21 @@ func (c *contract) railCluster(path string, cl *clusterv3.Cluster, host string) 
 	}
 }
 
-// countersign: both gRPC filters share one HTTP/2 cluster on loopback.
+// countersign: both gRPC filters share one HTTP/2 cluster on Countersign's
+// Envoy socket.
 func (c *contract) countersign() {
 	cl, ok := c.clusters[countersignCluster]
 	if !ok {
 		c.fail("cluster %q is not defined", countersignCluster)
 		return
 	}
+	// The ALLOW that comes back carries the rail key: the endpoint is
+	// Countersign's Envoy socket, never an address the agent shares.
 	for _, le := range cl.GetLoadAssignment().GetEndpoints() {
 		for _, ep := range le.GetLbEndpoints() {
-			c.loopback(fmt.Sprintf("cluster %q endpoint", countersignCluster), ep.GetEndpoint().GetAddress())
+			if p := ep.GetEndpoint().GetAddress().GetPipe(); p == nil || p.GetPath() == "" {
+				c.fail("cluster %q endpoint %v is not a pipe (Countersign's Envoy socket)", countersignCluster, ep.GetEndpoint().GetAddress())
+			}
 		}
 	}
 	po := &upstreamhttpv3.HttpProtocolOptions{}

@@ -216,7 +216,18 @@ func TestBrokenCopiesAreCaught(t *testing.T) {
 		{name: "countersign over HTTP/1.1", at: cluster("countersign"), edit: del("typed_extension_protocol_options"), want: failsContract, errHas: "must speak HTTP/2"},
 		{name: "authorization in the access log", at: append(slices.Clone(hcm), "access_log", 0, "typed_config", "log_format", "json_format"),
 			edit: set("auth", "%REQ(AUTHORIZATION)%"), want: failsContract, errHas: "credentials must never be logged"},
-		{name: "admin on every interface", at: []any{"admin", "address", "socket_address"}, edit: set("address", "0.0.0.0"), want: failsContract, errHas: "admin listens on"},
+		// The agent shares the pod's loopback: admin and Countersign's
+		// Envoy listener are sockets on the private volume, never addresses.
+		{name: "admin on loopback", at: []any{"admin", "address"}, edit: func(m map[string]any) {
+			delete(m, "pipe")
+			m["socket_address"] = map[string]any{"address": "127.0.0.1", "port_value": 9901}
+		}, want: failsContract, errHas: "admin listens on"},
+		{name: "admin pipe open to the group", at: []any{"admin", "address", "pipe"}, edit: set("mode", 0o660), want: failsContract, errHas: "owner only"},
+		{name: "countersign on loopback TCP", at: append(cluster("countersign"), "load_assignment", "endpoints", 0, "lb_endpoints", 0, "endpoint", "address"),
+			edit: func(m map[string]any) {
+				delete(m, "pipe")
+				m["socket_address"] = map[string]any{"address": "127.0.0.1", "port_value": 9191}
+			}, want: failsContract, errHas: "is not a pipe"},
 		{name: "listener on every interface", at: []any{"static_resources", "listeners", 0, "address", "socket_address"}, edit: set("address", "0.0.0.0"), want: failsContract, errHas: "listener \"egress\" listens on"},
 	}
 	orig, err := os.ReadFile(egressConfig)
