@@ -138,11 +138,13 @@ type allowHarness struct {
 	client   authv3.AuthorizationClient
 	secret   string
 	grpcAddr string
-	mockURL  string
-	store    *ledger.Store
-	agentID  string
-	mock     *mockrail.Server
-	conn     *grpc.ClientConn
+	// envoyAddr is the Envoy listener (ext_authz, ext_proc).
+	envoyAddr string
+	mockURL   string
+	store     *ledger.Store
+	agentID   string
+	mock      *mockrail.Server
+	conn      *grpc.ClientConn
 	// ownerID owns the agent; ownerToken is its owner API credential.
 	ownerID, ownerToken string
 	httpAddr            string
@@ -252,7 +254,7 @@ func railHarnessOn(b testing.TB, url string, opts ...harnessOption) *allowHarnes
 	if _, err := store.IssueCredential(ctx, agent.ID, credential.ScopeExecute, time.Now().Add(time.Hour), hash); err != nil {
 		b.Fatal(err)
 	}
-	return &allowHarness{client: authv3.NewAuthorizationClient(envoy), secret: secret, grpcAddr: srv.GRPCAddr(), mockURL: ts.URL,
+	return &allowHarness{client: authv3.NewAuthorizationClient(envoy), secret: secret, grpcAddr: srv.GRPCAddr(), envoyAddr: srv.EnvoyAddr(), mockURL: ts.URL,
 		store: store, agentID: agent.ID, mock: mock, conn: conn, ownerID: owner.ID, ownerToken: ownerToken, httpAddr: srv.HTTPAddr()}
 }
 

@@ -47,7 +47,7 @@ func newSecondOwner(t *testing.T, h *allowHarness) secondOwner {
 func egress(t *testing.T, h *allowHarness) string {
 	t.Helper()
 	p, err := envoystandin.Start(context.Background(), envoystandin.Config{
-		ExtAuthz: h.grpcAddr, ExtProc: h.grpcAddr, MaxRequestBytes: 64 << 10, AllowPartialMessage: true,
+		ExtAuthz: h.envoyAddr, ExtProc: h.envoyAddr, MaxRequestBytes: 64 << 10, AllowPartialMessage: true,
 		// Generous bounds: the test asserts answers, not latency, on a
 		// machine shared with other builds.
 		Timeout: 30 * time.Second, ExtProcMessageTimeout: 30 * time.Second,
