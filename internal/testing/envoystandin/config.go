@@ -69,6 +69,13 @@ type Config struct {
 	// stream already open for the request or on a new one
 	// (envoyproxy/envoy#11447, #29440, #41769).
 	ExtProcSkipsLocalReplies bool
+
+	// RewriteBodyAfterAuthz is a fault, not Envoy behaviour: a filter
+	// between ext_authz and ext_proc (a Lua or Wasm filter, a chain in the
+	// wrong order) that changes the buffered body after the check. nil (the
+	// shipped chain) changes nothing. Tests use it to prove the body that
+	// leaves is the body that was decided.
+	RewriteBodyAfterAuthz func(body []byte) []byte
 }
 
 // Route is one route of the virtual host.

@@ -330,6 +330,9 @@ func (x *exchange) decode(r *http.Request) *response {
 			return lr
 		}
 	}
+	if f := x.p.cfg.RewriteBodyAfterAuthz; f != nil && x.hasBody {
+		x.body = f(x.body)
+	}
 	if x.proc != nil {
 		if lr := x.processRequest(); lr != nil {
 			return lr
