@@ -45,6 +45,15 @@ func (r *readiness) probe(ctx context.Context) error {
 	return err
 }
 
+// notYet says NOT_SERVING before the first probe, without logging: a
+// start is not an outage, and the first probe logs whichever it finds.
+func (r *readiness) notYet() {
+	for _, svc := range r.services {
+		r.health.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
+	}
+	r.metrics.LedgerReady.Set(0)
+}
+
 func (r *readiness) publish(err error) {
 	r.mu.Lock()
 	changed := !r.known || (err == nil) != (r.lastErr == nil)

@@ -132,7 +132,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 		},
 	}
 	// Until the first probe answers, nobody is told the server is ready.
-	s.ready.publish(errors.New("ledger not probed yet"))
+	s.ready.notYet()
 	return s, nil
 }
 
