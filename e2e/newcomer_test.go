@@ -77,7 +77,8 @@ func TestMakeRunAsANewcomer(t *testing.T) {
 				// "interrupted" whatever the child did; the child's failure
 				// would show as "make: *** … Error N" in the output.
 				var ee *exec.ExitError
-				if err != nil && !(errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signal() == syscall.SIGINT) {
+				interrupted := errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signal() == syscall.SIGINT
+				if err != nil && !interrupted {
 					t.Fatalf("make run ended with %v after Ctrl-C:\n%s", err, out.String())
 				}
 			case <-time.After(2 * time.Minute):
@@ -207,7 +208,7 @@ func waitReadyOrExit(ctx context.Context, url string, exited <-chan error, withi
 		}
 		select {
 		case err := <-exited:
-			return fmt.Errorf("exited before %s was ready: %v", url, err)
+			return fmt.Errorf("exited before %s was ready: %w", url, err)
 		case <-ctx.Done():
 			return fmt.Errorf("%s not ready within %s (last: %s)", url, within, last)
 		case <-tick.C:

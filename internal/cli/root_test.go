@@ -45,10 +45,10 @@ func TestMistypedFlagGetsASuggestion(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"one letter off", []string{"serve", "--grpc-adr", "x"}, "Did you mean --grpc-addr?"},
-		{"with a value", []string{"serve", "--log-levle=debug"}, "Did you mean --log-level?"},
+		{"one letter off", []string{"serve", "--grpc-adr", "x"}, "did you mean --grpc-addr?"},
+		{"with a value", []string{"serve", "--log-lvel=debug"}, "did you mean --log-level?"},
 		{"a part of the name", []string{"serve", "--rails=x"}, "--rails-file"},
-		{"nothing near", []string{"serve", "--zzzzzzzzzz"}, "Run 'countersign serve --help' for its flags."},
+		{"nothing near", []string{"serve", "--zzzzzzzzzz"}, "run 'countersign serve --help' for its flags"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

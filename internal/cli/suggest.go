@@ -15,7 +15,7 @@ func suggestFlag(cmd *cobra.Command, err error) error {
 	msg := err.Error()
 	name, ok := strings.CutPrefix(msg, "unknown flag: --")
 	if !ok {
-		return fmt.Errorf("%w\nRun '%s --help' for usage.", err, cmd.CommandPath())
+		return fmt.Errorf("%w (run '%s --help' for usage)", err, cmd.CommandPath())
 	}
 	name, _, _ = strings.Cut(name, "=")
 	var near []string
@@ -25,9 +25,9 @@ func suggestFlag(cmd *cobra.Command, err error) error {
 		}
 	})
 	if len(near) == 0 {
-		return fmt.Errorf("%w\nRun '%s --help' for its flags.", err, cmd.CommandPath())
+		return fmt.Errorf("%w (run '%s --help' for its flags)", err, cmd.CommandPath())
 	}
-	return fmt.Errorf("%w\nDid you mean %s?", err, strings.Join(near, " or "))
+	return fmt.Errorf("%w (did you mean %s?)", err, strings.Join(near, " or "))
 }
 
 // editDistance is the Levenshtein distance between a and b.

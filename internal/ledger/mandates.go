@@ -78,7 +78,8 @@ func (s *Store) CreateMandate(ctx context.Context, m MandateRecord) (created boo
 		ON CONFLICT (hash) DO NOTHING`,
 		m.Hash, m.OwnerID, m.AgentID, m.RailAccount, string(m.Canonical), m.Mode, m.ValidFrom, m.ValidUntil)
 	if err != nil {
-		if nh := notHeld(err, m.RailAccount); nh != err {
+		var nh *NotHeldError
+		if errors.As(notHeld(err, m.RailAccount), &nh) {
 			return false, nh
 		}
 		return false, classify(fmt.Errorf("ledger: create mandate: %w", err))

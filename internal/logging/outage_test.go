@@ -34,7 +34,7 @@ func TestOutageLogsOneLineEachWay(t *testing.T) {
 }
 
 func TestOneLine(t *testing.T) {
-	if got := OneLine(errors.New("a:\n\tb  c\n")); got != "a: b c" {
+	if got := OneLine(errors.New("a:\n\tb  c")); got != "a: b c" {
 		t.Fatalf("OneLine = %q", got)
 	}
 }
