@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/countersign/countersign/internal/testing/envoystandin"
 )
@@ -41,16 +42,20 @@ func TestBodyChangedAfterTheDecisionMovesNoMoney(t *testing.T) {
 	if n := e.journal().effectsOn("pi_swap"); n != 0 {
 		t.Fatalf("%d refunds on pi_swap; the changed body must not reach the rail", n)
 	}
-	for _, it := range e.intentsOn("pi_swap") {
-		if it.State == "IN_FLIGHT" || it.State == "APPLIED" {
-			t.Fatalf("intent %s is %s after its request was stopped", it.SIK, it.State)
-		}
+	// Stopped before it left, the attempt is proven absent by the
+	// reconciler (not rejected: a rejection would reopen under a new key).
+	its := e.settle("pi_swap", 30*time.Second)
+	if len(its) != 1 || its[0].State != "CONFIRMED_NOT_APPLIED" {
+		t.Fatalf("after the stopped request: %+v; want one intent CONFIRMED_NOT_APPLIED", its)
 	}
 	if r := e.stripeRefund(nil, url.Values{"payment_intent": {"pi_swap"}, "amount": {"100"}}); r.Status != http.StatusOK {
 		t.Fatalf("the same refund through the shipped chain: %d %s", r.Status, r.Body)
 	}
 	if n := e.journal().effectsOn("pi_swap"); n != 1 {
 		t.Fatalf("%d refunds on pi_swap after the honest request, want 1", n)
+	}
+	if after := e.intentsOn("pi_swap"); len(after) != 1 || after[0].State != "APPLIED" || after[0].StampGeneration != its[0].StampGeneration {
+		t.Fatalf("after the honest retry: %+v; want APPLIED under the same stamp generation", after)
 	}
 }
 

@@ -85,17 +85,24 @@ func FromCheckRequest(req *authv3.CheckRequest, maxBody int) engine.Request {
 //   - a declared Content-Length must be one plain decimal equal to the bytes
 //     seen (Envoy drops a client's own partial-body header, ibid., and
 //     refuses a request whose Content-Length disagrees with its body);
-//   - without one (chunked), a body that reached the bound may have been cut
-//     there: not whole.
+//   - a body that reached the bound is not whole either, even when its
+//     declared length says it is: Envoy starts the check as soon as the
+//     buffer is full, before the stream has ended (ext_authz.cc,
+//     decodeData: isBufferFull), so over HTTP/2 the agent can hold the end
+//     of the stream back after an ALLOW and release the request whenever
+//     it likes.
 func BodyIsWhole(headers map[string]string, seen, maxBody int) bool {
 	if strings.EqualFold(headers[PartialBodyHeader], "true") {
+		return false
+	}
+	if maxBody > 0 && seen >= maxBody {
 		return false
 	}
 	if cl, ok := headers["content-length"]; ok {
 		n, err := strconv.ParseUint(cl, 10, 63)
 		return err == nil && cl != "" && cl[0] != '+' && n == uint64(seen)
 	}
-	return maxBody <= 0 || seen < maxBody
+	return true
 }
 
 // BodyDigest is the hex SHA-256 that binds a decided body to the one

@@ -148,13 +148,17 @@ func (s *Server) requestBody(x *exchange, b *extprocv3.HttpBody) *extprocv3.Proc
 	if err != nil {
 		s.log.Error("body stamp failed; stopping the request", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK, "err", err)
 		msg := []byte(`{"error":{"type":"countersign_refusal","code":"body_unstampable","message":"Countersign could not stamp the request body; it was not sent."}}`)
-		s.commit(context.Background(), x, rail.Response{Status: 400, Body: msg})
+		s.stoppedHere(x)
 		return immediate(http.StatusBadRequest, msg, "countersign_body_unstampable")
 	}
 	if err := s.committer.MarkStamped(context.Background(), x.ref); err != nil {
 		// Without the durable mark the reconciler could not tell a stamped
 		// request from one that never left: it does not leave.
 		s.log.Error("could not record the body stamp; stopping the request", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK, "err", err)
+		// Nothing to commit: the request never left, and an attempt that is
+		// no longer live (its lease lapsed, a newer one replaced it) has
+		// been settled without it; a live one lapses to the reconciler.
+		x.committed = true
 		return immediate(http.StatusServiceUnavailable, []byte(`{"error":{"type":"countersign_refusal","code":"ledger_unavailable","message":"Countersign could not record the request before it left; it was not sent."}}`), "countersign_stamp_unrecorded")
 	}
 	x.ref.BodyStamped = true
@@ -192,9 +196,23 @@ func (s *Server) checkDecidedBody(x *exchange, body []byte, whole bool) *extproc
 	s.log.Error("request body is not the decided one; stopping the request", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK,
 		"attempt", x.ref.AttemptSeq, "why", details)
 	refusal := []byte(`{"error":{"type":"countersign_refusal","code":"body_not_decided","message":"` + msg + `"}}`)
-	// The request never left: a definite not-applied answer for this attempt.
-	s.commit(context.Background(), x, rail.Response{Status: http.StatusBadRequest, Body: refusal})
+	s.stoppedHere(x)
 	return immediate(http.StatusForbidden, refusal, details)
+}
+
+// errStoppedHere is the answer of an attempt ext_proc stopped before it
+// left.
+var errStoppedHere = errors.New("stopped by Countersign's ext_proc before it left for the rail")
+
+// stoppedHere records an attempt ext_proc stopped before it left. It did
+// not reach the rail, but a "rejected" answer would make the intent
+// FAILED_TERMINAL, whose reopening takes a new stamp generation, a new
+// idempotency key: an agent could then shed, at will, the key that makes
+// the rail deduplicate a late copy of an earlier attempt. So it is
+// recorded as ambiguous; the reconciler proves the absence by listing, and
+// the retry keeps the key.
+func (s *Server) stoppedHere(x *exchange) {
+	s.commit(context.Background(), x, rail.Response{TransportErr: errStoppedHere})
 }
 
 func (s *Server) commit(ctx context.Context, x *exchange, resp rail.Response) {

@@ -216,7 +216,8 @@ func TestProcessWithoutIntentCommitsNothing(t *testing.T) {
 // TestOnlyTheDecidedBodyLeaves: a body other than the one ext_authz decided
 // on — changed by one byte, sent in parts, emptied, or with no decision to
 // compare against — is stopped at Envoy (an immediate response), never
-// stamped, and the attempt is committed as not sent.
+// stamped, and the attempt is committed as stopped here (ambiguous until
+// the reconciler proves it absent).
 func TestOnlyTheDecidedBodyLeaves(t *testing.T) {
 	unbound := *ref
 	unbound.BodySHA256 = ""
@@ -272,8 +273,11 @@ func TestOnlyTheDecidedBodyLeaves(t *testing.T) {
 			if rec.stamped != 0 {
 				t.Error("a refused body was marked stamped")
 			}
-			if c := rec.commits[0]; c.resp.Status != 400 || c.resp.TransportErr != nil {
-				t.Errorf("committed %+v; want the definite not-sent answer", c.resp)
+			// Ambiguous, not rejected: the reconciler proves the absence
+			// and the retry keeps the stamp (a rejection would reopen
+			// under a new one).
+			if c := rec.commits[0]; c.resp.Status != 0 || !errors.Is(c.resp.TransportErr, errStoppedHere) {
+				t.Errorf("committed %+v; want the stopped-here answer", c.resp)
 			}
 			_ = st.CloseSend()
 		})

@@ -195,15 +195,25 @@ func (s *Store) ExpireLeases(ctx context.Context, limit int, delay time.Duration
 }
 
 // MarkBodyStamped records, before the request may leave, that its body
-// carries the stamp (ext_proc calls it as it writes the stamp).
+// carries the stamp (ext_proc calls it as it writes the stamp). Only the
+// live attempt may leave: its intent IN_FLIGHT on this very attempt, the
+// attempt unanswered and its lease unexpired. An attempt whose lease
+// lapsed may already have been proven absent and retried; letting it go
+// now would be a second rail effect (ErrAttemptNotLive, and ext_proc
+// stops the request). The lease expiry writes the attempt row too, so the
+// two serialise on it.
 func (s *Store) MarkBodyStamped(ctx context.Context, k Key, seq int) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE attempts SET body_stamped = true
-		WHERE rail_account = $1 AND sik = $2 AND attempt_seq = $3`, k.RailAccount, k.SIK, seq)
+	tag, err := s.pool.Exec(ctx, `UPDATE attempts a SET body_stamped = true
+		FROM intents i
+		WHERE a.rail_account = $1 AND a.sik = $2 AND a.attempt_seq = $3
+		  AND a.outcome = 'pending' AND a.lease_expires_at > now()
+		  AND i.rail_account = a.rail_account AND i.sik = a.sik
+		  AND i.state = 'IN_FLIGHT' AND i.attempt_count = a.attempt_seq`, k.RailAccount, k.SIK, seq)
 	if err != nil {
 		return classify(err)
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: attempt %s#%d", ErrNotFound, k, seq)
+		return fmt.Errorf("%w: attempt %s#%d", ErrAttemptNotLive, k, seq)
 	}
 	return nil
 }

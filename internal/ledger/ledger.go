@@ -25,6 +25,9 @@ var (
 	// ErrUnavailable means the database could not be reached or answered with
 	// a connection-level failure. On the money path it always ends in deny.
 	ErrUnavailable = errors.New("ledger: unavailable")
+	// ErrAttemptNotLive means an attempt may no longer leave for the rail:
+	// its lease lapsed, it was answered, or a newer attempt replaced it.
+	ErrAttemptNotLive = errors.New("ledger: the attempt is no longer live")
 	// ErrSchemaBehind means the database has migrations still to apply.
 	ErrSchemaBehind = errors.New("ledger: schema is behind; run `countersign migrate`")
 )
