@@ -293,8 +293,15 @@ func (tx *Tx) advance(ctx context.Context, p Proposal, res *ProposeResult) error
 			return errGateBlocked
 		}
 		if v.Verdict == "HOLD" {
-			// Held for the owner: nothing moves, the intent stays as it is.
-			return nil
+			// Held for the owner: nothing moves, the intent stays as it is,
+			// and the owner is asked again (the approval of the first
+			// attempt was used by it).
+			return tx.openApproval(ctx, it, v)
+		}
+		if v.UsesApproval {
+			if err := tx.settleApproval(ctx, it.Key, "approved", "used"); err != nil {
+				return err
+			}
 		}
 		if it.State == intent.FailedTerminal {
 			// A definite rejection: the rail saved that answer under the

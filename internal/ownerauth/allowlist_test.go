@@ -153,3 +153,42 @@ func TestGuardRefusesUnlistedOIDCSubjects(t *testing.T) {
 		t.Fatalf("the refusal should name the subject it refused: %v", err)
 	}
 }
+
+// TestEmailSubjectNeedsAVerifiedEmail: with the email claim naming owners,
+// a token whose email the issuer has not verified is refused, so a person
+// who can set their own address cannot sign in as the owner it names.
+func TestEmailSubjectNeedsAVerifiedEmail(t *testing.T) {
+	rsaK, _, _, _ := testKeys(t)
+	clk := newClock()
+	a := newOIDC(t, clk, "file", jwks(t, rsaK), func(c *ownerauth.Config) {
+		c.SubjectClaim, c.AllowedSubjects = "email", []string{"owner@example.test"}
+	})
+	for _, tc := range []struct {
+		name     string
+		verified any // nil: the claim is absent
+		admitted bool
+	}{
+		{"verified", true, true},
+		{"unverified", false, false},
+		{"absent", nil, false},
+		{"the string true", "true", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := claimsAt(clk.Now(), "someone")
+			c["email"] = "owner@example.test"
+			if tc.verified != nil {
+				c["email_verified"] = tc.verified
+			}
+			o, err := a.Authenticate(context.Background(), "Bearer "+sign(t, rsaK, c))
+			if tc.admitted {
+				if err != nil || o.Subject != "owner@example.test" {
+					t.Fatalf("owner = %+v, %v; want admitted", o, err)
+				}
+				return
+			}
+			if !errors.Is(err, ownerauth.ErrUnauthenticated) || !strings.Contains(err.Error(), "email_verified") {
+				t.Fatalf("owner = %+v, %v; want refused for an unverified email", o, err)
+			}
+		})
+	}
+}

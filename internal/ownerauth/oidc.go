@@ -168,6 +168,12 @@ func (v *verifier) verify(ctx context.Context, raw string, now time.Time) (Owner
 	if !ok || !validSubject(subject) {
 		return Owner{}, fmt.Errorf("%w: JWT claim %q must be a printable string of 1 to %d bytes", ErrUnauthenticated, v.claim, maxSubjectBytes)
 	}
+	// An email names a person only once the issuer has verified it: with
+	// an issuer where users set their own address, an unverified email
+	// would let one person sign in as another owner (OIDC Core §5.1).
+	if v.claim == "email" && all["email_verified"] != true {
+		return Owner{}, fmt.Errorf("%w: the owner subject claim is email, and this JWT's email_verified is not true", ErrUnauthenticated)
+	}
 	if !v.allowed(subject, all[v.groupsClaim]) {
 		return Owner{}, fmt.Errorf("%w: OIDC subject %q is not an owner of this deployment: it is not in owner-allowed-subjects, "+
 			"and its %q claim names no group in owner-allowed-groups", ErrNotAllowed, subject, v.groupsClaim)

@@ -61,7 +61,7 @@ func TestOIDC(t *testing.T) {
 		{name: "a single audience string", header: "Bearer " + sign(t, ecK, with(valid, "aud", testAudience)), wantID: wantID},
 		{name: "expired a moment ago is within leeway", header: "Bearer " + sign(t, rsaK, with(valid, "exp", now.Add(-10*time.Second).Unix())), wantID: wantID},
 		{name: "configured subject claim", claim: "email",
-			header: "Bearer " + sign(t, rsaK, with(valid, "email", "alice@example.test")),
+			header: "Bearer " + sign(t, rsaK, with(with(valid, "email", "alice@example.test"), "email_verified", true)),
 			wantID: "oidc:" + hex.EncodeToString(tag[:6]) + ":alice@example.test"},
 
 		{name: "wrong issuer", header: "Bearer " + sign(t, rsaK, with(valid, "iss", "https://evil.example.test")), wantErr: ownerauth.ErrUnauthenticated, errHas: "issuer"},
