@@ -30,6 +30,14 @@ func TestMakeRunAsANewcomer(t *testing.T) {
 		t.Fatalf("make is not installed: the README's first command needs it (%v)", err)
 	}
 	dir := freshCopyOfTheRepository(t)
+	// As root the cluster lives outside the 0700 directory, in the system's
+	// temporary directory: it is this test's to remove, after both runs.
+	moved := map[string]bool{}
+	t.Cleanup(func() {
+		for d := range moved {
+			_ = os.RemoveAll(d)
+		}
+	})
 	for _, run := range []string{"first run in a fresh directory", "second run on the same directory"} {
 		t.Run(run, func(t *testing.T) {
 			grpcAddr, httpAddr, mockAddr := freeAddr(t), freeAddr(t), freeAddr(t)
@@ -66,10 +74,8 @@ func TestMakeRunAsANewcomer(t *testing.T) {
 			if pgDir == nil {
 				t.Fatalf("make run did not say where PostgreSQL keeps its data:\n%s", printed)
 			}
-			// As root the cluster lives outside the 0700 directory, in the
-			// system's temporary directory: it is this test's to remove.
-			if moved := filepath.Dir(pgDir[1]); strings.HasPrefix(filepath.Base(moved), "countersign-dev-") && !strings.HasPrefix(moved, dir) {
-				t.Cleanup(func() { _ = os.RemoveAll(moved) })
+			if base := filepath.Dir(pgDir[1]); strings.HasPrefix(filepath.Base(base), "countersign-dev-") && !strings.HasPrefix(base, dir) {
+				moved[base] = true
 			}
 
 			if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {

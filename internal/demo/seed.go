@@ -100,6 +100,15 @@ func saveDemo(dir string, d demo) error {
 // account (a dev directory from before Razorpay was in the demo gets its
 // mandate now). It saves d, which keeps the secrets.
 func seedDemo(ctx context.Context, store *ledger.Store, dir string, d demo) (demo, error) {
+	if d.OwnerToken != "" {
+		// demo.json outlived its ledger (a cluster kept in the temporary
+		// directory is gone after a reboot): seed again.
+		if _, err := store.AgentOwner(ctx, d.AgentID); errors.Is(err, ledger.ErrNotFound) {
+			d = demo{Runs: d.Runs}
+		} else if err != nil {
+			return demo{}, err
+		}
+	}
 	if d.OwnerToken == "" {
 		runs := d.Runs
 		owner, token, _, err := ownerauth.Bootstrap(ctx, store, "demo owner", 365*24*time.Hour)
