@@ -66,9 +66,9 @@ type Server struct {
 	// on it is the gateway's own, so the HTTP peer it reports is believed
 	// (quota.Peers).
 	gatewayLis *quota.GatewayListener
-	cancel                     context.CancelFunc
-	wg                         sync.WaitGroup
-	errs                       chan error
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+	errs       chan error
 }
 
 // New builds a server over store and the configured rail accounts (nil:
