@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -114,9 +115,9 @@ func TestNoAllowWhileTheLedgerIsCut(t *testing.T) {
 	client := authv3.NewAuthorizationClient(conn)
 
 	type answer struct {
-		at      time.Time
-		allowed bool
-		sik     string
+		sent, at time.Time
+		allowed  bool
+		sik      string
 	}
 	var mu sync.Mutex
 	var answers []answer
@@ -134,6 +135,7 @@ func TestNoAllowWhileTheLedgerIsCut(t *testing.T) {
 				default:
 				}
 				i := n.Add(1)
+				sent := time.Now()
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				resp, err := client.Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
 					ContextExtensions: map[string]string{"rail_account": stripeAccount},
@@ -143,7 +145,7 @@ func TestNoAllowWhileTheLedgerIsCut(t *testing.T) {
 						Body:    fmt.Sprintf("payment_intent=pi_cut&amount=%d", i),
 					}}}})
 				cancel()
-				a := answer{at: time.Now()}
+				a := answer{sent: sent, at: time.Now()}
 				if err == nil && codes.Code(resp.GetStatus().GetCode()) == codes.OK {
 					a.allowed = true
 					a.sik = resp.GetDynamicMetadata().GetFields()["countersign"].GetStructValue().GetFields()["sik"].GetStringValue()
@@ -154,19 +156,39 @@ func TestNoAllowWhileTheLedgerIsCut(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(1500 * time.Millisecond) // traffic before the cut
-	cutAt := time.Now()
+	// Each phase ends on what it is for, not after a guessed time: traffic
+	// is allowed before the cut, and again after it.
+	waitAllowed := func(what string, since time.Time) {
+		t.Helper()
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			mu.Lock()
+			seen := slices.ContainsFunc(answers, func(a answer) bool { return a.allowed && !a.sent.Before(since) })
+			mu.Unlock()
+			if seen {
+				return
+			}
+			if time.Now().After(deadline) {
+				close(stop)
+				wg.Wait()
+				t.Fatalf("no ALLOW %s within the deadline", what)
+			}
+			time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
+		}
+	}
+	waitAllowed("before the cut", time.Time{})
 	proxy.Cut()
-	time.Sleep(3 * time.Second) // the cut lasts
+	cutAt := time.Now()         // every request sent from now on meets the cut
+	time.Sleep(3 * time.Second) // how long the outage lasts, not a wait for anything
 	restoreAt := time.Now()
 	proxy.Restore()
-	time.Sleep(4 * time.Second) // the pool reconnects, traffic resumes
+	waitAllowed("after the pool reconnected", restoreAt)
 	close(stop)
 	wg.Wait()
 
-	// An answer already on its way when the cut began may land a moment
-	// after it; nothing may be allowed later than that inside the cut.
-	const inFlight = 250 * time.Millisecond
+	// A request sent before the cut may have committed its attempt in time
+	// and be answered ALLOW a moment into it. One sent during the cut, and
+	// answered before the ledger was back, cannot have been.
 	before, during, after := 0, 0, 0
 	var allowed []answer
 	for _, a := range answers {
@@ -175,11 +197,11 @@ func TestNoAllowWhileTheLedgerIsCut(t *testing.T) {
 		}
 		allowed = append(allowed, a)
 		switch {
-		case a.at.Before(cutAt.Add(inFlight)):
+		case a.sent.Before(cutAt):
 			before++
 		case a.at.Before(restoreAt):
 			during++
-			t.Errorf("ALLOW answered at %s, %s into the cut", a.at.Format(time.StampMilli), a.at.Sub(cutAt))
+			t.Errorf("ALLOW sent %s and answered %s into the cut", a.sent.Sub(cutAt), a.at.Sub(cutAt))
 		default:
 			after++
 		}

@@ -108,6 +108,13 @@ type hook struct {
 // process's lease has expired, the one it was killed in the middle of. The
 // receiver acknowledges every event, each under its stable delivery id,
 // every request signed.
+//
+// Nothing here waits for a guessed time. The receiver kills dispatcher A
+// itself, from inside the request A is waiting on, so A cannot time out and
+// record a failure first (its attempt timeout, Lease/2, is the only clock
+// in the race, and it is made long). Every other wait polls a condition
+// (the receiver's log, the ledger's delivery states) under a deadline that
+// a loaded machine does not reach.
 func TestWebhookReceiverSeesEveryEventAfterDispatcherKilledMidDelivery(t *testing.T) {
 	e := newRailEnv(t, envOptions{noDispatcher: true})
 	ctx := context.Background()
@@ -116,6 +123,7 @@ func TestWebhookReceiverSeesEveryEventAfterDispatcherKilledMidDelivery(t *testin
 	var mu sync.Mutex
 	var hooks []hook
 	firstArrived := make(chan struct{})
+	dispatcherA := make(chan *os.Process, 1)
 	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		h := hook{delivery: r.Header.Get(outbox.HeaderDelivery), event: r.Header.Get(outbox.HeaderEvent), body: body,
@@ -125,7 +133,11 @@ func TestWebhookReceiverSeesEveryEventAfterDispatcherKilledMidDelivery(t *testin
 		i := len(hooks) - 1
 		mu.Unlock()
 		if i == 0 {
-			// Hold the first delivery: its dispatcher is killed meanwhile.
+			// Hold the first delivery and kill its sender while it waits
+			// for the answer: mid-delivery by construction.
+			if err := (<-dispatcherA).Kill(); err != nil {
+				t.Errorf("kill dispatcher A: %v", err)
+			}
 			close(firstArrived)
 			<-r.Context().Done()
 			return
@@ -168,15 +180,20 @@ func TestWebhookReceiverSeesEveryEventAfterDispatcherKilledMidDelivery(t *testin
 	}
 
 	// Dispatcher A takes one delivery at a time; it dies holding the first.
-	const lease = 4 * time.Second
-	a := startDispatcher(t, "dispatcher-a", e.dbURL, lease, 1)
+	// Its lease is how long B must wait to resend that one; half of it is
+	// A's attempt timeout, which must not run out before the receiver's
+	// kill lands, however slow the machine.
+	const leaseA = 20 * time.Second
+	// B never dies: its lease only sets its attempt timeout (the default
+	// 10s, not Lease/2 of a short lease), so a slow receiver answer is not
+	// a failed attempt that would be sent again.
+	const leaseB = time.Minute
+	a := startDispatcher(t, "dispatcher-a", e.dbURL, leaseA, 1)
+	dispatcherA <- a.Process
 	select {
 	case <-firstArrived:
-	case <-time.After(30 * time.Second):
+	case <-time.After(2 * time.Minute):
 		t.Fatal("dispatcher A never delivered")
-	}
-	if err := a.Process.Kill(); err != nil {
-		t.Fatal(err)
 	}
 	_ = a.Wait()
 	held := snapshot()[0].delivery
@@ -193,9 +210,11 @@ func TestWebhookReceiverSeesEveryEventAfterDispatcherKilledMidDelivery(t *testin
 		t.Fatalf("the held delivery after the kill = %+v, %v", st, err)
 	}
 
-	// Dispatcher B, a new process, finishes the job.
-	startDispatcher(t, "dispatcher-b", e.dbURL, lease, 16)
-	deadline := time.Now().Add(30 * time.Second)
+	// Dispatcher B, a new process, finishes the job. Done means the
+	// receiver answered every delivery and the ledger recorded each as
+	// delivered (the answer alone is not: B records it afterwards).
+	startDispatcher(t, "dispatcher-b", e.dbURL, leaseB, 16)
+	deadline := time.Now().Add(leaseA + 2*time.Minute)
 	for {
 		acked := map[string]bool{}
 		for _, h := range snapshot() {
@@ -203,13 +222,20 @@ func TestWebhookReceiverSeesEveryEventAfterDispatcherKilledMidDelivery(t *testin
 				acked[h.delivery] = true
 			}
 		}
-		if len(acked) == len(want) {
+		recorded := 0
+		for id := range want {
+			o, w, _ := ledger.ParseDeliveryID(id)
+			if st, err := e.store.GetDelivery(ctx, "own_e2e", o, w); err == nil && st.State == "delivered" {
+				recorded++
+			}
+		}
+		if len(acked) == len(want) && recorded == len(want) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("receiver acknowledged %v of %v within the deadline", acked, want)
+			t.Fatalf("receiver acknowledged %v of %v, ledger recorded %d delivered, within the deadline", acked, want, recorded)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // polling interval, not synchronisation
 	}
 
 	got := snapshot()

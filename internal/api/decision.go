@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
@@ -52,12 +51,20 @@ type DecisionServer struct {
 	intents    IntentReader
 	reconciler Reconciler
 	ownerOf    OwnerOf
+	peers      quota.Peers
 }
 
 // NewDecisionServer returns the decision service. Reconcile's owner is the
 // one ownerauth's guard admitted.
 func NewDecisionServer(e Engine, r IntentReader, rec Reconciler) *DecisionServer {
 	return &DecisionServer{engine: e, intents: r, reconciler: rec, ownerOf: ownerauth.OwnerID}
+}
+
+// WithPeers sets how a caller's source is named for the failed-credential
+// quota (which proxies' forwarding headers count); the default trusts none.
+func (s *DecisionServer) WithPeers(p quota.Peers) *DecisionServer {
+	s.peers = p
+	return s
 }
 
 // credentialFromMetadata reads "authorization: Bearer <credential>". More
@@ -75,18 +82,15 @@ func credentialFromMetadata(ctx context.Context) string {
 	return ""
 }
 
-// caller is who calls, for authentication.
-func caller(ctx context.Context) engine.Caller {
-	c := engine.Caller{Credential: credentialFromMetadata(ctx), RequestID: requestID(ctx)}
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		c.Peer = quota.SourceKey(p.Addr.String())
-	}
-	return c
+// caller is who calls, for authentication: its source as the connection
+// (or a trusted proxy) shows it, never as its own metadata claims.
+func (s *DecisionServer) caller(ctx context.Context) engine.Caller {
+	return engine.Caller{Credential: credentialFromMetadata(ctx), RequestID: requestID(ctx), Peer: s.peers.Source(ctx)}
 }
 
 // agent authenticates the calling agent.
 func (s *DecisionServer) agent(ctx context.Context) (ledger.Principal, error) {
-	p, err := s.engine.Authenticate(ctx, caller(ctx))
+	p, err := s.engine.Authenticate(ctx, s.caller(ctx))
 	if err != nil {
 		var ex *quota.ExhaustedError
 		if errors.As(err, &ex) {
@@ -114,7 +118,7 @@ var actionKinds = map[countersignv1.ActionKind]sik.Kind{
 // Decide runs the gates and the ledger for one proposed action. The rail's
 // secret key is never in the answer (C1): stamps only.
 func (s *DecisionServer) Decide(ctx context.Context, req *countersignv1.DecideRequest) (*countersignv1.DecideResponse, error) {
-	c := caller(ctx)
+	c := s.caller(ctx)
 	er := engine.Request{Source: engine.SourceDecide, RequestID: c.RequestID, Credential: c.Credential, Peer: c.Peer}
 	var out engine.Outcome
 	switch form := req.GetForm().(type) {

@@ -94,6 +94,10 @@ type Config struct {
 	OwnerQuotaBurst                                            int
 	AuthFailureRate                                            float64
 	AuthFailureBurst                                           int
+	// TrustedProxies lists (comma-separated CIDR prefixes or addresses)
+	// the proxies whose X-Forwarded-For is believed when quotas name a
+	// caller's source; empty (the default): no forwarding header is.
+	TrustedProxies string
 }
 
 // Defaults are the values a setting has when nothing sets it.
@@ -164,6 +168,7 @@ func (c *Config) BindServe(fs *pflag.FlagSet) {
 	fs.IntVar(&c.OwnerQuotaBurst, "owner-quota-burst", c.OwnerQuotaBurst, "owner API calls allowed at once per source and per owner")
 	fs.Float64Var(&c.AuthFailureRate, "auth-failure-rate", c.AuthFailureRate, "failed credential attempts forgiven per second, per source and per credential (0: never block)")
 	fs.IntVar(&c.AuthFailureBurst, "auth-failure-burst", c.AuthFailureBurst, "failed credential attempts tolerated before 429")
+	fs.StringVar(&c.TrustedProxies, "trusted-proxies", c.TrustedProxies, "comma-separated CIDR prefixes of proxies whose X-Forwarded-For names a caller's source for quotas (default none: forwarding headers are ignored)")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address of the countersign.v1 APIs (every caller authenticated), health and reflection: host:port or unix:/path")
 	fs.StringVar(&c.EnvoyAddr, "envoy-addr", c.EnvoyAddr, "listen address of Envoy's ext_authz and ext_proc, whose ALLOW carries the rail key: unix:/path on a volume only Envoy and Countersign mount; TCP needs envoy-tls-cert, envoy-tls-key and envoy-client-ca (mutual TLS) or --"+UnsafeEnvoyTCPFlag)
 	fs.StringVar(&c.EnvoyTLSCert, "envoy-tls-cert", c.EnvoyTLSCert, "PEM certificate of a TCP envoy-addr (mutual TLS)")
@@ -305,6 +310,9 @@ func (c Config) Validate() error {
 	if _, err := c.WebhookNetworks(); err != nil {
 		errs = append(errs, fmt.Errorf("webhook-allow-networks (%s): %w", EnvName("webhook-allow-networks"), err))
 	}
+	if _, err := c.TrustedProxyNetworks(); err != nil {
+		errs = append(errs, fmt.Errorf("trusted-proxies (%s): %w", EnvName("trusted-proxies"), err))
+	}
 	if c.ReconcileInterval < 0 {
 		errs = append(errs, fmt.Errorf("reconcile-interval (%s) must not be negative", EnvName("reconcile-interval")))
 	}
@@ -392,9 +400,14 @@ func list(s string) []string {
 
 // WebhookNetworks parses WebhookAllowNetworks: CIDR prefixes or single
 // addresses, comma-separated.
-func (c Config) WebhookNetworks() ([]netip.Prefix, error) {
+func (c Config) WebhookNetworks() ([]netip.Prefix, error) { return networks(c.WebhookAllowNetworks) }
+
+// TrustedProxyNetworks parses TrustedProxies, as WebhookNetworks.
+func (c Config) TrustedProxyNetworks() ([]netip.Prefix, error) { return networks(c.TrustedProxies) }
+
+func networks(list string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
-	for s := range strings.SplitSeq(c.WebhookAllowNetworks, ",") {
+	for s := range strings.SplitSeq(list, ",") {
 		s = strings.TrimSpace(s)
 		if s == "" {
 			continue

@@ -123,6 +123,8 @@ func TestValidate(t *testing.T) {
 		{"envoy relative socket", func(c *Config) { c.EnvoyAddr = "unix:envoy.sock" }, "must be absolute"},
 		{"envoy socket path too long", func(c *Config) { c.EnvoyAddr = "unix:/" + strings.Repeat("d", 120) }, "the system allows about 104"},
 		{"bad webhook network", func(c *Config) { c.WebhookAllowNetworks = "10.20.0.0/16,intranet" }, `webhook-allow-networks (COUNTERSIGN_WEBHOOK_ALLOW_NETWORKS): "intranet" is neither`},
+		{"trusted proxies", func(c *Config) { c.TrustedProxies = "10.0.0.0/8, 192.0.2.7" }, ""},
+		{"bad trusted proxy", func(c *Config) { c.TrustedProxies = "10.0.0.0/8,lb.internal" }, `trusted-proxies (COUNTERSIGN_TRUSTED_PROXIES): "lb.internal" is neither`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -55,8 +55,11 @@ type Caller struct {
 // failed-credential quota as Decide. Errors match ErrUnauthenticated,
 // quota.ErrExhausted, ledger.ErrUnavailable or context.Canceled.
 func (e *Engine) Authenticate(ctx context.Context, c Caller) (ledger.Principal, error) {
-	identity := credentialIdentity(c.Credential)
-	if blocked, wait := e.opts.Failures.Blocked(c.Peer); blocked || e.blockedIdentity(identity, &wait) {
+	if err := e.opts.Failures.Check(c.Peer, credentialIdentity(c.Credential)); err != nil {
+		wait := time.Second
+		if ex := (*quota.ExhaustedError)(nil); errors.As(err, &ex) {
+			wait = ex.RetryAfter
+		}
 		return ledger.Principal{}, &quota.ExhaustedError{Scope: "failed credential attempts", RetryAfter: wait}
 	}
 	out, p, ok := e.authenticate(ctx, Request{Source: SourceDecide, RequestID: c.RequestID, Credential: c.Credential, Peer: c.Peer})

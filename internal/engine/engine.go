@@ -268,25 +268,32 @@ func (e *Engine) authenticate(ctx context.Context, req Request) (Outcome, *ledge
 	}
 	// A source (or a credential) that keeps failing is refused before any
 	// lookup: guessing credentials costs the guesser, not the ledger.
+	// req.Peer is what Envoy (or the gRPC connection) saw, never a header,
+	// so a guesser cannot spread its failures over invented sources. Every
+	// agent of a pod shares 127.0.0.1, though, so a credential that has
+	// authenticated is exempt from its source's block: a guesser cannot
+	// lock a working agent out (quota.Failures says why that is safe).
 	identity := credentialIdentity(req.Credential)
-	if blocked, wait := e.opts.Failures.Blocked(req.Peer); blocked || e.blockedIdentity(identity, &wait) {
+	if err := e.opts.Failures.Check(req.Peer, identity); err != nil {
+		var ex *quota.ExhaustedError
+		wait := time.Second
+		if errors.As(err, &ex) {
+			wait = ex.RetryAfter
+		}
 		out := refuse(req, ReasonTooManyFailures, fmt.Sprintf("Too many failed credential attempts; retry after %s.", wait.Round(time.Second)), http.StatusTooManyRequests)
 		out.ResponseHeaders = map[string]string{"retry-after": fmt.Sprint(int(wait.Seconds()) + 1)}
 		return out, nil, false
 	}
 	out, p, ok := e.lookup(ctx, req)
-	if !ok && (out.ReasonCode == ReasonCredentialMissing || out.ReasonCode == ReasonCredentialUnknown) {
+	switch {
+	case ok:
+		e.opts.Failures.Admit(identity)
+	case out.ReasonCode == ReasonCredentialMissing || out.ReasonCode == ReasonCredentialUnknown:
 		e.opts.Failures.Note(req.Peer, identity)
+	case out.ReasonCode == ReasonCredentialRevoked || out.ReasonCode == ReasonCredentialExpired || out.ReasonCode == ReasonAgentRevoked:
+		e.opts.Failures.Forget(identity)
 	}
 	return out, p, ok
-}
-
-func (e *Engine) blockedIdentity(identity string, wait *time.Duration) bool {
-	blocked, w := e.opts.Failures.BlockedIdentity(identity)
-	if blocked {
-		*wait = w
-	}
-	return blocked
 }
 
 // credentialIdentity names a presented credential without its secret.

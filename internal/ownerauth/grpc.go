@@ -43,14 +43,28 @@ func FromContext(ctx context.Context) (Owner, bool) {
 //  5. an owner over its call quota is refused (429);
 //  6. the handler runs with the Owner in its context (FromContext).
 //
+// The source is Peers.Source: the connection's address, or the HTTP peer
+// the in-process REST gateway reports; a forwarding header counts only from
+// a trusted proxy. A source can still be shared (owners behind one
+// port-forward, agents in the pod, all 127.0.0.1), so a credential that has
+// authenticated skips steps 1 and 2: another caller's failures or floods
+// from the same address cannot lock it out, and it is held to step 5, its
+// owner's quota, instead. A caller without a working credential cannot
+// earn the exemption (see quota.Failures).
+//
 // Calls to every other service (other than Methods) pass through untouched.
 type Guard struct {
 	Auth *Authenticator
-	// Sources limits calls per source (quota.PeerSource); nil: unlimited.
+	// Peers names a call's source; the zero value trusts no proxy.
+	Peers quota.Peers
+	// Sources limits calls per source (Peers.Source) until a credential
+	// has authenticated; nil: unlimited.
 	Sources *quota.Limiter
 	// Owners limits calls per owner id; nil: unlimited.
 	Owners *quota.Limiter
-	// Failures counts failed authentications; nil: not counted.
+	// Failures counts failed authentications and remembers which
+	// credentials have authenticated; nil: nothing is counted, and no
+	// credential is exempt from the source quotas.
 	Failures *quota.Failures
 	// ToStatus maps errors to gRPC statuses with ErrorInfo (api.ToStatus).
 	ToStatus func(error) error
@@ -118,29 +132,35 @@ type ownerStream struct {
 func (s *ownerStream) Context() context.Context { return s.ctx }
 
 func (g *Guard) admit(ctx context.Context) (Owner, error) {
-	src := quota.PeerSource(ctx)
-	if blocked, wait := g.Failures.Blocked(src); blocked {
-		return Owner{}, &quota.ExhaustedError{Scope: "failed authentications from this source", RetryAfter: wait}
+	src := g.Peers.Source(ctx)
+	authz, authzErr := authorization(ctx)
+	credKey := ""
+	if authzErr == nil {
+		credKey = credentialKey(authz)
 	}
-	if ok, wait := g.Sources.Allow(src); !ok {
-		return Owner{}, &quota.ExhaustedError{Scope: "owner API calls from this source", RetryAfter: wait}
+	if !g.Failures.Known(credKey) {
+		if blocked, wait := g.Failures.Blocked(src); blocked {
+			return Owner{}, &quota.ExhaustedError{Scope: "failed authentications from this source", RetryAfter: wait}
+		}
+		if ok, wait := g.Sources.Allow(src); !ok {
+			return Owner{}, &quota.ExhaustedError{Scope: "owner API calls from this source", RetryAfter: wait}
+		}
 	}
-	authz, err := authorization(ctx)
-	if err != nil {
+	if authzErr != nil {
 		g.Failures.Note(src, "")
-		return Owner{}, err
+		return Owner{}, authzErr
 	}
-	credKey := credentialKey(authz)
 	if blocked, wait := g.Failures.BlockedIdentity(credKey); blocked {
 		return Owner{}, &quota.ExhaustedError{Scope: "failed authentications with this credential", RetryAfter: wait}
 	}
 	o, err := g.Auth.Authenticate(ctx, authz)
 	if err != nil {
 		if errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrAgentCredential) || errors.Is(err, ErrNotAllowed) {
-			g.Failures.Note(src, credKey)
+			g.Failures.Note(src, credKey) // and no longer exempt
 		}
 		return Owner{}, err
 	}
+	g.Failures.Admit(credKey)
 	if ok, wait := g.Owners.Allow(o.ID); !ok {
 		return Owner{}, &quota.ExhaustedError{Scope: "owner API calls by this owner", RetryAfter: wait}
 	}

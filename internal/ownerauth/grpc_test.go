@@ -201,15 +201,15 @@ func TestGuardQuotas(t *testing.T) {
 		clk := newClock()
 		a, alice, bob := tokenFixture(t, clk)
 		h := serve(t, &ownerauth.Guard{Auth: a, ToStatus: api.ToStatus,
-			Sources: quota.NewLimiter(quota.Options{Rate: 0.5, Burst: 3, Now: clk.Now})})
+			Sources: quota.NewLimiter(quota.Options{Rate: 0.5, Burst: 3, Now: clk.Now}),
+			// Counting nothing, but remembering who authenticated.
+			Failures: quota.NewFailures(quota.Options{}, quota.Options{})})
 		req := &countersignv1.GetAgentRequest{AgentId: "agt_x"}
+		// Calls that authenticate nobody use up the source's quota.
 		for i := range 3 {
-			who := alice
-			if i%2 == 1 {
-				who = bob
-			}
-			if _, err := h.owner.GetAgent(withAuth("Bearer "+who), req); err != nil {
-				t.Fatalf("call %d: %v", i+1, err)
+			bad, _, _ := ownerauth.MintToken()
+			if _, err := h.owner.GetAgent(withAuth("Bearer "+bad), req); status.Code(err) != codes.Unauthenticated {
+				t.Fatalf("call %d: %v, want Unauthenticated", i+1, err)
 			}
 		}
 		var hdr metadata.MD
@@ -230,6 +230,21 @@ func TestGuardQuotas(t *testing.T) {
 		clk.Advance(2 * time.Second)
 		if _, err := h.owner.GetAgent(withAuth("Bearer "+alice), req); err != nil {
 			t.Fatalf("after the wait: %v", err)
+		}
+		// Alice has authenticated: whoever else exhausts the source (it
+		// may be shared: a port-forward, the pod's 127.0.0.1), her
+		// calls are held to her owner quota, not to the source's.
+		for range 3 {
+			bad, _, _ := ownerauth.MintToken()
+			_, _ = h.owner.GetAgent(withAuth("Bearer "+bad), req)
+		}
+		for i := range 5 {
+			if _, err := h.owner.GetAgent(withAuth("Bearer "+alice), req); err != nil {
+				t.Fatalf("admitted owner's call %d from an exhausted source: %v", i+1, err)
+			}
+		}
+		if _, err := h.owner.GetAgent(withAuth("Bearer "+bob), req); status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("a credential not yet admitted from the exhausted source = %v, want ResourceExhausted", err)
 		}
 	})
 
@@ -282,6 +297,29 @@ func TestGuardBlocksRepeatedFailures(t *testing.T) {
 		clk.Advance(10 * time.Second)
 		if _, err := h.owner.GetAgent(withAuth("Bearer "+alice), req); err != nil {
 			t.Fatalf("after the wait: %v", err)
+		}
+	})
+
+	t.Run("an admitted owner is not locked out by another's failures", func(t *testing.T) {
+		clk := newClock()
+		a, alice, bob := tokenFixture(t, clk)
+		h := serve(t, &ownerauth.Guard{Auth: a, ToStatus: api.ToStatus,
+			Failures: quota.NewFailures(quota.Options{Rate: 0.1, Burst: 3, Now: clk.Now}, quota.Options{Rate: 0.1, Burst: 3, Now: clk.Now})})
+		req := &countersignv1.GetAgentRequest{AgentId: "agt_x"}
+		if _, err := h.owner.GetAgent(withAuth("Bearer "+alice), req); err != nil {
+			t.Fatal(err)
+		}
+		for range 20 {
+			bad, _, _ := ownerauth.MintToken()
+			_, _ = h.owner.GetAgent(withAuth("Bearer "+bad), req)
+		}
+		if _, err := h.owner.GetAgent(withAuth("Bearer "+alice), req); err != nil {
+			t.Fatalf("admitted owner after a guesser's failures from her source: %v", err)
+		}
+		// A guesser gains nothing from the exemption: a new credential
+		// from the blocked source is refused before it is looked up.
+		if _, err := h.owner.GetAgent(withAuth("Bearer "+bob), req); status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("an unadmitted credential from the blocked source = %v, want ResourceExhausted", err)
 		}
 	})
 

@@ -32,27 +32,55 @@ func RetryAfterSeconds(d time.Duration) int64 {
 }
 
 // Failures counts failed credential attempts per source (the caller's
-// address) and per identity (a non-secret key of the presented credential),
-// and blocks a source or an identity whose bucket of failures is empty. Only
-// failures are counted: a caller that authenticates is never slowed here.
+// address, as a component Countersign trusts observed it: see Peers) and per
+// identity (a non-secret key of the presented credential), and blocks a
+// source or an identity whose bucket of failures is empty. Only failures are
+// counted: a caller that authenticates is never slowed here.
 //
-// Callers check Blocked before they look a credential up, and Note after it
-// failed. The identity must never be the secret itself: use a hash of it
-// (e.g. the hex of the first 8 bytes of its SHA-256) or the credential's id.
+// What each key can and cannot be made to do, by a caller that chooses every
+// byte it sends:
+//
+//   - The identity is the presented credential's hash, which the caller
+//     chooses: a guesser presents a new one every time, so the identity
+//     bucket cannot bound guessing. It only slows one wrong credential sent
+//     over and over (a misconfigured client), and it cannot be used against
+//     anyone else: to fail under another credential's key one would have to
+//     present that credential, and then one would not fail.
+//   - The source is what bounds guessing: it cannot be invented (Peers), so
+//     a guesser gets Burst failures and then Rate per second, wherever it
+//     sends them.
+//   - But a source can be shared: every agent in a pod reaches Envoy, and
+//     every owner behind a port-forward reaches the API, from 127.0.0.1. A
+//     source blocked by one caller's failures would lock out every other
+//     caller there. So a credential that has authenticated (Admit) is
+//     exempt from its source's block from then on: it is the one thing a
+//     guesser cannot produce. It stays subject to its own identity bucket
+//     and is forgotten as soon as it fails (Note, Forget).
+//
+// What remains: a valid credential never seen by this process (new, or
+// first used after a restart) from a source another caller keeps blocked
+// waits until that source's bucket refills, 1/Rate seconds per attempt.
+//
+// Callers check Check (or Blocked and BlockedIdentity) before they look a
+// credential up, Note after it failed, Admit after it succeeded. The
+// identity must never be the secret itself: use a hash of it (e.g. the hex
+// of the first 8 bytes of its SHA-256) or the credential's id.
 type Failures struct {
 	source, identity *Limiter
+	known            *recentSet
 }
 
 // NewFailures returns a failure counter. Each Options' Burst is how many
 // failures are tolerated at once and Rate how fast they are forgiven (events
-// per second); a zero Rate turns that half off.
+// per second); a zero Rate turns that half off. perIdentity's MaxKeys also
+// bounds how many authenticated credentials are remembered.
 func NewFailures(perSource, perIdentity Options) *Failures {
-	return &Failures{source: NewLimiter(perSource), identity: NewLimiter(perIdentity)}
+	return &Failures{source: NewLimiter(perSource), identity: NewLimiter(perIdentity), known: newRecentSet(perIdentity.MaxKeys)}
 }
 
 // Note counts one failed attempt from source with identity; an empty
 // identity (nothing recognisable was presented) counts against the source
-// only.
+// only. A failing identity is no longer exempt from its source's block.
 func (f *Failures) Note(source, identity string) {
 	if f == nil {
 		return
@@ -60,7 +88,31 @@ func (f *Failures) Note(source, identity string) {
 	f.source.Charge(source)
 	if identity != "" {
 		f.identity.Charge(identity)
+		f.known.remove(identity)
 	}
+}
+
+// Admit records that identity authenticated: from now on its source's
+// failures do not block it.
+func (f *Failures) Admit(identity string) {
+	if f == nil || identity == "" {
+		return
+	}
+	f.known.add(identity)
+}
+
+// Forget withdraws identity's exemption (its credential was found revoked
+// or expired).
+func (f *Failures) Forget(identity string) {
+	if f == nil || identity == "" {
+		return
+	}
+	f.known.remove(identity)
+}
+
+// Known reports whether identity authenticated and has not failed since.
+func (f *Failures) Known(identity string) bool {
+	return f != nil && identity != "" && f.known.has(identity)
 }
 
 // Blocked reports whether source has failed too often, and for how long it
@@ -81,10 +133,15 @@ func (f *Failures) BlockedIdentity(identity string) (bool, time.Duration) {
 	return f.identity.Blocked(identity)
 }
 
-// Check is Blocked and BlockedIdentity together: nil, or an
-// *ExhaustedError carrying the longer wait.
+// Check is the whole test before a lookup: nil, or an *ExhaustedError
+// carrying the longer wait. A known identity is not held to its source's
+// block; every identity is held to its own.
 func (f *Failures) Check(source, identity string) error {
-	bs, ws := f.Blocked(source)
+	var bs bool
+	var ws time.Duration
+	if !f.Known(identity) {
+		bs, ws = f.Blocked(source)
+	}
 	bi, wi := f.BlockedIdentity(identity)
 	if !bs && !bi {
 		return nil

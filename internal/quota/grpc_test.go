@@ -2,7 +2,6 @@ package quota_test
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,8 +11,6 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/countersign/countersign/internal/api"
@@ -35,39 +32,6 @@ func TestSourceKey(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := quota.SourceKey(tc.in); got != tc.want {
 				t.Fatalf("SourceKey(%q) = %q, want %q", tc.in, got, tc.want)
-			}
-		})
-	}
-}
-
-func TestPeerSource(t *testing.T) {
-	tcp := func(s string) net.Addr { a, _ := net.ResolveTCPAddr("tcp", s); return a }
-	tests := []struct {
-		name string
-		addr net.Addr
-		xff  []string
-		want string
-	}{
-		{"remote peer", tcp("198.51.100.4:40000"), nil, "198.51.100.4"},
-		{"a remote peer cannot claim another source", tcp("198.51.100.4:40000"), []string{"192.0.2.1"}, "198.51.100.4"},
-		{"the gateway on loopback forwards the HTTP peer", tcp("127.0.0.1:50000"), []string{"192.0.2.1"}, "192.0.2.1"},
-		{"only the entry the gateway appended counts", tcp("127.0.0.1:50000"), []string{"6.6.6.6, 192.0.2.1"}, "192.0.2.1"},
-		{"IPv6 loopback", tcp("[::1]:50000"), []string{"2001:db8::1"}, "2001:db8::/64"},
-		{"unix socket", &net.UnixAddr{Name: "/run/cs.sock", Net: "unix"}, []string{"192.0.2.2"}, "192.0.2.2"},
-		{"loopback without the gateway", tcp("127.0.0.1:50000"), nil, "127.0.0.1"},
-		{"no peer", nil, nil, "host:unknown"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Background()
-			if tc.addr != nil {
-				ctx = peer.NewContext(ctx, &peer.Peer{Addr: tc.addr})
-			}
-			if tc.xff != nil {
-				ctx = metadata.NewIncomingContext(ctx, metadata.Pairs("x-forwarded-for", tc.xff[0]))
-			}
-			if got := quota.PeerSource(ctx); got != tc.want {
-				t.Fatalf("PeerSource = %q, want %q", got, tc.want)
 			}
 		})
 	}

@@ -59,11 +59,16 @@ type Server struct {
 	rails      *rails.Registry
 	reconciler *reconcile.Worker
 	webhooks   outbox.AddressPolicy
+	peers      quota.Peers
 
 	grpcLis, envoyLis, httpLis net.Listener
-	cancel                     context.CancelFunc
-	wg                         sync.WaitGroup
-	errs                       chan error
+	// gatewayLis is the REST gateway's in-process way into s.grpc: a call
+	// on it is the gateway's own, so the HTTP peer it reports is believed
+	// (quota.Peers).
+	gatewayLis *quota.GatewayListener
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+	errs       chan error
 }
 
 // New builds a server over store and the configured rail accounts (nil:
@@ -97,14 +102,19 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 		return nil, fmt.Errorf("webhook-allow-networks: %w", err)
 	}
 	webhooks := outbox.AddressPolicy{Allow: webhookNets}
+	proxies, err := cfg.TrustedProxyNetworks()
+	if err != nil {
+		return nil, fmt.Errorf("trusted-proxies: %w", err)
+	}
+	peers := quota.Peers{TrustedProxies: proxies}
 	ownerQuota := quota.Options{Rate: cfg.OwnerQuotaRate, Burst: cfg.OwnerQuotaBurst}
-	guard := &ownerauth.Guard{Auth: authn, Sources: quota.NewLimiter(ownerQuota), Owners: quota.NewLimiter(ownerQuota),
+	guard := &ownerauth.Guard{Auth: authn, Peers: peers, Sources: quota.NewLimiter(ownerQuota), Owners: quota.NewLimiter(ownerQuota),
 		Failures: quota.NewFailures(failQuota, failQuota), ToStatus: api.ToStatus,
 		Methods: []string{countersignv1.DecisionService_Reconcile_FullMethodName}}
 	gs := grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler()),
 		grpc.ChainUnaryInterceptor(guard.Unary(), api.ValidationInterceptor(validator)),
 		grpc.ChainStreamInterceptor(guard.Stream(), api.StreamValidationInterceptor(validator)))
-	countersignv1.RegisterDecisionServiceServer(gs, api.NewDecisionServer(eng, store, rec))
+	countersignv1.RegisterDecisionServiceServer(gs, api.NewDecisionServer(eng, store, rec).WithPeers(peers))
 	countersignv1.RegisterOwnerServiceServer(gs, api.NewOwnerServer(store, ownerauth.OwnerID).WithWebhookAddresses(webhooks))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
@@ -123,7 +133,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 
 	s := &Server{
 		cfg: cfg, log: log, metrics: m, grpc: gs, envoy: es, errs: make(chan error, 3),
-		store: store, rails: rs, reconciler: rec, webhooks: webhooks,
+		store: store, rails: rs, reconciler: rec, webhooks: webhooks, peers: peers,
 		ready: &readiness{
 			prober: store, health: hs, metrics: m, log: log,
 			services: []string{"", authv3.Authorization_ServiceDesc.ServiceName,
@@ -162,12 +172,14 @@ func (s *Server) Start(ctx context.Context) error {
 
 	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
-	mux, err := s.httpMux(bg, dialTarget(gl))
+	s.gatewayLis = quota.NewGatewayListener()
+	mux, err := s.httpMux(bg, s.gatewayLis)
 	if err != nil {
 		cancel()
 		gl.Close()
 		el.Close()
 		hl.Close()
+		s.gatewayLis.Close()
 		return err
 	}
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
@@ -188,11 +200,17 @@ func (s *Server) Start(ctx context.Context) error {
 			s.reconciler.Run(bg, s.cfg.ReconcileInterval)
 		}()
 	}
-	s.wg.Add(4)
+	s.wg.Add(5)
 	go func() {
 		defer s.wg.Done()
 		if err := s.grpc.Serve(gl); err != nil {
 			s.errs <- fmt.Errorf("grpc: %w", err)
+		}
+	}()
+	go func() {
+		defer s.wg.Done()
+		if err := s.grpc.Serve(s.gatewayLis); err != nil {
+			s.errs <- fmt.Errorf("grpc (rest gateway): %w", err)
 		}
 	}()
 	go func() {
@@ -301,10 +319,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return herr
 }
 
-func (s *Server) httpMux(ctx context.Context, grpcAddr string) (*http.ServeMux, error) {
-	gw := runtime.NewServeMux(runtime.WithOutgoingHeaderMatcher(quota.OutgoingHeaderMatcher))
-	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if err := countersignv1.RegisterOwnerServiceHandlerFromEndpoint(ctx, gw, grpcAddr, dial); err != nil {
+// httpMux serves REST through the gateway, which calls the gRPC server over
+// gateway (in-process, never the gRPC listener: a call there could come from
+// anyone, and what it says about its HTTP peer would be believed).
+func (s *Server) httpMux(ctx context.Context, gateway *quota.GatewayListener) (*http.ServeMux, error) {
+	gw := runtime.NewServeMux(runtime.WithOutgoingHeaderMatcher(quota.OutgoingHeaderMatcher),
+		runtime.WithMetadata(s.peers.GatewayMetadata))
+	dial := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithContextDialer(gateway.DialContext)}
+	if err := countersignv1.RegisterOwnerServiceHandlerFromEndpoint(ctx, gw, "passthrough:///countersign-gateway", dial); err != nil {
 		return nil, fmt.Errorf("rest gateway: %w", err)
 	}
 	mux := http.NewServeMux()
