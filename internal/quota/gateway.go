@@ -56,8 +56,8 @@ func (l *GatewayListener) DialContext(ctx context.Context, _ string) (net.Conn, 
 	case <-l.done:
 	case <-ctx.Done():
 	}
-	client.Close()
-	server.Close()
+	_ = client.Close()
+	_ = server.Close()
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}

@@ -179,7 +179,7 @@ func (s *Server) Start(ctx context.Context) error {
 		gl.Close()
 		el.Close()
 		hl.Close()
-		s.gatewayLis.Close()
+		_ = s.gatewayLis.Close()
 		return err
 	}
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
