@@ -19,15 +19,16 @@ const headerDistinct = "x-countersign-distinct"
 const maxAmount = 1<<53 - 1
 
 // headers is where every request header stands (README.md). Stripe reads
-// Stripe-Account, Stripe-Context and Stripe-Version to choose whose
-// account and which API version a request acts on; Resolve and Find read
-// the platform account at APIVersion, so the first two are refused and the
-// third pinned — on reads too.
+// Stripe-Account and Stripe-Context to choose whose account a request acts
+// on, and Resolve and Find read the platform account: both are refused, on
+// reads too. Stripe-Version chooses how Stripe reads the request: Stamp
+// pins it to APIVersion on every money-moving request, so the agent's own
+// (an SDK sends its version) must only be one well-formed version.
 var headers = rail.HeaderPolicy{
 	Rules: map[string]rail.HeaderRule{
 		"stripe-account":             {Class: rail.HeaderRefused, Why: "it acts on a connected account, which Countersign does not guard"},
 		"stripe-context":             {Class: rail.HeaderRefused, Why: "it acts in another account's context, which Countersign does not guard"},
-		"stripe-version":             {Class: rail.HeaderPinned, Check: pinVersion},
+		"stripe-version":             {Class: rail.HeaderPinned, Check: checkVersion},
 		"idempotency-key":            {Class: rail.HeaderStamp},
 		"content-type":               {Class: rail.HeaderPinned}, // checked against the method in parseAction
 		"x-stripe-client-user-agent": {Class: rail.HeaderTransport},
@@ -36,9 +37,19 @@ var headers = rail.HeaderPolicy{
 	Namespaces: []string{"stripe-", "x-stripe-"},
 }
 
-func pinVersion(v string) error {
-	if v != APIVersion {
-		return fmt.Errorf("%q: Countersign reads Stripe requests as API version %s; send that version or none", v, APIVersion)
+// checkVersion accepts one API version, YYYY-MM-DD with an optional
+// release name (2025-08-27.basil); a list or anything else is refused.
+func checkVersion(v string) error {
+	date, name, dotted := strings.Cut(v, ".")
+	ok := len(date) == 10 && date[4] == '-' && date[7] == '-' && (!dotted || name != "")
+	for i := 0; ok && i < len(date); i++ {
+		ok = i == 4 || i == 7 || date[i] >= '0' && date[i] <= '9'
+	}
+	for i := 0; ok && i < len(name); i++ {
+		ok = name[i] >= 'a' && name[i] <= 'z'
+	}
+	if !ok {
+		return fmt.Errorf("%q is not one Stripe API version (YYYY-MM-DD or YYYY-MM-DD.name)", v)
 	}
 	return nil
 }

@@ -68,7 +68,7 @@ var parseCases = []railtest.ActionCase{
 	{
 		Name: "refund_explicit_defaults_and_labels",
 		Req: postH("/v1/refunds", "charge=ch_3Mtw&reason=duplicate&refund_application_fee=false&reverse_transfer=false&metadata%5Border%5D=42&expand%5B%5D=charge&expand[]=balance_transaction",
-			map[string]string{"stripe-version": APIVersion, "idempotency-key": "sdk-random-uuid", "user-agent": "Stripe/v1 GoBindings/79.0.0", "x-stripe-client-user-agent": "{}"}),
+			map[string]string{"stripe-version": "2025-08-27.basil", "idempotency-key": "sdk-random-uuid", "user-agent": "Stripe/v1 GoBindings/79.0.0", "x-stripe-client-user-agent": "{}"}),
 		Want: rail.Action{Kind: sik.KindRefund, Subject: "ch_3Mtw"},
 	},
 	{
@@ -181,9 +181,10 @@ var malformedCases = []railtest.MalformedCase{
 	{Name: "charset_latin1", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"content-type": "application/x-www-form-urlencoded; charset=iso-8859-1"}), Field: "content-type"},
 	{Name: "two_content_types", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"content-type": "application/x-www-form-urlencoded,application/json"}), Field: "content-type"},
 	{Name: "gzip_body", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"content-encoding": "gzip"}), Field: "content-encoding"},
-	{Name: "other_api_version", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"stripe-version": "2020-08-27"}), Field: "stripe-version"},
+	{Name: "api_version_not_a_version", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"stripe-version": "latest"}), Field: "stripe-version"},
 	{Name: "api_version_twice", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"stripe-version": APIVersion + "," + APIVersion}), Field: "stripe-version"},
-	{Name: "read_other_api_version", Req: rail.Request{Method: http.MethodGet, Path: "/v1/refunds/re_1", Headers: map[string]string{"stripe-version": "2025-03-31.basil"}}, Field: "stripe-version"},
+	{Name: "api_version_with_beta", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"stripe-version": "2025-08-27.basil; feature_beta=v1"}), Field: "stripe-version"},
+	{Name: "read_api_version_garbage", Req: rail.Request{Method: http.MethodGet, Path: "/v1/refunds/re_1", Headers: map[string]string{"stripe-version": "2025-03-31.Basil"}}, Field: "stripe-version"},
 	{Name: "read_with_body", Req: rail.Request{Method: http.MethodGet, Path: "/v1/refunds/re_1", Body: []byte("amount=1")}, Field: "body"},
 	{Name: "distinct_not_utf8", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"x-countersign-distinct": "\xff"}), Field: "x-countersign-distinct"},
 }
