@@ -35,6 +35,9 @@ type piece struct{ name, value string }
 type gen struct {
 	r    *rand.Rand
 	kind sik.Kind
+	// clean spells only what the rail reads the same (no stray "&", ";"
+	// or JSON body).
+	clean bool
 }
 
 func (g gen) pick(vs ...string) string { return vs[g.r.IntN(len(vs))] }
@@ -149,6 +152,7 @@ func (g gen) encode(ps []piece) string {
 	}
 	body := strings.Join(parts, "&")
 	switch {
+	case g.clean:
 	case g.chance(0.01):
 		body += "&"
 	case g.chance(0.01):
