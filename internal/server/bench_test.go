@@ -146,6 +146,8 @@ type allowHarness struct {
 	// ownerID owns the agent; ownerToken is its owner API credential.
 	ownerID, ownerToken string
 	httpAddr            string
+	// envoyAddr is the ext_authz/ext_proc listener (a Unix socket).
+	envoyAddr string
 }
 
 func (h *allowHarness) request(i int64) *authv3.CheckRequest {
@@ -253,7 +255,8 @@ func railHarnessOn(b testing.TB, url string, opts ...harnessOption) *allowHarnes
 		b.Fatal(err)
 	}
 	return &allowHarness{client: authv3.NewAuthorizationClient(envoy), secret: secret, grpcAddr: srv.GRPCAddr(), mockURL: ts.URL,
-		store: store, agentID: agent.ID, mock: mock, conn: conn, ownerID: owner.ID, ownerToken: ownerToken, httpAddr: srv.HTTPAddr()}
+		store: store, agentID: agent.ID, mock: mock, conn: conn, ownerID: owner.ID, ownerToken: ownerToken, httpAddr: srv.HTTPAddr(),
+		envoyAddr: srv.EnvoyAddr()}
 }
 
 func pgbenchPath() (string, error) {
