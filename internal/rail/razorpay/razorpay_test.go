@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -670,7 +671,15 @@ func TestFindNeedsAccountNumber(t *testing.T) {
 
 func FuzzParse(f *testing.F) {
 	add := func(r rail.Request) {
-		f.Add(r.Method, r.Path, r.Headers["content-type"], r.Headers["x-countersign-distinct"], r.Body)
+		// One more header, so the header table is fuzzed too.
+		var name, value string
+		for _, k := range slices.Sorted(maps.Keys(r.Headers)) {
+			if k != "content-type" && k != "x-countersign-distinct" {
+				name, value = k, r.Headers[k]
+				break
+			}
+		}
+		f.Add(r.Method, r.Path, r.Headers["content-type"], r.Headers["x-countersign-distinct"], name, value, r.Body)
 	}
 	for _, tc := range parseCases {
 		add(tc.Req)
@@ -688,8 +697,11 @@ func FuzzParse(f *testing.F) {
 		add(tc.Req)
 	}
 	ad := New()
-	f.Fuzz(func(t *testing.T, method, path, contentType, distinct string, body []byte) {
+	f.Fuzz(func(t *testing.T, method, path, contentType, distinct, name, value string, body []byte) {
 		req := rail.Request{Method: method, Path: path, Body: body, Headers: map[string]string{}}
+		if name != "" {
+			req.Headers[strings.ToLower(name)] = value
+		}
 		if contentType != "" {
 			req.Headers["content-type"] = contentType
 		}

@@ -419,3 +419,32 @@ func minorString(n *int64) string {
 	}
 	return strconv.FormatInt(*n, 10)
 }
+
+// FuzzReadForm: whatever readForm accepts, stripe-mock's form parser reads
+// as the same pairs in the same order.
+func FuzzReadForm(f *testing.F) {
+	for _, tc := range parseCases {
+		f.Add(string(tc.Req.Body))
+	}
+	for _, tc := range malformedCases {
+		f.Add(string(tc.Req.Body))
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		pairs, err := readForm(body)
+		if err != nil {
+			return
+		}
+		ref, err := parser.ParseFormString(body)
+		if err != nil {
+			t.Fatalf("readForm accepts %q, stripe-mock's parser refuses it: %v", body, err)
+		}
+		if len(ref) != len(pairs) {
+			t.Fatalf("readForm reads %d pairs in %q, stripe-mock %d", len(pairs), body, len(ref))
+		}
+		for i, p := range pairs {
+			if ref[i][0] != p.name || ref[i][1] != p.value {
+				t.Fatalf("pair %d of %q: readForm %q=%q, stripe-mock %q=%q", i, body, p.name, p.value, ref[i][0], ref[i][1])
+			}
+		}
+	})
+}
