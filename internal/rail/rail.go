@@ -54,8 +54,10 @@ type Action struct {
 	// destination; refunds: the payment's customer when known, else "").
 	Payee string
 	// Extra holds the request fields that change the meaning of the action
-	// and so take part in the SIK (e.g. Stripe refund "reason", payout
-	// "method"), as strings. Metadata/notes do not belong here.
+	// and so take part in the SIK (e.g. Stripe refund_application_fee=true,
+	// payout "method", Razorpay refund "speed"), as strings. Labels (a
+	// refund's reason, metadata/notes) and explicit defaults do not belong
+	// here: each adapter's README says where every member stands.
 	Extra map[string]string
 	// Distinct is the caller's explicit reason to make a second identical
 	// action (header x-countersign-distinct), logged verbatim in the audit.

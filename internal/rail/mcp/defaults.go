@@ -22,8 +22,9 @@ const DefaultEndpoint = "/mcp"
 //     declares payment_intent (string) and amount (int, optional: a full
 //     refund when omitted); its description also offers reason, which the
 //     schema does not declare, so the MCP SDK may strip it before Stripe
-//     sees it. reason is kept in the SIK as the REST adapter keeps it, so
-//     one refund has one SIK by either path.
+//     sees it. reason is a label (DESIGN §3), accepted and left out of the
+//     SIK as the REST adapter leaves it, so one refund has one SIK by
+//     either path.
 //   - It takes no metadata: nothing can be stamped, and an ambiguous
 //     outcome cannot be proven absent (docs/mcp.md says what to do).
 //   - It calls stripe.refunds.create with no idempotency key of its own
@@ -56,7 +57,7 @@ func StripeDefaults() Config {
 		Rail:     sik.RailStripe,
 		Endpoint: DefaultEndpoint,
 		Tools: map[string]Tool{
-			"create_refund": {Kind: sik.KindRefund, Subject: "payment_intent", Amount: "amount", Extra: []string{"reason"}},
+			"create_refund": {Kind: sik.KindRefund, Subject: "payment_intent", Amount: "amount", Ignored: []string{"reason"}},
 		},
 		ReadOnlyTools: []string{
 			"list_customers", "list_products", "list_prices", "list_invoices", "list_coupons",

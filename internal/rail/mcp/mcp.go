@@ -282,7 +282,13 @@ func (ad *adapter) Stamp(a rail.Action, key sik.SIK, gen uint32) (rail.Stamped, 
 	if err != nil {
 		return rail.Stamped{}, fmt.Errorf("mcp: stamp: %w", err)
 	}
-	out := rail.Stamped{Headers: st.Headers, BodyValue: value}
+	// Only the idempotency header: the rail adapter's pins (Stripe-Version)
+	// are for the rail's REST API, not for the MCP server.
+	name, _, err := sik.HeaderStamp(ad.under.Rail(), a.Kind, key, gen)
+	if err != nil {
+		return rail.Stamped{}, fmt.Errorf("mcp: stamp: %w", err)
+	}
+	out := rail.Stamped{Headers: map[string]string{name: st.Headers[name]}, BodyValue: value}
 	if md != "" {
 		out.BodyField = BodyField(md)
 	}

@@ -243,6 +243,15 @@ func (ad *adapter) action(name string, t Tool, args object, req rail.Request) (r
 		}
 	}
 
+	// An ignored argument changes nothing, but it is still a scalar: an
+	// object or null may mean something at the server.
+	for _, e := range t.Ignored {
+		if raw, ok := args[e]; ok {
+			if _, err := scalar(raw); err != nil {
+				return rail.Action{}, malformed(field(e), "%v", err)
+			}
+		}
+	}
 	extra := map[string]string{}
 	for _, e := range t.Extra {
 		raw, ok := args[e]

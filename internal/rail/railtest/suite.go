@@ -86,6 +86,9 @@ type Fixtures struct {
 	Unrecognised []RequestCase
 	// HeaderRule checks one idempotency header against the rail's rules.
 	HeaderRule func(kind sik.Kind, name, value string) error
+	// PinnedHeaders are headers Stamp sets besides the idempotency header,
+	// with the one value each is pinned to (Stripe-Version).
+	PinnedHeaders map[string]string
 	// BodyField is the body stamp's field (sik.StripeBodyField, …).
 	BodyField string
 	// WithBodyStamp writes the body stamp into req as ext_proc would (the
@@ -320,10 +323,16 @@ func runStamp(t *testing.T, newAdapter func() rail.Adapter, fx Fixtures) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if len(st.Headers) != 1 {
-					t.Fatalf("gen %d: %d headers %v, want exactly one idempotency header", gen, len(st.Headers), st.Headers)
+				if len(st.Headers) != 1+len(fx.PinnedHeaders) {
+					t.Fatalf("gen %d: %d headers %v, want exactly one idempotency header and the pins %v", gen, len(st.Headers), st.Headers, fx.PinnedHeaders)
 				}
 				for name, value := range st.Headers {
+					if pin, ok := fx.PinnedHeaders[name]; ok {
+						if value != pin {
+							t.Fatalf("gen %d: pinned header %s = %q, want %q", gen, name, value, pin)
+						}
+						continue
+					}
 					if value != want {
 						t.Fatalf("gen %d: header %s = %q, want %q", gen, name, value, want)
 					}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -16,24 +15,29 @@ import (
 	"github.com/countersign/countersign/internal/sik"
 )
 
-// Request headers Parse reads (rail.Request headers are lower-case).
-const (
-	headerDistinct    = "x-countersign-distinct"
-	headerContentType = "content-type"
-	// headerAccount makes a partner act on a sub-merchant's account;
-	// Resolve and Find read the key's own account, so such an action could
-	// never be reconciled: it is not recognised.
-	headerAccount = "x-razorpay-account"
-)
+// headerDistinct carries the caller's reason for a second identical action.
+const headerDistinct = "x-countersign-distinct"
 
 const (
 	// maxAmount is 2^53-1, the largest amount a SIK can carry exactly.
 	maxAmount = 1<<53 - 1
-	// maxNotes is Razorpay's limit on notes; one is kept for the stamp.
-	maxNotes = 15
 	// maxDepth bounds JSON nesting in a request body.
 	maxDepth = 32
 )
+
+// headers is where every request header stands (README.md). A partner's
+// X-Razorpay-Account makes the request act on a sub-merchant's account,
+// while Resolve and Find read the key's own: it is refused, on reads too.
+var headers = rail.HeaderPolicy{
+	Rules: map[string]rail.HeaderRule{
+		"x-razorpay-account":     {Class: rail.HeaderRefused, Why: "it acts on another merchant's account, which Countersign does not guard"},
+		"x-refund-idempotency":   {Class: rail.HeaderStamp},
+		"x-payout-idempotency":   {Class: rail.HeaderStamp},
+		"x-transfer-idempotency": {Class: rail.HeaderStamp},
+		"content-type":           {Class: rail.HeaderPinned}, // checked in decodeBody
+	},
+	Namespaces: []string{"x-razorpay-"},
+}
 
 // Parse implements rail.Adapter.
 func (adapter) Parse(req rail.Request) (rail.Parsed, error) {
@@ -42,9 +46,15 @@ func (adapter) Parse(req rail.Request) (rail.Parsed, error) {
 	if !ok {
 		return rail.Parsed{}, unrecognised(req)
 	}
+	if err := headers.Check(req.Headers); err != nil {
+		return rail.Parsed{}, err
+	}
 	switch req.Method {
 	case http.MethodGet:
 		if isRead(segs) {
+			if len(req.Body) > 0 {
+				return rail.Parsed{}, malformed("body", "a read carries no body")
+			}
 			return rail.Parsed{Kind: rail.KindRead}, nil
 		}
 	case http.MethodPost:
@@ -56,9 +66,6 @@ func (adapter) Parse(req rail.Request) (rail.Parsed, error) {
 			kind = sik.KindPayout
 		}
 		if kind != "" {
-			if req.Headers[headerAccount] != "" {
-				return rail.Parsed{}, fmt.Errorf("%w: POST %s on behalf of another account (X-Razorpay-Account) is not supported", rail.ErrUnrecognised, path)
-			}
 			a, err := parseAction(kind, segs, query, req)
 			if err != nil {
 				return rail.Parsed{}, err
@@ -132,65 +139,36 @@ func parseAction(kind sik.Kind, segs []string, query string, req rail.Request) (
 		// Razorpay merges query parameters into a request's input.
 		return rail.Action{}, malformed("query", "a money-moving POST must carry its parameters in the body only")
 	}
-	f, err := decodeBody(req)
+	body, err := decodeBody(req)
 	if err != nil {
 		return rail.Action{}, err
 	}
-	if err := checkNotes(f); err != nil {
+	sp := specs[kind]
+	f, err := sp.read(kind, body)
+	if err != nil {
 		return rail.Action{}, err
 	}
 	distinct := req.Headers[headerDistinct]
 	if !utf8.ValidString(distinct) {
 		return rail.Action{}, malformed(headerDistinct, "not valid UTF-8")
 	}
-	a := rail.Action{Kind: kind, Distinct: distinct}
-	if a.AmountMinor, err = f.amount(kind == sik.KindPayout); err != nil {
+	a := rail.Action{Kind: kind, Distinct: distinct, Extra: sp.extra(f)}
+	if v, ok := f["amount"]; ok {
+		n, err := amount(v)
+		if err != nil {
+			return rail.Action{}, err
+		}
+		a.AmountMinor = &n
+	}
+	if err := sp.missing(f, "amount", "currency", "fund_account_id", "account_number", "mode", "purpose"); err != nil {
 		return rail.Action{}, err
 	}
-	if a.Currency, err = f.currency(kind == sik.KindPayout); err != nil {
-		return rail.Action{}, err
-	}
-	extra := map[string]string{}
-	switch kind {
-	case sik.KindRefund:
+	a.Currency = strings.ToUpper(f["currency"])
+	if kind == sik.KindRefund {
 		a.Subject = segs[2] // checked by splitPath
-		speed, err := f.str("speed", false)
-		if err != nil {
-			return rail.Action{}, err
-		}
-		if speed == "" {
-			speed = "normal" // Razorpay's default: absent and "normal" are one refund
-		}
-		extra["speed"] = speed
-	case sik.KindPayout:
-		fa, err := f.str("fund_account_id", true)
-		if err != nil {
-			return rail.Action{}, err
-		}
-		if !isID(fa) {
-			return rail.Action{}, malformed("fund_account_id", "%q is not a Razorpay id", fa)
-		}
-		a.Subject, a.Payee = fa, fa
-		// The source account changes which money moves, and Find needs it.
-		acct, err := f.str("account_number", true)
-		if err != nil {
-			return rail.Action{}, err
-		}
-		if !isID(acct) {
-			return rail.Action{}, malformed("account_number", "%q is not an account number", acct)
-		}
-		extra["account_number"] = acct
-		for _, name := range []string{"mode", "purpose"} {
-			v, err := f.str(name, false)
-			if err != nil {
-				return rail.Action{}, err
-			}
-			if v != "" {
-				extra[name] = v
-			}
-		}
+	} else {
+		a.Subject, a.Payee = f["fund_account_id"], f["fund_account_id"]
 	}
-	a.Extra = extra
 	return a, nil
 }
 
@@ -198,13 +176,12 @@ func parseAction(kind sik.Kind, segs []string, query string, req rail.Request) (
 // object. An empty body is an empty object (a full refund).
 func decodeBody(req rail.Request) (fields, error) {
 	body := bytes.TrimSpace(req.Body)
-	ct := req.Headers[headerContentType]
+	ct := req.Headers["content-type"]
 	// Razorpay reads a body as JSON only when it is declared JSON; an
 	// untyped or form body would carry parameters this parse does not see.
 	if ct != "" || len(body) > 0 {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || mt != "application/json" {
-			return nil, malformed("content-type", "%q: Razorpay requests are application/json", ct)
+		if err := rail.CheckMediaType(ct, "application/json"); err != nil {
+			return nil, malformed("content-type", "%v", err)
 		}
 	}
 	if len(body) == 0 {
@@ -308,95 +285,28 @@ func checkJSON(body []byte) error {
 }
 
 // amount reads "amount": a JSON integer literal (no fraction, exponent or
-// sign, not a string), at most 2^53-1. Razorpay's PHP would read 10.5 or
+// sign, not a string), from 1 to 2^53-1. Razorpay's PHP would read 10.5 or
 // "100" its own way; refusing leaves no room for two readings.
-func (f fields) amount(required bool) (*int64, error) {
-	raw, ok := f["amount"]
-	if !ok {
-		if required {
-			return nil, malformed("amount", "required")
-		}
-		return nil, nil
-	}
-	s := string(raw)
+func amount(s string) (int64, error) {
 	switch {
-	case s == "null":
-		return nil, malformed("amount", "null; omit it for a full refund")
 	case strings.HasPrefix(s, `"`):
-		return nil, malformed("amount", "%s is a string; send an integer in minor units", s)
+		return 0, malformed("amount", "%.40s is a string; send an integer in minor units", s)
 	case strings.HasPrefix(s, "-"):
-		return nil, malformed("amount", "%s is negative", s)
+		return 0, malformed("amount", "%.40s is negative", s)
 	case strings.ContainsAny(s, ".eE"):
-		return nil, malformed("amount", "%s is not an integer in minor units", s)
+		return 0, malformed("amount", "%.40s is not an integer in minor units", s)
 	}
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
-			return nil, malformed("amount", "%.40s is not an integer in minor units", s)
+			return 0, malformed("amount", "%.40s is not an integer in minor units", s)
 		}
 	}
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n > maxAmount {
-		return nil, malformed("amount", "%.40s is out of range (at most %d)", s, int64(maxAmount))
+		return 0, malformed("amount", "%.40s is out of range (at most %d)", s, int64(maxAmount))
 	}
-	return &n, nil
-}
-
-// str reads a string field; another JSON type is malformed.
-func (f fields) str(name string, required bool) (string, error) {
-	raw, ok := f[name]
-	if !ok || string(raw) == "null" {
-		if required {
-			return "", malformed(name, "required")
-		}
-		return "", nil
+	if n < 1 {
+		return 0, malformed("amount", "must be at least 1; omit it for a full refund")
 	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err != nil {
-		return "", malformed(name, "%.40s is not a string", raw)
-	}
-	if required && s == "" {
-		return "", malformed(name, "required")
-	}
-	return s, nil
-}
-
-func (f fields) currency(required bool) (string, error) {
-	v, err := f.str("currency", required)
-	if err != nil || v == "" {
-		return "", err
-	}
-	if len(v) != 3 {
-		return "", malformed("currency", "%q is not a three-letter ISO 4217 code", v)
-	}
-	for i := 0; i < 3; i++ {
-		if c := v[i] | 0x20; c < 'a' || c > 'z' {
-			return "", malformed("currency", "%q is not a three-letter ISO 4217 code", v)
-		}
-	}
-	return strings.ToUpper(v), nil
-}
-
-// checkNotes accepts absent, null, [] or an object with room for the
-// stamp: ext_proc writes notes.countersign_sik into it.
-func checkNotes(f fields) error {
-	raw, ok := f["notes"]
-	if !ok || string(raw) == "null" {
-		return nil
-	}
-	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '[' {
-		var arr []json.RawMessage
-		if json.Unmarshal(t, &arr) != nil || len(arr) > 0 {
-			return malformed("notes", "must be an object of key-value pairs")
-		}
-		return nil
-	}
-	var notes map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &notes); err != nil {
-		return malformed("notes", "must be an object of key-value pairs")
-	}
-	delete(notes, sik.StampKey)
-	if len(notes) > maxNotes-1 {
-		return malformed("notes", "%d keys; at most %d, as Countersign adds %s", len(notes), maxNotes-1, sik.StampKey)
-	}
-	return nil
+	return n, nil
 }

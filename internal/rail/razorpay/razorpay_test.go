@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -69,27 +70,27 @@ var parseCases = []railtest.ActionCase{
 		Want: rail.Action{Kind: sik.KindRefund, Subject: "pay_29QQoUBi66xm2f", Extra: map[string]string{"speed": "normal"}},
 	},
 	{
-		Name: "refund_currency_lower_case_and_unknown_fields",
-		Req:  postH(refundPath, `{"amount":0,"currency":"inr","speed":"normal","future_field":{"x":[1,2,{"y":null}]},"notes":[]}`, map[string]string{"content-type": "application/json; charset=utf-8"}),
-		Want: rail.Action{Kind: sik.KindRefund, Subject: "pay_29QQoUBi66xm2f", AmountMinor: ptr(0), Currency: "INR", Extra: map[string]string{"speed": "normal"}},
+		Name: "refund_currency_lower_case_and_labels",
+		Req: postH(refundPath, `{"amount":1,"currency":"inr","speed":"normal","receipt":"r-1","notes":{"a":"b","countersign_sik":"forged"}}`,
+			map[string]string{"content-type": "application/json; charset=UTF-8", "x-refund-idempotency": "sdk-random-key-1", "user-agent": "razorpay-go/1.3"}),
+		Want: rail.Action{Kind: sik.KindRefund, Subject: "pay_29QQoUBi66xm2f", AmountMinor: ptr(1), Currency: "INR", Extra: map[string]string{"speed": "normal"}},
 	},
 	{
-		Name: "refund_key_case_matters",
-		// Razorpay reads "amount", not "Amount": this is a full refund.
-		Req:  post(refundPath, `{"Amount":100}`),
+		Name: "refund_null_notes",
+		Req:  post(refundPath, `{"notes":null}`),
 		Want: rail.Action{Kind: sik.KindRefund, Subject: "pay_29QQoUBi66xm2f", Extra: map[string]string{"speed": "normal"}},
 	},
 	{
 		Name: "payout_imps",
 		Req:  post("/v1/payouts", payoutBody),
 		Want: rail.Action{Kind: sik.KindPayout, Subject: "fa_00000000000001", AmountMinor: ptr(1000000), Currency: "INR", Payee: "fa_00000000000001",
-			Extra: map[string]string{"account_number": "7878780080316316", "mode": "IMPS", "purpose": "refund"}},
+			Extra: map[string]string{"account_number": "7878780080316316", "mode": "IMPS", "purpose": "refund", "queue_if_low_balance": "true"}},
 	},
 	{
 		Name: "payout_minimal",
-		Req:  post("/v1/payouts", `{"account_number":"2323230041626905","fund_account_id":"fa_1","amount":100,"currency":"inr"}`),
+		Req:  post("/v1/payouts", `{"account_number":"2323230041626905","fund_account_id":"fa_1","amount":100,"currency":"INR","mode":"UPI","purpose":"cashback","queue_if_low_balance":false}`),
 		Want: rail.Action{Kind: sik.KindPayout, Subject: "fa_1", AmountMinor: ptr(100), Currency: "INR", Payee: "fa_1",
-			Extra: map[string]string{"account_number": "2323230041626905"}},
+			Extra: map[string]string{"account_number": "2323230041626905", "mode": "UPI", "purpose": "cashback"}},
 	},
 }
 
@@ -146,6 +147,30 @@ var malformedCases = []railtest.MalformedCase{
 	{Name: "untyped_body", Req: postH(refundPath, `{"amount":100}`, map[string]string{"content-type": ""}), Field: "content-type"},
 	{Name: "query_on_post", Req: post(refundPath+"?amount=100000", `{"amount":1}`), Field: "query"},
 	{Name: "distinct_not_utf8", Req: postH(refundPath, `{}`, map[string]string{"x-countersign-distinct": "\xff"}), Field: "x-countersign-distinct"},
+	{Name: "unknown_member", Req: post(refundPath, `{"future_field":{"x":1}}`), Field: "future_field"},
+	{Name: "member_other_case", Req: post(refundPath, `{"Amount":100}`), Field: "Amount"},
+	{Name: "member_trailing_space", Req: post(refundPath, `{"amount ":100}`), Field: "amount "},
+	{Name: "amount_zero", Req: post(refundPath, `{"amount":0}`), Field: "amount"},
+	{Name: "amount_leading_zero", Req: post(refundPath, `{"amount":0100}`), Field: "body"},
+	{Name: "amount_plus", Req: post(refundPath, `{"amount":+100}`), Field: "body"},
+	{Name: "notes_empty_array", Req: post(refundPath, `{"notes":[]}`), Field: "notes"},
+	{Name: "notes_nested", Req: post(refundPath, `{"notes":{"a":{"b":1}}}`), Field: "notes"},
+	{Name: "notes_number", Req: post(refundPath, `{"notes":{"a":1}}`), Field: "notes"},
+	{Name: "notes_value_too_long", Req: post(refundPath, `{"notes":{"a":"`+strings.Repeat("v", 257)+`"}}`), Field: "notes"},
+	{Name: "speed_unknown", Req: post(refundPath, `{"speed":"instant"}`), Field: "speed"},
+	{Name: "speed_other_case", Req: post(refundPath, `{"speed":"Normal"}`), Field: "speed"},
+	{Name: "speed_null", Req: post(refundPath, `{"speed":null}`), Field: "speed"},
+	{Name: "receipt_number", Req: post(refundPath, `{"receipt":12}`), Field: "receipt"},
+	{Name: "payout_currency_lower_case", Req: post("/v1/payouts", `{"account_number":"1","fund_account_id":"fa_1","amount":100,"currency":"inr","mode":"IMPS","purpose":"refund"}`), Field: "currency"},
+	{Name: "payout_without_mode", Req: post("/v1/payouts", `{"account_number":"1","fund_account_id":"fa_1","amount":100,"currency":"INR","purpose":"refund"}`), Field: "mode"},
+	{Name: "payout_mode_lower_case", Req: post("/v1/payouts", `{"account_number":"1","fund_account_id":"fa_1","amount":100,"currency":"INR","mode":"imps","purpose":"refund"}`), Field: "mode"},
+	{Name: "payout_without_purpose", Req: post("/v1/payouts", `{"account_number":"1","fund_account_id":"fa_1","amount":100,"currency":"INR","mode":"IMPS"}`), Field: "purpose"},
+	{Name: "payout_queue_string", Req: post("/v1/payouts", `{"account_number":"1","fund_account_id":"fa_1","amount":100,"currency":"INR","mode":"IMPS","purpose":"refund","queue_if_low_balance":"true"}`), Field: "queue_if_low_balance"},
+	{Name: "payout_narration_symbols", Req: post("/v1/payouts", `{"account_number":"1","fund_account_id":"fa_1","amount":100,"currency":"INR","mode":"IMPS","purpose":"refund","narration":"pay-out!"}`), Field: "narration"},
+	{Name: "payout_reference_too_long", Req: post("/v1/payouts", `{"account_number":"1","fund_account_id":"fa_1","amount":100,"currency":"INR","mode":"IMPS","purpose":"refund","reference_id":"`+strings.Repeat("r", 41)+`"}`), Field: "reference_id"},
+	{Name: "charset_latin1", Req: postH(refundPath, `{}`, map[string]string{"content-type": "application/json; charset=latin1"}), Field: "content-type"},
+	{Name: "gzip_body", Req: postH(refundPath, `{}`, map[string]string{"content-encoding": "gzip"}), Field: "content-encoding"},
+	{Name: "read_with_body", Req: rail.Request{Method: http.MethodGet, Path: "/v1/payments/pay_1", Body: []byte(`{}`)}, Field: "body"},
 }
 
 var malformedAmounts = map[string]rail.Request{
@@ -169,6 +194,9 @@ var unrecognisedCases = []railtest.RequestCase{
 	{Name: "encoded_id", Req: post("/v1/payments/pay%5F1/refund", `{}`)},
 	{Name: "v2", Req: post("/v2/payments/pay_1/refund", `{}`)},
 	{Name: "on_behalf_of_sub_merchant", Req: postH(refundPath, `{}`, map[string]string{"x-razorpay-account": "acc_1"})},
+	{Name: "sub_merchant_read", Req: rail.Request{Method: http.MethodGet, Path: "/v1/payments/pay_1", Headers: map[string]string{"x-razorpay-account": "acc_1"}}},
+	{Name: "unknown_razorpay_header", Req: postH(refundPath, `{}`, map[string]string{"x-razorpay-new-thing": "1"})},
+	{Name: "method_override", Req: postH(refundPath, `{}`, map[string]string{"x-http-method-override": "PATCH"})},
 }
 
 func headerRule(kind sik.Kind, name, value string) error {
@@ -643,7 +671,15 @@ func TestFindNeedsAccountNumber(t *testing.T) {
 
 func FuzzParse(f *testing.F) {
 	add := func(r rail.Request) {
-		f.Add(r.Method, r.Path, r.Headers["content-type"], r.Headers["x-countersign-distinct"], r.Body)
+		// One more header, so the header table is fuzzed too.
+		var name, value string
+		for _, k := range slices.Sorted(maps.Keys(r.Headers)) {
+			if k != "content-type" && k != "x-countersign-distinct" {
+				name, value = k, r.Headers[k]
+				break
+			}
+		}
+		f.Add(r.Method, r.Path, r.Headers["content-type"], r.Headers["x-countersign-distinct"], name, value, r.Body)
 	}
 	for _, tc := range parseCases {
 		add(tc.Req)
@@ -661,8 +697,11 @@ func FuzzParse(f *testing.F) {
 		add(tc.Req)
 	}
 	ad := New()
-	f.Fuzz(func(t *testing.T, method, path, contentType, distinct string, body []byte) {
+	f.Fuzz(func(t *testing.T, method, path, contentType, distinct, name, value string, body []byte) {
 		req := rail.Request{Method: method, Path: path, Body: body, Headers: map[string]string{}}
+		if name != "" {
+			req.Headers[strings.ToLower(name)] = value
+		}
 		if contentType != "" {
 			req.Headers["content-type"] = contentType
 		}

@@ -2,7 +2,6 @@ package stripe
 
 import (
 	"fmt"
-	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -13,30 +12,46 @@ import (
 	"github.com/countersign/countersign/internal/sik"
 )
 
-// Request headers Parse reads (rail.Request headers are lower-case).
-const (
-	headerDistinct    = "x-countersign-distinct"
-	headerContentType = "content-type"
-	// headerAccount makes a request act on a Connect account. Resolve and
-	// Find read the platform account, so such an action could never be
-	// reconciled: it is not recognised.
-	headerAccount = "stripe-account"
-)
+// headerDistinct carries the caller's reason for a second identical action.
+const headerDistinct = "x-countersign-distinct"
 
 // maxAmount is 2^53-1, the largest amount a SIK can carry exactly.
 const maxAmount = 1<<53 - 1
 
-// maxMetadataKeys is Stripe's limit; one key is kept for countersign_sik.
-const maxMetadataKeys = 50
+// headers is where every request header stands (README.md). Stripe reads
+// Stripe-Account and Stripe-Context to choose whose account a request acts
+// on, and Resolve and Find read the platform account: both are refused, on
+// reads too. Stripe-Version chooses how Stripe reads the request: Stamp
+// pins it to APIVersion on every money-moving request, so the agent's own
+// (an SDK sends its version) must only be one well-formed version.
+var headers = rail.HeaderPolicy{
+	Rules: map[string]rail.HeaderRule{
+		"stripe-account":             {Class: rail.HeaderRefused, Why: "it acts on a connected account, which Countersign does not guard"},
+		"stripe-context":             {Class: rail.HeaderRefused, Why: "it acts in another account's context, which Countersign does not guard"},
+		"stripe-version":             {Class: rail.HeaderPinned, Check: checkVersion},
+		"idempotency-key":            {Class: rail.HeaderStamp},
+		"content-type":               {Class: rail.HeaderPinned}, // checked against the method in parseAction
+		"x-stripe-client-user-agent": {Class: rail.HeaderTransport},
+		"x-stripe-client-telemetry":  {Class: rail.HeaderTransport},
+	},
+	Namespaces: []string{"stripe-", "x-stripe-"},
+}
 
-// Fields each action reads. Each must appear at most once and only in its
-// plain form: Stripe (Rack) reads "amount[]" or "amount[x]" as an array or
-// hash, and a repeated key as its last value; Parse would have to guess
-// which value the rail uses, so it refuses instead.
-var actionFields = map[sik.Kind][]string{
-	sik.KindRefund:   {"payment_intent", "charge", "amount", "currency", "reason", "refund_application_fee", "reverse_transfer"},
-	sik.KindPayout:   {"amount", "currency", "destination", "method", "source_type"},
-	sik.KindTransfer: {"amount", "currency", "destination", "source_transaction"},
+// checkVersion accepts one API version, YYYY-MM-DD with an optional
+// release name (2025-08-27.basil); a list or anything else is refused.
+func checkVersion(v string) error {
+	date, name, dotted := strings.Cut(v, ".")
+	ok := len(date) == 10 && date[4] == '-' && date[7] == '-' && (!dotted || name != "")
+	for i := 0; ok && i < len(date); i++ {
+		ok = i == 4 || i == 7 || date[i] >= '0' && date[i] <= '9'
+	}
+	for i := 0; ok && i < len(name); i++ {
+		ok = name[i] >= 'a' && name[i] <= 'z'
+	}
+	if !ok {
+		return fmt.Errorf("%q is not one Stripe API version (YYYY-MM-DD or YYYY-MM-DD.name)", v)
+	}
+	return nil
 }
 
 // Parse implements rail.Adapter.
@@ -46,9 +61,15 @@ func (adapter) Parse(req rail.Request) (rail.Parsed, error) {
 	if !ok {
 		return rail.Parsed{}, unrecognised(req)
 	}
+	if err := headers.Check(req.Headers); err != nil {
+		return rail.Parsed{}, err
+	}
 	switch req.Method {
 	case http.MethodGet:
 		if isRead(segs) {
+			if len(req.Body) > 0 {
+				return rail.Parsed{}, malformed("body", "a read carries no body")
+			}
 			return rail.Parsed{Kind: rail.KindRead}, nil
 		}
 	case http.MethodPost:
@@ -63,9 +84,6 @@ func (adapter) Parse(req rail.Request) (rail.Parsed, error) {
 				kind = sik.KindTransfer
 			}
 			if kind != "" {
-				if req.Headers[headerAccount] != "" {
-					return rail.Parsed{}, fmt.Errorf("%w: POST %s on behalf of a Connect account (Stripe-Account) is not supported", rail.ErrUnrecognised, path)
-				}
 				a, err := parseAction(kind, query, req)
 				if err != nil {
 					return rail.Parsed{}, err
@@ -134,15 +152,42 @@ func malformed(field, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", rail.ErrMalformed, field, fmt.Sprintf(format, args...))
 }
 
-// form is a parsed body whose action fields are known to be single-valued.
-type form url.Values
+// pair is one name=value of a form body, both decoded.
+type pair struct{ name, value string }
 
-func (f form) get(name string) (string, bool) {
-	v, ok := f[name]
-	if !ok {
-		return "", false
+// readForm splits a form body as Rack and stripe-mock do: on "&", then at
+// the first "=", each side form-decoded (%XX and "+"). What they might read
+// otherwise is refused: a ";" (Rack 2 splits queries on it), a piece
+// without "=" (Rack reads its value as nil), an empty name, an escape Go
+// cannot decode, and bytes that are not UTF-8 once decoded.
+func readForm(body string) ([]pair, error) {
+	if body == "" {
+		return nil, nil
 	}
-	return v[0], true
+	pieces := strings.Split(body, "&")
+	out := make([]pair, 0, len(pieces))
+	for _, piece := range pieces {
+		rawName, rawValue, ok := strings.Cut(piece, "=")
+		switch {
+		case strings.Contains(piece, ";"):
+			return nil, malformed("body", "%.40q: a ';' separates parameters for some readers; encode it as %%3B", piece)
+		case !ok || rawName == "":
+			return nil, malformed("body", "%.40q is not name=value", piece)
+		}
+		name, err := url.QueryUnescape(rawName)
+		if err != nil {
+			return nil, malformed("body", "name %.40q: %v", rawName, err)
+		}
+		value, err := url.QueryUnescape(rawValue)
+		if err != nil {
+			return nil, malformed("body", "value of %.40q: %v", name, err)
+		}
+		if !utf8.ValidString(name) || !utf8.ValidString(value) {
+			return nil, malformed("body", "%.40q is not valid UTF-8 once decoded", name)
+		}
+		out = append(out, pair{name, value})
+	}
+	return out, nil
 }
 
 func parseAction(kind sik.Kind, query string, req rail.Request) (rail.Action, error) {
@@ -153,127 +198,65 @@ func parseAction(kind sik.Kind, query string, req rail.Request) (rail.Action, er
 	// The rail reads the body by its content type: a body sent as JSON,
 	// multipart or untyped could carry parameters this form parse does not
 	// see, so only a declared form (or no body at all) is accepted.
-	if ct := req.Headers[headerContentType]; ct != "" || len(req.Body) > 0 {
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || mt != "application/x-www-form-urlencoded" {
-			return rail.Action{}, malformed("content-type", "%q: Stripe requests are application/x-www-form-urlencoded", ct)
+	if ct := req.Headers["content-type"]; ct != "" || len(req.Body) > 0 {
+		if err := rail.CheckMediaType(ct, "application/x-www-form-urlencoded"); err != nil {
+			return rail.Action{}, malformed("content-type", "%v", err)
 		}
 	}
 	if !utf8.Valid(req.Body) {
 		return rail.Action{}, malformed("body", "not valid UTF-8")
 	}
-	values, err := url.ParseQuery(string(req.Body))
+	pairs, err := readForm(string(req.Body))
 	if err != nil {
-		return rail.Action{}, malformed("body", "not a form: %v", err)
+		return rail.Action{}, err
 	}
-	f := form(values)
-	if err := checkFields(kind, f); err != nil {
+	sp := specs[kind]
+	f, err := sp.read(kind, pairs)
+	if err != nil {
 		return rail.Action{}, err
 	}
 	distinct := req.Headers[headerDistinct]
 	if !utf8.ValidString(distinct) {
 		return rail.Action{}, malformed(headerDistinct, "not valid UTF-8")
 	}
-	a := rail.Action{Kind: kind, Distinct: distinct}
+	a := rail.Action{Kind: kind, Distinct: distinct, Extra: sp.extra(f)}
 	if a.AmountMinor, err = amount(f, kind != sik.KindRefund); err != nil {
 		return rail.Action{}, err
 	}
-	if a.Currency, err = currency(f, kind != sik.KindRefund); err != nil {
+	if a.Currency, err = currencyOf(f, kind != sik.KindRefund); err != nil {
 		return rail.Action{}, err
 	}
-	extra := map[string]string{}
 	switch kind {
 	case sik.KindRefund:
-		pi, hasPI := f.get("payment_intent")
-		ch, hasCh := f.get("charge")
+		pi, hasPI := f["payment_intent"]
+		ch, hasCh := f["charge"]
 		switch {
 		case hasPI && hasCh:
 			return rail.Action{}, malformed("charge", "send payment_intent or charge, not both")
 		case hasPI:
-			a.Subject, err = id("payment_intent", pi)
+			a.Subject = pi
 		case hasCh:
-			a.Subject, err = id("charge", ch)
+			a.Subject = ch
 		default:
 			return rail.Action{}, malformed("payment_intent", "a refund needs payment_intent or charge")
 		}
-		if err != nil {
-			return rail.Action{}, err
-		}
-		copyExtra(f, extra, "reason", "refund_application_fee", "reverse_transfer")
 	case sik.KindPayout, sik.KindTransfer:
-		dest, ok := f.get("destination")
+		dest, ok := f["destination"]
 		if !ok {
 			// A payout without destination goes to the default external
 			// account, which a payee allowlist cannot name.
 			return rail.Action{}, malformed("destination", "required: Countersign keys payouts and transfers on their destination")
 		}
-		if a.Subject, err = id("destination", dest); err != nil {
-			return rail.Action{}, err
-		}
-		a.Payee = a.Subject
-		if kind == sik.KindPayout {
-			// Stripe's default method is standard: absent and explicit
-			// standard are the same payout.
-			extra["method"] = "standard"
-			copyExtra(f, extra, "method", "source_type")
-		} else {
-			copyExtra(f, extra, "source_transaction")
-		}
-	}
-	if len(extra) > 0 {
-		a.Extra = extra
+		a.Subject, a.Payee = dest, dest
 	}
 	return a, nil
-}
-
-// checkFields refuses repeated or bracketed action fields and metadata
-// that leaves no room for the stamp.
-func checkFields(kind sik.Kind, f form) error {
-	fields := actionFields[kind]
-	metadata := 0
-	for key, vs := range f {
-		base, _, bracketed := strings.Cut(key, "[")
-		for _, name := range fields {
-			if base != name {
-				continue
-			}
-			if bracketed {
-				return malformed(name, "sent as %q; it must be a plain value", key)
-			}
-			if len(vs) > 1 {
-				return malformed(name, "sent %d times; it must be sent once", len(vs))
-			}
-		}
-		if base == "metadata" && bracketed && key != sik.StripeBodyField {
-			metadata++
-		}
-	}
-	if metadata > maxMetadataKeys-1 {
-		return malformed("metadata", "%d keys; at most %d, as Countersign adds %s", metadata, maxMetadataKeys-1, sik.StampKey)
-	}
-	return nil
-}
-
-func copyExtra(f form, extra map[string]string, names ...string) {
-	for _, n := range names {
-		if v, ok := f.get(n); ok && v != "" {
-			extra[n] = v
-		}
-	}
-}
-
-func id(field, v string) (string, error) {
-	if !isID(v) {
-		return "", malformed(field, "%q is not a Stripe id", v)
-	}
-	return v, nil
 }
 
 // amount reads "amount": digits only, no sign, no leading zero, no
 // fraction or exponent, at most 2^53-1. Rack-side parsers differ on "+5",
 // "010" or " 5"; refusing them leaves no room for two readings.
-func amount(f form, required bool) (*int64, error) {
-	v, ok := f.get("amount")
+func amount(f map[string]string, required bool) (*int64, error) {
+	v, ok := f["amount"]
 	if !ok {
 		if required {
 			return nil, malformed("amount", "required")
@@ -306,8 +289,8 @@ func parseMinor(v string) (int64, error) {
 	return n, nil
 }
 
-func currency(f form, required bool) (string, error) {
-	v, ok := f.get("currency")
+func currencyOf(f map[string]string, required bool) (string, error) {
+	v, ok := f["currency"]
 	if !ok {
 		if required {
 			return "", malformed("currency", "required")

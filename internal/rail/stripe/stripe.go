@@ -53,7 +53,8 @@ func New() rail.Adapter { return adapter{} }
 func (adapter) Rail() sik.Rail { return sik.RailStripe }
 
 // Stamp implements rail.Adapter: the Idempotency-Key header and
-// metadata[countersign_sik], both carrying the same stamp.
+// metadata[countersign_sik], both carrying the same stamp, and
+// Stripe-Version pinned to APIVersion.
 func (adapter) Stamp(a rail.Action, key sik.SIK, gen uint32) (rail.Stamped, error) {
 	header, value, err := sik.HeaderStamp(sik.RailStripe, a.Kind, key, gen)
 	if err != nil {
@@ -66,8 +67,13 @@ func (adapter) Stamp(a rail.Action, key sik.SIK, gen uint32) (rail.Stamped, erro
 	if err != nil {
 		return rail.Stamped{}, fmt.Errorf("stripe: stamp: %w", err)
 	}
-	return rail.Stamped{Headers: map[string]string{header: value}, BodyField: field, BodyValue: bodyValue}, nil
+	// Stripe-Version is pinned: the rail reads the request as the version
+	// Parse read it as, whatever the account's default.
+	return rail.Stamped{Headers: map[string]string{header: value, versionHeader: APIVersion}, BodyField: field, BodyValue: bodyValue}, nil
 }
+
+// versionHeader is the header Stamp pins to APIVersion.
+const versionHeader = "Stripe-Version"
 
 // Refusal implements rail.Adapter: {"error":{"type","code","message"}}, the
 // shape Stripe's SDKs read. The type is api_error for a 5xx status (as

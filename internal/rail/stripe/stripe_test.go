@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -52,7 +54,7 @@ var parseCases = []railtest.ActionCase{
 		Req: postH("/v1/refunds", "payment_intent=pi_3Mtw&amount=1500&reason=requested_by_customer&metadata[order]=42",
 			map[string]string{"x-countersign-distinct": "second refund approved by owner"}),
 		Want: rail.Action{Kind: sik.KindRefund, Subject: "pi_3Mtw", AmountMinor: ptr(1500),
-			Extra: map[string]string{"reason": "requested_by_customer"}, Distinct: "second refund approved by owner"},
+			Distinct: "second refund approved by owner"},
 	},
 	{
 		Name: "refund_charge_full",
@@ -63,7 +65,13 @@ var parseCases = []railtest.ActionCase{
 		Name: "refund_with_currency_and_flags",
 		Req:  post("/v1/refunds", "payment_intent=pi_1&amount=0&currency=usd&refund_application_fee=true&reverse_transfer=false&expand[]=charge"),
 		Want: rail.Action{Kind: sik.KindRefund, Subject: "pi_1", AmountMinor: ptr(0), Currency: "USD",
-			Extra: map[string]string{"refund_application_fee": "true", "reverse_transfer": "false"}},
+			Extra: map[string]string{"refund_application_fee": "true"}},
+	},
+	{
+		Name: "refund_explicit_defaults_and_labels",
+		Req: postH("/v1/refunds", "charge=ch_3Mtw&reason=duplicate&refund_application_fee=false&reverse_transfer=false&metadata%5Border%5D=42&expand%5B%5D=charge&expand[]=balance_transaction",
+			map[string]string{"stripe-version": "2025-08-27.basil", "idempotency-key": "sdk-random-uuid", "user-agent": "Stripe/v1 GoBindings/79.0.0", "x-stripe-client-user-agent": "{}"}),
+		Want: rail.Action{Kind: sik.KindRefund, Subject: "ch_3Mtw"},
 	},
 	{
 		Name: "refund_percent_encoded_keys",
@@ -78,9 +86,9 @@ var parseCases = []railtest.ActionCase{
 	},
 	{
 		Name: "payout_default_method_is_standard",
-		Req:  postH("/v1/payouts", "amount=5000&currency=EUR&destination=card_1&source_type=card", map[string]string{"content-type": "application/x-www-form-urlencoded; charset=utf-8"}),
+		Req:  postH("/v1/payouts", "amount=5000&currency=EUR&destination=card_1&description=weekly&statement_descriptor=ACME+PAYOUT", map[string]string{"content-type": "application/x-www-form-urlencoded; charset=UTF-8"}),
 		Want: rail.Action{Kind: sik.KindPayout, Subject: "card_1", AmountMinor: ptr(5000), Currency: "EUR", Payee: "card_1",
-			Extra: map[string]string{"method": "standard", "source_type": "card"}},
+			Extra: map[string]string{"method": "standard"}},
 	},
 	{
 		Name: "transfer_with_source_transaction",
@@ -136,6 +144,50 @@ var malformedCases = []railtest.MalformedCase{
 	{Name: "bad_escape", Req: post("/v1/refunds", "payment_intent=pi_1&metadata[x]=%zz"), Field: "body"},
 	{Name: "semicolon_separator", Req: post("/v1/refunds", "payment_intent=pi_1;amount=5"), Field: "body"},
 	{Name: "metadata_full", Req: post("/v1/refunds", "payment_intent=pi_1"+manyMetadata(50)), Field: "metadata"},
+	{Name: "unknown_member", Req: post("/v1/refunds", "payment_intent=pi_1&future_field=1"), Field: "future_field"},
+	{Name: "member_other_case", Req: post("/v1/refunds", "payment_intent=pi_1&Amount=5"), Field: "Amount"},
+	{Name: "member_trailing_space", Req: post("/v1/refunds", "payment_intent=pi_1&amount+=5"), Field: "amount "},
+	{Name: "member_leading_bracket", Req: post("/v1/refunds", "payment_intent=pi_1&[amount]=5"), Field: "[amount]"},
+	{Name: "member_trailing_bracket", Req: post("/v1/refunds", "payment_intent=pi_1&amount]=5"), Field: "amount]"},
+	{Name: "amount_hash", Req: post("/v1/refunds", "payment_intent=pi_1&amount[x]=5"), Field: "amount"},
+	{Name: "amount_encoded_brackets", Req: post("/v1/refunds", "payment_intent=pi_1&amount%5B%5D=5"), Field: "amount"},
+	{Name: "metadata_nested", Req: post("/v1/refunds", "payment_intent=pi_1&metadata[a][b]=1"), Field: "metadata"},
+	{Name: "metadata_bare", Req: post("/v1/refunds", "payment_intent=pi_1&metadata="), Field: "metadata"},
+	{Name: "metadata_empty_key", Req: post("/v1/refunds", "payment_intent=pi_1&metadata[]=1"), Field: "metadata"},
+	{Name: "metadata_key_too_long", Req: post("/v1/refunds", "payment_intent=pi_1&metadata["+strings.Repeat("k", 41)+"]=1"), Field: "metadata"},
+	{Name: "metadata_value_too_long", Req: post("/v1/refunds", "payment_intent=pi_1&metadata[k]="+strings.Repeat("v", 501)), Field: "metadata"},
+	{Name: "metadata_repeated", Req: post("/v1/refunds", "payment_intent=pi_1&metadata[k]=1&metadata%5Bk%5D=2"), Field: "metadata"},
+	{Name: "stamp_repeated", Req: post("/v1/refunds", "payment_intent=pi_1&metadata[countersign_sik]=a&metadata[countersign_sik]=b"), Field: "metadata"},
+	{Name: "expand_unknown_field", Req: post("/v1/refunds", "payment_intent=pi_1&expand[]=charge.customer"), Field: "expand"},
+	{Name: "expand_indexed", Req: post("/v1/refunds", "payment_intent=pi_1&expand[0]=charge"), Field: "expand"},
+	{Name: "reason_not_in_enum", Req: post("/v1/refunds", "payment_intent=pi_1&reason=because"), Field: "reason"},
+	{Name: "reason_other_case", Req: post("/v1/refunds", "payment_intent=pi_1&reason=Duplicate"), Field: "reason"},
+	{Name: "reason_empty", Req: post("/v1/refunds", "payment_intent=pi_1&reason="), Field: "reason"},
+	{Name: "flag_not_boolean", Req: post("/v1/refunds", "payment_intent=pi_1&reverse_transfer=1"), Field: "reverse_transfer"},
+	{Name: "flag_other_case", Req: post("/v1/refunds", "payment_intent=pi_1&refund_application_fee=True"), Field: "refund_application_fee"},
+	{Name: "refund_customer_balance", Req: post("/v1/refunds", "payment_intent=pi_1&origin=customer_balance"), Field: "origin"},
+	{Name: "refund_instructions_email", Req: post("/v1/refunds", "payment_intent=pi_1&instructions_email=x%40example.com"), Field: "instructions_email"},
+	{Name: "refund_customer", Req: post("/v1/refunds", "payment_intent=pi_1&customer=cus_1"), Field: "customer"},
+	{Name: "method_override_param", Req: post("/v1/refunds", "payment_intent=pi_1&_method=DELETE"), Field: "_method"},
+	{Name: "payout_source_type", Req: post("/v1/payouts", "amount=1&currency=usd&destination=ba_1&source_type=card"), Field: "source_type"},
+	{Name: "payout_method_unknown", Req: post("/v1/payouts", "amount=1&currency=usd&destination=ba_1&method=fast"), Field: "method"},
+	{Name: "payout_descriptor_too_long", Req: post("/v1/payouts", "amount=1&currency=usd&destination=ba_1&statement_descriptor="+strings.Repeat("x", 23)), Field: "statement_descriptor"},
+	{Name: "payout_v2_method", Req: post("/v1/payouts", "amount=1&currency=usd&destination=ba_1&payout_method=fa_1"), Field: "payout_method"},
+	{Name: "transfer_source_type", Req: post("/v1/transfers", "amount=1&currency=usd&destination=acct_1&source_type=bank_account"), Field: "source_type"},
+	{Name: "transfer_source_transaction_not_id", Req: post("/v1/transfers", "amount=1&currency=usd&destination=acct_1&source_transaction=ch+1"), Field: "source_transaction"},
+	{Name: "piece_without_equals", Req: post("/v1/refunds", "payment_intent=pi_1&amount"), Field: "body"},
+	{Name: "empty_piece", Req: post("/v1/refunds", "payment_intent=pi_1&&amount=5"), Field: "body"},
+	{Name: "empty_name", Req: post("/v1/refunds", "payment_intent=pi_1&=5"), Field: "body"},
+	{Name: "decoded_not_utf8", Req: post("/v1/refunds", "payment_intent=pi_1&metadata[x]=%FF"), Field: "body"},
+	{Name: "json_as_form", Req: post("/v1/refunds", `{"payment_intent":"pi_1","amount":5}`), Field: "body"},
+	{Name: "charset_latin1", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"content-type": "application/x-www-form-urlencoded; charset=iso-8859-1"}), Field: "content-type"},
+	{Name: "two_content_types", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"content-type": "application/x-www-form-urlencoded,application/json"}), Field: "content-type"},
+	{Name: "gzip_body", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"content-encoding": "gzip"}), Field: "content-encoding"},
+	{Name: "api_version_not_a_version", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"stripe-version": "latest"}), Field: "stripe-version"},
+	{Name: "api_version_twice", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"stripe-version": APIVersion + "," + APIVersion}), Field: "stripe-version"},
+	{Name: "api_version_with_beta", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"stripe-version": "2025-08-27.basil; feature_beta=v1"}), Field: "stripe-version"},
+	{Name: "read_api_version_garbage", Req: rail.Request{Method: http.MethodGet, Path: "/v1/refunds/re_1", Headers: map[string]string{"stripe-version": "2025-03-31.Basil"}}, Field: "stripe-version"},
+	{Name: "read_with_body", Req: rail.Request{Method: http.MethodGet, Path: "/v1/refunds/re_1", Body: []byte("amount=1")}, Field: "body"},
 	{Name: "distinct_not_utf8", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"x-countersign-distinct": "\xff"}), Field: "x-countersign-distinct"},
 }
 
@@ -169,6 +221,13 @@ var unrecognisedCases = []railtest.RequestCase{
 	{Name: "double_slash", Req: post("//v1/refunds", "payment_intent=pi_1")},
 	{Name: "head_refunds", Req: rail.Request{Method: http.MethodHead, Path: "/v1/refunds"}},
 	{Name: "connect_on_behalf", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"stripe-account": "acct_9"})},
+	{Name: "connect_read", Req: rail.Request{Method: http.MethodGet, Path: "/v1/payment_intents/pi_1", Headers: map[string]string{"stripe-account": "acct_9"}}},
+	{Name: "stripe_context", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"stripe-context": "ctx_1"})},
+	{Name: "stripe_context_read", Req: rail.Request{Method: http.MethodGet, Path: "/v1/balance", Headers: map[string]string{"stripe-context": "ctx_1"}}},
+	{Name: "unknown_stripe_header", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"stripe-something-new": "1"})},
+	{Name: "unknown_countersign_header", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"x-countersign-verdict": "ALLOW"})},
+	{Name: "method_override", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"x-http-method-override": "GET"})},
+	{Name: "method_override_read", Req: rail.Request{Method: http.MethodGet, Path: "/v1/refunds", Headers: map[string]string{"x-http-method-override": "POST"}}},
 }
 
 func headerRule(kind sik.Kind, name, value string) error {
@@ -360,6 +419,7 @@ func fixtures() railtest.Fixtures {
 		MalformedAmounts: malformedAmounts,
 		Unrecognised:     unrecognisedCases,
 		HeaderRule:       headerRule,
+		PinnedHeaders:    map[string]string{"Stripe-Version": APIVersion},
 		BodyField:        sik.StripeBodyField,
 		WithBodyStamp:    withBodyStamp,
 		Classify:         classifyCases,
@@ -571,7 +631,15 @@ func TestFindRefusesBadStamp(t *testing.T) {
 
 func FuzzParse(f *testing.F) {
 	add := func(r rail.Request) {
-		f.Add(r.Method, r.Path, r.Headers["content-type"], r.Headers["x-countersign-distinct"], r.Body)
+		// One more header, so the header table is fuzzed too.
+		var name, value string
+		for _, k := range slices.Sorted(maps.Keys(r.Headers)) {
+			if k != "content-type" && k != "x-countersign-distinct" {
+				name, value = k, r.Headers[k]
+				break
+			}
+		}
+		f.Add(r.Method, r.Path, r.Headers["content-type"], r.Headers["x-countersign-distinct"], name, value, r.Body)
 	}
 	for _, tc := range parseCases {
 		add(tc.Req)
@@ -589,8 +657,11 @@ func FuzzParse(f *testing.F) {
 		add(tc.Req)
 	}
 	ad := New()
-	f.Fuzz(func(t *testing.T, method, path, contentType, distinct string, body []byte) {
+	f.Fuzz(func(t *testing.T, method, path, contentType, distinct, name, value string, body []byte) {
 		req := rail.Request{Method: method, Path: path, Body: body, Headers: map[string]string{}}
+		if name != "" {
+			req.Headers[strings.ToLower(name)] = value
+		}
 		if contentType != "" {
 			req.Headers["content-type"] = contentType
 		}

@@ -1,0 +1,121 @@
+package rail
+
+import (
+	"fmt"
+	"maps"
+	"mime"
+	"slices"
+	"strings"
+)
+
+// HeaderClass says where a request header stands (CONVENTIONS: every byte
+// from the agent is classified).
+type HeaderClass int
+
+// Header classes.
+const (
+	// HeaderTransport is an HTTP, proxy or tracing header (user-agent,
+	// accept, x-request-id, traceparent, …) or an SDK's telemetry: the rail
+	// does not read it for what an action does.
+	HeaderTransport HeaderClass = iota + 1
+	// HeaderKey is read into the action's meaning (x-countersign-distinct).
+	HeaderKey
+	// HeaderStamp is Countersign's own: overwritten on ALLOW (the
+	// idempotency key, the rail credential).
+	HeaderStamp
+	// HeaderPinned must be absent or the one value Countersign reads the
+	// request as; its rule's Check says which.
+	HeaderPinned
+	// HeaderRefused changes whose account or which API the rail acts on,
+	// or how the rail reads the request: a request that carries it is not
+	// recognised.
+	HeaderRefused
+)
+
+// HeaderRule is one header's standing.
+type HeaderRule struct {
+	Class HeaderClass
+	// Why is the sentence a refusal gives (HeaderRefused).
+	Why string
+	// Check validates a pinned header's value (HeaderPinned).
+	Check func(v string) error
+}
+
+// HeaderPolicy is a rail's header table. Names are lower-case, as
+// rail.Request carries them.
+type HeaderPolicy struct {
+	Rules map[string]HeaderRule
+	// Namespaces are name prefixes the rail (or Countersign) owns, such as
+	// "stripe-" or "x-razorpay-": a header in one of them that Rules does
+	// not name is refused, because the rail may read it and Countersign
+	// cannot say what it does.
+	Namespaces []string
+}
+
+// commonRules hold for every rail: the method-override family can turn a
+// POST into another verb behind the path Countersign read, and a
+// compressed body is bytes Countersign did not read.
+var commonRules = map[string]HeaderRule{
+	"x-http-method-override": {Class: HeaderRefused, Why: "it can make the rail read the request as another method"},
+	"x-http-method":          {Class: HeaderRefused, Why: "it can make the rail read the request as another method"},
+	"x-method-override":      {Class: HeaderRefused, Why: "it can make the rail read the request as another method"},
+	"content-encoding": {Class: HeaderPinned, Check: func(v string) error {
+		if !strings.EqualFold(strings.TrimSpace(v), "identity") {
+			return fmt.Errorf("%q: the body must be sent unencoded, as Countersign reads it", v)
+		}
+		return nil
+	}},
+	"authorization":          {Class: HeaderStamp}, // the agent's credential, replaced by the rail key
+	"x-countersign-distinct": {Class: HeaderKey},
+}
+
+// countersignNamespace is Countersign's own header prefix.
+const countersignNamespace = "x-countersign-"
+
+// Check returns an ErrUnrecognised error for a refused header, an
+// ErrMalformed one for a pinned header with another value, nil otherwise.
+// Headers are checked in name order, so the error is deterministic.
+func (p HeaderPolicy) Check(headers map[string]string) error {
+	for _, name := range slices.Sorted(maps.Keys(headers)) {
+		v := headers[name]
+		r, ok := p.Rules[name]
+		if !ok {
+			r, ok = commonRules[name]
+		}
+		if !ok {
+			for _, ns := range append(p.Namespaces, countersignNamespace) {
+				if strings.HasPrefix(name, ns) {
+					return fmt.Errorf("%w: header %s is not one Countersign knows, and headers named %s… may change what the rail does", ErrUnrecognised, name, ns)
+				}
+			}
+			continue // transport
+		}
+		switch r.Class {
+		case HeaderRefused:
+			return fmt.Errorf("%w: header %s is refused: %s", ErrUnrecognised, name, r.Why)
+		case HeaderPinned:
+			if r.Check != nil {
+				if err := r.Check(v); err != nil {
+					return fmt.Errorf("%w: %s: %w", ErrMalformed, name, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// CheckMediaType accepts a Content-Type that names exactly want, with no
+// parameter other than charset=utf-8: a body declared in another charset
+// could be decoded by the rail into other characters than Countersign read.
+func CheckMediaType(ct, want string) error {
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || mt != want {
+		return fmt.Errorf("%q: the request must be %s", ct, want)
+	}
+	for k, v := range params {
+		if k != "charset" || !strings.EqualFold(v, "utf-8") {
+			return fmt.Errorf("%q: parameter %s=%s; only charset=utf-8 is read the same everywhere", ct, k, v)
+		}
+	}
+	return nil
+}
