@@ -18,7 +18,7 @@ func newServe() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve ext_authz, the countersign.v1 API, REST, health and metrics",
-		Long: "Serve listens on the gRPC address (Envoy ext_authz, countersign.v1, grpc.health.v1, reflection) " +
+		Long: "Serve listens on the Envoy address (ext_authz, ext_proc), the gRPC address (countersign.v1, grpc.health.v1) " +
 			"and the HTTP address (REST, /metrics, /healthz, /readyz, /openapi.json). It does not migrate: " +
 			"it reports not-ready while the ledger is unreachable or its schema is behind.\n\n" +
 			"Every flag can also be set with COUNTERSIGN_<FLAG> (e.g. COUNTERSIGN_DATABASE_URL) or in --config.",

@@ -43,6 +43,9 @@ type Config struct {
 	// UnsafeEnvoyTCP where no agent can reach the address.
 	EnvoyAddr                                string
 	EnvoyTLSCert, EnvoyTLSKey, EnvoyClientCA string
+	// GRPCReflection serves gRPC server reflection on GRPCAddr: the one
+	// service there besides health that answers without a credential.
+	GRPCReflection bool
 	// UnsafeEnvoyTCP lets EnvoyAddr be plain TCP. Anything that can connect
 	// to it can ask for an ALLOW and read the rail key it carries.
 	UnsafeEnvoyTCP    bool
@@ -169,8 +172,9 @@ func (c *Config) BindServe(fs *pflag.FlagSet) {
 	fs.Float64Var(&c.AuthFailureRate, "auth-failure-rate", c.AuthFailureRate, "failed credential attempts forgiven per second, per source and per credential (0: never block)")
 	fs.IntVar(&c.AuthFailureBurst, "auth-failure-burst", c.AuthFailureBurst, "failed credential attempts tolerated before 429")
 	fs.StringVar(&c.TrustedProxies, "trusted-proxies", c.TrustedProxies, "comma-separated CIDR prefixes of proxies whose X-Forwarded-For names a caller's source for quotas (default none: forwarding headers are ignored)")
-	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address of the countersign.v1 APIs (every caller authenticated), health and reflection: host:port or unix:/path")
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address of the countersign.v1 APIs (every caller authenticated) and health: host:port or unix:/path")
 	fs.StringVar(&c.EnvoyAddr, "envoy-addr", c.EnvoyAddr, "listen address of Envoy's ext_authz and ext_proc, whose ALLOW carries the rail key: unix:/path on a volume only Envoy and Countersign mount; TCP needs envoy-tls-cert, envoy-tls-key and envoy-client-ca (mutual TLS) or --"+UnsafeEnvoyTCPFlag)
+	fs.BoolVar(&c.GRPCReflection, "grpc-reflection", c.GRPCReflection, "serve gRPC server reflection on grpc-addr (it answers without a credential; off by default)")
 	fs.StringVar(&c.EnvoyTLSCert, "envoy-tls-cert", c.EnvoyTLSCert, "PEM certificate of a TCP envoy-addr (mutual TLS)")
 	fs.StringVar(&c.EnvoyTLSKey, "envoy-tls-key", c.EnvoyTLSKey, "PEM private key of a TCP envoy-addr (mutual TLS)")
 	fs.StringVar(&c.EnvoyClientCA, "envoy-client-ca", c.EnvoyClientCA, "PEM CA bundle Envoy's client certificate must chain to (mutual TLS on a TCP envoy-addr)")

@@ -1,6 +1,7 @@
 // Package server wires Countersign's listeners: the Envoy listener (ext_authz
 // and ext_proc, whose ALLOW carries the rail key, and health), gRPC (the
-// countersign.v1 services, each caller authenticated, health, reflection)
+// countersign.v1 services, each caller authenticated, health; reflection
+// only when asked for)
 // and HTTP (REST through grpc-gateway, /metrics, /healthz, /readyz,
 // /openapi.json).
 package server
@@ -118,7 +119,9 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 	countersignv1.RegisterOwnerServiceServer(gs, api.NewOwnerServer(store, ownerauth.OwnerID).WithWebhookAddresses(webhooks))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
-	reflection.Register(gs)
+	if cfg.GRPCReflection {
+		reflection.Register(gs)
+	}
 
 	// The Envoy-facing server answers nothing else: an ALLOW carries the
 	// rail key, so what can reach this listener is what can obtain it.

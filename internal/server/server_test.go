@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
@@ -429,5 +430,29 @@ func TestRailKeyListenerIsItsOwn(t *testing.T) {
 	}
 	if r, err := healthpb.NewHealthClient(h.envoy).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || r.GetStatus() == healthpb.HealthCheckResponse_UNKNOWN {
 		t.Fatalf("health on the Envoy listener = %v, %v", r, err)
+	}
+}
+
+// TestAPIListenerAnswersNobodyUnauthenticated: besides health (SERVING or
+// not, nothing more), nothing on the API listener answers a caller without
+// a credential; reflection is off unless asked for.
+func TestAPIListenerAnswersNobodyUnauthenticated(t *testing.T) {
+	h := start(t, pgtest.NewDatabase(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := reflectionpb.NewServerReflectionClient(h.conn).ServerReflectionInfo(ctx)
+	if err == nil {
+		if err = st.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err == nil {
+			_, err = st.Recv()
+		}
+	}
+	if status.Code(err) != codes.Unimplemented {
+		t.Fatalf("reflection without a credential = %v, want Unimplemented (off by default)", err)
+	}
+	if _, err := countersignv1.NewOwnerServiceClient(h.conn).ListAgents(ctx, &countersignv1.ListAgentsRequest{}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("the owner API without a credential = %v, want Unauthenticated", err)
+	}
+	if _, err := countersignv1.NewDecisionServiceClient(h.conn).GetIntent(ctx, &countersignv1.DecisionServiceGetIntentRequest{RailAccount: "acct", Sik: "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("the decision API without a credential = %v, want Unauthenticated", err)
 	}
 }
