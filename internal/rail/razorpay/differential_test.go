@@ -257,7 +257,7 @@ func sameReading(kind sik.Kind, a rail.Action, body, answer []byte) error {
 	read := map[string]json.RawMessage{}
 	if len(bytes.TrimSpace(body)) > 0 {
 		if err := json.Unmarshal(body, &read); err != nil {
-			return fmt.Errorf("the reference cannot decode what Countersign accepted: %v", err)
+			return fmt.Errorf("the reference cannot decode what Countersign accepted: %w", err)
 		}
 	}
 	sp := specs[kind]
@@ -290,7 +290,7 @@ func sameReading(kind sik.Kind, a rail.Action, body, answer []byte) error {
 		Purpose        string `json:"purpose"`
 	}
 	if err := json.Unmarshal(answer, &e); err != nil {
-		return fmt.Errorf("the mock rail's answer: %v", err)
+		return fmt.Errorf("the mock rail's answer: %w", err)
 	}
 	subject, checks := e.FundAccountID, map[string]string{"mode": e.Mode, "purpose": e.Purpose}
 	if kind == sik.KindRefund {

@@ -313,11 +313,11 @@ func TestDifferentialStripeMock(t *testing.T) {
 func sameReading(kind sik.Kind, a rail.Action, body string, answer []byte) error {
 	values, err := parser.ParseFormString(body)
 	if err != nil {
-		return fmt.Errorf("the reference cannot parse what Countersign accepted: %v", err)
+		return fmt.Errorf("the reference cannot parse what Countersign accepted: %w", err)
 	}
 	params, err := nestedtypeassembler.AssembleParams(values)
 	if err != nil {
-		return fmt.Errorf("the reference cannot assemble what Countersign accepted: %v", err)
+		return fmt.Errorf("the reference cannot assemble what Countersign accepted: %w", err)
 	}
 	sp := specs[kind]
 	extra := map[string]string{}
@@ -380,7 +380,7 @@ func sameReading(kind sik.Kind, a rail.Action, body string, answer []byte) error
 		Destination   expandable `json:"destination"`
 	}
 	if err := json.Unmarshal(answer, &obj); err != nil {
-		return fmt.Errorf("stripe-mock's answer: %v", err)
+		return fmt.Errorf("stripe-mock's answer: %w", err)
 	}
 	if a.AmountMinor != nil && (obj.Amount == nil || *obj.Amount != *a.AmountMinor) {
 		return fmt.Errorf("stripe-mock created an entity for %s, Countersign read %d", minorString(obj.Amount), *a.AmountMinor)
