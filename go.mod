@@ -5,6 +5,7 @@ go 1.26.7
 require (
 	buf.build/gen/go/bufbuild/protovalidate/protocolbuffers/go v1.36.12-20260825204119-511051f7f437.2
 	buf.build/go/protovalidate v1.4.0
+	github.com/agnivade/levenshtein v1.2.2
 	github.com/bufbuild/protocompile v0.14.2-0.20261020145055-56248e843b50
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/go-jose/go-jose/v4 v4.1.9

@@ -62,14 +62,3 @@ func TestMistypedFlagGetsASuggestion(t *testing.T) {
 		})
 	}
 }
-
-func TestEditDistance(t *testing.T) {
-	for _, tc := range []struct {
-		a, b string
-		want int
-	}{{"", "", 0}, {"abc", "", 3}, {"grpc-adr", "grpc-addr", 1}, {"kitten", "sitting", 3}, {"flaw", "lawn", 2}} {
-		if got := editDistance(tc.a, tc.b); got != tc.want {
-			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
-		}
-	}
-}

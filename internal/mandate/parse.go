@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/agnivade/levenshtein"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -653,25 +654,11 @@ func suggest(name string, fields protoreflect.FieldDescriptors) string {
 	return "; known fields: " + strings.Join(known, ", ")
 }
 
+// editDistance is the Levenshtein distance, bounded: the name is from an
+// untrusted file, and a long one is near nothing.
 func editDistance(a, b string) int {
 	if len(a) > 64 || len(b) > 64 {
 		return 64
 	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return levenshtein.ComputeDistance(a, b)
 }
