@@ -2,10 +2,10 @@ package server
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/testing/mockrail"
 )
 
 // TestApprovedActionRefusedByTheRailIsHeldAgainForTheOwner: under an
@@ -22,7 +22,6 @@ func TestApprovedActionRefusedByTheRailIsHeldAgainForTheOwner(t *testing.T) {
 	ctx := context.Background()
 
 	const form = "payment_intent=pi_bench&amount=1500"
-	refused := form + "&metadata[" + strings.Repeat("k", 41) + "]=x" // the rail refuses the key; not part of the action
 	approve := func() {
 		t.Helper()
 		l, err := owners(h).ListApprovals(ctx, &countersignv1.ListApprovalsRequest{State: countersignv1.ApprovalState_APPROVAL_STATE_PENDING})
@@ -35,11 +34,15 @@ func TestApprovedActionRefusedByTheRailIsHeldAgainForTheOwner(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if a := refundVia(t, base, h.secret, refused); a.status != 403 || a.headers.Get("X-Countersign-Verdict") != "HOLD" {
+	if a := refundVia(t, base, h.secret, form); a.status != 403 || a.headers.Get("X-Countersign-Verdict") != "HOLD" {
 		t.Fatalf("first request: %d %s", a.status, a.body)
 	}
 	approve()
-	if a := refundVia(t, base, h.secret, refused); a.status/100 != 4 || a.headers.Get("X-Countersign-Verdict") != "" {
+	// The rail declines the approved request: a definite refusal.
+	if err := h.mock.SetFaults(mockrail.Fault{Profile: mockrail.FaultDeclineBeforeApply, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if a := refundVia(t, base, h.secret, form); a.status != 402 || a.headers.Get("X-Countersign-Verdict") != "" {
 		t.Fatalf("the approved request should reach the rail and be refused there: %d %s %v", a.status, a.body, a.headers)
 	}
 	// Tried again: held, with a new approval to decide (the first is used).

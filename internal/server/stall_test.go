@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/countersign/countersign/internal/config"
 	"github.com/countersign/countersign/internal/extauthz"
+	"github.com/countersign/countersign/internal/testing/mockrail"
 )
 
 // TestStalledAttemptCannotLeaveAfterItsLeaseLapsed: an allowed request is
@@ -65,15 +65,21 @@ func TestStalledAttemptCannotLeaveAfterItsLeaseLapsed(t *testing.T) {
 
 	// The lease lapses and the reconciler proves the refund absent.
 	waitForState(t, h, ref.SIK, "CONFIRMED_NOT_APPLIED", 30*time.Second)
-	// A retry the rail refuses in validation, then one that applies under
-	// the next stamp generation.
-	refundVia(t, base, h.secret, form+"&metadata["+strings.Repeat("k", 41)+"]=x")
+	// A retry the rail declines (a definite refusal, so the intent is
+	// reopened under the next stamp generation), then one that applies.
+	if err := h.mock.SetFaults(mockrail.Fault{Profile: mockrail.FaultDeclineBeforeApply, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if declined := refundVia(t, base, h.secret, form); declined.status != 402 {
+		t.Fatalf("the declined retry: %d %s", declined.status, declined.body)
+	}
 	if ok := refundVia(t, base, h.secret, form); ok.status != 200 {
 		t.Fatalf("the retry: %d %s", ok.status, ok.body)
 	}
 	it, _ := h.intentState(t, ref.SIK)
-	if it.State != "APPLIED" || it.AttemptCount <= ref.AttemptSeq {
-		t.Fatalf("after the retries the intent is %s on attempt %d; the test needs it applied by a later attempt", it.State, it.AttemptCount)
+	if it.State != "APPLIED" || it.AttemptCount <= ref.AttemptSeq || it.StampGeneration == 0 {
+		t.Fatalf("after the retries the intent is %s on attempt %d, stamp generation %d; the test needs it applied by a later attempt under a new key",
+			it.State, it.AttemptCount, it.StampGeneration)
 	}
 
 	// Released now, the stale attempt is stopped.

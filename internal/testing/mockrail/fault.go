@@ -40,6 +40,11 @@ const (
 	// FaultSlow waits Delay (default 1 s) before applying and answering; the
 	// idempotency key stays in use meanwhile.
 	FaultSlow Profile = "slow"
+	// FaultDeclineBeforeApply refuses the request as a business rejection
+	// (Stripe 402 card_declined, Razorpay 400 BAD_REQUEST_ERROR) without
+	// applying it, and saves that answer under the idempotency key, as the
+	// rails do with a definite refusal.
+	FaultDeclineBeforeApply Profile = "decline_before_apply"
 )
 
 // Default delays.
@@ -50,7 +55,7 @@ const (
 
 var profiles = map[Profile]bool{
 	FaultNone: true, FaultTimeoutAfterApply: true, FaultResetBeforeApply: true,
-	Fault5xxAfterApply: true, FaultReplayOther: true, FaultReplicaLag: true, FaultSlow: true,
+	Fault5xxAfterApply: true, FaultReplayOther: true, FaultReplicaLag: true, FaultSlow: true, FaultDeclineBeforeApply: true,
 }
 
 // Fault is one fault rule. A request is matched against the rules in order
@@ -59,8 +64,8 @@ var profiles = map[Profile]bool{
 //
 // Which requests a rule matches: Rail, Method and Path (a path.Match pattern
 // such as "/v1/payments/*/refund") narrow it when set. Without Method,
-// timeout_after_apply, reset_before_apply, 5xx_after_apply and replay_other
-// match POSTs only (the money-moving calls); slow matches every rail request;
+// timeout_after_apply, reset_before_apply, 5xx_after_apply, replay_other and
+// decline_before_apply match POSTs only (the money-moving calls); slow matches every rail request;
 // replica_lag matches list requests only; replay_other never matches a list.
 // Idempotent replays, 409s, key mismatches, authentication failures and
 // parameter-validation errors are answered before a rule is consulted and do

@@ -162,6 +162,44 @@ func TestFault5xxAfterApply(t *testing.T) {
 	}
 }
 
+// decline_before_apply: a definite refusal, nothing applied, the refusal
+// saved under the key (a retry with the key gets it again), and a new key
+// applies.
+func TestFaultDeclineBeforeApply(t *testing.T) {
+	for _, ep := range keyedEndpoints {
+		t.Run(ep.name, func(t *testing.T) {
+			r := newRail(t, WithPayments(piUSD, payINR), WithFaults(Fault{Profile: FaultDeclineBeforeApply, Count: 1}))
+			a := r.keyed(ep, key1, 100)
+			want := 402
+			if ep.rail == Razorpay {
+				want = 400
+			}
+			wantStatus(t, a, want)
+			if ep.rail == Stripe && a.str(t, "error", "code") != "card_declined" {
+				t.Fatalf("error: %s", a.body)
+			}
+			if ep.rail == Razorpay && a.str(t, "error", "code") != "BAD_REQUEST_ERROR" {
+				t.Fatalf("error: %s", a.body)
+			}
+			if n := len(r.srv.Journal().Effects); n != 0 {
+				t.Fatalf("%d effects after a decline, want none", n)
+			}
+			if q := lastRequest(r); q.Outcome != OutcomeRejected || q.Fault != FaultDeclineBeforeApply {
+				t.Fatalf("request record %+v", q)
+			}
+			b := r.keyed(ep, key1, 100)
+			wantStatus(t, b, want)
+			if !bytes.Equal(a.body, b.body) || b.header.Get("X-Mockrail-Replayed") != "true" {
+				t.Fatalf("saved refusal not replayed: %s", b.body)
+			}
+			wantStatus(t, r.keyed(ep, "", 100), 200)
+			if n := len(r.srv.Journal().Effects); n != 1 {
+				t.Fatalf("%d effects after a fresh request, want 1", n)
+			}
+		})
+	}
+}
+
 // replay_other: the effect happens but the body answered is an earlier
 // entity's; the key saves the true response.
 func TestFaultReplayOther(t *testing.T) {

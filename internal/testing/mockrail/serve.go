@@ -259,6 +259,16 @@ func (c *call) serve(o op) {
 		abortConn(c.w, true)
 		return
 	}
+	if fault.Profile == FaultDeclineBeforeApply {
+		declined := c.declined()
+		if entry != nil {
+			entry.running, entry.saved = false, declined
+		}
+		c.recordLocked(declined.status, OutcomeRejected, "", fault.Profile)
+		s.mu.Unlock()
+		c.write(declined, false)
+		return
+	}
 	s.mu.Unlock()
 
 	if fault.Profile == FaultSlow {
@@ -364,6 +374,13 @@ func (c *call) keyInUse() response {
 	}
 	return stripeErr(http.StatusConflict, "invalid_request_error", "idempotency_key_in_use", "",
 		"There is currently another in-progress request using this Stripe API key with the same idempotency key. Please try again later.")
+}
+
+func (c *call) declined() response {
+	if c.rail == Razorpay {
+		return rzpErr(http.StatusBadRequest, "BAD_REQUEST_ERROR", "", "The refund could not be processed; it was declined.")
+	}
+	return stripeErr(http.StatusPaymentRequired, "card_error", "card_declined", "", "Your card was declined.")
 }
 
 func (c *call) serverError() response {
