@@ -96,10 +96,17 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 	if pooled {
 		// pgx's default caches named prepared statements on the session;
 		// behind a transaction pooler the next query may reach a session
-		// that never saw them. The URL's default_query_exec_mode wins (e.g.
-		// cache_statement with PgBouncer >= 1.21's max_prepared_statements).
+		// that never saw them. cache_describe keeps only the statement
+		// descriptions, in this process, and sends each query as one
+		// self-contained Parse/Bind/Execute with the server's own parameter
+		// types (exec and simple_protocol guess them from Go types and send
+		// []byte as bytea, which a jsonb column refuses; describe_exec
+		// splits a query over two round trips, which a pooler may route to
+		// two sessions). The URL's default_query_exec_mode wins, e.g.
+		// cache_statement behind PgBouncer >= 1.21 with
+		// max_prepared_statements set.
 		if !setsExecMode(databaseURL) {
-			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
+			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
 		}
 	} else {
 		// Every commit, InTx or not, must be durable before its answer
