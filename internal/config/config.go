@@ -52,10 +52,7 @@ type Config struct {
 	HTTPAddr          string
 	DatabaseURL       string
 	DBMaxConns        int32
-	// DBPooler says what DatabaseURL points at: "none" (PostgreSQL) or
-	// "pgbouncer" (transaction pooling: no session state, no named
-	// prepared statements, a small pool).
-	DBPooler string
+	DBPooler          string // what DatabaseURL points at: "none" or "pgbouncer" (transaction pooling)
 	LogLevel          string
 	LogFormat         string
 	ShutdownTimeout   time.Duration
