@@ -49,6 +49,7 @@ type Options struct {
 // Bouncer is a running PgBouncer.
 type Bouncer struct {
 	port    int
+	admin   string // the user PgBouncer's admin console admits
 	dir     string
 	logPath string
 	pid     int
@@ -158,13 +159,13 @@ func launch(ctx context.Context, bin, dir string, backend *url.URL, opts Options
 	if err != nil {
 		return nil, err
 	}
-	b := &Bouncer{port: port, dir: dir, logPath: filepath.Join(dir, "pgbouncer.log"), done: make(chan struct{})}
-	ini := filepath.Join(dir, "pgbouncer.ini")
-	authFile := filepath.Join(dir, "userlist.txt")
 	userName := backend.User.Username()
 	if userName == "" {
 		userName = "postgres"
 	}
+	b := &Bouncer{port: port, dir: dir, admin: userName, logPath: filepath.Join(dir, "pgbouncer.log"), done: make(chan struct{})}
+	ini := filepath.Join(dir, "pgbouncer.ini")
+	authFile := filepath.Join(dir, "userlist.txt")
 	for path, content := range map[string]string{
 		ini:       iniFile(backend, port, authFile, userName, opts),
 		authFile:  quoteAuth(userName) + " \"\"\n",
@@ -268,6 +269,32 @@ func (b *Bouncer) URL(databaseURL string) string {
 		u.User = url.User(u.User.Username())
 	}
 	return u.String()
+}
+
+// Show runs SHOW what (CLIENTS, SERVERS, POOLS, …) on PgBouncer's admin
+// console and returns its rows as column → value.
+func (b *Bouncer) Show(ctx context.Context, what string) ([]map[string]string, error) {
+	u := url.URL{Scheme: "postgres", User: url.User(b.admin), Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(b.port)), Path: "/pgbouncer"}
+	conn, err := pgconn.Connect(ctx, u.String())
+	if err != nil {
+		return nil, fmt.Errorf("pgbouncer: admin console: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	res, err := conn.Exec(ctx, "SHOW "+what).ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("pgbouncer: SHOW %s: %w", what, err)
+	}
+	var rows []map[string]string
+	for _, r := range res {
+		for _, row := range r.Rows {
+			m := map[string]string{}
+			for i, f := range r.FieldDescriptions {
+				m[f.Name] = string(row[i])
+			}
+			rows = append(rows, m)
+		}
+	}
+	return rows, nil
 }
 
 // Port is the TCP port PgBouncer listens on at 127.0.0.1.
