@@ -66,7 +66,7 @@ func TestManySidecarsShareOneLedgerThroughPgBouncer(t *testing.T) {
 		sends = append(sends, refundSend{via: proxies[i%sidecars], form: same})
 	}
 	for i, r := range e.race(client, sends) {
-		if r.Status != 200 && !(r.Status == 409 && strings.Contains(r.Body, "in progress")) {
+		if inProgress := r.Status == 409 && strings.Contains(r.Body, "in progress"); r.Status != 200 && !inProgress {
 			t.Errorf("identical caller %d got %d %s", i, r.Status, r.Body)
 		}
 	}

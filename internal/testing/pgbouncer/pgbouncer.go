@@ -65,7 +65,7 @@ type Bouncer struct {
 // user's PATH).
 func Binary() (string, error) {
 	if p := os.Getenv("COUNTERSIGN_PGBOUNCER"); p != "" {
-		if _, err := os.Stat(p); err != nil {
+		if _, err := os.Stat(p); err != nil { //nolint:gosec // the test runner names its own binary
 			return "", fmt.Errorf("%w (COUNTERSIGN_PGBOUNCER=%s: %w)", ErrNoBinary, p, err)
 		}
 		return p, nil
@@ -155,7 +155,7 @@ func Start(ctx context.Context, backendURL string, opts Options) (_ *Bouncer, er
 // launch writes the configuration for a fresh port, starts PgBouncer and
 // waits until it answers.
 func launch(ctx context.Context, bin, dir string, backend *url.URL, opts Options, cred *syscall.Credential) (*Bouncer, error) {
-	port, err := freePort()
+	port, err := freePort(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -279,7 +279,7 @@ func (b *Bouncer) Show(ctx context.Context, what string) ([]map[string]string, e
 	if err != nil {
 		return nil, fmt.Errorf("pgbouncer: admin console: %w", err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	res, err := conn.Exec(ctx, "SHOW "+what).ReadAll()
 	if err != nil {
 		return nil, fmt.Errorf("pgbouncer: SHOW %s: %w", what, err)
@@ -347,7 +347,10 @@ func (b *Bouncer) waitReady(ctx context.Context, probeURL string) error {
 		}
 		select {
 		case <-b.done:
-			return fmt.Errorf("pgbouncer exited during start (%v)", b.waitErr)
+			if b.waitErr == nil {
+				return errors.New("pgbouncer exited during start (status 0)")
+			}
+			return fmt.Errorf("pgbouncer exited during start (%w)", b.waitErr)
 		case <-ctx.Done():
 			return fmt.Errorf("not answering on port %d before the deadline (%w); last attempt: %w", b.port, ctx.Err(), err)
 		case <-tick.C:
@@ -362,7 +365,7 @@ func probe(ctx context.Context, probeURL string) error {
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	_, err = conn.Exec(ctx, "SELECT 1").ReadAll()
 	return err
 }
@@ -417,8 +420,8 @@ func chownTo(path string, cred *syscall.Credential) error {
 	return os.Lchown(path, int(cred.Uid), int(cred.Gid))
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func freePort(ctx context.Context) (int, error) {
+	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("pgbouncer: free port: %w", err)
 	}
