@@ -103,6 +103,8 @@ type envOptions struct {
 	// uses (e.g. through a proxy the test controls); the test's own store
 	// keeps the direct one.
 	dbURLRewrite func(string) string
+	// serveEnv is appended to every countersign serve's environment.
+	serveEnv []string
 	// cluster, when set, receives a private PostgreSQL cluster the
 	// environment runs on (so the test can kill it).
 	cluster **pgtest.Cluster
@@ -203,6 +205,7 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 		"COUNTERSIGN_LOG_LEVEL=debug",
 		"COUNTERSIGN_OUTBOX_INTERVAL=" + map[bool]string{false: "500ms", true: "0s"}[o.noDispatcher],
 	}
+	csEnv = append(csEnv, o.serveEnv...)
 	binary, firstEnv := "countersign", csEnv
 	if o.chaosKill != "" {
 		binary, firstEnv = "countersign-chaos", append(append([]string{}, csEnv...), "COUNTERSIGN_CHAOS_KILL="+o.chaosKill)

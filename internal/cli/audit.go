@@ -29,7 +29,7 @@ func newAudit() *cobra.Command {
 			if _, err := Load(cmd, &cfg, config.Config.ValidateDatabase); err != nil {
 				return err
 			}
-			store, err := ledger.Open(cmd.Context(), cfg.DatabaseURL, ledger.Options{MaxConns: 2})
+			store, err := ledger.Open(cmd.Context(), cfg.DatabaseURL, ledger.Options{MaxConns: 2, Pooler: cfg.DBPooler})
 			if err != nil {
 				return err
 			}

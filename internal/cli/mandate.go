@@ -94,7 +94,7 @@ func openLedger(cmd *cobra.Command, cfg *config.Config) (*ledger.Store, error) {
 	if _, err := Load(cmd, cfg, config.Config.ValidateDatabase); err != nil {
 		return nil, err
 	}
-	return ledger.Open(cmd.Context(), cfg.DatabaseURL, ledger.Options{MaxConns: 2})
+	return ledger.Open(cmd.Context(), cfg.DatabaseURL, ledger.Options{MaxConns: 2, Pooler: cfg.DBPooler})
 }
 
 func newMandateApply() *cobra.Command {

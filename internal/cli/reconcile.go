@@ -28,7 +28,7 @@ func newReconcile() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			store, err := ledger.Open(cmd.Context(), cfg.DatabaseURL, ledger.Options{MaxConns: 4})
+			store, err := ledger.Open(cmd.Context(), cfg.DatabaseURL, ledger.Options{MaxConns: 4, Pooler: cfg.DBPooler})
 			if err != nil {
 				return err
 			}

@@ -56,6 +56,7 @@ func Load(cmd *cobra.Command, cfg *config.Config, validate func(config.Config) e
 	if err := config.Resolve(cmd.Flags(), os.LookupEnv); err != nil {
 		return nil, err
 	}
+	cfg.ApplyPoolerDefaults(cmd.Flags())
 	if err := validate(*cfg); err != nil {
 		return nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}

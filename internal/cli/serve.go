@@ -41,7 +41,7 @@ func newServe() *cobra.Command {
 
 // Serve runs a server over the configured ledger until ctx ends.
 func Serve(ctx context.Context, cfg config.Config, rs *rails.Registry, log *slog.Logger) error {
-	store, err := ledger.Open(ctx, cfg.DatabaseURL, ledger.Options{MaxConns: cfg.DBMaxConns})
+	store, err := ledger.Open(ctx, cfg.DatabaseURL, ledger.Options{MaxConns: cfg.DBMaxConns, Pooler: cfg.DBPooler})
 	if err != nil {
 		return err
 	}
@@ -67,6 +67,11 @@ func newMigrate() *cobra.Command {
 			log, err := Load(cmd, &cfg, config.Config.ValidateDatabase)
 			if err != nil {
 				return err
+			}
+			if cfg.DBPooler == ledger.PoolerPgBouncer {
+				// goose serialises migrators with a session advisory lock,
+				// which a transaction pooler cannot keep on one session.
+				return fmt.Errorf("migrate needs a session of its own: point --database-url at PostgreSQL itself, not through %s (--db-pooler=none)", cfg.DBPooler)
 			}
 			res, err := ledger.Migrate(cmd.Context(), cfg.DatabaseURL, log)
 			if err != nil {

@@ -52,6 +52,7 @@ type Config struct {
 	HTTPAddr          string
 	DatabaseURL       string
 	DBMaxConns        int32
+	DBPooler          string // what DatabaseURL points at: "none" or "pgbouncer" (transaction pooling)
 	LogLevel          string
 	LogFormat         string
 	ShutdownTimeout   time.Duration
@@ -110,6 +111,7 @@ func Defaults() Config {
 		EnvoyAddr:            "unix:" + DefaultEnvoySocket,
 		HTTPAddr:             "127.0.0.1:8080",
 		DBMaxConns:           32,
+		DBPooler:             "none",
 		LogLevel:             "info",
 		LogFormat:            "json",
 		ShutdownTimeout:      15 * time.Second,
@@ -135,7 +137,8 @@ func Defaults() Config {
 func (c *Config) BindDatabase(fs *pflag.FlagSet) {
 	fs.StringVar(&c.ConfigFile, "config", c.ConfigFile, "optional YAML file of settings keyed by flag name (lowest precedence after defaults)")
 	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "PostgreSQL URL of the ledger, e.g. postgres://user@127.0.0.1:5432/countersign")
-	fs.Int32Var(&c.DBMaxConns, "db-max-conns", c.DBMaxConns, "maximum ledger connections in the pool")
+	fs.Int32Var(&c.DBMaxConns, "db-max-conns", c.DBMaxConns, fmt.Sprintf("maximum ledger connections in the pool (default %d with --db-pooler=pgbouncer)", PooledDBMaxConns))
+	fs.StringVar(&c.DBPooler, "db-pooler", c.DBPooler, "what database-url points at: none (PostgreSQL) or pgbouncer (PgBouncer in transaction pooling mode)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: json or text")
 }
@@ -182,6 +185,20 @@ func (c *Config) BindServe(fs *pflag.FlagSet) {
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address (REST, /metrics, /healthz, /readyz, /openapi.json)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long a graceful shutdown may take before connections are cut")
 	fs.DurationVar(&c.ReadinessInterval, "readiness-interval", c.ReadinessInterval, "how often the ledger is probed for readiness")
+}
+
+// PooledDBMaxConns is the ledger pool of a process behind PgBouncer when
+// db-max-conns is not set: many sidecars share the pooler's server
+// connections, and each decides in a few short transactions.
+const PooledDBMaxConns = 4
+
+// ApplyPoolerDefaults lowers the pool to PooledDBMaxConns behind a pooler
+// unless db-max-conns was set (on the command line, in the environment or in
+// the config file: Resolve marks each as set).
+func (c *Config) ApplyPoolerDefaults(fs *pflag.FlagSet) {
+	if f := fs.Lookup("db-max-conns"); f != nil && !f.Changed && c.DBPooler == "pgbouncer" {
+		c.DBMaxConns = PooledDBMaxConns
+	}
 }
 
 // EnvName is the environment variable that sets flag name.
@@ -261,6 +278,11 @@ func (c Config) ValidateDatabase() error {
 	}
 	if c.DBMaxConns < 1 || c.DBMaxConns > 1000 {
 		errs = append(errs, fmt.Errorf("db-max-conns (%s) must be between 1 and 1000, got %d", EnvName("db-max-conns"), c.DBMaxConns))
+	}
+	switch c.DBPooler {
+	case "", "none", "pgbouncer":
+	default:
+		errs = append(errs, fmt.Errorf("db-pooler (%s) must be none or pgbouncer, got %q", EnvName("db-pooler"), c.DBPooler))
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -88,7 +88,7 @@ func NewCommand() *cobra.Command {
 				return err
 			}
 			defer stopMock()
-			store, err := ledger.Open(ctx, cfg.DatabaseURL, ledger.Options{MaxConns: 2})
+			store, err := ledger.Open(ctx, cfg.DatabaseURL, ledger.Options{MaxConns: 2, Pooler: cfg.DBPooler})
 			if err != nil {
 				return err
 			}

@@ -32,18 +32,39 @@ var (
 	ErrSchemaBehind = errors.New("ledger: schema is behind; run `countersign migrate`")
 )
 
+// Poolers the ledger knows how to sit behind (Options.Pooler).
+const (
+	// PoolerNone: the URL names PostgreSQL itself.
+	PoolerNone = "none"
+	// PoolerPgBouncer: the URL names a PgBouncer in transaction pooling
+	// mode, so consecutive transactions may run on different server
+	// sessions and nothing may be left on one.
+	PoolerPgBouncer = "pgbouncer"
+)
+
 // Options tune the pool. The zero value is usable.
 type Options struct {
 	// MaxConns caps the pool; 0 keeps pgx's default (max(4, GOMAXPROCS)).
 	MaxConns int32
 	// ConnectTimeout bounds each new connection; 0 means 5 s.
 	ConnectTimeout time.Duration
+	// Pooler is what the URL points at: PoolerNone ("" too) or
+	// PoolerPgBouncer.
+	Pooler string
 }
 
 // Store is the ledger handle shared by the whole process.
 type Store struct {
-	pool *pgxpool.Pool
+	pool   *pgxpool.Pool
+	pooled bool
 }
+
+// beginDurable opens every InTx transaction and pins synchronous_commit to
+// on for it (I2), in the same round trip as BEGIN (a statement without
+// arguments goes as one simple-protocol query). It is transaction state,
+// not session state, so it holds behind a transaction pooler too, where a
+// startup parameter cannot be passed.
+const beginDurable = "BEGIN; SET LOCAL synchronous_commit = on"
 
 // Open configures a pool for databaseURL. It does not wait for the database:
 // a server starts (and answers deny, not ready) while Postgres is down.
@@ -51,6 +72,14 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 	cfg, err := pgxpool.ParseConfig(databaseURL)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: database URL: %w", err)
+	}
+	var pooled bool
+	switch opts.Pooler {
+	case "", PoolerNone:
+	case PoolerPgBouncer:
+		pooled = true
+	default:
+		return nil, fmt.Errorf("ledger: unknown pooler %q (want %q or %q)", opts.Pooler, PoolerNone, PoolerPgBouncer)
 	}
 	if opts.MaxConns > 0 {
 		cfg.MaxConns = opts.MaxConns
@@ -60,18 +89,49 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 		timeout = 5 * time.Second
 	}
 	cfg.ConnConfig.ConnectTimeout = timeout
-	// Every money-path commit must be durable before its answer leaves (I2),
-	// whatever the server's default says.
 	if cfg.ConnConfig.RuntimeParams == nil {
 		cfg.ConnConfig.RuntimeParams = map[string]string{}
 	}
-	cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
 	cfg.ConnConfig.RuntimeParams["application_name"] = "countersign"
+	if pooled {
+		// pgx's default caches named prepared statements on the session;
+		// behind a transaction pooler the next query may reach a session
+		// that never saw them. cache_describe keeps only the statement
+		// descriptions, in this process, and sends each query as one
+		// self-contained Parse/Bind/Execute with the server's own parameter
+		// types (exec and simple_protocol guess them from Go types and send
+		// []byte as bytea, which a jsonb column refuses; describe_exec
+		// splits a query over two round trips, which a pooler may route to
+		// two sessions). The URL's default_query_exec_mode wins, e.g.
+		// cache_statement behind PgBouncer >= 1.21 with
+		// max_prepared_statements set.
+		if !setsExecMode(databaseURL) {
+			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+		}
+	} else {
+		// Every commit, InTx or not, must be durable before its answer
+		// leaves (I2), whatever the server's default says. PgBouncer
+		// refuses startup parameters it does not track, so pooled stores
+		// rely on beginDurable and on Ready's check of the server default.
+		cfg.ConnConfig.RuntimeParams["synchronous_commit"] = "on"
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: pool: %w", err)
 	}
-	return &Store{pool: pool}, nil
+	return &Store{pool: pool, pooled: pooled}, nil
+}
+
+// setsExecMode reports whether databaseURL chooses pgx's query exec mode
+// itself. pgconn keeps parameters it does not know as runtime parameters,
+// for URLs and keyword/value strings alike.
+func setsExecMode(databaseURL string) bool {
+	cfg, err := pgconn.ParseConfig(databaseURL)
+	if err != nil {
+		return false
+	}
+	_, ok := cfg.RuntimeParams["default_query_exec_mode"]
+	return ok
 }
 
 // Close releases every connection.
@@ -100,7 +160,7 @@ const maxTxAttempts = 8
 func (s *Store) InTx(ctx context.Context, fn func(*Tx) error) error {
 	var err error
 	for attempt := 1; ; attempt++ {
-		err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{BeginQuery: beginDurable}, func(tx pgx.Tx) error {
 			return fn(&Tx{tx: tx})
 		})
 		if err == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -92,6 +93,28 @@ func (s *Store) Ready(ctx context.Context) error {
 	}
 	if latest := LatestVersion(); v < latest {
 		return fmt.Errorf("%w (database at %d, binary needs %d)", ErrSchemaBehind, v, latest)
+	}
+	if s.pooled {
+		return s.checkDurableDefault(ctx)
+	}
+	return nil
+}
+
+// ErrNotDurable means the server behind a pooler does not default to
+// synchronous_commit on, which the ledger's writes outside InTx rely on.
+var ErrNotDurable = errors.New("ledger: synchronous_commit is not on behind the pooler")
+
+// checkDurableDefault reads the synchronous_commit a pooled session gets.
+// Behind a pooler it cannot be set per session, so the role's or database's
+// default must say on (PostgreSQL's own default); anything else is
+// not-ready rather than a quietly weaker commit.
+func (s *Store) checkDurableDefault(ctx context.Context) error {
+	var sc string
+	if err := s.pool.QueryRow(ctx, `SELECT current_setting('synchronous_commit')`).Scan(&sc); err != nil {
+		return classify(err)
+	}
+	if sc != "on" && sc != "remote_apply" {
+		return fmt.Errorf("%w: the server says %q; set it for the ledger's role (ALTER ROLE … SET synchronous_commit = on)", ErrNotDurable, sc)
 	}
 	return nil
 }
