@@ -12,12 +12,12 @@ import (
 type Scope int
 
 const (
-	// ScopeNamespace: the entry's namespaceSelector matched a namespace
+	// ScopeNamespace is an entry whose namespaceSelector matched a namespace
 	// labelled InjectKey=enabled, so every pod there is opted in unless it
 	// opts out.
 	ScopeNamespace Scope = iota
-	// ScopePod: any other namespace; only a pod that opts in itself (label
-	// or annotation InjectKey "true") is injected.
+	// ScopePod is an entry over any other namespace: only a pod that opts
+	// in itself (label or annotation InjectKey "true") is injected.
 	ScopePod
 )
 
