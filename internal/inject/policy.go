@@ -211,6 +211,14 @@ func preflight(pod *corev1.Pod, cfg Config) []string {
 			out = append(out, fmt.Sprintf("spec.volumes[%d] (%s) holds Secret %s, which only Countersign may read", i, v.Name, s[0]))
 		}
 	}
+	// The sidecars share the pod's ports: a container that claims theirs
+	// would keep them from starting.
+	for _, c := range pod.Spec.InitContainers {
+		out = append(out, portRefusals(c, cfg)...)
+	}
+	for _, c := range pod.Spec.Containers {
+		out = append(out, portRefusals(c, cfg)...)
+	}
 	hosts := aliasHosts(cfg)
 	for i, a := range pod.Spec.HostAliases {
 		for _, h := range a.Hostnames {
@@ -232,4 +240,14 @@ func aliasHosts(cfg Config) []string {
 	}
 	slices.Sort(hosts)
 	return hosts
+}
+
+func portRefusals(c corev1.Container, cfg Config) []string {
+	var out []string
+	for _, p := range c.Ports {
+		if p.ContainerPort == EnvoyPort || int(p.ContainerPort) == cfg.HTTPPort || p.Name == httpPortName {
+			out = append(out, fmt.Sprintf("container %s declares port %d (%s), which an injected sidecar uses", c.Name, p.ContainerPort, p.Name))
+		}
+	}
+	return out
 }

@@ -49,16 +49,16 @@ func build(cfg Config) injected {
 			{Name: "COUNTERSIGN_GRPC_ADDR", Value: "unix:" + APISocket},
 			{Name: "COUNTERSIGN_HTTP_ADDR", Value: ":" + strconv.Itoa(cfg.HTTPPort)},
 		},
-		Ports: []corev1.ContainerPort{{Name: "cs-http", ContainerPort: int32(cfg.HTTPPort), Protocol: corev1.ProtocolTCP}},
+		Ports: []corev1.ContainerPort{{Name: httpPortName, ContainerPort: int32(cfg.HTTPPort), Protocol: corev1.ProtocolTCP}},
 		// A native sidecar's startup probe holds back the containers after
 		// it: Envoy and the agent start once the ledger answers and its
 		// schema is current.
 		StartupProbe: &corev1.Probe{
-			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("cs-http")}},
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString(httpPortName)}},
 			PeriodSeconds: 1, TimeoutSeconds: 2, FailureThreshold: 300,
 		},
 		LivenessProbe: &corev1.Probe{
-			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("cs-http")}},
+			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString(httpPortName)}},
 			PeriodSeconds: 10, TimeoutSeconds: 2, FailureThreshold: 3,
 		},
 		RestartPolicy: &always,
@@ -98,6 +98,9 @@ func build(cfg Config) injected {
 	}
 	return injected{countersign: cs, envoy: envoy, volumes: vols, env: env, hosts: aliasHosts(cfg)}
 }
+
+// httpPortName names Countersign's HTTP port for its probes.
+const httpPortName = "cs-http"
 
 func hardened(uid, gid int64) *corev1.SecurityContext {
 	return &corev1.SecurityContext{
