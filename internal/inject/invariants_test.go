@@ -1,0 +1,257 @@
+package inject
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	jsonpatch "github.com/evanphx/json-patch/v5"
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// applyRaw applies an RFC 6902 patch to the object as the API server would.
+func applyRaw(t *testing.T, raw, patch []byte) []byte {
+	t.Helper()
+	p, err := jsonpatch.DecodePatch(patch)
+	if err != nil {
+		t.Fatalf("the patch is not RFC 6902: %v", err)
+	}
+	out, err := p.Apply(raw)
+	if err != nil {
+		t.Fatalf("the patch does not apply to the pod: %v", err)
+	}
+	return out
+}
+
+// injectedCases decodes every golden input the injector patches and
+// returns the request and the pod the API server would store.
+func injectedCases(t *testing.T) map[string]struct {
+	req     *admissionv1.AdmissionRequest
+	patched *corev1.Pod
+	raw     []byte
+} {
+	t.Helper()
+	out := map[string]struct {
+		req     *admissionv1.AdmissionRequest
+		patched *corev1.Pod
+		raw     []byte
+	}{}
+	ins, _ := filepath.Glob("testdata/*.in.json")
+	for _, in := range ins {
+		name := strings.TrimSuffix(filepath.Base(in), ".in.json")
+		body, err := os.ReadFile(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, pod, err := Decode(body)
+		if err != nil {
+			continue
+		}
+		resp := Mutate(req, pod, testConfig(), scopeOf(name))
+		if len(resp.Patch) == 0 {
+			continue
+		}
+		if resp.PatchType == nil || *resp.PatchType != admissionv1.PatchTypeJSONPatch {
+			t.Fatalf("%s: patch type %v", name, resp.PatchType)
+		}
+		raw := applyRaw(t, req.Object.Raw, resp.Patch)
+		var p corev1.Pod
+		if err := json.Unmarshal(raw, &p); err != nil {
+			t.Fatal(err)
+		}
+		out[name] = struct {
+			req     *admissionv1.AdmissionRequest
+			patched *corev1.Pod
+			raw     []byte
+		}{req, &p, raw}
+	}
+	if len(out) < 4 {
+		t.Fatalf("only %d injected cases", len(out))
+	}
+	return out
+}
+
+// TestInjectedPodInvariants checks each patched pod directly, without
+// Guarded (which Mutate itself uses): the properties the isolation rests on.
+func TestInjectedPodInvariants(t *testing.T) {
+	cfg := testConfig()
+	for name, c := range injectedCases(t) {
+		t.Run(name, func(t *testing.T) {
+			p := c.patched
+			// Native sidecars, Countersign first, ahead of the pod's own.
+			if len(p.Spec.InitContainers) < 2 || p.Spec.InitContainers[0].Name != CountersignContainer || p.Spec.InitContainers[1].Name != EnvoyContainer {
+				t.Fatalf("init containers do not start with countersign, envoy: %v", names(p.Spec.InitContainers))
+			}
+			for _, sc := range p.Spec.InitContainers[:2] {
+				if sc.RestartPolicy == nil || *sc.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+					t.Errorf("%s is not a native sidecar", sc.Name)
+				}
+				s := sc.SecurityContext
+				if s == nil || !*s.RunAsNonRoot || *s.RunAsUser == 0 || !*s.ReadOnlyRootFilesystem || *s.AllowPrivilegeEscalation ||
+					!slices.Equal(s.Capabilities.Drop, []corev1.Capability{"ALL"}) || s.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+					t.Errorf("%s is not hardened: %+v", sc.Name, s)
+				}
+			}
+			cs := p.Spec.InitContainers[0]
+			if !slices.Contains(envNames(cs.Env), "COUNTERSIGN_ENVOY_ADDR") || env(cs.Env, "COUNTERSIGN_ENVOY_ADDR") != "unix:"+EnvoySocket ||
+				env(cs.Env, "COUNTERSIGN_GRPC_ADDR") != "unix:"+APISocket {
+				t.Errorf("countersign does not listen on the sockets: %v", cs.Env)
+			}
+			// The socket volume: an emptyDir, mounted by the two sidecars only.
+			secretVols := map[string]bool{}
+			for _, v := range p.Spec.Volumes {
+				if v.Name == SocketVolume && v.EmptyDir == nil {
+					t.Errorf("socket volume is not an emptyDir")
+				}
+				if v.Secret != nil {
+					secretVols[v.Name] = true
+				}
+			}
+			for _, k := range cfg.RailKeys {
+				if !slices.ContainsFunc(p.Spec.Volumes, func(v corev1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == k.Secret }) {
+					t.Errorf("rail key %s is not mounted", k.Account)
+				}
+			}
+			every := append(append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...), ephemeral(p)...)
+			for _, ct := range every {
+				for _, m := range ct.VolumeMounts {
+					if m.Name == SocketVolume && ct.Name != CountersignContainer && ct.Name != EnvoyContainer {
+						t.Errorf("agent container %s mounts the socket volume", ct.Name)
+					}
+					if secretVols[m.Name] && ct.Name != CountersignContainer {
+						t.Errorf("%s mounts secret volume %s: rail keys are Countersign's only", ct.Name, m.Name)
+					}
+				}
+				for _, e := range ct.Env {
+					if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && ct.Name != CountersignContainer {
+						t.Errorf("%s reads Secret %s", ct.Name, e.ValueFrom.SecretKeyRef.Name)
+					}
+				}
+				if ct.Name == CountersignContainer || ct.Name == EnvoyContainer {
+					continue
+				}
+				for _, b := range cfg.BaseURLs {
+					if n := count(ct.Env, b.Name); n != 1 || env(ct.Env, b.Name) != b.Value {
+						t.Errorf("agent container %s: %s is %q (%d times), want %q once", ct.Name, b.Name, env(ct.Env, b.Name), n, b.Value)
+					}
+				}
+			}
+			if p.Annotations[StatusKey] != StatusInjected || p.Annotations[VersionKey] != "test" {
+				t.Errorf("status annotations: %v", p.Annotations)
+			}
+			if !slices.ContainsFunc(p.Spec.HostAliases, func(a corev1.HostAlias) bool {
+				return a.IP == "127.0.0.1" && slices.Equal(a.Hostnames, []string{"razorpay.egress.local", "stripe.egress.local"})
+			}) {
+				t.Errorf("base URL hosts are not aliased to 127.0.0.1: %v", p.Spec.HostAliases)
+			}
+		})
+	}
+}
+
+// TestSecondPassChangesNothing: the pod the API server stored, reviewed
+// again (reinvocation), is admitted as it is.
+func TestSecondPassChangesNothing(t *testing.T) {
+	for name, c := range injectedCases(t) {
+		t.Run(name, func(t *testing.T) {
+			req := *c.req
+			req.Object.Raw = c.raw
+			resp := Mutate(&req, c.patched, testConfig(), scopeOf(name))
+			if !resp.Allowed || len(resp.Patch) != 0 {
+				t.Fatalf("second pass: allowed=%v patch=%s result=%+v", resp.Allowed, resp.Patch, resp.Result)
+			}
+		})
+	}
+}
+
+// TestGuardedRefusesBrokenPods breaks a guarded pod one way at a time:
+// Guarded (Mutate's self-check, and the check of a pod that arrives marked
+// injected) must catch each.
+func TestGuardedRefusesBrokenPods(t *testing.T) {
+	base := injectedCases(t)["ns-merge-existing"].patched
+	if err := Guarded(base, testConfig()); err != nil {
+		t.Fatalf("the injected pod is not guarded: %v", err)
+	}
+	breaks := map[string]func(p *corev1.Pod){
+		"sidecar not native": func(p *corev1.Pod) { p.Spec.InitContainers[0].RestartPolicy = nil },
+		"envoy before countersign": func(p *corev1.Pod) {
+			p.Spec.InitContainers[0], p.Spec.InitContainers[1] = p.Spec.InitContainers[1], p.Spec.InitContainers[0]
+		},
+		"other countersign image": func(p *corev1.Pod) { p.Spec.InitContainers[0].Image = "registry.example/evil:1" },
+		"envoy may escalate":      func(p *corev1.Pod) { p.Spec.InitContainers[1].SecurityContext.AllowPrivilegeEscalation = ptr(true) },
+		"envoy mounts a rail key": func(p *corev1.Pod) {
+			p.Spec.InitContainers[1].VolumeMounts = append(p.Spec.InitContainers[1].VolumeMounts, corev1.VolumeMount{Name: railKeyVolume + "0", MountPath: "/k"})
+		},
+		"agent mounts the sockets": func(p *corev1.Pod) {
+			p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: SocketVolume, MountPath: "/s"})
+		},
+		"agent mounts a rail key": func(p *corev1.Pod) {
+			p.Spec.Containers[1].VolumeMounts = append(p.Spec.Containers[1].VolumeMounts, corev1.VolumeMount{Name: railKeyVolume + "1", MountPath: "/k"})
+		},
+		"socket volume on the host": func(p *corev1.Pod) {
+			i := slices.IndexFunc(p.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == SocketVolume })
+			p.Spec.Volumes[i].VolumeSource = corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp"}}
+		},
+		"agent init lacks a base URL": func(p *corev1.Pod) { p.Spec.InitContainers[2].Env = nil },
+		"base URL repeated": func(p *corev1.Pod) {
+			p.Spec.Containers[0].Env = append(p.Spec.Containers[0].Env, corev1.EnvVar{Name: "STRIPE_API_BASE", Value: "https://api.stripe.com"})
+		},
+		"share process namespace": func(p *corev1.Pod) { p.Spec.ShareProcessNamespace = ptr(true) },
+		"no host alias":           func(p *corev1.Pod) { p.Spec.HostAliases = p.Spec.HostAliases[:1] },
+	}
+	for name, brk := range breaks {
+		t.Run(name, func(t *testing.T) {
+			p := base.DeepCopy()
+			brk(p)
+			if err := Guarded(p, testConfig()); err == nil {
+				t.Fatal("Guarded accepted it")
+			}
+		})
+	}
+}
+
+func names(cs []corev1.Container) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Name)
+	}
+	return out
+}
+
+func envNames(es []corev1.EnvVar) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name)
+	}
+	return out
+}
+
+func env(es []corev1.EnvVar, name string) string {
+	for _, e := range es {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+func count(es []corev1.EnvVar, name string) int {
+	n := 0
+	for _, e := range es {
+		if e.Name == name {
+			n++
+		}
+	}
+	return n
+}
+
+func ephemeral(p *corev1.Pod) []corev1.Container {
+	var out []corev1.Container
+	for _, e := range p.Spec.EphemeralContainers {
+		out = append(out, corev1.Container{Name: e.Name, VolumeMounts: e.VolumeMounts, Env: e.Env})
+	}
+	return out
+}

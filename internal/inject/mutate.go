@@ -1,0 +1,82 @@
+package inject
+
+import (
+	"fmt"
+	"net/http"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// DecisionKey is the audit annotation that says what the injector did
+// (the API server files it under the webhook's name).
+const DecisionKey = "decision"
+
+// Mutate judges one decoded pod CREATE (see Decode): it is left alone
+// (not opted in, opted out, a namespace never injected, or already
+// guarded), refused with the reasons, or admitted with the JSON patch that
+// guards it. It reads nothing but its arguments.
+func Mutate(req *admissionv1.AdmissionRequest, pod *corev1.Pod, cfg Config, scope Scope) *admissionv1.AdmissionResponse {
+	ns := req.Namespace
+	if ns == "" {
+		ns = pod.Namespace
+	}
+	if ns == metav1.NamespaceSystem || ns == cfg.Namespace {
+		return skip(fmt.Sprintf("skipped: namespace %s is never injected", ns))
+	}
+	in, why, err := optIn(pod, scope)
+	if err != nil {
+		return deny(err.Error())
+	}
+	if !in {
+		return skip("skipped: " + why)
+	}
+	switch pod.Annotations[StatusKey] {
+	case StatusInjected:
+		// A second pass (reinvocation, or a pod copied from a guarded one)
+		// changes nothing, but a forged mark is no guard.
+		if err := Guarded(pod, cfg); err != nil {
+			return deny(fmt.Sprintf("it is marked %s: %s but is not guarded: %v", StatusKey, StatusInjected, err))
+		}
+		return skip("skipped: already injected")
+	case "":
+	default:
+		return deny(fmt.Sprintf("annotation %s is the injector's; it may only be %q", StatusKey, StatusInjected))
+	}
+	if reasons := preflight(pod, cfg); len(reasons) > 0 {
+		return deny(refusal(reasons).Error())
+	}
+	ops := patch(pod, build(cfg), cfg.Version)
+	doc, guarded, err := apply(req.Object.Raw, ops)
+	if err == nil {
+		err = Guarded(guarded, cfg)
+	}
+	if err != nil {
+		// Fail closed: a pod that should be guarded is never admitted
+		// unguarded, not even through a fault of ours.
+		return deny(fmt.Sprintf("the injected pod would not be guarded (an injector fault): %v", err))
+	}
+	pt := admissionv1.PatchTypeJSONPatch
+	return &admissionv1.AdmissionResponse{
+		Allowed: true, Patch: doc, PatchType: &pt,
+		AuditAnnotations: map[string]string{DecisionKey: "injected: " + why},
+	}
+}
+
+func skip(why string) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{Allowed: true, AuditAnnotations: map[string]string{DecisionKey: why}}
+}
+
+func deny(why string) *admissionv1.AdmissionResponse {
+	return &admissionv1.AdmissionResponse{
+		Allowed:          false,
+		AuditAnnotations: map[string]string{DecisionKey: "refused"},
+		Result: &metav1.Status{
+			Status:  metav1.StatusFailure,
+			Code:    http.StatusForbidden,
+			Reason:  metav1.StatusReasonForbidden,
+			Message: "countersign: this agent pod is refused: " + why,
+		},
+	}
+}

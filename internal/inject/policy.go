@@ -1,0 +1,253 @@
+package inject
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Scope is how the webhook entry that called the injector selected the pod.
+type Scope int
+
+const (
+	// ScopeNamespace is an entry whose namespaceSelector matched a namespace
+	// labelled InjectKey=enabled, so every pod there is opted in unless it
+	// opts out.
+	ScopeNamespace Scope = iota
+	// ScopePod is an entry over any other namespace: only a pod that opts
+	// in itself (label or annotation InjectKey "true") is injected.
+	ScopePod
+)
+
+// optIn reads the pod's own InjectKey label and annotation. A value other
+// than true/enabled or false/disabled, or a label and an annotation that
+// disagree, is an error: a typo must neither guard nor unguard silently.
+func optIn(pod *corev1.Pod, scope Scope) (bool, string, error) {
+	var votes []bool
+	for _, src := range []struct {
+		what string
+		m    map[string]string
+	}{{"label", pod.Labels}, {"annotation", pod.Annotations}} {
+		v, ok := src.m[InjectKey]
+		if !ok {
+			continue
+		}
+		switch strings.ToLower(v) {
+		case "true", "enabled":
+			votes = append(votes, true)
+		case "false", "disabled":
+			votes = append(votes, false)
+		default:
+			return false, "", fmt.Errorf("%s %s is %q: use \"true\" to opt this pod in or \"false\" to opt it out", src.what, InjectKey, v)
+		}
+	}
+	switch {
+	case len(votes) == 2 && votes[0] != votes[1]:
+		return false, "", fmt.Errorf("label and annotation %s disagree", InjectKey)
+	case len(votes) > 0 && votes[0]:
+		return true, "pod opted in", nil
+	case len(votes) > 0:
+		return false, "pod opted out", nil
+	case scope == ScopeNamespace:
+		return true, "namespace opted in", nil
+	}
+	return false, "not opted in", nil
+}
+
+// view is one container of any of the three kinds, as the checks see it.
+type view struct {
+	field string // e.g. spec.initContainers[1]
+	name  string
+	init  bool // an init container (its env gets the base URLs too)
+	sc    *corev1.SecurityContext
+	mount []corev1.VolumeMount
+	env   []corev1.EnvVar
+	from  []corev1.EnvFromSource
+}
+
+func containers(pod *corev1.Pod) []view {
+	var out []view
+	for i, c := range pod.Spec.InitContainers {
+		out = append(out, view{fmt.Sprintf("spec.initContainers[%d]", i), c.Name, true, c.SecurityContext, c.VolumeMounts, c.Env, c.EnvFrom})
+	}
+	for i, c := range pod.Spec.Containers {
+		out = append(out, view{fmt.Sprintf("spec.containers[%d]", i), c.Name, false, c.SecurityContext, c.VolumeMounts, c.Env, c.EnvFrom})
+	}
+	for i, c := range pod.Spec.EphemeralContainers {
+		out = append(out, view{fmt.Sprintf("spec.ephemeralContainers[%d]", i), c.Name, false, c.SecurityContext, c.VolumeMounts, c.Env, c.EnvFrom})
+	}
+	return out
+}
+
+func ours(name string) bool { return name == CountersignContainer || name == EnvoyContainer }
+
+func ourVolume(name string) bool {
+	return name == SocketVolume || name == RailsVolume || name == EnvoyConfigVolume || name == TmpVolume ||
+		strings.HasPrefix(name, railKeyVolume)
+}
+
+// Capabilities an agent container may not add: each lets a process reach
+// around the sidecars (ptrace into them, rewrite the pod's routes or
+// filters, mount what it was not given).
+var forbiddenCaps = []string{"ALL", "SYS_ADMIN", "SYS_PTRACE", "NET_ADMIN", "BPF", "SYS_MODULE", "DAC_READ_SEARCH"}
+
+// podRefusals are the pod-level settings that undo the isolation.
+func podRefusals(pod *corev1.Pod) []string {
+	var out []string
+	s := pod.Spec
+	if s.ShareProcessNamespace != nil && *s.ShareProcessNamespace {
+		out = append(out, "spec.shareProcessNamespace is true: the agent could read the sidecars' memory and files through /proc")
+	}
+	if s.HostNetwork {
+		out = append(out, "spec.hostNetwork is true: the agent would share the node's network, and Envoy's port with every pod on it")
+	}
+	if s.HostPID {
+		out = append(out, "spec.hostPID is true: the agent could see every process on the node")
+	}
+	if s.HostIPC {
+		out = append(out, "spec.hostIPC is true: the agent would share the node's IPC namespace")
+	}
+	return out
+}
+
+// agentRefusals are what an agent container may not do: be privileged,
+// gain privileges or dangerous capabilities, mount a hostPath or anything
+// of ours, or read the Secrets only Countersign may read.
+func agentRefusals(c view, vols map[string]corev1.Volume, protected map[string]bool) []string {
+	var out []string
+	if sc := c.sc; sc != nil {
+		if sc.Privileged != nil && *sc.Privileged {
+			out = append(out, c.field+" ("+c.name+") is privileged")
+		}
+		if sc.AllowPrivilegeEscalation != nil && *sc.AllowPrivilegeEscalation {
+			out = append(out, c.field+" ("+c.name+") sets allowPrivilegeEscalation: true")
+		}
+		if sc.Capabilities != nil {
+			for _, cp := range sc.Capabilities.Add {
+				name := strings.TrimPrefix(strings.ToUpper(string(cp)), "CAP_")
+				if slices.Contains(forbiddenCaps, name) {
+					out = append(out, fmt.Sprintf("%s (%s) adds capability %s", c.field, c.name, cp))
+				}
+			}
+		}
+	}
+	for _, m := range c.mount {
+		v, ok := vols[m.Name]
+		switch {
+		case m.Name == SocketVolume:
+			out = append(out, fmt.Sprintf("%s (%s) mounts %s, the volume of Countersign's and Envoy's sockets", c.field, c.name, m.Name))
+		case ourVolume(m.Name):
+			out = append(out, fmt.Sprintf("%s (%s) mounts %s, a volume of the injected sidecars", c.field, c.name, m.Name))
+		case ok && v.HostPath != nil:
+			out = append(out, fmt.Sprintf("%s (%s) mounts hostPath volume %s", c.field, c.name, m.Name))
+		case ok && len(volumeSecrets(v, protected)) > 0:
+			out = append(out, fmt.Sprintf("%s (%s) mounts volume %s holding Secret %s, which only Countersign may read", c.field, c.name, m.Name, volumeSecrets(v, protected)[0]))
+		}
+	}
+	for _, e := range c.env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && protected[e.ValueFrom.SecretKeyRef.Name] {
+			out = append(out, fmt.Sprintf("%s (%s) env %s reads Secret %s, which only Countersign may read", c.field, c.name, e.Name, e.ValueFrom.SecretKeyRef.Name))
+		}
+	}
+	for _, f := range c.from {
+		if f.SecretRef != nil && protected[f.SecretRef.Name] {
+			out = append(out, fmt.Sprintf("%s (%s) envFrom reads Secret %s, which only Countersign may read", c.field, c.name, f.SecretRef.Name))
+		}
+	}
+	return out
+}
+
+// protectedSecrets are the rail keys and the ledger URL.
+func protectedSecrets(cfg Config) map[string]bool {
+	p := map[string]bool{cfg.DatabaseSecret: true}
+	for _, k := range cfg.RailKeys {
+		p[k.Secret] = true
+	}
+	return p
+}
+
+// volumeSecrets lists the protected Secrets a volume projects.
+func volumeSecrets(v corev1.Volume, protected map[string]bool) []string {
+	var out []string
+	if v.Secret != nil && protected[v.Secret.SecretName] {
+		out = append(out, v.Secret.SecretName)
+	}
+	if v.Projected != nil {
+		for _, s := range v.Projected.Sources {
+			if s.Secret != nil && protected[s.Secret.Name] {
+				out = append(out, s.Secret.Name)
+			}
+		}
+	}
+	return out
+}
+
+func volumeMap(pod *corev1.Pod) map[string]corev1.Volume {
+	m := make(map[string]corev1.Volume, len(pod.Spec.Volumes))
+	for _, v := range pod.Spec.Volumes {
+		m[v.Name] = v
+	}
+	return m
+}
+
+// preflight is every reason not to inject pod: what undoes the isolation,
+// and names that collide with what would be injected.
+func preflight(pod *corev1.Pod, cfg Config) []string {
+	out := podRefusals(pod)
+	vols, protected := volumeMap(pod), protectedSecrets(cfg)
+	for _, c := range containers(pod) {
+		if ours(c.name) {
+			out = append(out, fmt.Sprintf("%s is named %q, the name of an injected sidecar", c.field, c.name))
+		}
+		out = append(out, agentRefusals(c, vols, protected)...)
+	}
+	for i, v := range pod.Spec.Volumes {
+		if ourVolume(v.Name) {
+			out = append(out, fmt.Sprintf("spec.volumes[%d] is named %q, the name of an injected volume", i, v.Name))
+		}
+		if s := volumeSecrets(v, protected); len(s) > 0 {
+			out = append(out, fmt.Sprintf("spec.volumes[%d] (%s) holds Secret %s, which only Countersign may read", i, v.Name, s[0]))
+		}
+	}
+	// The sidecars share the pod's ports: a container that claims theirs
+	// would keep them from starting.
+	for _, c := range pod.Spec.InitContainers {
+		out = append(out, portRefusals(c, cfg)...)
+	}
+	for _, c := range pod.Spec.Containers {
+		out = append(out, portRefusals(c, cfg)...)
+	}
+	hosts := aliasHosts(cfg)
+	for i, a := range pod.Spec.HostAliases {
+		for _, h := range a.Hostnames {
+			if slices.Contains(hosts, h) && a.IP != "127.0.0.1" {
+				out = append(out, fmt.Sprintf("spec.hostAliases[%d] maps %s, a base URL host, to %s instead of Envoy's 127.0.0.1", i, h, a.IP))
+			}
+		}
+	}
+	return out
+}
+
+// aliasHosts are the base URLs' host names, sorted, each once.
+func aliasHosts(cfg Config) []string {
+	var hosts []string
+	for _, e := range cfg.BaseURLs {
+		if h, err := baseURLHost(e.Value); err == nil && h != "" && !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	slices.Sort(hosts)
+	return hosts
+}
+
+func portRefusals(c corev1.Container, cfg Config) []string {
+	var out []string
+	for _, p := range c.Ports {
+		if p.ContainerPort == EnvoyPort || int(p.ContainerPort) == cfg.HTTPPort || p.Name == httpPortName {
+			out = append(out, fmt.Sprintf("container %s declares port %d (%s), which an injected sidecar uses", c.Name, p.ContainerPort, p.Name))
+		}
+	}
+	return out
+}
