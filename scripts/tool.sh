@@ -11,8 +11,9 @@ GO=${GO:-go}
 case "${1:-}" in
 golangci-lint) pkg=github.com/golangci/golangci-lint/v2/cmd/golangci-lint ver=v2.15.0 ;;
 helm) pkg=helm.sh/helm/v3/cmd/helm ver=v3.22.0 ;;
+kubeconform) pkg=github.com/yannh/kubeconform/cmd/kubeconform ver=v0.8.0 ;;
 *)
-	echo "tool.sh: usage: tool.sh golangci-lint|helm" >&2
+	echo "tool.sh: usage: tool.sh golangci-lint|helm|kubeconform" >&2
 	exit 2
 	;;
 esac

@@ -209,3 +209,91 @@ Call with (dict "root" $ "rail" $r).
 {{- end -}}
 {{- toYaml $out -}}
 {{- end -}}
+
+{{/*
+Injector mode. The injected Envoy's listener is fixed by the injector
+(internal/inject EnvoyPort, 127.0.0.1 only); each rail's base URL host is
+<egress.name>.egress.local, aliased to 127.0.0.1 in the agent pod.
+*/}}
+{{- define "countersign.sidecarEnvoyPort" -}}15001{{- end -}}
+
+{{- define "countersign.sidecarHost" -}}{{ .egress.name }}.egress.local{{- end -}}
+
+{{/* The Host values an injected Envoy accepts for one rail, as a YAML list. */}}
+{{- define "countersign.sidecarDomains" -}}
+{{- $h := include "countersign.sidecarHost" .rail -}}
+{{- toYaml (list $h (printf "%s:%s" $h (include "countersign.sidecarEnvoyPort" .root))) -}}
+{{- end -}}
+
+{{/* A rail's base URL in an agent pod, as the injector's --base-url sets it. */}}
+{{- define "countersign.sidecarBaseURL" -}}
+{{- $u := printf "http://%s:%s" (include "countersign.sidecarHost" .rail) (include "countersign.sidecarEnvoyPort" .root) -}}
+{{- if .rail.mcp -}}{{- $u = printf "%s%s" $u (.rail.mcp.endpoint | default "/mcp") -}}{{- end -}}
+{{- $u -}}
+{{- end -}}
+
+{{- define "countersign.injectorName" -}}
+{{- printf "%s-injector" (include "countersign.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "countersign.injectorSelectorLabels" -}}
+{{ include "countersign.selectorLabels" . }}
+app.kubernetes.io/component: injector
+{{- end -}}
+
+{{/* The ConfigMaps the injected sidecars read, in each agent namespace. */}}
+{{- define "countersign.sidecarEnvoyConfigMap" -}}{{ include "countersign.fullname" . }}-envoy-sidecar{{- end -}}
+{{- define "countersign.sidecarRailsConfigMap" -}}{{ include "countersign.fullname" . }}-rails{{- end -}}
+
+{{/* The webhook's serving certificate: the Secret the injector mounts. */}}
+{{- define "countersign.injectorTLSSecret" -}}
+{{- if eq .Values.injector.tls.mode "secret" -}}
+{{- .Values.injector.tls.secret.name -}}
+{{- else -}}
+{{- include "countersign.injectorName" . }}-tls
+{{- end -}}
+{{- end -}}
+
+{{/* The DNS names the API server calls the injector's Service by. */}}
+{{- define "countersign.injectorDNSNames" -}}
+{{- $svc := include "countersign.injectorName" . -}}
+{{- $ns := .Release.Namespace -}}
+{{- toYaml (list (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.%s" $svc $ns .Values.clusterDomain)) -}}
+{{- end -}}
+
+{{/*
+Validation of injector mode beyond the schema. Rendered (as nothing) by the
+injector's Deployment.
+*/}}
+{{- define "countersign.validateInjector" -}}
+{{- $inj := .Values.injector -}}
+{{- if eq .Release.Namespace "kube-system" -}}
+{{- fail "mode injector: install the injector in a namespace of its own, not kube-system" -}}
+{{- end -}}
+{{- range $ns := $inj.agentNamespaces -}}
+{{- if or (eq $ns $.Release.Namespace) (eq $ns "kube-system") -}}
+{{- fail (printf "injector.agentNamespaces: %q is never injected (kube-system and the injector's own namespace are excluded)" $ns) -}}
+{{- end -}}
+{{- end -}}
+{{- $envs := dict -}}
+{{- range $i, $r := .Values.rails -}}
+{{- if not $r.baseURLEnv -}}
+{{- fail (printf "rails[%d] (%s): baseURLEnv is required in mode injector: the environment variable the agent's SDK reads the rail's base URL from" $i $r.account) -}}
+{{- end -}}
+{{- if hasKey $envs $r.baseURLEnv -}}
+{{- fail (printf "rails[%d] (%s): baseURLEnv %q is also %s's" $i $r.account $r.baseURLEnv (get $envs $r.baseURLEnv)) -}}
+{{- end -}}
+{{- $_ := set $envs $r.baseURLEnv $r.account -}}
+{{- end -}}
+{{- if eq $inj.tls.mode "secret" -}}
+{{- if not $inj.tls.secret.name -}}
+{{- fail "injector.tls.secret.name is required with injector.tls.mode=secret: a kubernetes.io/tls Secret for the injector's Service name" -}}
+{{- end -}}
+{{- if not $inj.tls.secret.caBundle -}}
+{{- fail "injector.tls.secret.caBundle is required with injector.tls.mode=secret: the base64 PEM of the CA that signed the Secret's certificate" -}}
+{{- end -}}
+{{- if not (contains "BEGIN CERTIFICATE" (b64dec $inj.tls.secret.caBundle)) -}}
+{{- fail "injector.tls.secret.caBundle must be base64 of a PEM certificate (base64 -w0 ca.crt)" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
