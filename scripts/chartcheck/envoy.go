@@ -40,7 +40,14 @@ const (
 // envoyInfo is what the pod checks need from the bootstrap.
 type envoyInfo struct {
 	listenerPort int
+	// listenerAddr is the listener's IP address; adminPipe Envoy's admin
+	// socket ("" when admin is not a pipe).
+	listenerAddr string
+	adminPipe    string
 	pipe         string
+	// routed maps each Host value (domain) of a virtual host whose routes
+	// reach a rail to that rail's account.
+	routed map[string]string
 }
 
 // checkEnvoyBootstrap parses the bootstrap the way Envoy does (YAML to
@@ -60,10 +67,11 @@ func checkEnvoyBootstrap(r *result, data string, accounts map[string]rails.Accou
 	if !r.ok(invEnvoy, err == nil, "bootstrap fails validation: %v", err) {
 		return nil
 	}
-	info := &envoyInfo{}
+	info := &envoyInfo{routed: map[string]string{}}
 
 	if a := b.GetAdmin().GetAddress(); a != nil {
 		r.ok(invEnvoy, isLoopback(a), "admin must listen on loopback or a pipe, not %v", a)
+		info.adminPipe = a.GetPipe().GetPath()
 	}
 
 	sr := b.GetStaticResources()
@@ -98,6 +106,7 @@ func checkEnvoyBootstrap(r *result, data string, accounts map[string]rails.Accou
 		return info
 	}
 	info.listenerPort = int(ls[0].GetAddress().GetSocketAddress().GetPortValue())
+	info.listenerAddr = ls[0].GetAddress().GetSocketAddress().GetAddress()
 	r.ok(invEnvoy, info.listenerPort > 0, "the listener needs a TCP port")
 	var hcms int
 	for _, fc := range ls[0].GetFilterChains() {
@@ -107,14 +116,14 @@ func checkEnvoyBootstrap(r *result, data string, accounts map[string]rails.Accou
 				continue
 			}
 			hcms++
-			checkHCM(r, h, clusters, accounts)
+			checkHCM(r, h, clusters, accounts, info)
 		}
 	}
 	r.ok(invEnvoy, hcms == 1, "want one HttpConnectionManager, got %d", hcms)
 	return info
 }
 
-func checkHCM(r *result, h *hcmv3.HttpConnectionManager, clusters map[string]*clusterv3.Cluster, accounts map[string]rails.AccountConfig) {
+func checkHCM(r *result, h *hcmv3.HttpConnectionManager, clusters map[string]*clusterv3.Cluster, accounts map[string]rails.AccountConfig, info *envoyInfo) {
 	// ext_authz, then ext_proc, then the router, each failing closed.
 	fs := h.GetHttpFilters()
 	var names []string
@@ -159,6 +168,9 @@ func checkHCM(r *result, h *hcmv3.HttpConnectionManager, clusters map[string]*cl
 			case *routev3.Route_Route:
 				if acct := checkRailRoute(r, where, rt, a.Route, clusters, accounts); acct != "" {
 					routed[acct] = true
+					for _, d := range vh.GetDomains() {
+						info.routed[d] = acct
+					}
 				}
 			case *routev3.Route_DirectResponse:
 			default:

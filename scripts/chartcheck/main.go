@@ -71,7 +71,7 @@ func run(name, serveBin string, in io.Reader, out io.Writer) error {
 	if len(docs) == 0 {
 		return errors.New("no manifests on standard input")
 	}
-	res, eg := check(docs)
+	res, fs := check(docs)
 	if err := res.err(); err != nil {
 		return err
 	}
@@ -84,7 +84,15 @@ func run(name, serveBin string, in io.Reader, out io.Writer) error {
 	if serveBin == "" {
 		return nil
 	}
-	report, err := smoke(serveBin, eg)
+	if fs.inj != nil {
+		report, err := smokeInject(serveBin, fs.inj)
+		if err != nil {
+			return fmt.Errorf("countersign inject with the rendered flags: %w", err)
+		}
+		fmt.Fprintf(out, "chartcheck %s: countersign inject with the rendered flags: %s\n", name, report)
+		return nil
+	}
+	report, err := smoke(serveBin, fs.eg)
 	if err != nil {
 		return fmt.Errorf("countersign serve with the rendered settings: %w", err)
 	}
@@ -150,6 +158,7 @@ type object struct {
 	Kind       string `json:"kind"`
 	Metadata   struct {
 		Name        string            `json:"name"`
+		Namespace   string            `json:"namespace"`
 		Labels      map[string]string `json:"labels"`
 		Annotations map[string]string `json:"annotations"`
 	} `json:"metadata"`
@@ -235,8 +244,9 @@ type container struct {
 
 type probe struct {
 	HTTPGet *struct {
-		Path string `json:"path"`
-		Port any    `json:"port"`
+		Scheme string `json:"scheme"`
+		Path   string `json:"path"`
+		Port   any    `json:"port"`
 	} `json:"httpGet"`
 }
 
@@ -392,15 +402,24 @@ func decode(doc map[string]any, v any) error {
 	return json.Unmarshal(js, v)
 }
 
-// check runs every invariant over the rendered objects. It also returns
-// what it learnt of the egress pod (nil when it could not tell).
-func check(docs []map[string]any) (*result, *egress) {
+// facts is what the checks learnt of the rendering, for the smoke runs:
+// the egress pod (mode egress) or the injector (mode injector), nil when
+// they could not tell.
+type facts struct {
+	eg  *egress
+	inj *injector
+}
+
+// check runs every invariant over the rendered objects. A rendering with a
+// MutatingWebhookConfiguration is mode injector (injector.go); any other is
+// mode egress.
+func check(docs []map[string]any) (*result, facts) {
 	r := &result{}
 	var objs []object
 	for i, d := range docs {
 		var o object
 		if !r.ok(invParse, decode(d, &o) == nil, "document %d is not a Kubernetes object", i+1) {
-			return r, nil
+			return r, facts{}
 		}
 		objs = append(objs, o)
 	}
@@ -438,8 +457,11 @@ func check(docs []map[string]any) (*result, *egress) {
 	for _, p := range pods {
 		checkPod(r, p)
 	}
+	if slices.ContainsFunc(objs, func(o object) bool { return o.Kind == "MutatingWebhookConfiguration" }) {
+		return r, facts{inj: checkInjectorMode(r, docs, objs)}
+	}
 	if !r.ok(invPodShape, len(deployments) == 1, "want exactly one Deployment (the egress pods), got %d", len(deployments)) {
-		return r, nil
+		return r, facts{}
 	}
 	d := deployments[0]
 	var ws workloadSpec
@@ -450,7 +472,7 @@ func check(docs []map[string]any) (*result, *egress) {
 		checkServices(r, ws.Template.Metadata.Labels, eg, services)
 		checkNetworkPolicies(r, ws.Template.Metadata.Labels, eg, netpols)
 	}
-	return r, eg
+	return r, facts{eg: eg}
 }
 
 var tagRE = regexp.MustCompile(`^[\w][\w.-]{0,127}$`)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -176,11 +177,17 @@ var mutations = []mutation{
 	}},
 }
 
-// selfTest applies each mutation to a fresh copy of docs and requires the
-// check to fail with the invariant meant to catch it.
+// selfTest applies each mutation of the rendering's mode (mutations, or
+// injectorMutations when it has a MutatingWebhookConfiguration) to a fresh
+// copy of docs and requires the check to fail with the invariant meant to
+// catch it.
 func selfTest(docs []map[string]any) (int, error) {
+	ms := mutations
+	if slices.ContainsFunc(docs, func(o map[string]any) bool { return o["kind"] == "MutatingWebhookConfiguration" }) {
+		ms = injectorMutations
+	}
 	var errs []error
-	for _, m := range mutations {
+	for _, m := range ms {
 		cp, err := deepCopy(docs)
 		if err != nil {
 			return 0, err
@@ -194,7 +201,7 @@ func selfTest(docs []map[string]any) (int, error) {
 			errs = append(errs, fmt.Errorf("self-test %q: not caught by [%s]; failures: %v", m.name, m.want, res.failures))
 		}
 	}
-	return len(mutations), errors.Join(errs...)
+	return len(ms), errors.Join(errs...)
 }
 
 func deepCopy(docs []map[string]any) ([]map[string]any, error) {

@@ -275,6 +275,9 @@ injector's Deployment.
 {{- fail (printf "injector.agentNamespaces: %q is never injected (kube-system and the injector's own namespace are excluded)" $ns) -}}
 {{- end -}}
 {{- end -}}
+{{- if ne .Values.migrations.mode "hook" -}}
+{{- fail "mode injector: migrations.mode must be hook (the injected countersign containers never migrate; the Job runs in the injector's namespace)" -}}
+{{- end -}}
 {{- $envs := dict -}}
 {{- range $i, $r := .Values.rails -}}
 {{- if not $r.baseURLEnv -}}

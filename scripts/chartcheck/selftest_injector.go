@@ -1,0 +1,307 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// injectorMutations break a copy of a mode injector rendering one way
+// each; want is the invariant that must catch it.
+var injectorMutations = []mutation{
+	{"a webhook failing open", invWebhook, func(d []map[string]any) error {
+		return eachWebhook(d, func(w map[string]any) { w["failurePolicy"] = "Ignore" }, 1)
+	}},
+	{"a webhook with side effects", invWebhook, func(d []map[string]any) error {
+		return eachWebhook(d, func(w map[string]any) { w["sideEffects"] = "Some" }, 1)
+	}},
+	{"a webhook asking for v1beta1 reviews", invWebhook, func(d []map[string]any) error {
+		return eachWebhook(d, func(w map[string]any) { w["admissionReviewVersions"] = []any{"v1", "v1beta1"} }, 1)
+	}},
+	{"a webhook without a timeout", invWebhook, func(d []map[string]any) error {
+		return eachWebhook(d, func(w map[string]any) { delete(w, "timeoutSeconds") }, 1)
+	}},
+	{"a webhook for pod updates too", invWebhook, func(d []map[string]any) error {
+		return eachWebhook(d, func(w map[string]any) {
+			w["rules"].([]any)[0].(map[string]any)["operations"] = []any{"CREATE", "UPDATE"}
+		}, 1)
+	}},
+	{"one webhook only", invWebhook, func(d []map[string]any) error {
+		mwc, err := kindObject(d, "MutatingWebhookConfiguration")
+		if err != nil {
+			return err
+		}
+		mwc["webhooks"] = mwc["webhooks"].([]any)[:1]
+		return nil
+	}},
+	{"kube-system not excluded", invWebhookScope, func(d []map[string]any) error {
+		return dropExcluded(d, "kube-system")
+	}},
+	{"the injector's own namespace not excluded", invWebhookScope, func(d []map[string]any) error {
+		inj, err := injectorPod(d)
+		if err != nil {
+			return err
+		}
+		return dropExcluded(d, inj.ns)
+	}},
+	{"the pod webhook without its objectSelector", invWebhookScope, func(d []map[string]any) error {
+		return eachWebhook(d, func(w map[string]any) {
+			if webhookPath(w) == "/mutate/pod" {
+				delete(w, "objectSelector")
+			}
+		}, 2)
+	}},
+	{"the namespace webhook without its label", invWebhookScope, func(d []map[string]any) error {
+		return eachWebhook(d, func(w map[string]any) {
+			if webhookPath(w) == "/mutate/namespace" {
+				delete(w["namespaceSelector"].(map[string]any), "matchLabels")
+			}
+		}, 2)
+	}},
+	{"a webhook on a path the injector does not serve", invWebhookService, func(d []map[string]any) error {
+		return eachWebhook(d, func(w map[string]any) {
+			w["clientConfig"].(map[string]any)["service"].(map[string]any)["path"] = "/mutate"
+		}, 1)
+	}},
+	{"the Service targeting another port", invWebhookService, func(d []map[string]any) error {
+		svc, err := kindObject(d, "Service")
+		if err != nil {
+			return err
+		}
+		svc["spec"].(map[string]any)["ports"].([]any)[0].(map[string]any)["targetPort"] = 9443
+		return nil
+	}},
+	{"a webhook calling another Service", invWebhookService, func(d []map[string]any) error {
+		return eachWebhook(d, func(w map[string]any) {
+			w["clientConfig"].(map[string]any)["service"].(map[string]any)["name"] = "someone-else"
+		}, 1)
+	}},
+	{"the injector listening elsewhere", invWebhookService, func(d []map[string]any) error {
+		return setArg(d, "--listen-addr", ":9443")
+	}},
+	{"a liveness probe over plain HTTP", invProbes, func(d []map[string]any) error {
+		inj, err := injectorPod(d)
+		if err != nil {
+			return err
+		}
+		inj.c["livenessProbe"].(map[string]any)["httpGet"].(map[string]any)["scheme"] = "HTTP"
+		return nil
+	}},
+	{"a ClusterRole for the injector", invRBAC, func(d []map[string]any) error {
+		return addObject(d, map[string]any{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+			"metadata": map[string]any{"name": "countersign-injector"},
+			"rules":    []any{map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"}, "verbs": []any{"get"}}}})
+	}},
+	{"a rail key Secret mounted into the injector", invInjectorSecret, func(d []map[string]any) error {
+		inj, err := injectorPod(d)
+		if err != nil {
+			return err
+		}
+		secret, _, _ := strings.Cut(strings.SplitN(inj.arg("--rail-key"), "=", 3)[2], "/")
+		inj.spec["volumes"] = append(inj.spec["volumes"].([]any), map[string]any{"name": "leak", "secret": map[string]any{"secretName": secret}})
+		inj.c["volumeMounts"] = append(inj.c["volumeMounts"].([]any), map[string]any{"name": "leak", "mountPath": "/leak"})
+		return nil
+	}},
+	{"the ledger URL in the injector's environment", invInjectorSecret, func(d []map[string]any) error {
+		inj, err := injectorPod(d)
+		if err != nil {
+			return err
+		}
+		inj.c["env"] = []any{map[string]any{"name": "COUNTERSIGN_DATABASE_URL", "valueFrom": map[string]any{
+			"secretKeyRef": map[string]any{"name": inj.arg("--database-secret"), "key": "url"}}}}
+		return nil
+	}},
+	{"the injector's token mounted", invNoToken, func(d []map[string]any) error {
+		inj, err := injectorPod(d)
+		if err != nil {
+			return err
+		}
+		inj.spec["automountServiceAccountToken"] = true
+		return nil
+	}},
+	{"the injector's root filesystem writable", invHardening, func(d []map[string]any) error {
+		inj, err := injectorPod(d)
+		if err != nil {
+			return err
+		}
+		inj.c["securityContext"].(map[string]any)["readOnlyRootFilesystem"] = false
+		return nil
+	}},
+	{"the injected Envoy's image latest", invImage, func(d []map[string]any) error {
+		return setArg(d, "--envoy-image", "envoyproxy/envoy:latest")
+	}},
+	{"no caBundle and no CA injection", invWebhookTLS, func(d []map[string]any) error {
+		mwc, err := kindObject(d, "MutatingWebhookConfiguration")
+		if err != nil {
+			return err
+		}
+		delete(mwc["metadata"].(map[string]any), "annotations")
+		return eachWebhook(d, func(w map[string]any) { delete(w["clientConfig"].(map[string]any), "caBundle") }, 2)
+	}},
+	{"the certificate files outside the TLS volume", invWebhookTLS, func(d []map[string]any) error {
+		return setArg(d, "--tls-cert-file", "/tmp/tls.crt")
+	}},
+	{"the replicas without a PodDisruptionBudget", invInjectorAvail, func(d []map[string]any) error {
+		inj, err := injectorPod(d)
+		if err != nil {
+			return err
+		}
+		inj.deployment["spec"].(map[string]any)["replicas"] = 2
+		removeKind(d, "PodDisruptionBudget") // one replica renders none
+		return nil
+	}},
+	{"the sidecar ConfigMap of another name", invInjectorFlags, func(d []map[string]any) error {
+		return setArg(d, "--envoy-configmap", "not-rendered")
+	}},
+	{"the injector told another namespace is its own", invInjectorFlags, func(d []map[string]any) error {
+		return setArg(d, "--namespace", "default")
+	}},
+	{"the sidecar Envoy listening on the pod network", invSidecarEnvoy, func(d []map[string]any) error {
+		return editConfigMapData(d, "envoy.yaml", "socket_address: { address: 127.0.0.1, port_value: 15001 }", "socket_address: { address: 0.0.0.0, port_value: 15001 }")
+	}},
+	{"the sidecar Envoy's admin on loopback TCP", invSidecarEnvoy, func(d []map[string]any) error {
+		return editConfigMapData(d, "envoy.yaml", "pipe: { path: /var/run/countersign/envoy-admin.sock, mode: 384 }", "socket_address: { address: 127.0.0.1, port_value: 9901 }")
+	}},
+	{"the sidecar Envoy dialling another socket", invSidecarEnvoy, func(d []map[string]any) error {
+		return editConfigMapData(d, "envoy.yaml", "pipe: { path: /var/run/countersign/envoy.sock }", "pipe: { path: /var/run/countersign/other.sock }")
+	}},
+	{"a base URL no virtual host serves", invSidecarEnvoy, func(d []map[string]any) error {
+		inj, err := injectorPod(d)
+		if err != nil {
+			return err
+		}
+		name, _, _ := strings.Cut(strings.TrimPrefix(inj.arg("--base-url"), "--base-url="), "=")
+		return setArg(d, "--base-url", name+"=http://nowhere.egress.local:15001")
+	}},
+	{"the sidecar Envoy failing open", invEnvoy, func(d []map[string]any) error {
+		return editConfigMapData(d, "envoy.yaml", "failure_mode_allow: false", "failure_mode_allow: true")
+	}},
+	{"a rail key for an account the rails file lacks", invSidecarRails, func(d []map[string]any) error {
+		inj, err := injectorPod(d)
+		if err != nil {
+			return err
+		}
+		ref := strings.SplitN(inj.arg("--rail-key"), "=", 3)[2]
+		return setArg(d, "--rail-key", "not_configured="+ref)
+	}},
+	{"a sidecar key_file where the injector mounts nothing", invSidecarRails, func(d []map[string]any) error {
+		return editConfigMapData(d, "rails.yaml", "key_file: /var/run/secrets/countersign/rails/", "key_file: /etc/countersign/")
+	}},
+}
+
+type injectorRef struct {
+	deployment, spec, c map[string]any
+	ns                  string
+}
+
+// arg is the first --name=value argument with that name.
+func (i injectorRef) arg(name string) string {
+	for _, a := range i.c["args"].([]any) {
+		if s, _ := a.(string); strings.HasPrefix(s, name+"=") {
+			return s
+		}
+	}
+	return ""
+}
+
+func injectorPod(d []map[string]any) (injectorRef, error) {
+	dep, err := kindObject(d, "Deployment")
+	if err != nil {
+		return injectorRef{}, err
+	}
+	spec := dep["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	ns, _ := dep["metadata"].(map[string]any)["namespace"].(string)
+	return injectorRef{dep, spec, spec["containers"].([]any)[0].(map[string]any), ns}, nil
+}
+
+// setArg replaces the first --name=… argument of the injector.
+func setArg(d []map[string]any, name, value string) error {
+	inj, err := injectorPod(d)
+	if err != nil {
+		return err
+	}
+	args := inj.c["args"].([]any)
+	for i, a := range args {
+		if s, _ := a.(string); strings.HasPrefix(s, name+"=") {
+			args[i] = name + "=" + value
+			return nil
+		}
+	}
+	return fmt.Errorf("the injector has no %s", name)
+}
+
+func kindObject(d []map[string]any, kind string) (map[string]any, error) {
+	for _, o := range d {
+		if o["kind"] == kind {
+			return o, nil
+		}
+	}
+	return nil, fmt.Errorf("no %s", kind)
+}
+
+// removeKind drops every object of a kind; the slice keeps its length, so
+// the dropped ones become empty ConfigMaps in no namespace anyone names.
+func removeKind(d []map[string]any, kind string) {
+	for i, o := range d {
+		if o["kind"] == kind {
+			d[i] = map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "removed", "namespace": "removed"}}
+		}
+	}
+}
+
+// addObject replaces the first ServiceAccount (the chart's, unchecked) by
+// obj: the slice cannot grow in place.
+func addObject(d []map[string]any, obj map[string]any) error {
+	for i, o := range d {
+		if o["kind"] == "ServiceAccount" {
+			d[i] = obj
+			return nil
+		}
+	}
+	return errors.New("no ServiceAccount to stand in for")
+}
+
+func webhookPath(w map[string]any) string {
+	cc, _ := w["clientConfig"].(map[string]any)
+	svc, _ := cc["service"].(map[string]any)
+	p, _ := svc["path"].(string)
+	return p
+}
+
+// eachWebhook applies f to the first n webhooks.
+func eachWebhook(d []map[string]any, f func(map[string]any), n int) error {
+	mwc, err := kindObject(d, "MutatingWebhookConfiguration")
+	if err != nil {
+		return err
+	}
+	ws, _ := mwc["webhooks"].([]any)
+	if len(ws) < n {
+		return fmt.Errorf("%d webhooks, want %d", len(ws), n)
+	}
+	for _, w := range ws[:n] {
+		f(w.(map[string]any))
+	}
+	return nil
+}
+
+// dropExcluded takes ns out of the first webhook's namespace exclusions.
+func dropExcluded(d []map[string]any, ns string) error {
+	found := false
+	err := eachWebhook(d, func(w map[string]any) {
+		sel, _ := w["namespaceSelector"].(map[string]any)
+		exprs, _ := sel["matchExpressions"].([]any)
+		for _, e := range exprs {
+			m := e.(map[string]any)
+			if m["key"] != "kubernetes.io/metadata.name" {
+				continue
+			}
+			vals, _ := m["values"].([]any)
+			m["values"] = slices.DeleteFunc(vals, func(v any) bool { found = found || v == ns; return v == ns })
+		}
+	}, 1)
+	if err == nil && !found {
+		err = fmt.Errorf("the first webhook does not exclude %s", ns)
+	}
+	return err
+}
