@@ -126,7 +126,7 @@ func one(flags map[string][]string, name string) string {
 }
 
 func checkInjectorMode(r *result, docs []map[string]any, objs []object) *injector {
-	var deployments, services, pdbs, certs []object
+	var deployments, services, pdbs, certs, jobs []object
 	var mwcs []webhookConfiguration
 	configMaps := map[string]map[string]object{} // namespace -> name -> ConfigMap
 	for i, o := range objs {
@@ -135,6 +135,8 @@ func checkInjectorMode(r *result, docs []map[string]any, objs []object) *injecto
 			deployments = append(deployments, o)
 		case "Service":
 			services = append(services, o)
+		case "Job":
+			jobs = append(jobs, o)
 		case "PodDisruptionBudget":
 			pdbs = append(pdbs, o)
 		case "Certificate":
@@ -262,6 +264,8 @@ func checkInjectorMode(r *result, docs []map[string]any, objs []object) *injecto
 	checkWebhooks(r, mwcs[0], ns, services, c, listenPort, ws.Template.Metadata.Labels)
 
 	checkSidecarConfig(r, where, flags, configMaps, ns)
+	// Injected Countersigns never migrate: the hook Job must.
+	checkMigrate(r, podSpec{}, jobs)
 	return inj
 }
 

@@ -185,6 +185,14 @@ var injectorMutations = []mutation{
 		ref := strings.SplitN(inj.arg("--rail-key"), "=", 3)[2]
 		return setArg(d, "--rail-key", "not_configured="+ref)
 	}},
+	{"the migration Job not a pre-upgrade hook", invMigrate, func(d []map[string]any) error {
+		job, err := kindObject(d, "Job")
+		if err != nil {
+			return err
+		}
+		job["metadata"].(map[string]any)["annotations"].(map[string]any)["helm.sh/hook"] = "pre-install"
+		return nil
+	}},
 	{"a sidecar key_file where the injector mounts nothing", invSidecarRails, func(d []map[string]any) error {
 		return editConfigMapData(d, "rails.yaml", "key_file: /var/run/secrets/countersign/rails/", "key_file: /etc/countersign/")
 	}},
