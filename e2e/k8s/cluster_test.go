@@ -90,7 +90,10 @@ func (p *proc) stop(t *testing.T) {
 func (p *proc) exited() error {
 	select {
 	case <-p.done:
-		return fmt.Errorf("%s exited: %v (log %s)", p.name, p.err, p.log)
+		if p.err == nil {
+			return fmt.Errorf("%s exited with status 0 (log %s)", p.name, p.log)
+		}
+		return fmt.Errorf("%s exited (log %s): %w", p.name, p.log, p.err)
 	default:
 		return nil
 	}
@@ -305,8 +308,19 @@ func startCluster(t *testing.T, ctx context.Context, dir string) *cluster {
 	// The admin is a client certificate in system:masters: the API server
 	// authorizes that group for everything, under RBAC as under any mode.
 	_, _, adminCert, adminKey := pk.issue(t, "admin", pkix.Name{CommonName: "e2e-admin", Organization: []string{"system:masters"}}, false)
-	saKey := filepath.Join(dir, "service-account.key")
-	writeFile(t, saKey, keyToPEM(t, newKey(t)))
+	// The service-account signing key, and its public half for verifying.
+	sa := newKey(t)
+	saDER, err := x509.MarshalECPrivateKey(sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saPubDER, err := x509.MarshalPKIXPublicKey(&sa.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saKey, saPub := filepath.Join(dir, "service-account.key"), filepath.Join(dir, "service-account.pub")
+	writeFile(t, saKey, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: saDER}))
+	writeFile(t, saPub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: saPubDER}))
 
 	port := freePort(t)
 	apiserver := start(t, dir, "kube-apiserver", apiBin,
@@ -318,12 +332,16 @@ func startCluster(t *testing.T, ctx context.Context, dir string) *cluster {
 		"--client-ca-file="+filepath.Join(dir, "ca.crt"),
 		"--authorization-mode=RBAC",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file="+saKey, "--service-account-signing-key-file="+saKey,
+		"--service-account-key-file="+saPub, "--service-account-signing-key-file="+saKey,
 		"--service-cluster-ip-range=10.96.0.0/16",
 		// No controller manager runs, so no namespace gets its default
 		// ServiceAccount; the ServiceAccount admission plugin would refuse
 		// every pod for the want of it.
 		"--disable-admission-plugins=ServiceAccount",
+		// The kubernetes Service's endpoints would be this loopback
+		// address, which the endpoint reconciler refuses; nothing here
+		// reaches the API server through that Service.
+		"--endpoint-reconciler-type=none",
 		"--profiling=false",
 		"--v=1",
 	)

@@ -167,6 +167,7 @@ func TestInjectAgainstAPIServer(t *testing.T) {
 				t.Errorf("refusal %q does not say %q", msg, want)
 			}
 		}
+		t.Logf("refused: %v", err)
 		if !apierrors.IsForbidden(err) {
 			t.Errorf("refusal is not 403 Forbidden: %v", err)
 		}
@@ -175,6 +176,9 @@ func TestInjectAgainstAPIServer(t *testing.T) {
 
 	t.Run("with the injector down an opted-in pod is not admitted", func(t *testing.T) {
 		injector.stop(t)
+		if injector.err != nil {
+			t.Errorf("countersign inject did not exit cleanly on SIGTERM: %v", injector.err)
+		}
 		if err := getOK(ctx, hc, injectorURL+"/healthz", "ok"); err == nil {
 			t.Fatal("the injector still answers after it was stopped")
 		}
@@ -288,6 +292,14 @@ func checkGuarded(t *testing.T, pod *corev1.Pod, cfg inject.Config) {
 	if env[baseURLName] != baseURL || env["AGENT_MODE"] != "test" {
 		t.Errorf("agent env %v, want %s=%s beside its own AGENT_MODE", agent.Env, baseURLName, baseURL)
 	}
+	var socketUsers []string
+	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+		if mounts(c, inject.SocketVolume) {
+			socketUsers = append(socketUsers, c.Name)
+		}
+	}
+	t.Logf("stored %s/%s: initContainers %v (restartPolicy Always), containers %v, %s mounted by %v, agent %s=%s",
+		pod.Namespace, pod.Name, init, names(pod.Spec.Containers), inject.SocketVolume, socketUsers, baseURLName, env[baseURLName])
 	aliased := slices.ContainsFunc(pod.Spec.HostAliases, func(h corev1.HostAlias) bool {
 		return h.IP == "127.0.0.1" && slices.Contains(h.Hostnames, "stripe.egress.local")
 	})
