@@ -11,7 +11,7 @@ FUZZTIME  ?= 5s
 # -race needs cgo; the test harness starts its own PostgreSQL.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all generate check-generated build test test-go fuzz sim bench chaos lint run ci tidy-check chart-test clean
+.PHONY: all generate check-generated build test test-go fuzz sim bench chaos e2e-k8s lint run ci tidy-check chart-test clean
 
 all: build
 
@@ -59,6 +59,16 @@ PARALLEL ?= 2
 chaos:
 	set -o pipefail; CHAOS_TRIALS=$(TRIALS) CHAOS_RESULTS=$(CURDIR)/RESULTS.md $(GO) test -count=1 -timeout 120m -parallel $(PARALLEL) -run 'TestKillMatrix' -v ./e2e/ \
 		| grep --line-buffered -E '^(chaos: |\s*--- FAIL|ok|FAIL)'
+
+## e2e-k8s: `countersign inject` against a real kube-apiserver and etcd, built
+## from their modules (e2e/k8s/tools) once per version into the tool cache by
+## scripts/k8s-tools.sh — tens of minutes the first time, then instant. Not
+## part of `make test`.
+e2e-k8s:
+	@etcd=$$(GO=$(GO) bash scripts/k8s-tools.sh etcd) && \
+	apiserver=$$(GO=$(GO) bash scripts/k8s-tools.sh kube-apiserver) && \
+	COUNTERSIGN_E2E_ETCD=$$etcd COUNTERSIGN_E2E_KUBE_APISERVER=$$apiserver \
+		$(GO) test -tags k8s -count=1 -timeout 15m -v ./e2e/k8s/
 
 ## bench: the ALLOW path beside the commit floor of the same PostgreSQL (pgbench)
 bench:
