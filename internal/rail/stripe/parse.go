@@ -164,6 +164,11 @@ func readForm(body string) ([]pair, error) {
 	if body == "" {
 		return nil, nil
 	}
+	if strings.HasPrefix(body, "?") {
+		// Some readers (stripe-mock's parser) strip a leading '?' as a
+		// query-string marker, so the first name would read differently.
+		return nil, malformed("body", "a form body must not begin with '?'")
+	}
 	pieces := strings.Split(body, "&")
 	out := make([]pair, 0, len(pieces))
 	for _, piece := range pieces {
