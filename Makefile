@@ -90,7 +90,7 @@ run:
 tidy-check:
 	$(GO) mod tidy -diff
 
-## chart-test: helm lint charts/countersign, render it (defaults and ci/*.yaml) and check the manifests (scripts/chartcheck)
+## chart-test: helm lint charts/countersign, render it (defaults and ci/*.yaml) and check the manifests (scripts/chartcheck) and the pods the injector mutates (kubeconform)
 chart-test:
 	GO=$(GO) bash scripts/chart-test.sh
 

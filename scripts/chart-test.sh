@@ -11,8 +11,10 @@
 # certificate, the sidecars' Envoy bootstrap and rails file fit what the
 # injector wires, and the real `countersign inject` started with the
 # rendered flags guards a pod. Every rendering is also validated against
-# the Kubernetes OpenAPI schema (kubeconform, strict). Then values the chart
-# must refuse, each with its message.
+# the Kubernetes OpenAPI schema (kubeconform, strict), and so is every pod
+# the injector's golden cases mutate (scripts/mutatedpods: the golden patch
+# applied to the case's pod). Then values the chart must refuse, each with
+# its message.
 #
 # Offline: helm and kubeconform are built from the Go module proxy at pinned
 # versions (scripts/tool.sh) into a cache outside the clone, once per
@@ -44,8 +46,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export HELM_CACHE_HOME="$work/cache" HELM_CONFIG_HOME="$work/config" HELM_DATA_HOME="$work/data"
 
-step "building scripts/chartcheck and countersign"
+step "building scripts/chartcheck, scripts/mutatedpods and countersign"
 "$GO" build -o "$work/chartcheck" ./scripts/chartcheck
+"$GO" build -o "$work/mutatedpods" ./scripts/mutatedpods
 "$GO" build -o "$work/countersign" ./cmd/countersign
 
 # kubeconform's schemas for KUBE_VERSION, generated once into the tool cache
@@ -109,6 +112,37 @@ if "$KUBECONFORM" -strict -skip Certificate,Issuer -schema-location "$schemas/{{
 	echo "chart-test: kubeconform accepted failurPolicy; the schemas are not strict" >&2
 	exit 1
 fi
+
+# Every pod the injector's golden cases admit with a patch, mutated by that
+# patch, is a valid v1 Pod for the same Kubernetes version, strictly.
+step "mutated pods: kubeconform (Kubernetes v$KUBE_VERSION OpenAPI schema, strict)"
+pods="$work/mutated-pods"
+n=$("$work/mutatedpods" "$pods")
+files=("$pods"/*.json)
+if [[ "$n" -lt 1 || "${#files[@]}" -ne "$n" ]]; then
+	echo "chart-test: mutatedpods reported $n pods, wrote ${#files[@]} files" >&2
+	exit 1
+fi
+"$KUBECONFORM" -strict -summary -schema-location "$schemas/{{.ResourceKind}}{{.KindSuffix}}.json" "$pods"
+echo "chart-test: $n mutated pods valid (internal/inject/testdata)" >&2
+
+# That validation must be able to fail: a misspelt field in every container
+# of a mutated pod, the agent's and the sidecars', is caught.
+step "kubeconform refuses a mutated pod with a misspelt container field"
+mkdir "$work/misspelt-pod"
+sed 's/"image":/"imag":/' "${files[0]}" >"$work/misspelt-pod/pod.json"
+if "$KUBECONFORM" -strict -schema-location "$schemas/{{.ResourceKind}}{{.KindSuffix}}.json" \
+	"$work/misspelt-pod/pod.json" >"$work/misspelt-pod.log" 2>&1; then
+	echo "chart-test: kubeconform accepted a container's imag; the pod schema is not strict" >&2
+	exit 1
+fi
+for c in containers/0 initContainers/0; do
+	grep -q "/spec/$c': additional properties 'imag' not allowed" "$work/misspelt-pod.log" || {
+		echo "chart-test: kubeconform did not report /spec/$c's imag:" >&2
+		cat "$work/misspelt-pod.log" >&2
+		exit 1
+	}
+done
 
 # Values the chart must refuse to render, each with the message it gives.
 refuse() {
