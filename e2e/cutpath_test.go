@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/url"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/testing/wait"
 )
 
 // cutProxy is a TCP proxy between countersign and PostgreSQL that the test
@@ -158,31 +158,36 @@ func TestNoAllowWhileTheLedgerIsCut(t *testing.T) {
 	}
 	// Each phase ends on what it is for, not after a guessed time: traffic
 	// is allowed before the cut, and again after it.
-	waitAllowed := func(what string, since time.Time) {
+	waitFor := func(what string, cond func(a answer) bool, n int) {
 		t.Helper()
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
+		if !wait.Until(2*time.Minute, func() bool {
 			mu.Lock()
-			seen := slices.ContainsFunc(answers, func(a answer) bool { return a.allowed && !a.sent.Before(since) })
-			mu.Unlock()
-			if seen {
-				return
+			defer mu.Unlock()
+			seen := 0
+			for _, a := range answers {
+				if cond(a) {
+					seen++
+				}
 			}
-			if time.Now().After(deadline) {
-				close(stop)
-				wg.Wait()
-				t.Fatalf("no ALLOW %s within the deadline", what)
-			}
-			time.Sleep(20 * time.Millisecond) // polling interval, not synchronisation
+			return seen >= n
+		}) {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("no %s within the deadline", what)
 		}
 	}
-	waitAllowed("before the cut", time.Time{})
+	allowedSince := func(since time.Time) func(answer) bool {
+		return func(a answer) bool { return a.allowed && !a.sent.Before(since) }
+	}
+	waitFor("ALLOW before the cut", allowedSince(time.Time{}), 1)
 	proxy.Cut()
-	cutAt := time.Now()         // every request sent from now on meets the cut
-	time.Sleep(3 * time.Second) // how long the outage lasts, not a wait for anything
+	cutAt := time.Now() // every request sent from now on meets the cut
+	// The outage lasts until enough requests sent inside it were answered
+	// (each a deny, or the test fails below).
+	waitFor("answers to requests sent during the cut", func(a answer) bool { return !a.sent.Before(cutAt) }, 8)
 	restoreAt := time.Now()
 	proxy.Restore()
-	waitAllowed("after the pool reconnected", restoreAt)
+	waitFor("ALLOW after the pool reconnected", allowedSince(restoreAt), 1)
 	close(stop)
 	wg.Wait()
 

@@ -19,6 +19,7 @@ import (
 	"github.com/countersign/countersign/internal/intent"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/ownerauth"
+	"github.com/countersign/countersign/internal/testing/wait"
 )
 
 // TestAgentForgesCommitWhileRefundIsAtRail (issue 10 item 2, A1), against
@@ -40,19 +41,16 @@ func TestAgentForgesCommitWhileRefundIsAtRail(t *testing.T) {
 
 	// The request has left for the rail once ext_proc stamped its body.
 	var key ledger.Key
-	deadline := time.Now().Add(20 * time.Second)
-	for key.SIK == "" {
+	if !wait.Until(20*time.Second, func() bool {
 		for _, it := range e.intentsOn("pi_forge") {
 			if _, atts, err := e.store.GetIntent(ctx, it.Key); err == nil && it.State == intent.InFlight && len(atts) == 1 && atts[0].BodyStamped {
 				key = it.Key
+				return true
 			}
 		}
-		if key.SIK == "" && time.Now().After(deadline) {
-			t.Fatal("the refund never left for the rail")
-		}
-		if key.SIK == "" {
-			time.Sleep(20 * time.Millisecond) // polling a condition under a deadline
-		}
+		return false
+	}) {
+		t.Fatal("the refund never left for the rail")
 	}
 
 	conn, err := grpc.NewClient(e.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))

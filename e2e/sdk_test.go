@@ -18,6 +18,7 @@ import (
 	"github.com/stripe/stripe-go/v82"
 
 	"github.com/countersign/countersign/internal/testing/mockrail"
+	"github.com/countersign/countersign/internal/testing/wait"
 )
 
 // TestStripeSDKAgainstTheDemo drives `countersign-dev dev` (what `make run`
@@ -195,17 +196,10 @@ func (d *demoRun) journal(t *testing.T) mockrail.Journal {
 // waitOutput waits until p has printed want and returns its output.
 func waitOutput(t *testing.T, p *proc, want string, within time.Duration) string {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		out := p.out.String()
-		if strings.Contains(out, want) {
-			return out
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("output lacks %q after %s:\n%s", want, within, out)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !wait.Until(within, func() bool { return strings.Contains(p.out.String(), want) }) {
+		t.Fatalf("output lacks %q after %s:\n%s", want, within, p.out.String())
 	}
+	return p.out.String()
 }
 
 // shellWords splits a printed command as a POSIX shell would, for what the

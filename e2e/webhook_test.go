@@ -22,6 +22,7 @@ import (
 	"github.com/countersign/countersign/internal/intent"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/outbox"
+	"github.com/countersign/countersign/internal/testing/wait"
 )
 
 // There is no dispatcher binary: this test binary is one when it is started
@@ -214,28 +215,23 @@ func TestWebhookReceiverSeesEveryEventAfterDispatcherKilledMidDelivery(t *testin
 	// receiver answered every delivery and the ledger recorded each as
 	// delivered (the answer alone is not: B records it afterwards).
 	startDispatcher(t, "dispatcher-b", e.dbURL, leaseB, 16)
-	deadline := time.Now().Add(leaseA + 2*time.Minute)
-	for {
-		acked := map[string]bool{}
+	acked, recorded := map[string]bool{}, 0
+	if !wait.Until(leaseA+2*time.Minute, func() bool {
+		acked, recorded = map[string]bool{}, 0
 		for _, h := range snapshot() {
 			if h.answered == http.StatusOK {
 				acked[h.delivery] = true
 			}
 		}
-		recorded := 0
 		for id := range want {
 			o, w, _ := ledger.ParseDeliveryID(id)
 			if st, err := e.store.GetDelivery(ctx, "own_e2e", o, w); err == nil && st.State == "delivered" {
 				recorded++
 			}
 		}
-		if len(acked) == len(want) && recorded == len(want) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("receiver acknowledged %v of %v, ledger recorded %d delivered, within the deadline", acked, want, recorded)
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval, not synchronisation
+		return len(acked) == len(want) && recorded == len(want)
+	}) {
+		t.Fatalf("receiver acknowledged %v of %v, ledger recorded %d delivered, within the deadline", acked, want, recorded)
 	}
 
 	got := snapshot()

@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
+
+	"github.com/countersign/countersign/internal/testing/wait"
 )
 
 // proc is one server process of the test cluster, its output in a file.
@@ -138,28 +140,27 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// waitFor polls cond every 200 ms until it returns nil, the process it
-// depends on exits, or the deadline passes.
+// waitFor waits until cond returns nil, the process it depends on exits,
+// or the deadline passes.
 func waitFor(t *testing.T, what string, deadline time.Duration, p *proc, cond func() error) {
 	t.Helper()
-	end := time.Now().Add(deadline)
 	start := time.Now()
-	for {
-		err := cond()
-		if err == nil {
-			t.Logf("%s after %s", what, time.Since(start).Round(10*time.Millisecond))
-			return
+	var err, perr error
+	if !wait.Until(deadline, func() bool {
+		if err = cond(); err == nil {
+			return true
 		}
 		if p != nil {
-			if perr := p.exited(); perr != nil {
-				t.Fatalf("waiting for %s: %v (last: %v)", what, perr, err)
-			}
+			perr = p.exited()
 		}
-		if time.Now().After(end) {
-			t.Fatalf("%s: not within %s: %v", what, deadline, err)
-		}
-		time.Sleep(200 * time.Millisecond)
+		return perr != nil
+	}) {
+		t.Fatalf("%s: not within %s: %v", what, deadline, err)
 	}
+	if err != nil {
+		t.Fatalf("waiting for %s: %v (last: %v)", what, perr, err)
+	}
+	t.Logf("%s after %s", what, time.Since(start).Round(10*time.Millisecond))
 }
 
 // pki is the test cluster's CA and what it signed.

@@ -15,6 +15,7 @@ import (
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/testing/wait"
 )
 
 // ownerGRPC is the owner API over the server's gRPC listener, as the owner.
@@ -201,11 +202,8 @@ func TestExpiredApprovalSaysExpired(t *testing.T) {
 	ap := pendingApproval(t, h, held.GetIntent().GetSik())
 	expires := ap.GetExpireTime().AsTime()
 	// Wait for the expiry to pass on the clock the database shares.
-	for deadline := time.Now().Add(10 * time.Second); !time.Now().After(expires); {
-		if time.Now().After(deadline) {
-			t.Fatalf("the clock did not pass %s", expires)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !wait.Until(10*time.Second, func() bool { return time.Now().After(expires) }) {
+		t.Fatalf("the clock did not pass %s", expires)
 	}
 	want := "approval " + ap.GetApprovalId() + " expired at " + expires.UTC().Format(time.RFC3339) + " before it was decided"
 	if msg := approveRefused(t, h, ap.GetApprovalId()); !strings.Contains(msg, want) {
@@ -237,11 +235,8 @@ func TestApprovedThenExpiredSaysExpired(t *testing.T) {
 			continue
 		}
 		expires := ap.GetExpireTime().AsTime()
-		for deadline := time.Now().Add(ttl + 10*time.Second); !time.Now().After(expires); {
-			if time.Now().After(deadline) {
-				t.Fatalf("the clock did not pass %s", expires)
-			}
-			time.Sleep(10 * time.Millisecond)
+		if !wait.Until(ttl+10*time.Second, func() bool { return time.Now().After(expires) }) {
+			t.Fatalf("the clock did not pass %s", expires)
 		}
 		r := h.decide(t, refund("pi_bench", amount, ""))
 		want := "expired at " + expires.UTC().Format(time.RFC3339) + ", before this request came back"

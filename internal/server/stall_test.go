@@ -14,6 +14,7 @@ import (
 	"github.com/countersign/countersign/internal/config"
 	"github.com/countersign/countersign/internal/extauthz"
 	"github.com/countersign/countersign/internal/testing/mockrail"
+	"github.com/countersign/countersign/internal/testing/wait"
 )
 
 // TestStalledAttemptCannotLeaveAfterItsLeaseLapsed: an allowed request is
@@ -102,15 +103,12 @@ func TestStalledAttemptCannotLeaveAfterItsLeaseLapsed(t *testing.T) {
 
 func waitForState(t *testing.T, h *allowHarness, sik, state string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	var last string
+	if !wait.Until(within, func() bool {
 		it, _ := h.intentState(t, sik)
-		if string(it.State) == state {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("intent %s is %s after %s, want %s", sik, it.State, within, state)
-		}
-		time.Sleep(50 * time.Millisecond)
+		last = string(it.State)
+		return last == state
+	}) {
+		t.Fatalf("intent %s is %s after %s, want %s", sik, last, within, state)
 	}
 }
