@@ -3,11 +3,9 @@ package razorpay
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 	"sort"
-	"strings"
-	"unicode/utf8"
 
+	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/sik"
 )
 
@@ -60,8 +58,8 @@ var specs = map[sik.Kind]spec{
 	sik.KindRefund: {members: map[string]member{
 		"amount":   {role: roleAmount, json: jsonInteger},
 		"currency": {role: roleCurrency, json: jsonString, valid: isCurrency},
-		"speed":    {role: roleKey, json: jsonString, valid: oneOf("normal", "optimum"), dflt: "normal", keyDefault: true},
-		"receipt":  {role: roleLabel, json: jsonString, valid: maxLen(40)},
+		"speed":    {role: roleKey, json: jsonString, valid: rail.OneOf("normal", "optimum"), dflt: "normal", keyDefault: true},
+		"receipt":  {role: roleLabel, json: jsonString, valid: rail.MaxLen(40)},
 		"notes":    {role: roleLabel, json: jsonNotes},
 	}},
 	sik.KindPayout: {
@@ -69,11 +67,11 @@ var specs = map[sik.Kind]spec{
 			"account_number":       {role: roleKey, json: jsonString, required: true, valid: idValue},
 			"fund_account_id":      {role: roleSubject, json: jsonString, required: true, valid: idValue},
 			"amount":               {role: roleAmount, json: jsonInteger, required: true},
-			"currency":             {role: roleCurrency, json: jsonString, required: true, valid: oneOf("INR")},
-			"mode":                 {role: roleKey, json: jsonString, required: true, valid: oneOf(payoutModes...)},
-			"purpose":              {role: roleKey, json: jsonString, required: true, valid: maxLen(100)},
+			"currency":             {role: roleCurrency, json: jsonString, required: true, valid: rail.OneOf("INR")},
+			"mode":                 {role: roleKey, json: jsonString, required: true, valid: rail.OneOf(payoutModes...)},
+			"purpose":              {role: roleKey, json: jsonString, required: true, valid: rail.MaxLen(100)},
 			"queue_if_low_balance": {role: roleKey, json: jsonBool, dflt: "false"},
-			"reference_id":         {role: roleLabel, json: jsonString, valid: maxLen(40)},
+			"reference_id":         {role: roleLabel, json: jsonString, valid: rail.MaxLen(40)},
 			"narration":            {role: roleLabel, json: jsonString, valid: narration},
 			"notes":                {role: roleLabel, json: jsonNotes},
 		},
@@ -107,24 +105,6 @@ func isCurrency(v string) error {
 		}
 	}
 	return nil
-}
-
-func oneOf(vs ...string) func(string) error {
-	return func(v string) error {
-		if !slices.Contains(vs, v) {
-			return fmt.Errorf("%q is not one of %s", v, strings.Join(vs, ", "))
-		}
-		return nil
-	}
-}
-
-func maxLen(n int) func(string) error {
-	return func(v string) error {
-		if utf8.RuneCountInString(v) > n {
-			return fmt.Errorf("longer than %d characters", n)
-		}
-		return nil
-	}
 }
 
 // narration: at most 30 characters of a-z, A-Z, 0-9 and space.
@@ -235,14 +215,10 @@ func (s spec) extra(f map[string]string) map[string]string {
 		if m.role != roleKey {
 			continue
 		}
-		v, ok := f[name]
-		if !ok {
-			v = m.dflt
+		sent, present := f[name]
+		if v, keyed := (rail.KeyMember{Default: m.dflt, KeyDefault: m.keyDefault}).Keyed(sent, present); keyed {
+			extra[name] = v
 		}
-		if v == "" || v == m.dflt && !m.keyDefault {
-			continue
-		}
-		extra[name] = v
 	}
 	return extra
 }

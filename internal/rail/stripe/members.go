@@ -5,6 +5,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/sik"
 )
 
@@ -63,7 +64,7 @@ var (
 	subject  = member{role: roleSubject, valid: idValue}
 	amountM  = member{role: roleAmount}
 	currency = member{role: roleCurrency}
-	text5000 = member{role: roleLabel, valid: maxLen(5000)}
+	text5000 = member{role: roleLabel, valid: rail.MaxLen(5000)}
 )
 
 // always refused, whatever the action.
@@ -79,7 +80,7 @@ var specs = map[sik.Kind]spec{
 			"charge":                 subject,
 			"amount":                 amountM,
 			"currency":               currency,
-			"reason":                 {role: roleLabel, valid: oneOf("duplicate", "fraudulent", "requested_by_customer")},
+			"reason":                 {role: roleLabel, valid: rail.OneOf("duplicate", "fraudulent", "requested_by_customer")},
 			"refund_application_fee": {role: roleKey, valid: boolean, dflt: "false"},
 			"reverse_transfer":       {role: roleKey, valid: boolean, dflt: "false"},
 		},
@@ -96,9 +97,9 @@ var specs = map[sik.Kind]spec{
 			"amount":               amountM,
 			"currency":             currency,
 			"destination":          subject,
-			"method":               {role: roleKey, valid: oneOf("standard", "instant"), dflt: "standard", keyDefault: true},
+			"method":               {role: roleKey, valid: rail.OneOf("standard", "instant"), dflt: "standard", keyDefault: true},
 			"description":          text5000,
-			"statement_descriptor": {role: roleLabel, valid: maxLen(22)},
+			"statement_descriptor": {role: roleLabel, valid: rail.MaxLen(22)},
 		},
 		refused: map[string]string{
 			"source_type":   "it chooses the balance that pays, and Stripe's default depends on the account, so an explicit and an absent one cannot be shown to be one payout; omit it",
@@ -136,26 +137,6 @@ func boolean(v string) error {
 	return nil
 }
 
-func oneOf(vs ...string) func(string) error {
-	return func(v string) error {
-		for _, ok := range vs {
-			if v == ok {
-				return nil
-			}
-		}
-		return fmt.Errorf("%q is not one of %s", v, strings.Join(vs, ", "))
-	}
-}
-
-func maxLen(n int) func(string) error {
-	return func(v string) error {
-		if utf8.RuneCountInString(v) > n {
-			return fmt.Errorf("longer than %d characters", n)
-		}
-		return nil
-	}
-}
-
 // read places every pair of the body: a table member (sent once, plainly,
 // non-empty, valid), metadata[key], expand[], or the stamp. Anything else
 // is refused, naming the member.
@@ -168,7 +149,7 @@ func (s spec) read(kind sik.Kind, pairs []pair) (map[string]string, error) {
 			if expand++; expand > maxExpand {
 				return nil, malformed("expand", "more than %d fields", maxExpand)
 			}
-			if oneOf(s.expandable...)(p.value) != nil {
+			if rail.OneOf(s.expandable...)(p.value) != nil {
 				return nil, malformed("expand", "%q is not a field a %s can expand", p.value, kind)
 			}
 			continue
@@ -256,14 +237,10 @@ func (s spec) extra(fields map[string]string) map[string]string {
 		if m.role != roleKey {
 			continue
 		}
-		v, ok := fields[name]
-		if !ok {
-			v = m.dflt
+		sent, present := fields[name]
+		if v, keyed := (rail.KeyMember{Default: m.dflt, KeyDefault: m.keyDefault}).Keyed(sent, present); keyed {
+			extra[name] = v
 		}
-		if v == "" || v == m.dflt && !m.keyDefault {
-			continue
-		}
-		extra[name] = v
 	}
 	if len(extra) == 0 {
 		return nil
