@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -19,6 +18,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
 // ErrNoBinary reports that no pgbouncer executable was found.
@@ -122,7 +123,7 @@ func Start(ctx context.Context, backendURL string, opts Options) (_ *Bouncer, er
 		ctx, cancel = context.WithTimeout(ctx, opts.StartTimeout)
 		defer cancel()
 	}
-	cred, err := credential()
+	cred, err := pgtest.ServerCredential()
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +138,7 @@ func Start(ctx context.Context, backendURL string, opts Options) (_ *Bouncer, er
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	if err := chownTo(dir, cred); err != nil {
+	if err := pgtest.ChownTo(dir, cred); err != nil {
 		return nil, fmt.Errorf("pgbouncer: %w", err)
 	}
 	for attempt := 1; ; attempt++ {
@@ -155,7 +156,7 @@ func Start(ctx context.Context, backendURL string, opts Options) (_ *Bouncer, er
 // launch writes the configuration for a fresh port, starts PgBouncer and
 // waits until it answers.
 func launch(ctx context.Context, bin, dir string, backend *url.URL, opts Options, cred *syscall.Credential) (*Bouncer, error) {
-	port, err := freePort(ctx)
+	port, err := pgtest.FreePort(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +175,7 @@ func launch(ctx context.Context, bin, dir string, backend *url.URL, opts Options
 		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 			return nil, fmt.Errorf("pgbouncer: %w", err)
 		}
-		if err := chownTo(path, cred); err != nil {
+		if err := pgtest.ChownTo(path, cred); err != nil {
 			return nil, fmt.Errorf("pgbouncer: %w", err)
 		}
 	}
@@ -390,41 +391,4 @@ func reap(cmd *exec.Cmd, b *Bouncer, started chan<- error) {
 	started <- nil
 	b.waitErr = cmd.Wait()
 	close(b.done)
-}
-
-// credential says who runs PgBouncer: nil (the current user) unless the
-// process is root, which PgBouncer refuses; then the postgres OS user.
-func credential() (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		return nil, fmt.Errorf("pgbouncer: running as root, so PgBouncer must run as the postgres OS user (it refuses root), but: %w", err)
-	}
-	uid, err := strconv.ParseUint(u.Uid, 10, 32)
-	if err != nil {
-		return nil, fmt.Errorf("pgbouncer: postgres uid %q: %w", u.Uid, err)
-	}
-	gid, err := strconv.ParseUint(u.Gid, 10, 32)
-	if err != nil {
-		return nil, fmt.Errorf("pgbouncer: postgres gid %q: %w", u.Gid, err)
-	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
-}
-
-func chownTo(path string, cred *syscall.Credential) error {
-	if cred == nil {
-		return nil
-	}
-	return os.Lchown(path, int(cred.Uid), int(cred.Gid))
-}
-
-func freePort(ctx context.Context) (int, error) {
-	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("pgbouncer: free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -25,7 +25,7 @@ func serverCredential() (*syscall.Credential, error) {
 	}
 	u, err := user.Lookup("postgres")
 	if err != nil {
-		return nil, fmt.Errorf("pgtest: running as root, so the server must run as the postgres OS user (initdb refuses root), but: %w", err)
+		return nil, fmt.Errorf("pgtest: running as root, so the server must run as the postgres OS user (initdb and PgBouncer refuse root), but: %w", err)
 	}
 	uid, err := strconv.ParseUint(u.Uid, 10, 32)
 	if err != nil {
@@ -249,3 +249,14 @@ func KeptDataDir(dir string) (dataDir string, moved bool, err error) {
 	}
 	return filepath.Join(base, "pg"), true, nil
 }
+
+// ServerCredential says who runs a server the tests start (the cluster,
+// and beside it PgBouncer): nil for the current user, the postgres OS user
+// when running as root.
+func ServerCredential() (*syscall.Credential, error) { return serverCredential() }
+
+// ChownTo gives path to cred's user; a no-op when cred is nil.
+func ChownTo(path string, cred *syscall.Credential) error { return chownTo(path, cred) }
+
+// FreePort is a loopback port nothing listens on now.
+func FreePort(ctx context.Context) (int, error) { return freePort(ctx) }
