@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"strings"
+	"time"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/chaos"
@@ -38,30 +39,74 @@ const (
 // identical action; it is logged verbatim in the audit.
 const DistinctHeader = "x-countersign-distinct"
 
-// route finds the rail account of an authenticated request and runs it.
-func (e *Engine) route(ctx context.Context, req Request, p *ledger.Principal) Outcome {
+// target is what a request asks for, worked out before the ledger is read
+// (it needs no I/O): the rail account and action, or the refusal to give
+// once the caller is authenticated.
+type target struct {
+	acct   *rails.Account
+	action rail.Action
+	// alias is the key of the request as sent (aliasOf).
+	alias    string
+	readOnly bool
+	refusal  *Outcome
+}
+
+// read is what the decision reads with the credential.
+func (t target) read(hash [32]byte, at time.Time) ledger.DecisionRead {
+	r := ledger.DecisionRead{CredentialHash: hash, At: at, Alias: t.alias}
+	if t.acct != nil {
+		r.RailAccount = t.acct.ID
+	}
+	if t.action.Payee != "" && t.action.Kind != sik.KindRefund {
+		r.Payee = t.action.Payee
+	}
+	return r
+}
+
+// route finds the rail account and action of a request through Envoy.
+func (e *Engine) route(req Request) target {
 	acct, ok := e.account(req)
+	refusal := func(out Outcome) target { return target{acct: acct, refusal: &out} }
 	if req.BodyTruncated {
-		return refuseRail(acct, req, ReasonBodyTruncated, "The request body was truncated before Countersign could read it whole; send a smaller request.", http.StatusForbidden)
+		return refusal(refuseRail(acct, req, ReasonBodyTruncated, "The request body was truncated before Countersign could read it whole; send a smaller request.", http.StatusForbidden))
 	}
 	if !ok {
-		return refuse(req, ReasonRouteUnknown, fmt.Sprintf("Countersign does not guard %s %s%s: no rail account is configured for this host.", req.Method, req.Host, pathOnly(req.Path)), http.StatusForbidden)
+		return refusal(refuse(req, ReasonRouteUnknown, fmt.Sprintf("Countersign does not guard %s %s%s: no rail account is configured for this host.", req.Method, req.Host, pathOnly(req.Path)), http.StatusForbidden))
 	}
 	parsed, err := acct.Adapter.Parse(rail.Request{Method: req.Method, Host: req.Host, Path: req.Path, Headers: req.Headers, Body: req.Body})
 	switch {
 	case errors.Is(err, rail.ErrUnrecognised):
-		return refuseRail(acct, req, ReasonActionUnknown, fmt.Sprintf("%s %s is not an action Countersign knows on %s, so it is refused.", req.Method, pathOnly(req.Path), acct.Rail), http.StatusForbidden)
+		return refusal(refuseRail(acct, req, ReasonActionUnknown, fmt.Sprintf("%s %s is not an action Countersign knows on %s, so it is refused.", req.Method, pathOnly(req.Path), acct.Rail), http.StatusForbidden))
 	case err != nil:
-		return refuseRail(acct, req, ReasonBodyUnparseable, "Countersign could not read the request: "+err.Error(), http.StatusBadRequest)
+		return refusal(refuseRail(acct, req, ReasonBodyUnparseable, "Countersign could not read the request: "+err.Error(), http.StatusBadRequest))
 	}
 	if parsed.Kind == rail.KindRead {
-		out := Outcome{Verdict: Allow, ReasonCode: ReasonReadAllowed, Reason: "read-only call",
-			SetHeaders: map[string]string{"authorization": acct.AuthHeader()}}
-		return out
+		return target{acct: acct, readOnly: true}
 	}
-	// Scope, mandate, value, limits and provenance are the gate ladder's,
-	// inside the deciding transaction.
-	return e.act(ctx, req, p, acct, parsed.Action)
+	return e.actionTarget(req, acct, parsed.Action)
+}
+
+// actionTarget is the target of a money-moving action on acct.
+func (e *Engine) actionTarget(req Request, acct *rails.Account, a rail.Action) target {
+	alias, err := aliasOf(acct.ID, a)
+	if err != nil {
+		out := refuseRail(acct, req, ReasonInvalidAction, err.Error(), http.StatusBadRequest)
+		return target{acct: acct, refusal: &out}
+	}
+	return target{acct: acct, action: a, alias: alias}
+}
+
+// run answers an authenticated caller's target.
+func (e *Engine) run(ctx context.Context, req Request, p *ledger.Principal, t target, facts ledger.DecisionFacts) Outcome {
+	switch {
+	case t.refusal != nil:
+		return *t.refusal
+	case t.readOnly:
+		return Outcome{Verdict: Allow, ReasonCode: ReasonReadAllowed, Reason: "read-only call",
+			SetHeaders: map[string]string{"authorization": t.acct.AuthHeader()}}
+	}
+	// Scope, mandate, value, limits and provenance are the gate ladder's.
+	return e.act(ctx, req, p, t, facts)
 }
 
 func (e *Engine) account(req Request) (*rails.Account, bool) {
@@ -78,28 +123,34 @@ func (e *Engine) account(req Request) (*rails.Account, bool) {
 }
 
 // act resolves, keys and writes a money-moving action, and answers by the
-// state of its intent.
-func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, acct *rails.Account, a rail.Action) Outcome {
+// state of its intent. It reads top to bottom as the money path does:
+// an answer the ledger already holds; the gates that need no I/O; the
+// referent at the rail; the key; the gates and the durable attempt in one
+// round trip (fresh), or, for an intent that exists or a fact that moved
+// since it was read, the deciding transaction that takes its locks first
+// (propose).
+func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t target, facts ledger.DecisionFacts) Outcome {
+	acct, a := t.acct, t.action
 	// A request seen before is answered from the ledger, without reading
 	// the rail again, whenever its intent's state settles the answer.
-	alias, err := aliasOf(acct.ID, a)
-	if err != nil {
-		return refuseRail(acct, req, ReasonInvalidAction, err.Error(), http.StatusBadRequest)
-	}
-	seen, err := e.ledger.LookupAlias(ctx, acct.ID, alias)
-	switch {
-	case err == nil && answersFromLedger(seen.Intent.State):
+	if it := facts.Aliased; it != nil && answersFromLedger(it.State) {
 		// Only to a caller the scope gate admits on this account, and only
 		// about an intent of its own owner (tenancy.go).
-		if out, ok := e.admitToLedgerAnswer(ctx, req, p, acct, a.Kind, seen.Intent); !ok {
+		if out, ok := e.admitToLedgerAnswer(ctx, req, p, acct, a.Kind, *it, facts); !ok {
 			return out
 		}
-		return e.answer(acct, req, seen, rail.Stamped{})
-	case errors.Is(err, ledger.ErrUnavailable):
-		return refuseRail(acct, req, ReasonLedgerUnavailable, "Countersign's ledger is unreachable, so no money can move; retry later.", http.StatusServiceUnavailable)
-	case err != nil && !errors.Is(err, ledger.ErrNotFound):
-		e.log.Error("alias lookup failed; denying", "request_id", req.RequestID, "err", err)
-		return refuseRail(acct, req, ReasonInternal, "Countersign failed internally; no money moved.", http.StatusServiceUnavailable)
+		res := ledger.ProposeResult{Intent: *it}
+		if it.State == intent.Applied {
+			applied, err := e.ledger.AppliedAttempt(ctx, *it)
+			if err != nil {
+				return e.ledgerFailed(acct, req, "applied attempt", err)
+			}
+			res.Applied = &applied
+		}
+		return e.answer(acct, req, res, rail.Stamped{})
+	}
+	if out, ok := e.early(req, p, acct, a, facts); !ok {
+		return out
 	}
 
 	rctx, cancel := context.WithTimeout(ctx, e.opts.ResolveTimeout)
@@ -130,7 +181,7 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, acct
 	}
 	// G1 before the ledger is asked: a proposal of an existing intent is
 	// answered from it (or moves it) without the ladder.
-	m, out, ok := e.admitScope(ctx, req, p, acct, a.Kind, key.Currency)
+	m, out, ok := e.admitScope(req, p, acct, a.Kind, key.Currency, facts)
 	if !ok {
 		return out
 	}
@@ -165,46 +216,71 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, acct
 			return refuseRail(acct, req, ReasonInternal, "Countersign failed internally; no money moved.", http.StatusServiceUnavailable)
 		}
 	}
+	pr := &proposal{req: req, principal: p, acct: acct, action: a, ref: ref, value: value, currency: key.Currency,
+		key: ledger.Key{RailAccount: acct.ID, SIK: string(s)}, s: s, canonical: string(canonical), alias: t.alias,
+		tokenHash: tokenHash, facts: facts, now: e.now()}
 	chaos.Point(chaos.BeforeWAL)
-	var stamped rail.Stamped
-	g := gateRun{req: req, principal: p, acct: acct, action: a, ref: ref, value: value, currency: key.Currency,
-		now: e.now(), advisors: e.opts.Advisors, mandates: &e.mandates}
-	res, err := e.ledger.Propose(ctx, ledger.Proposal{
-		Gate: g.ladder,
-		Key:  ledger.Key{RailAccount: acct.ID, SIK: string(s)},
-		Rail: string(acct.Rail), Action: string(a.Kind), Subject: a.Subject, AmountMinor: value,
-		Currency: key.Currency, Payee: a.Payee, DistinctReason: a.Distinct, Canonical: string(canonical),
-		AgentID: p.Agent.ID, Alias: alias, Decision: e.decisionOf(req, p, ReasonAllowed, "attempt allowed"),
-		LeaseOwner: e.opts.LeaseOwner, LeaseTTL: e.opts.LeaseTTL, ReconcileDelay: e.opts.ReconcileDelay,
-		Stamp: func(gen uint32) (string, error) {
-			var err error
-			stamped, err = acct.Adapter.Stamp(a, s, gen)
-			if err != nil {
-				return "", err
-			}
-			return sik.Stamp(s, gen)
-		},
-		Request:         ledger.HTTPMessage{Method: req.Method, Path: req.Path, Headers: req.Headers, Body: req.Body},
-		ViaEnvoy:        req.Source == SourceExtAuthz && e.opts.ExtProcInPath,
-		CommitTokenHash: tokenHash,
-	})
-	switch {
-	case errors.Is(err, ledger.ErrForeignIntent):
-		return refuseForeign(acct, req)
-	case errors.Is(err, ledger.ErrUnavailable):
-		return refuseRail(acct, req, ReasonLedgerUnavailable, "Countersign's ledger is unreachable, so no money can move; retry later.", http.StatusServiceUnavailable)
-	case err != nil:
-		e.log.Error("propose failed; denying", "request_id", req.RequestID, "err", err)
-		return refuseRail(acct, req, ReasonInternal, "Countersign failed internally; no money moved.", http.StatusServiceUnavailable)
+	if facts.Aliased == nil {
+		if out, done := e.fresh(ctx, pr); done {
+			return e.withToken(out, token)
+		}
 	}
-	if res.Attempt != nil {
-		chaos.Point(chaos.AfterWALBeforeCall)
-	}
-	out = e.answer(acct, req, res, stamped)
+	return e.withToken(e.propose(ctx, pr), token)
+}
+
+func (e *Engine) withToken(out Outcome, token string) Outcome {
 	if out.Verdict == Allow && out.Intent != nil {
 		out.Intent.CommitToken = token
 	}
 	return out
+}
+
+// propose runs the deciding transaction that locks first: for an intent
+// that exists (it may be moved: reopened, retried, released by an
+// approval), or when a fact fresh relied on changed before its commit.
+func (e *Engine) propose(ctx context.Context, pr *proposal) Outcome {
+	acct, req, a, p := pr.acct, pr.req, pr.action, pr.principal
+	var stamped rail.Stamped
+	g := gateRun{req: req, principal: p, acct: acct, action: a, ref: pr.ref, value: pr.value, currency: pr.currency,
+		now: pr.now, advisors: e.opts.Advisors, mandates: &e.mandates}
+	res, err := e.ledger.Propose(ctx, ledger.Proposal{
+		Gate: g.ladder,
+		Key:  pr.key,
+		Rail: string(acct.Rail), Action: string(a.Kind), Subject: a.Subject, AmountMinor: pr.value,
+		Currency: pr.currency, Payee: a.Payee, DistinctReason: a.Distinct, Canonical: pr.canonical,
+		AgentID: p.Agent.ID, Alias: pr.alias, Decision: e.decisionOf(req, p, ReasonAllowed, "attempt allowed"),
+		LeaseOwner: e.opts.LeaseOwner, LeaseTTL: e.opts.LeaseTTL, ReconcileDelay: e.opts.ReconcileDelay,
+		Stamp: func(gen uint32) (string, error) {
+			var err error
+			stamped, err = acct.Adapter.Stamp(a, pr.s, gen)
+			if err != nil {
+				return "", err
+			}
+			return sik.Stamp(pr.s, gen)
+		},
+		Request:         ledger.HTTPMessage{Method: req.Method, Path: req.Path, Headers: req.Headers, Body: req.Body},
+		ViaEnvoy:        req.Source == SourceExtAuthz && e.opts.ExtProcInPath,
+		CommitTokenHash: pr.tokenHash,
+	})
+	switch {
+	case errors.Is(err, ledger.ErrForeignIntent):
+		return refuseForeign(acct, req)
+	case err != nil:
+		return e.ledgerFailed(acct, req, "propose", err)
+	}
+	if res.Attempt != nil {
+		chaos.Point(chaos.AfterWALBeforeCall)
+	}
+	return e.answer(acct, req, res, stamped)
+}
+
+// ledgerFailed is the deny for a ledger error on the action path.
+func (e *Engine) ledgerFailed(acct *rails.Account, req Request, what string, err error) Outcome {
+	if errors.Is(err, ledger.ErrUnavailable) {
+		return refuseRail(acct, req, ReasonLedgerUnavailable, "Countersign's ledger is unreachable, so no money can move; retry later.", http.StatusServiceUnavailable)
+	}
+	e.log.Error(what+" failed; denying", "request_id", req.RequestID, "err", err)
+	return refuseRail(acct, req, ReasonInternal, "Countersign failed internally; no money moved.", http.StatusServiceUnavailable)
 }
 
 // answer turns the ledger's view of the intent into the response.

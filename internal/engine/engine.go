@@ -119,10 +119,11 @@ type IntentRef struct {
 // Ledger is what the engine needs from the ledger.
 type Ledger interface {
 	LookupCredential(ctx context.Context, hash [32]byte) (ledger.Principal, error)
+	ReadForDecision(ctx context.Context, r ledger.DecisionRead) (ledger.DecisionFacts, error)
+	Apply(ctx context.Context, w *ledger.Write) error
+	AppliedAttempt(ctx context.Context, it ledger.Intent) (ledger.Attempt, error)
 	RecordDecision(ctx context.Context, d ledger.Decision) (int64, error)
 	Propose(ctx context.Context, p ledger.Proposal) (ledger.ProposeResult, error)
-	LookupAlias(ctx context.Context, railAccount, alias string) (ledger.ProposeResult, error)
-	LatestMandate(ctx context.Context, agentID, railAccount string, at time.Time) (ledger.MandateRecord, error)
 	GetIntent(ctx context.Context, k ledger.Key) (ledger.Intent, []ledger.Attempt, error)
 	Commit(ctx context.Context, r ledger.AttemptResult) (ledger.Intent, error)
 	MarkBodyStamped(ctx context.Context, k ledger.Key, seq int) error
@@ -217,27 +218,26 @@ const recordTimeout = 5 * time.Second
 // Decide answers req. Whatever happens inside, the result is an Outcome,
 // and anything but a clean path is a deny.
 func (e *Engine) Decide(ctx context.Context, req Request) Outcome {
-	return e.decide(ctx, req, func(p *ledger.Principal) Outcome { return e.route(ctx, req, p) })
+	return e.decide(ctx, req, e.route(req))
 }
 
 // DecideAction answers an action proposed in structured form (the native
 // Decide RPC) on the rail account railAccount, with the same gates and
 // ledger as a request through Envoy.
 func (e *Engine) DecideAction(ctx context.Context, req Request, railAccount string, a rail.Action) Outcome {
-	return e.decide(ctx, req, func(p *ledger.Principal) Outcome {
-		var acct *rails.Account
-		ok := false
-		if e.opts.Rails != nil {
-			acct, ok = e.opts.Rails.ByID(railAccount)
-		}
-		if !ok {
-			return refuse(req, ReasonRouteUnknown, fmt.Sprintf("Rail account %q is not configured.", railAccount), http.StatusForbidden)
-		}
-		return e.act(ctx, req, p, acct, a)
-	})
+	var acct *rails.Account
+	ok := false
+	if e.opts.Rails != nil {
+		acct, ok = e.opts.Rails.ByID(railAccount)
+	}
+	if !ok {
+		out := refuse(req, ReasonRouteUnknown, fmt.Sprintf("Rail account %q is not configured.", railAccount), http.StatusForbidden)
+		return e.decide(ctx, req, target{refusal: &out})
+	}
+	return e.decide(ctx, req, e.actionTarget(req, acct, a))
 }
 
-func (e *Engine) decide(ctx context.Context, req Request, next func(*ledger.Principal) Outcome) (out Outcome) {
+func (e *Engine) decide(ctx context.Context, req Request, t target) (out Outcome) {
 	start := time.Now() // latency is measured on the real clock
 	defer func() {
 		if r := recover(); r != nil {
@@ -248,9 +248,19 @@ func (e *Engine) decide(ctx context.Context, req Request, next func(*ledger.Prin
 		e.metrics.CheckSeconds.WithLabelValues(string(req.Source), string(out.Verdict)).Observe(time.Since(start).Seconds())
 	}()
 
-	out, principal, ok := e.authenticate(ctx, req)
+	// One round trip reads the credential with everything the decision
+	// needs from the ledger before it decides (target.read says what).
+	var facts ledger.DecisionFacts
+	out, principal, ok := e.authenticate(ctx, req, func(hash [32]byte) (ledger.Principal, error) {
+		f, err := e.ledger.ReadForDecision(ctx, t.read(hash, e.now()))
+		if err != nil {
+			return ledger.Principal{}, err
+		}
+		facts = f
+		return f.Principal, f.PrincipalErr
+	})
 	if ok {
-		out = next(principal)
+		out = e.run(ctx, req, principal, t, facts)
 	}
 	if out.ReasonCode == ReasonLedgerUnavailable || out.ReasonCode == ReasonCancelled {
 		// Nothing durable can be promised about this answer; log it.
@@ -262,7 +272,7 @@ func (e *Engine) decide(ctx context.Context, req Request, next func(*ledger.Prin
 
 // authenticate resolves the presented credential. ok is false when the
 // answer is already decided (a deny).
-func (e *Engine) authenticate(ctx context.Context, req Request) (Outcome, *ledger.Principal, bool) {
+func (e *Engine) authenticate(ctx context.Context, req Request, find func([32]byte) (ledger.Principal, error)) (Outcome, *ledger.Principal, bool) {
 	if err := ctx.Err(); err != nil {
 		return refuse(req, ReasonCancelled, "The request was cancelled before Countersign decided; no money moved.", http.StatusServiceUnavailable), nil, false
 	}
@@ -284,7 +294,7 @@ func (e *Engine) authenticate(ctx context.Context, req Request) (Outcome, *ledge
 		out.ResponseHeaders = map[string]string{"retry-after": fmt.Sprint(int(wait.Seconds()) + 1)}
 		return out, nil, false
 	}
-	out, p, ok := e.lookup(ctx, req)
+	out, p, ok := e.lookup(ctx, req, find)
 	switch {
 	case ok:
 		e.opts.Failures.Admit(identity)
@@ -306,7 +316,7 @@ func credentialIdentity(cred string) string {
 }
 
 // lookup resolves the presented credential against the ledger.
-func (e *Engine) lookup(ctx context.Context, req Request) (Outcome, *ledger.Principal, bool) {
+func (e *Engine) lookup(ctx context.Context, req Request, find func([32]byte) (ledger.Principal, error)) (Outcome, *ledger.Principal, bool) {
 	if req.Credential == "" {
 		return refuse(req, ReasonCredentialMissing, "No Countersign agent credential was presented; send it where the rail SDK expects its API key.", http.StatusForbidden), nil, false
 	}
@@ -314,7 +324,7 @@ func (e *Engine) lookup(ctx context.Context, req Request) (Outcome, *ledger.Prin
 	if err != nil {
 		return refuse(req, ReasonCredentialUnknown, "The presented credential is not a Countersign agent credential.", http.StatusForbidden), nil, false
 	}
-	p, err := e.ledger.LookupCredential(ctx, hash)
+	p, err := find(hash)
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
 		return refuse(req, ReasonCredentialUnknown, "The presented agent credential is not known to Countersign.", http.StatusForbidden), nil, false

@@ -38,12 +38,20 @@ func (l *scriptedLedger) Propose(context.Context, ledger.Proposal) (ledger.Propo
 	return ledger.ProposeResult{}, errors.New("scriptedLedger: no proposals expected")
 }
 
-func (l *scriptedLedger) LatestMandate(context.Context, string, string, time.Time) (ledger.MandateRecord, error) {
-	return ledger.MandateRecord{}, ledger.ErrNotFound
+func (l *scriptedLedger) ReadForDecision(ctx context.Context, r ledger.DecisionRead) (ledger.DecisionFacts, error) {
+	p, err := l.LookupCredential(ctx, r.CredentialHash)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return ledger.DecisionFacts{PrincipalErr: err}, nil
+	}
+	return ledger.DecisionFacts{Principal: p}, err
 }
 
-func (l *scriptedLedger) LookupAlias(context.Context, string, string) (ledger.ProposeResult, error) {
-	return ledger.ProposeResult{}, ledger.ErrNotFound
+func (l *scriptedLedger) Apply(context.Context, *ledger.Write) error {
+	return errors.New("scriptedLedger: no writes expected")
+}
+
+func (l *scriptedLedger) AppliedAttempt(context.Context, ledger.Intent) (ledger.Attempt, error) {
+	return ledger.Attempt{}, errors.New("scriptedLedger: no intents")
 }
 
 func (l *scriptedLedger) GetIntent(context.Context, ledger.Key) (ledger.Intent, []ledger.Attempt, error) {

@@ -51,16 +51,7 @@ func (c *mandateCache) get(rec ledger.MandateRecord) (*countersignv1.Mandate, er
 // decision under it reads usage until this one commits, B1), the usage is
 // counted, and the pure gates decide.
 func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (ledger.GateVerdict, error) {
-	in := gate.Input{
-		Now:         g.now,
-		Credential:  gate.Credential{ID: g.principal.Credential.ID, Scope: g.principal.Credential.Scope, ExpiresAt: g.principal.Credential.ExpiresAt, Revoked: g.principal.Credential.RevokedAt != nil},
-		Agent:       gate.Agent{ID: g.principal.Agent.ID, Revoked: g.principal.Agent.Revoked},
-		RailAccount: g.acct.ID, Rail: g.acct.Rail, Host: g.railHost(), APIVersion: g.req.Headers["stripe-version"],
-		Action: gate.Action{Kind: g.action.Kind, Subject: it.Subject, AmountMinor: g.value, FullRefund: g.action.AmountMinor == nil,
-			Currency: g.currency, Payee: g.action.Payee},
-		Referent: gate.Referent{AmountMinor: g.ref.AmountMinor, RefundableMinor: g.ref.RefundableMinor, Currency: g.ref.Currency, Payee: g.ref.Payee},
-	}
-	in.Fingerprint = ledger.Fingerprint(it.Canonical)
+	in := g.input(it.Subject, it.Canonical)
 	approval, hasApproval, err := tx.LiveApproval(ctx, it.Key)
 	if err != nil {
 		return ledger.GateVerdict{}, err
@@ -86,12 +77,7 @@ func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (l
 	if err != nil {
 		return ledger.GateVerdict{}, err
 	}
-	in.Mandate, in.MandateHash, in.MandateRevoked = m, rec.Hash, rec.RevokedAt != nil
-	for _, gr := range m.GetGrants() {
-		if sik.Kind(kindName(gr.GetActionKind())) == g.action.Kind {
-			in.Action.Reversible = gr.GetReversible()
-		}
-	}
+	withMandate(&in, rec, m)
 	// Only limits that accumulate need the decisions under a mandate to
 	// take turns; a mandate of grants alone decides in parallel.
 	if stateful(m) {
@@ -111,14 +97,32 @@ func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (l
 		return v, nil
 	}
 	v.UsesApproval = approved
-	v.Hold = &ledger.HoldSpec{MandateHash: rec.Hash, AgentID: g.principal.Agent.ID, PayeeKey: payeeKey(in.Action),
+	v.Hold = g.holdSpec(rec.Hash, m, in.Action)
+	return v, nil
+}
+
+// input is the gate input of the action on subject, before the mandate and
+// what the ledger counts.
+func (g gateRun) input(subject, canonical string) gate.Input {
+	in := principalInput(g.now, g.principal, g.acct)
+	in.Host, in.APIVersion = g.railHost(), g.req.Headers["stripe-version"]
+	in.Action = gate.Action{Kind: g.action.Kind, Subject: subject, AmountMinor: g.value, FullRefund: g.action.AmountMinor == nil,
+		Currency: g.currency, Payee: g.action.Payee}
+	in.Referent = gate.Referent{AmountMinor: g.ref.AmountMinor, RefundableMinor: g.ref.RefundableMinor, Currency: g.ref.Currency, Payee: g.ref.Payee}
+	in.Fingerprint = ledger.Fingerprint(canonical)
+	return in
+}
+
+// holdSpec is the budget hold an ALLOW under the mandate places.
+func (g gateRun) holdSpec(hash string, m *countersignv1.Mandate, a gate.Action) *ledger.HoldSpec {
+	h := &ledger.HoldSpec{MandateHash: hash, AgentID: g.principal.Agent.ID, PayeeKey: payeeKey(a),
 		Currency: g.currency, AmountMinor: g.value}
 	for _, b := range m.GetBudgets() {
 		if b.GetCurrency() == g.currency {
-			v.Hold.BudgetMinor = b.GetAmountMinor()
+			h.BudgetMinor = b.GetAmountMinor()
 		}
 	}
-	return v, nil
+	return h
 }
 
 // usage counts what G2, G3 and G5 compare against.

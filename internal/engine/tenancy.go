@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/gate"
@@ -30,8 +31,8 @@ const ReasonActionUnavailable = "action_unavailable"
 
 // admitToLedgerAnswer checks both conditions for an answer about it. ok is
 // false when out is the refusal to give instead.
-func (e *Engine) admitToLedgerAnswer(ctx context.Context, req Request, p *ledger.Principal, acct *rails.Account, kind sik.Kind, it ledger.Intent) (Outcome, bool) {
-	if _, out, ok := e.admitScope(ctx, req, p, acct, kind, it.Currency); !ok {
+func (e *Engine) admitToLedgerAnswer(ctx context.Context, req Request, p *ledger.Principal, acct *rails.Account, kind sik.Kind, it ledger.Intent, facts ledger.DecisionFacts) (Outcome, bool) {
+	if _, out, ok := e.admitScope(req, p, acct, kind, it.Currency, facts); !ok {
 		return out, false
 	}
 	if it.AgentID == p.Agent.ID {
@@ -51,42 +52,23 @@ func (e *Engine) admitToLedgerAnswer(ctx context.Context, req Request, p *ledger
 	}
 }
 
-// admitScope runs G1 for the caller on acct, outside the deciding
-// transaction: the same predicate the ladder runs inside it, over the
-// mandate the ladder reads (the active one, else the newest, so that a
-// refusal names why; returned when admitted). It runs before any
-// proposal too, because Propose answers an existing intent (and starts an
-// attempt of an AUTHORIZED one) without the ladder. A HOLD (a propose-only
-// credential) admits: the ladder holds the request itself, and an answer
-// from the ledger moves no money.
-func (e *Engine) admitScope(ctx context.Context, req Request, p *ledger.Principal, acct *rails.Account, kind sik.Kind, currency string) (*countersignv1.Mandate, Outcome, bool) {
-	now := e.now()
-	in := gate.Input{
-		Now:         now,
-		Credential:  gate.Credential{ID: p.Credential.ID, Scope: p.Credential.Scope, ExpiresAt: p.Credential.ExpiresAt, Revoked: p.Credential.RevokedAt != nil},
-		Agent:       gate.Agent{ID: p.Agent.ID, Revoked: p.Agent.Revoked},
-		RailAccount: acct.ID, Rail: acct.Rail,
-		Action: gate.Action{Kind: kind, Currency: currency},
-	}
-	rec, err := e.ledger.LatestMandate(ctx, p.Agent.ID, acct.ID, now)
-	switch {
-	case err == nil:
-		m, err := e.mandates.get(rec)
+// admitScope runs G1 for the caller on acct, before the deciding writes:
+// the same predicate the ladder runs, over the mandate read with the
+// credential (the active one, else the newest, so that a refusal names
+// why; returned when admitted). It runs before any proposal too, because
+// an existing intent is answered (or moved) without the ladder. A HOLD (a
+// propose-only credential) admits: the ladder holds the request itself,
+// and an answer from the ledger moves no money.
+func (e *Engine) admitScope(req Request, p *ledger.Principal, acct *rails.Account, kind sik.Kind, currency string, facts ledger.DecisionFacts) (*countersignv1.Mandate, Outcome, bool) {
+	in := principalInput(e.now(), p, acct)
+	in.Action = gate.Action{Kind: kind, Currency: currency}
+	if facts.MandateFound {
+		m, err := e.mandates.get(facts.Mandate)
 		if err != nil {
-			e.log.Error("mandate undecodable; denying", "request_id", req.RequestID, "mandate", rec.Hash, "err", err)
+			e.log.Error("mandate undecodable; denying", "request_id", req.RequestID, "mandate", facts.Mandate.Hash, "err", err)
 			return nil, refuseRail(acct, req, ReasonInternal, "Countersign failed internally; no money moved.", http.StatusServiceUnavailable), false
 		}
-		in.Mandate, in.MandateHash, in.MandateRevoked = m, rec.Hash, rec.RevokedAt != nil
-		for _, gr := range m.GetGrants() {
-			if sik.Kind(kindName(gr.GetActionKind())) == kind {
-				in.Action.Reversible = gr.GetReversible()
-			}
-		}
-	case errors.Is(err, ledger.ErrUnavailable):
-		return nil, refuseRail(acct, req, ReasonLedgerUnavailable, "Countersign's ledger is unreachable, so no money can move; retry later.", http.StatusServiceUnavailable), false
-	case !errors.Is(err, ledger.ErrNotFound):
-		e.log.Error("mandate lookup failed; denying", "request_id", req.RequestID, "err", err)
-		return nil, refuseRail(acct, req, ReasonInternal, "Countersign failed internally; no money moved.", http.StatusServiceUnavailable), false
+		withMandate(&in, facts.Mandate, m)
 	}
 	r := gate.CheckScope(in)
 	if r.Verdict != gate.Block {
@@ -95,6 +77,26 @@ func (e *Engine) admitScope(ctx context.Context, req Request, p *ledger.Principa
 	out := refuseRail(acct, req, r.ReasonCode, r.Reason, http.StatusForbidden)
 	out.Gates = []ledger.GateRecord{{Gate: r.Gate, Verdict: string(Block), ReasonCode: r.ReasonCode, Reason: r.Reason}}
 	return nil, out, false
+}
+
+// principalInput is the gate input of p on acct at now, before the action.
+func principalInput(now time.Time, p *ledger.Principal, acct *rails.Account) gate.Input {
+	return gate.Input{
+		Now:         now,
+		Credential:  gate.Credential{ID: p.Credential.ID, Scope: p.Credential.Scope, ExpiresAt: p.Credential.ExpiresAt, Revoked: p.Credential.RevokedAt != nil},
+		Agent:       gate.Agent{ID: p.Agent.ID, Revoked: p.Agent.Revoked},
+		RailAccount: acct.ID, Rail: acct.Rail,
+	}
+}
+
+// withMandate puts the mandate (rec, decoded as m) into in.
+func withMandate(in *gate.Input, rec ledger.MandateRecord, m *countersignv1.Mandate) {
+	in.Mandate, in.MandateHash, in.MandateRevoked = m, rec.Hash, rec.RevokedAt != nil
+	for _, gr := range m.GetGrants() {
+		if sik.Kind(kindName(gr.GetActionKind())) == in.Action.Kind {
+			in.Action.Reversible = gr.GetReversible()
+		}
+	}
 }
 
 // refuseForeign is the answer to a duplicate of another owner's intent.

@@ -109,24 +109,16 @@ func (s *Store) RevokeAgent(ctx context.Context, id string) error {
 // LookupCredential resolves a credential hash to its credential and agent,
 // whatever their state: the scope gate decides what revoked or expired means.
 func (s *Store) LookupCredential(ctx context.Context, hash [32]byte) (Principal, error) {
-	var p Principal
-	var scope, status string
-	err := s.pool.QueryRow(ctx, `
+	p, err := scanPrincipal(s.pool.QueryRow(ctx, `
 		SELECT c.id, c.agent_id, c.scope, c.created_at, c.expires_at, c.revoked_at,
 		       a.owner_id, a.name, a.status, a.created_at, a.revoked_at
 		FROM credentials c JOIN agents a ON a.id = c.agent_id
-		WHERE c.secret_hash = $1`, hash[:]).
-		Scan(&p.Credential.ID, &p.Credential.AgentID, &scope, &p.Credential.CreatedAt,
-			&p.Credential.ExpiresAt, &p.Credential.RevokedAt,
-			&p.Agent.OwnerID, &p.Agent.Name, &status, &p.Agent.CreatedAt, &p.Agent.RevokedAt)
+		WHERE c.secret_hash = $1`, hash[:]))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Principal{}, fmt.Errorf("%w: credential", ErrNotFound)
 	}
 	if err != nil {
 		return Principal{}, classify(fmt.Errorf("ledger: lookup credential: %w", err))
 	}
-	p.Credential.Scope = credential.Scope(scope)
-	p.Agent.ID = p.Credential.AgentID
-	p.Agent.Revoked = status == "revoked"
 	return p, nil
 }

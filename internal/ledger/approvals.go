@@ -76,9 +76,24 @@ func scanApproval(row pgx.Row, extra ...any) (Approval, error) {
 // openApproval creates the pending approval of a HELD intent (or keeps the
 // live one).
 func (tx *Tx) openApproval(ctx context.Context, it Intent, v GateVerdict) error {
-	id, err := credential.NewID("apr")
+	args, err := approvalArgs(it, v)
 	if err != nil {
 		return err
+	}
+	_, err = tx.tx.Exec(ctx, openApprovalSQL, args...)
+	return err
+}
+
+const openApprovalSQL = `
+		INSERT INTO approvals (id, rail_account, sik, owner_id, agent_id, mandate_hash, fingerprint, gates, expires_at)
+		SELECT $1, $2, $3, a.owner_id, a.id, $5, $6, $7, now() + $8::bigint * interval '1 microsecond'
+		FROM agents a WHERE a.id = $4
+		ON CONFLICT (rail_account, sik) WHERE state IN ('pending', 'approved') DO NOTHING`
+
+func approvalArgs(it Intent, v GateVerdict) ([]any, error) {
+	id, err := credential.NewID("apr")
+	if err != nil {
+		return nil, err
 	}
 	ttl := v.ApprovalTTL
 	if ttl <= 0 {
@@ -86,15 +101,9 @@ func (tx *Tx) openApproval(ctx context.Context, it Intent, v GateVerdict) error 
 	}
 	gates, err := json.Marshal(v.Gates)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	_, err = tx.tx.Exec(ctx, `
-		INSERT INTO approvals (id, rail_account, sik, owner_id, agent_id, mandate_hash, fingerprint, gates, expires_at)
-		SELECT $1, $2, $3, a.owner_id, a.id, $5, $6, $7, now() + $8::bigint * interval '1 microsecond'
-		FROM agents a WHERE a.id = $4
-		ON CONFLICT (rail_account, sik) WHERE state IN ('pending', 'approved') DO NOTHING`,
-		id, it.RailAccount, it.SIK, it.AgentID, v.MandateHash, Fingerprint(it.Canonical), gates, ttl.Microseconds())
-	return err
+	return []any{id, it.RailAccount, it.SIK, it.AgentID, v.MandateHash, Fingerprint(it.Canonical), gates, ttl.Microseconds()}, nil
 }
 
 // LiveApproval returns the pending or approved approval of an intent;

@@ -51,27 +51,35 @@ type querier interface {
 }
 
 func insertDecision(ctx context.Context, q querier, d Decision) (int64, error) {
+	args, err := decisionArgs(d)
+	if err != nil {
+		return 0, err
+	}
+	var id int64
+	if err := q.QueryRow(ctx, insertDecisionSQL, args...).Scan(&id); err != nil {
+		return 0, classify(fmt.Errorf("ledger: record decision: %w", err))
+	}
+	return id, nil
+}
+
+const insertDecisionSQL = `
+		INSERT INTO decisions (request_id, source, agent_id, credential_id, verdict,
+		                       reason_code, reason, method, host, path, gates, rail_account, sik, attempt_seq)
+		VALUES ($1, $2, NULLIF($3, ''), NULLIF($4, ''), $5, $6, $7, $8, $9, $10, $11,
+		        NULLIF($12, ''), NULLIF($13, ''), NULLIF($14, 0))
+		RETURNING id`
+
+func decisionArgs(d Decision) ([]any, error) {
 	gates := d.Gates
 	if gates == nil {
 		gates = []GateRecord{}
 	}
 	gj, err := json.Marshal(gates)
 	if err != nil {
-		return 0, fmt.Errorf("ledger: decision gates: %w", err)
+		return nil, fmt.Errorf("ledger: decision gates: %w", err)
 	}
-	var id int64
-	err = q.QueryRow(ctx, `
-		INSERT INTO decisions (request_id, source, agent_id, credential_id, verdict,
-		                       reason_code, reason, method, host, path, gates, rail_account, sik, attempt_seq)
-		VALUES ($1, $2, NULLIF($3, ''), NULLIF($4, ''), $5, $6, $7, $8, $9, $10, $11,
-		        NULLIF($12, ''), NULLIF($13, ''), NULLIF($14, 0))
-		RETURNING id`,
-		d.RequestID, d.Source, d.AgentID, d.CredentialID, d.Verdict,
-		d.ReasonCode, d.Reason, d.Method, d.Host, d.Path, gj, d.RailAccount, d.SIK, d.AttemptSeq).Scan(&id)
-	if err != nil {
-		return 0, classify(fmt.Errorf("ledger: record decision: %w", err))
-	}
-	return id, nil
+	return []any{d.RequestID, d.Source, d.AgentID, d.CredentialID, d.Verdict,
+		d.ReasonCode, d.Reason, d.Method, d.Host, d.Path, gj, d.RailAccount, d.SIK, d.AttemptSeq}, nil
 }
 
 // DecisionsByRequest returns the decisions recorded for a request id, oldest

@@ -78,12 +78,17 @@ func latestMandate(ctx context.Context, q querier, agentID, railAccount string, 
 // LockMandateUsage serialises the deciding transactions of one mandate
 // (B1): the usage read after it cannot change until this transaction ends.
 func (tx *Tx) LockMandateUsage(ctx context.Context, hash string) error {
-	if _, err := tx.tx.Exec(ctx, `INSERT INTO mandate_usage (mandate_hash) VALUES ($1) ON CONFLICT DO NOTHING`, hash); err != nil {
+	if _, err := tx.tx.Exec(ctx, usageRowSQL, hash); err != nil {
 		return err
 	}
-	_, err := tx.tx.Exec(ctx, `SELECT 1 FROM mandate_usage WHERE mandate_hash = $1 FOR UPDATE`, hash)
+	_, err := tx.tx.Exec(ctx, lockUsageSQL, hash)
 	return err
 }
+
+const (
+	usageRowSQL  = `INSERT INTO mandate_usage (mandate_hash) VALUES ($1) ON CONFLICT DO NOTHING`
+	lockUsageSQL = `SELECT 1 FROM mandate_usage WHERE mandate_hash = $1 FOR UPDATE`
+)
 
 // WindowUsage counts the held and posted holds of a mandate since a time,
 // for one agent (byPayee false) or one payee key (byPayee true), in
@@ -151,17 +156,24 @@ func (tx *Tx) PayeePaidBefore(ctx context.Context, railAccount, payee string) (b
 // wrong.
 func (tx *Tx) placeHold(ctx context.Context, it Intent, h HoldSpec) error {
 	if h.BudgetMinor > 0 {
-		if _, err := tx.tx.Exec(ctx, `INSERT INTO mandate_budgets (mandate_hash, currency, budget_minor) VALUES ($1, $2, $3)
-			ON CONFLICT (mandate_hash, currency) DO NOTHING`, h.MandateHash, h.Currency, h.BudgetMinor); err != nil {
+		if _, err := tx.tx.Exec(ctx, budgetRowSQL, h.MandateHash, h.Currency, h.BudgetMinor); err != nil {
 			return err
 		}
 	}
-	_, err := tx.tx.Exec(ctx, `
+	_, err := tx.tx.Exec(ctx, insertHoldSQL, holdArgs(it, h)...)
+	return err
+}
+
+const budgetRowSQL = `INSERT INTO mandate_budgets (mandate_hash, currency, budget_minor) VALUES ($1, $2, $3)
+			ON CONFLICT (mandate_hash, currency) DO NOTHING`
+
+const insertHoldSQL = `
 		INSERT INTO budget_holds (rail_account, sik, hold_seq, mandate_hash, agent_id, payee_key, subject, currency, amount_minor, budgeted)
 		VALUES ($1, $2, (SELECT COALESCE(max(hold_seq), 0) + 1 FROM budget_holds WHERE rail_account = $1 AND sik = $2),
-		        $3, $4, $5, $6, $7, $8, $9)`,
-		it.RailAccount, it.SIK, h.MandateHash, h.AgentID, h.PayeeKey, it.Subject, h.Currency, h.AmountMinor, h.BudgetMinor > 0)
-	return err
+		        $3, $4, $5, $6, $7, $8, $9)`
+
+func holdArgs(it Intent, h HoldSpec) []any {
+	return []any{it.RailAccount, it.SIK, h.MandateHash, h.AgentID, h.PayeeKey, it.Subject, h.Currency, h.AmountMinor, h.BudgetMinor > 0}
 }
 
 // BudgetState is one budget row, for checks and the owner API.

@@ -372,13 +372,7 @@ func (tx *Tx) startAttempt(ctx context.Context, p Proposal, it Intent, res *Prop
 	}
 	a := Attempt{Key: it.Key, Seq: it.AttemptCount, Stamp: stamp, StampGeneration: it.StampGeneration,
 		Outcome: "pending", LeaseOwner: p.LeaseOwner, Request: p.Request}
-	err = tx.tx.QueryRow(ctx, `
-		INSERT INTO attempts (rail_account, sik, attempt_seq, stamp, stamp_generation, lease_owner, lease_expires_at,
-		                      request_method, request_path, request_headers, request_body, via_envoy, commit_token_hash)
-		VALUES ($1, $2, $3, $4, $5, $6, now() + $7::bigint * interval '1 microsecond', $8, $9, $10, $11, $12, $13)
-		RETURNING lease_expires_at, started_at`,
-		it.RailAccount, it.SIK, a.Seq, stamp, int32(it.StampGeneration), p.LeaseOwner, ttl.Microseconds(),
-		p.Request.Method, p.Request.Path, headers, p.Request.Body, p.ViaEnvoy, p.CommitTokenHash).Scan(&a.LeaseExpiresAt, &a.StartedAt)
+	err = tx.tx.QueryRow(ctx, insertAttemptSQL, attemptArgs(a, ttl, headers, p.ViaEnvoy, p.CommitTokenHash)...).Scan(&a.LeaseExpiresAt, &a.StartedAt)
 	if err != nil {
 		return err
 	}
@@ -396,6 +390,17 @@ func (tx *Tx) startAttempt(ctx context.Context, p Proposal, it Intent, res *Prop
 	return nil
 }
 
+const insertAttemptSQL = `
+		INSERT INTO attempts (rail_account, sik, attempt_seq, stamp, stamp_generation, lease_owner, lease_expires_at,
+		                      request_method, request_path, request_headers, request_body, via_envoy, commit_token_hash)
+		VALUES ($1, $2, $3, $4, $5, $6, now() + $7::bigint * interval '1 microsecond', $8, $9, $10, $11, $12, $13)
+		RETURNING lease_expires_at, started_at`
+
+func attemptArgs(a Attempt, ttl time.Duration, headers []byte, viaEnvoy bool, tokenHash []byte) []any {
+	return []any{a.RailAccount, a.SIK, a.Seq, a.Stamp, int32(a.StampGeneration), a.LeaseOwner, ttl.Microseconds(),
+		a.Request.Method, a.Request.Path, headers, a.Request.Body, viaEnvoy, tokenHash}
+}
+
 type transitionOpts struct {
 	reason         string
 	bumpGeneration bool
@@ -410,9 +415,44 @@ type transitionOpts struct {
 // transition applies event to it, checking the edge in Go first (the
 // trigger checks it again) and returning the updated row.
 func (tx *Tx) transition(ctx context.Context, it Intent, ev intent.Event, o transitionOpts) (Intent, error) {
-	next, err := intent.Transition(it.State, ev)
+	sql, args, err := transitionStatement(it, ev, o)
 	if err != nil {
 		return it, err
+	}
+	out, err := scanIntent(tx.tx.QueryRow(ctx, sql, args...))
+	if err != nil {
+		return it, err
+	}
+	if o.attemptOutcome != "" {
+		if _, err := tx.tx.Exec(ctx, settleAttemptSQL, it.RailAccount, it.SIK, it.AttemptCount, o.attemptOutcome, o.entityID); err != nil {
+			return it, err
+		}
+	}
+	return out, nil
+}
+
+const transitionSQL = `
+		UPDATE intents SET state = $3, last_event = $4, attempt_count = $5, stamp_generation = $6,
+		       reason = $7,
+		       next_reconcile_at = CASE WHEN $8::bigint IS NOT NULL THEN now() + $8::bigint * interval '1 microsecond'
+		                                WHEN $3 IN ('UNKNOWN', 'RECONCILING') THEN next_reconcile_at
+		                                ELSE NULL END,
+		       applied_attempt_seq = $9, rail_entity_id = $10
+		WHERE rail_account = $1 AND sik = $2
+		RETURNING ` + intentColumns
+
+const settleAttemptSQL = `
+			UPDATE attempts SET outcome = $4, finished_at = COALESCE(finished_at, now()),
+			       entity_id = COALESCE(entity_id, NULLIF($5, ''))
+			WHERE rail_account = $1 AND sik = $2 AND attempt_seq = $3
+			  AND outcome IN ('pending', 'in_progress', 'ambiguous', 'lease_expired')`
+
+// transitionStatement is the UPDATE that applies ev to it (the edge
+// checked in Go first; the trigger checks it again).
+func transitionStatement(it Intent, ev intent.Event, o transitionOpts) (string, []any, error) {
+	next, err := intent.Transition(it.State, ev)
+	if err != nil {
+		return "", nil, err
 	}
 	attempts := it.AttemptCount
 	if intent.StartsAttempt(ev) {
@@ -431,31 +471,8 @@ func (tx *Tx) transition(ctx context.Context, it Intent, ev intent.Event, o tran
 	if next == intent.Applied {
 		applied, entity = attempts, o.entityID
 	}
-	out, err := scanIntent(tx.tx.QueryRow(ctx, `
-		UPDATE intents SET state = $3, last_event = $4, attempt_count = $5, stamp_generation = $6,
-		       reason = $7,
-		       next_reconcile_at = CASE WHEN $8::bigint IS NOT NULL THEN now() + $8::bigint * interval '1 microsecond'
-		                                WHEN $3 IN ('UNKNOWN', 'RECONCILING') THEN next_reconcile_at
-		                                ELSE NULL END,
-		       applied_attempt_seq = $9, rail_entity_id = $10
-		WHERE rail_account = $1 AND sik = $2
-		RETURNING `+intentColumns,
-		it.RailAccount, it.SIK, string(next), string(ev), attempts, int32(gen), o.reason, reconcileAt,
-		applied, entity))
-	if err != nil {
-		return it, err
-	}
-	if o.attemptOutcome != "" {
-		if _, err := tx.tx.Exec(ctx, `
-			UPDATE attempts SET outcome = $4, finished_at = COALESCE(finished_at, now()),
-			       entity_id = COALESCE(entity_id, NULLIF($5, ''))
-			WHERE rail_account = $1 AND sik = $2 AND attempt_seq = $3
-			  AND outcome IN ('pending', 'in_progress', 'ambiguous', 'lease_expired')`,
-			it.RailAccount, it.SIK, it.AttemptCount, o.attemptOutcome, o.entityID); err != nil {
-			return it, err
-		}
-	}
-	return out, nil
+	return transitionSQL, []any{it.RailAccount, it.SIK, string(next), string(ev), attempts, int32(gen), o.reason, reconcileAt,
+		applied, entity}, nil
 }
 
 func (tx *Tx) lockIntent(ctx context.Context, k Key) (Intent, error) {

@@ -1,0 +1,192 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/chaos"
+	"github.com/countersign/countersign/internal/gate"
+	"github.com/countersign/countersign/internal/intent"
+	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/rails"
+	"github.com/countersign/countersign/internal/sik"
+)
+
+// proposal is a resolved, keyed action on its way to the ledger.
+type proposal struct {
+	req       Request
+	principal *ledger.Principal
+	acct      *rails.Account
+	action    rail.Action
+	ref       rail.Referent
+	value     int64
+	currency  string
+	key       ledger.Key
+	s         sik.SIK
+	canonical string
+	alias     string
+	tokenHash []byte
+	facts     ledger.DecisionFacts
+	now       time.Time
+}
+
+// early runs, before any rail read, the limits that need neither the
+// referent nor the ledger's counts (per-action bounds; a window or budget
+// the action alone overruns): what they refuse costs no read at the rail.
+// Counts only add and the referent only narrows, so what fails here fails
+// the ladder too. A mandate that does not apply is left to the scope gate,
+// whose reason says why.
+func (e *Engine) early(req Request, p *ledger.Principal, acct *rails.Account, a rail.Action, facts ledger.DecisionFacts) (Outcome, bool) {
+	now := e.now()
+	if !facts.MandateFound || !facts.Mandate.ActiveAt(now) || a.AmountMinor == nil {
+		return Outcome{}, true
+	}
+	m, err := e.mandates.get(facts.Mandate)
+	if err != nil {
+		return Outcome{}, true // the ladder reports it
+	}
+	in := principalInput(now, p, acct)
+	in.Action = gate.Action{Kind: a.Kind, Subject: a.Subject, AmountMinor: *a.AmountMinor, Currency: a.Currency, Payee: a.Payee}
+	withMandate(&in, facts.Mandate, m)
+	r := gate.CheckLimits(gate.Uncounted(in))
+	if r.Verdict != gate.Block {
+		return Outcome{}, true
+	}
+	out := refuseRail(acct, req, r.ReasonCode, r.Reason, http.StatusForbidden)
+	out.Gates = []ledger.GateRecord{{Gate: r.Gate, Verdict: string(Block), ReasonCode: r.ReasonCode, Reason: r.Reason}}
+	return out, false
+}
+
+// fresh decides a new intent in one round trip: the gates run in Go on
+// what was read with the credential (counting nothing yet against the
+// mandate), and one pipelined transaction writes the intent, its attempt
+// or approval, the decision and the hold, asserting at its end — under the
+// mandate's lock, taken last — that the counts the gates did not see still
+// leave room (gate.HeadroomOf). done is false when the ledger refused what
+// fresh relied on (the intent exists, a count or a revocation moved): then
+// nothing was written, and propose decides with its locks taken first.
+func (e *Engine) fresh(ctx context.Context, pr *proposal) (out Outcome, done bool) {
+	acct, req, a, p := pr.acct, pr.req, pr.action, pr.principal
+	g := gateRun{req: req, principal: p, acct: acct, action: a, ref: pr.ref, value: pr.value, currency: pr.currency,
+		now: pr.now, advisors: e.opts.Advisors, mandates: &e.mandates}
+	in := g.input(a.Subject, pr.canonical)
+	in.PayeeSeenBefore = pr.facts.PayeePaidBefore
+	var m *countersignv1.Mandate
+	if pr.facts.MandateFound {
+		var err error
+		if m, err = e.mandates.get(pr.facts.Mandate); err != nil {
+			return Outcome{}, false // propose reports it
+		}
+		withMandate(&in, pr.facts.Mandate, m)
+	}
+	in = gate.Uncounted(in)
+	v, err := verdictOf(gate.Evaluate(in, e.opts.Advisors...))
+	if err != nil {
+		return Outcome{}, false
+	}
+	if v.Verdict == string(Block) {
+		// Recorded by record: one write. Counts can only add to a refusal.
+		return e.answer(acct, req, ledger.ProposeResult{Gates: &v}, rail.Stamped{}), true
+	}
+	if m != nil {
+		v.MandateHash, v.ApprovalTTL = pr.facts.Mandate.Hash, m.GetApprovalTtl().AsDuration()
+	}
+
+	w := ledger.NewWrite()
+	ni := ledger.NewIntent{Key: pr.key, Rail: string(acct.Rail), Action: string(a.Kind), Subject: a.Subject,
+		AmountMinor: pr.value, Currency: pr.currency, Payee: a.Payee, DistinctReason: a.Distinct,
+		Canonical: pr.canonical, AgentID: p.Agent.ID}
+	path, reason := []intent.Event{intent.GatesPassed, intent.AttemptStarted}, ""
+	if v.Verdict == string(Hold) {
+		path, reason = []intent.Event{intent.GatesHeld}, v.Reason
+	}
+	it, err := w.NewIntent(ni, reason, path...)
+	if err != nil {
+		return e.ledgerFailed(acct, req, "new intent", err), true
+	}
+	if pr.alias != "" {
+		w.AddAlias(pr.key, pr.alias)
+	}
+	d := e.decisionOf(req, p, v.ReasonCode, v.Reason)
+	d.Verdict, d.Gates, d.RailAccount, d.SIK = v.Verdict, v.Gates, pr.key.RailAccount, pr.key.SIK
+	var attempt *ledger.Attempt
+	var stamped rail.Stamped
+	if v.Verdict == string(Allow) {
+		if stamped, err = acct.Adapter.Stamp(a, pr.s, 0); err != nil {
+			return e.ledgerFailed(acct, req, "stamp", err), true
+		}
+		stamp, err := sik.Stamp(pr.s, 0)
+		if err != nil {
+			return e.ledgerFailed(acct, req, "stamp", err), true
+		}
+		attempt, err = w.StartAttempt(ledger.AttemptStart{Key: pr.key, Seq: it.AttemptCount, Stamp: stamp,
+			LeaseOwner: e.opts.LeaseOwner, LeaseTTL: e.opts.LeaseTTL,
+			Request:  ledger.HTTPMessage{Method: req.Method, Path: req.Path, Headers: req.Headers, Body: req.Body},
+			ViaEnvoy: req.Source == SourceExtAuthz && e.opts.ExtProcInPath, CommitTokenHash: pr.tokenHash})
+		if err != nil {
+			return e.ledgerFailed(acct, req, "attempt", err), true
+		}
+		d.ReasonCode, d.Reason, d.AttemptSeq = ReasonAllowed, "attempt allowed", attempt.Seq
+	} else if err := w.OpenApproval(*it, v); err != nil {
+		return e.ledgerFailed(acct, req, "approval", err), true
+	}
+	decisionID, err := w.RecordDecision(*d)
+	if err != nil {
+		return e.ledgerFailed(acct, req, "decision", err), true
+	}
+	// What the gates relied on, asserted last, under the locks that make
+	// decisions take turns: held only while PostgreSQL finishes the batch.
+	w.AssertPrincipal(p.Credential.ID)
+	if m != nil {
+		w.AssertMandate(p.Agent.ID, acct.ID, pr.facts.Mandate.Hash, pr.now)
+		assertHeadroom(w, pr, m, in)
+		if v.Verdict == string(Allow) {
+			w.PlaceHold(*it, *g.holdSpec(pr.facts.Mandate.Hash, m, in.Action))
+		}
+	}
+	err = e.ledger.Apply(ctx, w)
+	var guard *ledger.GuardError
+	switch {
+	case errors.Is(err, ledger.ErrIntentExists), errors.As(err, &guard):
+		e.log.Debug("fresh decision refused by the ledger; deciding with locks", "request_id", req.RequestID, "err", err)
+		return Outcome{}, false
+	case err != nil:
+		return e.ledgerFailed(acct, req, "decision write", err), true
+	}
+	if attempt != nil {
+		chaos.Point(chaos.AfterWALBeforeCall)
+	}
+	out = e.answer(acct, req, ledger.ProposeResult{Intent: *it, Attempt: attempt, Created: true, DecisionID: *decisionID, Gates: &v}, stamped)
+	out.DecisionID = *decisionID
+	return out, true
+}
+
+// assertHeadroom queues the assertions that the counts the gates did not
+// see leave the action room, after the mandate's lock when its limits
+// accumulate.
+func assertHeadroom(w *ledger.Write, pr *proposal, m *countersignv1.Mandate, in gate.Input) {
+	h := gate.HeadroomOf(in)
+	hash := pr.facts.Mandate.Hash
+	if stateful(m) {
+		w.LockMandateUsage(hash)
+		for _, wh := range h.Windows {
+			if wh.MaxCalls < gate.Unlimited || wh.MaxAmountMinor < gate.Unlimited {
+				w.AssertWindow(hash, wh.Scope == countersignv1.WindowScope_WINDOW_SCOPE_PAYEE, wh.Key, wh.Since, wh.Currency,
+					wh.MaxCalls, wh.MaxAmountMinor, wh.Name+" has no room left")
+			}
+		}
+		if h.MaxSubjectActions < gate.Unlimited {
+			w.AssertSubjectActions(hash, in.Action.Subject, h.MaxSubjectActions)
+		}
+		if h.MaxFeeSpent < gate.Unlimited {
+			w.AssertFeeSpent(hash, h.MaxFeeSpent)
+		}
+	}
+	if h.MaxOutstanding < gate.Unlimited {
+		w.AssertOutstanding(pr.key.RailAccount, in.Action.Subject, pr.key.SIK, h.MaxOutstanding)
+	}
+}

@@ -1,0 +1,273 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/countersign/countersign/internal/intent"
+)
+
+// Write is the writes of one decision, queued in order and sent by Apply as
+// one pipelined implicit transaction: one client round trip, all or
+// nothing, and no lock held while Go waits. Its primitives queue typed
+// statements; what they return is filled in when Apply succeeds.
+//
+// The decision was made on facts read before (ReadForDecision). The
+// Assert… primitives re-check, in the transaction, what the gates relied
+// on; queue them after the writes that need no lock and before the budget
+// hold, right after LockMandateUsage: the locks that make decisions take
+// turns are then held only while PostgreSQL runs the end of the batch and
+// commits.
+type Write struct {
+	b pgx.Batch
+}
+
+// NewWrite starts a decision's writes. Like InTx, the transaction commits
+// with synchronous_commit on whatever the server's default (I2).
+func NewWrite() *Write {
+	w := &Write{}
+	w.b.Queue(`SELECT set_config('synchronous_commit', 'on', true)`)
+	return w
+}
+
+// NewIntent is an intent to create.
+type NewIntent struct {
+	Key
+	Rail           string
+	Action         string
+	Subject        string
+	AmountMinor    int64
+	Currency       string
+	Payee          string
+	DistinctReason string
+	Canonical      string
+	AgentID        string
+}
+
+// ErrIntentExists means NewIntent met an intent with the same key: the
+// Write did nothing, and the existing intent must be decided on as it is.
+var ErrIntentExists = errors.New("ledger: the intent already exists")
+
+// GuardError means an Assert… of a Write no longer held at commit: the
+// Write did nothing. What names the fact.
+type GuardError struct{ What string }
+
+func (e *GuardError) Error() string { return "ledger: what the decision relied on changed: " + e.What }
+
+// NewIntent creates p's intent and moves it along path (from PROPOSED),
+// each edge checked in Go and by the trigger, each audited; reason is the
+// last edge's. The returned intent is as it will be after the last edge.
+func (w *Write) NewIntent(p NewIntent, reason string, path ...intent.Event) (*Intent, error) {
+	out := &Intent{Key: p.Key, State: intent.Proposed, Rail: p.Rail, Action: p.Action, Subject: p.Subject,
+		AmountMinor: p.AmountMinor, Currency: p.Currency, Payee: p.Payee, DistinctReason: p.DistinctReason,
+		Canonical: p.Canonical, AgentID: p.AgentID}
+	w.b.Queue(`
+		INSERT INTO intents (rail_account, sik, state, last_event, rail, action, subject, amount_minor,
+		                     currency, payee, distinct_reason, canonical, agent_id)
+		VALUES ($1, $2, 'PROPOSED', 'PROPOSED', $3, $4, $5, $6, $7, $8, $9, $10, NULLIF($11, ''))
+		RETURNING `+intentColumns,
+		p.RailAccount, p.SIK, p.Rail, p.Action, p.Subject, p.AmountMinor, p.Currency, p.Payee,
+		p.DistinctReason, p.Canonical, p.AgentID).QueryRow(scanInto(out))
+	it := *out
+	for i, ev := range path {
+		o := transitionOpts{}
+		if i == len(path)-1 {
+			o.reason = reason
+		}
+		sql, args, err := transitionStatement(it, ev, o)
+		if err != nil {
+			return nil, err
+		}
+		it.State, _ = intent.Transition(it.State, ev)
+		it.LastEvent, it.Reason = string(ev), o.reason
+		if intent.StartsAttempt(ev) {
+			it.AttemptCount++
+		}
+		w.b.Queue(sql, args...).QueryRow(scanInto(out))
+	}
+	*out = it
+	return out, nil
+}
+
+func scanInto(dst *Intent) func(pgx.Row) error {
+	return func(row pgx.Row) error {
+		it, err := scanIntent(row)
+		if err != nil {
+			return err
+		}
+		*dst = it
+		return nil
+	}
+}
+
+// AttemptStart is the durable attempt an ALLOW starts.
+type AttemptStart struct {
+	Key
+	Seq             int
+	Stamp           string
+	StampGeneration uint32
+	LeaseOwner      string
+	LeaseTTL        time.Duration
+	Request         HTTPMessage
+	ViaEnvoy        bool
+	CommitTokenHash []byte
+}
+
+// StartAttempt writes the IN_FLIGHT attempt (the intent's AttemptStarted
+// edge is NewIntent's). The returned attempt is complete after Apply.
+func (w *Write) StartAttempt(s AttemptStart) (*Attempt, error) {
+	headers, err := json.Marshal(s.Request.Headers)
+	if err != nil {
+		return nil, err
+	}
+	ttl := s.LeaseTTL
+	if ttl <= 0 {
+		ttl = 30 * time.Second
+	}
+	a := &Attempt{Key: s.Key, Seq: s.Seq, Stamp: s.Stamp, StampGeneration: s.StampGeneration, Outcome: "pending",
+		LeaseOwner: s.LeaseOwner, Request: s.Request, ViaEnvoy: s.ViaEnvoy}
+	w.b.Queue(insertAttemptSQL, attemptArgs(*a, ttl, headers, s.ViaEnvoy, s.CommitTokenHash)...).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&a.LeaseExpiresAt, &a.StartedAt)
+	})
+	return a, nil
+}
+
+// AddAlias records that a request with alias resolved to k.
+func (w *Write) AddAlias(k Key, alias string) {
+	w.b.Queue(`INSERT INTO intent_aliases (rail_account, alias, sik) VALUES ($1, $2, $3)
+		ON CONFLICT (rail_account, alias) DO NOTHING`, k.RailAccount, alias, k.SIK)
+}
+
+// RecordDecision writes the decision; *id is its row after Apply.
+func (w *Write) RecordDecision(d Decision) (*int64, error) {
+	args, err := decisionArgs(d)
+	if err != nil {
+		return nil, err
+	}
+	id := new(int64)
+	w.b.Queue(insertDecisionSQL, args...).QueryRow(func(row pgx.Row) error { return row.Scan(id) })
+	return id, nil
+}
+
+// OpenApproval opens the pending approval of a HELD intent.
+func (w *Write) OpenApproval(it Intent, v GateVerdict) error {
+	args, err := approvalArgs(it, v)
+	if err != nil {
+		return err
+	}
+	w.b.Queue(openApprovalSQL, args...)
+	return nil
+}
+
+// AssertPrincipal share-locks the credential and its agent and asserts both
+// are still live: a revocation (an UPDATE of either row) waits for this
+// decision, and a decision after it sees it.
+func (w *Write) AssertPrincipal(credentialID string) {
+	w.b.Queue(`SELECT countersign_assert(count(*) = 1, 'the credential or its agent was revoked or expired') FROM (
+		SELECT 1 FROM credentials c JOIN agents a ON a.id = c.agent_id
+		WHERE c.id = $1 AND c.revoked_at IS NULL AND c.expires_at > now() AND a.status = 'active'
+		FOR SHARE OF c, a) live`, credentialID)
+}
+
+// AssertMandate share-locks the agent's active mandate on railAccount and
+// asserts it is still hash: not revoked, its account still held by its
+// owner, and not superseded by a newer one.
+func (w *Write) AssertMandate(agentID, railAccount, hash string, at time.Time) {
+	w.b.Queue(`SELECT countersign_assert(count(*) = 1 AND bool_and(hash = $3), 'the mandate was revoked or replaced') FROM (
+		SELECT hash FROM mandates m
+		WHERE agent_id = $1 AND rail_account = $2 AND revoked_at IS NULL
+		  AND valid_from <= $4 AND $4 < valid_until AND `+heldByOwner+`
+		ORDER BY created_at DESC, hash LIMIT 1 FOR SHARE) active`, agentID, railAccount, hash, at)
+}
+
+// LockMandateUsage serialises, from here to the commit, the decisions of
+// one mandate (B1): what the assertions after it count cannot change until
+// this transaction ends.
+func (w *Write) LockMandateUsage(hash string) {
+	w.b.Queue(usageRowSQL, hash)
+	w.b.Queue(lockUsageSQL, hash)
+}
+
+// AssertWindow asserts that the mandate's holds of key (an agent, or a
+// payee when byPayee) since since number at most maxCalls and sum, in
+// currency, to at most maxAmount.
+func (w *Write) AssertWindow(hash string, byPayee bool, key string, since time.Time, currency string, maxCalls, maxAmount int64, what string) {
+	col := "agent_id"
+	if byPayee {
+		col = "payee_key"
+	}
+	w.b.Queue(`SELECT countersign_assert(count(*) <= $5 AND COALESCE(sum(amount_minor) FILTER (WHERE currency = $4), 0) <= $6, $7)
+		FROM budget_holds WHERE mandate_hash = $1 AND `+col+` = $2 AND created_at >= $3 AND state <> 'voided'`,
+		hash, key, since, currency, maxCalls, maxAmount, what)
+}
+
+// AssertSubjectActions asserts the mandate holds at most max actions on
+// subject.
+func (w *Write) AssertSubjectActions(hash, subject string, maxActions int64) {
+	w.b.Queue(`SELECT countersign_assert(count(*) <= $3, 'the recurrence limit has no room left')
+		FROM budget_holds WHERE mandate_hash = $1 AND subject = $2 AND state <> 'voided'`, hash, subject, maxActions)
+}
+
+// AssertFeeSpent asserts the fees reported on the mandate's actions are at
+// most maxFee.
+func (w *Write) AssertFeeSpent(hash string, maxFee int64) {
+	w.b.Queue(`SELECT countersign_assert(COALESCE((SELECT fee_spent_minor FROM mandate_usage WHERE mandate_hash = $1), 0) <= $2,
+		'the fee budget is exhausted')`, hash, maxFee)
+}
+
+// AssertOutstanding asserts the other intents on subject that the rail may
+// not show yet (Outstanding) sum to at most maxMinor.
+func (w *Write) AssertOutstanding(railAccount, subject, except string, maxMinor int64) {
+	w.b.Queue(`SELECT countersign_assert(COALESCE(sum(amount_minor), 0) <= $4, 'more of the subject is being refunded than the rail showed')
+		FROM intents WHERE rail_account = $1 AND subject = $2 AND sik <> $3 AND state IN ('IN_FLIGHT', 'UNKNOWN', 'RECONCILING')`,
+		railAccount, subject, except, maxMinor)
+}
+
+// PlaceHold reserves an allowed intent's amount under its mandate; the
+// budget row's CHECK refuses an overrun (B1).
+func (w *Write) PlaceHold(it Intent, h HoldSpec) {
+	if h.BudgetMinor > 0 {
+		w.b.Queue(budgetRowSQL, h.MandateHash, h.Currency, h.BudgetMinor)
+	}
+	w.b.Queue(insertHoldSQL, holdArgs(it, h)...)
+}
+
+// Apply sends w as one transaction. It returns ErrIntentExists when its
+// NewIntent met an existing intent, a *GuardError when an assertion or the
+// budget's CHECK refused, ErrUnavailable when the ledger cannot be reached;
+// a serialization failure or deadlock sends it again.
+func (s *Store) Apply(ctx context.Context, w *Write) error {
+	for attempt := 1; ; attempt++ {
+		err := s.pool.SendBatch(ctx, &w.b).Close()
+		if err == nil {
+			return nil
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			switch {
+			case pgErr.Code == "23505" && pgErr.TableName == "intents":
+				return ErrIntentExists
+			case pgErr.Code == "CSG01":
+				return &GuardError{What: pgErr.Message}
+			case pgErr.Code == "23514" && pgErr.ConstraintName == "budget_never_exceeded":
+				return &GuardError{What: "the budget has no room left"}
+			}
+		}
+		if !retryable(err) || attempt >= maxTxAttempts {
+			return classify(fmt.Errorf("ledger: apply decision: %w", err))
+		}
+		backoff := time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 6))) //nolint:gosec // jitter needs no secrecy
+		select {
+		case <-ctx.Done():
+			return classify(errors.Join(err, ctx.Err()))
+		case <-time.After(backoff):
+		}
+	}
+}

@@ -1,0 +1,132 @@
+package server
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/credential"
+	"github.com/countersign/countersign/internal/testing/wait"
+)
+
+// TestRevocationStopsTheVeryNextDecision races revocations against a
+// stream of refunds through ext_authz: once RevokeCredential, RevokeAgent or
+// RevokeMandate has returned, no request that starts after it is allowed.
+// Decisions read the credential and mandate fresh (never from a cache) and
+// the writing transaction share-locks them, so a revocation waits for the
+// decisions already past their read and every later one sees it.
+func TestRevocationStopsTheVeryNextDecision(t *testing.T) {
+	for _, revoke := range []string{"credential", "agent", "mandate"} {
+		t.Run(revoke, func(t *testing.T) {
+			h := bareRailHarness(t)
+			m := mandateFor(h)
+			// Limits that accumulate: decisions take the mandate's lock.
+			m.Budgets = []*countersignv1.Money{{AmountMinor: 1 << 40, Currency: "USD"}}
+			m.Windows = []*countersignv1.Window{{Scope: countersignv1.WindowScope_WINDOW_SCOPE_AGENT, Duration: durationpb.New(time.Hour), MaxCalls: 100000}}
+			hash := applyMandateTo(t, h, m)
+			ctx := context.Background()
+			credHash, err := credential.Hash(h.secret)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := h.store.LookupCredential(ctx, credHash)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			type sent struct {
+				start   time.Time
+				allowed bool
+				reason  string
+			}
+			var (
+				mu        sync.Mutex
+				log       []sent
+				allowed   atomic.Int64
+				revokedAt atomic.Pointer[time.Time]
+				after     atomic.Int64 // requests started after the revocation returned
+				next      atomic.Int64
+				wg        sync.WaitGroup
+			)
+			for range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for after.Load() < 200 {
+						i := next.Add(1)
+						start := time.Now()
+						resp, err := h.client.Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+							ContextExtensions: map[string]string{"rail_account": "acct_bench"},
+							Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+								Id: "revoke-" + strconv.FormatInt(i, 10), Method: "POST", Host: "stripe.local", Path: "/v1/refunds",
+								Headers: map[string]string{"authorization": "Bearer " + h.secret, "content-type": "application/x-www-form-urlencoded"},
+								Body:    "payment_intent=pi_bench&amount=" + strconv.FormatInt(i, 10),
+							}},
+						}})
+						if err != nil {
+							t.Errorf("Check: %v", err)
+							return
+						}
+						s := sent{start: start, allowed: codes.Code(resp.GetStatus().GetCode()) == codes.OK}
+						if !s.allowed {
+							_, s.reason = deniedCode(t, resp)
+						}
+						if s.allowed {
+							allowed.Add(1)
+						}
+						if r := revokedAt.Load(); r != nil && start.After(*r) {
+							after.Add(1)
+						}
+						mu.Lock()
+						log = append(log, s)
+						mu.Unlock()
+					}
+				}()
+			}
+			if !wait.Until(30*time.Second, func() bool { return allowed.Load() >= 30 }) {
+				t.Fatalf("refunds before the revocation: %d allowed within 30s", allowed.Load())
+			}
+			switch revoke {
+			case "credential":
+				err = h.store.RevokeCredential(ctx, p.Credential.ID)
+			case "agent":
+				err = h.store.RevokeAgent(ctx, h.agentID)
+			case "mandate":
+				_, err = h.store.RevokeMandate(ctx, hash, "revoked by the race test")
+			}
+			if err != nil {
+				t.Fatalf("revoke %s: %v", revoke, err)
+			}
+			r := time.Now()
+			revokedAt.Store(&r)
+			wg.Wait()
+
+			mu.Lock()
+			defer mu.Unlock()
+			var before, later int
+			for _, s := range log {
+				if !s.start.After(r) {
+					if s.allowed {
+						before++
+					}
+					continue
+				}
+				later++
+				if s.allowed {
+					t.Errorf("a request started %s after the %s was revoked was allowed", s.start.Sub(r), revoke)
+				}
+			}
+			if before < 30 || later < 200 {
+				t.Fatalf("%d allowed before, %d sent after the revocation: the race did not run", before, later)
+			}
+		})
+	}
+}
