@@ -13,6 +13,7 @@ import (
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/testing/ledgertest"
 	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
@@ -63,9 +64,8 @@ func TestOwnerAPIListsAndVerifiesTheAudit(t *testing.T) {
 		sk := strings.NewReplacer("0", "A", "1", "B", "2", "C", "3", "D", "4", "E", "5", "F", "6", "G", "7", "H", "8", "I", "9", "J").
 			Replace(fmt.Sprintf("AUDITSIK%024d", i))
 		k := ledger.Key{RailAccount: acct, SIK: sk}
-		if _, err := store.Propose(ctx, ledger.Proposal{Key: k, Rail: "stripe", Action: "refund", Subject: "pi_a", AmountMinor: 1,
-			Currency: "USD", Canonical: "{}", AgentID: agent, LeaseOwner: "t", LeaseTTL: time.Minute,
-			Stamp: func(uint32) (string, error) { return k.SIK, nil }}); err != nil {
+		if err := ledgertest.InFlight(ctx, store, ledger.NewIntent{Key: k, Rail: "stripe", Action: "refund", Subject: "pi_a", AmountMinor: 1,
+			Currency: "USD", Canonical: "{}", AgentID: agent}, k.SIK); err != nil {
 			t.Fatal(err)
 		}
 		siks[sk] = agent

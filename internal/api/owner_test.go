@@ -20,6 +20,7 @@ import (
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/credential"
 	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/testing/ledgertest"
 	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
@@ -208,9 +209,8 @@ func TestOwnerAPIListsAndWatchesIntents(t *testing.T) {
 		sk := fmt.Sprintf("WATCHSIK%024d", n)
 		sk = strings.NewReplacer("0", "A", "1", "B", "2", "C", "3", "D", "4", "E", "5", "F", "6", "G", "7", "H", "8", "I", "9", "J").Replace(sk)
 		k := ledger.Key{RailAccount: "acct_w", SIK: sk}
-		if _, err := store.Propose(ctx, ledger.Proposal{Key: k, Rail: "stripe", Action: "refund", Subject: "pi_w", AmountMinor: 1,
-			Currency: "USD", Canonical: "{}", AgentID: a.GetAgent().GetAgentId(), LeaseOwner: "t", LeaseTTL: time.Minute,
-			Stamp: func(uint32) (string, error) { return k.SIK, nil }}); err != nil {
+		if err := ledgertest.InFlight(ctx, store, ledger.NewIntent{Key: k, Rail: "stripe", Action: "refund", Subject: "pi_w", AmountMinor: 1,
+			Currency: "USD", Canonical: "{}", AgentID: a.GetAgent().GetAgentId()}, k.SIK); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -270,9 +270,8 @@ func TestWatchIntentsStreamsTransitions(t *testing.T) {
 	go func() {
 		// The watch re-reads a window behind its start, so a transition
 		// made as it starts is not lost.
-		_, _ = store.Propose(context.Background(), ledger.Proposal{Key: k, Rail: "stripe", Action: "refund", Subject: "pi_w",
-			AmountMinor: 1, Currency: "USD", Canonical: "{}", AgentID: agent.ID, LeaseOwner: "t", LeaseTTL: time.Minute,
-			Stamp: func(uint32) (string, error) { return k.SIK, nil }})
+		_ = ledgertest.InFlight(context.Background(), store, ledger.NewIntent{Key: k, Rail: "stripe", Action: "refund", Subject: "pi_w",
+			AmountMinor: 1, Currency: "USD", Canonical: "{}", AgentID: agent.ID}, k.SIK)
 	}()
 	var got []string
 	for len(got) < 3 {

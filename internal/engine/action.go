@@ -139,13 +139,13 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t ta
 		if out, ok := e.admitToLedgerAnswer(ctx, req, p, acct, a.Kind, *it, facts); !ok {
 			return out
 		}
-		res := ledger.ProposeResult{Intent: *it}
+		res := decided{intent: *it}
 		if it.State == intent.Applied {
 			applied, err := e.ledger.AppliedAttempt(ctx, *it)
 			if err != nil {
 				return e.ledgerFailed(acct, req, "applied attempt", err)
 			}
-			res.Applied = &applied
+			res.applied = &applied
 		}
 		return e.answer(acct, req, res, rail.Stamped{})
 	}
@@ -197,11 +197,7 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t ta
 		key.Extra["amount"] = "full"
 		value = max(ref.RefundableMinor, 0)
 	}
-	s, err := sik.Key(key)
-	if err != nil {
-		return refuseRail(acct, req, ReasonInvalidAction, err.Error(), http.StatusBadRequest)
-	}
-	canonical, err := key.Canonical()
+	canonical, s, err := key.Keyed()
 	if err != nil {
 		return refuseRail(acct, req, ReasonInvalidAction, err.Error(), http.StatusBadRequest)
 	}
@@ -235,45 +231,6 @@ func (e *Engine) withToken(out Outcome, token string) Outcome {
 	return out
 }
 
-// propose runs the deciding transaction that locks first: for an intent
-// that exists (it may be moved: reopened, retried, released by an
-// approval), or when a fact fresh relied on changed before its commit.
-func (e *Engine) propose(ctx context.Context, pr *proposal) Outcome {
-	acct, req, a, p := pr.acct, pr.req, pr.action, pr.principal
-	var stamped rail.Stamped
-	g := gateRun{req: req, principal: p, acct: acct, action: a, ref: pr.ref, value: pr.value, currency: pr.currency,
-		now: pr.now, advisors: e.opts.Advisors, mandates: &e.mandates}
-	res, err := e.ledger.Propose(ctx, ledger.Proposal{
-		Gate: g.ladder,
-		Key:  pr.key,
-		Rail: string(acct.Rail), Action: string(a.Kind), Subject: a.Subject, AmountMinor: pr.value,
-		Currency: pr.currency, Payee: a.Payee, DistinctReason: a.Distinct, Canonical: pr.canonical,
-		AgentID: p.Agent.ID, Alias: pr.alias, Decision: e.decisionOf(req, p, ReasonAllowed, "attempt allowed"),
-		LeaseOwner: e.opts.LeaseOwner, LeaseTTL: e.opts.LeaseTTL, ReconcileDelay: e.opts.ReconcileDelay,
-		Stamp: func(gen uint32) (string, error) {
-			var err error
-			stamped, err = acct.Adapter.Stamp(a, pr.s, gen)
-			if err != nil {
-				return "", err
-			}
-			return sik.Stamp(pr.s, gen)
-		},
-		Request:         ledger.HTTPMessage{Method: req.Method, Path: req.Path, Headers: req.Headers, Body: req.Body},
-		ViaEnvoy:        req.Source == SourceExtAuthz && e.opts.ExtProcInPath,
-		CommitTokenHash: pr.tokenHash,
-	})
-	switch {
-	case errors.Is(err, ledger.ErrForeignIntent):
-		return refuseForeign(acct, req)
-	case err != nil:
-		return e.ledgerFailed(acct, req, "propose", err)
-	}
-	if res.Attempt != nil {
-		chaos.Point(chaos.AfterWALBeforeCall)
-	}
-	return e.answer(acct, req, res, stamped)
-}
-
 // ledgerFailed is the deny for a ledger error on the action path.
 func (e *Engine) ledgerFailed(acct *rails.Account, req Request, what string, err error) Outcome {
 	if errors.Is(err, ledger.ErrUnavailable) {
@@ -283,40 +240,38 @@ func (e *Engine) ledgerFailed(acct *rails.Account, req Request, what string, err
 	return refuseRail(acct, req, ReasonInternal, "Countersign failed internally; no money moved.", http.StatusServiceUnavailable)
 }
 
-// answer turns the ledger's view of the intent into the response.
-func (e *Engine) answer(acct *rails.Account, req Request, res ledger.ProposeResult, stamped rail.Stamped) Outcome {
-	it := res.Intent
+// answer turns what the decision did into the response.
+func (e *Engine) answer(acct *rails.Account, req Request, res decided, stamped rail.Stamped) Outcome {
+	it := res.intent
 	ref := &IntentRef{RailAccount: it.RailAccount, SIK: it.SIK}
 	var out Outcome
-	if g := res.Gates; g != nil && g.Verdict != "ALLOW" {
-		if g.Verdict == "BLOCK" {
-			// Nothing was written: no intent to name.
-			out = refuseRail(acct, req, g.ReasonCode, g.Reason, http.StatusForbidden)
-			out.Gates = g.Gates
-			return out
-		}
+	if g := res.gates; g != nil && g.Verdict != Allow {
 		out = refuseRail(acct, req, g.ReasonCode, g.Reason, http.StatusForbidden)
-		out.Verdict, out.Gates, out.Intent = Hold, g.Gates, ref
+		out.Gates = g.Gates
+		if g.Verdict == Block {
+			return out // nothing was written: no intent to name
+		}
+		out.Verdict, out.Intent, out.DecisionID = Hold, ref, res.decisionID
 		return out
 	}
 	switch {
-	case res.Attempt != nil:
+	case res.attempt != nil:
 		// Header names in lower case, as Envoy (and HTTP/2) carry them.
 		headers := make(map[string]string, len(stamped.Headers)+1)
 		for k, v := range stamped.Headers {
 			headers[strings.ToLower(k)] = v
 		}
 		headers["authorization"] = acct.AuthHeader()
-		ref.AttemptSeq, ref.Stamp = res.Attempt.Seq, res.Attempt.Stamp
+		ref.AttemptSeq, ref.Stamp = res.attempt.Seq, res.attempt.Stamp
 		ref.BodyField, ref.BodyValue = stamped.BodyField, stamped.BodyValue
 		out = Outcome{Verdict: Allow, ReasonCode: ReasonAllowed,
-			Reason:     fmt.Sprintf("attempt %d of intent %s", res.Attempt.Seq, it.SIK),
-			SetHeaders: headers, DecisionID: res.DecisionID}
-		if res.Gates != nil {
-			out.Gates = res.Gates.Gates
+			Reason:     fmt.Sprintf("attempt %d of intent %s", res.attempt.Seq, it.SIK),
+			SetHeaders: headers, DecisionID: res.decisionID}
+		if res.gates != nil {
+			out.Gates = res.gates.Gates
 		}
-	case res.Applied != nil:
-		out = replayApplied(acct, req, it, res.Applied)
+	case res.applied != nil:
+		out = replayApplied(acct, req, it, res.applied)
 	case it.State == intent.InFlight:
 		out = refuseRail(acct, req, ReasonDuplicateInFlight, fmt.Sprintf("An identical request (intent %s) is in progress at the rail; retry the same request shortly for its result.", it.SIK), http.StatusConflict)
 	case it.State == intent.Unknown || it.State == intent.Reconciling:

@@ -123,7 +123,7 @@ type Ledger interface {
 	Apply(ctx context.Context, w *ledger.Write) error
 	AppliedAttempt(ctx context.Context, it ledger.Intent) (ledger.Attempt, error)
 	RecordDecision(ctx context.Context, d ledger.Decision) (int64, error)
-	Propose(ctx context.Context, p ledger.Proposal) (ledger.ProposeResult, error)
+	InTx(ctx context.Context, fn func(*ledger.Tx) error) error
 	GetIntent(ctx context.Context, k ledger.Key) (ledger.Intent, []ledger.Attempt, error)
 	Commit(ctx context.Context, r ledger.AttemptResult) (ledger.Intent, error)
 	MarkBodyStamped(ctx context.Context, k ledger.Key, seq int) error

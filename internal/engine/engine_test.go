@@ -34,8 +34,8 @@ func (l *scriptedLedger) LookupCredential(context.Context, [32]byte) (ledger.Pri
 	return l.principal, l.lookupErr
 }
 
-func (l *scriptedLedger) Propose(context.Context, ledger.Proposal) (ledger.ProposeResult, error) {
-	return ledger.ProposeResult{}, errors.New("scriptedLedger: no proposals expected")
+func (l *scriptedLedger) InTx(context.Context, func(*ledger.Tx) error) error {
+	return errors.New("scriptedLedger: no transactions expected")
 }
 
 func (l *scriptedLedger) ReadForDecision(ctx context.Context, r ledger.DecisionRead) (ledger.DecisionFacts, error) {

@@ -71,8 +71,7 @@ func (e *Engine) early(req Request, p *ledger.Principal, acct *rails.Account, a 
 // nothing was written, and propose decides with its locks taken first.
 func (e *Engine) fresh(ctx context.Context, pr *proposal) (out Outcome, done bool) {
 	acct, req, a, p := pr.acct, pr.req, pr.action, pr.principal
-	g := gateRun{req: req, principal: p, acct: acct, action: a, ref: pr.ref, value: pr.value, currency: pr.currency,
-		now: pr.now, advisors: e.opts.Advisors, mandates: &e.mandates}
+	g := e.gateRun(pr)
 	in := g.input(a.Subject, pr.canonical)
 	in.PayeeSeenBefore = pr.facts.PayeePaidBefore
 	var m *countersignv1.Mandate
@@ -84,27 +83,29 @@ func (e *Engine) fresh(ctx context.Context, pr *proposal) (out Outcome, done boo
 		withMandate(&in, pr.facts.Mandate, m)
 	}
 	in = gate.Uncounted(in)
-	v, err := verdictOf(gate.Evaluate(in, e.opts.Advisors...))
-	if err != nil {
-		return Outcome{}, false
-	}
-	if v.Verdict == string(Block) {
+	v := verdictOf(gate.Evaluate(in, e.opts.Advisors...))
+	if v.Verdict == Block {
 		// Recorded by record: one write. Counts can only add to a refusal.
-		return e.answer(acct, req, ledger.ProposeResult{Gates: &v}, rail.Stamped{}), true
+		return e.answer(acct, req, decided{gates: &v}, rail.Stamped{}), true
 	}
 	if m != nil {
-		v.MandateHash, v.ApprovalTTL = pr.facts.Mandate.Hash, m.GetApprovalTtl().AsDuration()
+		v.Approval = ledger.ApprovalSpec{MandateHash: pr.facts.Mandate.Hash, TTL: m.GetApprovalTtl().AsDuration(), Gates: v.Gates}
 	}
 
 	w := ledger.NewWrite()
-	ni := ledger.NewIntent{Key: pr.key, Rail: string(acct.Rail), Action: string(a.Kind), Subject: a.Subject,
-		AmountMinor: pr.value, Currency: pr.currency, Payee: a.Payee, DistinctReason: a.Distinct,
-		Canonical: pr.canonical, AgentID: p.Agent.ID}
+	// What the gates relied on about who asks: share locks, which decisions
+	// never wait on each other for (only a revocation waits, and then every
+	// later decision sees it); taken first, they also make the foreign-key
+	// checks of the inserts below free.
+	w.AssertPrincipal(p.Credential.ID)
+	if m != nil {
+		w.AssertMandate(p.Agent.ID, acct.ID, pr.facts.Mandate.Hash, pr.now)
+	}
 	path, reason := []intent.Event{intent.GatesPassed, intent.AttemptStarted}, ""
-	if v.Verdict == string(Hold) {
+	if v.Verdict == Hold {
 		path, reason = []intent.Event{intent.GatesHeld}, v.Reason
 	}
-	it, err := w.NewIntent(ni, reason, path...)
+	it, err := w.NewIntent(pr.newIntent(), reason, path...)
 	if err != nil {
 		return e.ledgerFailed(acct, req, "new intent", err), true
 	}
@@ -112,39 +113,33 @@ func (e *Engine) fresh(ctx context.Context, pr *proposal) (out Outcome, done boo
 		w.AddAlias(pr.key, pr.alias)
 	}
 	d := e.decisionOf(req, p, v.ReasonCode, v.Reason)
-	d.Verdict, d.Gates, d.RailAccount, d.SIK = v.Verdict, v.Gates, pr.key.RailAccount, pr.key.SIK
+	d.Verdict, d.Gates, d.RailAccount, d.SIK = string(v.Verdict), v.Gates, pr.key.RailAccount, pr.key.SIK
 	var attempt *ledger.Attempt
 	var stamped rail.Stamped
-	if v.Verdict == string(Allow) {
-		if stamped, err = acct.Adapter.Stamp(a, pr.s, 0); err != nil {
-			return e.ledgerFailed(acct, req, "stamp", err), true
-		}
-		stamp, err := sik.Stamp(pr.s, 0)
+	if v.Verdict == Allow {
+		stamp, err := e.stamp(pr, 0, &stamped)
 		if err != nil {
 			return e.ledgerFailed(acct, req, "stamp", err), true
 		}
-		attempt, err = w.StartAttempt(ledger.AttemptStart{Key: pr.key, Seq: it.AttemptCount, Stamp: stamp,
-			LeaseOwner: e.opts.LeaseOwner, LeaseTTL: e.opts.LeaseTTL,
-			Request:  ledger.HTTPMessage{Method: req.Method, Path: req.Path, Headers: req.Headers, Body: req.Body},
-			ViaEnvoy: req.Source == SourceExtAuthz && e.opts.ExtProcInPath, CommitTokenHash: pr.tokenHash})
-		if err != nil {
+		s := pr.attemptStart(e.opts, stamp)
+		s.Seq = it.AttemptCount
+		if attempt, err = w.StartAttempt(s); err != nil {
 			return e.ledgerFailed(acct, req, "attempt", err), true
 		}
 		d.ReasonCode, d.Reason, d.AttemptSeq = ReasonAllowed, "attempt allowed", attempt.Seq
-	} else if err := w.OpenApproval(*it, v); err != nil {
+	} else if err := w.OpenApproval(*it, v.Approval); err != nil {
 		return e.ledgerFailed(acct, req, "approval", err), true
 	}
 	decisionID, err := w.RecordDecision(*d)
 	if err != nil {
 		return e.ledgerFailed(acct, req, "decision", err), true
 	}
-	// What the gates relied on, asserted last, under the locks that make
-	// decisions take turns: held only while PostgreSQL finishes the batch.
-	w.AssertPrincipal(p.Credential.ID)
+	// What the gates relied on about the counts, asserted last, under the
+	// lock that makes decisions take turns: held only while PostgreSQL
+	// finishes the batch and commits.
 	if m != nil {
-		w.AssertMandate(p.Agent.ID, acct.ID, pr.facts.Mandate.Hash, pr.now)
 		assertHeadroom(w, pr, m, in)
-		if v.Verdict == string(Allow) {
+		if v.Verdict == Allow {
 			w.PlaceHold(*it, *g.holdSpec(pr.facts.Mandate.Hash, m, in.Action))
 		}
 	}
@@ -160,7 +155,7 @@ func (e *Engine) fresh(ctx context.Context, pr *proposal) (out Outcome, done boo
 	if attempt != nil {
 		chaos.Point(chaos.AfterWALBeforeCall)
 	}
-	out = e.answer(acct, req, ledger.ProposeResult{Intent: *it, Attempt: attempt, Created: true, DecisionID: *decisionID, Gates: &v}, stamped)
+	out = e.answer(acct, req, decided{intent: *it, attempt: attempt, decisionID: *decisionID, gates: &v}, stamped)
 	out.DecisionID = *decisionID
 	return out, true
 }

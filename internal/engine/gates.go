@@ -11,23 +11,15 @@ import (
 	"github.com/countersign/countersign/internal/gate"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/mandate"
-	"github.com/countersign/countersign/internal/rail"
-	"github.com/countersign/countersign/internal/rails"
 	"github.com/countersign/countersign/internal/sik"
 )
 
-// gateRun is what the gate ladder needs from outside the transaction.
+// gateRun is what the gate ladder needs: the proposal, and the server's
+// advisors and mandate cache.
 type gateRun struct {
-	req       Request
-	principal *ledger.Principal
-	acct      *rails.Account
-	action    rail.Action
-	ref       rail.Referent
-	value     int64
-	currency  string
-	now       time.Time
-	advisors  []gate.Advisor
-	mandates  *mandateCache
+	*proposal
+	advisors []gate.Advisor
+	mandates *mandateCache
 }
 
 // mandateCache keeps decoded mandates by hash: a mandate never changes, so
@@ -50,11 +42,11 @@ func (c *mandateCache) get(rec ledger.MandateRecord) (*countersignv1.Mandate, er
 // share-locked, the mandate's usage row is locked for update (so no other
 // decision under it reads usage until this one commits, B1), the usage is
 // counted, and the pure gates decide.
-func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (ledger.GateVerdict, error) {
+func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (verdict, error) {
 	in := g.input(it.Subject, it.Canonical)
 	approval, hasApproval, err := tx.LiveApproval(ctx, it.Key)
 	if err != nil {
-		return ledger.GateVerdict{}, err
+		return verdict{}, err
 	}
 	approved := hasApproval && approval.State == "approved"
 	switch {
@@ -69,31 +61,28 @@ func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (l
 	rec, err := tx.LatestMandate(ctx, g.principal.Agent.ID, g.acct.ID, g.now)
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
-		return verdictOf(gate.Evaluate(in, g.advisors...))
+		return verdictOf(gate.Evaluate(in, g.advisors...)), nil
 	case err != nil:
-		return ledger.GateVerdict{}, err
+		return verdict{}, err
 	}
 	m, err := g.mandates.get(rec)
 	if err != nil {
-		return ledger.GateVerdict{}, err
+		return verdict{}, err
 	}
 	withMandate(&in, rec, m)
 	// Only limits that accumulate need the decisions under a mandate to
 	// take turns; a mandate of grants alone decides in parallel.
 	if stateful(m) {
 		if err := tx.LockMandateUsage(ctx, rec.Hash); err != nil {
-			return ledger.GateVerdict{}, err
+			return verdict{}, err
 		}
 	}
 	if err := g.usage(ctx, tx, rec.Hash, it, &in); err != nil {
-		return ledger.GateVerdict{}, err
+		return verdict{}, err
 	}
-	v, err := verdictOf(gate.Evaluate(in, g.advisors...))
-	if err != nil {
-		return v, err
-	}
-	v.MandateHash, v.ApprovalTTL = rec.Hash, m.GetApprovalTtl().AsDuration()
-	if v.Verdict != "ALLOW" {
+	v := verdictOf(gate.Evaluate(in, g.advisors...))
+	v.Approval = ledger.ApprovalSpec{MandateHash: rec.Hash, TTL: m.GetApprovalTtl().AsDuration(), Gates: v.Gates}
+	if v.Verdict != Allow {
 		return v, nil
 	}
 	v.UsesApproval = approved
@@ -197,15 +186,16 @@ func kindName(k countersignv1.ActionKind) string {
 	return ""
 }
 
-// verdictOf turns the ladder's answer into what the ledger stores.
-func verdictOf(v gate.Verdict, results []gate.Result) (ledger.GateVerdict, error) {
-	out := ledger.GateVerdict{Verdict: string(verdictName(v))}
+// verdictOf turns the ladder's answer into the engine's verdict, with the
+// gate records the ledger stores.
+func verdictOf(v gate.Verdict, results []gate.Result) verdict {
+	out := verdict{Verdict: verdictName(v)}
 	for _, r := range results {
 		out.Gates = append(out.Gates, ledger.GateRecord{Gate: r.Gate, Verdict: string(verdictName(r.Verdict)), ReasonCode: r.ReasonCode, Reason: r.Reason})
 	}
 	p := gate.Primary(results)
 	out.ReasonCode, out.Reason = p.ReasonCode, p.Reason
-	return out, nil
+	return out
 }
 
 func verdictName(v gate.Verdict) Verdict {

@@ -2,11 +2,11 @@ package ledger
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"strings"
 	"testing"
 
-	"github.com/countersign/countersign/internal/intent"
 )
 
 // A rail account belongs to the owners the operator granted it to: only
@@ -115,7 +115,7 @@ func TestRailAccountGrantsGateMandates(t *testing.T) {
 
 // A proposal that meets an intent made by another owner's agent neither
 // moves it nor learns anything of it; an agent of the same owner does.
-func TestProposeRefusesAnotherOwnersIntent(t *testing.T) {
+func TestSameOwnerIsOfTheAgentsOwner(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
 	agent := func(owner string) string {
@@ -126,29 +126,29 @@ func TestProposeRefusesAnotherOwnersIntent(t *testing.T) {
 		return a.ID
 	}
 	a1, a2, b := agent("own_a"), agent("own_a"), agent("own_b")
-	p := proposal(1)
-	p.AgentID = a1
-	first, err := s.Propose(ctx, p)
-	if err != nil || first.Attempt == nil {
-		t.Fatalf("first propose = %+v, %v", first, err)
-	}
-	p.AgentID = b
-	res, err := s.Propose(ctx, p)
-	if !errors.Is(err, ErrForeignIntent) || res.Intent.SIK != "" || res.Attempt != nil || res.Applied != nil {
-		t.Fatalf("another owner's propose = %+v, %v; want ErrForeignIntent and nothing", res, err)
-	}
-	if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeApplied, EntityID: "re_1",
-		Response: &HTTPMessage{Status: 200, Body: []byte(`{"id":"re_1"}`)}}); err != nil {
-		t.Fatal(err)
-	}
-	res, err = s.Propose(ctx, p)
-	if !errors.Is(err, ErrForeignIntent) || res.Applied != nil {
-		t.Fatalf("another owner's propose of an applied intent = %+v, %v; want no replay", res, err)
-	}
-	p.AgentID = a2
-	res, err = s.Propose(ctx, p)
-	if err != nil || res.Applied == nil || res.Intent.State != intent.Applied {
-		t.Fatalf("same owner's other agent = %+v, %v; want the replay", res, err)
+	for _, tc := range []struct {
+		name string
+		x, y string
+		want bool
+	}{
+		{"one agent", a1, a1, true},
+		{"two agents of one owner", a1, a2, true},
+		{"agents of two owners", a1, b, false},
+		{"an intent without an agent", a1, "", false},
+		{"an unknown agent", a1, "agt_nobody", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := s.InTx(ctx, func(tx *Tx) error {
+				same, err := tx.SameOwner(ctx, tc.x, tc.y)
+				if err == nil && same != tc.want {
+					return fmt.Errorf("SameOwner(%s, %s) = %v", tc.x, tc.y, same)
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 
@@ -162,7 +162,7 @@ func TestOwnerAuditRecordsNeedTheAccount(t *testing.T) {
 	}
 	p := proposal(1)
 	p.AgentID = a.ID
-	if _, err := s.Propose(ctx, p); err != nil {
+	if _, err := startFirst(ctx, s, p); err != nil {
 		t.Fatal(err)
 	}
 	list := func() int {

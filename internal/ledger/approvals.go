@@ -73,9 +73,17 @@ func scanApproval(row pgx.Row, extra ...any) (Approval, error) {
 	return a, err
 }
 
-// openApproval creates the pending approval of a HELD intent (or keeps the
-// live one).
-func (tx *Tx) openApproval(ctx context.Context, it Intent, v GateVerdict) error {
+// ApprovalSpec is the approval a HOLD opens.
+type ApprovalSpec struct {
+	MandateHash string
+	// TTL is how long the owner has to decide (0: a day).
+	TTL   time.Duration
+	Gates []GateRecord
+}
+
+// OpenApproval creates the pending approval of a HELD intent (or keeps the
+// live one; reopens an expired one).
+func (tx *Tx) OpenApproval(ctx context.Context, it Intent, v ApprovalSpec) error {
 	args, err := approvalArgs(it, v)
 	if err != nil {
 		return err
@@ -90,12 +98,12 @@ const openApprovalSQL = `
 		FROM agents a WHERE a.id = $4
 		ON CONFLICT (rail_account, sik) WHERE state IN ('pending', 'approved') DO NOTHING`
 
-func approvalArgs(it Intent, v GateVerdict) ([]any, error) {
+func approvalArgs(it Intent, v ApprovalSpec) ([]any, error) {
 	id, err := credential.NewID("apr")
 	if err != nil {
 		return nil, err
 	}
-	ttl := v.ApprovalTTL
+	ttl := v.TTL
 	if ttl <= 0 {
 		ttl = 24 * time.Hour
 	}
@@ -132,7 +140,9 @@ func (tx *Tx) LiveApproval(ctx context.Context, k Key) (Approval, bool, error) {
 	return a, wasApproved, nil
 }
 
-func (tx *Tx) settleApproval(ctx context.Context, k Key, from, to string) error {
+// SettleApproval moves an intent's approval from one state to another
+// (approved → used when its request passes, → void when it is blocked).
+func (tx *Tx) SettleApproval(ctx context.Context, k Key, from, to string) error {
 	_, err := tx.tx.Exec(ctx, `UPDATE approvals SET state = $4 WHERE rail_account = $1 AND sik = $2 AND state = $3`,
 		k.RailAccount, k.SIK, from, to)
 	return err

@@ -9,22 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// GateVerdict is what the gates concluded inside the deciding transaction.
-type GateVerdict struct {
-	Verdict    string // ALLOW, HOLD or BLOCK
-	ReasonCode string
-	Reason     string
-	Gates      []GateRecord
-	// Hold reserves the amount under a mandate on ALLOW.
-	Hold *HoldSpec
-	// MandateHash and ApprovalTTL shape the approval a HOLD opens.
-	MandateHash string
-	ApprovalTTL time.Duration
-	// UsesApproval marks an ALLOW that an owner's approval made possible:
-	// the approval is used by this decision.
-	UsesApproval bool
-}
-
 // HoldSpec is a budget hold to place with the attempt.
 type HoldSpec struct {
 	MandateHash string
@@ -38,11 +22,6 @@ type HoldSpec struct {
 	// currency has no budget (only windows and grants limit it).
 	BudgetMinor int64
 }
-
-// errGateBlocked rolls the deciding transaction back: a request the gates
-// block leaves no intent behind, only its decision, so the same request may
-// pass once a window slides or a mandate changes.
-var errGateBlocked = errors.New("ledger: gates blocked the proposal")
 
 // LatestMandate returns the newest mandate of agentID on railAccount,
 // revoked or expired included (the scope gate names why it no longer
@@ -152,9 +131,9 @@ func (tx *Tx) PayeePaidBefore(ctx context.Context, railAccount, payee string) (b
 	return ok, err
 }
 
-// placeHold reserves the amount of an allowed intent under its mandate. The budget row's CHECK refuses an overrun even if the gates were
+// PlaceHold reserves the amount of an allowed intent under its mandate. The budget row's CHECK refuses an overrun even if the gates were
 // wrong.
-func (tx *Tx) placeHold(ctx context.Context, it Intent, h HoldSpec) error {
+func (tx *Tx) PlaceHold(ctx context.Context, it Intent, h HoldSpec) error {
 	if h.BudgetMinor > 0 {
 		if _, err := tx.tx.Exec(ctx, budgetRowSQL, h.MandateHash, h.Currency, h.BudgetMinor); err != nil {
 			return err

@@ -79,67 +79,6 @@ type Attempt struct {
 	FoundEntity []byte
 }
 
-// Proposal is a new money-moving action, fully resolved, on its way to the
-// rail.
-type Proposal struct {
-	Key
-	Rail           string
-	Action         string
-	Subject        string
-	AmountMinor    int64
-	Currency       string
-	Payee          string
-	DistinctReason string
-	Canonical      string
-	AgentID        string
-	// Alias is the key of the request as sent (see LookupAlias); "" for none.
-	Alias string
-	// Decision, when set, is recorded as the ALLOW decision in the same
-	// transaction as the attempt it allows (one commit on the hot path).
-	Decision *Decision
-	// Gate runs the gate ladder inside the deciding transaction, after the
-	// intent is written or locked and before any attempt starts, for a new
-	// intent and for one that a new proposal may move on (reopen, retry).
-	// nil passes everything (tests of the ledger alone).
-	Gate func(ctx context.Context, tx *Tx, it Intent) (GateVerdict, error)
-	// Stamp computes the stamp of an attempt at a stamp generation.
-	Stamp func(gen uint32) (string, error)
-	// LeaseOwner names this process; LeaseTTL bounds how long an attempt
-	// may stay IN_FLIGHT before it is presumed lost and reconciled.
-	LeaseOwner string
-	LeaseTTL   time.Duration
-	// ReconcileDelay is the minimum wait before the first reconciliation
-	// query of an intent whose lease expires here (no read-your-writes).
-	ReconcileDelay time.Duration
-	Request        HTTPMessage
-	// ViaEnvoy says the request goes out through Envoy (ext_authz, then
-	// ext_proc writing the body stamp), not through a native caller.
-	ViaEnvoy bool
-	// CommitTokenHash is the SHA-256 of the commit token handed to a native
-	// caller with the attempt this proposal starts; only that token's holder
-	// may report the attempt's answer through Commit. nil: no token (Envoy
-	// sends the request and ext_proc reports it).
-	CommitTokenHash []byte
-}
-
-// ProposeResult says what Propose did.
-type ProposeResult struct {
-	Intent Intent
-	// Attempt is the attempt that started (the caller may send the request);
-	// nil when no attempt started.
-	Attempt *Attempt
-	// Created is true when this call created the intent.
-	Created bool
-	// Applied is the attempt that applied an APPLIED intent, for replaying
-	// its stored response.
-	Applied *Attempt
-	// DecisionID is the ALLOW decision recorded with the attempt.
-	DecisionID int64
-	// Gates is the gates' verdict when they ran. On BLOCK nothing was
-	// written: the intent (if new) does not exist.
-	Gates *GateVerdict
-}
-
 const intentColumns = `rail_account, sik, state, last_event, rail, action, subject, amount_minor, currency,
 	payee, distinct_reason, canonical, COALESCE(agent_id, ''), stamp_generation, attempt_count, reconcile_count,
 	COALESCE(rail_entity_id, ''), COALESCE(applied_attempt_seq, 0), reason, next_reconcile_at, created_at, updated_at`
@@ -157,237 +96,91 @@ func scanIntent(row pgx.Row) (Intent, error) {
 	return it, err
 }
 
-// Propose writes the intent of p (or finds the existing one, I1) and, when
-// the state machine allows, starts a durable attempt in the same
-// transaction. The attempt row is committed before Propose returns (I2):
-// only then may the caller let the request go.
-func (s *Store) Propose(ctx context.Context, p Proposal) (ProposeResult, error) {
-	var res ProposeResult
-	err := s.InTx(ctx, func(tx *Tx) error {
-		res = ProposeResult{}
-		it, err := scanIntent(tx.tx.QueryRow(ctx, `
-			INSERT INTO intents (rail_account, sik, state, last_event, rail, action, subject, amount_minor,
-			                     currency, payee, distinct_reason, canonical, agent_id)
-			VALUES ($1, $2, 'PROPOSED', 'PROPOSED', $3, $4, $5, $6, $7, $8, $9, $10, NULLIF($11, ''))
-			ON CONFLICT (rail_account, sik) DO NOTHING
-			RETURNING `+intentColumns,
-			p.RailAccount, p.SIK, p.Rail, p.Action, p.Subject, p.AmountMinor, p.Currency, p.Payee,
-			p.DistinctReason, p.Canonical, p.AgentID))
-		switch {
-		case err == nil:
-			res.Created = true
-			v, err := tx.gate(ctx, p, it, &res)
-			if err != nil {
-				return err
-			}
-			if v.Verdict == "BLOCK" {
-				return errGateBlocked
-			}
-			if v.Verdict == "HOLD" {
-				if res.Intent, err = tx.transition(ctx, it, intent.GatesHeld, transitionOpts{reason: v.Reason}); err != nil {
-					return err
-				}
-				return tx.openApproval(ctx, res.Intent, v)
-			}
-			if it, err = tx.transition(ctx, it, intent.GatesPassed, transitionOpts{}); err != nil {
-				return err
-			}
-			if err := tx.hold(ctx, it, v); err != nil {
-				return err
-			}
-		case errors.Is(err, pgx.ErrNoRows):
-			if it, err = tx.lockIntent(ctx, p.Key); err != nil {
-				return err
-			}
-			// Another owner's intent is neither moved nor described: its
-			// approval, its reopening and its answer are its owner's.
-			if p.AgentID != "" {
-				same, err := tx.sameOwner(ctx, p.AgentID, it.AgentID)
-				if err != nil {
-					return err
-				}
-				if !same {
-					return ErrForeignIntent
-				}
-			}
-		default:
-			return err
-		}
-		if p.Alias != "" {
-			if _, err := tx.tx.Exec(ctx, `INSERT INTO intent_aliases (rail_account, alias, sik) VALUES ($1, $2, $3)
-				ON CONFLICT (rail_account, alias) DO NOTHING`, p.RailAccount, p.Alias, p.SIK); err != nil {
-				return err
-			}
-		}
-		res.Intent = it
-		return tx.advance(ctx, p, &res)
-	})
-	if errors.Is(err, errGateBlocked) {
-		return res, nil
+// CreateIntent writes p's intent, PROPOSED and audited, unless one with
+// its key exists (I1): then created is false, nothing is written, and the
+// caller locks the existing one (LockIntent).
+func (tx *Tx) CreateIntent(ctx context.Context, p NewIntent) (it Intent, created bool, err error) {
+	it, err = scanIntent(tx.tx.QueryRow(ctx, `
+		INSERT INTO intents (rail_account, sik, state, last_event, rail, action, subject, amount_minor,
+		                     currency, payee, distinct_reason, canonical, agent_id)
+		VALUES ($1, $2, 'PROPOSED', 'PROPOSED', $3, $4, $5, $6, $7, $8, $9, $10, NULLIF($11, ''))
+		ON CONFLICT (rail_account, sik) DO NOTHING
+		RETURNING `+intentColumns,
+		p.RailAccount, p.SIK, p.Rail, p.Action, p.Subject, p.AmountMinor, p.Currency, p.Payee,
+		p.DistinctReason, p.Canonical, p.AgentID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Intent{}, false, nil
 	}
-	if errors.Is(err, ErrForeignIntent) {
-		return ProposeResult{}, ErrForeignIntent
-	}
-	if err != nil {
-		return ProposeResult{}, classify(fmt.Errorf("ledger: propose %s: %w", p.Key, err))
-	}
-	return res, nil
+	return it, err == nil, err
 }
 
-// gate runs p.Gate; a BLOCK ends the transaction (rolled back), a HOLD is
-// for the caller to record.
-func (tx *Tx) gate(ctx context.Context, p Proposal, it Intent, res *ProposeResult) (GateVerdict, error) {
-	if p.Gate == nil {
-		return GateVerdict{Verdict: "ALLOW"}, nil
-	}
-	v, err := p.Gate(ctx, tx, it)
-	if err != nil {
-		return v, err
-	}
-	res.Gates = &v
-	switch v.Verdict {
-	case "ALLOW", "HOLD", "BLOCK":
-		return v, nil
-	}
-	return v, fmt.Errorf("gates answered %q", v.Verdict)
+// LockIntent reads an intent for update: the deciding transactions of one
+// intent take turns.
+func (tx *Tx) LockIntent(ctx context.Context, k Key) (Intent, error) { return tx.lockIntent(ctx, k) }
+
+// SameOwner reports whether agents a and b have one owner ("" is nobody's).
+func (tx *Tx) SameOwner(ctx context.Context, a, b string) (bool, error) { return tx.sameOwner(ctx, a, b) }
+
+// AddAlias records that a request with alias resolved to k.
+func (tx *Tx) AddAlias(ctx context.Context, k Key, alias string) error {
+	_, err := tx.tx.Exec(ctx, `INSERT INTO intent_aliases (rail_account, alias, sik) VALUES ($1, $2, $3)
+		ON CONFLICT (rail_account, alias) DO NOTHING`, k.RailAccount, alias, k.SIK)
+	return err
 }
 
-func (tx *Tx) hold(ctx context.Context, it Intent, v GateVerdict) error {
-	if v.Hold == nil {
-		return nil
-	}
-	return tx.placeHold(ctx, it, *v.Hold)
+// TransitionOpts shape a transition's row.
+type TransitionOpts struct {
+	Reason string
+	// BumpGeneration starts a new stamp generation (a reopened intent).
+	BumpGeneration bool
+	// ReconcileIn schedules the first reconciliation after this delay.
+	ReconcileIn *time.Duration
+	// AttemptOutcome settles the current attempt with this outcome if it is
+	// still pending.
+	AttemptOutcome string
 }
 
-// advance moves an existing intent as far as a new proposal of the same
-// action may take it.
-func (tx *Tx) advance(ctx context.Context, p Proposal, res *ProposeResult) error {
-	it := res.Intent
-	switch it.State {
-	case intent.Applied:
-		a, err := appliedAttempt(ctx, tx.tx, it)
-		if err != nil {
-			return err
-		}
-		res.Applied = &a
-		return nil
-	case intent.InFlight:
-		// A live lease means the first caller's request may be at the rail
-		// right now; an expired one means nobody will commit it: reconcile.
-		expired, err := tx.leaseExpired(ctx, it.Key, it.AttemptCount)
-		if err != nil || !expired {
-			return err
-		}
-		res.Intent, err = tx.transition(ctx, it, intent.LeaseExpired, transitionOpts{
-			reason: "attempt lease expired before the rail's answer was recorded", reconcileIn: &p.ReconcileDelay,
-			attemptOutcome: "lease_expired"})
-		return err
-	case intent.FailedTerminal, intent.ConfirmedNotApplied:
-		// A fresh proposal of an action proven not applied: the gates run
-		// again (budgets and windows moved since), then a new attempt.
-		v, err := tx.gate(ctx, p, it, res)
-		if err != nil {
-			return err
-		}
-		if v.Verdict == "BLOCK" {
-			return errGateBlocked
-		}
-		if v.Verdict == "HOLD" {
-			// Held for the owner: nothing moves, the intent stays as it is,
-			// and the owner is asked again (the approval of the first
-			// attempt was used by it).
-			return tx.openApproval(ctx, it, v)
-		}
-		if v.UsesApproval {
-			if err := tx.settleApproval(ctx, it.Key, "approved", "used"); err != nil {
-				return err
-			}
-		}
-		if it.State == intent.FailedTerminal {
-			// A definite rejection: the rail saved that answer under the
-			// old key, so the reopened action needs a new stamp generation.
-			it, err = tx.transition(ctx, it, intent.Reopened, transitionOpts{bumpGeneration: true, reason: "reopened by a fresh proposal"})
-		} else {
-			// Proven absent: retry under the same stamp, so that a late
-			// copy of the old request and the retry still deduplicate.
-			it, err = tx.transition(ctx, it, intent.RetryAuthorized, transitionOpts{reason: "retry after proven absence"})
-		}
-		if err != nil {
-			return err
-		}
-		if err := tx.hold(ctx, it, v); err != nil {
-			return err
-		}
-	case intent.Held:
-		// The identical request again: if the owner approved it, the gates
-		// run again against the live limits (an approval never widens a
-		// mandate) and the approval is used once.
-		v, err := tx.gate(ctx, p, it, res)
-		if err != nil {
-			return err
-		}
-		switch v.Verdict {
-		case "BLOCK":
-			if res.Intent, err = tx.transition(ctx, it, intent.GatesBlocked, transitionOpts{reason: v.Reason}); err != nil {
-				return err
-			}
-			return tx.settleApproval(ctx, it.Key, "approved", "void")
-		case "HOLD":
-			return tx.openApproval(ctx, it, v) // keeps a live one; reopens an expired one
-		}
-		if it, err = tx.transition(ctx, it, intent.HoldReleased, transitionOpts{reason: "approved by the owner"}); err != nil {
-			return err
-		}
-		if v.UsesApproval {
-			if err := tx.settleApproval(ctx, it.Key, "approved", "used"); err != nil {
-				return err
-			}
-		}
-		if err := tx.hold(ctx, it, v); err != nil {
-			return err
-		}
-	case intent.Authorized:
-	default:
-		return nil // PROPOSED, HELD, UNKNOWN, RECONCILING, BLOCKED, QUARANTINED: no attempt
-	}
-	return tx.startAttempt(ctx, p, it, res)
+// Transition applies ev to it (the edge checked in Go, then by the
+// trigger, which audits it) and returns the updated row.
+func (tx *Tx) Transition(ctx context.Context, it Intent, ev intent.Event, o TransitionOpts) (Intent, error) {
+	return tx.transition(ctx, it, ev, transitionOpts{reason: o.Reason, bumpGeneration: o.BumpGeneration,
+		reconcileIn: o.ReconcileIn, attemptOutcome: o.AttemptOutcome})
 }
 
-func (tx *Tx) startAttempt(ctx context.Context, p Proposal, it Intent, res *ProposeResult) error {
-	stamp, err := p.Stamp(it.StampGeneration)
+// StartAttempt moves an AUTHORIZED intent IN_FLIGHT and writes its next
+// attempt, durable when the transaction commits (I2).
+func (tx *Tx) StartAttempt(ctx context.Context, it Intent, s AttemptStart) (Intent, Attempt, error) {
+	it, err := tx.transition(ctx, it, intent.AttemptStarted, transitionOpts{})
 	if err != nil {
-		return fmt.Errorf("stamp: %w", err)
+		return it, Attempt{}, err
 	}
-	it, err = tx.transition(ctx, it, intent.AttemptStarted, transitionOpts{})
+	headers, err := json.Marshal(s.Request.Headers)
 	if err != nil {
-		return err
+		return it, Attempt{}, err
 	}
-	headers, err := json.Marshal(p.Request.Headers)
-	if err != nil {
-		return err
-	}
-	ttl := p.LeaseTTL
+	ttl := s.LeaseTTL
 	if ttl <= 0 {
 		ttl = 30 * time.Second
 	}
-	a := Attempt{Key: it.Key, Seq: it.AttemptCount, Stamp: stamp, StampGeneration: it.StampGeneration,
-		Outcome: "pending", LeaseOwner: p.LeaseOwner, Request: p.Request}
-	err = tx.tx.QueryRow(ctx, insertAttemptSQL, attemptArgs(a, ttl, headers, p.ViaEnvoy, p.CommitTokenHash)...).Scan(&a.LeaseExpiresAt, &a.StartedAt)
-	if err != nil {
-		return err
-	}
-	res.Intent, res.Attempt = it, &a
-	if p.Decision != nil {
-		d := *p.Decision
-		d.Verdict, d.RailAccount, d.SIK, d.AttemptSeq = "ALLOW", it.RailAccount, it.SIK, a.Seq
-		if res.Gates != nil {
-			d.Gates = res.Gates.Gates
-		}
-		if res.DecisionID, err = insertDecision(ctx, tx.tx, d); err != nil {
-			return err
-		}
-	}
-	return nil
+	a := Attempt{Key: it.Key, Seq: it.AttemptCount, Stamp: s.Stamp, StampGeneration: it.StampGeneration,
+		Outcome: "pending", LeaseOwner: s.LeaseOwner, Request: s.Request, ViaEnvoy: s.ViaEnvoy}
+	err = tx.tx.QueryRow(ctx, insertAttemptSQL, attemptArgs(a, ttl, headers, s.ViaEnvoy, s.CommitTokenHash)...).Scan(&a.LeaseExpiresAt, &a.StartedAt)
+	return it, a, err
+}
+
+// AppliedAttempt is Store.AppliedAttempt inside the transaction.
+func (tx *Tx) AppliedAttempt(ctx context.Context, it Intent) (Attempt, error) {
+	return appliedAttempt(ctx, tx.tx, it)
+}
+
+// LeaseExpired reports whether attempt seq of k is past its lease.
+func (tx *Tx) LeaseExpired(ctx context.Context, k Key, seq int) (bool, error) {
+	return tx.leaseExpired(ctx, k, seq)
+}
+
+// RecordDecision writes a decision in the transaction.
+func (tx *Tx) RecordDecision(ctx context.Context, d Decision) (int64, error) {
+	return insertDecision(ctx, tx.tx, d)
 }
 
 const insertAttemptSQL = `
@@ -595,29 +388,4 @@ func (s *Store) IntentsBySubject(ctx context.Context, subject string) ([]Intent,
 	}
 	its, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Intent, error) { return scanIntent(r) })
 	return its, classify(err)
-}
-
-// LookupAlias finds the intent a request with this alias resolved to
-// before, with the applying attempt when it is APPLIED. ErrNotFound when no
-// request with the alias was proposed.
-func (s *Store) LookupAlias(ctx context.Context, railAccount, alias string) (ProposeResult, error) {
-	var res ProposeResult
-	it, err := scanIntent(s.pool.QueryRow(ctx, `SELECT `+intentColumns+` FROM intents
-		WHERE rail_account = $1 AND sik = (SELECT sik FROM intent_aliases WHERE rail_account = $1 AND alias = $2)`,
-		railAccount, alias))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return res, fmt.Errorf("%w: alias %s/%s", ErrNotFound, railAccount, alias)
-	}
-	if err != nil {
-		return res, classify(err)
-	}
-	res.Intent = it
-	if it.State == intent.Applied {
-		a, err := appliedAttempt(ctx, s.pool, it)
-		if err != nil {
-			return res, classify(err)
-		}
-		res.Applied = &a
-	}
-	return res, nil
 }

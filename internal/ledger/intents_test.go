@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,14 +17,48 @@ func testSIK(n int) string {
 	return strings.NewReplacer("0", "A", "1", "B", "8", "C", "9", "D").Replace(s)
 }
 
-func proposal(n int) Proposal {
+// testProposal is an intent and the first attempt a test starts for it.
+type testProposal struct {
+	Key
+	NewIntent
+	AttemptStart
+}
+
+func proposal(n int) testProposal {
 	k := Key{RailAccount: "acct_test", SIK: testSIK(n)}
-	return Proposal{
-		Key: k, Rail: "stripe", Action: "refund", Subject: "pi_1", AmountMinor: 1000, Currency: "USD",
-		Canonical: `{"v":1}`, LeaseOwner: "test", LeaseTTL: time.Minute,
-		Stamp:   func(gen uint32) (string, error) { return fmt.Sprintf("%s-%d", k.SIK, gen), nil },
-		Request: HTTPMessage{Method: "POST", Path: "/v1/refunds", Headers: map[string]string{"content-type": "application/x-www-form-urlencoded"}, Body: []byte("payment_intent=pi_1&amount=1000")},
+	return testProposal{Key: k,
+		NewIntent: NewIntent{Key: k, Rail: "stripe", Action: "refund", Subject: "pi_1", AmountMinor: 1000, Currency: "USD", Canonical: `{"v":1}`},
+		AttemptStart: AttemptStart{Key: k, Stamp: k.SIK + "-0", LeaseOwner: "test", LeaseTTL: time.Minute,
+			Request: HTTPMessage{Method: "POST", Path: "/v1/refunds", Headers: map[string]string{"content-type": "application/x-www-form-urlencoded"}, Body: []byte("payment_intent=pi_1&amount=1000")}},
 	}
+}
+
+type started struct {
+	Intent  Intent
+	Attempt *Attempt
+}
+
+// startFirst writes p's intent and starts its first attempt, with the
+// ledger's primitives, as the engine's locking transaction does for a new
+// intent whose gates passed (the engine's script is tested in its package).
+func startFirst(ctx context.Context, s *Store, p testProposal) (started, error) {
+	var res started
+	err := s.InTx(ctx, func(tx *Tx) error {
+		it, created, err := tx.CreateIntent(ctx, p.NewIntent)
+		if err != nil {
+			return err
+		}
+		if !created {
+			return fmt.Errorf("intent %s exists", p.Key)
+		}
+		if it, err = tx.Transition(ctx, it, intent.GatesPassed, TransitionOpts{}); err != nil {
+			return err
+		}
+		it, a, err := tx.StartAttempt(ctx, it, p.AttemptStart)
+		res = started{Intent: it, Attempt: &a}
+		return err
+	})
+	return res, err
 }
 
 func TestEdgesMatchTheStateMachine(t *testing.T) {
@@ -64,26 +97,31 @@ func TestProposeCommitApplied(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
 	p := proposal(1)
-	res, err := s.Propose(ctx, p)
+	res, err := startFirst(ctx, s, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Created || res.Attempt == nil || res.Attempt.Seq != 1 || res.Intent.State != intent.InFlight || res.Attempt.Stamp != p.SIK+"-0" {
-		t.Fatalf("first propose = %+v", res)
+	if res.Attempt == nil || res.Attempt.Seq != 1 || res.Intent.State != intent.InFlight || res.Attempt.Stamp != p.SIK+"-0" {
+		t.Fatalf("first attempt = %+v", res)
 	}
-	// A duplicate while IN_FLIGHT starts nothing.
-	dup, err := s.Propose(ctx, p)
-	if err != nil || dup.Created || dup.Attempt != nil || dup.Intent.State != intent.InFlight {
-		t.Fatalf("duplicate propose = %+v, %v", dup, err)
+	// The key refuses a second intent (I1).
+	if err := s.InTx(ctx, func(tx *Tx) error {
+		_, created, err := tx.CreateIntent(ctx, p.NewIntent)
+		if err == nil && created {
+			return errors.New("a second intent with the same key was created")
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
 	}
 	it, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeApplied, EntityID: "re_1",
 		Response: &HTTPMessage{Status: 200, Headers: map[string]string{"content-type": "application/json"}, Body: []byte(`{"id":"re_1"}`)}})
 	if err != nil || it.State != intent.Applied || it.RailEntityID != "re_1" {
 		t.Fatalf("commit = %+v, %v", it, err)
 	}
-	dup, err = s.Propose(ctx, p)
-	if err != nil || dup.Applied == nil || dup.Applied.Response == nil || string(dup.Applied.Response.Body) != `{"id":"re_1"}` || dup.Attempt != nil {
-		t.Fatalf("propose after APPLIED = %+v, %v", dup, err)
+	applied, err := s.AppliedAttempt(ctx, it)
+	if err != nil || applied.Response == nil || string(applied.Response.Body) != `{"id":"re_1"}` {
+		t.Fatalf("applied attempt = %+v, %v", applied, err)
 	}
 	// Commit of the same answer again changes nothing.
 	if it, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeApplied, EntityID: "re_1"}); err != nil || it.State != intent.Applied {
@@ -95,38 +133,16 @@ func TestProposeCommitApplied(t *testing.T) {
 	}
 }
 
-func TestRejectedIsReopenedWithANewGeneration(t *testing.T) {
-	s := openTest(t)
-	ctx := context.Background()
-	p := proposal(2)
-	if _, err := s.Propose(ctx, p); err != nil {
-		t.Fatal(err)
-	}
-	it, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeRejected, Reason: "amount_too_large",
-		Response: &HTTPMessage{Status: 400, Body: []byte(`{"error":{}}`)}})
-	if err != nil || it.State != intent.FailedTerminal {
-		t.Fatalf("commit rejected = %+v, %v", it, err)
-	}
-	res, err := s.Propose(ctx, p)
-	if err != nil || res.Attempt == nil || res.Attempt.Seq != 2 || res.Attempt.StampGeneration != 1 || res.Attempt.Stamp != p.SIK+"-1" {
-		t.Fatalf("reopen = %+v, %v", res, err)
-	}
-}
-
 func TestAmbiguousReconcilesBeforeRetry(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
 	p := proposal(3)
-	if _, err := s.Propose(ctx, p); err != nil {
+	if _, err := startFirst(ctx, s, p); err != nil {
 		t.Fatal(err)
 	}
 	it, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeAmbiguous, TransportError: "timeout", Reason: "timeout"})
 	if err != nil || it.State != intent.Unknown || it.NextReconcileAt == nil {
 		t.Fatalf("ambiguous commit = %+v, %v", it, err)
-	}
-	// No blind retry: a new proposal while UNKNOWN starts no attempt.
-	if res, err := s.Propose(ctx, p); err != nil || res.Attempt != nil || res.Intent.State != intent.Unknown {
-		t.Fatalf("propose while UNKNOWN = %+v, %v", res, err)
 	}
 	// The database refuses CONFIRMED_NOT_APPLIED without an exhaustive finding.
 	if _, err := s.pool.Exec(ctx, `UPDATE intents SET state = 'RECONCILING', last_event = 'RECONCILE_STARTED' WHERE sik = $1`, p.SIK); err != nil {
@@ -160,9 +176,23 @@ func TestAmbiguousReconcilesBeforeRetry(t *testing.T) {
 	if err != nil || it.State != intent.ConfirmedNotApplied {
 		t.Fatalf("finding absent = %+v, %v", it, err)
 	}
-	res, err := s.Propose(ctx, p)
-	if err != nil || res.Attempt == nil || res.Attempt.Seq != 2 || res.Attempt.StampGeneration != 0 {
-		t.Fatalf("retry after proven absence = %+v, %v (same stamp generation expected)", res, err)
+	// The database lets it retry only through AUTHORIZED, under the same
+	// generation (the engine's retry is tested in its package).
+	if err := s.InTx(ctx, func(tx *Tx) error {
+		it, err := tx.LockIntent(ctx, p.Key)
+		if err != nil {
+			return err
+		}
+		if it, err = tx.Transition(ctx, it, intent.RetryAuthorized, TransitionOpts{Reason: "retry"}); err != nil {
+			return err
+		}
+		it, a, err := tx.StartAttempt(ctx, it, p.AttemptStart)
+		if err == nil && (a.Seq != 2 || a.StampGeneration != 0 || it.State != intent.InFlight) {
+			return fmt.Errorf("retry = %+v, %+v", it, a)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
 	}
 	rep, err := s.VerifyAudit(ctx)
 	if err != nil || len(rep.Breaks) != 0 {
@@ -174,7 +204,7 @@ func TestInconclusiveQuarantinesAtTheBound(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
 	p := proposal(4)
-	if _, err := s.Propose(ctx, p); err != nil {
+	if _, err := startFirst(ctx, s, p); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeAmbiguous, Reason: "502"}); err != nil {
@@ -204,7 +234,7 @@ func TestFingerprintMismatchQuarantines(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
 	p := proposal(5)
-	if _, err := s.Propose(ctx, p); err != nil {
+	if _, err := startFirst(ctx, s, p); err != nil {
 		t.Fatal(err)
 	}
 	it, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeFingerprintMismatch, Reason: "idempotency_error"})
@@ -218,7 +248,7 @@ func TestLeaseExpiryMovesToUnknown(t *testing.T) {
 	ctx := context.Background()
 	p := proposal(6)
 	p.LeaseTTL = time.Millisecond
-	if _, err := s.Propose(ctx, p); err != nil {
+	if _, err := startFirst(ctx, s, p); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -251,52 +281,15 @@ func TestLeaseExpiryMovesToUnknown(t *testing.T) {
 	}
 }
 
-func TestConcurrentProposalsMakeOneAttempt(t *testing.T) {
-	s := openTest(t)
-	ctx := context.Background()
-	p := proposal(7)
-	const n = 40
-	var wg sync.WaitGroup
-	results := make([]ProposeResult, n)
-	errs := make([]error, n)
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i], errs[i] = s.Propose(ctx, p)
-		}()
-	}
-	wg.Wait()
-	created, attempts := 0, 0
-	for i := range n {
-		if errs[i] != nil {
-			t.Fatalf("propose %d: %v", i, errs[i])
-		}
-		if results[i].Created {
-			created++
-		}
-		if results[i].Attempt != nil {
-			attempts++
-		}
-	}
-	if created != 1 || attempts != 1 {
-		t.Fatalf("created %d, attempts %d; want exactly one each", created, attempts)
-	}
-	var rows int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM attempts WHERE sik = $1`, p.SIK).Scan(&rows); err != nil || rows != 1 {
-		t.Fatalf("%d attempt rows, %v", rows, err)
-	}
-}
-
 func TestDatabaseRefusesIllegalWrites(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
 	p := proposal(8)
-	if _, err := s.Propose(ctx, p); err != nil {
+	if _, err := startFirst(ctx, s, p); err != nil {
 		t.Fatal(err)
 	}
 	applied := proposal(9)
-	if _, err := s.Propose(ctx, applied); err != nil {
+	if _, err := startFirst(ctx, s, applied); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Commit(ctx, AttemptResult{Key: applied.Key, Seq: 1, Outcome: OutcomeApplied, EntityID: "re_9"}); err != nil {
@@ -336,7 +329,7 @@ func TestAuditVerifyNamesTheEditedRecord(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
 	for i := 10; i < 13; i++ {
-		if _, err := s.Propose(ctx, proposal(i)); err != nil {
+		if _, err := startFirst(ctx, s, proposal(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -390,7 +383,7 @@ func TestAuditVerifyNamesTheEditedRecord(t *testing.T) {
 func TestAuditVerifyDetectsRemovedTail(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
-	if _, err := s.Propose(ctx, proposal(20)); err != nil {
+	if _, err := startFirst(ctx, s, proposal(20)); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := s.pool.Begin(ctx)
@@ -419,7 +412,7 @@ func TestFoundEntityIsKeptForDuplicates(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
 	p := proposal(40)
-	if _, err := s.Propose(ctx, p); err != nil {
+	if _, err := startFirst(ctx, s, p); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeAmbiguous, TransportError: "timeout"}); err != nil {
@@ -438,9 +431,9 @@ func TestFoundEntityIsKeptForDuplicates(t *testing.T) {
 	if err != nil || it.State != intent.Applied {
 		t.Fatalf("finding applied = %+v, %v", it, err)
 	}
-	res, err := s.Propose(ctx, p)
-	if err != nil || res.Attempt != nil || res.Applied == nil || string(res.Applied.FoundEntity) != string(body) {
-		t.Fatalf("duplicate = %+v, %v; want the applying attempt with the found entity", res, err)
+	applied, err := s.AppliedAttempt(ctx, it)
+	if err != nil || string(applied.FoundEntity) != string(body) {
+		t.Fatalf("applied attempt = %+v, %v; want the applying attempt with the found entity", applied, err)
 	}
 	fs, err := s.FindingsFor(ctx, p.Key)
 	if err != nil || len(fs) != 1 || string(fs[0].EntityBody) != string(body) {
@@ -451,7 +444,7 @@ func TestFoundEntityIsKeptForDuplicates(t *testing.T) {
 func TestAuditVerifyDetectsAHeadOverNoRecords(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
-	if _, err := s.Propose(ctx, proposal(21)); err != nil {
+	if _, err := startFirst(ctx, s, proposal(21)); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := s.pool.Begin(ctx)

@@ -49,8 +49,8 @@ func (f outboxFixture) applied(t *testing.T, n int) Key {
 	t.Helper()
 	ctx := context.Background()
 	p := proposal(n)
-	p.AgentID = f.agent.ID
-	if _, err := f.s.Propose(ctx, p); err != nil {
+	p.NewIntent.AgentID = f.agent.ID
+	if _, err := startFirst(ctx, f.s, p); err != nil {
 		t.Fatal(err)
 	}
 	it, err := f.s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeApplied, EntityID: fmt.Sprintf("re_%d", n)})
@@ -124,12 +124,18 @@ func TestOutboxEventFollowsEachInterestingTransition(t *testing.T) {
 
 	// A HOLD is an event for both the catch-all and the held-only webhook.
 	p := proposal(2)
-	p.AgentID = f.agent.ID
-	p.Gate = func(context.Context, *Tx, Intent) (GateVerdict, error) {
-		return GateVerdict{Verdict: "HOLD", Reason: "needs approval"}, nil
-	}
-	if res, err := f.s.Propose(ctx, p); err != nil || res.Intent.State != intent.Held {
-		t.Fatalf("held propose = %+v, %v", res, err)
+	p.NewIntent.AgentID = f.agent.ID
+	if err := f.s.InTx(ctx, func(tx *Tx) error {
+		it, _, err := tx.CreateIntent(ctx, p.NewIntent)
+		if err != nil {
+			return err
+		}
+		if it, err = tx.Transition(ctx, it, intent.GatesHeld, TransitionOpts{Reason: "needs approval"}); err != nil {
+			return err
+		}
+		return tx.OpenApproval(ctx, it, ApprovalSpec{})
+	}); err != nil {
+		t.Fatalf("held intent: %v", err)
 	}
 	evs, err = f.s.EventsOf(ctx, p.Key)
 	if err != nil || len(evs) != 1 || evs[0].Type != EventIntentHeld {
@@ -155,8 +161,8 @@ func TestOutboxEventFollowsEachInterestingTransition(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := proposal(tc.n)
-			p.AgentID = f.agent.ID
-			if _, err := f.s.Propose(ctx, p); err != nil {
+			p.NewIntent.AgentID = f.agent.ID
+			if _, err := startFirst(ctx, f.s, p); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := f.s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: tc.outcome, Reason: "r"}); err != nil {
@@ -178,7 +184,7 @@ func TestOutboxEventFollowsEachInterestingTransition(t *testing.T) {
 
 	// An intent without an agent has no owner to tell.
 	p = proposal(6)
-	if _, err := f.s.Propose(ctx, p); err != nil {
+	if _, err := startFirst(ctx, f.s, p); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeApplied, EntityID: "re_6"}); err != nil {
@@ -194,8 +200,8 @@ func TestOutboxRolledBackTransitionLeavesNoEvent(t *testing.T) {
 	ctx := context.Background()
 	w := f.webhook(t, f.owner)
 	p := proposal(1)
-	p.AgentID = f.agent.ID
-	if _, err := f.s.Propose(ctx, p); err != nil {
+	p.NewIntent.AgentID = f.agent.ID
+	if _, err := startFirst(ctx, f.s, p); err != nil {
 		t.Fatal(err)
 	}
 	errRollback := errors.New("roll back")

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"fmt"
 	"crypto/sha256"
 	"errors"
 	"testing"
@@ -11,19 +12,19 @@ import (
 
 // reportedProposal is proposal(n) by a real agent, with the hash of token
 // as its attempt's commit token.
-func reportedProposal(t *testing.T, s *Store, n int, token string) (Proposal, string) {
+func reportedProposal(t *testing.T, s *Store, n int, token string) (testProposal, string) {
 	t.Helper()
 	a, err := s.CreateAgent(context.Background(), "own_1", "reporter")
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := proposal(n)
-	p.AgentID = a.ID
+	p.NewIntent.AgentID = a.ID
 	if token != "" {
 		h := sha256.Sum256([]byte(token))
 		p.CommitTokenHash = h[:]
 	}
-	if _, err := s.Propose(context.Background(), p); err != nil {
+	if _, err := startFirst(context.Background(), s, p); err != nil {
 		t.Fatal(err)
 	}
 	return p, a.ID
@@ -90,9 +91,12 @@ func TestReportedRejectionGoesToReconciliation(t *testing.T) {
 	if err != nil || it.State != intent.Unknown || it.NextReconcileAt == nil {
 		t.Fatalf("reported rejection = %+v, %v; want UNKNOWN, scheduled for reconciliation", it, err)
 	}
-	res, err := s.Propose(ctx, p)
-	if err != nil || res.Attempt != nil {
-		t.Fatalf("a new proposal after a reported rejection started attempt %+v (%v)", res.Attempt, err)
+	// Only proven absence (or a trusted rejection) makes it sendable again.
+	if err := s.InTx(ctx, func(tx *Tx) error {
+		_, err := tx.Transition(ctx, it, intent.RetryAuthorized, TransitionOpts{})
+		return err
+	}); err == nil {
+		t.Fatal("an intent of unknown outcome was authorized for a retry")
 	}
 }
 
@@ -114,7 +118,7 @@ func TestLateAppliedQuarantines(t *testing.T) {
 	t.Run("after FAILED_TERMINAL", func(t *testing.T) {
 		s := openTest(t)
 		p := proposal(43)
-		if _, err := s.Propose(ctx, p); err != nil {
+		if _, err := startFirst(ctx, s, p); err != nil {
 			t.Fatal(err)
 		}
 		reject(s, p.Key, 1)
@@ -122,19 +126,35 @@ func TestLateAppliedQuarantines(t *testing.T) {
 		if err != nil || it.State != intent.Quarantined {
 			t.Fatalf("late applied = %+v, %v; want QUARANTINED", it, err)
 		}
-		if res, err := s.Propose(ctx, p); err != nil || res.Attempt != nil {
-			t.Fatalf("a quarantined intent started attempt %+v (%v)", res.Attempt, err)
+		if err := s.InTx(ctx, func(tx *Tx) error {
+			_, err := tx.Transition(ctx, it, intent.Reopened, TransitionOpts{BumpGeneration: true})
+			return err
+		}); err == nil {
+			t.Fatal("a quarantined intent was reopened")
 		}
 	})
 	t.Run("while a newer attempt is in flight", func(t *testing.T) {
 		s := openTest(t)
 		p := proposal(44)
-		if _, err := s.Propose(ctx, p); err != nil {
+		if _, err := startFirst(ctx, s, p); err != nil {
 			t.Fatal(err)
 		}
 		reject(s, p.Key, 1)
-		if res, err := s.Propose(ctx, p); err != nil || res.Attempt == nil || res.Attempt.Seq != 2 {
-			t.Fatalf("reopen = %+v, %v", res, err)
+		if err := s.InTx(ctx, func(tx *Tx) error {
+			it, err := tx.LockIntent(ctx, p.Key)
+			if err != nil {
+				return err
+			}
+			if it, err = tx.Transition(ctx, it, intent.Reopened, TransitionOpts{BumpGeneration: true}); err != nil {
+				return err
+			}
+			_, a, err := tx.StartAttempt(ctx, it, p.AttemptStart)
+			if err == nil && a.Seq != 2 {
+				return fmt.Errorf("reopened attempt %d", a.Seq)
+			}
+			return err
+		}); err != nil {
+			t.Fatalf("reopen: %v", err)
 		}
 		it, err := s.Commit(ctx, late(p.Key, 1))
 		if err != nil || it.State != intent.Quarantined || it.AttemptCount != 2 {
@@ -144,7 +164,7 @@ func TestLateAppliedQuarantines(t *testing.T) {
 	t.Run("the reconciled attempt itself is no conflict", func(t *testing.T) {
 		s := openTest(t)
 		p := proposal(45)
-		if _, err := s.Propose(ctx, p); err != nil {
+		if _, err := startFirst(ctx, s, p); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeAmbiguous, Reason: "502"}); err != nil {

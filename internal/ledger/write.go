@@ -21,10 +21,11 @@ import (
 //
 // The decision was made on facts read before (ReadForDecision). The
 // Assert… primitives re-check, in the transaction, what the gates relied
-// on; queue them after the writes that need no lock and before the budget
-// hold, right after LockMandateUsage: the locks that make decisions take
-// turns are then held only while PostgreSQL runs the end of the batch and
-// commits.
+// on. AssertPrincipal and AssertMandate share-lock (decisions never wait
+// for each other on them) and go first; the counts' assertions go last,
+// after LockMandateUsage and before the budget hold, so that the lock that
+// makes decisions take turns is held only while PostgreSQL runs the end of
+// the batch and commits.
 type Write struct {
 	b pgx.Batch
 }
@@ -157,7 +158,7 @@ func (w *Write) RecordDecision(d Decision) (*int64, error) {
 }
 
 // OpenApproval opens the pending approval of a HELD intent.
-func (w *Write) OpenApproval(it Intent, v GateVerdict) error {
+func (w *Write) OpenApproval(it Intent, v ApprovalSpec) error {
 	args, err := approvalArgs(it, v)
 	if err != nil {
 		return err

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/testing/ledgertest"
 	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
@@ -114,12 +115,9 @@ func (f fixture) applied(t *testing.T, n int) ledger.Key {
 	t.Helper()
 	ctx := context.Background()
 	k := ledger.Key{RailAccount: "acct_outbox", SIK: testSIK(n)}
-	_, err := f.store.Propose(ctx, ledger.Proposal{
+	err := ledgertest.InFlight(ctx, f.store, ledger.NewIntent{
 		Key: k, Rail: "stripe", Action: "refund", Subject: "pi_" + strconv.Itoa(n), AmountMinor: 500, Currency: "EUR",
-		Canonical: `{"v":1}`, AgentID: f.agentID, LeaseOwner: "test", LeaseTTL: time.Minute,
-		Stamp:   func(gen uint32) (string, error) { return fmt.Sprintf("%s-%d", k.SIK, gen), nil },
-		Request: ledger.HTTPMessage{Method: "POST", Path: "/v1/refunds"},
-	})
+		Canonical: `{"v":1}`, AgentID: f.agentID}, k.SIK+"-0")
 	if err != nil {
 		t.Fatal(err)
 	}

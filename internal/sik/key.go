@@ -137,12 +137,23 @@ var sikEncoding = base32.StdEncoding.WithPadding(base32.NoPadding)
 
 // Key returns the SIK of a, or the validation error.
 func Key(a Action) (SIK, error) {
+	_, s, err := a.Keyed()
+	return s, err
+}
+
+// Keyed returns a's canonical form and its SIK, canonicalising once.
+func (a Action) Keyed() (canonical []byte, s SIK, err error) {
 	canon, err := a.Canonical()
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
+	return canon, KeyOfCanonical(canon), nil
+}
+
+// KeyOfCanonical is the SIK of an action's canonical form.
+func KeyOfCanonical(canon []byte) SIK {
 	sum := sha256.Sum256(canon)
-	return SIK(sikEncoding.EncodeToString(sum[:])[:SIKLen]), nil
+	return SIK(sikEncoding.EncodeToString(sum[:])[:SIKLen])
 }
 
 // Valid reports whether s has the exact shape of a SIK.

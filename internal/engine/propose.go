@@ -1,0 +1,276 @@
+package engine
+
+import (
+	"context"
+	"errors"
+
+	"github.com/countersign/countersign/internal/chaos"
+	"github.com/countersign/countersign/internal/intent"
+	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/sik"
+)
+
+// verdict is the gate ladder's answer as the engine acts on it.
+type verdict struct {
+	Verdict    Verdict
+	ReasonCode string
+	Reason     string
+	Gates      []ledger.GateRecord
+	// Hold reserves the amount under the mandate on ALLOW.
+	Hold *ledger.HoldSpec
+	// Approval shapes the approval a HOLD opens.
+	Approval ledger.ApprovalSpec
+	// UsesApproval marks an ALLOW that an owner's approval made possible:
+	// the approval is used by this decision.
+	UsesApproval bool
+}
+
+// decided is what a decision did to the ledger, for the answer.
+type decided struct {
+	intent ledger.Intent
+	// attempt is the attempt that started (the request may go); nil when
+	// none did.
+	attempt *ledger.Attempt
+	// applied is the attempt that applied an APPLIED intent (replayed).
+	applied *ledger.Attempt
+	// decisionID is the decision recorded with the writes (0: not yet).
+	decisionID int64
+	// gates is the ladder's verdict when it ran. On BLOCK of a new intent
+	// nothing was written: the intent does not exist.
+	gates *verdict
+}
+
+// errGateBlocked rolls the deciding transaction back: a request the gates
+// block leaves no intent behind, only its decision, so the same request may
+// pass once a window slides or a mandate changes.
+var errGateBlocked = errors.New("engine: gates blocked the proposal")
+
+// propose is the deciding transaction that locks first: the intent (new
+// or existing, I1), then, in the ladder, the approval, the mandate and its
+// usage, counted under the lock. It runs for an intent that exists (which
+// a new proposal may move on: reopen, retry, release an approved hold,
+// expire a lease) and when the ledger refused what fresh relied on.
+func (e *Engine) propose(ctx context.Context, pr *proposal) Outcome {
+	var res decided
+	var stamped rail.Stamped
+	g := e.gateRun(pr)
+	err := e.ledger.InTx(ctx, func(tx *ledger.Tx) error {
+		res, stamped = decided{}, rail.Stamped{}
+		it, created, err := tx.CreateIntent(ctx, pr.newIntent())
+		switch {
+		case err != nil:
+			return err
+		case created:
+			v, err := g.ladder(ctx, tx, it)
+			if err != nil {
+				return err
+			}
+			res.gates = &v
+			switch v.Verdict {
+			case Block:
+				return errGateBlocked
+			case Hold:
+				if res.intent, err = tx.Transition(ctx, it, intent.GatesHeld, ledger.TransitionOpts{Reason: v.Reason}); err != nil {
+					return err
+				}
+				return tx.OpenApproval(ctx, res.intent, v.Approval)
+			}
+			if it, err = tx.Transition(ctx, it, intent.GatesPassed, ledger.TransitionOpts{}); err != nil {
+				return err
+			}
+			if err := placeHold(ctx, tx, it, v); err != nil {
+				return err
+			}
+		default:
+			if it, err = tx.LockIntent(ctx, pr.key); err != nil {
+				return err
+			}
+			// Another owner's intent is neither moved nor described: its
+			// approval, its reopening and its answer are its owner's.
+			same, err := tx.SameOwner(ctx, pr.principal.Agent.ID, it.AgentID)
+			if err != nil {
+				return err
+			}
+			if !same {
+				return ledger.ErrForeignIntent
+			}
+		}
+		if pr.alias != "" {
+			if err := tx.AddAlias(ctx, pr.key, pr.alias); err != nil {
+				return err
+			}
+		}
+		res.intent = it
+		return e.advance(ctx, tx, g, pr, &res, &stamped)
+	})
+	switch {
+	case errors.Is(err, errGateBlocked):
+		return e.answer(pr.acct, pr.req, res, rail.Stamped{})
+	case errors.Is(err, ledger.ErrForeignIntent):
+		return refuseForeign(pr.acct, pr.req)
+	case err != nil:
+		return e.ledgerFailed(pr.acct, pr.req, "propose", err)
+	}
+	if res.attempt != nil {
+		chaos.Point(chaos.AfterWALBeforeCall)
+	}
+	return e.answer(pr.acct, pr.req, res, stamped)
+}
+
+// advance moves an intent as far as a new proposal of its action may take
+// it, and starts an attempt when the state machine allows.
+func (e *Engine) advance(ctx context.Context, tx *ledger.Tx, g gateRun, pr *proposal, res *decided, stamped *rail.Stamped) error {
+	it := res.intent
+	switch it.State {
+	case intent.Applied:
+		a, err := tx.AppliedAttempt(ctx, it)
+		if err != nil {
+			return err
+		}
+		res.applied = &a
+		return nil
+	case intent.InFlight:
+		// A live lease means the first caller's request may be at the rail
+		// right now; an expired one means nobody will commit it: reconcile.
+		expired, err := tx.LeaseExpired(ctx, it.Key, it.AttemptCount)
+		if err != nil || !expired {
+			return err
+		}
+		delay := e.opts.ReconcileDelay
+		res.intent, err = tx.Transition(ctx, it, intent.LeaseExpired, ledger.TransitionOpts{
+			Reason: "attempt lease expired before the rail's answer was recorded", ReconcileIn: &delay,
+			AttemptOutcome: "lease_expired"})
+		return err
+	case intent.FailedTerminal, intent.ConfirmedNotApplied:
+		// A fresh proposal of an action proven not applied: the gates run
+		// again (budgets and windows moved since), then a new attempt.
+		v, err := g.ladder(ctx, tx, it)
+		if err != nil {
+			return err
+		}
+		res.gates = &v
+		switch v.Verdict {
+		case Block:
+			return errGateBlocked
+		case Hold:
+			// Held for the owner: nothing moves, the intent stays as it is,
+			// and the owner is asked again (the approval of the first
+			// attempt was used by it).
+			return tx.OpenApproval(ctx, it, v.Approval)
+		}
+		if v.UsesApproval {
+			if err := tx.SettleApproval(ctx, it.Key, "approved", "used"); err != nil {
+				return err
+			}
+		}
+		if it.State == intent.FailedTerminal {
+			// A definite rejection: the rail saved that answer under the
+			// old key, so the reopened action needs a new stamp generation.
+			it, err = tx.Transition(ctx, it, intent.Reopened, ledger.TransitionOpts{BumpGeneration: true, Reason: "reopened by a fresh proposal"})
+		} else {
+			// Proven absent: retry under the same stamp, so that a late
+			// copy of the old request and the retry still deduplicate.
+			it, err = tx.Transition(ctx, it, intent.RetryAuthorized, ledger.TransitionOpts{Reason: "retry after proven absence"})
+		}
+		if err != nil {
+			return err
+		}
+		if err := placeHold(ctx, tx, it, v); err != nil {
+			return err
+		}
+	case intent.Held:
+		// The identical request again: if the owner approved it, the gates
+		// run again against the live limits (an approval never widens a
+		// mandate) and the approval is used once.
+		v, err := g.ladder(ctx, tx, it)
+		if err != nil {
+			return err
+		}
+		res.gates = &v
+		switch v.Verdict {
+		case Block:
+			if res.intent, err = tx.Transition(ctx, it, intent.GatesBlocked, ledger.TransitionOpts{Reason: v.Reason}); err != nil {
+				return err
+			}
+			return tx.SettleApproval(ctx, it.Key, "approved", "void")
+		case Hold:
+			return tx.OpenApproval(ctx, it, v.Approval) // keeps a live one; reopens an expired one
+		}
+		if it, err = tx.Transition(ctx, it, intent.HoldReleased, ledger.TransitionOpts{Reason: "approved by the owner"}); err != nil {
+			return err
+		}
+		if v.UsesApproval {
+			if err := tx.SettleApproval(ctx, it.Key, "approved", "used"); err != nil {
+				return err
+			}
+		}
+		if err := placeHold(ctx, tx, it, v); err != nil {
+			return err
+		}
+	case intent.Authorized:
+	default:
+		return nil // PROPOSED, UNKNOWN, RECONCILING, BLOCKED, QUARANTINED: no attempt
+	}
+	return e.startAttempt(ctx, tx, pr, it, res, stamped)
+}
+
+// startAttempt stamps and writes the next attempt of an AUTHORIZED intent
+// with the ALLOW decision, in the deciding transaction (one commit).
+func (e *Engine) startAttempt(ctx context.Context, tx *ledger.Tx, pr *proposal, it ledger.Intent, res *decided, stamped *rail.Stamped) error {
+	s, err := e.stamp(pr, it.StampGeneration, stamped)
+	if err != nil {
+		return err
+	}
+	it, a, err := tx.StartAttempt(ctx, it, pr.attemptStart(e.opts, s))
+	if err != nil {
+		return err
+	}
+	res.intent, res.attempt = it, &a
+	d := e.decisionOf(pr.req, pr.principal, ReasonAllowed, "attempt allowed")
+	d.Verdict, d.RailAccount, d.SIK, d.AttemptSeq = string(Allow), it.RailAccount, it.SIK, a.Seq
+	if res.gates != nil {
+		d.Gates = res.gates.Gates
+	}
+	res.decisionID, err = tx.RecordDecision(ctx, *d)
+	return err
+}
+
+// stamp is the stamp of the attempt at generation gen, and the headers and
+// body member the rail's adapter stamps the request with.
+func (e *Engine) stamp(pr *proposal, gen uint32, stamped *rail.Stamped) (string, error) {
+	st, err := pr.acct.Adapter.Stamp(pr.action, pr.s, gen)
+	if err != nil {
+		return "", err
+	}
+	*stamped = st
+	return sik.Stamp(pr.s, gen)
+}
+
+func placeHold(ctx context.Context, tx *ledger.Tx, it ledger.Intent, v verdict) error {
+	if v.Hold == nil {
+		return nil
+	}
+	return tx.PlaceHold(ctx, it, *v.Hold)
+}
+
+// newIntent is the intent pr proposes.
+func (pr *proposal) newIntent() ledger.NewIntent {
+	a := pr.action
+	return ledger.NewIntent{Key: pr.key, Rail: string(pr.acct.Rail), Action: string(a.Kind), Subject: a.Subject,
+		AmountMinor: pr.value, Currency: pr.currency, Payee: a.Payee, DistinctReason: a.Distinct,
+		Canonical: pr.canonical, AgentID: pr.principal.Agent.ID}
+}
+
+// attemptStart is the attempt pr's request starts, stamped with stamp.
+func (pr *proposal) attemptStart(o Options, stamp string) ledger.AttemptStart {
+	req := pr.req
+	return ledger.AttemptStart{Key: pr.key, Stamp: stamp, LeaseOwner: o.LeaseOwner, LeaseTTL: o.LeaseTTL,
+		Request:  ledger.HTTPMessage{Method: req.Method, Path: req.Path, Headers: req.Headers, Body: req.Body},
+		ViaEnvoy: req.Source == SourceExtAuthz && o.ExtProcInPath, CommitTokenHash: pr.tokenHash}
+}
+
+// gateRun is the ladder's view of pr.
+func (e *Engine) gateRun(pr *proposal) gateRun {
+	return gateRun{proposal: pr, advisors: e.opts.Advisors, mandates: &e.mandates}
+}

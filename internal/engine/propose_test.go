@@ -1,0 +1,216 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/credential"
+	"github.com/countersign/countersign/internal/intent"
+	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/mandate"
+	"github.com/countersign/countersign/internal/metrics"
+	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/rail/stripe"
+	"github.com/countersign/countersign/internal/rails"
+	"github.com/countersign/countersign/internal/sik"
+	"github.com/countersign/countersign/internal/testing/mockrail"
+	"github.com/countersign/countersign/internal/testing/pgtest"
+)
+
+// rig is an engine over a real ledger and a mock Stripe rail holding pi_1,
+// with one agent whose mandate grants refunds in USD.
+type rig struct {
+	e      *Engine
+	store  *ledger.Store
+	secret string
+}
+
+func newRig(t *testing.T) *rig {
+	t.Helper()
+	ctx := context.Background()
+	mock, err := mockrail.New(mockrail.WithPayments(mockrail.Payment{Rail: mockrail.Stripe, ID: "pi_1", Amount: 1 << 40, Currency: "usd"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(mock)
+	t.Cleanup(func() { mock.Close(); ts.Close() })
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, []byte(mockrail.DefaultStripeKey), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rs, err := rails.New(rails.File{Rails: []rails.AccountConfig{{Account: "acct_1", Rail: "stripe",
+		Hosts: []string{"api.stripe.com"}, BaseURL: ts.URL, KeyFile: keyFile}}},
+		rails.Adapters{sik.RailStripe: func() rail.Adapter { return stripe.New() }}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := ledger.Open(ctx, pgtest.NewDatabase(t), ledger.Options{MaxConns: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	owner, err := store.CreateOwner(ctx, "owner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := store.CreateAgent(ctx, owner.ID, "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, hash, err := credential.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.IssueCredential(ctx, agent.ID, credential.ScopeExecute, time.Now().Add(time.Hour), hash); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.GrantRailAccount(ctx, "acct_1", owner.ID); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Truncate(time.Second)
+	rec, err := mandate.Record(&countersignv1.Mandate{
+		Rail: countersignv1.Rail_RAIL_STRIPE, RailAccount: "acct_1", AgentId: agent.ID, Purpose: "engine tests",
+		ValidFrom: timestamppb.New(now.Add(-time.Hour)), ValidUntil: timestamppb.New(now.Add(24 * time.Hour)),
+		Mode:   countersignv1.MandateMode_MANDATE_MODE_BUDGETED,
+		Grants: []*countersignv1.Grant{{ActionKind: countersignv1.ActionKind_ACTION_KIND_REFUND, MaxAmountMinor: 1 << 40, Currencies: []string{"USD"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.CreateMandate(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	e := New(store, Options{Rails: rs, LeaseOwner: "engine-test", LeaseTTL: time.Minute}, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.New())
+	return &rig{e: e, store: store, secret: secret}
+}
+
+// refund is the same refund of 10.00 USD on pi_1 every time.
+func (r *rig) refund() Request {
+	return Request{Source: SourceExtAuthz, RequestID: "req", Credential: r.secret, Method: "POST", Host: "api.stripe.com",
+		Path: "/v1/refunds", Headers: map[string]string{"content-type": "application/x-www-form-urlencoded"},
+		Body: []byte("payment_intent=pi_1&amount=1000")}
+}
+
+func (r *rig) attempts(t *testing.T, ref *IntentRef) (ledger.Intent, []ledger.Attempt) {
+	t.Helper()
+	it, atts, err := r.store.GetIntent(context.Background(), ledger.Key{RailAccount: ref.RailAccount, SIK: ref.SIK})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return it, atts
+}
+
+// TestConcurrentIdenticalRequestsMakeOneAttempt: I1 decides the race on the
+// key, whether the fresh write or the locking transaction gets there first.
+func TestConcurrentIdenticalRequestsMakeOneAttempt(t *testing.T) {
+	r := newRig(t)
+	const n = 40
+	outs := make([]Outcome, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); outs[i] = r.e.Decide(context.Background(), r.refund()) }()
+	}
+	wg.Wait()
+	allowed := 0
+	var ref *IntentRef
+	for _, o := range outs {
+		if o.Verdict == Allow {
+			allowed++
+			ref = o.Intent
+		} else if o.ReasonCode != ReasonDuplicateInFlight {
+			t.Fatalf("a duplicate was answered %s (%s), not in-flight", o.ReasonCode, o.Reason)
+		}
+	}
+	if allowed != 1 {
+		t.Fatalf("%d of %d identical requests allowed; want exactly one", allowed, n)
+	}
+	if _, atts := r.attempts(t, ref); len(atts) != 1 {
+		t.Fatalf("%d attempts; want one", len(atts))
+	}
+}
+
+// TestRejectedIsReopenedWithANewGeneration: after a definite rejection the
+// identical request is a new attempt under a new stamp (the rail kept the
+// rejection under the old one).
+func TestRejectedIsReopenedWithANewGeneration(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	first := r.e.Decide(ctx, r.refund())
+	if first.Verdict != Allow {
+		t.Fatalf("first = %s %s", first.ReasonCode, first.Reason)
+	}
+	it, _, err := r.e.Commit(ctx, *first.Intent, rail.Response{Status: 400, Body: []byte(`{"error":{"type":"invalid_request_error","message":"no"}}`)})
+	if err != nil || it.State != intent.FailedTerminal {
+		t.Fatalf("commit of a 400 = %s, %v", it.State, err)
+	}
+	again := r.e.Decide(ctx, r.refund())
+	if again.Verdict != Allow || again.Intent.AttemptSeq != 2 || again.Intent.Stamp == first.Intent.Stamp {
+		t.Fatalf("reopen = %s %s attempt %d stamp %q (first %q)", again.Verdict, again.ReasonCode, again.Intent.AttemptSeq, again.Intent.Stamp, first.Intent.Stamp)
+	}
+	if _, atts := r.attempts(t, again.Intent); len(atts) != 2 || atts[1].StampGeneration != 1 {
+		t.Fatalf("attempts %+v; want a second attempt at generation 1", atts)
+	}
+}
+
+// TestUnknownIsReconciledBeforeARetry: an ambiguous answer starts nothing
+// until reconciliation proves the action absent; the retry keeps the stamp,
+// so a late copy of the first request and the retry still deduplicate.
+func TestUnknownIsReconciledBeforeARetry(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	first := r.e.Decide(ctx, r.refund())
+	if first.Verdict != Allow {
+		t.Fatalf("first = %s %s", first.ReasonCode, first.Reason)
+	}
+	if it, _, err := r.e.Commit(ctx, *first.Intent, rail.Response{TransportErr: errors.New("timeout")}); err != nil || it.State != intent.Unknown {
+		t.Fatalf("commit of a timeout = %s, %v", it.State, err)
+	}
+	if out := r.e.Decide(ctx, r.refund()); out.Verdict == Allow || out.ReasonCode != ReasonReconciling {
+		t.Fatalf("while UNKNOWN = %s %s; want a refusal that it is reconciling", out.Verdict, out.ReasonCode)
+	}
+	key := ledger.Key{RailAccount: first.Intent.RailAccount, SIK: first.Intent.SIK}
+	if _, err := r.store.ClaimReconcile(ctx, "rec", time.Minute, 10, &key); err != nil {
+		t.Fatal(err)
+	}
+	if it, err := r.store.RecordFinding(ctx, ledger.Finding{Key: key, AttemptSeq: 1, Outcome: ledger.FindingAbsent, Pages: 1, PaginationExhausted: true, Owner: "rec"}); err != nil || it.State != intent.ConfirmedNotApplied {
+		t.Fatalf("finding = %s, %v", it.State, err)
+	}
+	retry := r.e.Decide(ctx, r.refund())
+	if retry.Verdict != Allow || retry.Intent.AttemptSeq != 2 || retry.Intent.Stamp != first.Intent.Stamp {
+		t.Fatalf("retry = %s %s attempt %d stamp %q; want attempt 2 under %q", retry.Verdict, retry.ReasonCode, retry.Intent.AttemptSeq, retry.Intent.Stamp, first.Intent.Stamp)
+	}
+}
+
+// TestAppliedIsReplayedFromTheLedger: the identical request after APPLIED
+// gets the stored answer and starts nothing.
+func TestAppliedIsReplayedFromTheLedger(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	first := r.e.Decide(ctx, r.refund())
+	if first.Verdict != Allow {
+		t.Fatalf("first = %s %s", first.ReasonCode, first.Reason)
+	}
+	body := []byte(`{"id":"re_1","object":"refund","status":"succeeded","amount":1000,"currency":"usd","payment_intent":"pi_1","metadata":{"countersign_stamp":"` + first.Intent.Stamp + `"}}`)
+	if it, _, err := r.e.Commit(ctx, *first.Intent, rail.Response{Status: 200, Headers: map[string]string{"content-type": "application/json"}, Body: body}); err != nil || it.State != intent.Applied {
+		t.Fatalf("commit = %s, %v", it.State, err)
+	}
+	dup := r.e.Decide(ctx, r.refund())
+	if !dup.Replayed || dup.HTTPStatus != 200 || string(dup.Body) != string(body) {
+		t.Fatalf("duplicate = %s %s replayed=%v %d %s", dup.Verdict, dup.ReasonCode, dup.Replayed, dup.HTTPStatus, dup.Body)
+	}
+	if _, atts := r.attempts(t, first.Intent); len(atts) != 1 {
+		t.Fatalf("%d attempts; want one", len(atts))
+	}
+}
