@@ -2,11 +2,10 @@ package ledger
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
-
 )
 
 // A rail account belongs to the owners the operator granted it to: only

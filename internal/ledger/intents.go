@@ -119,7 +119,9 @@ func (tx *Tx) CreateIntent(ctx context.Context, p NewIntent) (it Intent, created
 func (tx *Tx) LockIntent(ctx context.Context, k Key) (Intent, error) { return tx.lockIntent(ctx, k) }
 
 // SameOwner reports whether agents a and b have one owner ("" is nobody's).
-func (tx *Tx) SameOwner(ctx context.Context, a, b string) (bool, error) { return tx.sameOwner(ctx, a, b) }
+func (tx *Tx) SameOwner(ctx context.Context, a, b string) (bool, error) {
+	return tx.sameOwner(ctx, a, b)
+}
 
 // AddAlias records that a request with alias resolved to k.
 func (tx *Tx) AddAlias(ctx context.Context, k Key, alias string) error {

@@ -49,7 +49,7 @@ func (f outboxFixture) applied(t *testing.T, n int) Key {
 	t.Helper()
 	ctx := context.Background()
 	p := proposal(n)
-	p.NewIntent.AgentID = f.agent.ID
+	p.AgentID = f.agent.ID
 	if _, err := startFirst(ctx, f.s, p); err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestOutboxEventFollowsEachInterestingTransition(t *testing.T) {
 
 	// A HOLD is an event for both the catch-all and the held-only webhook.
 	p := proposal(2)
-	p.NewIntent.AgentID = f.agent.ID
+	p.AgentID = f.agent.ID
 	if err := f.s.InTx(ctx, func(tx *Tx) error {
 		it, _, err := tx.CreateIntent(ctx, p.NewIntent)
 		if err != nil {
@@ -161,7 +161,7 @@ func TestOutboxEventFollowsEachInterestingTransition(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := proposal(tc.n)
-			p.NewIntent.AgentID = f.agent.ID
+			p.AgentID = f.agent.ID
 			if _, err := startFirst(ctx, f.s, p); err != nil {
 				t.Fatal(err)
 			}
@@ -200,7 +200,7 @@ func TestOutboxRolledBackTransitionLeavesNoEvent(t *testing.T) {
 	ctx := context.Background()
 	w := f.webhook(t, f.owner)
 	p := proposal(1)
-	p.NewIntent.AgentID = f.agent.ID
+	p.AgentID = f.agent.ID
 	if _, err := startFirst(ctx, f.s, p); err != nil {
 		t.Fatal(err)
 	}

@@ -2,9 +2,9 @@ package ledger
 
 import (
 	"context"
-	"fmt"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/countersign/countersign/internal/intent"
