@@ -19,7 +19,7 @@ func reportedProposal(t *testing.T, s *Store, n int, token string) (testProposal
 		t.Fatal(err)
 	}
 	p := proposal(n)
-	p.NewIntent.AgentID = a.ID
+	p.AgentID = a.ID
 	if token != "" {
 		h := sha256.Sum256([]byte(token))
 		p.CommitTokenHash = h[:]
