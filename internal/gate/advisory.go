@@ -8,7 +8,10 @@ import (
 // Advisor is an advisory gate (G5). It may object to an action, holding or
 // blocking it; it has no way to allow one. Advisors run only when the
 // mandate enables them, after every deterministic gate, and never after a
-// BLOCK. Advise must not modify in (in.Mandate is shared).
+// BLOCK. Advise must not modify in (in.Mandate is shared), and must not
+// read in.Usage or in.LedgerOutstandingMinor: a new intent is decided on
+// Uncounted input, and only what HeadroomOf bounds is asserted when it is
+// written, so an objection drawn from the counts would go unseen.
 type Advisor interface {
 	// Name is how mandates list the advisor ("new_payee").
 	Name() string

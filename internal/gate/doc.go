@@ -9,9 +9,13 @@
 // zero [Verdict] is BLOCK, so a result nobody filled in denies (F1).
 //
 // Purity is not atomicity. G3 judges budgets and windows from [Usage], and
-// its ALLOW is only as good as the moment Usage was read: the ledger must
-// read Usage under the mandate's budget row lock (SELECT … FOR UPDATE), call
-// [Evaluate], and write the intent and its budget hold in that same
-// transaction (invariant B1). Read outside that lock, two concurrent
-// decisions each see room for one and both take it.
+// its ALLOW is only as good as the moment Usage was read. Either the
+// ledger reads Usage under the mandate's usage lock (SELECT … FOR UPDATE),
+// [Evaluate] runs, and the intent and its budget hold are written in that
+// same transaction; or [Evaluate] runs on [Uncounted] input and the
+// transaction that writes the intent asserts, under that lock, that the
+// real counts are within [HeadroomOf] (the budget by its row's CHECK),
+// which gives the same verdict exactly (invariant B1). Read outside the
+// lock and not asserted, two concurrent decisions each see room for one
+// and both take it.
 package gate

@@ -15,8 +15,9 @@ import (
 // this exact request; an approval never lifts a limit.
 //
 // Pure as it is, its ALLOW is sound only when in.Usage was read under the
-// mandate's budget row lock in the transaction that writes the intent and
-// its hold (B1); see the package doc.
+// mandate's usage lock in the transaction that writes the intent and its
+// hold, or that transaction asserts the counts within HeadroomOf (B1); see
+// the package doc.
 func CheckLimits(in Input) Result {
 	m, a, u := in.Mandate, in.Action, in.Usage
 	g := grantFor(m, a.Kind)

@@ -308,6 +308,13 @@ func TestDatabaseRefusesIllegalWrites(t *testing.T) {
 		{"change the amount", `UPDATE intents SET amount_minor = 1 WHERE sik = $1`, []any{p.SIK}, "immutable"},
 		{"born IN_FLIGHT", `INSERT INTO intents (rail_account, sik, state, last_event, rail, action, subject, amount_minor, currency, canonical)
 			VALUES ('acct_test', 'ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ', 'IN_FLIGHT', 'ATTEMPT_STARTED', 'stripe', 'refund', 'pi', 1, 'USD', '{}')`, nil, "born PROPOSED"},
+		{"born IN_FLIGHT on a later attempt", `INSERT INTO intents (rail_account, sik, state, last_event, rail, action, subject, amount_minor, currency, canonical, attempt_count)
+			VALUES ('acct_test', 'ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ', 'IN_FLIGHT', 'ATTEMPT_STARTED', 'stripe', 'refund', 'pi', 1, 'USD', '{}', 2)`, nil, "born PROPOSED"},
+		{"born IN_FLIGHT under a later stamp", `INSERT INTO intents (rail_account, sik, state, last_event, rail, action, subject, amount_minor, currency, canonical, attempt_count, stamp_generation)
+			VALUES ('acct_test', 'ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ', 'IN_FLIGHT', 'ATTEMPT_STARTED', 'stripe', 'refund', 'pi', 1, 'USD', '{}', 1, 1)`, nil, "born PROPOSED"},
+		{"born AUTHORIZED", `INSERT INTO intents (rail_account, sik, state, last_event, rail, action, subject, amount_minor, currency, canonical)
+			VALUES ('acct_test', 'ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ', 'AUTHORIZED', 'GATES_PASSED', 'stripe', 'refund', 'pi', 1, 'USD', '{}')`, nil, "born PROPOSED"},
+		{"a state the machine does not have", `UPDATE intents SET state = 'SENT', last_event = 'RAIL_APPLIED' WHERE sik = $1`, []any{p.SIK}, "illegal transition"},
 		{"second attempt while the first is in flight", `INSERT INTO attempts (rail_account, sik, attempt_seq, stamp, stamp_generation, lease_owner, lease_expires_at)
 			VALUES ('acct_test', $1, 2, 'stampstamp', 0, 'x', now())`, []any{p.SIK}, "does not match an IN_FLIGHT intent"},
 		{"skip an attempt number", `UPDATE intents SET attempt_count = 5 WHERE sik = $1`, []any{p.SIK}, "without a transition"},
