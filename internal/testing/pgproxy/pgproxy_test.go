@@ -19,8 +19,8 @@ func msg(typ byte, payload string) []byte {
 }
 
 func complete(tag string) []byte { return msg('C', tag+"\x00") }
-func ready(status byte) []byte  { return msg('Z', string(status)) }
-func failure() []byte           { return msg('E', "SERROR\x00C40001\x00Mcould not serialize\x00\x00") }
+func ready(status byte) []byte   { return msg('Z', string(status)) }
+func failure() []byte            { return msg('E', "SERROR\x00C40001\x00Mcould not serialize\x00\x00") }
 
 func cat(parts ...[]byte) []byte {
 	var out []byte
