@@ -27,8 +27,8 @@ type Counts struct {
 	RoundTrips int64
 	// Commits and Rollbacks count the transactions the server reported
 	// ending: an explicit block (ReadyForQuery leaving status T or E) or an
-	// implicit one (a statement completed or failed between two idle
-	// ReadyForQuery messages).
+	// implicit one (statement processing — a parse, a completed or failed
+	// statement — between two idle ReadyForQuery messages).
 	Commits, Rollbacks int64
 	// Unparsed counts connections whose protocol the proxy stopped
 	// following (their transactions are not counted).
@@ -254,7 +254,7 @@ type wireReader struct {
 	payload []byte // kept for 'C' and 'Z' only
 
 	status    byte // last ReadyForQuery status; 'I' before the first
-	completed bool // a CommandComplete since the last ReadyForQuery
+	worked    bool // a message of statement processing since the last ReadyForQuery
 	failed    bool // an ErrorResponse since the last ReadyForQuery
 	lastTag   string
 }
@@ -312,9 +312,12 @@ func (r *wireReader) message() (commits, rollbacks int64) {
 				break
 			}
 		}
-		r.completed, r.lastTag = true, string(tag)
+		r.worked, r.lastTag = true, string(tag)
 	case 'E':
 		r.failed = true
+	case 'N', 'S', 'A', 'K', 'R':
+		// Notices, parameter status, notifications, key data and
+		// authentication: no statement ran.
 	case 'Z':
 		if len(r.payload) < 1 {
 			return 0, 0
@@ -332,10 +335,15 @@ func (r *wireReader) message() (commits, rollbacks int64) {
 			}
 		case next == 'I' && r.status == 'I' && r.failed:
 			rollbacks++
-		case next == 'I' && r.status == 'I' && r.completed:
+		case next == 'I' && r.status == 'I' && r.worked:
+			// PostgreSQL runs each extended-protocol cycle outside a block
+			// in a transaction of its own, even one that only parses or
+			// describes a statement, and counts it as a commit.
 			commits++
 		}
-		r.status, r.completed, r.failed, r.lastTag = next, false, false, ""
+		r.status, r.worked, r.failed, r.lastTag = next, false, false, ""
+	default:
+		r.worked = true
 	}
 	return commits, rollbacks
 }

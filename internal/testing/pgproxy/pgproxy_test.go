@@ -60,6 +60,9 @@ func TestProxyCountsAKnownExchange(t *testing.T) {
 		// COMMIT itself fails (a serialization failure at commit).
 		{request: query, answer: cat(complete("BEGIN"), ready('T'))},
 		{request: query, answer: cat(failure(), ready('I'))},
+		// A parse and describe only (a statement prepared): PostgreSQL
+		// runs it in a transaction of its own.
+		{request: query, answer: cat(msg('1', ""), msg('t', "\x00\x00"), msg('n', ""), ready('I'))},
 		// A statement that fails outside a block; a Sync with no statement.
 		{request: query, answer: cat(failure(), ready('I'))},
 		{request: msg('S', ""), answer: ready('I')},
@@ -120,11 +123,11 @@ func TestProxyCountsAKnownExchange(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := p.Counts()
-	want := Counts{Conns: 1, RoundTrips: int64(len(steps)), Commits: 2, Rollbacks: 3}
+	want := Counts{Conns: 1, RoundTrips: int64(len(steps)), Commits: 3, Rollbacks: 3}
 	if got != want {
 		t.Fatalf("counts = %+v, want %+v", got, want)
 	}
-	if got.Transactions() != 5 || got.Sub(Counts{RoundTrips: 3}).RoundTrips != int64(len(steps))-3 {
+	if got.Transactions() != 6 || got.Sub(Counts{RoundTrips: 3}).RoundTrips != int64(len(steps))-3 {
 		t.Fatalf("Transactions/Sub: %+v", got)
 	}
 }
