@@ -31,6 +31,7 @@ import (
 const (
 	spreadAgents = 16  // mandates the spread cells' operations rotate over
 	countOps     = 100 // operations per kind in the counting run
+	countWarmup  = 40  // unmeasured operations per kind before them
 	starts       = 5   // starts of `countersign serve` for memory and start-up time
 )
 
@@ -130,9 +131,9 @@ func TestBench(t *testing.T) {
 				best[kind] = max(best[kind], res.perSecond)
 				cells = append(cells, res)
 				if res.errors > 0 {
-					t.Errorf("%s %s at %d callers: %d of %d operations failed; first: %v", kind, mandates(hotMandate), n, res.errors, res.ops, res.firstErr)
+					t.Errorf("%s, %s, %s: %d of %d operations failed; first: %v", kind, mandates(hotMandate), callersText(n), res.errors, res.ops, res.firstErr)
 				}
-				t.Logf("%s, %s, %d callers: %d operations, %.0f/s, Check p50 %s p99 %s", kind, mandates(hotMandate), n, res.ops, res.perSecond, ms(res.check.p50), ms(res.check.p99))
+				t.Logf("%s, %s, %s: %d operations, %.0f/s, Check p50 %s p99 %s", kind, mandates(hotMandate), callersText(n), res.ops, res.perSecond, ms(res.check.p50), ms(res.check.p99))
 			}
 		}
 	}
@@ -348,10 +349,9 @@ func (r *rig) count(p *serveProc, px *pgproxy.Proxy, spread []agent, hot agent) 
 		}
 		// A few unmeasured operations first: every statement prepared on
 		// every pooled connection this path uses.
-		const warmup = 40
-		first := r.payments(warmup+countOps, amount)
+		first := r.payments(countWarmup+countOps, amount)
 		kc := kindCost{name: kind.name, ops: countOps}
-		for k := range warmup + countOps {
+		for k := range countWarmup + countOps {
 			i := first + k
 			before := take()
 			var mid snapshot
@@ -369,16 +369,16 @@ func (r *rig) count(p *serveProc, px *pgproxy.Proxy, spread []agent, hot agent) 
 			if kind.allow {
 				end = take()
 			}
-			if k < warmup {
+			if k < countWarmup {
 				continue
 			}
 			kc.check = kc.check.add(cost(before, mid))
 			kc.commit = kc.commit.add(cost(mid, end))
 		}
 		if kind.allow {
-			out.allowOps += warmup + countOps
+			out.allowOps += countWarmup + countOps
 		} else {
-			out.blockOps += warmup + countOps
+			out.blockOps += countWarmup + countOps
 		}
 		out.kinds = append(out.kinds, kc)
 	}

@@ -62,7 +62,9 @@ func (r report) markdown() string {
 		spreadAgents, spreadAgents, r.cell)
 
 	b.WriteString("### Throughput and latency\n\n")
-	b.WriteString("*Check* is the time to ext_authz's answer (when the request may leave); *whole* adds the ext_proc exchange up to its last answer.\n\n")
+	b.WriteString("*Check* is the time to ext_authz's answer (when the request may leave); *whole* adds the ext_proc exchange up to its last answer. " +
+		"Cells run in the order shown, after a one-second warm-up; the mandates' one-hour windows keep every earlier operation of the run, so the hot " +
+		"mandate's agent decides against all the hot cells' history so far and each spread agent against a sixteenth of the spread cells'.\n\n")
 	var rows [][]string
 	for _, n := range concurrencies {
 		f := r.floorAt(n)
@@ -102,7 +104,7 @@ func (r report) markdown() string {
 		"(its reconciler and webhook dispatcher off, readiness probed once a minute, so the database's work is the decisions'), after %d unmeasured ones. "+
 		"Statements are `pg_stat_statements` calls (`track=all`: statements inside triggers and functions count; `BEGIN`/`COMMIT` are top-level statements); "+
 		"a writing statement is a top-level one whose WAL records grew; WAL bytes are `pg_current_wal_lsn()` differences; transactions and client round trips "+
-		"(a burst from the server's pool answered by PostgreSQL: one direction flip) are read off the wire by the proxy. Figures are per operation.\n\n", countOps, 40)
+		"(a burst from the server's pool answered by PostgreSQL: one direction flip) are read off the wire by the proxy. Figures are per operation.\n\n", countOps, countWarmup)
 	rows = rows[:0]
 	for _, k := range r.counts.kinds {
 		phases := []struct {
@@ -169,7 +171,7 @@ func (r report) targets(readyMax time.Duration, rssMax int64, mib func(int64) st
 			c, _ := r.cellOf("ALLOW", hot, n)
 			ck, wh := float64(c.check.p99)/float64(c.check.p50), float64(c.whole.p99)/float64(c.whole.p50)
 			spreadOK = spreadOK && ck <= 4 && wh <= 4
-			spreadNotes = append(spreadNotes, fmt.Sprintf("%d callers, %s: %.1f× (whole %.1f×)", n, mandates(hot), ck, wh))
+			spreadNotes = append(spreadNotes, fmt.Sprintf("%s, %s: %.1f× (whole %.1f×)", callersText(n), mandates(hot), ck, wh))
 		}
 	}
 	rows = append(rows, []string{"ALLOW p99 ≤ 4 × p50", strings.Join(spreadNotes, "; "), met(spreadOK)})
@@ -186,7 +188,7 @@ func (r report) targets(readyMax time.Duration, rssMax int64, mib func(int64) st
 			h, _ := r.cellOf(kind, true, n)
 			s, _ := r.cellOf(kind, false, n)
 			hotOK = hotOK && h.perSecond >= 0.5*s.perSecond
-			hotNotes = append(hotNotes, fmt.Sprintf("%s at %d callers %s", kind, n, pct(h.perSecond/s.perSecond)))
+			hotNotes = append(hotNotes, fmt.Sprintf("%s at %s %s", kind, callersText(n), pct(h.perSecond/s.perSecond)))
 		}
 	}
 	rows = append(rows, []string{"hot mandate ≥ 50 % of spread", strings.Join(hotNotes, "; "), met(hotOK)})
@@ -222,4 +224,11 @@ func (r report) targets(readyMax time.Duration, rssMax int64, mib func(int64) st
 		[]string{"idle RSS ≤ 64 MiB", mib(rssMax) + " (largest of the starts)", met(rssMax <= 64<<20)},
 		[]string{"start-to-ready ≤ 1 s", ms(readyMax) + " (slowest of the starts)", met(readyMax <= time.Second)})
 	return rows
+}
+
+func callersText(n int) string {
+	if n == 1 {
+		return "1 caller"
+	}
+	return strconv.Itoa(n) + " callers"
 }
