@@ -49,7 +49,7 @@ func TestBench(t *testing.T) {
 		}
 		cell = time.Duration(n * float64(time.Second))
 	}
-	began := time.Now()
+	began, loadBefore := time.Now(), loadAverage()
 	r := newRig(t)
 
 	// 1. What one decision costs, at one caller, through a counting proxy.
@@ -145,7 +145,7 @@ func TestBench(t *testing.T) {
 	load.stop()
 
 	rep := report{
-		date: began.UTC().Format("2006-01-02"), machine: machine(r.pgVersion), took: time.Since(began).Round(time.Second),
+		date: began.UTC().Format("2006-01-02"), machine: machine(r.pgVersion), took: time.Since(began).Round(time.Second), loadBefore: loadBefore,
 		cell: cell, floors: floors, cells: cells, counts: counts, proc: proc,
 		applied: applied,
 	}

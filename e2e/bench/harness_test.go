@@ -482,3 +482,16 @@ func machine(pgVersion string) string {
 	}
 	return fmt.Sprintf("%s, %d cores, %s; %s; PostgreSQL %s", cpu, numCPU(), mem, goVersion(), pgVersion)
 }
+
+// loadAverage is the machine's one-minute load average ("" if unknown):
+// work other than the run's shares the cores too.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return ""
+}

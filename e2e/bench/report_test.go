@@ -11,6 +11,7 @@ import (
 // report is one run's figures, rendered as the bench section of RESULTS.md.
 type report struct {
 	date, machine string
+	loadBefore    string // one-minute load average as the run began
 	took, cell    time.Duration
 	floors        []floorResult
 	cells         []cellResult
@@ -48,7 +49,11 @@ func met(ok bool) string {
 
 func (r report) markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "## Benchmark\n\nMachine-written by `make bench` on %s (the run took %s). Machine: %s.\n\n", r.date, r.took, r.machine)
+	fmt.Fprintf(&b, "## Benchmark\n\nMachine-written by `make bench` on %s (the run took %s). Machine: %s.", r.date, r.took, r.machine)
+	if r.loadBefore != "" {
+		fmt.Fprintf(&b, " One-minute load average as the run began: %s (other work on the machine shares its cores).", r.loadBefore)
+	}
+	b.WriteString("\n\n")
 	fmt.Fprintf(&b, "One run, one process: the load generator, a `countersign serve` built from this tree (default settings), "+
 		"the mock rail and PostgreSQL (fsync and `synchronous_commit` on) share the machine. Every operation is a new refund on a payment of its own. "+
 		"**ALLOW** is Envoy's ext_authz `Check` (credential, the referent read at the mock rail, the gates, the budget hold and the window, "+
