@@ -450,7 +450,7 @@ func (r *rig) xacts() (commits, rollbacks int64) {
 // the ledger URL through it.
 func (r *rig) proxy() (*pgproxy.Proxy, string) {
 	r.t.Helper()
-	px, err := pgproxy.Start(r.pgAddr)
+	px, err := pgproxy.Start(context.Background(), r.pgAddr)
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -174,8 +174,11 @@ func (c *client) exchange(ctx context.Context, lane, i int, form string, allowed
 	if err := st.CloseSend(); err != nil {
 		return 0, err
 	}
-	if _, err := st.Recv(); !errors.Is(err, io.EOF) {
-		return 0, fmt.Errorf("ext_proc stream did not end cleanly: %v", err)
+	switch _, err := st.Recv(); {
+	case err == nil:
+		return 0, errors.New("ext_proc sent a message after its last answer")
+	case !errors.Is(err, io.EOF):
+		return 0, fmt.Errorf("ext_proc stream did not end cleanly: %w", err)
 	}
 	return took, nil
 }

@@ -10,12 +10,14 @@
 package pgproxy
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"io"
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Counts is what the proxy has seen, over every connection, since Start.
@@ -59,8 +61,9 @@ type Proxy struct {
 
 // Start listens on 127.0.0.1 (a free port) and forwards to target
 // (host:port).
-func Start(target string) (*Proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func Start(ctx context.Context, target string) (*Proxy, error) {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
@@ -111,6 +114,16 @@ func (p *Proxy) untrack(c net.Conn) {
 	_ = c.Close()
 }
 
+// dialTimeout bounds each connection to the target.
+const dialTimeout = 10 * time.Second
+
+func (p *Proxy) dial() (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+	defer cancel()
+	var d net.Dialer
+	return d.DialContext(ctx, "tcp", p.target)
+}
+
 func (p *Proxy) accept() {
 	defer p.wg.Done()
 	for {
@@ -118,7 +131,7 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
-		server, err := net.Dial("tcp", p.target)
+		server, err := p.dial()
 		if err != nil {
 			_ = client.Close()
 			continue
@@ -253,10 +266,10 @@ type wireReader struct {
 	left    int    // payload bytes still to read of the current message
 	payload []byte // kept for 'C' and 'Z' only
 
-	status    byte // last ReadyForQuery status; 'I' before the first
-	worked    bool // a message of statement processing since the last ReadyForQuery
-	failed    bool // an ErrorResponse since the last ReadyForQuery
-	lastTag   string
+	status  byte // last ReadyForQuery status; 'I' before the first
+	worked  bool // a message of statement processing since the last ReadyForQuery
+	failed  bool // an ErrorResponse since the last ReadyForQuery
+	lastTag string
 }
 
 // maxKept bounds the payload kept of a CommandComplete/ReadyForQuery.

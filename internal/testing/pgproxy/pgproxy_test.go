@@ -1,6 +1,7 @@
 package pgproxy
 
 import (
+	"context"
 	"encoding/binary"
 	"io"
 	"net"
@@ -101,7 +102,7 @@ func TestProxyCountsAKnownExchange(t *testing.T) {
 		served <- nil
 	}()
 
-	p, err := Start(ln.Addr().String())
+	p, err := Start(context.Background(), ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
