@@ -354,6 +354,7 @@ func (r *rig) countIntents(p *serveProc, state countersignv1.IntentState) int {
 // dbSnap is what PostgreSQL says about the ledger database at one moment.
 type dbSnap struct {
 	lsn        uint64
+	nextXID    int64 // the first transaction id not yet assigned
 	statements map[stmtKey]stmtStat
 }
 
@@ -369,10 +370,13 @@ type dbWork struct {
 	topLevel, nested int64 // statements as pg_stat_statements counts them (track=all)
 	writing          int64 // top-level statements that wrote WAL
 	walBytes         int64
+	// writingTx counts transaction ids assigned: PostgreSQL gives one
+	// only to a transaction (or subtransaction) that writes.
+	writingTx int64
 }
 
 func (w dbWork) add(o dbWork) dbWork {
-	return dbWork{w.topLevel + o.topLevel, w.nested + o.nested, w.writing + o.writing, w.walBytes + o.walBytes}
+	return dbWork{w.topLevel + o.topLevel, w.nested + o.nested, w.writing + o.writing, w.walBytes + o.walBytes, w.writingTx + o.writingTx}
 }
 
 func (r *rig) snap() dbSnap {
@@ -396,7 +400,8 @@ func (r *rig) snap() dbSnap {
 		t.Fatal(err)
 	}
 	var lsn string
-	if err := r.admin.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+	// Neither reading assigns a transaction id or writes WAL.
+	if err := r.admin.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text, pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&lsn, &s.nextXID); err != nil {
 		t.Fatal(err)
 	}
 	if s.lsn, err = parseLSN(lsn); err != nil {
@@ -407,7 +412,7 @@ func (r *rig) snap() dbSnap {
 
 // since is the work done from before to s.
 func (s dbSnap) since(before dbSnap) dbWork {
-	w := dbWork{walBytes: int64(s.lsn - before.lsn)}
+	w := dbWork{walBytes: int64(s.lsn - before.lsn), writingTx: s.nextXID - before.nextXID}
 	for k, v := range s.statements {
 		b := before.statements[k]
 		calls := v.calls - b.calls
