@@ -140,8 +140,9 @@ func (r report) markdown() string {
 		newConns += k.check.wire.Conns + k.commit.wire.Conns
 	}
 	fmt.Fprintf(&b, "\nNew ledger connections during the counted operations: %d. Over the counting server's whole life (its start, the setup through the owner API, "+
-		"the warm-up and the counted operations) `pg_stat_database` counted %d commits and %d rollbacks in the ledger database; the proxy saw %d and %d.\n\n",
-		newConns, r.counts.statDB[0], r.counts.statDB[1], r.counts.wireAll.Commits, r.counts.wireAll.Rollbacks)
+		"the warm-up and the counted operations) `pg_stat_database` counted %d commits and %d rollbacks in the ledger database; the proxy saw %d commits "+
+		"and %d rollbacks over %d connections (PostgreSQL also counts the one transaction each backend runs as it starts).\n\n",
+		newConns, r.counts.statDB[0], r.counts.statDB[1], r.counts.wireAll.Commits, r.counts.wireAll.Rollbacks, r.counts.wireAll.Conns)
 
 	b.WriteString("### The process\n\n")
 	ready := slices.Clone(r.proc.ready)

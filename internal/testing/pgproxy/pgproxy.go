@@ -328,9 +328,10 @@ func (r *wireReader) message() (commits, rollbacks int64) {
 		r.worked, r.lastTag = true, string(tag)
 	case 'E':
 		r.failed = true
-	case 'N', 'S', 'A', 'K', 'R':
-		// Notices, parameter status, notifications, key data and
-		// authentication: no statement ran.
+	case 'N', 'S', 'A', 'K', 'R', '3':
+		// Notices, parameter status, notifications, key data,
+		// authentication, and CloseComplete (closing a prepared statement
+		// or portal opens no transaction): no statement ran.
 	case 'Z':
 		if len(r.payload) < 1 {
 			return 0, 0

@@ -3,14 +3,22 @@ package pgproxy
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
+	"net/url"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
+
+	"github.com/countersign/countersign/internal/testing/pgtest"
+	"github.com/countersign/countersign/internal/testing/wait"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(pgtest.Wrap(m, nil)) }
 
 // msg is one protocol message: type, length, payload.
 func msg(typ byte, payload string) []byte {
@@ -64,6 +72,8 @@ func TestProxyCountsAKnownExchange(t *testing.T) {
 		// A parse and describe only (a statement prepared): PostgreSQL
 		// runs it in a transaction of its own.
 		{request: query, answer: cat(msg('1', ""), msg('t', "\x00\x00"), msg('n', ""), ready('I'))},
+		// Closing a prepared statement runs no transaction.
+		{request: query, answer: cat(msg('3', ""), ready('I'))},
 		// A statement that fails outside a block; a Sync with no statement.
 		{request: query, answer: cat(failure(), ready('I'))},
 		{request: msg('S', ""), answer: ready('I')},
@@ -159,5 +169,116 @@ func TestWireReaderAcrossAnySplit(t *testing.T) {
 	var r wireReader
 	if _, _, ok := r.feed([]byte{'Z', 0, 0, 0, 1}); ok {
 		t.Fatal("a message length below 4 was accepted")
+	}
+}
+
+// TestProxyAgainstPostgreSQL: through the proxy, pgx's ordinary calls cost
+// the round trips and transactions a reader of the protocol expects.
+func TestProxyAgainstPostgreSQL(t *testing.T) {
+	ctx := context.Background()
+	dbURL := pgtest.NewDatabase(t)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dbHost := u.Host
+	p, err := Start(ctx, dbHost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	u.Host = p.Addr()
+	conn, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `CREATE TABLE t (v int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	// Every statement below once, so each is prepared before it is counted.
+	batch := func() *pgx.Batch {
+		b := &pgx.Batch{}
+		b.Queue(`SELECT 1`)
+		b.Queue(`SELECT count(*) FROM t`)
+		b.Queue(`SELECT 2`)
+		return b
+	}
+	insert := func(v int) error { _, err := conn.Exec(ctx, `INSERT INTO t (v) VALUES ($1)`, v); return err }
+	if err := insert(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.SendBatch(ctx, batch()).Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name string
+		do   func() error
+		want Counts
+	}{
+		{"one statement", func() error { return insert(1) }, Counts{RoundTrips: 1, Commits: 1}},
+		{"a block of one statement", func() error {
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO t (v) VALUES ($1)`, 2); err != nil {
+				return err
+			}
+			return tx.Commit(ctx)
+		}, Counts{RoundTrips: 3, Commits: 1}},
+		{"a pipelined batch", func() error { return conn.SendBatch(ctx, batch()).Close() }, Counts{RoundTrips: 1, Commits: 1}},
+		{"a block rolled back", func() error {
+			tx, err := conn.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			return tx.Rollback(ctx)
+		}, Counts{RoundTrips: 2, Rollbacks: 1}},
+		{"a statement that fails", func() error {
+			if insert(1) == nil {
+				return errors.New("a duplicate key was accepted")
+			}
+			return nil
+		}, Counts{RoundTrips: 1, Rollbacks: 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := p.Counts()
+			if err := tc.do(); err != nil {
+				t.Fatal(err)
+			}
+			if got := p.Counts().Sub(before); got != tc.want {
+				t.Fatalf("counts = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+
+	// PostgreSQL's own count agrees over the connection's whole life, once
+	// the backend has exited (it reports its counts then) — plus the one
+	// transaction each backend runs as it starts, which the client never
+	// sees.
+	conn.Close(ctx)
+	admin := *u
+	admin.Host, admin.Path = dbHost, "/postgres"
+	ac, err := pgx.Connect(ctx, admin.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ac.Close(ctx)
+	db := strings.TrimPrefix(u.Path, "/")
+	if !wait.Until(30*time.Second, func() bool {
+		var n int
+		return ac.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = $1`, db).Scan(&n) == nil && n == 0
+	}) {
+		t.Fatal("the backend did not exit")
+	}
+	var commits, rollbacks int64
+	if err := ac.QueryRow(ctx, `SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = $1`, db).Scan(&commits, &rollbacks); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Counts(); got.Commits+got.Conns != commits || got.Rollbacks != rollbacks {
+		t.Errorf("the proxy saw %d commits over %d connections and %d rollbacks; pg_stat_database counted %d and %d",
+			got.Commits, got.Conns, got.Rollbacks, commits, rollbacks)
 	}
 }
