@@ -141,8 +141,8 @@ func (r report) markdown() string {
 	}
 	fmt.Fprintf(&b, "\nNew ledger connections during the counted operations: %d. Over the counting server's whole life (its start, the setup through the owner API, "+
 		"the warm-up and the counted operations) `pg_stat_database` counted %d commits and %d rollbacks in the ledger database; the proxy saw %d commits "+
-		"and %d rollbacks over %d connections (PostgreSQL also counts the one transaction each backend runs as it starts).\n\n",
-		newConns, r.counts.statDB[0], r.counts.statDB[1], r.counts.wireAll.Commits, r.counts.wireAll.Rollbacks, r.counts.wireAll.Conns)
+		"and %d rollbacks over %s (PostgreSQL also counts the one transaction each backend runs as it starts).\n\n",
+		newConns, r.counts.statDB[0], r.counts.statDB[1], r.counts.wireAll.Commits, r.counts.wireAll.Rollbacks, plural(r.counts.wireAll.Conns, "connection"))
 
 	b.WriteString("### The process\n\n")
 	ready := slices.Clone(r.proc.ready)
@@ -235,9 +235,11 @@ func (r report) targets(readyMax time.Duration, rssMax int64, mib func(int64) st
 	return rows
 }
 
-func callersText(n int) string {
+func callersText(n int) string { return plural(int64(n), "caller") }
+
+func plural(n int64, noun string) string {
 	if n == 1 {
-		return "1 caller"
+		return "1 " + noun
 	}
-	return strconv.Itoa(n) + " callers"
+	return strconv.FormatInt(n, 10) + " " + noun + "s"
 }
