@@ -70,9 +70,13 @@ e2e-k8s:
 	COUNTERSIGN_E2E_ETCD=$$etcd COUNTERSIGN_E2E_KUBE_APISERVER=$$apiserver \
 		$(GO) test -tags k8s -count=1 -timeout 15m -v ./e2e/k8s/
 
-## bench: the ALLOW path beside the commit floor of the same PostgreSQL (pgbench)
+## bench: in one run, pgbench's commit floor and a real countersign serve's
+## ALLOW and BLOCK paths (ext_authz and ext_proc) at 1, 16 and 64 callers,
+## what one decision costs PostgreSQL, idle memory and start-up time;
+## writes its section of RESULTS.md (BENCH_SECONDS per cell, default 8)
+BENCH_RESULTS ?= $(CURDIR)/RESULTS.md
 bench:
-	$(GO) test -run '^$$' -bench . -benchtime 3000x ./internal/server/
+	COUNTERSIGN_BENCH=1 BENCH_RESULTS=$(BENCH_RESULTS) $(GO) test -count=1 -timeout 20m -run '^TestBench$$' -v ./e2e/bench/
 
 ## lint: golangci-lint v2 (pinned in scripts/tool.sh, built once per version into a cache outside the clone)
 lint:

@@ -2,25 +2,17 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
-	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/countersign/countersign/internal/config"
@@ -34,105 +26,6 @@ import (
 	"github.com/countersign/countersign/internal/testing/mockrail"
 	"github.com/countersign/countersign/internal/testing/pgtest"
 )
-
-// BenchmarkAllowPath measures the ALLOW path end to end over real gRPC:
-// Envoy's Check → credential → referent read at the (in-process) mock rail
-// → intent and durable IN_FLIGHT attempt committed in PostgreSQL → decision
-// recorded → response. Every operation is a new action (a new SIK) on its
-// own payment, under a mandate of grants (no budget or window: decisions
-// under it do not take turns).
-//
-//	go test -run '^$' -bench AllowPath -benchtime 2000x ./internal/server/
-func BenchmarkAllowPath(b *testing.B) {
-	for _, c := range []int{1, 16} {
-		b.Run(fmt.Sprintf("callers=%d", c), func(b *testing.B) {
-			h := benchHarness(b)
-			// One payment per operation, as refunds spread over many payments.
-			for i := range b.N {
-				if _, err := h.mock.AddPayment(mockrail.Payment{Rail: mockrail.Stripe, ID: fmt.Sprintf("pi_bench_%d", i), Amount: 100000, Currency: "usd"}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			var next atomic.Int64
-			lat := make([]time.Duration, b.N)
-			var wg sync.WaitGroup
-			b.ResetTimer()
-			start := time.Now()
-			for range c {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						i := next.Add(1) - 1
-						if i >= int64(b.N) {
-							return
-						}
-						t0 := time.Now()
-						resp, err := h.client.Check(context.Background(), h.request(i))
-						lat[i] = time.Since(t0)
-						if err != nil || codes.Code(resp.GetStatus().GetCode()) != codes.OK {
-							b.Errorf("op %d: %v %v", i, err, resp.GetDeniedResponse().GetBody())
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			elapsed := time.Since(start)
-			b.StopTimer()
-			slices.Sort(lat)
-			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
-			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
-			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
-		})
-	}
-}
-
-// BenchmarkCommitFloor runs pgbench against the same kind of PostgreSQL the
-// ALLOW path uses: one single-row INSERT per transaction, synchronous_commit
-// on, at 1 and 16 clients. It is the floor the ALLOW path is compared with.
-//
-//	go test -run '^$' -bench CommitFloor ./internal/server/
-func BenchmarkCommitFloor(b *testing.B) {
-	pgbench, err := pgbenchPath()
-	if err != nil {
-		b.Fatal(err)
-	}
-	url := pgtest.NewDatabase(b)
-	ctx := context.Background()
-	// The pgbench workload's own table (benchmark scaffolding, not ledger SQL).
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, `CREATE TABLE commit_floor (id bigserial PRIMARY KEY, v int NOT NULL)`); err != nil {
-		b.Fatal(err)
-	}
-	conn.Close(ctx)
-	script := filepath.Join(b.TempDir(), "insert.sql")
-	if err := os.WriteFile(script, []byte("INSERT INTO commit_floor (v) VALUES (1);\n"), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	tpsRE := regexp.MustCompile(`tps = ([0-9.]+)`)
-	latRE := regexp.MustCompile(`latency average = ([0-9.]+) ms`)
-	for _, c := range []int{1, 16} {
-		b.Run(fmt.Sprintf("clients=%d", c), func(b *testing.B) {
-			out, err := exec.Command(pgbench, "-n", "-f", script, "-c", strconv.Itoa(c), "-j", strconv.Itoa(min(c, 2)),
-				"-T", "5", url).CombinedOutput()
-			if err != nil {
-				b.Fatalf("pgbench: %v\n%s", err, out)
-			}
-			tps, lat := tpsRE.FindSubmatch(out), latRE.FindSubmatch(out)
-			if tps == nil || lat == nil {
-				b.Fatalf("pgbench output not understood:\n%s", out)
-			}
-			t, _ := strconv.ParseFloat(string(tps[1]), 64)
-			l, _ := strconv.ParseFloat(string(lat[1]), 64)
-			b.ReportMetric(t, "commits/s")
-			b.ReportMetric(l, "avg-ms")
-		})
-	}
-}
 
 type allowHarness struct {
 	client   authv3.AuthorizationClient
@@ -160,8 +53,6 @@ func (h *allowHarness) request(i int64) *authv3.CheckRequest {
 		}},
 	}}
 }
-
-func benchHarness(b *testing.B) *allowHarness { return railHarness(b) }
 
 // railHarness is a server with one Stripe rail account (acct_bench) on an
 // in-process mock rail holding payment pi_bench, an execute credential and
@@ -256,12 +147,4 @@ func railHarnessOn(b testing.TB, url string, opts ...harnessOption) *allowHarnes
 	}
 	return &allowHarness{client: authv3.NewAuthorizationClient(envoy), secret: secret, grpcAddr: srv.GRPCAddr(), envoyAddr: srv.EnvoyAddr(), mockURL: ts.URL,
 		store: store, agentID: agent.ID, mock: mock, conn: conn, ownerID: owner.ID, ownerToken: ownerToken, httpAddr: srv.HTTPAddr()}
-}
-
-func pgbenchPath() (string, error) {
-	dir, err := pgtest.Binaries()
-	if err != nil {
-		return "", err
-	}
-	return filepath.Join(dir, "pgbench"), nil
 }
