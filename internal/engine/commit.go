@@ -146,7 +146,7 @@ func (e *Engine) commit(ctx context.Context, ref IntentRef, resp rail.Response, 
 		}
 		return ledger.Intent{}, rail.Classification{}, fmt.Errorf("%w %q", ErrUnknownAccount, ref.RailAccount)
 	}
-	it, attempts, err := e.ledger.GetIntent(ctx, key)
+	it, err := e.ledger.Intent(ctx, key)
 	if err != nil {
 		return ledger.Intent{}, rail.Classification{}, err
 	}
@@ -155,6 +155,10 @@ func (e *Engine) commit(ctx context.Context, ref IntentRef, resp rail.Response, 
 	}
 	if ref.BodyStamped && ref.BodyValue == "" {
 		// A native caller says it sent the body stamp: it is the attempt's.
+		_, attempts, err := e.ledger.GetIntent(ctx, key)
+		if err != nil {
+			return ledger.Intent{}, rail.Classification{}, err
+		}
 		for _, at := range attempts {
 			if at.Seq == ref.AttemptSeq {
 				ref.BodyValue = at.Stamp
@@ -171,7 +175,7 @@ func (e *Engine) commit(ctx context.Context, ref IntentRef, resp rail.Response, 
 		c = c.CheckStamp(ref.BodyValue)
 	}
 	r := ledger.AttemptResult{Key: key, Seq: ref.AttemptSeq, EntityID: c.EntityID, FeeMinor: c.FeeMinor,
-		Reason: c.Reason, ReconcileDelay: e.opts.ReconcileDelay, BodyStamped: ref.BodyStamped, ReportedBy: rep}
+		Reason: c.Reason, ReconcileDelay: e.opts.ReconcileDelay, BodyStamped: ref.BodyStamped, ReportedBy: rep, Seen: &it}
 	if resp.Status != 0 {
 		r.Response = &ledger.HTTPMessage{Status: resp.Status, Headers: maps.Clone(resp.Headers), Body: resp.Body}
 	}

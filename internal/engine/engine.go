@@ -124,6 +124,7 @@ type Ledger interface {
 	AppliedAttempt(ctx context.Context, it ledger.Intent) (ledger.Attempt, error)
 	RecordDecision(ctx context.Context, d ledger.Decision) (int64, error)
 	InTx(ctx context.Context, fn func(*ledger.Tx) error) error
+	Intent(ctx context.Context, k ledger.Key) (ledger.Intent, error)
 	GetIntent(ctx context.Context, k ledger.Key) (ledger.Intent, []ledger.Attempt, error)
 	Commit(ctx context.Context, r ledger.AttemptResult) (ledger.Intent, error)
 	MarkBodyStamped(ctx context.Context, k ledger.Key, seq int) error

@@ -54,6 +54,10 @@ func (l *scriptedLedger) AppliedAttempt(context.Context, ledger.Intent) (ledger.
 	return ledger.Attempt{}, errors.New("scriptedLedger: no intents")
 }
 
+func (l *scriptedLedger) Intent(context.Context, ledger.Key) (ledger.Intent, error) {
+	return ledger.Intent{}, errors.New("scriptedLedger: no intents")
+}
+
 func (l *scriptedLedger) GetIntent(context.Context, ledger.Key) (ledger.Intent, []ledger.Attempt, error) {
 	return ledger.Intent{}, nil, errors.New("scriptedLedger: no intents")
 }

@@ -3,8 +3,11 @@ package ledger
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/countersign/countersign/internal/intent"
 )
@@ -39,6 +42,12 @@ type AttemptResult struct {
 	// ReportedBy is the caller that reported this answer through the native
 	// Commit RPC; nil for the trusted response path (ext_proc).
 	ReportedBy *Reporter
+	// Seen is the intent as the caller read it before classifying the
+	// answer. When it is IN_FLIGHT on this attempt and the answer is the
+	// trusted path's, Commit writes in one pipelined round trip that
+	// asserts the intent still is; otherwise (or if it moved) it takes the
+	// intent's lock first.
+	Seen *Intent
 }
 
 // Commit records the rail's answer to an attempt and moves the intent.
@@ -50,6 +59,17 @@ type AttemptResult struct {
 // latest attempt's commit token, and its definite rejection goes to
 // reconciliation instead of FAILED_TERMINAL.
 func (s *Store) Commit(ctx context.Context, r AttemptResult) (Intent, error) {
+	if w, out, ok := seenCommit(r); ok {
+		err := s.Apply(ctx, w)
+		var guard *GuardError
+		switch {
+		case err == nil:
+			return *out, nil
+		case !errors.As(err, &guard) && !isCheckViolation(err):
+			return Intent{}, fmt.Errorf("ledger: commit %s#%d: %w", r.Key, r.Seq, err)
+		}
+		// The intent moved since it was read: decide under its lock.
+	}
 	var out Intent
 	err := s.InTx(ctx, func(tx *Tx) error {
 		it, err := tx.lockIntent(ctx, r.Key)
@@ -116,7 +136,71 @@ func (s *Store) Commit(ctx context.Context, r AttemptResult) (Intent, error) {
 	return out, nil
 }
 
+// seenCommit is the one-round-trip commit of an answer from the trusted
+// path to the attempt r.Seen is IN_FLIGHT on, for the outcomes that only
+// move that intent along one edge; ok is false otherwise. Its first
+// statement locks the intent and asserts it is still as seen, so the
+// writes that follow are the ones the locking commit would make.
+func seenCommit(r AttemptResult) (*Write, *Intent, bool) {
+	it := r.Seen
+	if it == nil || r.ReportedBy != nil || it.State != intent.InFlight || it.AttemptCount != r.Seq {
+		return nil, nil, false
+	}
+	var ev intent.Event
+	o := transitionOpts{reason: r.Reason}
+	switch r.Outcome {
+	case OutcomeApplied:
+		if r.EntityID == "" {
+			return nil, nil, false
+		}
+		ev, o.reason, o.attemptOutcome, o.entityID = intent.RailApplied, "applied by the rail", "applied", r.EntityID
+	case OutcomeRejected:
+		ev, o.attemptOutcome = intent.RailRejected, "rejected"
+	case OutcomeAmbiguous:
+		delay := r.ReconcileDelay
+		ev, o.attemptOutcome, o.reconcileIn = intent.RailAmbiguous, "ambiguous", &delay
+	default:
+		return nil, nil, false
+	}
+	sql, args, err := transitionStatement(*it, ev, o)
+	if err != nil {
+		return nil, nil, false
+	}
+	respSQL, respArgs, err := responseStatement(r)
+	if err != nil {
+		return nil, nil, false
+	}
+	w := NewWrite()
+	w.b.Queue(`SELECT countersign_assert(count(*) = 1, 'the intent moved since it was read') FROM (
+		SELECT 1 FROM intents WHERE rail_account = $1 AND sik = $2 AND state = 'IN_FLIGHT' AND attempt_count = $3
+		FOR UPDATE) seen`, r.RailAccount, r.SIK, r.Seq)
+	w.b.Queue(`WITH answered AS (`+respSQL+` RETURNING 1)
+		SELECT countersign_assert(count(*) = 1, 'the attempt does not exist') FROM answered`, respArgs...)
+	out := &Intent{}
+	w.b.Queue(sql, args...).QueryRow(scanInto(out))
+	w.b.Queue(settleAttemptSQL, it.RailAccount, it.SIK, it.AttemptCount, o.attemptOutcome, o.entityID)
+	return w, out, true
+}
+
 func (tx *Tx) recordResponse(ctx context.Context, r AttemptResult) error {
+	sql, args, err := responseStatement(r)
+	if err != nil {
+		return err
+	}
+	tag, err := tx.tx.Exec(ctx, sql, args...)
+	if err != nil {
+		return err
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: attempt %s#%d", ErrNotFound, r.Key, r.Seq)
+	}
+	return nil
+}
+
+// responseStatement is the UPDATE that keeps the rail's answer on its
+// attempt (whatever the intent's state: a late answer is kept for the
+// reconciler).
+func responseStatement(r AttemptResult) (string, []any, error) {
 	var status any
 	var headers []byte
 	var body []byte
@@ -124,7 +208,7 @@ func (tx *Tx) recordResponse(ctx context.Context, r AttemptResult) error {
 		status = r.Response.Status
 		var err error
 		if headers, err = json.Marshal(r.Response.Headers); err != nil {
-			return err
+			return "", nil, err
 		}
 		body = r.Response.Body
 	}
@@ -132,7 +216,7 @@ func (tx *Tx) recordResponse(ctx context.Context, r AttemptResult) error {
 	if r.FeeMinor > 0 {
 		fee = r.FeeMinor
 	}
-	tag, err := tx.tx.Exec(ctx, `
+	return `
 		UPDATE attempts SET response_status = COALESCE($4, response_status),
 		       response_headers = COALESCE($5, response_headers),
 		       response_body = COALESCE($6, response_body),
@@ -142,14 +226,7 @@ func (tx *Tx) recordResponse(ctx context.Context, r AttemptResult) error {
 		       fee_minor = COALESCE(fee_minor, $9),
 		       finished_at = COALESCE(finished_at, now())
 		WHERE rail_account = $1 AND sik = $2 AND attempt_seq = $3`,
-		r.RailAccount, r.SIK, r.Seq, status, headers, body, r.TransportError, r.EntityID, fee, r.BodyStamped)
-	if err != nil {
-		return err
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: attempt %s#%d", ErrNotFound, r.Key, r.Seq)
-	}
-	return nil
+		[]any{r.RailAccount, r.SIK, r.Seq, status, headers, body, r.TransportError, r.EntityID, fee, r.BodyStamped}, nil
 }
 
 // ExpireLeases turns every IN_FLIGHT intent whose attempt lease has expired
@@ -216,4 +293,11 @@ func (s *Store) MarkBodyStamped(ctx context.Context, k Key, seq int) error {
 		return fmt.Errorf("%w: attempt %s#%d", ErrAttemptNotLive, k, seq)
 	}
 	return nil
+}
+
+// isCheckViolation: the database refused a write as the state machine or a
+// constraint forbids (the row moved under a write that assumed it had not).
+func isCheckViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23514"
 }

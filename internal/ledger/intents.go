@@ -355,6 +355,16 @@ func (tx *Tx) attempt(ctx context.Context, k Key, seq int) (Attempt, error) {
 	return a, err
 }
 
+// Intent returns one intent, without its attempts.
+func (s *Store) Intent(ctx context.Context, k Key) (Intent, error) {
+	it, err := scanIntent(s.pool.QueryRow(ctx, `SELECT `+intentColumns+`
+		FROM intents WHERE rail_account = $1 AND sik = $2`, k.RailAccount, k.SIK))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Intent{}, fmt.Errorf("%w: intent %s", ErrNotFound, k)
+	}
+	return it, classify(err)
+}
+
 // GetIntent returns an intent and its attempts, oldest first.
 func (s *Store) GetIntent(ctx context.Context, k Key) (Intent, []Attempt, error) {
 	it, err := scanIntent(s.pool.QueryRow(ctx, `SELECT `+intentColumns+`

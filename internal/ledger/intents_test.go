@@ -114,7 +114,8 @@ func TestProposeCommitApplied(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	it, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeApplied, EntityID: "re_1",
+	// The intent as read: the commit writes in one round trip.
+	it, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeApplied, EntityID: "re_1", Seen: &res.Intent,
 		Response: &HTTPMessage{Status: 200, Headers: map[string]string{"content-type": "application/json"}, Body: []byte(`{"id":"re_1"}`)}})
 	if err != nil || it.State != intent.Applied || it.RailEntityID != "re_1" {
 		t.Fatalf("commit = %+v, %v", it, err)

@@ -133,6 +133,24 @@ func TestLateAppliedQuarantines(t *testing.T) {
 			t.Fatal("a quarantined intent was reopened")
 		}
 	})
+	t.Run("read before it moved", func(t *testing.T) {
+		// The response path read the intent IN_FLIGHT; it was rejected
+		// before the late "applied" is committed: the one-round-trip
+		// commit must find it moved and do what the locking one does.
+		s := openTest(t)
+		p := proposal(46)
+		first, err := startFirst(ctx, s, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reject(s, p.Key, 1)
+		r := late(p.Key, 1)
+		r.Seen = &first.Intent
+		it, err := s.Commit(ctx, r)
+		if err != nil || it.State != intent.Quarantined {
+			t.Fatalf("late applied with a stale read = %+v, %v; want QUARANTINED", it, err)
+		}
+	})
 	t.Run("while a newer attempt is in flight", func(t *testing.T) {
 		s := openTest(t)
 		p := proposal(44)
