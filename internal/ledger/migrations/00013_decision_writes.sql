@@ -18,6 +18,14 @@ ALTER TABLE intents ADD CONSTRAINT intents_state_known CHECK (state IN (
 DROP INDEX intents_open_subject;
 DROP INDEX holds_open;
 
+-- The sliding windows count a mandate's holds of one agent or payee since
+-- a time, under the mandate's lock: carrying the amount and currency in
+-- the index lets PostgreSQL count without visiting the table.
+DROP INDEX holds_mandate_agent;
+DROP INDEX holds_mandate_payee;
+CREATE INDEX holds_mandate_agent ON budget_holds (mandate_hash, agent_id, created_at) INCLUDE (amount_minor, currency) WHERE state <> 'voided';
+CREATE INDEX holds_mandate_payee ON budget_holds (mandate_hash, payee_key, created_at) INCLUDE (amount_minor, currency) WHERE state <> 'voided';
+
 
 -- +goose StatementBegin
 -- countersign_intent_guard, as before, and an intent may be born IN_FLIGHT.
@@ -102,6 +110,10 @@ END;
 $$;
 -- +goose StatementEnd
 -- +goose Down
+DROP INDEX holds_mandate_agent;
+DROP INDEX holds_mandate_payee;
+CREATE INDEX holds_mandate_agent ON budget_holds (mandate_hash, agent_id, created_at) WHERE state <> 'voided';
+CREATE INDEX holds_mandate_payee ON budget_holds (mandate_hash, payee_key, created_at) WHERE state <> 'voided';
 -- +goose StatementBegin
 CREATE OR REPLACE FUNCTION countersign_intent_guard() RETURNS trigger
 LANGUAGE plpgsql AS $$
