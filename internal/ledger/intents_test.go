@@ -367,4 +367,3 @@ func TestFoundEntityIsKeptForDuplicates(t *testing.T) {
 		t.Fatalf("findings = %+v, %v", fs, err)
 	}
 }
-

@@ -178,3 +178,21 @@ func (s *Store) OwnerAuditRecords(ctx context.Context, ownerID string, f AuditFi
 	out, err := pgx.CollectRows(rows, scanAuditRecord)
 	return out, classify(err)
 }
+
+// OwnerIntentSIKs returns the SIKs of ownerID's intents on railAccount.
+func (s *Store) OwnerIntentSIKs(ctx context.Context, ownerID, railAccount string) (map[string]bool, error) {
+	rows, err := s.pool.Query(ctx, `SELECT sik FROM intents
+		WHERE rail_account = $2 AND agent_id IN (SELECT id FROM agents WHERE owner_id = $1)`, ownerID, railAccount)
+	if err != nil {
+		return nil, classify(err)
+	}
+	siks, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, classify(err)
+	}
+	out := make(map[string]bool, len(siks))
+	for _, s := range siks {
+		out[s] = true
+	}
+	return out, nil
+}
