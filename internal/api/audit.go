@@ -19,7 +19,9 @@ import (
 
 // WithAuditVerifier sets the key VerifyAudit checks checkpoint signatures
 // with (the verifier of the server's own signing key); without one,
-// signatures are reported unchecked.
+// signatures are reported unchecked. After a key rotation, checkpoints of
+// the old key are reported untrusted-signer here; `countersign audit
+// verify` takes every verifier key.
 func (s *OwnerServer) WithAuditVerifier(v note.Verifier) *OwnerServer {
 	s.auditVerifier = v
 	return s
@@ -87,7 +89,11 @@ func (s *OwnerServer) VerifyAudit(ctx context.Context, req *countersignv1.Verify
 	if req.GetMaxUnsealedAge() != nil {
 		age = req.GetMaxUnsealedAge().AsDuration()
 	}
-	rep, err := s.store.VerifyAudit(ctx, ledger.AuditVerifyOptions{RailAccount: req.GetRailAccount(), Verifier: s.auditVerifier, MaxUnsealedAge: age})
+	opts := ledger.AuditVerifyOptions{RailAccount: req.GetRailAccount(), MaxUnsealedAge: age}
+	if s.auditVerifier != nil {
+		opts.Verifiers = []note.Verifier{s.auditVerifier}
+	}
+	rep, err := s.store.VerifyAudit(ctx, opts)
 	if err != nil {
 		return nil, ToStatus(err)
 	}

@@ -117,18 +117,19 @@ var (
 	// ErrBadSignature: a signature by the trusted key does not verify
 	// (the checkpoint was altered or forged).
 	ErrBadSignature = errors.New("signature by the trusted key does not verify")
-	// ErrUntrustedSigner: no signature is by the trusted key (another key
+	// ErrUntrustedSigner: no signature is by a trusted key (another key
 	// signed it, or none did).
 	ErrUntrustedSigner = errors.New("not signed by the trusted key")
 	// ErrMalformedCheckpoint: the note or its body cannot be read.
 	ErrMalformedCheckpoint = errors.New("malformed checkpoint")
 )
 
-// OpenCheckpoint verifies a signed checkpoint note with v and parses its
-// body. A nil v skips the signature (the caller must say it did).
-func OpenCheckpoint(signed string, v note.Verifier) (Checkpoint, error) {
+// OpenCheckpoint verifies a signed checkpoint note with any of the
+// trusted verifiers (several across a key rotation) and parses its body.
+// No verifier skips the signature (the caller must say it did).
+func OpenCheckpoint(signed string, trusted ...note.Verifier) (Checkpoint, error) {
 	var text string
-	if v == nil {
+	if len(trusted) == 0 {
 		// Parse without trusting anyone: Open fails with the unverified
 		// note inside, which is all we need.
 		_, err := note.Open([]byte(signed), note.VerifierList())
@@ -138,18 +139,21 @@ func OpenCheckpoint(signed string, v note.Verifier) (Checkpoint, error) {
 		}
 		text = unverified.Note.Text
 	} else {
-		n, err := note.Open([]byte(signed), note.VerifierList(v))
+		n, err := note.Open([]byte(signed), note.VerifierList(trusted...))
 		var invalid *note.InvalidSignatureError
 		var unverified *note.UnverifiedNoteError
 		switch {
 		case errors.As(err, &invalid):
-			return Checkpoint{}, fmt.Errorf("%w (%s)", ErrBadSignature, v.Name())
+			return Checkpoint{}, fmt.Errorf("%w (%s+%08x)", ErrBadSignature, invalid.Name, invalid.Hash)
 		case errors.As(err, &unverified):
-			var by []string
+			var by, keys []string
 			for _, s := range unverified.Note.UnverifiedSigs {
 				by = append(by, fmt.Sprintf("%s+%08x", s.Name, s.Hash))
 			}
-			return Checkpoint{}, fmt.Errorf("%w %s+%08x (signed by %s)", ErrUntrustedSigner, v.Name(), v.KeyHash(), strings.Join(by, ", "))
+			for _, v := range trusted {
+				keys = append(keys, fmt.Sprintf("%s+%08x", v.Name(), v.KeyHash()))
+			}
+			return Checkpoint{}, fmt.Errorf("%w %s (signed by %s)", ErrUntrustedSigner, strings.Join(keys, ", "), strings.Join(by, ", "))
 		case err != nil:
 			return Checkpoint{}, fmt.Errorf("%w: %w", ErrMalformedCheckpoint, err)
 		}

@@ -111,3 +111,17 @@ func writeNew(path, content string, mode os.FileMode) error {
 	}
 	return f.Close()
 }
+
+// LoadVerifiers reads each verifier key file (the current key and those
+// of earlier, rotated keys).
+func LoadVerifiers(files []string) ([]note.Verifier, error) {
+	out := make([]note.Verifier, 0, len(files))
+	for _, f := range files {
+		v, err := LoadVerifier(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}

@@ -90,7 +90,8 @@ func newAuditSeal() *cobra.Command {
 
 func newAuditVerify() *cobra.Command {
 	cfg := config.Defaults()
-	var railAccount, verifierFile string
+	var railAccount string
+	var verifierFiles []string
 	var maxAge time.Duration
 	cmd := &cobra.Command{
 		Use:   "verify",
@@ -106,19 +107,16 @@ func newAuditVerify() *cobra.Command {
 			if _, err := Load(cmd, &cfg, config.Config.ValidateDatabase); err != nil {
 				return err
 			}
-			var v note.Verifier
-			if verifierFile != "" {
-				var err error
-				if v, err = audit.LoadVerifier(verifierFile); err != nil {
-					return err
-				}
+			vs, err := audit.LoadVerifiers(verifierFiles)
+			if err != nil {
+				return err
 			}
 			store, err := ledger.Open(cmd.Context(), cfg.DatabaseURL, ledger.Options{MaxConns: 2, Pooler: cfg.DBPooler})
 			if err != nil {
 				return err
 			}
 			defer store.Close()
-			rep, err := store.VerifyAudit(cmd.Context(), ledger.AuditVerifyOptions{RailAccount: railAccount, Verifier: v, MaxUnsealedAge: maxAge})
+			rep, err := store.VerifyAudit(cmd.Context(), ledger.AuditVerifyOptions{RailAccount: railAccount, Verifiers: vs, MaxUnsealedAge: maxAge})
 			if err != nil {
 				return err
 			}
@@ -139,14 +137,14 @@ func newAuditVerify() *cobra.Command {
 	}
 	cfg.BindDatabase(cmd.Flags())
 	cmd.Flags().StringVar(&railAccount, "rail-account", "", "verify only this rail account's log (default: every account)")
-	cmd.Flags().StringVar(&verifierFile, "audit-verifier-key", "", "file holding the audit verifier key (countersign audit keygen's NAME.pub)")
+	cmd.Flags().StringArrayVar(&verifierFiles, "audit-verifier-key", nil, "file holding an audit verifier key (countersign audit keygen's NAME.pub); repeat it for the keys of earlier, rotated signing keys")
 	cmd.Flags().DurationVar(&maxAge, "max-unsealed-age", time.Minute, "report records unsealed for longer than this (0: never)")
 	return cmd
 }
 
 func newAuditInclusion() *cobra.Command {
 	var f ownerFlags
-	var verifierFile string
+	var verifierFiles []string
 	var treeSize int64
 	cmd := &cobra.Command{
 		Use:   "inclusion RECORD_ID",
@@ -161,7 +159,7 @@ func newAuditInclusion() *cobra.Command {
 			if err != nil || id < 1 {
 				return fmt.Errorf("RECORD_ID must be a positive record id, got %q", args[0])
 			}
-			v, err := audit.LoadVerifier(verifierFile)
+			vs, err := audit.LoadVerifiers(verifierFiles)
 			if err != nil {
 				return err
 			}
@@ -174,12 +172,12 @@ func newAuditInclusion() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			msg, err := checkInclusion(resp, v, id, treeSize)
+			msg, err := checkInclusion(resp, vs, id, treeSize)
 			return proofVerdict(cmd, msg, err)
 		},
 	}
 	f.bind(cmd)
-	cmd.Flags().StringVar(&verifierFile, "audit-verifier-key", "", "file holding the audit verifier key (NAME.pub)")
+	cmd.Flags().StringArrayVar(&verifierFiles, "audit-verifier-key", nil, "file holding the audit verifier key (NAME.pub); repeat it for earlier, rotated keys")
 	cmd.Flags().Int64Var(&treeSize, "tree-size", 0, "prove against the checkpoint of this size (default: the latest)")
 	_ = cmd.MarkFlagRequired("audit-verifier-key")
 	return cmd
@@ -188,9 +186,9 @@ func newAuditInclusion() *cobra.Command {
 // checkInclusion verifies an inclusion proof as the owner must: nothing the
 // server says is believed unless the signed checkpoint and the record's own
 // fields prove it.
-func checkInclusion(resp *countersignv1.GetAuditInclusionProofResponse, v note.Verifier, id, treeSize int64) (string, error) {
+func checkInclusion(resp *countersignv1.GetAuditInclusionProofResponse, vs []note.Verifier, id, treeSize int64) (string, error) {
 	r := resp.GetRecord()
-	c, err := audit.OpenCheckpoint(resp.GetCheckpoint().GetNote(), v)
+	c, err := audit.OpenCheckpoint(resp.GetCheckpoint().GetNote(), vs...)
 	if err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
 	}
@@ -216,13 +214,14 @@ func checkInclusion(resp *countersignv1.GetAuditInclusionProofResponse, v note.V
 		return "", err
 	}
 	from := strings.TrimPrefix(r.GetFromState().String(), "INTENT_STATE_")
-	return fmt.Sprintf("record %d (intent %s %s -> %s) is leaf %d of %s at tree size %d, checkpoint signed by %s",
-		id, r.GetSik(), from, strings.TrimPrefix(r.GetToState().String(), "INTENT_STATE_"), r.GetLeafIndex(), c.Origin, c.Size, v.Name()), nil
+	return fmt.Sprintf("record %d (intent %s %s -> %s) is leaf %d of %s at tree size %d, checkpoint signed by a trusted key",
+		id, r.GetSik(), from, strings.TrimPrefix(r.GetToState().String(), "INTENT_STATE_"), r.GetLeafIndex(), c.Origin, c.Size), nil
 }
 
 func newAuditConsistency() *cobra.Command {
 	var f ownerFlags
-	var verifierFile, railAccount string
+	var verifierFiles []string
+	var railAccount string
 	var from, to int64
 	cmd := &cobra.Command{
 		Use:   "consistency",
@@ -233,7 +232,7 @@ func newAuditConsistency() *cobra.Command {
 			"or FAIL and exits 1 on FAIL.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v, err := audit.LoadVerifier(verifierFile)
+			vs, err := audit.LoadVerifiers(verifierFiles)
 			if err != nil {
 				return err
 			}
@@ -246,12 +245,12 @@ func newAuditConsistency() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			msg, err := checkConsistency(resp, v, railAccount, from, to)
+			msg, err := checkConsistency(resp, vs, railAccount, from, to)
 			return proofVerdict(cmd, msg, err)
 		},
 	}
 	f.bind(cmd)
-	cmd.Flags().StringVar(&verifierFile, "audit-verifier-key", "", "file holding the audit verifier key (NAME.pub)")
+	cmd.Flags().StringArrayVar(&verifierFiles, "audit-verifier-key", nil, "file holding the audit verifier key (NAME.pub); repeat it for earlier, rotated keys")
 	cmd.Flags().StringVar(&railAccount, "rail-account", "", "the rail account whose log")
 	cmd.Flags().Int64Var(&from, "from", 0, "size of the older checkpoint")
 	cmd.Flags().Int64Var(&to, "to", 0, "size of the newer checkpoint (default: the latest)")
@@ -261,12 +260,12 @@ func newAuditConsistency() *cobra.Command {
 	return cmd
 }
 
-func checkConsistency(resp *countersignv1.GetAuditConsistencyProofResponse, v note.Verifier, railAccount string, from, to int64) (string, error) {
-	older, err := audit.OpenCheckpoint(resp.GetFrom().GetNote(), v)
+func checkConsistency(resp *countersignv1.GetAuditConsistencyProofResponse, vs []note.Verifier, railAccount string, from, to int64) (string, error) {
+	older, err := audit.OpenCheckpoint(resp.GetFrom().GetNote(), vs...)
 	if err != nil {
 		return "", fmt.Errorf("older checkpoint: %w", err)
 	}
-	newer, err := audit.OpenCheckpoint(resp.GetTo().GetNote(), v)
+	newer, err := audit.OpenCheckpoint(resp.GetTo().GetNote(), vs...)
 	if err != nil {
 		return "", fmt.Errorf("newer checkpoint: %w", err)
 	}
@@ -285,8 +284,8 @@ func checkConsistency(resp *countersignv1.GetAuditConsistencyProofResponse, v no
 	if err := audit.CheckConsistency(older, newer, proof); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("the log of %s at tree size %d extends it at tree size %d, both checkpoints signed by %s",
-		railAccount, newer.Size, older.Size, v.Name()), nil
+	return fmt.Sprintf("the log of %s at tree size %d extends it at tree size %d, both checkpoints signed by a trusted key",
+		railAccount, newer.Size, older.Size), nil
 }
 
 func proofVerdict(cmd *cobra.Command, msg string, err error) error {

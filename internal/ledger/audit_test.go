@@ -75,7 +75,7 @@ func TestSealThenVerify(t *testing.T) {
 	ctx := context.Background()
 	signer, verifier := testSigner(t, "audit.test")
 	proposeN(t, s, 100, 3) // 9 records: PROPOSED, AUTHORIZED, IN_FLIGHT each
-	rep, err := s.VerifyAudit(ctx, AuditVerifyOptions{Verifier: verifier})
+	rep, err := s.VerifyAudit(ctx, AuditVerifyOptions{Verifiers: []note.Verifier{verifier}})
 	if err != nil || !rep.Ok() || rep.Unsealed != 9 || rep.Sealed != 0 || rep.Checkpoints != 0 {
 		t.Fatalf("before sealing: %+v, %v", rep, err)
 	}
@@ -90,7 +90,7 @@ func TestSealThenVerify(t *testing.T) {
 	if sr, err := s.Seal(ctx, signer); err != nil || sr.Records != 6 {
 		t.Fatalf("third seal = %+v, %v", sr, err)
 	}
-	rep, err = s.VerifyAudit(ctx, AuditVerifyOptions{Verifier: verifier, MaxUnsealedAge: time.Minute})
+	rep, err = s.VerifyAudit(ctx, AuditVerifyOptions{Verifiers: []note.Verifier{verifier}, MaxUnsealedAge: time.Minute})
 	if err != nil || !rep.Ok() || rep.Sealed != 15 || rep.Unsealed != 0 || rep.TreeSize != 15 || rep.Checkpoints != 2 || !rep.SignaturesChecked {
 		t.Fatalf("after sealing: %+v, %v", rep, err)
 	}
@@ -184,11 +184,11 @@ func TestVerifyNamesEachTampering(t *testing.T) {
 			if _, err := s.Seal(ctx, signer); err != nil {
 				t.Fatal(err)
 			}
-			if rep, err := s.VerifyAudit(ctx, AuditVerifyOptions{Verifier: verifier}); err != nil || !rep.Ok() {
+			if rep, err := s.VerifyAudit(ctx, AuditVerifyOptions{Verifiers: []note.Verifier{verifier}}); err != nil || !rep.Ok() {
 				t.Fatalf("clean log: %+v, %v", rep, err)
 			}
 			tc.tamper(t, s)
-			rep, err := s.VerifyAudit(ctx, AuditVerifyOptions{Verifier: verifier})
+			rep, err := s.VerifyAudit(ctx, AuditVerifyOptions{Verifiers: []note.Verifier{verifier}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -290,7 +290,7 @@ func TestDecisionsOnOneAccountDoNotWaitForEachOther(t *testing.T) {
 	if sr, err := s.Seal(ctx, signer); err != nil || sr.Records != 2 {
 		t.Fatalf("seal after the first commits = %+v, %v", sr, err)
 	}
-	rep, err := s.VerifyAudit(ctx, AuditVerifyOptions{Verifier: verifier})
+	rep, err := s.VerifyAudit(ctx, AuditVerifyOptions{Verifiers: []note.Verifier{verifier}})
 	if err != nil || !rep.Ok() || rep.Sealed != 4 {
 		t.Fatalf("verify = %+v, %v", rep, err)
 	}
@@ -352,7 +352,7 @@ func TestConcurrentSequencersKeepOneLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	const total = writers * perWriter * 3
-	rep, err := s.VerifyAudit(ctx, AuditVerifyOptions{Verifier: verifier})
+	rep, err := s.VerifyAudit(ctx, AuditVerifyOptions{Verifiers: []note.Verifier{verifier}})
 	if err != nil || !rep.Ok() || rep.Sealed != total || rep.TreeSize != total || rep.Checkpoints < 2 {
 		t.Fatalf("verify = %+v, %v; want %d records in one log", rep, err, total)
 	}
@@ -436,5 +436,30 @@ func TestProofsVerifyWithTlog(t *testing.T) {
 	}
 	if _, err := s.AuditConsistencyProof(ctx, "acct_test", 4, 0); err == nil {
 		t.Fatal("a consistency proof from a size no checkpoint has")
+	}
+}
+
+// TestKeyRotation: checkpoints signed before a rotation verify with the old
+// verifier key, later ones with the new, and the log stays one log.
+func TestKeyRotation(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	oldSigner, oldVerifier := testSigner(t, "audit.test")
+	newSigner, newVerifier := testSigner(t, "audit.test")
+	proposeN(t, s, 500, 2)
+	if _, err := s.Seal(ctx, oldSigner); err != nil {
+		t.Fatal(err)
+	}
+	proposeN(t, s, 502, 2)
+	if _, err := s.Seal(ctx, newSigner); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := s.VerifyAudit(ctx, AuditVerifyOptions{Verifiers: []note.Verifier{newVerifier, oldVerifier}})
+	if err != nil || !rep.Ok() || rep.Checkpoints != 2 || rep.Sealed != 12 {
+		t.Fatalf("verify with both keys = %+v, %v", rep, err)
+	}
+	rep, err = s.VerifyAudit(ctx, AuditVerifyOptions{Verifiers: []note.Verifier{newVerifier}})
+	if err != nil || len(rep.Problems) != 1 || rep.Problems[0].Kind != AuditUntrustedSigner || rep.Problems[0].TreeSize != 6 {
+		t.Fatalf("verify with the new key only = %+v, %v; want the first checkpoint untrusted", rep.Problems, err)
 	}
 }

@@ -70,9 +70,10 @@ type AuditVerifyOptions struct {
 	// RailAccount limits verification to one account ("" verifies every
 	// account with audit records or checkpoints).
 	RailAccount string
-	// Verifier checks every checkpoint's signature; nil checks none (the
-	// report says so in SignaturesChecked).
-	Verifier note.Verifier
+	// Verifiers are the trusted keys (several across a rotation); a
+	// checkpoint must verify with one of them. None checks no signature
+	// (the report says so in SignaturesChecked).
+	Verifiers []note.Verifier
 	// MaxUnsealedAge reports records unsealed for longer; 0 reports none.
 	MaxUnsealedAge time.Duration
 }
@@ -101,7 +102,7 @@ func (r AuditReport) Ok() bool { return len(r.Problems) == 0 }
 // the latest checkpoint, that each intent's records form a path of its
 // states ending where the intent is, and how long records stay unsealed.
 func (s *Store) VerifyAudit(ctx context.Context, opts AuditVerifyOptions) (AuditReport, error) {
-	rep := AuditReport{SignaturesChecked: opts.Verifier != nil}
+	rep := AuditReport{SignaturesChecked: len(opts.Verifiers) > 0}
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT rail_account FROM audit_records WHERE $1 = '' OR rail_account = $1
 			UNION SELECT rail_account FROM audit_checkpoints WHERE $1 = '' OR rail_account = $1 ORDER BY 1`, opts.RailAccount)
@@ -183,14 +184,14 @@ func verifyAccount(ctx context.Context, tx pgx.Tx, acct string, opts AuditVerify
 	var trees []audit.Checkpoint // readable checkpoints, by size
 	for _, c := range cps {
 		rep.Checkpoints++
-		cp, err := audit.OpenCheckpoint(c.Note, opts.Verifier)
+		cp, err := audit.OpenCheckpoint(c.Note, opts.Verifiers...)
 		switch {
 		case errors.Is(err, audit.ErrBadSignature):
 			problem(AuditBadSignature, -1, -1, c.TreeSize, "", "checkpoint of size %d: %v (altered or forged)", c.TreeSize, err)
-			cp, err = audit.OpenCheckpoint(c.Note, nil)
+			cp, err = audit.OpenCheckpoint(c.Note)
 		case errors.Is(err, audit.ErrUntrustedSigner):
 			problem(AuditUntrustedSigner, -1, -1, c.TreeSize, "", "checkpoint of size %d: %v", c.TreeSize, err)
-			cp, err = audit.OpenCheckpoint(c.Note, nil)
+			cp, err = audit.OpenCheckpoint(c.Note)
 		}
 		if err != nil {
 			problem(AuditMalformedCheckpoint, -1, -1, c.TreeSize, "", "checkpoint of size %d: %v", c.TreeSize, err)

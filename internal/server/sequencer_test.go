@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/mod/sumdb/note"
+
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/config"
 	"github.com/countersign/countersign/internal/ledger"
@@ -65,7 +67,7 @@ func TestServeSealsWithAKey(t *testing.T) {
 	proposeAudited(t, h.store, 4)
 	var rep ledger.AuditReport
 	sealed := wait.Until(10*time.Second, func() bool {
-		rep, err = h.store.VerifyAudit(context.Background(), ledger.AuditVerifyOptions{Verifier: verifier})
+		rep, err = h.store.VerifyAudit(context.Background(), ledger.AuditVerifyOptions{Verifiers: []note.Verifier{verifier}})
 		return err == nil && rep.Sealed == 12
 	})
 	if !sealed || !rep.Ok() || rep.Unsealed != 0 {

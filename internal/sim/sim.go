@@ -1024,7 +1024,7 @@ func (w *world) check(ctx context.Context, final bool) error {
 			break
 		}
 	}
-	rep, err := w.env.Store.VerifyAudit(ctx, ledger.AuditVerifyOptions{RailAccount: w.account, Verifier: w.auditVerifier})
+	rep, err := w.env.Store.VerifyAudit(ctx, ledger.AuditVerifyOptions{RailAccount: w.account, Verifiers: []note.Verifier{w.auditVerifier}})
 	if err != nil {
 		return err
 	}
