@@ -106,7 +106,7 @@ func writeNew(path, content string, mode os.FileMode) error {
 		return err
 	}
 	if _, err := f.WriteString(content); err != nil {
-		f.Close()
+		_ = f.Close()
 		return err
 	}
 	return f.Close()
