@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"crypto/sha256"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
 func testSigner(t *testing.T, name string) (note.Signer, note.Verifier) {
@@ -462,4 +464,106 @@ func TestKeyRotation(t *testing.T) {
 	if err != nil || len(rep.Problems) != 1 || rep.Problems[0].Kind != AuditUntrustedSigner || rep.Problems[0].TreeSize != 6 {
 		t.Fatalf("verify with the new key only = %+v, %v; want the first checkpoint untrusted", rep.Problems, err)
 	}
+}
+
+// checkChains verifies the chain-era hash chains (what the migrations
+// before 00011 wrote, and 00011's Down writes): every record on a chain,
+// numbered from 1, each hash over its predecessor's and its fields.
+func checkChains(t *testing.T, url string, want int) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT chain, seq, rail_account, sik, from_state, to_state, event, attempt_seq, detail, at_micros, prev_hash, hash
+		FROM audit_records ORDER BY chain, seq`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	n := 0
+	var chain string
+	var prev []byte
+	var next int64
+	for rows.Next() {
+		var c, acct, sik, from, to, ev, detail string
+		var seq, at int64
+		var attempt int
+		var prevHash, hash []byte
+		if err := rows.Scan(&c, &seq, &acct, &sik, &from, &to, &ev, &attempt, &detail, &at, &prevHash, &hash); err != nil {
+			t.Fatal(err)
+		}
+		if c != chain {
+			chain, prev, next = c, make([]byte, 32), 1
+		}
+		var b strings.Builder
+		for _, f := range []string{c, fmt.Sprint(seq), acct, sik, from, to, ev, fmt.Sprint(attempt), detail, fmt.Sprint(at)} {
+			fmt.Fprintf(&b, "%d:%s", len(f), f)
+		}
+		sum := sha256.Sum256(append(append([]byte{}, prev...), b.String()...))
+		if seq != next || string(prevHash) != string(prev) || string(hash) != string(sum[:]) {
+			t.Fatalf("chain %s record %d does not verify", c, seq)
+		}
+		prev, next = hash, seq+1
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n != want {
+		t.Fatalf("%d chained records, want %d", n, want)
+	}
+}
+
+// TestMigrationCarriesChainedRecordsIntoTheLog: records the chain-era
+// trigger wrote are sealed first, in chain order, into the new log, and
+// 00011's Down chains the records written since its Up.
+func TestMigrationCarriesChainedRecordsIntoTheLog(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	p, db, err := provider(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	phase := func(f func(s *Store)) {
+		t.Helper()
+		s, err := Open(ctx, url, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		f(s)
+	}
+	phase(func(s *Store) { proposeN(t, s, 600, 2) }) // 6 unchained records
+	if _, err := p.DownTo(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	checkChains(t, url, 6)
+	phase(func(s *Store) { proposeN(t, s, 602, 2) }) // 6 more, chained by the old trigger
+	checkChains(t, url, 12)
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	signer, verifier := testSigner(t, "audit.test")
+	phase(func(s *Store) {
+		proposeN(t, s, 604, 1)
+		if sr, err := s.Seal(ctx, signer); err != nil || sr.Records != 15 {
+			t.Fatalf("seal = %+v, %v", sr, err)
+		}
+		rep, err := s.VerifyAudit(ctx, AuditVerifyOptions{Verifiers: []note.Verifier{verifier}})
+		if err != nil || !rep.Ok() || rep.Sealed != 15 {
+			t.Fatalf("verify = %+v, %v", rep, err)
+		}
+		var chained, inOrder int
+		if err := s.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE leaf_index = rn - 1) FROM (
+			SELECT leaf_index, row_number() OVER (ORDER BY chain, seq) AS rn FROM audit_records WHERE chain IS NOT NULL) x`).Scan(&chained, &inOrder); err != nil {
+			t.Fatal(err)
+		}
+		if chained != 12 || inOrder != 12 {
+			t.Fatalf("%d chained records, %d of them sealed first in chain order; want 12 and 12", chained, inOrder)
+		}
+	})
 }
