@@ -73,6 +73,9 @@ func TestServeSealsWithAKey(t *testing.T) {
 	if !sealed || !rep.Ok() || rep.Unsealed != 0 {
 		t.Fatalf("serve with a key did not seal the 12 records: %+v, %v", rep, err)
 	}
+	if code, body := h.get(t, "/metrics"); code != 200 || !strings.Contains(body, "countersign_audit_sealed_records_total 12") {
+		t.Fatalf("/metrics = %d, lacks countersign_audit_sealed_records_total 12", code)
+	}
 }
 
 // TestServeWithoutAKeySaysItDoesNotSeal: without a key nothing is sealed,

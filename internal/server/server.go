@@ -210,10 +210,11 @@ func (s *Server) Start(ctx context.Context) error {
 		}()
 	}
 	if s.auditSigner != nil {
+		m := newSequencerMetrics(s.metrics.Registry)
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			runSequencer(bg, s.store, s.auditSigner, s.cfg.AuditSealInterval, s.log)
+			runSequencer(bg, s.store, s.auditSigner, s.cfg.AuditSealInterval, s.log, m)
 		}()
 	} else {
 		s.log.Warn("audit sealing is off: no --audit-signing-key, so this process seals no audit records into the signed log " +
