@@ -108,10 +108,15 @@ func TestSealThenVerify(t *testing.T) {
 	if !strings.HasPrefix(cp.Note, "countersign/audit/acct_test\n15\n") || !strings.Contains(cp.Note, "\n\n— audit.test ") {
 		t.Fatalf("checkpoint note is not origin, size, root, blank line, signature:\n%s", cp.Note)
 	}
-	// A sealed record cannot be edited or resealed, even by the sequencer's
-	// own UPDATE; an unsealed one gets a leaf index only.
+	// A sealed record cannot be edited, unsealed or resealed, even by the
+	// sequencer's own UPDATE; an unsealed one gets a leaf index and nothing
+	// else.
+	proposeN(t, s, 105, 1)
 	for _, sql := range []string{
 		`UPDATE audit_records SET leaf_index = leaf_index + 100 WHERE leaf_index = 0`,
+		`UPDATE audit_records SET leaf_index = NULL WHERE leaf_index = 0`,
+		`UPDATE audit_records SET detail = 'x', leaf_index = 500 + id WHERE leaf_index IS NULL`,
+		`UPDATE audit_records SET at_micros = at_micros + 1 WHERE leaf_index IS NULL`,
 		`UPDATE audit_records SET detail = 'x', leaf_index = 99 WHERE leaf_index = 1`,
 		`DELETE FROM audit_records WHERE leaf_index = 2`,
 		`UPDATE audit_hashes SET hash = hash WHERE idx = 0`,
