@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/countersign/countersign/internal/testing/pgtest"
+	"github.com/countersign/countersign/internal/testing/wait"
 )
 
 // TestServeMigrateCheck runs the real binary the way an operator would:
@@ -146,6 +147,23 @@ func TestDevStartsEverything(t *testing.T) {
 		}
 	}
 	first := d.checkPrintedStory(t)
+
+	// The demo seals its audit log with a key of its own: every record of
+	// the story is sealed and verifies with the printed verifier key.
+	ledgerURL := regexp.MustCompile(`(?m)^  ledger +(\S+)$`).FindStringSubmatch(out)
+	verifierKey := regexp.MustCompile(`(?m)^  audit log \(sealed every 1s\) +verifier key (\S+)$`).FindStringSubmatch(out)
+	if ledgerURL == nil || verifierKey == nil {
+		t.Fatalf("dev output lacks the ledger URL or the audit verifier key:\n%s", out)
+	}
+	var verified string
+	if !wait.Until(20*time.Second, func() bool {
+		o, err := exec.Command(filepath.Join(bin, "countersign"), "audit", "verify", "--database-url", ledgerURL[1],
+			"--audit-verifier-key", verifierKey[1]).CombinedOutput()
+		verified = string(o)
+		return err == nil && strings.Contains(verified, " 0 unsealed,") && !strings.Contains(verified, " 0 sealed records")
+	}) {
+		t.Fatalf("the demo's audit log is not sealed and verified:\n%s", verified)
+	}
 
 	// Whatever the Host, an SDK pointed elsewhere learns where to point it.
 	req := curlRequest(t, d.step(t, "ALLOW", 0))

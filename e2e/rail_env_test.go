@@ -17,6 +17,7 @@ import (
 	"time"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/config"
 	"github.com/countersign/countersign/internal/credential"
 	"github.com/countersign/countersign/internal/intent"
@@ -50,6 +51,8 @@ type railEnv struct {
 	httpAddr   string
 	railsFile  string
 	proxyCfg   envoystandin.Config
+	// auditPub is the verifier key of the audit signing key serve seals with.
+	auditPub string
 }
 
 // secondCountersign starts another countersign process on the same ledger
@@ -187,6 +190,10 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
     mcp: {preset: stripe, metadata: metadata}
 `, mcpAccount, mockURL, write("mcp.key", stripeKey)))
 
+	auditKey, auditPub, _, err := audit.WriteKeyPair(dir, "e2e.audit")
+	if err != nil {
+		t.Fatal(err)
+	}
 	grpcAddr, httpAddr, envoyAddr := freeAddr(t), freeAddr(t), envoySocket(t)
 	serveURL := dbURL
 	if o.dbURLRewrite != nil {
@@ -204,6 +211,8 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 		"COUNTERSIGN_RECONCILE_CLAIM_TTL=" + cmp.Or(o.claimTTL, config.Defaults().ReconcileClaimTTL).String(),
 		"COUNTERSIGN_LOG_LEVEL=debug",
 		"COUNTERSIGN_OUTBOX_INTERVAL=" + map[bool]string{false: "500ms", true: "0s"}[o.noDispatcher],
+		"COUNTERSIGN_AUDIT_SIGNING_KEY=" + auditKey,
+		"COUNTERSIGN_AUDIT_SEAL_INTERVAL=200ms",
 	}
 	csEnv = append(csEnv, o.serveEnv...)
 	binary, firstEnv := "countersign", csEnv
@@ -252,7 +261,7 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 		applyMandate(t, store, generousMandate(agent.ID, razorpayAccount, countersignv1.Rail_RAIL_RAZORPAY, "INR"))
 		applyMandate(t, store, generousMandate(agent.ID, mcpAccount, countersignv1.Rail_RAIL_STRIPE, "USD"))
 	}
-	return &railEnv{t: t, dbURL: dbURL, store: store, agentID: agent.ID, mock: mockURL, proxy: "http://" + proxy.Addr(), grpcAddr: grpcAddr, envoyAddr: envoyAddr, secret: secret, countersig: cs, csEnv: csEnv, httpAddr: httpAddr, railsFile: railsFile, proxyCfg: pcfg}
+	return &railEnv{t: t, dbURL: dbURL, store: store, agentID: agent.ID, mock: mockURL, proxy: "http://" + proxy.Addr(), grpcAddr: grpcAddr, envoyAddr: envoyAddr, secret: secret, countersig: cs, csEnv: csEnv, httpAddr: httpAddr, railsFile: railsFile, proxyCfg: pcfg, auditPub: auditPub}
 }
 
 // waitListening reads a process's output until a line with prefix names its URL.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/countersign/countersign/internal/intent"
 	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/testing/wait"
 )
 
 // TestMatchOnPageThreeIsFound: the rail's answer to an allowed refund is
@@ -67,7 +68,8 @@ func TestMatchOnPageThreeIsFound(t *testing.T) {
 }
 
 // TestAuditVerifyNamesAHandEditedRecord runs the real binary against a
-// ledger whose audit log was edited by hand.
+// ledger whose audit log serve sealed and whose sealed record was then
+// edited by hand.
 func TestAuditVerifyNamesAHandEditedRecord(t *testing.T) {
 	e := newRailEnv(t, envOptions{})
 	e.payment("stripe", "pi_audit", 10000, "usd")
@@ -76,10 +78,20 @@ func TestAuditVerifyNamesAHandEditedRecord(t *testing.T) {
 	}
 	e.settle("pi_audit", 10*time.Second)
 	verify := func(args ...string) (string, error) {
-		out, err := exec.Command(filepath.Join(bin, "countersign"), append([]string{"audit", "verify", "--database-url", e.dbURL}, args...)...).CombinedOutput()
+		out, err := exec.Command(filepath.Join(bin, "countersign"), append([]string{"audit", "verify", "--database-url", e.dbURL,
+			"--audit-verifier-key", e.auditPub}, args...)...).CombinedOutput()
 		return string(out), err
 	}
-	if out, err := verify(); err != nil || !strings.Contains(out, "0 broken") {
+	// serve's sequencer seals every record within a few intervals.
+	var out string
+	var err error
+	if !wait.Until(20*time.Second, func() bool {
+		out, err = verify()
+		return err == nil && strings.Contains(out, " 0 unsealed,") && !strings.Contains(out, " 0 sealed records")
+	}) {
+		t.Fatalf("serve did not seal the log: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "0 problems") {
 		t.Fatalf("clean ledger: %v\n%s", err, out)
 	}
 	ctx := context.Background()
@@ -88,9 +100,8 @@ func TestAuditVerifyNamesAHandEditedRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	var chain string
-	var seq int64
-	if err := conn.QueryRow(ctx, `SELECT chain, seq FROM audit_records WHERE to_state = 'APPLIED'`).Scan(&chain, &seq); err != nil {
+	var id, leaf int64
+	if err := conn.QueryRow(ctx, `SELECT id, leaf_index FROM audit_records WHERE to_state = 'APPLIED'`).Scan(&id, &leaf); err != nil {
 		t.Fatal(err)
 	}
 	// A superuser edits by hand, around the append-only trigger.
@@ -101,25 +112,25 @@ func TestAuditVerifyNamesAHandEditedRecord(t *testing.T) {
 	if _, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE audit_records SET detail = 'refund voided' WHERE chain = $1 AND seq = $2`, chain, seq); err != nil {
+	if _, err := tx.Exec(ctx, `UPDATE audit_records SET detail = 'refund voided' WHERE id = $1`, id); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	out, err := verify()
+	out, err = verify()
 	if err == nil {
 		t.Fatalf("verify passed an edited log:\n%s", out)
 	}
-	want := regexp.MustCompile(fmt.Sprintf(`BROKEN chain %s record %d: `, regexp.QuoteMeta(chain), seq))
+	want := regexp.MustCompile(fmt.Sprintf(`PROBLEM %s altered: record %d \(leaf %d\)`, regexp.QuoteMeta(stripeAccount), id, leaf))
 	if !want.MatchString(out) {
-		t.Fatalf("verify output does not name chain %s record %d:\n%s", chain, seq, out)
+		t.Fatalf("verify output does not name record %d (leaf %d):\n%s", id, leaf, out)
 	}
-	// --rail-account reads one account's chains only.
+	// --rail-account reads one account's log only.
 	if out, err := verify("--rail-account", stripeAccount); err == nil || !want.MatchString(out) {
 		t.Fatalf("verify --rail-account %s: %v\n%s", stripeAccount, err, out)
 	}
-	if out, err := verify("--rail-account", "acct_elsewhere"); err != nil || !strings.Contains(out, "0 chains, 0 records, 0 broken") {
+	if out, err := verify("--rail-account", "acct_elsewhere"); err != nil || !strings.Contains(out, "0 rail accounts, 0 sealed records, 0 unsealed, 0 checkpoints, 0 problems") {
 		t.Fatalf("verify --rail-account acct_elsewhere: %v\n%s", err, out)
 	}
 }

@@ -173,6 +173,8 @@ refuse "image.tag must not be latest" --set image.tag=latest
 refuse "envoy.image.tag must not be latest" --set envoy.image.tag=latest
 refuse "may not set COUNTERSIGN_GRPC_ADDR" --set-json 'countersign.extraEnv=[{"name":"COUNTERSIGN_GRPC_ADDR","value":"0.0.0.0:9191"}]'
 refuse "may not set grpc-addr" --set countersign.settings.grpc-addr=0.0.0.0:9191
+refuse "may not set audit-signing-key" --set countersign.settings.audit-signing-key=/etc/key
+refuse "auditSigningKey.key is required" --set countersign.auditSigningKey.existingSecret=audit --set countersign.auditSigningKey.key=
 refuse "keySecret.name is required" --set-json "rails=[$(rail a stripe '')]"
 refuse "is configured twice" --set-json "rails=[$(rail a one s),$(rail a two s)]"
 refuse "is also accepted for" --set-json "rails=[$(rail a one s ',"hosts":["api.stripe.com"]'),$(rail b two s ',"hosts":["x.example"],"egress":{"name":"two","extraDomains":["countersign-one"]}')]"

@@ -2,23 +2,37 @@ package api
 
 import (
 	"context"
-	"encoding/json"
+	"strconv"
+	"strings"
+	"time"
 
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/ledger"
 )
 
-// auditCursor is a ListAuditRecords page token: the last record returned.
-type auditCursor struct {
-	Chain string `json:"c"`
-	Seq   int64  `json:"s"`
+// WithAuditVerifier sets the key VerifyAudit checks checkpoint signatures
+// with (the verifier of the server's own signing key); without one,
+// signatures are reported unchecked. After a key rotation, checkpoints of
+// the old key are reported untrusted-signer here; `countersign audit
+// verify` takes every verifier key.
+func (s *OwnerServer) WithAuditVerifier(v note.Verifier) *OwnerServer {
+	s.auditVerifier = v
+	return s
 }
 
+// DefaultMaxUnsealedAge is how long VerifyAudit lets a record wait for
+// sealing before it reports it, when the request does not say.
+const DefaultMaxUnsealedAge = time.Minute
+
 // ListAuditRecords pages through the audit records of the owner's
-// intents on the rail accounts it holds, chain by chain in sequence order.
+// intents on the rail accounts it holds, in record id order.
 // Naming a rail account it does not hold is PermissionDenied.
 func (s *OwnerServer) ListAuditRecords(ctx context.Context, req *countersignv1.ListAuditRecordsRequest) (*countersignv1.ListAuditRecordsResponse, error) {
 	owner, err := s.owner(ctx)
@@ -37,12 +51,14 @@ func (s *OwnerServer) ListAuditRecords(ctx context.Context, req *countersignv1.L
 	if err != nil {
 		return nil, err
 	}
-	var after auditCursor
-	if tok != "" && (json.Unmarshal([]byte(tok), &after) != nil || after.Chain == "") {
-		return nil, status.Error(codes.InvalidArgument, "page_token is not one this server issued")
+	var after int64
+	if tok != "" {
+		if after, err = strconv.ParseInt(tok, 10, 64); err != nil || after < 1 {
+			return nil, status.Error(codes.InvalidArgument, "page_token is not one this server issued")
+		}
 	}
 	recs, err := s.store.OwnerAuditRecords(ctx, owner,
-		ledger.AuditFilter{RailAccount: req.GetRailAccount(), SIK: req.GetSik(), Chain: req.GetChain()}, after.Chain, after.Seq, n)
+		ledger.AuditFilter{RailAccount: req.GetRailAccount(), SIK: req.GetSik()}, after, n)
 	if err != nil {
 		return nil, ToStatus(err)
 	}
@@ -51,20 +67,16 @@ func (s *OwnerServer) ListAuditRecords(ctx context.Context, req *countersignv1.L
 		out.AuditRecords = append(out.AuditRecords, toAuditRecord(r))
 	}
 	if len(recs) > 0 {
-		last := recs[len(recs)-1]
-		b, err := json.Marshal(auditCursor{Chain: last.Chain, Seq: last.Seq})
-		if err != nil {
-			return nil, ToStatus(err)
-		}
-		out.NextPageToken = nextToken(n, string(b), len(recs))
+		out.NextPageToken = nextToken(n, strconv.FormatInt(recs[len(recs)-1].ID, 10), len(recs))
 	}
 	return out, nil
 }
 
-// VerifyAudit verifies every chain of a rail account the owner holds (the
+// VerifyAudit verifies the log of a rail account the owner holds (the
 // operator granted it; PermissionDenied otherwise, whether or not the
-// account exists). The chains hold other owners' records too (their hashes
-// link them); only counts and break positions are returned.
+// account exists). The log holds other owners' records too (the tree links
+// them); only counts and problems are returned, and a problem names
+// another owner's intent by record id only.
 func (s *OwnerServer) VerifyAudit(ctx context.Context, req *countersignv1.VerifyAuditRequest) (*countersignv1.VerifyAuditResponse, error) {
 	owner, err := s.owner(ctx)
 	if err != nil {
@@ -73,13 +85,113 @@ func (s *OwnerServer) VerifyAudit(ctx context.Context, req *countersignv1.Verify
 	if err := s.store.OwnerHoldsRailAccount(ctx, owner, req.GetRailAccount()); err != nil {
 		return nil, ToStatus(err)
 	}
-	rep, err := s.store.VerifyAuditOf(ctx, req.GetRailAccount())
+	age := DefaultMaxUnsealedAge
+	if req.GetMaxUnsealedAge() != nil {
+		age = req.GetMaxUnsealedAge().AsDuration()
+	}
+	opts := ledger.AuditVerifyOptions{RailAccount: req.GetRailAccount(), MaxUnsealedAge: age}
+	if s.auditVerifier != nil {
+		opts.Verifiers = []note.Verifier{s.auditVerifier}
+	}
+	rep, err := s.store.VerifyAudit(ctx, opts)
 	if err != nil {
 		return nil, ToStatus(err)
 	}
-	out := &countersignv1.VerifyAuditResponse{Ok: len(rep.Breaks) == 0, RecordsChecked: rep.Records, ChainsChecked: int32(rep.Chains)} //nolint:gosec // at most 16 chains per account
-	for _, b := range rep.Breaks {
-		out.Breaks = append(out.Breaks, &countersignv1.AuditBreak{Chain: b.Chain, Seq: b.Seq, Problem: b.Problem})
+	out := &countersignv1.VerifyAuditResponse{Ok: rep.Ok(), RecordsChecked: rep.Sealed, RecordsUnsealed: rep.Unsealed,
+		TreeSize: rep.TreeSize, CheckpointsChecked: int32(rep.Checkpoints), SignaturesChecked: rep.SignaturesChecked} //nolint:gosec // one checkpoint per sealing
+	if rep.OldestUnsealedMicros != 0 {
+		out.OldestUnsealedTime = timestamppb.New(time.UnixMicro(rep.OldestUnsealedMicros))
+	}
+	mine, err := s.store.OwnerIntentSIKs(ctx, owner, req.GetRailAccount())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	for _, p := range rep.Problems {
+		ap := &countersignv1.AuditProblem{Kind: string(p.Kind), TreeSize: p.TreeSize, Problem: p.Problem}
+		if p.RecordID > 0 {
+			ap.RecordId = p.RecordID
+		}
+		if p.LeafIndex >= 0 {
+			ap.LeafIndex = &p.LeafIndex
+		}
+		if p.SIK != "" && mine[p.SIK] {
+			ap.Sik = p.SIK
+		} else if p.SIK != "" {
+			// Another owner's intent: say what is wrong, not whose.
+			ap.Problem = strings.ReplaceAll(ap.Problem, p.SIK, "(another owner's intent)")
+		}
+		out.Problems = append(out.Problems, ap)
 	}
 	return out, nil
+}
+
+// GetAuditInclusionProof proves one of the owner's sealed records is in its
+// log. A record of another owner's intent, or on an account the owner does
+// not hold, is NotFound, as if it did not exist.
+func (s *OwnerServer) GetAuditInclusionProof(ctx context.Context, req *countersignv1.GetAuditInclusionProofRequest) (*countersignv1.GetAuditInclusionProofResponse, error) {
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p, err := s.store.OwnerInclusionProof(ctx, owner, req.GetRecordId(), req.GetTreeSize())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &countersignv1.GetAuditInclusionProofResponse{Record: toAuditRecord(p.Record), Checkpoint: toCheckpoint(p.Checkpoint),
+		Proof: hashBytes(p.Proof)}, nil
+}
+
+// GetAuditConsistencyProof proves a rail account's log at one checkpoint
+// extends it at an earlier one; the owner must hold the account.
+func (s *OwnerServer) GetAuditConsistencyProof(ctx context.Context, req *countersignv1.GetAuditConsistencyProofRequest) (*countersignv1.GetAuditConsistencyProofResponse, error) {
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.store.OwnerHoldsRailAccount(ctx, owner, req.GetRailAccount()); err != nil {
+		return nil, ToStatus(err)
+	}
+	p, err := s.store.AuditConsistencyProof(ctx, req.GetRailAccount(), req.GetFromSize(), req.GetToSize())
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &countersignv1.GetAuditConsistencyProofResponse{From: toCheckpoint(p.From), To: toCheckpoint(p.To), Proof: hashBytes(p.Proof)}, nil
+}
+
+func toCheckpoint(c ledger.AuditCheckpoint) *countersignv1.AuditCheckpoint {
+	return &countersignv1.AuditCheckpoint{RailAccount: c.RailAccount, TreeSize: c.TreeSize, Note: c.Note}
+}
+
+func hashBytes(hs []tlog.Hash) [][]byte {
+	out := make([][]byte, len(hs))
+	for i, h := range hs {
+		out[i] = h[:]
+	}
+	return out
+}
+
+// ProofHashes reads a proof's hashes as sent.
+func ProofHashes(bs [][]byte) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(bs))
+	for i, b := range bs {
+		if len(b) != tlog.HashSize {
+			return nil, status.Errorf(codes.InvalidArgument, "proof hash %d is %d bytes, not %d", i, len(b), tlog.HashSize)
+		}
+		copy(out[i][:], b)
+	}
+	return out, nil
+}
+
+// RecordOf is the log record an API audit record stands for: what its leaf
+// hash covers, so a client can recompute the leaf it was given a proof of.
+func RecordOf(r *countersignv1.AuditRecord) audit.Record {
+	state := func(s countersignv1.IntentState) string {
+		if s == countersignv1.IntentState_INTENT_STATE_UNSPECIFIED {
+			return ""
+		}
+		return strings.TrimPrefix(s.String(), "INTENT_STATE_")
+	}
+	return audit.Record{ID: r.GetRecordId(), RailAccount: r.GetRailAccount(), SIK: r.GetSik(), FromState: state(r.GetFromState()),
+		ToState: state(r.GetToState()), Event: strings.TrimPrefix(r.GetEvent().String(), "INTENT_EVENT_"), AttemptSeq: int(r.GetAttemptSeq()),
+		Detail: r.GetReason(), AtMicros: r.GetCommitTime().AsTime().UnixMicro()}
 }

@@ -2,34 +2,47 @@ package api
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"buf.build/go/protovalidate"
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/testing/ledgertest"
 	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
-func TestOwnerAPIListsAndVerifiesTheAudit(t *testing.T) {
+const acct = "acct_audit"
+
+// auditFixture is a ledger where own_a and own_b share acct (own_a's agent
+// mandated on it) and own_c holds nothing, with 12 proposed intents, 8 of
+// own_a's, 4 of own_b's; siks maps each intent to its agent.
+func auditFixture(t *testing.T) (store *ledger.Store, s *OwnerServer, url string, siks map[string]string, mine, theirs string) {
+	t.Helper()
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
+	url = pgtest.NewDatabase(t)
 	store, err := ledger.Open(ctx, url, ledger.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(store.Close)
-	s := NewOwnerServer(store, func(ctx context.Context) (string, error) {
+	s = NewOwnerServer(store, func(ctx context.Context) (string, error) {
 		o, _ := ctx.Value(ownerKey{}).(string)
 		return o, nil
 	})
-	const acct = "acct_audit"
 	// own_a and own_b share the account; own_c holds none.
 	for _, o := range []string{"own_a", "own_b"} {
 		if _, err := store.GrantRailAccount(ctx, acct, o); err != nil {
@@ -54,8 +67,8 @@ func TestOwnerAPIListsAndVerifiesTheAudit(t *testing.T) {
 		}
 		return id
 	}
-	mine, theirs := agentOf("own_a", true), agentOf("own_b", false)
-	siks := map[string]string{} // sik → agent
+	mine, theirs = agentOf("own_a", true), agentOf("own_b", false)
+	siks = map[string]string{} // sik → agent
 	for i := range 12 {
 		agent := mine
 		if i%3 == 2 {
@@ -70,9 +83,30 @@ func TestOwnerAPIListsAndVerifiesTheAudit(t *testing.T) {
 		}
 		siks[sk] = agent
 	}
+	return store, s, url, siks, mine, theirs
+}
 
-	// Every record of own_a's intents, none of own_b's, chain by chain in
-	// sequence order, across pages.
+func testAuditKey(t *testing.T) (note.Signer, note.Verifier) {
+	t.Helper()
+	skey, _, err := audit.GenerateKey("api.audit.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sg, v, err := audit.ParseSigner(skey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sg, v
+}
+
+func TestOwnerAPIListsAndVerifiesTheAudit(t *testing.T) {
+	ctx := context.Background()
+	store, s, url, siks, mine, theirs := auditFixture(t)
+	signer, verifier := testAuditKey(t)
+	s.WithAuditVerifier(verifier)
+
+	// Every record of own_a's intents, none of own_b's, in record id
+	// order, across pages.
 	var got []*countersignv1.AuditRecord
 	tok := ""
 	for pages := 0; ; pages++ {
@@ -90,14 +124,14 @@ func TestOwnerAPIListsAndVerifiesTheAudit(t *testing.T) {
 		if siks[r.GetSik()] != mine {
 			t.Fatalf("record %d is of intent %s, not own_a's", i, r.GetSik())
 		}
-		if !strings.HasPrefix(r.GetChain(), acct+"#") || len(r.GetHash()) != 64 || len(r.GetPayloadHash()) != 64 || r.GetToState() == countersignv1.IntentState_INTENT_STATE_UNSPECIFIED {
+		if r.GetRailAccount() != acct || r.LeafIndex != nil || r.GetToState() == countersignv1.IntentState_INTENT_STATE_UNSPECIFIED {
 			t.Fatalf("record %d: %v", i, r)
 		}
-		if i > 0 {
-			p := got[i-1]
-			if p.GetChain() > r.GetChain() || (p.GetChain() == r.GetChain() && p.GetSeq() >= r.GetSeq()) {
-				t.Fatalf("records %d and %d out of order: %s#%d, %s#%d", i-1, i, p.GetChain(), p.GetSeq(), r.GetChain(), r.GetSeq())
-			}
+		if h := RecordOf(r).LeafHash(); r.GetLeafHash() != hex.EncodeToString(h[:]) {
+			t.Fatalf("record %d: leaf hash %s, the record's fields hash to %x", i, r.GetLeafHash(), h)
+		}
+		if i > 0 && got[i-1].GetRecordId() >= r.GetRecordId() {
+			t.Fatalf("records %d and %d out of order: %d, %d", i-1, i, got[i-1].GetRecordId(), r.GetRecordId())
 		}
 		perSIK[r.GetSik()]++
 	}
@@ -125,9 +159,13 @@ func TestOwnerAPIListsAndVerifiesTheAudit(t *testing.T) {
 		t.Fatalf("forged page token: %v", err)
 	}
 
-	// Verification covers every record on the account's chains.
+	// Verification covers every record of the account's log.
+	if _, err := store.Seal(ctx, signer); err != nil {
+		t.Fatal(err)
+	}
 	v, err := s.VerifyAudit(as("own_a"), &countersignv1.VerifyAuditRequest{RailAccount: acct})
-	if err != nil || !v.GetOk() || v.GetChainsChecked() < 1 || v.GetRecordsChecked() <= int64(len(got)) {
+	if err != nil || !v.GetOk() || v.GetCheckpointsChecked() != 1 || !v.GetSignaturesChecked() || v.GetRecordsChecked() <= int64(len(got)) ||
+		v.GetTreeSize() != v.GetRecordsChecked() || v.GetRecordsUnsealed() != 0 {
 		t.Fatalf("verify = %v, %v (own_a's records alone: %d)", v, err, len(got))
 	}
 	if v, err := s.VerifyAudit(as("own_b"), &countersignv1.VerifyAuditRequest{RailAccount: acct}); err != nil || !v.GetOk() {
@@ -165,14 +203,148 @@ func TestOwnerAPIListsAndVerifiesTheAudit(t *testing.T) {
 	if _, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE audit_records SET detail = 'edited' WHERE chain = $1 AND seq = $2`, got[0].GetChain(), got[0].GetSeq()); err != nil {
+	if _, err := tx.Exec(ctx, `UPDATE audit_records SET detail = 'edited' WHERE id = $1`, got[0].GetRecordId()); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
 	v, err = s.VerifyAudit(as("own_a"), &countersignv1.VerifyAuditRequest{RailAccount: acct})
-	if err != nil || v.GetOk() || len(v.GetBreaks()) != 1 || v.GetBreaks()[0].GetChain() != got[0].GetChain() || v.GetBreaks()[0].GetSeq() != got[0].GetSeq() {
-		t.Fatalf("after editing %s#%d: %v, %v", got[0].GetChain(), got[0].GetSeq(), v, err)
+	if err != nil || v.GetOk() || len(v.GetProblems()) == 0 {
+		t.Fatalf("after editing record %d: %v, %v", got[0].GetRecordId(), v, err)
+	}
+	if p := v.GetProblems()[0]; p.GetKind() != string(ledger.AuditAltered) || p.GetRecordId() != got[0].GetRecordId() || p.GetSik() != got[0].GetSik() {
+		t.Fatalf("after editing record %d: %v", got[0].GetRecordId(), v.GetProblems())
+	}
+	// own_b verifies the same log, but is not told which of own_a's
+	// intents the edited record is of.
+	v, err = s.VerifyAudit(as("own_b"), &countersignv1.VerifyAuditRequest{RailAccount: acct})
+	if err != nil || v.GetOk() || v.GetProblems()[0].GetSik() != "" || strings.Contains(v.GetProblems()[0].GetProblem(), got[0].GetSik()) {
+		t.Fatalf("own_b's report: %v, %v", v, err)
+	}
+}
+
+func TestOwnerAuditProofs(t *testing.T) {
+	ctx := context.Background()
+	store, s, _, siks, mine, _ := auditFixture(t)
+	signer, verifier := testAuditKey(t)
+	first, err := store.Seal(ctx, signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := s.ListAuditRecords(as("own_a"), &countersignv1.ListAuditRecordsRequest{RailAccount: acct, PageSize: 1000})
+	if err != nil || len(l.GetAuditRecords()) == 0 {
+		t.Fatalf("list: %v, %v", l, err)
+	}
+	recs := l.GetAuditRecords()
+	// One more intent, unsealed until a second sealing.
+	sk := "AUDITSIKZZZZZZZZZZZZZZZZZZZZZZZZ"
+	k := ledger.Key{RailAccount: acct, SIK: sk}
+	if err := ledgertest.InFlight(ctx, store, ledger.NewIntent{Key: k, Rail: "stripe", Action: "refund", Subject: "pi_a", AmountMinor: 1,
+		Currency: "USD", Canonical: "{}", AgentID: mine}, k.SIK); err != nil {
+		t.Fatal(err)
+	}
+	late, err := s.ListAuditRecords(as("own_a"), &countersignv1.ListAuditRecordsRequest{RailAccount: acct, Sik: sk})
+	if err != nil || len(late.GetAuditRecords()) == 0 {
+		t.Fatalf("list the new intent: %v, %v", late, err)
+	}
+	unsealed := late.GetAuditRecords()[0].GetRecordId()
+	if _, err := s.GetAuditInclusionProof(as("own_a"), &countersignv1.GetAuditInclusionProofRequest{RecordId: unsealed}); code(err) != codes.FailedPrecondition {
+		t.Fatalf("proof of an unsealed record: %v, want FailedPrecondition", err)
+	}
+	if _, err := store.Seal(ctx, signer); err != nil {
+		t.Fatal(err)
+	}
+
+	// Every one of own_a's records has a proof against the latest
+	// checkpoint and against the first, that verifies with tlog.
+	for _, size := range []int64{0, first.Records} {
+		for _, r := range append(recs, late.GetAuditRecords()...) {
+			p, err := s.GetAuditInclusionProof(as("own_a"), &countersignv1.GetAuditInclusionProofRequest{RecordId: r.GetRecordId(), TreeSize: size})
+			if size != 0 && r.GetRecordId() >= unsealed {
+				if code(err) != codes.InvalidArgument {
+					t.Fatalf("proof of a later record against the first checkpoint: %v", err)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatalf("record %d, size %d: %v", r.GetRecordId(), size, err)
+			}
+			c, err := audit.OpenCheckpoint(p.GetCheckpoint().GetNote(), verifier)
+			if err != nil {
+				t.Fatal(err)
+			}
+			proof, err := ProofHashes(p.GetProof())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tlog.CheckRecord(proof, c.Size, c.Root, p.GetRecord().GetLeafIndex(), RecordOf(p.GetRecord()).LeafHash()); err != nil {
+				t.Fatalf("record %d: %v", r.GetRecordId(), err)
+			}
+			if siks[p.GetRecord().GetSik()] != mine && p.GetRecord().GetSik() != sk {
+				t.Fatalf("proof of another owner's record %v", p.GetRecord())
+			}
+		}
+	}
+	cons, err := s.GetAuditConsistencyProof(as("own_b"), &countersignv1.GetAuditConsistencyProofRequest{RailAccount: acct, FromSize: first.Records})
+	if err != nil {
+		t.Fatal(err)
+	}
+	older, err := audit.OpenCheckpoint(cons.GetFrom().GetNote(), verifier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer, err := audit.OpenCheckpoint(cons.GetTo().GetNote(), verifier)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proof, err := ProofHashes(cons.GetProof())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tlog.CheckTree(proof, newer.Size, newer.Root, older.Size, older.Root); err != nil || newer.Size <= older.Size {
+		t.Fatalf("consistency %d → %d: %v", older.Size, newer.Size, err)
+	}
+
+	// Refusals: another owner's record is NotFound (own_b shares the
+	// account, own_c holds nothing); an account not held is
+	// PermissionDenied; checkpoints that do not exist are NotFound.
+	for _, o := range []string{"own_b", "own_c"} {
+		if _, err := s.GetAuditInclusionProof(as(o), &countersignv1.GetAuditInclusionProofRequest{RecordId: recs[0].GetRecordId()}); code(err) != codes.NotFound {
+			t.Fatalf("%s asks for own_a's record: %v, want NotFound", o, err)
+		}
+	}
+	if _, err := s.GetAuditConsistencyProof(as("own_c"), &countersignv1.GetAuditConsistencyProofRequest{RailAccount: acct, FromSize: 1}); code(err) != codes.PermissionDenied {
+		t.Fatalf("own_c asks for a consistency proof: %v, want PermissionDenied", err)
+	}
+	if _, err := s.GetAuditConsistencyProof(as("own_a"), &countersignv1.GetAuditConsistencyProofRequest{RailAccount: acct, FromSize: first.Records + 1}); code(err) != codes.NotFound {
+		t.Fatalf("consistency from a size no checkpoint has: %v, want NotFound", err)
+	}
+	if _, err := s.GetAuditInclusionProof(as("own_a"), &countersignv1.GetAuditInclusionProofRequest{RecordId: recs[0].GetRecordId(), TreeSize: 2}); code(err) != codes.NotFound {
+		t.Fatalf("inclusion in a size no checkpoint has: %v, want NotFound", err)
+	}
+
+	// Bad inputs are refused before the handler runs.
+	validator, err := protovalidate.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	intercept := ValidationInterceptor(validator)
+	for _, req := range []proto.Message{
+		&countersignv1.GetAuditInclusionProofRequest{},
+		&countersignv1.GetAuditInclusionProofRequest{RecordId: -1},
+		&countersignv1.GetAuditInclusionProofRequest{RecordId: 1, TreeSize: -1},
+		&countersignv1.GetAuditConsistencyProofRequest{RailAccount: acct},
+		&countersignv1.GetAuditConsistencyProofRequest{FromSize: 1},
+		&countersignv1.GetAuditConsistencyProofRequest{RailAccount: acct, FromSize: 5, ToSize: 3},
+		&countersignv1.VerifyAuditRequest{RailAccount: acct, MaxUnsealedAge: durationpb.New(-time.Second)},
+	} {
+		_, err := intercept(as("own_a"), req, &grpc.UnaryServerInfo{}, func(context.Context, any) (any, error) {
+			t.Fatalf("%T %v reached the handler", req, req)
+			return nil, nil
+		})
+		if code(err) != codes.InvalidArgument {
+			t.Fatalf("%T %v: %v, want InvalidArgument", req, req, err)
+		}
 	}
 }

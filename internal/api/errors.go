@@ -46,6 +46,10 @@ func ToStatus(err error) error {
 		return withDetails(st, "INVALID_ARGUMENT", br)
 	case errors.Is(err, ledger.ErrNotFound):
 		return withDetails(status.New(codes.NotFound, err.Error()), "NOT_FOUND")
+	case errors.Is(err, ledger.ErrNotSealed):
+		return withDetails(status.New(codes.FailedPrecondition, err.Error()), "AUDIT_NOT_SEALED")
+	case errors.Is(err, ledger.ErrProofRange):
+		return withDetails(status.New(codes.InvalidArgument, err.Error()), "INVALID_ARGUMENT")
 	case errors.Is(err, ledger.ErrUnavailable):
 		return withDetails(status.New(codes.Unavailable, "the ledger is unreachable"), "LEDGER_UNAVAILABLE")
 	case errors.Is(err, ledger.ErrOutboxInvalid):

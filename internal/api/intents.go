@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
-	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
@@ -74,8 +73,9 @@ func (s *OwnerServer) ListIntents(ctx context.Context, req *countersignv1.ListIn
 }
 
 // watchPoll and watchOverlap pace WatchIntents: it polls the audit log and
-// re-reads a window behind its cursor, because records of different chains
-// commit out of their timestamp order; what it has sent is not sent again.
+// re-reads a window behind its cursor, because records of concurrent
+// decisions commit out of their timestamp order; what it has sent is not
+// sent again.
 const (
 	watchPoll    = 200 * time.Millisecond
 	watchOverlap = 5 * time.Second
@@ -91,7 +91,7 @@ func (s *OwnerServer) WatchIntents(req *countersignv1.WatchIntentsRequest, strea
 	}
 	f := filterOf(req.GetAgentId(), req.GetRailAccount(), req.GetStates()...)
 	cursor := time.Now().UnixMicro()
-	seen := map[string]int64{} // chain/seq → at_micros, pruned behind the overlap window
+	seen := map[int64]int64{} // record id → at_micros, pruned behind the overlap window
 	t := time.NewTicker(watchPoll)
 	defer t.Stop()
 	for {
@@ -103,7 +103,7 @@ func (s *OwnerServer) WatchIntents(req *countersignv1.WatchIntentsRequest, strea
 			return ToStatus(err)
 		}
 		for _, tr := range trs {
-			id := tr.Chain + "/" + strconv.FormatInt(tr.Seq, 10)
+			id := tr.ID
 			if _, ok := seen[id]; ok {
 				continue
 			}
@@ -128,8 +128,9 @@ func (s *OwnerServer) WatchIntents(req *countersignv1.WatchIntentsRequest, strea
 
 func toAuditRecord(r ledger.AuditRecord) *countersignv1.AuditRecord {
 	ev := countersignv1.IntentEvent_value["INTENT_EVENT_"+r.Event]
-	return &countersignv1.AuditRecord{Seq: r.Seq, RailAccount: r.RailAccount, Sik: r.SIK,
+	h := r.Leaf().LeafHash()
+	return &countersignv1.AuditRecord{RecordId: r.ID, RailAccount: r.RailAccount, Sik: r.SIK,
 		FromState: intentStates[r.FromState], ToState: intentStates[r.ToState], Event: countersignv1.IntentEvent(ev),
-		Reason: r.Detail, PrevHash: hex.EncodeToString(r.PrevHash), Hash: hex.EncodeToString(r.Hash), PayloadHash: hex.EncodeToString(r.PayloadHash()),
-		CommitTime: timestamppb.New(time.UnixMicro(r.AtMicros)), Chain: r.Chain}
+		AttemptSeq: int32(r.AttemptSeq), Reason: r.Detail, LeafIndex: r.LeafIndex, LeafHash: hex.EncodeToString(h[:]), //nolint:gosec // attempt counts are small
+		CommitTime: timestamppb.New(time.UnixMicro(r.AtMicros))}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"strings"
 
+	"golang.org/x/mod/sumdb/note"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -28,6 +29,8 @@ type OwnerServer struct {
 	store    *ledger.Store
 	ownerOf  OwnerOf
 	webhooks outbox.AddressPolicy
+	// auditVerifier checks the audit log's checkpoint signatures.
+	auditVerifier note.Verifier
 }
 
 // NewOwnerServer returns the owner service.

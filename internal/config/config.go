@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 	"sigs.k8s.io/yaml"
 
+	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/ownerauth"
 )
 
@@ -98,6 +99,11 @@ type Config struct {
 	OwnerQuotaBurst                                            int
 	AuthFailureRate                                            float64
 	AuthFailureBurst                                           int
+	// AuditSigningKey names the note signer key file the sequencer signs
+	// audit checkpoints with; empty: this process does not seal.
+	AuditSigningKey string
+	// AuditSealInterval is how often the sequencer seals new audit records.
+	AuditSealInterval time.Duration
 	// TrustedProxies lists (comma-separated CIDR prefixes or addresses)
 	// the proxies whose X-Forwarded-For is believed when quotas name a
 	// caller's source; empty (the default): no forwarding header is.
@@ -124,6 +130,7 @@ func Defaults() Config {
 		ExtProcInPath:        true,
 		MaxRequestBytes:      65536,
 		OutboxInterval:       time.Second,
+		AuditSealInterval:    time.Second,
 		OwnerSubjectClaim:    "sub",
 		OwnerGroupsClaim:     ownerauth.DefaultGroupsClaim,
 		OwnerQuotaRate:       10,
@@ -162,6 +169,8 @@ func (c *Config) BindServe(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", c.ReconcileInterval, "how often the in-process reconciler looks for work (0 turns it off)")
 	fs.DurationVar(&c.OutboxInterval, "outbox-interval", c.OutboxInterval, "how often the webhook dispatcher delivers events (0 turns it off)")
 	fs.StringVar(&c.WebhookAllowNetworks, "webhook-allow-networks", c.WebhookAllowNetworks, "comma-separated CIDR prefixes of non-public networks webhooks may reach (loopback, private and link-local addresses are refused otherwise)")
+	fs.StringVar(&c.AuditSigningKey, "audit-signing-key", c.AuditSigningKey, "file holding the audit log's note signer key (countersign audit keygen); without it this process does not seal audit records")
+	fs.DurationVar(&c.AuditSealInterval, "audit-seal-interval", c.AuditSealInterval, "how often the sequencer seals new audit records into the signed log (with audit-signing-key)")
 	fs.StringVar(&c.OwnerIssuer, "owner-issuer", c.OwnerIssuer, "OIDC issuer of owner JWTs (exact iss); empty: OIDC off, static owner tokens only")
 	fs.StringVar(&c.OwnerAudience, "owner-audience", c.OwnerAudience, "audience an owner JWT must list in aud")
 	fs.StringVar(&c.OwnerJWKSURL, "owner-jwks-url", c.OwnerJWKSURL, "https URL of the issuer's JWKS (exclusive with owner-jwks-file)")
@@ -341,6 +350,14 @@ func (c Config) Validate() error {
 	}
 	if c.ReconcileInterval < 0 {
 		errs = append(errs, fmt.Errorf("reconcile-interval (%s) must not be negative", EnvName("reconcile-interval")))
+	}
+	if c.AuditSealInterval < 10*time.Millisecond || c.AuditSealInterval > time.Hour {
+		errs = append(errs, fmt.Errorf("audit-seal-interval (%s) must be between 10ms and 1h, got %s", EnvName("audit-seal-interval"), c.AuditSealInterval))
+	}
+	if c.AuditSigningKey != "" {
+		if _, _, err := audit.LoadSigner(c.AuditSigningKey); err != nil {
+			errs = append(errs, fmt.Errorf("audit-signing-key (%s): %w", EnvName("audit-signing-key"), err))
+		}
 	}
 	for _, a := range []struct{ flag, addr string }{{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTPAddr}} {
 		if path, ok := UnixPath(a.addr); ok && a.flag == "grpc-addr" {

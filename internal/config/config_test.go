@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/countersign/countersign/internal/audit"
 )
 
 func env(m map[string]string) func(string) (string, bool) {
@@ -124,6 +126,23 @@ func TestValidate(t *testing.T) {
 		{"envoy socket path too long", func(c *Config) { c.EnvoyAddr = "unix:/" + strings.Repeat("d", 120) }, "the system allows about 104"},
 		{"bad webhook network", func(c *Config) { c.WebhookAllowNetworks = "10.20.0.0/16,intranet" }, `webhook-allow-networks (COUNTERSIGN_WEBHOOK_ALLOW_NETWORKS): "intranet" is neither`},
 		{"trusted proxies", func(c *Config) { c.TrustedProxies = "10.0.0.0/8, 192.0.2.7" }, ""},
+		{"audit seal interval too short", func(c *Config) { c.AuditSealInterval = time.Millisecond }, "audit-seal-interval (COUNTERSIGN_AUDIT_SEAL_INTERVAL) must be between 10ms and 1h"},
+		{"audit signing key missing", func(c *Config) { c.AuditSigningKey = "/nonexistent/audit.key" }, "audit-signing-key (COUNTERSIGN_AUDIT_SIGNING_KEY): audit signing key: open /nonexistent/audit.key"},
+		{"audit signing key is a verifier key", func(c *Config) {
+			dir := t.TempDir()
+			_, pub, _, err := audit.WriteKeyPair(dir, "cfg.test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.AuditSigningKey = pub
+		}, "not a note signer key"},
+		{"audit signing key", func(c *Config) {
+			key, _, _, err := audit.WriteKeyPair(t.TempDir(), "cfg.test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.AuditSigningKey = key
+		}, ""},
 		{"bad trusted proxy", func(c *Config) { c.TrustedProxies = "10.0.0.0/8,lb.internal" }, `trusted-proxies (COUNTERSIGN_TRUSTED_PROXIES): "lb.internal" is neither`},
 	}
 	for _, tc := range cases {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/spf13/cobra"
 
+	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/cli"
 	"github.com/countersign/countersign/internal/config"
 	"github.com/countersign/countersign/internal/ledger"
@@ -88,6 +89,14 @@ func NewCommand() *cobra.Command {
 				return err
 			}
 			defer stopMock()
+			// The demo seals its audit log: a signing key kept with the
+			// rail keys, made on the first run.
+			verifierKey := ""
+			if cfg.AuditSigningKey == "" {
+				if cfg.AuditSigningKey, verifierKey, err = devAuditKey(filepath.Join(dir, "keys")); err != nil {
+					return fmt.Errorf("dev: audit key: %w", err)
+				}
+			}
 			store, err := ledger.Open(ctx, cfg.DatabaseURL, ledger.Options{MaxConns: 2, Pooler: cfg.DBPooler})
 			if err != nil {
 				return err
@@ -113,6 +122,9 @@ func NewCommand() *cobra.Command {
 			fmt.Fprintf(out, "  metrics                           http://%s/metrics\n", cfg.HTTPAddr)
 			fmt.Fprintf(out, "  OpenAPI                           http://%s/openapi.json\n", cfg.HTTPAddr)
 			fmt.Fprintf(out, "  ledger                            %s\n", cfg.DatabaseURL)
+			if verifierKey != "" {
+				fmt.Fprintf(out, "  audit log (sealed every %s)       verifier key %s\n", cfg.AuditSealInterval, verifierKey)
+			}
 			fmt.Fprintf(out, "  mock rail (Stripe + Razorpay)     %s  (journal: %s/_mock/journal)\n", mockURL, mockURL)
 			for _, e := range egress {
 				fmt.Fprintf(out, "  egress to %-9s (Envoy's contract) %s  → rail account %s (%s)\n", e.Name, e.BaseURL(), e.Account, e.RailHost)
@@ -136,6 +148,23 @@ func NewCommand() *cobra.Command {
 	cmd.Flags().StringVar(&razorpayEgressAddr, "razorpay-egress-addr", "127.0.0.1:15002", "where the demo egress proxy listens for Razorpay's API: a Razorpay SDK's base URL")
 	_ = cmd.Flags().MarkHidden("rails-file")
 	return cmd
+}
+
+// devAuditName names the demo's audit signing key.
+const devAuditName = "countersign-dev-audit"
+
+// devAuditKey returns the demo's audit signer and verifier key files in
+// keyDir, generating them on the first run.
+func devAuditKey(keyDir string) (signer, verifier string, err error) {
+	signer, verifier = filepath.Join(keyDir, devAuditName+".key"), filepath.Join(keyDir, devAuditName+".pub")
+	if _, err := os.Stat(signer); err == nil {
+		return signer, verifier, nil
+	}
+	if err := os.MkdirAll(keyDir, 0o700); err != nil {
+		return "", "", err
+	}
+	signer, verifier, _, err = audit.WriteKeyPair(keyDir, devAuditName)
+	return signer, verifier, err
 }
 
 func isDuplicateDatabase(err error) bool {

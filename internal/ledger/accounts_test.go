@@ -165,7 +165,7 @@ func TestOwnerAuditRecordsNeedTheAccount(t *testing.T) {
 		t.Fatal(err)
 	}
 	list := func() int {
-		recs, err := s.OwnerAuditRecords(ctx, "own_a", AuditFilter{}, "", 0, 100)
+		recs, err := s.OwnerAuditRecords(ctx, "own_a", AuditFilter{}, 0, 100)
 		if err != nil {
 			t.Fatal(err)
 		}

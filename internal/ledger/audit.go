@@ -1,19 +1,23 @@
 package ledger
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
+	"errors"
 	"fmt"
-	"strconv"
-	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/countersign/countersign/internal/audit"
 )
 
-// AuditRecord is one link of an audit chain.
+// AuditRecord is one audited transition (I6), as the trigger wrote it in
+// the deciding transaction. LeafIndex is nil until the sequencer seals it
+// into its rail account's log.
 type AuditRecord struct {
-	Chain       string
+	ID          int64
 	RailAccount string
-	Seq         int64
 	SIK         string
 	FromState   string
 	ToState     string
@@ -21,159 +25,334 @@ type AuditRecord struct {
 	AttemptSeq  int
 	Detail      string
 	AtMicros    int64
-	PrevHash    []byte
-	Hash        []byte
+	LeafIndex   *int64
 }
 
-// auditField encodes one field as "<octets>:<text>", exactly as the SQL
-// function countersign_audit_field does, so concatenation is unambiguous.
-func auditField(b *strings.Builder, v string) {
-	b.WriteString(strconv.Itoa(len(v)))
-	b.WriteByte(':')
-	b.WriteString(v)
+// Leaf is the record as its log leaf covers it.
+func (r AuditRecord) Leaf() audit.Record {
+	return audit.Record{ID: r.ID, RailAccount: r.RailAccount, SIK: r.SIK, FromState: r.FromState, ToState: r.ToState,
+		Event: r.Event, AttemptSeq: r.AttemptSeq, Detail: r.Detail, AtMicros: r.AtMicros}
 }
 
-// ComputeHash returns the hash the record must carry given its fields and
-// its predecessor's hash: SHA-256(prev ‖ payload).
-func (r AuditRecord) ComputeHash(prev []byte) []byte {
-	h := sha256.New()
-	h.Write(prev)
-	h.Write(r.payload())
-	return h.Sum(nil)
+// auditRecordColumns are an audit record's columns, on the alias r.
+const auditRecordColumns = `r.id, r.rail_account, r.sik, r.from_state, r.to_state, r.event, r.attempt_seq, r.detail,
+	r.at_micros, r.leaf_index`
+
+func scanAuditRecord(r pgx.CollectableRow) (AuditRecord, error) {
+	var a AuditRecord
+	err := r.Scan(&a.ID, &a.RailAccount, &a.SIK, &a.FromState, &a.ToState, &a.Event, &a.AttemptSeq,
+		&a.Detail, &a.AtMicros, &a.LeafIndex)
+	return a, err
 }
 
-// PayloadHash is SHA-256 of the record's canonical field encoding.
-func (r AuditRecord) PayloadHash() []byte {
-	sum := sha256.Sum256(r.payload())
-	return sum[:]
+var (
+	// ErrNotSealed means an audit record is not in its log yet.
+	ErrNotSealed = errors.New("ledger: the audit record is not sealed yet")
+	// ErrProofRange means a proof was asked between trees that cannot
+	// have one (a leaf outside the tree, an older tree larger than a newer).
+	ErrProofRange = errors.New("ledger: no such proof")
+)
+
+// SealBatch is the most records one sealing transaction takes.
+const SealBatch = 1000
+
+// beginSeal opens a sealing transaction: READ COMMITTED (so after waiting
+// for the log row it sees what the previous sealing committed) and durable.
+const beginSeal = "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_commit = on"
+
+// SealReport says what one Seal did.
+type SealReport struct {
+	Accounts int   // rail accounts that had records to seal
+	Records  int64 // records sealed
 }
 
-// payload is the record's canonical field encoding.
-func (r AuditRecord) payload() []byte {
-	var b strings.Builder
-	auditField(&b, r.Chain)
-	auditField(&b, strconv.FormatInt(r.Seq, 10))
-	auditField(&b, r.RailAccount)
-	auditField(&b, r.SIK)
-	auditField(&b, r.FromState)
-	auditField(&b, r.ToState)
-	auditField(&b, r.Event)
-	auditField(&b, strconv.Itoa(r.AttemptSeq))
-	auditField(&b, r.Detail)
-	auditField(&b, strconv.FormatInt(r.AtMicros, 10))
-	return []byte(b.String())
-}
-
-// auditChainsPerAccount is how many hash chains the audit trigger spreads
-// one rail account's records over (by the SIK's first hash byte).
-const auditChainsPerAccount = 16
-
-// AuditBreak names the first record of a chain that does not verify.
-type AuditBreak struct {
-	Chain   string
-	Seq     int64
-	Problem string
-}
-
-func (b AuditBreak) Error() string {
-	return fmt.Sprintf("audit chain %s broken at record %d: %s", b.Chain, b.Seq, b.Problem)
-}
-
-// AuditReport is the result of verifying every chain.
-type AuditReport struct {
-	Chains  int
-	Records int64
-	Breaks  []AuditBreak // the first break of each broken chain
-}
-
-// VerifyAudit walks every chain from its first record,
-// recomputing each hash, and checks the chain head. It reports the first
-// broken record of each chain.
-func (s *Store) VerifyAudit(ctx context.Context) (AuditReport, error) {
-	return s.VerifyAuditOf(ctx, "")
-}
-
-// VerifyAuditOf is VerifyAudit restricted to the chains of one rail
-// account ("" verifies every chain).
-func (s *Store) VerifyAuditOf(ctx context.Context, railAccount string) (AuditReport, error) {
-	var rep AuditReport
-	// An account's chains are "<rail account>#00" … "#15" (the audit
-	// trigger's naming); nil chains means every chain.
-	var chains []string
-	if railAccount != "" {
-		for i := range auditChainsPerAccount {
-			chains = append(chains, fmt.Sprintf("%s#%02d", railAccount, i))
-		}
-	}
-	ofAccount := func(col string) string { return "($1::text[] IS NULL OR " + col + " = ANY($1))" }
-
-	rows, err := s.pool.Query(ctx, `SELECT `+auditRecordColumns+`
-		FROM audit_records r WHERE `+ofAccount("r.chain")+` ORDER BY r.chain, r.seq`, chains)
+// Seal seals every unsealed audit record, account by account, into its
+// rail account's log, signing a checkpoint with signer after each batch.
+// Any number of processes may call it at once: each account's sealings
+// take that account's log row lock, and nothing else.
+func (s *Store) Seal(ctx context.Context, signer note.Signer) (SealReport, error) {
+	var rep SealReport
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT rail_account FROM audit_records WHERE leaf_index IS NULL`)
 	if err != nil {
 		return rep, classify(err)
 	}
-	defer rows.Close()
-	var cur string
-	var prev []byte
-	var next int64
-	broken := map[string]bool{}
-	fail := func(chain string, seq int64, format string, args ...any) {
-		if !broken[chain] {
-			broken[chain] = true
-			rep.Breaks = append(rep.Breaks, AuditBreak{Chain: chain, Seq: seq, Problem: fmt.Sprintf(format, args...)})
+	accounts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return rep, classify(err)
+	}
+	for _, acct := range accounts {
+		var sealed int64
+		for {
+			n, err := s.SealAccount(ctx, acct, signer, SealBatch)
+			if err != nil {
+				return rep, err
+			}
+			sealed += int64(n)
+			if n < SealBatch {
+				break
+			}
+		}
+		if sealed > 0 {
+			rep.Accounts++
+			rep.Records += sealed
 		}
 	}
-	for rows.Next() {
-		r, err := scanAuditRecord(rows)
+	return rep, nil
+}
+
+// SealAccount seals up to batch of railAccount's unsealed records, in id
+// order, as the next leaves of its log, and stores the new tree hashes and
+// a checkpoint signed by signer, in one transaction. It returns how many
+// records it sealed (0 when none were waiting).
+func (s *Store) SealAccount(ctx context.Context, railAccount string, signer note.Signer, batch int) (int, error) {
+	var sealed int
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{BeginQuery: beginSeal}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO audit_logs (rail_account) VALUES ($1) ON CONFLICT DO NOTHING`, railAccount); err != nil {
+			return err
+		}
+		// The one lock of a sealing: this account's log row. Decisions
+		// never take it.
+		var size int64
+		if err := tx.QueryRow(ctx, `SELECT tree_size FROM audit_logs WHERE rail_account = $1 FOR UPDATE`, railAccount).Scan(&size); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT `+auditRecordColumns+` FROM audit_records r
+			WHERE r.rail_account = $1 AND r.leaf_index IS NULL ORDER BY r.id LIMIT $2`, railAccount, batch)
 		if err != nil {
-			return rep, classify(err)
+			return err
 		}
-		rep.Records++
-		if r.Chain != cur {
-			cur, prev, next = r.Chain, make([]byte, sha256.Size), 1
-			rep.Chains++
+		recs, err := pgx.CollectRows(rows, scanAuditRecord)
+		if err != nil || len(recs) == 0 {
+			return err
 		}
-		switch {
-		case broken[cur]:
-		case r.Seq != next:
-			fail(cur, next, "record %d is missing (found %d next)", next, r.Seq)
-		case !bytes.Equal(r.PrevHash, prev):
-			fail(cur, r.Seq, "prev_hash does not match the hash of record %d", r.Seq-1)
-		case !bytes.Equal(r.ComputeHash(prev), r.Hash):
-			fail(cur, r.Seq, "contents do not match its hash (the record was altered)")
+		hashes := newHashCache(func(idx []int64) ([]tlog.Hash, error) { return readHashes(ctx, tx, railAccount, idx) })
+		ids, leaves := make([]int64, len(recs)), make([]int64, len(recs))
+		var newIdx []int64
+		var newHash [][]byte
+		for i, r := range recs {
+			n := size + int64(i)
+			hs, err := tlog.StoredHashesForRecordHash(n, r.Leaf().LeafHash(), hashes)
+			if err != nil {
+				return fmt.Errorf("ledger: audit tree of %s at leaf %d: %w", railAccount, n, err)
+			}
+			base := tlog.StoredHashCount(n)
+			for j, h := range hs {
+				hashes.put(base+int64(j), h)
+				newIdx = append(newIdx, base+int64(j))
+				newHash = append(newHash, h[:])
+			}
+			ids[i], leaves[i] = r.ID, n
 		}
-		prev, next = r.Hash, r.Seq+1
+		newSize := size + int64(len(recs))
+		root, err := tlog.TreeHash(newSize, hashes)
+		if err != nil {
+			return fmt.Errorf("ledger: audit tree of %s: %w", railAccount, err)
+		}
+		signed, err := audit.SignCheckpoint(audit.Checkpoint{Origin: audit.Origin(railAccount), Size: newSize, Root: root}, signer)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE audit_records SET leaf_index = u.leaf
+			FROM unnest($1::bigint[], $2::bigint[]) AS u(id, leaf) WHERE audit_records.id = u.id`, ids, leaves); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO audit_hashes (rail_account, idx, hash)
+			SELECT $1, i, h FROM unnest($2::bigint[], $3::bytea[]) AS u(i, h)`, railAccount, newIdx, newHash); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO audit_checkpoints (rail_account, tree_size, note) VALUES ($1, $2, $3)`,
+			railAccount, newSize, signed); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE audit_logs SET tree_size = $2, root_hash = $3, sealed_at = now() WHERE rail_account = $1`,
+			railAccount, newSize, root[:]); err != nil {
+			return err
+		}
+		sealed = len(recs)
+		return nil
+	})
+	if err != nil {
+		return 0, classify(err)
+	}
+	return sealed, nil
+}
+
+// hashCache is a tlog.HashReader over the hashes a sealing has computed,
+// falling back to the stored ones.
+type hashCache struct {
+	known map[int64]tlog.Hash
+	read  func([]int64) ([]tlog.Hash, error)
+}
+
+func newHashCache(read func([]int64) ([]tlog.Hash, error)) *hashCache {
+	return &hashCache{known: map[int64]tlog.Hash{}, read: read}
+}
+
+func (c *hashCache) put(i int64, h tlog.Hash) { c.known[i] = h }
+
+func (c *hashCache) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	var missing []int64
+	for _, i := range indexes {
+		if _, ok := c.known[i]; !ok {
+			missing = append(missing, i)
+		}
+	}
+	if len(missing) > 0 {
+		hs, err := c.read(missing)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range missing {
+			c.known[i] = hs[j]
+		}
+	}
+	out := make([]tlog.Hash, len(indexes))
+	for j, i := range indexes {
+		out[j] = c.known[i]
+	}
+	return out, nil
+}
+
+// rowsQuerier is what readHashes needs of a pool or a transaction.
+type rowsQuerier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+}
+
+// readHashes reads stored hashes of railAccount's tree, in the order asked.
+func readHashes(ctx context.Context, q rowsQuerier, railAccount string, indexes []int64) ([]tlog.Hash, error) {
+	rows, err := q.Query(ctx, `SELECT idx, hash FROM audit_hashes WHERE rail_account = $1 AND idx = ANY($2)`, railAccount, indexes)
+	if err != nil {
+		return nil, err
+	}
+	got := map[int64]tlog.Hash{}
+	for rows.Next() {
+		var i int64
+		var b []byte
+		if err := rows.Scan(&i, &b); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		var h tlog.Hash
+		copy(h[:], b)
+		got[i] = h
 	}
 	if err := rows.Err(); err != nil {
-		return rep, classify(err)
+		return nil, err
 	}
-	// Each head must point at its chain's last record: a removed tail, or
-	// a head over no records at all, shows here.
-	heads, err := s.pool.Query(ctx, `
-		SELECT h.chain, h.seq, h.hash, r.seq, r.hash
-		FROM audit_heads h LEFT JOIN LATERAL (
-			SELECT seq, hash FROM audit_records r WHERE r.chain = h.chain ORDER BY seq DESC LIMIT 1
-		) r ON true
-		WHERE `+ofAccount("h.chain")+` ORDER BY h.chain`, chains)
+	out := make([]tlog.Hash, len(indexes))
+	for j, i := range indexes {
+		h, ok := got[i]
+		if !ok {
+			return nil, fmt.Errorf("ledger: stored hash %d of the audit tree of %s is missing", i, railAccount)
+		}
+		out[j] = h
+	}
+	return out, nil
+}
+
+// AuditCheckpoint is one signed checkpoint as stored.
+type AuditCheckpoint struct {
+	RailAccount string
+	TreeSize    int64
+	Note        string
+}
+
+// checkpointAt returns railAccount's checkpoint of size (0: the latest).
+func checkpointAt(ctx context.Context, q rowsQuerier, railAccount string, size int64) (AuditCheckpoint, error) {
+	rows, err := q.Query(ctx, `SELECT rail_account, tree_size, note FROM audit_checkpoints
+		WHERE rail_account = $1 AND ($2 = 0 OR tree_size = $2) ORDER BY tree_size DESC LIMIT 1`, railAccount, size)
 	if err != nil {
-		return rep, classify(err)
+		return AuditCheckpoint{}, err
 	}
-	defer heads.Close()
-	for heads.Next() {
-		var chain string
-		var hseq int64
-		var hhash []byte
-		var lseq *int64
-		var lhash []byte
-		if err := heads.Scan(&chain, &hseq, &hhash, &lseq, &lhash); err != nil {
-			return rep, classify(err)
+	c, err := pgx.CollectExactlyOneRow(rows, func(r pgx.CollectableRow) (AuditCheckpoint, error) {
+		var c AuditCheckpoint
+		err := r.Scan(&c.RailAccount, &c.TreeSize, &c.Note)
+		return c, err
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		if size == 0 {
+			return AuditCheckpoint{}, fmt.Errorf("%w: rail account %s has no audit checkpoint yet", ErrNotFound, railAccount)
 		}
-		switch {
-		case lseq == nil && hseq > 0:
-			fail(chain, 1, "the head says %d records but none exist", hseq)
-		case lseq != nil && (*lseq != hseq || !bytes.Equal(lhash, hhash)):
-			fail(chain, *lseq, "the chain head says record %d, the last record is %d (records after it were removed or the head was altered)", hseq, *lseq)
-		}
+		return AuditCheckpoint{}, fmt.Errorf("%w: rail account %s has no audit checkpoint of size %d", ErrNotFound, railAccount, size)
 	}
-	return rep, classify(heads.Err())
+	return c, err
+}
+
+// InclusionProof proves a sealed record is a leaf of a checkpointed tree.
+type InclusionProof struct {
+	Record     AuditRecord
+	Checkpoint AuditCheckpoint
+	Proof      tlog.RecordProof
+}
+
+// OwnerInclusionProof proves that audit record recordID, of one of
+// ownerID's intents on a rail account it holds, is in the tree of the
+// checkpoint of treeSize (0: the latest). Another owner's record, or one on
+// an account ownerID no longer holds, is ErrNotFound.
+func (s *Store) OwnerInclusionProof(ctx context.Context, ownerID string, recordID, treeSize int64) (InclusionProof, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+auditRecordColumns+`
+		FROM audit_records r JOIN intents i ON i.rail_account = r.rail_account AND i.sik = r.sik
+		WHERE r.id = $2 AND i.agent_id IN (SELECT id FROM agents WHERE owner_id = $1)
+		  AND r.rail_account IN (SELECT rail_account FROM rail_account_owners WHERE owner_id = $1 AND revoked_at IS NULL)`,
+		ownerID, recordID)
+	if err != nil {
+		return InclusionProof{}, classify(err)
+	}
+	rec, err := pgx.CollectExactlyOneRow(rows, scanAuditRecord)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return InclusionProof{}, fmt.Errorf("%w: audit record %d", ErrNotFound, recordID)
+	}
+	if err != nil {
+		return InclusionProof{}, classify(err)
+	}
+	if rec.LeafIndex == nil {
+		return InclusionProof{}, fmt.Errorf("%w: record %d", ErrNotSealed, recordID)
+	}
+	cp, err := checkpointAt(ctx, s.pool, rec.RailAccount, treeSize)
+	if err != nil {
+		return InclusionProof{}, classify(err)
+	}
+	if *rec.LeafIndex >= cp.TreeSize {
+		return InclusionProof{}, fmt.Errorf("%w: record %d is leaf %d, after the tree of size %d", ErrProofRange, recordID, *rec.LeafIndex, cp.TreeSize)
+	}
+	p, err := tlog.ProveRecord(cp.TreeSize, *rec.LeafIndex, s.hashReader(ctx, rec.RailAccount))
+	if err != nil {
+		return InclusionProof{}, classify(err)
+	}
+	return InclusionProof{Record: rec, Checkpoint: cp, Proof: p}, nil
+}
+
+// ConsistencyProof proves that railAccount's tree at checkpoint size to
+// (0: the latest) extends its tree at checkpoint size from.
+type ConsistencyProof struct {
+	From, To AuditCheckpoint
+	Proof    tlog.TreeProof
+}
+
+// AuditConsistencyProof returns the consistency proof between two of
+// railAccount's checkpoints. The caller authorizes the account.
+func (s *Store) AuditConsistencyProof(ctx context.Context, railAccount string, from, to int64) (ConsistencyProof, error) {
+	if from < 1 || (to != 0 && to < from) {
+		return ConsistencyProof{}, fmt.Errorf("%w: from %d to %d", ErrProofRange, from, to)
+	}
+	fc, err := checkpointAt(ctx, s.pool, railAccount, from)
+	if err != nil {
+		return ConsistencyProof{}, classify(err)
+	}
+	tc, err := checkpointAt(ctx, s.pool, railAccount, to)
+	if err != nil {
+		return ConsistencyProof{}, classify(err)
+	}
+	if tc.TreeSize < fc.TreeSize {
+		return ConsistencyProof{}, fmt.Errorf("%w: the latest tree (size %d) is smaller than %d", ErrProofRange, tc.TreeSize, from)
+	}
+	p, err := tlog.ProveTree(tc.TreeSize, fc.TreeSize, s.hashReader(ctx, railAccount))
+	if err != nil {
+		return ConsistencyProof{}, classify(err)
+	}
+	return ConsistencyProof{From: fc, To: tc, Proof: p}, nil
+}
+
+func (s *Store) hashReader(ctx context.Context, railAccount string) tlog.HashReader {
+	return tlog.HashReaderFunc(func(idx []int64) ([]tlog.Hash, error) { return readHashes(ctx, s.pool, railAccount, idx) })
 }

@@ -128,8 +128,8 @@ func TestProposeCommitApplied(t *testing.T) {
 	if it, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeApplied, EntityID: "re_1"}); err != nil || it.State != intent.Applied {
 		t.Fatalf("second commit = %+v, %v", it, err)
 	}
-	rep, err := s.VerifyAudit(ctx)
-	if err != nil || len(rep.Breaks) != 0 || rep.Records != 4 {
+	rep, err := s.VerifyAudit(ctx, AuditVerifyOptions{})
+	if err != nil || !rep.Ok() || rep.Unsealed != 4 {
 		t.Fatalf("audit = %+v, %v (want 4 records: PROPOSED, AUTHORIZED, IN_FLIGHT, APPLIED)", rep, err)
 	}
 }
@@ -195,8 +195,8 @@ func TestAmbiguousReconcilesBeforeRetry(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := s.VerifyAudit(ctx)
-	if err != nil || len(rep.Breaks) != 0 {
+	rep, err := s.VerifyAudit(ctx, AuditVerifyOptions{})
+	if err != nil || !rep.Ok() {
 		t.Fatalf("audit: %+v %v", rep, err)
 	}
 }
@@ -333,86 +333,6 @@ func TestDatabaseRefusesIllegalWrites(t *testing.T) {
 	}
 }
 
-func TestAuditVerifyNamesTheEditedRecord(t *testing.T) {
-	s := openTest(t)
-	ctx := context.Background()
-	for i := 10; i < 13; i++ {
-		if _, err := startFirst(ctx, s, proposal(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	rep, err := s.VerifyAudit(ctx)
-	if err != nil || len(rep.Breaks) != 0 || rep.Records != 9 || rep.Chains < 1 {
-		t.Fatalf("clean audit = %+v, %v", rep, err)
-	}
-	// Edit the second record of the longest chain.
-	var chain string
-	if err := s.pool.QueryRow(ctx, `SELECT chain FROM audit_records GROUP BY chain ORDER BY count(*) DESC, chain LIMIT 1`).Scan(&chain); err != nil {
-		t.Fatal(err)
-	}
-	tamper := func(sql string) {
-		t.Helper()
-		tx, err := s.pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tx.Rollback(ctx)
-		// A superuser editing by hand, around the append-only trigger.
-		if _, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.Exec(ctx, sql); err != nil {
-			t.Fatal(err)
-		}
-		if err := tx.Commit(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tamper(`UPDATE audit_records SET detail = 'nothing to see' WHERE chain = '` + chain + `' AND seq = 2`)
-	rep, err = s.VerifyAudit(ctx)
-	if err != nil || len(rep.Breaks) != 1 || rep.Breaks[0].Seq != 2 || rep.Breaks[0].Chain != chain {
-		t.Fatalf("after editing record 2 of %s: %+v, %v", chain, rep, err)
-	}
-	if !strings.Contains(rep.Breaks[0].Error(), "record 2") || !strings.Contains(rep.Breaks[0].Error(), chain) {
-		t.Fatalf("break message %q does not name the record", rep.Breaks[0].Error())
-	}
-	// Verifying one account reads only its chains.
-	acct, _, _ := strings.Cut(chain, "#")
-	one, err := s.VerifyAuditOf(ctx, acct)
-	if err != nil || len(one.Breaks) != 1 || one.Breaks[0].Chain != chain || one.Records != rep.Records {
-		t.Fatalf("VerifyAuditOf(%s) = %+v, %v; want the same break over all %d records", acct, one, err, rep.Records)
-	}
-	other, err := s.VerifyAuditOf(ctx, acct+"x")
-	if err != nil || len(other.Breaks) != 0 || other.Records != 0 || other.Chains != 0 {
-		t.Fatalf("VerifyAuditOf(another account) = %+v, %v; want nothing read", other, err)
-	}
-}
-
-func TestAuditVerifyDetectsRemovedTail(t *testing.T) {
-	s := openTest(t)
-	ctx := context.Background()
-	if _, err := startFirst(ctx, s, proposal(20)); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM audit_records WHERE seq = 3`); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := s.VerifyAudit(ctx)
-	if err != nil || len(rep.Breaks) != 1 || rep.Breaks[0].Seq != 2 {
-		t.Fatalf("after removing the tail: %+v, %v", rep, err)
-	}
-}
-
 // TestFoundEntityIsKeptForDuplicates: an intent settled by reconciliation
 // keeps the entity as the rail listed it, and a duplicate proposal gets it
 // with the applying attempt; only a found_applied finding may carry one.
@@ -446,30 +366,5 @@ func TestFoundEntityIsKeptForDuplicates(t *testing.T) {
 	fs, err := s.FindingsFor(ctx, p.Key)
 	if err != nil || len(fs) != 1 || string(fs[0].EntityBody) != string(body) {
 		t.Fatalf("findings = %+v, %v", fs, err)
-	}
-}
-
-func TestAuditVerifyDetectsAHeadOverNoRecords(t *testing.T) {
-	s := openTest(t)
-	ctx := context.Background()
-	if _, err := startFirst(ctx, s, proposal(21)); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM audit_records`); err != nil {
-		t.Fatal(err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := s.VerifyAudit(ctx)
-	if err != nil || len(rep.Breaks) != 1 || rep.Breaks[0].Seq != 1 || !strings.Contains(rep.Breaks[0].Problem, "records but none exist") {
-		t.Fatalf("after removing every record: %+v, %v", rep, err)
 	}
 }

@@ -125,8 +125,8 @@ type Transition struct {
 
 // OwnerTransitions returns the audited transitions of an owner's intents
 // recorded at or after sinceMicros, oldest first. Records commit out of
-// their timestamp order across chains, so a watcher re-reads a window
-// behind its cursor and drops what it has seen.
+// their timestamp order, so a watcher re-reads a window behind its cursor
+// and drops what it has seen.
 func (s *Store) OwnerTransitions(ctx context.Context, ownerID string, f IntentFilter, sinceMicros int64, limit int) ([]Transition, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT `+auditRecordColumns+`
@@ -135,7 +135,7 @@ func (s *Store) OwnerTransitions(ctx context.Context, ownerID string, f IntentFi
 		  AND ($2 = '' OR i.agent_id = $2) AND ($3 = '' OR i.rail_account = $3)
 		  AND (COALESCE(cardinality($4::text[]), 0) = 0 OR r.to_state = ANY($4))
 		  AND r.at_micros >= $5
-		ORDER BY r.at_micros, r.chain, r.seq LIMIT $6`,
+		ORDER BY r.at_micros, r.id LIMIT $6`,
 		ownerID, f.AgentID, f.RailAccount, f.States, sinceMicros, limit)
 	if err != nil {
 		return nil, classify(err)
@@ -155,37 +155,44 @@ func (s *Store) OwnerTransitions(ctx context.Context, ownerID string, f IntentFi
 	return out, nil
 }
 
-// auditRecordColumns are an audit record's columns, on the alias r.
-const auditRecordColumns = `r.chain, r.rail_account, r.seq, r.sik, r.from_state, r.to_state, r.event, r.attempt_seq, r.detail,
-	r.at_micros, r.prev_hash, r.hash`
-
-func scanAuditRecord(r pgx.CollectableRow) (AuditRecord, error) {
-	var a AuditRecord
-	err := r.Scan(&a.Chain, &a.RailAccount, &a.Seq, &a.SIK, &a.FromState, &a.ToState, &a.Event, &a.AttemptSeq,
-		&a.Detail, &a.AtMicros, &a.PrevHash, &a.Hash)
-	return a, err
-}
-
 // AuditFilter narrows an owner's audit records ("" fields match all).
 type AuditFilter struct {
-	RailAccount, SIK, Chain string
+	RailAccount, SIK string
 }
 
-// OwnerAuditRecords pages through the audit records of an owner's intents,
-// chain by chain in sequence order, after (afterChain, afterSeq).
-func (s *Store) OwnerAuditRecords(ctx context.Context, ownerID string, f AuditFilter, afterChain string, afterSeq int64, limit int) ([]AuditRecord, error) {
+// OwnerAuditRecords pages through the audit records of an owner's intents
+// in record id order (the order they were written in), after afterID.
+func (s *Store) OwnerAuditRecords(ctx context.Context, ownerID string, f AuditFilter, afterID int64, limit int) ([]AuditRecord, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT `+auditRecordColumns+`
 		FROM audit_records r JOIN intents i ON i.rail_account = r.rail_account AND i.sik = r.sik
 		WHERE i.agent_id IN (SELECT id FROM agents WHERE owner_id = $1)
 		  AND r.rail_account IN (SELECT rail_account FROM rail_account_owners WHERE owner_id = $1 AND revoked_at IS NULL)
-		  AND ($2 = '' OR r.rail_account = $2) AND ($3 = '' OR r.sik = $3) AND ($4 = '' OR r.chain = $4)
-		  AND (r.chain, r.seq) > ($5::text, $6::bigint)
-		ORDER BY r.chain, r.seq LIMIT $7`,
-		ownerID, f.RailAccount, f.SIK, f.Chain, afterChain, afterSeq, limit)
+		  AND ($2 = '' OR r.rail_account = $2) AND ($3 = '' OR r.sik = $3)
+		  AND r.id > $4
+		ORDER BY r.id LIMIT $5`,
+		ownerID, f.RailAccount, f.SIK, afterID, limit)
 	if err != nil {
 		return nil, classify(err)
 	}
 	out, err := pgx.CollectRows(rows, scanAuditRecord)
 	return out, classify(err)
+}
+
+// OwnerIntentSIKs returns the SIKs of ownerID's intents on railAccount.
+func (s *Store) OwnerIntentSIKs(ctx context.Context, ownerID, railAccount string) (map[string]bool, error) {
+	rows, err := s.pool.Query(ctx, `SELECT sik FROM intents
+		WHERE rail_account = $2 AND agent_id IN (SELECT id FROM agents WHERE owner_id = $1)`, ownerID, railAccount)
+	if err != nil {
+		return nil, classify(err)
+	}
+	siks, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, classify(err)
+	}
+	out := make(map[string]bool, len(siks))
+	for _, s := range siks {
+		out[s] = true
+	}
+	return out, nil
 }

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/outbox"
 )
 
@@ -63,8 +64,35 @@ func TestOwnerAPIOverREST(t *testing.T) {
 	// The audit over REST: the owner's records, and verification of a rail
 	// account the owner holds.
 	h.decide(t, refund("pi_bench", 10, ""))
-	if s, body := h.rest(t, "GET", "/v1/auditRecords?railAccount=acct_bench", owner, nil); s != 200 || !strings.Contains(body, `"chain":"acct_bench#`) {
+	if s, body := h.rest(t, "GET", "/v1/auditRecords?railAccount=acct_bench", owner, nil); s != 200 || !strings.Contains(body, `"recordId":"1"`) || !strings.Contains(body, `"leafHash":"`) {
 		t.Fatalf("GET /v1/auditRecords = %d %s", s, body)
+	}
+	// Proofs over REST, once the log is sealed.
+	if s, body := h.rest(t, "GET", "/v1/auditRecords/1/inclusionProof", owner, nil); s != 400 || !strings.Contains(body, "AUDIT_NOT_SEALED") {
+		t.Fatalf("inclusion proof of an unsealed record = %d %s", s, body)
+	}
+	skey, _, err := audit.GenerateKey("rest.audit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, _, err := audit.ParseSigner(skey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.store.Seal(context.Background(), signer); err != nil {
+		t.Fatal(err)
+	}
+	if s, body := h.rest(t, "GET", "/v1/auditRecords/1/inclusionProof", owner, nil); s != 200 || !strings.Contains(body, `"note":"countersign/audit/acct_bench\n3\n`) || !strings.Contains(body, `"proof":[`) {
+		t.Fatalf("GET /v1/auditRecords/1/inclusionProof = %d %s", s, body)
+	}
+	if s, body := h.rest(t, "GET", "/v1/auditRecords/0/inclusionProof", owner, nil); s != 400 || !strings.Contains(body, "record_id") {
+		t.Fatalf("inclusion proof of record 0 = %d %s", s, body)
+	}
+	if s, body := h.rest(t, "GET", "/v1/auditLogs/acct_bench/consistencyProof?fromSize=3", owner, nil); s != 200 || !strings.Contains(body, `"treeSize":"3"`) {
+		t.Fatalf("GET consistencyProof = %d %s", s, body)
+	}
+	if s, body := h.rest(t, "GET", "/v1/auditLogs/acct_elsewhere/consistencyProof?fromSize=3", owner, nil); s != 403 || !strings.Contains(body, "RAIL_ACCOUNT_NOT_HELD") {
+		t.Fatalf("consistency proof of an account the owner does not hold = %d %s", s, body)
 	}
 	if s, body := h.rest(t, "POST", "/v1/auditRecords:verify", owner, map[string]any{"railAccount": "acct_bench"}); s != 200 || !strings.Contains(body, `"ok":true`) {
 		t.Fatalf("POST /v1/auditRecords:verify = %d %s", s, body)

@@ -23,6 +23,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"golang.org/x/mod/sumdb/note"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -32,6 +33,7 @@ import (
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/gen/openapi"
 	"github.com/countersign/countersign/internal/api"
+	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/config"
 	"github.com/countersign/countersign/internal/engine"
 	"github.com/countersign/countersign/internal/extauthz"
@@ -61,6 +63,8 @@ type Server struct {
 	reconciler *reconcile.Worker
 	webhooks   outbox.AddressPolicy
 	peers      quota.Peers
+	// auditSigner signs the audit log's checkpoints; nil: no sealing here.
+	auditSigner note.Signer
 
 	grpcLis, envoyLis, httpLis net.Listener
 	// gatewayLis is the REST gateway's in-process way into s.grpc: a call
@@ -90,6 +94,15 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 		Owner: cfg.LeaseOwner, Delay: cfg.ReconcileDelay, MaxAttempts: cfg.ReconcileMaxAttempts, ClaimTTL: cfg.ReconcileClaimTTL,
 	}, log)
 
+	var auditSigner note.Signer
+	var auditVerifier note.Verifier
+	if cfg.AuditSigningKey != "" {
+		var err error
+		if auditSigner, auditVerifier, err = audit.LoadSigner(cfg.AuditSigningKey); err != nil {
+			return nil, err
+		}
+	}
+
 	validator, err := protovalidate.New()
 	if err != nil {
 		return nil, fmt.Errorf("protovalidate: %w", err)
@@ -116,7 +129,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 		grpc.ChainUnaryInterceptor(guard.Unary(), api.ValidationInterceptor(validator)),
 		grpc.ChainStreamInterceptor(guard.Stream(), api.StreamValidationInterceptor(validator)))
 	countersignv1.RegisterDecisionServiceServer(gs, api.NewDecisionServer(eng, store, rec).WithPeers(peers))
-	countersignv1.RegisterOwnerServiceServer(gs, api.NewOwnerServer(store, ownerauth.OwnerID).WithWebhookAddresses(webhooks))
+	countersignv1.RegisterOwnerServiceServer(gs, api.NewOwnerServer(store, ownerauth.OwnerID).WithWebhookAddresses(webhooks).WithAuditVerifier(auditVerifier))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	if cfg.GRPCReflection {
@@ -136,7 +149,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 
 	s := &Server{
 		cfg: cfg, log: log, metrics: m, grpc: gs, envoy: es, errs: make(chan error, 3),
-		store: store, rails: rs, reconciler: rec, webhooks: webhooks, peers: peers,
+		store: store, rails: rs, reconciler: rec, auditSigner: auditSigner, webhooks: webhooks, peers: peers,
 		ready: &readiness{
 			prober: store, health: hs, metrics: m, log: log,
 			services: []string{"", authv3.Authorization_ServiceDesc.ServiceName,
@@ -195,6 +208,17 @@ func (s *Server) Start(ctx context.Context) error {
 			defer s.wg.Done()
 			d.Run(bg, s.cfg.OutboxInterval)
 		}()
+	}
+	if s.auditSigner != nil {
+		m := newSequencerMetrics(s.metrics.Registry)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			runSequencer(bg, s.store, s.auditSigner, s.cfg.AuditSealInterval, s.log, m)
+		}()
+	} else {
+		s.log.Warn("audit sealing is off: no --audit-signing-key, so this process seals no audit records into the signed log " +
+			"(records are still written; another process with the key, or `countersign audit seal`, may seal them)")
 	}
 	if s.cfg.ReconcileInterval > 0 {
 		s.wg.Add(1)

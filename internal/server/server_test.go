@@ -68,6 +68,13 @@ func dialTest(t testing.TB, target string) *grpc.ClientConn {
 
 func start(t *testing.T, url string) *harness {
 	t.Helper()
+	return startWith(t, url, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// startWith is start with the configuration changed by configure (if not
+// nil), logging to log.
+func startWith(t *testing.T, url string, configure func(*config.Config), log *slog.Logger) *harness {
+	t.Helper()
 	// Registered first, so it runs last: after the server, client and pool
 	// have stopped, none of their goroutines may remain.
 	t.Cleanup(func() {
@@ -82,7 +89,10 @@ func start(t *testing.T, url string) *harness {
 	cfg.DatabaseURL = url
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.EnvoyAddr = "127.0.0.1:0", "127.0.0.1:0", testEnvoyAddr(t)
 	cfg.ReadinessInterval = 100 * time.Millisecond
-	srv, err := New(cfg, store, nil, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if configure != nil {
+		configure(&cfg)
+	}
+	srv, err := New(cfg, store, nil, log)
 	if err != nil {
 		t.Fatal(err)
 	}

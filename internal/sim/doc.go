@@ -30,7 +30,8 @@
 //     money that really moved under a budget never above it;
 //   - nothing IN_FLIGHT, UNKNOWN or RECONCILING for longer than the
 //     reconcile bound (counted in the process's up time);
-//   - every audit chain of the seed's rail account verifies.
+//   - the seed's rail account's audit log, sealed at every check, verifies
+//     (records, checkpoints, each intent's path) with nothing left unsealed.
 //
 // When every agent is done and the ledger is quiet, the ledger must agree
 // with the journal: an intent with an effect is APPLIED with that entity,

@@ -16,9 +16,11 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/mod/sumdb/note"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/credential"
 	"github.com/countersign/countersign/internal/engine"
 	"github.com/countersign/countersign/internal/extproc"
@@ -305,6 +307,11 @@ type world struct {
 	trace      []string
 	violations []string
 	stats      Stats
+
+	// auditSigner seals the account's audit log at every check (the sim
+	// runs no sequencer goroutine); auditVerifier checks what it signed.
+	auditSigner   note.Signer
+	auditVerifier note.Verifier
 }
 
 func newWorld(ctx context.Context, env Env, cfg Config, seed uint64) (*world, error) {
@@ -996,12 +1003,36 @@ func (w *world) check(ctx context.Context, final bool) error {
 			w.violations = append(w.violations, fmt.Sprintf("%d moved at the rail under a budget of %d", moved, w.budget))
 		}
 	}
-	rep, err := w.env.Store.VerifyAuditOf(ctx, w.account)
+	// Seal what the run has written so far, as a sequencer would between
+	// decisions, and verify the log: sealed records, checkpoints and every
+	// intent's path of records.
+	if w.auditSigner == nil {
+		skey, _, err := audit.GenerateKey("sim.audit")
+		if err != nil {
+			return err
+		}
+		if w.auditSigner, w.auditVerifier, err = audit.ParseSigner(skey); err != nil {
+			return err
+		}
+	}
+	for {
+		n, err := w.env.Store.SealAccount(ctx, w.account, w.auditSigner, ledger.SealBatch)
+		if err != nil {
+			return err
+		}
+		if n < ledger.SealBatch {
+			break
+		}
+	}
+	rep, err := w.env.Store.VerifyAudit(ctx, ledger.AuditVerifyOptions{RailAccount: w.account, Verifiers: []note.Verifier{w.auditVerifier}})
 	if err != nil {
 		return err
 	}
-	for _, b := range rep.Breaks {
-		w.violations = append(w.violations, "audit: "+b.Error())
+	for _, p := range rep.Problems {
+		w.violations = append(w.violations, "audit: "+p.Error())
+	}
+	if rep.Unsealed != 0 {
+		w.violations = append(w.violations, fmt.Sprintf("audit: %d records left unsealed after sealing", rep.Unsealed))
 	}
 	if final && (w.nUnsettle > 0 || len(w.pipes) > 0) {
 		w.violations = append(w.violations, fmt.Sprintf("quiet ledger: %d intents unsettled, %d requests in flight", w.nUnsettle, len(w.pipes)))

@@ -644,6 +644,14 @@ func checkEgressPod(r *result, name string, s podSpec, configMaps map[string]obj
 		}
 	}
 
+	// The audit signing key, when set: a file of a Secret volume (which the
+	// check above keeps to countersign).
+	if keyPath, _, ok := cs.env("COUNTERSIGN_AUDIT_SIGNING_KEY"); ok {
+		vol, _, found := locate(cs, keyPath)
+		r.ok(invRailKeys, path.IsAbs(keyPath) && found && volumes[vol].Secret != nil,
+			"%s: COUNTERSIGN_AUDIT_SIGNING_KEY %q is not a file of a Secret mounted into countersign", where, keyPath)
+	}
+
 	// The rails file: from a rendered ConfigMap; every key file in a
 	// Secret mounted into countersign.
 	railsPath, _, _ := cs.env("COUNTERSIGN_RAILS_FILE")

@@ -17,6 +17,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/rails"
 )
 
@@ -82,6 +83,16 @@ func smoke(bin string, eg *egress) (string, error) {
 				host = "127.0.0.1"
 			}
 			httpHostPort = net.JoinHostPort(host, strconv.Itoa(port))
+		case e.Name == "COUNTERSIGN_AUDIT_SIGNING_KEY":
+			// A key of the real shape where the Secret would be mounted.
+			skey, _, err := audit.GenerateKey("chartcheck.audit")
+			if err != nil {
+				return "", err
+			}
+			if err := writeFile(under(*e.Value), []byte(skey+"\n")); err != nil {
+				return "", err
+			}
+			env = append(env, e.Name+"="+under(*e.Value))
 		case e.Name == "COUNTERSIGN_RAILS_FILE":
 			p, err := placeRails(eg.railsData, under)
 			if err != nil {

@@ -45,13 +45,15 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/*
 Fixed paths. The gRPC socket's directory is an emptyDir mounted into the
 countersign and envoy containers only; rail keys are mounted under
-railKeyDir in the countersign container only.
+railKeyDir in the countersign container only, and so is the audit signing
+key under auditKeyDir.
 */}}
 {{- define "countersign.socketDir" -}}/var/run/countersign{{- end -}}
 {{- define "countersign.socketPath" -}}{{ include "countersign.socketDir" . }}/envoy.sock{{- end -}}
 {{- define "countersign.apiSocketPath" -}}{{ include "countersign.socketDir" . }}/api.sock{{- end -}}
 {{- define "countersign.railsDir" -}}/etc/countersign{{- end -}}
 {{- define "countersign.railKeyDir" -}}/var/run/secrets/countersign/rails{{- end -}}
+{{- define "countersign.auditKeyDir" -}}/var/run/secrets/countersign/audit{{- end -}}
 {{- define "countersign.envoyConfigDir" -}}/etc/envoy-countersign{{- end -}}
 
 {{/*
@@ -163,7 +165,12 @@ the Deployment, so every install and template run goes through it.
 {{- $_ := set $domains $d $r.account -}}
 {{- end -}}
 {{- end -}}
-{{- $managed := list "COUNTERSIGN_DATABASE_URL" "COUNTERSIGN_GRPC_ADDR" "COUNTERSIGN_HTTP_ADDR" "COUNTERSIGN_RAILS_FILE" "COUNTERSIGN_CONFIG" -}}
+{{- $managed := list "COUNTERSIGN_DATABASE_URL" "COUNTERSIGN_GRPC_ADDR" "COUNTERSIGN_HTTP_ADDR" "COUNTERSIGN_RAILS_FILE" "COUNTERSIGN_CONFIG" "COUNTERSIGN_AUDIT_SIGNING_KEY" -}}
+{{- with .Values.countersign.auditSigningKey -}}
+{{- if and .existingSecret (not .key) -}}
+{{- fail "countersign.auditSigningKey.key is required with existingSecret" -}}
+{{- end -}}
+{{- end -}}
 {{- range $e := .Values.countersign.extraEnv -}}
 {{- if has $e.name $managed -}}
 {{- fail (printf "countersign.extraEnv may not set %s: the chart sets it" $e.name) -}}

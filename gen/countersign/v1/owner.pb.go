@@ -12,6 +12,7 @@ import (
 	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -2896,9 +2897,7 @@ func (x *RejectApprovalResponse) GetApproval() *Approval {
 }
 
 // ListAuditRecordsRequest pages through the audit records of the owner's
-// intents. Each rail account's records are spread over 16 hash chains
-// ("<rail account>#00" … "#15", by the SIK); records come chain by chain,
-// each chain in sequence order.
+// intents, in record id order (the order they were written).
 type ListAuditRecordsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Maximum number of records to return (default 100, at most 1000).
@@ -2908,9 +2907,7 @@ type ListAuditRecordsRequest struct {
 	// Only records of this rail account; empty means all.
 	RailAccount string `protobuf:"bytes,3,opt,name=rail_account,json=railAccount,proto3" json:"rail_account,omitempty"`
 	// Only records of this intent (with rail_account); empty means all.
-	Sik string `protobuf:"bytes,4,opt,name=sik,proto3" json:"sik,omitempty"`
-	// Only records of this chain; empty means all.
-	Chain         string `protobuf:"bytes,6,opt,name=chain,proto3" json:"chain,omitempty"`
+	Sik           string `protobuf:"bytes,4,opt,name=sik,proto3" json:"sik,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2973,14 +2970,7 @@ func (x *ListAuditRecordsRequest) GetSik() string {
 	return ""
 }
 
-func (x *ListAuditRecordsRequest) GetChain() string {
-	if x != nil {
-		return x.Chain
-	}
-	return ""
-}
-
-// ListAuditRecordsResponse is one page of audit records, in sequence order.
+// ListAuditRecordsResponse is one page of audit records, in record id order.
 type ListAuditRecordsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The records.
@@ -3035,15 +3025,17 @@ func (x *ListAuditRecordsResponse) GetNextPageToken() string {
 	return ""
 }
 
-// VerifyAuditRequest names the rail account whose chains to verify. A
-// chain holds every owner's records on the account (the hashes link them),
-// so all of them are checked; only counts and break positions are returned.
+// VerifyAuditRequest names the rail account whose log to verify. The log
+// holds every owner's records on the account (the tree links them), so all
+// of them are checked; only counts and problems are returned.
 type VerifyAuditRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Rail account whose 16 chains to verify; the owner must hold a mandate on it.
-	RailAccount   string `protobuf:"bytes,3,opt,name=rail_account,json=railAccount,proto3" json:"rail_account,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Rail account whose log to verify; the owner must hold it.
+	RailAccount string `protobuf:"bytes,3,opt,name=rail_account,json=railAccount,proto3" json:"rail_account,omitempty"`
+	// Report records unsealed for longer than this (default 1m; at most 30 days).
+	MaxUnsealedAge *durationpb.Duration `protobuf:"bytes,4,opt,name=max_unsealed_age,json=maxUnsealedAge,proto3" json:"max_unsealed_age,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *VerifyAuditRequest) Reset() {
@@ -3083,18 +3075,35 @@ func (x *VerifyAuditRequest) GetRailAccount() string {
 	return ""
 }
 
-// VerifyAuditResponse is the outcome of verifying a rail account's chains.
+func (x *VerifyAuditRequest) GetMaxUnsealedAge() *durationpb.Duration {
+	if x != nil {
+		return x.MaxUnsealedAge
+	}
+	return nil
+}
+
+// VerifyAuditResponse is the outcome of verifying a rail account's log.
 type VerifyAuditResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// True if every record hashes correctly, links to its predecessor, and
-	// every chain head points at its last record.
+	// True if nothing is wrong: every sealed record hashes to its leaf, the
+	// tree is every checkpoint's, every checkpoint is signed by the server's
+	// key and extends the one before, no leaf is missing, every intent's
+	// records form a path, and no record waited too long to be sealed.
 	Ok bool `protobuf:"varint,1,opt,name=ok,proto3" json:"ok,omitempty"`
-	// Number of records checked.
+	// Number of sealed records checked.
 	RecordsChecked int64 `protobuf:"varint,2,opt,name=records_checked,json=recordsChecked,proto3" json:"records_checked,omitempty"`
-	// Number of chains with records.
-	ChainsChecked int32 `protobuf:"varint,7,opt,name=chains_checked,json=chainsChecked,proto3" json:"chains_checked,omitempty"`
-	// The first broken record of each broken chain.
-	Breaks        []*AuditBreak `protobuf:"bytes,8,rep,name=breaks,proto3" json:"breaks,omitempty"`
+	// Number of records not sealed yet (their intents' paths are checked).
+	RecordsUnsealed int64 `protobuf:"varint,9,opt,name=records_unsealed,json=recordsUnsealed,proto3" json:"records_unsealed,omitempty"`
+	// Size of the latest checkpoint.
+	TreeSize int64 `protobuf:"varint,10,opt,name=tree_size,json=treeSize,proto3" json:"tree_size,omitempty"`
+	// Number of checkpoints checked.
+	CheckpointsChecked int32 `protobuf:"varint,11,opt,name=checkpoints_checked,json=checkpointsChecked,proto3" json:"checkpoints_checked,omitempty"`
+	// Whether checkpoint signatures were checked (the server has an audit key).
+	SignaturesChecked bool `protobuf:"varint,12,opt,name=signatures_checked,json=signaturesChecked,proto3" json:"signatures_checked,omitempty"`
+	// When the oldest unsealed record was written, if any is.
+	OldestUnsealedTime *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=oldest_unsealed_time,json=oldestUnsealedTime,proto3" json:"oldest_unsealed_time,omitempty"`
+	// Everything found wrong.
+	Problems      []*AuditProblem `protobuf:"bytes,14,rep,name=problems,proto3" json:"problems,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3143,47 +3152,83 @@ func (x *VerifyAuditResponse) GetRecordsChecked() int64 {
 	return 0
 }
 
-func (x *VerifyAuditResponse) GetChainsChecked() int32 {
+func (x *VerifyAuditResponse) GetRecordsUnsealed() int64 {
 	if x != nil {
-		return x.ChainsChecked
+		return x.RecordsUnsealed
 	}
 	return 0
 }
 
-func (x *VerifyAuditResponse) GetBreaks() []*AuditBreak {
+func (x *VerifyAuditResponse) GetTreeSize() int64 {
 	if x != nil {
-		return x.Breaks
+		return x.TreeSize
+	}
+	return 0
+}
+
+func (x *VerifyAuditResponse) GetCheckpointsChecked() int32 {
+	if x != nil {
+		return x.CheckpointsChecked
+	}
+	return 0
+}
+
+func (x *VerifyAuditResponse) GetSignaturesChecked() bool {
+	if x != nil {
+		return x.SignaturesChecked
+	}
+	return false
+}
+
+func (x *VerifyAuditResponse) GetOldestUnsealedTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OldestUnsealedTime
 	}
 	return nil
 }
 
-// AuditBreak is the first record of a chain that does not verify.
-type AuditBreak struct {
+func (x *VerifyAuditResponse) GetProblems() []*AuditProblem {
+	if x != nil {
+		return x.Problems
+	}
+	return nil
+}
+
+// AuditProblem is one thing wrong with a rail account's audit log.
+type AuditProblem struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The chain ("<rail account>#NN").
-	Chain string `protobuf:"bytes,1,opt,name=chain,proto3" json:"chain,omitempty"`
-	// Sequence number of the first bad record.
-	Seq int64 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
-	// What is wrong with it.
-	Problem       string `protobuf:"bytes,3,opt,name=problem,proto3" json:"problem,omitempty"`
+	// What kind of problem: altered, reordered, missing, beyond-checkpoint,
+	// root-mismatch, stored-hashes, bad-signature, untrusted-signer,
+	// malformed-checkpoint, inconsistent, path-broken or stale-unsealed.
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Record concerned, if one is (0 otherwise).
+	RecordId int64 `protobuf:"varint,2,opt,name=record_id,json=recordId,proto3" json:"record_id,omitempty"`
+	// Leaf index concerned, if one is.
+	LeafIndex *int64 `protobuf:"varint,3,opt,name=leaf_index,json=leafIndex,proto3,oneof" json:"leaf_index,omitempty"`
+	// Tree size of the checkpoint concerned, if one is (0 otherwise).
+	TreeSize int64 `protobuf:"varint,4,opt,name=tree_size,json=treeSize,proto3" json:"tree_size,omitempty"`
+	// Intent concerned, if one is.
+	Sik string `protobuf:"bytes,5,opt,name=sik,proto3" json:"sik,omitempty"`
+	// What is wrong, in a sentence.
+	Problem       string `protobuf:"bytes,6,opt,name=problem,proto3" json:"problem,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *AuditBreak) Reset() {
-	*x = AuditBreak{}
+func (x *AuditProblem) Reset() {
+	*x = AuditProblem{}
 	mi := &file_countersign_v1_owner_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *AuditBreak) String() string {
+func (x *AuditProblem) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*AuditBreak) ProtoMessage() {}
+func (*AuditProblem) ProtoMessage() {}
 
-func (x *AuditBreak) ProtoReflect() protoreflect.Message {
+func (x *AuditProblem) ProtoReflect() protoreflect.Message {
 	mi := &file_countersign_v1_owner_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -3195,30 +3240,368 @@ func (x *AuditBreak) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use AuditBreak.ProtoReflect.Descriptor instead.
-func (*AuditBreak) Descriptor() ([]byte, []int) {
+// Deprecated: Use AuditProblem.ProtoReflect.Descriptor instead.
+func (*AuditProblem) Descriptor() ([]byte, []int) {
 	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{44}
 }
 
-func (x *AuditBreak) GetChain() string {
+func (x *AuditProblem) GetKind() string {
 	if x != nil {
-		return x.Chain
+		return x.Kind
 	}
 	return ""
 }
 
-func (x *AuditBreak) GetSeq() int64 {
+func (x *AuditProblem) GetRecordId() int64 {
 	if x != nil {
-		return x.Seq
+		return x.RecordId
 	}
 	return 0
 }
 
-func (x *AuditBreak) GetProblem() string {
+func (x *AuditProblem) GetLeafIndex() int64 {
+	if x != nil && x.LeafIndex != nil {
+		return *x.LeafIndex
+	}
+	return 0
+}
+
+func (x *AuditProblem) GetTreeSize() int64 {
+	if x != nil {
+		return x.TreeSize
+	}
+	return 0
+}
+
+func (x *AuditProblem) GetSik() string {
+	if x != nil {
+		return x.Sik
+	}
+	return ""
+}
+
+func (x *AuditProblem) GetProblem() string {
 	if x != nil {
 		return x.Problem
 	}
 	return ""
+}
+
+// AuditCheckpoint is a signed checkpoint of a rail account's log: a signed
+// note (Ed25519) whose text is a tlog checkpoint (origin line, tree size,
+// base64 root hash).
+type AuditCheckpoint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Rail account whose log it is.
+	RailAccount string `protobuf:"bytes,1,opt,name=rail_account,json=railAccount,proto3" json:"rail_account,omitempty"`
+	// Number of leaves in the tree.
+	TreeSize int64 `protobuf:"varint,2,opt,name=tree_size,json=treeSize,proto3" json:"tree_size,omitempty"`
+	// The signed note, verbatim: verify it with the audit verifier key.
+	Note          string `protobuf:"bytes,3,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditCheckpoint) Reset() {
+	*x = AuditCheckpoint{}
+	mi := &file_countersign_v1_owner_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditCheckpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditCheckpoint) ProtoMessage() {}
+
+func (x *AuditCheckpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_countersign_v1_owner_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditCheckpoint.ProtoReflect.Descriptor instead.
+func (*AuditCheckpoint) Descriptor() ([]byte, []int) {
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *AuditCheckpoint) GetRailAccount() string {
+	if x != nil {
+		return x.RailAccount
+	}
+	return ""
+}
+
+func (x *AuditCheckpoint) GetTreeSize() int64 {
+	if x != nil {
+		return x.TreeSize
+	}
+	return 0
+}
+
+func (x *AuditCheckpoint) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+// GetAuditInclusionProofRequest names a sealed audit record of one of the
+// owner's intents.
+type GetAuditInclusionProofRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The record (AuditRecord.record_id).
+	RecordId int64 `protobuf:"varint,1,opt,name=record_id,json=recordId,proto3" json:"record_id,omitempty"`
+	// Size of the checkpoint to prove against; 0 means the latest.
+	TreeSize      int64 `protobuf:"varint,2,opt,name=tree_size,json=treeSize,proto3" json:"tree_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAuditInclusionProofRequest) Reset() {
+	*x = GetAuditInclusionProofRequest{}
+	mi := &file_countersign_v1_owner_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAuditInclusionProofRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAuditInclusionProofRequest) ProtoMessage() {}
+
+func (x *GetAuditInclusionProofRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_countersign_v1_owner_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAuditInclusionProofRequest.ProtoReflect.Descriptor instead.
+func (*GetAuditInclusionProofRequest) Descriptor() ([]byte, []int) {
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *GetAuditInclusionProofRequest) GetRecordId() int64 {
+	if x != nil {
+		return x.RecordId
+	}
+	return 0
+}
+
+func (x *GetAuditInclusionProofRequest) GetTreeSize() int64 {
+	if x != nil {
+		return x.TreeSize
+	}
+	return 0
+}
+
+// GetAuditInclusionProofResponse is the record, its checkpoint, and the
+// RFC 6962 audit path from its leaf to the checkpoint's root.
+type GetAuditInclusionProofResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The record, with its leaf index.
+	Record *AuditRecord `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	// The checkpoint proved against.
+	Checkpoint *AuditCheckpoint `protobuf:"bytes,2,opt,name=checkpoint,proto3" json:"checkpoint,omitempty"`
+	// The audit path, leaf to root (32-byte SHA-256 hashes).
+	Proof         [][]byte `protobuf:"bytes,3,rep,name=proof,proto3" json:"proof,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAuditInclusionProofResponse) Reset() {
+	*x = GetAuditInclusionProofResponse{}
+	mi := &file_countersign_v1_owner_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAuditInclusionProofResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAuditInclusionProofResponse) ProtoMessage() {}
+
+func (x *GetAuditInclusionProofResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_countersign_v1_owner_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAuditInclusionProofResponse.ProtoReflect.Descriptor instead.
+func (*GetAuditInclusionProofResponse) Descriptor() ([]byte, []int) {
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *GetAuditInclusionProofResponse) GetRecord() *AuditRecord {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *GetAuditInclusionProofResponse) GetCheckpoint() *AuditCheckpoint {
+	if x != nil {
+		return x.Checkpoint
+	}
+	return nil
+}
+
+func (x *GetAuditInclusionProofResponse) GetProof() [][]byte {
+	if x != nil {
+		return x.Proof
+	}
+	return nil
+}
+
+// GetAuditConsistencyProofRequest names two checkpoints of a rail
+// account's log.
+type GetAuditConsistencyProofRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Rail account whose log; the owner must hold it.
+	RailAccount string `protobuf:"bytes,1,opt,name=rail_account,json=railAccount,proto3" json:"rail_account,omitempty"`
+	// Size of the older checkpoint.
+	FromSize int64 `protobuf:"varint,2,opt,name=from_size,json=fromSize,proto3" json:"from_size,omitempty"`
+	// Size of the newer checkpoint; 0 means the latest.
+	ToSize        int64 `protobuf:"varint,3,opt,name=to_size,json=toSize,proto3" json:"to_size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAuditConsistencyProofRequest) Reset() {
+	*x = GetAuditConsistencyProofRequest{}
+	mi := &file_countersign_v1_owner_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAuditConsistencyProofRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAuditConsistencyProofRequest) ProtoMessage() {}
+
+func (x *GetAuditConsistencyProofRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_countersign_v1_owner_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAuditConsistencyProofRequest.ProtoReflect.Descriptor instead.
+func (*GetAuditConsistencyProofRequest) Descriptor() ([]byte, []int) {
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *GetAuditConsistencyProofRequest) GetRailAccount() string {
+	if x != nil {
+		return x.RailAccount
+	}
+	return ""
+}
+
+func (x *GetAuditConsistencyProofRequest) GetFromSize() int64 {
+	if x != nil {
+		return x.FromSize
+	}
+	return 0
+}
+
+func (x *GetAuditConsistencyProofRequest) GetToSize() int64 {
+	if x != nil {
+		return x.ToSize
+	}
+	return 0
+}
+
+// GetAuditConsistencyProofResponse is both checkpoints and the RFC 6962
+// consistency proof between their trees.
+type GetAuditConsistencyProofResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The older checkpoint.
+	From *AuditCheckpoint `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	// The newer checkpoint.
+	To *AuditCheckpoint `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	// The consistency proof (32-byte SHA-256 hashes).
+	Proof         [][]byte `protobuf:"bytes,3,rep,name=proof,proto3" json:"proof,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAuditConsistencyProofResponse) Reset() {
+	*x = GetAuditConsistencyProofResponse{}
+	mi := &file_countersign_v1_owner_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAuditConsistencyProofResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAuditConsistencyProofResponse) ProtoMessage() {}
+
+func (x *GetAuditConsistencyProofResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_countersign_v1_owner_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAuditConsistencyProofResponse.ProtoReflect.Descriptor instead.
+func (*GetAuditConsistencyProofResponse) Descriptor() ([]byte, []int) {
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *GetAuditConsistencyProofResponse) GetFrom() *AuditCheckpoint {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *GetAuditConsistencyProofResponse) GetTo() *AuditCheckpoint {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *GetAuditConsistencyProofResponse) GetProof() [][]byte {
+	if x != nil {
+		return x.Proof
+	}
+	return nil
 }
 
 // Webhook is an owner endpoint that receives signed event deliveries.
@@ -3241,7 +3624,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[45]
+	mi := &file_countersign_v1_owner_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3253,7 +3636,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[45]
+	mi := &file_countersign_v1_owner_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3266,7 +3649,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{45}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Webhook) GetWebhookId() string {
@@ -3315,7 +3698,7 @@ type CreateWebhookRequest struct {
 
 func (x *CreateWebhookRequest) Reset() {
 	*x = CreateWebhookRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[46]
+	mi := &file_countersign_v1_owner_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3327,7 +3710,7 @@ func (x *CreateWebhookRequest) String() string {
 func (*CreateWebhookRequest) ProtoMessage() {}
 
 func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[46]
+	mi := &file_countersign_v1_owner_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3340,7 +3723,7 @@ func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookRequest.ProtoReflect.Descriptor instead.
 func (*CreateWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{46}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CreateWebhookRequest) GetWebhook() *Webhook {
@@ -3363,7 +3746,7 @@ type CreateWebhookResponse struct {
 
 func (x *CreateWebhookResponse) Reset() {
 	*x = CreateWebhookResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[47]
+	mi := &file_countersign_v1_owner_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3375,7 +3758,7 @@ func (x *CreateWebhookResponse) String() string {
 func (*CreateWebhookResponse) ProtoMessage() {}
 
 func (x *CreateWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[47]
+	mi := &file_countersign_v1_owner_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3388,7 +3771,7 @@ func (x *CreateWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookResponse.ProtoReflect.Descriptor instead.
 func (*CreateWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{47}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CreateWebhookResponse) GetWebhook() *Webhook {
@@ -3418,7 +3801,7 @@ type ListWebhooksRequest struct {
 
 func (x *ListWebhooksRequest) Reset() {
 	*x = ListWebhooksRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[48]
+	mi := &file_countersign_v1_owner_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3430,7 +3813,7 @@ func (x *ListWebhooksRequest) String() string {
 func (*ListWebhooksRequest) ProtoMessage() {}
 
 func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[48]
+	mi := &file_countersign_v1_owner_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3443,7 +3826,7 @@ func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhooksRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{48}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListWebhooksRequest) GetPageSize() int32 {
@@ -3473,7 +3856,7 @@ type ListWebhooksResponse struct {
 
 func (x *ListWebhooksResponse) Reset() {
 	*x = ListWebhooksResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[49]
+	mi := &file_countersign_v1_owner_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3485,7 +3868,7 @@ func (x *ListWebhooksResponse) String() string {
 func (*ListWebhooksResponse) ProtoMessage() {}
 
 func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[49]
+	mi := &file_countersign_v1_owner_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3498,7 +3881,7 @@ func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhooksResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{49}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListWebhooksResponse) GetWebhooks() []*Webhook {
@@ -3526,7 +3909,7 @@ type DeleteWebhookRequest struct {
 
 func (x *DeleteWebhookRequest) Reset() {
 	*x = DeleteWebhookRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[50]
+	mi := &file_countersign_v1_owner_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3538,7 +3921,7 @@ func (x *DeleteWebhookRequest) String() string {
 func (*DeleteWebhookRequest) ProtoMessage() {}
 
 func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[50]
+	mi := &file_countersign_v1_owner_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3551,7 +3934,7 @@ func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWebhookRequest.ProtoReflect.Descriptor instead.
 func (*DeleteWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{50}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *DeleteWebhookRequest) GetWebhookId() string {
@@ -3570,7 +3953,7 @@ type DeleteWebhookResponse struct {
 
 func (x *DeleteWebhookResponse) Reset() {
 	*x = DeleteWebhookResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[51]
+	mi := &file_countersign_v1_owner_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3582,7 +3965,7 @@ func (x *DeleteWebhookResponse) String() string {
 func (*DeleteWebhookResponse) ProtoMessage() {}
 
 func (x *DeleteWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[51]
+	mi := &file_countersign_v1_owner_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3595,7 +3978,7 @@ func (x *DeleteWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWebhookResponse.ProtoReflect.Descriptor instead.
 func (*DeleteWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{51}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{56}
 }
 
 // DeadLetter is a webhook delivery that exhausted its retries.
@@ -3629,7 +4012,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[52]
+	mi := &file_countersign_v1_owner_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3641,7 +4024,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[52]
+	mi := &file_countersign_v1_owner_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3654,7 +4037,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{52}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DeadLetter) GetDeadLetterId() string {
@@ -3751,7 +4134,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[53]
+	mi := &file_countersign_v1_owner_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3763,7 +4146,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[53]
+	mi := &file_countersign_v1_owner_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3776,7 +4159,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{53}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListDeadLettersRequest) GetPageSize() int32 {
@@ -3820,7 +4203,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[54]
+	mi := &file_countersign_v1_owner_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3832,7 +4215,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[54]
+	mi := &file_countersign_v1_owner_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3845,7 +4228,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{54}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -3873,7 +4256,7 @@ type ReplayDeadLetterRequest struct {
 
 func (x *ReplayDeadLetterRequest) Reset() {
 	*x = ReplayDeadLetterRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[55]
+	mi := &file_countersign_v1_owner_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3885,7 +4268,7 @@ func (x *ReplayDeadLetterRequest) String() string {
 func (*ReplayDeadLetterRequest) ProtoMessage() {}
 
 func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[55]
+	mi := &file_countersign_v1_owner_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3898,7 +4281,7 @@ func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterRequest.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{55}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ReplayDeadLetterRequest) GetDeadLetterId() string {
@@ -3919,7 +4302,7 @@ type ReplayDeadLetterResponse struct {
 
 func (x *ReplayDeadLetterResponse) Reset() {
 	*x = ReplayDeadLetterResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[56]
+	mi := &file_countersign_v1_owner_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3931,7 +4314,7 @@ func (x *ReplayDeadLetterResponse) String() string {
 func (*ReplayDeadLetterResponse) ProtoMessage() {}
 
 func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[56]
+	mi := &file_countersign_v1_owner_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3944,7 +4327,7 @@ func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterResponse.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{56}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ReplayDeadLetterResponse) GetDeadLetter() *DeadLetter {
@@ -3958,7 +4341,7 @@ var File_countersign_v1_owner_proto protoreflect.FileDescriptor
 
 const file_countersign_v1_owner_proto_rawDesc = "" +
 	"\n" +
-	"\x1acountersign/v1/owner.proto\x12\x0ecountersign.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1ccountersign/v1/mandate.proto\x1a\x1acountersign/v1/types.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xf0\x02\n" +
+	"\x1acountersign/v1/owner.proto\x12\x0ecountersign.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1ccountersign/v1/mandate.proto\x1a\x1acountersign/v1/types.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xf0\x02\n" +
 	"\x05Agent\x12\x1f\n" +
 	"\bagent_id\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\aagentId\x121\n" +
 	"\fdisplay_name\x18\x02 \x01(\tB\x0e\xe2A\x01\x02\xbaH\ar\x05\x10\x01\x18\xc8\x01R\vdisplayName\x12*\n" +
@@ -4152,30 +4535,61 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"approvalId\x12\x1c\n" +
 	"\x04note\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\xe8\aR\x04note\"N\n" +
 	"\x16RejectApprovalResponse\x124\n" +
-	"\bapproval\x18\x01 \x01(\v2\x18.countersign.v1.ApprovalR\bapproval\"\xfb\x01\n" +
+	"\bapproval\x18\x01 \x01(\v2\x18.countersign.v1.ApprovalR\bapproval\"\xe8\x01\n" +
 	"\x17ListAuditRecordsRequest\x12'\n" +
 	"\tpage_size\x18\x01 \x01(\x05B\n" +
 	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\bpageSize\x12'\n" +
 	"\n" +
 	"page_token\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\x12+\n" +
 	"\frail_account\x18\x03 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\vrailAccount\x12*\n" +
-	"\x03sik\x18\x04 \x01(\tB\x18\xbaH\x15r\x132\x11^([A-Z2-7]{32})?$R\x03sik\x12\x1e\n" +
-	"\x05chain\x18\x06 \x01(\tB\b\xbaH\x05r\x03\x18\x84\x02R\x05chainJ\x04\b\x05\x10\x06R\x0fstart_after_seq\"\x84\x01\n" +
+	"\x03sik\x18\x04 \x01(\tB\x18\xbaH\x15r\x132\x11^([A-Z2-7]{32})?$R\x03sikJ\x04\b\x05\x10\x06J\x04\b\x06\x10\aR\x0fstart_after_seqR\x05chain\"\x84\x01\n" +
 	"\x18ListAuditRecordsResponse\x12@\n" +
 	"\raudit_records\x18\x01 \x03(\v2\x1b.countersign.v1.AuditRecordR\fauditRecords\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"e\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xbb\x01\n" +
 	"\x12VerifyAuditRequest\x121\n" +
-	"\frail_account\x18\x03 \x01(\tB\x0e\xe2A\x01\x02\xbaH\ar\x05\x10\x01\x18\xff\x01R\vrailAccountJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03R\bfrom_seqR\x06to_seq\"\xee\x01\n" +
+	"\frail_account\x18\x03 \x01(\tB\x0e\xe2A\x01\x02\xbaH\ar\x05\x10\x01\x18\xff\x01R\vrailAccount\x12T\n" +
+	"\x10max_unsealed_age\x18\x04 \x01(\v2\x19.google.protobuf.DurationB\x0f\xbaH\f\xaa\x01\t\"\x05\b\x80\x9a\x9e\x012\x00R\x0emaxUnsealedAgeJ\x04\b\x01\x10\x02J\x04\b\x02\x10\x03R\bfrom_seqR\x06to_seq\"\xe7\x03\n" +
 	"\x13VerifyAuditResponse\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12'\n" +
-	"\x0frecords_checked\x18\x02 \x01(\x03R\x0erecordsChecked\x12%\n" +
-	"\x0echains_checked\x18\a \x01(\x05R\rchainsChecked\x122\n" +
-	"\x06breaks\x18\b \x03(\v2\x1a.countersign.v1.AuditBreakR\x06breaksJ\x04\b\x03\x10\x04J\x04\b\x04\x10\x05J\x04\b\x05\x10\x06J\x04\b\x06\x10\aR\bhead_seqR\thead_hashR\rfirst_bad_seqR\aproblem\"N\n" +
+	"\x0frecords_checked\x18\x02 \x01(\x03R\x0erecordsChecked\x12)\n" +
+	"\x10records_unsealed\x18\t \x01(\x03R\x0frecordsUnsealed\x12\x1b\n" +
+	"\ttree_size\x18\n" +
+	" \x01(\x03R\btreeSize\x12/\n" +
+	"\x13checkpoints_checked\x18\v \x01(\x05R\x12checkpointsChecked\x12-\n" +
+	"\x12signatures_checked\x18\f \x01(\bR\x11signaturesChecked\x12L\n" +
+	"\x14oldest_unsealed_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x12oldestUnsealedTime\x128\n" +
+	"\bproblems\x18\x0e \x03(\v2\x1c.countersign.v1.AuditProblemR\bproblemsJ\x04\b\x03\x10\x04J\x04\b\x04\x10\x05J\x04\b\x05\x10\x06J\x04\b\x06\x10\aJ\x04\b\a\x10\bJ\x04\b\b\x10\tR\bhead_seqR\thead_hashR\rfirst_bad_seqR\aproblemR\x0echains_checkedR\x06breaks\"\xbb\x01\n" +
+	"\fAuditProblem\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1b\n" +
+	"\trecord_id\x18\x02 \x01(\x03R\brecordId\x12\"\n" +
 	"\n" +
-	"AuditBreak\x12\x14\n" +
-	"\x05chain\x18\x01 \x01(\tR\x05chain\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x03R\x03seq\x12\x18\n" +
-	"\aproblem\x18\x03 \x01(\tR\aproblem\"\x88\x02\n" +
+	"leaf_index\x18\x03 \x01(\x03H\x00R\tleafIndex\x88\x01\x01\x12\x1b\n" +
+	"\ttree_size\x18\x04 \x01(\x03R\btreeSize\x12\x10\n" +
+	"\x03sik\x18\x05 \x01(\tR\x03sik\x12\x18\n" +
+	"\aproblem\x18\x06 \x01(\tR\aproblemB\r\n" +
+	"\v_leaf_index\"e\n" +
+	"\x0fAuditCheckpoint\x12!\n" +
+	"\frail_account\x18\x01 \x01(\tR\vrailAccount\x12\x1b\n" +
+	"\ttree_size\x18\x02 \x01(\x03R\btreeSize\x12\x12\n" +
+	"\x04note\x18\x03 \x01(\tR\x04note\"o\n" +
+	"\x1dGetAuditInclusionProofRequest\x12(\n" +
+	"\trecord_id\x18\x01 \x01(\x03B\v\xe2A\x01\x02\xbaH\x04\"\x02 \x00R\brecordId\x12$\n" +
+	"\ttree_size\x18\x02 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\btreeSize\"\xac\x01\n" +
+	"\x1eGetAuditInclusionProofResponse\x123\n" +
+	"\x06record\x18\x01 \x01(\v2\x1b.countersign.v1.AuditRecordR\x06record\x12?\n" +
+	"\n" +
+	"checkpoint\x18\x02 \x01(\v2\x1f.countersign.v1.AuditCheckpointR\n" +
+	"checkpoint\x12\x14\n" +
+	"\x05proof\x18\x03 \x03(\fR\x05proof\"\x92\x02\n" +
+	"\x1fGetAuditConsistencyProofRequest\x121\n" +
+	"\frail_account\x18\x01 \x01(\tB\x0e\xe2A\x01\x02\xbaH\ar\x05\x10\x01\x18\xff\x01R\vrailAccount\x12(\n" +
+	"\tfrom_size\x18\x02 \x01(\x03B\v\xe2A\x01\x02\xbaH\x04\"\x02 \x00R\bfromSize\x12 \n" +
+	"\ato_size\x18\x03 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\x06toSize:p\xbaHm\x1ak\n" +
+	"\x11consistency_sizes\x12!from_size must not exceed to_size\x1a3this.to_size == 0 || this.from_size <= this.to_size\"\x9e\x01\n" +
+	" GetAuditConsistencyProofResponse\x123\n" +
+	"\x04from\x18\x01 \x01(\v2\x1f.countersign.v1.AuditCheckpointR\x04from\x12/\n" +
+	"\x02to\x18\x02 \x01(\v2\x1f.countersign.v1.AuditCheckpointR\x02to\x12\x14\n" +
+	"\x05proof\x18\x03 \x03(\fR\x05proof\"\x88\x02\n" +
 	"\aWebhook\x12#\n" +
 	"\n" +
 	"webhook_id\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\twebhookId\x12!\n" +
@@ -4267,7 +4681,7 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"\x0fDeadLetterState\x12!\n" +
 	"\x1dDEAD_LETTER_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16DEAD_LETTER_STATE_DEAD\x10\x01\x12\x1e\n" +
-	"\x1aDEAD_LETTER_STATE_REPLAYED\x10\x022\x9d\x19\n" +
+	"\x1aDEAD_LETTER_STATE_REPLAYED\x10\x022\x83\x1c\n" +
 	"\fOwnerService\x12q\n" +
 	"\vCreateAgent\x12\".countersign.v1.CreateAgentRequest\x1a#.countersign.v1.CreateAgentResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x05agent\"\n" +
 	"/v1/agents\x12g\n" +
@@ -4292,13 +4706,15 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"\x0fApproveApproval\x12&.countersign.v1.ApproveApprovalRequest\x1a'.countersign.v1.ApproveApprovalResponse\".\x82\xd3\xe4\x93\x02(:\x01*\"#/v1/approvals/{approval_id}:approve\x12\x8e\x01\n" +
 	"\x0eRejectApproval\x12%.countersign.v1.RejectApprovalRequest\x1a&.countersign.v1.RejectApprovalResponse\"-\x82\xd3\xe4\x93\x02':\x01*\"\"/v1/approvals/{approval_id}:reject\x12\x7f\n" +
 	"\x10ListAuditRecords\x12'.countersign.v1.ListAuditRecordsRequest\x1a(.countersign.v1.ListAuditRecordsResponse\"\x18\x82\xd3\xe4\x93\x02\x12\x12\x10/v1/auditRecords\x12z\n" +
-	"\vVerifyAudit\x12\".countersign.v1.VerifyAuditRequest\x1a#.countersign.v1.VerifyAuditResponse\"\"\x82\xd3\xe4\x93\x02\x1c:\x01*\"\x17/v1/auditRecords:verify\x12{\n" +
+	"\vVerifyAudit\x12\".countersign.v1.VerifyAuditRequest\x1a#.countersign.v1.VerifyAuditResponse\"\"\x82\xd3\xe4\x93\x02\x1c:\x01*\"\x17/v1/auditRecords:verify\x12\xac\x01\n" +
+	"\x16GetAuditInclusionProof\x12-.countersign.v1.GetAuditInclusionProofRequest\x1a..countersign.v1.GetAuditInclusionProofResponse\"3\x82\xd3\xe4\x93\x02-\x12+/v1/auditRecords/{record_id}/inclusionProof\x12\xb4\x01\n" +
+	"\x18GetAuditConsistencyProof\x12/.countersign.v1.GetAuditConsistencyProofRequest\x1a0.countersign.v1.GetAuditConsistencyProofResponse\"5\x82\xd3\xe4\x93\x02/\x12-/v1/auditLogs/{rail_account}/consistencyProof\x12{\n" +
 	"\x0fListDeadLetters\x12&.countersign.v1.ListDeadLettersRequest\x1a'.countersign.v1.ListDeadLettersResponse\"\x17\x82\xd3\xe4\x93\x02\x11\x12\x0f/v1/deadLetters\x12\x99\x01\n" +
 	"\x10ReplayDeadLetter\x12'.countersign.v1.ReplayDeadLetterRequest\x1a(.countersign.v1.ReplayDeadLetterResponse\"2\x82\xd3\xe4\x93\x02,:\x01*\"'/v1/deadLetters/{dead_letter_id}:replay\x12{\n" +
 	"\rCreateWebhook\x12$.countersign.v1.CreateWebhookRequest\x1a%.countersign.v1.CreateWebhookResponse\"\x1d\x82\xd3\xe4\x93\x02\x17:\awebhook\"\f/v1/webhooks\x12o\n" +
 	"\fListWebhooks\x12#.countersign.v1.ListWebhooksRequest\x1a$.countersign.v1.ListWebhooksResponse\"\x14\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/webhooks\x12\x7f\n" +
-	"\rDeleteWebhook\x12$.countersign.v1.DeleteWebhookRequest\x1a%.countersign.v1.DeleteWebhookResponse\"!\x82\xd3\xe4\x93\x02\x1b*\x19/v1/webhooks/{webhook_id}B\xb1\x03\x92A\xe8\x02\x12\xe4\x01\n" +
-	"\x15Countersign Owner API\x12\xc6\x01Owners create agents, issue agent credentials, write mandates, approve held requests, and read the ledger and its audit chain. Every call needs an owner token; an agent credential is always refused.2\x02v1*\x02\x02\x012\x10application/json:\x10application/jsonZE\n" +
+	"\rDeleteWebhook\x12$.countersign.v1.DeleteWebhookRequest\x1a%.countersign.v1.DeleteWebhookResponse\"!\x82\xd3\xe4\x93\x02\x1b*\x19/v1/webhooks/{webhook_id}B\xaf\x03\x92A\xe6\x02\x12\xe2\x01\n" +
+	"\x15Countersign Owner API\x12\xc4\x01Owners create agents, issue agent credentials, write mandates, approve held requests, and read the ledger and its audit log. Every call needs an owner token; an agent credential is always refused.2\x02v1*\x02\x02\x012\x10application/json:\x10application/jsonZE\n" +
 	"C\n" +
 	"\n" +
 	"OwnerToken\x125\b\x02\x12 Owner token as `Bearer <token>`.\x1a\rAuthorization \x02b\x10\n" +
@@ -4319,86 +4735,92 @@ func file_countersign_v1_owner_proto_rawDescGZIP() []byte {
 }
 
 var file_countersign_v1_owner_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_countersign_v1_owner_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_countersign_v1_owner_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_countersign_v1_owner_proto_goTypes = []any{
-	(AgentState)(0),                  // 0: countersign.v1.AgentState
-	(CredentialScope)(0),             // 1: countersign.v1.CredentialScope
-	(CredentialState)(0),             // 2: countersign.v1.CredentialState
-	(MandateState)(0),                // 3: countersign.v1.MandateState
-	(ApprovalState)(0),               // 4: countersign.v1.ApprovalState
-	(DeadLetterState)(0),             // 5: countersign.v1.DeadLetterState
-	(*Agent)(nil),                    // 6: countersign.v1.Agent
-	(*CreateAgentRequest)(nil),       // 7: countersign.v1.CreateAgentRequest
-	(*CreateAgentResponse)(nil),      // 8: countersign.v1.CreateAgentResponse
-	(*ListAgentsRequest)(nil),        // 9: countersign.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),       // 10: countersign.v1.ListAgentsResponse
-	(*GetAgentRequest)(nil),          // 11: countersign.v1.GetAgentRequest
-	(*GetAgentResponse)(nil),         // 12: countersign.v1.GetAgentResponse
-	(*RevokeAgentRequest)(nil),       // 13: countersign.v1.RevokeAgentRequest
-	(*RevokeAgentResponse)(nil),      // 14: countersign.v1.RevokeAgentResponse
-	(*Credential)(nil),               // 15: countersign.v1.Credential
-	(*IssueCredentialRequest)(nil),   // 16: countersign.v1.IssueCredentialRequest
-	(*IssueCredentialResponse)(nil),  // 17: countersign.v1.IssueCredentialResponse
-	(*ListCredentialsRequest)(nil),   // 18: countersign.v1.ListCredentialsRequest
-	(*ListCredentialsResponse)(nil),  // 19: countersign.v1.ListCredentialsResponse
-	(*RevokeCredentialRequest)(nil),  // 20: countersign.v1.RevokeCredentialRequest
-	(*RevokeCredentialResponse)(nil), // 21: countersign.v1.RevokeCredentialResponse
-	(*MandateRecord)(nil),            // 22: countersign.v1.MandateRecord
-	(*CreateMandateRequest)(nil),     // 23: countersign.v1.CreateMandateRequest
-	(*CreateMandateResponse)(nil),    // 24: countersign.v1.CreateMandateResponse
-	(*GetMandateRequest)(nil),        // 25: countersign.v1.GetMandateRequest
-	(*GetMandateResponse)(nil),       // 26: countersign.v1.GetMandateResponse
-	(*ListMandatesRequest)(nil),      // 27: countersign.v1.ListMandatesRequest
-	(*ListMandatesResponse)(nil),     // 28: countersign.v1.ListMandatesResponse
-	(*RevokeMandateRequest)(nil),     // 29: countersign.v1.RevokeMandateRequest
-	(*RevokeMandateResponse)(nil),    // 30: countersign.v1.RevokeMandateResponse
-	(*ListIntentsRequest)(nil),       // 31: countersign.v1.ListIntentsRequest
-	(*ListIntentsResponse)(nil),      // 32: countersign.v1.ListIntentsResponse
-	(*GetIntentRequest)(nil),         // 33: countersign.v1.GetIntentRequest
-	(*GetIntentResponse)(nil),        // 34: countersign.v1.GetIntentResponse
-	(*WatchIntentsRequest)(nil),      // 35: countersign.v1.WatchIntentsRequest
-	(*WatchIntentsResponse)(nil),     // 36: countersign.v1.WatchIntentsResponse
-	(*Approval)(nil),                 // 37: countersign.v1.Approval
-	(*ListApprovalsRequest)(nil),     // 38: countersign.v1.ListApprovalsRequest
-	(*ListApprovalsResponse)(nil),    // 39: countersign.v1.ListApprovalsResponse
-	(*GetApprovalRequest)(nil),       // 40: countersign.v1.GetApprovalRequest
-	(*GetApprovalResponse)(nil),      // 41: countersign.v1.GetApprovalResponse
-	(*ApproveApprovalRequest)(nil),   // 42: countersign.v1.ApproveApprovalRequest
-	(*ApproveApprovalResponse)(nil),  // 43: countersign.v1.ApproveApprovalResponse
-	(*RejectApprovalRequest)(nil),    // 44: countersign.v1.RejectApprovalRequest
-	(*RejectApprovalResponse)(nil),   // 45: countersign.v1.RejectApprovalResponse
-	(*ListAuditRecordsRequest)(nil),  // 46: countersign.v1.ListAuditRecordsRequest
-	(*ListAuditRecordsResponse)(nil), // 47: countersign.v1.ListAuditRecordsResponse
-	(*VerifyAuditRequest)(nil),       // 48: countersign.v1.VerifyAuditRequest
-	(*VerifyAuditResponse)(nil),      // 49: countersign.v1.VerifyAuditResponse
-	(*AuditBreak)(nil),               // 50: countersign.v1.AuditBreak
-	(*Webhook)(nil),                  // 51: countersign.v1.Webhook
-	(*CreateWebhookRequest)(nil),     // 52: countersign.v1.CreateWebhookRequest
-	(*CreateWebhookResponse)(nil),    // 53: countersign.v1.CreateWebhookResponse
-	(*ListWebhooksRequest)(nil),      // 54: countersign.v1.ListWebhooksRequest
-	(*ListWebhooksResponse)(nil),     // 55: countersign.v1.ListWebhooksResponse
-	(*DeleteWebhookRequest)(nil),     // 56: countersign.v1.DeleteWebhookRequest
-	(*DeleteWebhookResponse)(nil),    // 57: countersign.v1.DeleteWebhookResponse
-	(*DeadLetter)(nil),               // 58: countersign.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),   // 59: countersign.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),  // 60: countersign.v1.ListDeadLettersResponse
-	(*ReplayDeadLetterRequest)(nil),  // 61: countersign.v1.ReplayDeadLetterRequest
-	(*ReplayDeadLetterResponse)(nil), // 62: countersign.v1.ReplayDeadLetterResponse
-	(*timestamppb.Timestamp)(nil),    // 63: google.protobuf.Timestamp
-	(*Mandate)(nil),                  // 64: countersign.v1.Mandate
-	(IntentState)(0),                 // 65: countersign.v1.IntentState
-	(*Intent)(nil),                   // 66: countersign.v1.Intent
-	(*Attempt)(nil),                  // 67: countersign.v1.Attempt
-	(*AuditRecord)(nil),              // 68: countersign.v1.AuditRecord
-	(ActionKind)(0),                  // 69: countersign.v1.ActionKind
-	(*Money)(nil),                    // 70: countersign.v1.Money
-	(*GateResult)(nil),               // 71: countersign.v1.GateResult
-	(Rail)(0),                        // 72: countersign.v1.Rail
+	(AgentState)(0),                          // 0: countersign.v1.AgentState
+	(CredentialScope)(0),                     // 1: countersign.v1.CredentialScope
+	(CredentialState)(0),                     // 2: countersign.v1.CredentialState
+	(MandateState)(0),                        // 3: countersign.v1.MandateState
+	(ApprovalState)(0),                       // 4: countersign.v1.ApprovalState
+	(DeadLetterState)(0),                     // 5: countersign.v1.DeadLetterState
+	(*Agent)(nil),                            // 6: countersign.v1.Agent
+	(*CreateAgentRequest)(nil),               // 7: countersign.v1.CreateAgentRequest
+	(*CreateAgentResponse)(nil),              // 8: countersign.v1.CreateAgentResponse
+	(*ListAgentsRequest)(nil),                // 9: countersign.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),               // 10: countersign.v1.ListAgentsResponse
+	(*GetAgentRequest)(nil),                  // 11: countersign.v1.GetAgentRequest
+	(*GetAgentResponse)(nil),                 // 12: countersign.v1.GetAgentResponse
+	(*RevokeAgentRequest)(nil),               // 13: countersign.v1.RevokeAgentRequest
+	(*RevokeAgentResponse)(nil),              // 14: countersign.v1.RevokeAgentResponse
+	(*Credential)(nil),                       // 15: countersign.v1.Credential
+	(*IssueCredentialRequest)(nil),           // 16: countersign.v1.IssueCredentialRequest
+	(*IssueCredentialResponse)(nil),          // 17: countersign.v1.IssueCredentialResponse
+	(*ListCredentialsRequest)(nil),           // 18: countersign.v1.ListCredentialsRequest
+	(*ListCredentialsResponse)(nil),          // 19: countersign.v1.ListCredentialsResponse
+	(*RevokeCredentialRequest)(nil),          // 20: countersign.v1.RevokeCredentialRequest
+	(*RevokeCredentialResponse)(nil),         // 21: countersign.v1.RevokeCredentialResponse
+	(*MandateRecord)(nil),                    // 22: countersign.v1.MandateRecord
+	(*CreateMandateRequest)(nil),             // 23: countersign.v1.CreateMandateRequest
+	(*CreateMandateResponse)(nil),            // 24: countersign.v1.CreateMandateResponse
+	(*GetMandateRequest)(nil),                // 25: countersign.v1.GetMandateRequest
+	(*GetMandateResponse)(nil),               // 26: countersign.v1.GetMandateResponse
+	(*ListMandatesRequest)(nil),              // 27: countersign.v1.ListMandatesRequest
+	(*ListMandatesResponse)(nil),             // 28: countersign.v1.ListMandatesResponse
+	(*RevokeMandateRequest)(nil),             // 29: countersign.v1.RevokeMandateRequest
+	(*RevokeMandateResponse)(nil),            // 30: countersign.v1.RevokeMandateResponse
+	(*ListIntentsRequest)(nil),               // 31: countersign.v1.ListIntentsRequest
+	(*ListIntentsResponse)(nil),              // 32: countersign.v1.ListIntentsResponse
+	(*GetIntentRequest)(nil),                 // 33: countersign.v1.GetIntentRequest
+	(*GetIntentResponse)(nil),                // 34: countersign.v1.GetIntentResponse
+	(*WatchIntentsRequest)(nil),              // 35: countersign.v1.WatchIntentsRequest
+	(*WatchIntentsResponse)(nil),             // 36: countersign.v1.WatchIntentsResponse
+	(*Approval)(nil),                         // 37: countersign.v1.Approval
+	(*ListApprovalsRequest)(nil),             // 38: countersign.v1.ListApprovalsRequest
+	(*ListApprovalsResponse)(nil),            // 39: countersign.v1.ListApprovalsResponse
+	(*GetApprovalRequest)(nil),               // 40: countersign.v1.GetApprovalRequest
+	(*GetApprovalResponse)(nil),              // 41: countersign.v1.GetApprovalResponse
+	(*ApproveApprovalRequest)(nil),           // 42: countersign.v1.ApproveApprovalRequest
+	(*ApproveApprovalResponse)(nil),          // 43: countersign.v1.ApproveApprovalResponse
+	(*RejectApprovalRequest)(nil),            // 44: countersign.v1.RejectApprovalRequest
+	(*RejectApprovalResponse)(nil),           // 45: countersign.v1.RejectApprovalResponse
+	(*ListAuditRecordsRequest)(nil),          // 46: countersign.v1.ListAuditRecordsRequest
+	(*ListAuditRecordsResponse)(nil),         // 47: countersign.v1.ListAuditRecordsResponse
+	(*VerifyAuditRequest)(nil),               // 48: countersign.v1.VerifyAuditRequest
+	(*VerifyAuditResponse)(nil),              // 49: countersign.v1.VerifyAuditResponse
+	(*AuditProblem)(nil),                     // 50: countersign.v1.AuditProblem
+	(*AuditCheckpoint)(nil),                  // 51: countersign.v1.AuditCheckpoint
+	(*GetAuditInclusionProofRequest)(nil),    // 52: countersign.v1.GetAuditInclusionProofRequest
+	(*GetAuditInclusionProofResponse)(nil),   // 53: countersign.v1.GetAuditInclusionProofResponse
+	(*GetAuditConsistencyProofRequest)(nil),  // 54: countersign.v1.GetAuditConsistencyProofRequest
+	(*GetAuditConsistencyProofResponse)(nil), // 55: countersign.v1.GetAuditConsistencyProofResponse
+	(*Webhook)(nil),                          // 56: countersign.v1.Webhook
+	(*CreateWebhookRequest)(nil),             // 57: countersign.v1.CreateWebhookRequest
+	(*CreateWebhookResponse)(nil),            // 58: countersign.v1.CreateWebhookResponse
+	(*ListWebhooksRequest)(nil),              // 59: countersign.v1.ListWebhooksRequest
+	(*ListWebhooksResponse)(nil),             // 60: countersign.v1.ListWebhooksResponse
+	(*DeleteWebhookRequest)(nil),             // 61: countersign.v1.DeleteWebhookRequest
+	(*DeleteWebhookResponse)(nil),            // 62: countersign.v1.DeleteWebhookResponse
+	(*DeadLetter)(nil),                       // 63: countersign.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),           // 64: countersign.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),          // 65: countersign.v1.ListDeadLettersResponse
+	(*ReplayDeadLetterRequest)(nil),          // 66: countersign.v1.ReplayDeadLetterRequest
+	(*ReplayDeadLetterResponse)(nil),         // 67: countersign.v1.ReplayDeadLetterResponse
+	(*timestamppb.Timestamp)(nil),            // 68: google.protobuf.Timestamp
+	(*Mandate)(nil),                          // 69: countersign.v1.Mandate
+	(IntentState)(0),                         // 70: countersign.v1.IntentState
+	(*Intent)(nil),                           // 71: countersign.v1.Intent
+	(*Attempt)(nil),                          // 72: countersign.v1.Attempt
+	(*AuditRecord)(nil),                      // 73: countersign.v1.AuditRecord
+	(ActionKind)(0),                          // 74: countersign.v1.ActionKind
+	(*Money)(nil),                            // 75: countersign.v1.Money
+	(*GateResult)(nil),                       // 76: countersign.v1.GateResult
+	(Rail)(0),                                // 77: countersign.v1.Rail
+	(*durationpb.Duration)(nil),              // 78: google.protobuf.Duration
 }
 var file_countersign_v1_owner_proto_depIdxs = []int32{
 	0,  // 0: countersign.v1.Agent.state:type_name -> countersign.v1.AgentState
-	63, // 1: countersign.v1.Agent.create_time:type_name -> google.protobuf.Timestamp
-	63, // 2: countersign.v1.Agent.revoke_time:type_name -> google.protobuf.Timestamp
+	68, // 1: countersign.v1.Agent.create_time:type_name -> google.protobuf.Timestamp
+	68, // 2: countersign.v1.Agent.revoke_time:type_name -> google.protobuf.Timestamp
 	6,  // 3: countersign.v1.CreateAgentRequest.agent:type_name -> countersign.v1.Agent
 	6,  // 4: countersign.v1.CreateAgentResponse.agent:type_name -> countersign.v1.Agent
 	6,  // 5: countersign.v1.ListAgentsResponse.agents:type_name -> countersign.v1.Agent
@@ -4406,114 +4828,124 @@ var file_countersign_v1_owner_proto_depIdxs = []int32{
 	6,  // 7: countersign.v1.RevokeAgentResponse.agent:type_name -> countersign.v1.Agent
 	1,  // 8: countersign.v1.Credential.scope:type_name -> countersign.v1.CredentialScope
 	2,  // 9: countersign.v1.Credential.state:type_name -> countersign.v1.CredentialState
-	63, // 10: countersign.v1.Credential.create_time:type_name -> google.protobuf.Timestamp
-	63, // 11: countersign.v1.Credential.expire_time:type_name -> google.protobuf.Timestamp
-	63, // 12: countersign.v1.Credential.revoke_time:type_name -> google.protobuf.Timestamp
-	63, // 13: countersign.v1.Credential.last_use_time:type_name -> google.protobuf.Timestamp
+	68, // 10: countersign.v1.Credential.create_time:type_name -> google.protobuf.Timestamp
+	68, // 11: countersign.v1.Credential.expire_time:type_name -> google.protobuf.Timestamp
+	68, // 12: countersign.v1.Credential.revoke_time:type_name -> google.protobuf.Timestamp
+	68, // 13: countersign.v1.Credential.last_use_time:type_name -> google.protobuf.Timestamp
 	1,  // 14: countersign.v1.IssueCredentialRequest.scope:type_name -> countersign.v1.CredentialScope
-	63, // 15: countersign.v1.IssueCredentialRequest.expire_time:type_name -> google.protobuf.Timestamp
+	68, // 15: countersign.v1.IssueCredentialRequest.expire_time:type_name -> google.protobuf.Timestamp
 	15, // 16: countersign.v1.IssueCredentialResponse.credential:type_name -> countersign.v1.Credential
 	15, // 17: countersign.v1.ListCredentialsResponse.credentials:type_name -> countersign.v1.Credential
 	15, // 18: countersign.v1.RevokeCredentialResponse.credential:type_name -> countersign.v1.Credential
-	64, // 19: countersign.v1.MandateRecord.mandate:type_name -> countersign.v1.Mandate
+	69, // 19: countersign.v1.MandateRecord.mandate:type_name -> countersign.v1.Mandate
 	3,  // 20: countersign.v1.MandateRecord.state:type_name -> countersign.v1.MandateState
-	63, // 21: countersign.v1.MandateRecord.create_time:type_name -> google.protobuf.Timestamp
-	63, // 22: countersign.v1.MandateRecord.revoke_time:type_name -> google.protobuf.Timestamp
-	64, // 23: countersign.v1.CreateMandateRequest.mandate:type_name -> countersign.v1.Mandate
+	68, // 21: countersign.v1.MandateRecord.create_time:type_name -> google.protobuf.Timestamp
+	68, // 22: countersign.v1.MandateRecord.revoke_time:type_name -> google.protobuf.Timestamp
+	69, // 23: countersign.v1.CreateMandateRequest.mandate:type_name -> countersign.v1.Mandate
 	22, // 24: countersign.v1.CreateMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
 	22, // 25: countersign.v1.GetMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
 	3,  // 26: countersign.v1.ListMandatesRequest.state:type_name -> countersign.v1.MandateState
 	22, // 27: countersign.v1.ListMandatesResponse.mandates:type_name -> countersign.v1.MandateRecord
 	22, // 28: countersign.v1.RevokeMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
-	65, // 29: countersign.v1.ListIntentsRequest.state:type_name -> countersign.v1.IntentState
-	66, // 30: countersign.v1.ListIntentsResponse.intents:type_name -> countersign.v1.Intent
-	66, // 31: countersign.v1.GetIntentResponse.intent:type_name -> countersign.v1.Intent
-	67, // 32: countersign.v1.GetIntentResponse.attempts:type_name -> countersign.v1.Attempt
-	65, // 33: countersign.v1.WatchIntentsRequest.states:type_name -> countersign.v1.IntentState
-	68, // 34: countersign.v1.WatchIntentsResponse.transition:type_name -> countersign.v1.AuditRecord
-	66, // 35: countersign.v1.WatchIntentsResponse.intent:type_name -> countersign.v1.Intent
+	70, // 29: countersign.v1.ListIntentsRequest.state:type_name -> countersign.v1.IntentState
+	71, // 30: countersign.v1.ListIntentsResponse.intents:type_name -> countersign.v1.Intent
+	71, // 31: countersign.v1.GetIntentResponse.intent:type_name -> countersign.v1.Intent
+	72, // 32: countersign.v1.GetIntentResponse.attempts:type_name -> countersign.v1.Attempt
+	70, // 33: countersign.v1.WatchIntentsRequest.states:type_name -> countersign.v1.IntentState
+	73, // 34: countersign.v1.WatchIntentsResponse.transition:type_name -> countersign.v1.AuditRecord
+	71, // 35: countersign.v1.WatchIntentsResponse.intent:type_name -> countersign.v1.Intent
 	4,  // 36: countersign.v1.Approval.state:type_name -> countersign.v1.ApprovalState
-	69, // 37: countersign.v1.Approval.action_kind:type_name -> countersign.v1.ActionKind
-	70, // 38: countersign.v1.Approval.amount:type_name -> countersign.v1.Money
-	71, // 39: countersign.v1.Approval.gates:type_name -> countersign.v1.GateResult
-	63, // 40: countersign.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
-	63, // 41: countersign.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
-	63, // 42: countersign.v1.Approval.decide_time:type_name -> google.protobuf.Timestamp
-	72, // 43: countersign.v1.Approval.rail:type_name -> countersign.v1.Rail
-	71, // 44: countersign.v1.Approval.held_by:type_name -> countersign.v1.GateResult
+	74, // 37: countersign.v1.Approval.action_kind:type_name -> countersign.v1.ActionKind
+	75, // 38: countersign.v1.Approval.amount:type_name -> countersign.v1.Money
+	76, // 39: countersign.v1.Approval.gates:type_name -> countersign.v1.GateResult
+	68, // 40: countersign.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
+	68, // 41: countersign.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
+	68, // 42: countersign.v1.Approval.decide_time:type_name -> google.protobuf.Timestamp
+	77, // 43: countersign.v1.Approval.rail:type_name -> countersign.v1.Rail
+	76, // 44: countersign.v1.Approval.held_by:type_name -> countersign.v1.GateResult
 	4,  // 45: countersign.v1.ListApprovalsRequest.state:type_name -> countersign.v1.ApprovalState
 	37, // 46: countersign.v1.ListApprovalsResponse.approvals:type_name -> countersign.v1.Approval
 	37, // 47: countersign.v1.GetApprovalResponse.approval:type_name -> countersign.v1.Approval
 	37, // 48: countersign.v1.ApproveApprovalResponse.approval:type_name -> countersign.v1.Approval
 	37, // 49: countersign.v1.RejectApprovalResponse.approval:type_name -> countersign.v1.Approval
-	68, // 50: countersign.v1.ListAuditRecordsResponse.audit_records:type_name -> countersign.v1.AuditRecord
-	50, // 51: countersign.v1.VerifyAuditResponse.breaks:type_name -> countersign.v1.AuditBreak
-	63, // 52: countersign.v1.Webhook.create_time:type_name -> google.protobuf.Timestamp
-	51, // 53: countersign.v1.CreateWebhookRequest.webhook:type_name -> countersign.v1.Webhook
-	51, // 54: countersign.v1.CreateWebhookResponse.webhook:type_name -> countersign.v1.Webhook
-	51, // 55: countersign.v1.ListWebhooksResponse.webhooks:type_name -> countersign.v1.Webhook
-	5,  // 56: countersign.v1.DeadLetter.state:type_name -> countersign.v1.DeadLetterState
-	63, // 57: countersign.v1.DeadLetter.create_time:type_name -> google.protobuf.Timestamp
-	63, // 58: countersign.v1.DeadLetter.dead_time:type_name -> google.protobuf.Timestamp
-	63, // 59: countersign.v1.DeadLetter.replay_time:type_name -> google.protobuf.Timestamp
-	5,  // 60: countersign.v1.ListDeadLettersRequest.state:type_name -> countersign.v1.DeadLetterState
-	58, // 61: countersign.v1.ListDeadLettersResponse.dead_letters:type_name -> countersign.v1.DeadLetter
-	58, // 62: countersign.v1.ReplayDeadLetterResponse.dead_letter:type_name -> countersign.v1.DeadLetter
-	7,  // 63: countersign.v1.OwnerService.CreateAgent:input_type -> countersign.v1.CreateAgentRequest
-	9,  // 64: countersign.v1.OwnerService.ListAgents:input_type -> countersign.v1.ListAgentsRequest
-	11, // 65: countersign.v1.OwnerService.GetAgent:input_type -> countersign.v1.GetAgentRequest
-	13, // 66: countersign.v1.OwnerService.RevokeAgent:input_type -> countersign.v1.RevokeAgentRequest
-	16, // 67: countersign.v1.OwnerService.IssueCredential:input_type -> countersign.v1.IssueCredentialRequest
-	18, // 68: countersign.v1.OwnerService.ListCredentials:input_type -> countersign.v1.ListCredentialsRequest
-	20, // 69: countersign.v1.OwnerService.RevokeCredential:input_type -> countersign.v1.RevokeCredentialRequest
-	23, // 70: countersign.v1.OwnerService.CreateMandate:input_type -> countersign.v1.CreateMandateRequest
-	25, // 71: countersign.v1.OwnerService.GetMandate:input_type -> countersign.v1.GetMandateRequest
-	27, // 72: countersign.v1.OwnerService.ListMandates:input_type -> countersign.v1.ListMandatesRequest
-	29, // 73: countersign.v1.OwnerService.RevokeMandate:input_type -> countersign.v1.RevokeMandateRequest
-	31, // 74: countersign.v1.OwnerService.ListIntents:input_type -> countersign.v1.ListIntentsRequest
-	33, // 75: countersign.v1.OwnerService.GetIntent:input_type -> countersign.v1.GetIntentRequest
-	35, // 76: countersign.v1.OwnerService.WatchIntents:input_type -> countersign.v1.WatchIntentsRequest
-	38, // 77: countersign.v1.OwnerService.ListApprovals:input_type -> countersign.v1.ListApprovalsRequest
-	40, // 78: countersign.v1.OwnerService.GetApproval:input_type -> countersign.v1.GetApprovalRequest
-	42, // 79: countersign.v1.OwnerService.ApproveApproval:input_type -> countersign.v1.ApproveApprovalRequest
-	44, // 80: countersign.v1.OwnerService.RejectApproval:input_type -> countersign.v1.RejectApprovalRequest
-	46, // 81: countersign.v1.OwnerService.ListAuditRecords:input_type -> countersign.v1.ListAuditRecordsRequest
-	48, // 82: countersign.v1.OwnerService.VerifyAudit:input_type -> countersign.v1.VerifyAuditRequest
-	59, // 83: countersign.v1.OwnerService.ListDeadLetters:input_type -> countersign.v1.ListDeadLettersRequest
-	61, // 84: countersign.v1.OwnerService.ReplayDeadLetter:input_type -> countersign.v1.ReplayDeadLetterRequest
-	52, // 85: countersign.v1.OwnerService.CreateWebhook:input_type -> countersign.v1.CreateWebhookRequest
-	54, // 86: countersign.v1.OwnerService.ListWebhooks:input_type -> countersign.v1.ListWebhooksRequest
-	56, // 87: countersign.v1.OwnerService.DeleteWebhook:input_type -> countersign.v1.DeleteWebhookRequest
-	8,  // 88: countersign.v1.OwnerService.CreateAgent:output_type -> countersign.v1.CreateAgentResponse
-	10, // 89: countersign.v1.OwnerService.ListAgents:output_type -> countersign.v1.ListAgentsResponse
-	12, // 90: countersign.v1.OwnerService.GetAgent:output_type -> countersign.v1.GetAgentResponse
-	14, // 91: countersign.v1.OwnerService.RevokeAgent:output_type -> countersign.v1.RevokeAgentResponse
-	17, // 92: countersign.v1.OwnerService.IssueCredential:output_type -> countersign.v1.IssueCredentialResponse
-	19, // 93: countersign.v1.OwnerService.ListCredentials:output_type -> countersign.v1.ListCredentialsResponse
-	21, // 94: countersign.v1.OwnerService.RevokeCredential:output_type -> countersign.v1.RevokeCredentialResponse
-	24, // 95: countersign.v1.OwnerService.CreateMandate:output_type -> countersign.v1.CreateMandateResponse
-	26, // 96: countersign.v1.OwnerService.GetMandate:output_type -> countersign.v1.GetMandateResponse
-	28, // 97: countersign.v1.OwnerService.ListMandates:output_type -> countersign.v1.ListMandatesResponse
-	30, // 98: countersign.v1.OwnerService.RevokeMandate:output_type -> countersign.v1.RevokeMandateResponse
-	32, // 99: countersign.v1.OwnerService.ListIntents:output_type -> countersign.v1.ListIntentsResponse
-	34, // 100: countersign.v1.OwnerService.GetIntent:output_type -> countersign.v1.GetIntentResponse
-	36, // 101: countersign.v1.OwnerService.WatchIntents:output_type -> countersign.v1.WatchIntentsResponse
-	39, // 102: countersign.v1.OwnerService.ListApprovals:output_type -> countersign.v1.ListApprovalsResponse
-	41, // 103: countersign.v1.OwnerService.GetApproval:output_type -> countersign.v1.GetApprovalResponse
-	43, // 104: countersign.v1.OwnerService.ApproveApproval:output_type -> countersign.v1.ApproveApprovalResponse
-	45, // 105: countersign.v1.OwnerService.RejectApproval:output_type -> countersign.v1.RejectApprovalResponse
-	47, // 106: countersign.v1.OwnerService.ListAuditRecords:output_type -> countersign.v1.ListAuditRecordsResponse
-	49, // 107: countersign.v1.OwnerService.VerifyAudit:output_type -> countersign.v1.VerifyAuditResponse
-	60, // 108: countersign.v1.OwnerService.ListDeadLetters:output_type -> countersign.v1.ListDeadLettersResponse
-	62, // 109: countersign.v1.OwnerService.ReplayDeadLetter:output_type -> countersign.v1.ReplayDeadLetterResponse
-	53, // 110: countersign.v1.OwnerService.CreateWebhook:output_type -> countersign.v1.CreateWebhookResponse
-	55, // 111: countersign.v1.OwnerService.ListWebhooks:output_type -> countersign.v1.ListWebhooksResponse
-	57, // 112: countersign.v1.OwnerService.DeleteWebhook:output_type -> countersign.v1.DeleteWebhookResponse
-	88, // [88:113] is the sub-list for method output_type
-	63, // [63:88] is the sub-list for method input_type
-	63, // [63:63] is the sub-list for extension type_name
-	63, // [63:63] is the sub-list for extension extendee
-	0,  // [0:63] is the sub-list for field type_name
+	73, // 50: countersign.v1.ListAuditRecordsResponse.audit_records:type_name -> countersign.v1.AuditRecord
+	78, // 51: countersign.v1.VerifyAuditRequest.max_unsealed_age:type_name -> google.protobuf.Duration
+	68, // 52: countersign.v1.VerifyAuditResponse.oldest_unsealed_time:type_name -> google.protobuf.Timestamp
+	50, // 53: countersign.v1.VerifyAuditResponse.problems:type_name -> countersign.v1.AuditProblem
+	73, // 54: countersign.v1.GetAuditInclusionProofResponse.record:type_name -> countersign.v1.AuditRecord
+	51, // 55: countersign.v1.GetAuditInclusionProofResponse.checkpoint:type_name -> countersign.v1.AuditCheckpoint
+	51, // 56: countersign.v1.GetAuditConsistencyProofResponse.from:type_name -> countersign.v1.AuditCheckpoint
+	51, // 57: countersign.v1.GetAuditConsistencyProofResponse.to:type_name -> countersign.v1.AuditCheckpoint
+	68, // 58: countersign.v1.Webhook.create_time:type_name -> google.protobuf.Timestamp
+	56, // 59: countersign.v1.CreateWebhookRequest.webhook:type_name -> countersign.v1.Webhook
+	56, // 60: countersign.v1.CreateWebhookResponse.webhook:type_name -> countersign.v1.Webhook
+	56, // 61: countersign.v1.ListWebhooksResponse.webhooks:type_name -> countersign.v1.Webhook
+	5,  // 62: countersign.v1.DeadLetter.state:type_name -> countersign.v1.DeadLetterState
+	68, // 63: countersign.v1.DeadLetter.create_time:type_name -> google.protobuf.Timestamp
+	68, // 64: countersign.v1.DeadLetter.dead_time:type_name -> google.protobuf.Timestamp
+	68, // 65: countersign.v1.DeadLetter.replay_time:type_name -> google.protobuf.Timestamp
+	5,  // 66: countersign.v1.ListDeadLettersRequest.state:type_name -> countersign.v1.DeadLetterState
+	63, // 67: countersign.v1.ListDeadLettersResponse.dead_letters:type_name -> countersign.v1.DeadLetter
+	63, // 68: countersign.v1.ReplayDeadLetterResponse.dead_letter:type_name -> countersign.v1.DeadLetter
+	7,  // 69: countersign.v1.OwnerService.CreateAgent:input_type -> countersign.v1.CreateAgentRequest
+	9,  // 70: countersign.v1.OwnerService.ListAgents:input_type -> countersign.v1.ListAgentsRequest
+	11, // 71: countersign.v1.OwnerService.GetAgent:input_type -> countersign.v1.GetAgentRequest
+	13, // 72: countersign.v1.OwnerService.RevokeAgent:input_type -> countersign.v1.RevokeAgentRequest
+	16, // 73: countersign.v1.OwnerService.IssueCredential:input_type -> countersign.v1.IssueCredentialRequest
+	18, // 74: countersign.v1.OwnerService.ListCredentials:input_type -> countersign.v1.ListCredentialsRequest
+	20, // 75: countersign.v1.OwnerService.RevokeCredential:input_type -> countersign.v1.RevokeCredentialRequest
+	23, // 76: countersign.v1.OwnerService.CreateMandate:input_type -> countersign.v1.CreateMandateRequest
+	25, // 77: countersign.v1.OwnerService.GetMandate:input_type -> countersign.v1.GetMandateRequest
+	27, // 78: countersign.v1.OwnerService.ListMandates:input_type -> countersign.v1.ListMandatesRequest
+	29, // 79: countersign.v1.OwnerService.RevokeMandate:input_type -> countersign.v1.RevokeMandateRequest
+	31, // 80: countersign.v1.OwnerService.ListIntents:input_type -> countersign.v1.ListIntentsRequest
+	33, // 81: countersign.v1.OwnerService.GetIntent:input_type -> countersign.v1.GetIntentRequest
+	35, // 82: countersign.v1.OwnerService.WatchIntents:input_type -> countersign.v1.WatchIntentsRequest
+	38, // 83: countersign.v1.OwnerService.ListApprovals:input_type -> countersign.v1.ListApprovalsRequest
+	40, // 84: countersign.v1.OwnerService.GetApproval:input_type -> countersign.v1.GetApprovalRequest
+	42, // 85: countersign.v1.OwnerService.ApproveApproval:input_type -> countersign.v1.ApproveApprovalRequest
+	44, // 86: countersign.v1.OwnerService.RejectApproval:input_type -> countersign.v1.RejectApprovalRequest
+	46, // 87: countersign.v1.OwnerService.ListAuditRecords:input_type -> countersign.v1.ListAuditRecordsRequest
+	48, // 88: countersign.v1.OwnerService.VerifyAudit:input_type -> countersign.v1.VerifyAuditRequest
+	52, // 89: countersign.v1.OwnerService.GetAuditInclusionProof:input_type -> countersign.v1.GetAuditInclusionProofRequest
+	54, // 90: countersign.v1.OwnerService.GetAuditConsistencyProof:input_type -> countersign.v1.GetAuditConsistencyProofRequest
+	64, // 91: countersign.v1.OwnerService.ListDeadLetters:input_type -> countersign.v1.ListDeadLettersRequest
+	66, // 92: countersign.v1.OwnerService.ReplayDeadLetter:input_type -> countersign.v1.ReplayDeadLetterRequest
+	57, // 93: countersign.v1.OwnerService.CreateWebhook:input_type -> countersign.v1.CreateWebhookRequest
+	59, // 94: countersign.v1.OwnerService.ListWebhooks:input_type -> countersign.v1.ListWebhooksRequest
+	61, // 95: countersign.v1.OwnerService.DeleteWebhook:input_type -> countersign.v1.DeleteWebhookRequest
+	8,  // 96: countersign.v1.OwnerService.CreateAgent:output_type -> countersign.v1.CreateAgentResponse
+	10, // 97: countersign.v1.OwnerService.ListAgents:output_type -> countersign.v1.ListAgentsResponse
+	12, // 98: countersign.v1.OwnerService.GetAgent:output_type -> countersign.v1.GetAgentResponse
+	14, // 99: countersign.v1.OwnerService.RevokeAgent:output_type -> countersign.v1.RevokeAgentResponse
+	17, // 100: countersign.v1.OwnerService.IssueCredential:output_type -> countersign.v1.IssueCredentialResponse
+	19, // 101: countersign.v1.OwnerService.ListCredentials:output_type -> countersign.v1.ListCredentialsResponse
+	21, // 102: countersign.v1.OwnerService.RevokeCredential:output_type -> countersign.v1.RevokeCredentialResponse
+	24, // 103: countersign.v1.OwnerService.CreateMandate:output_type -> countersign.v1.CreateMandateResponse
+	26, // 104: countersign.v1.OwnerService.GetMandate:output_type -> countersign.v1.GetMandateResponse
+	28, // 105: countersign.v1.OwnerService.ListMandates:output_type -> countersign.v1.ListMandatesResponse
+	30, // 106: countersign.v1.OwnerService.RevokeMandate:output_type -> countersign.v1.RevokeMandateResponse
+	32, // 107: countersign.v1.OwnerService.ListIntents:output_type -> countersign.v1.ListIntentsResponse
+	34, // 108: countersign.v1.OwnerService.GetIntent:output_type -> countersign.v1.GetIntentResponse
+	36, // 109: countersign.v1.OwnerService.WatchIntents:output_type -> countersign.v1.WatchIntentsResponse
+	39, // 110: countersign.v1.OwnerService.ListApprovals:output_type -> countersign.v1.ListApprovalsResponse
+	41, // 111: countersign.v1.OwnerService.GetApproval:output_type -> countersign.v1.GetApprovalResponse
+	43, // 112: countersign.v1.OwnerService.ApproveApproval:output_type -> countersign.v1.ApproveApprovalResponse
+	45, // 113: countersign.v1.OwnerService.RejectApproval:output_type -> countersign.v1.RejectApprovalResponse
+	47, // 114: countersign.v1.OwnerService.ListAuditRecords:output_type -> countersign.v1.ListAuditRecordsResponse
+	49, // 115: countersign.v1.OwnerService.VerifyAudit:output_type -> countersign.v1.VerifyAuditResponse
+	53, // 116: countersign.v1.OwnerService.GetAuditInclusionProof:output_type -> countersign.v1.GetAuditInclusionProofResponse
+	55, // 117: countersign.v1.OwnerService.GetAuditConsistencyProof:output_type -> countersign.v1.GetAuditConsistencyProofResponse
+	65, // 118: countersign.v1.OwnerService.ListDeadLetters:output_type -> countersign.v1.ListDeadLettersResponse
+	67, // 119: countersign.v1.OwnerService.ReplayDeadLetter:output_type -> countersign.v1.ReplayDeadLetterResponse
+	58, // 120: countersign.v1.OwnerService.CreateWebhook:output_type -> countersign.v1.CreateWebhookResponse
+	60, // 121: countersign.v1.OwnerService.ListWebhooks:output_type -> countersign.v1.ListWebhooksResponse
+	62, // 122: countersign.v1.OwnerService.DeleteWebhook:output_type -> countersign.v1.DeleteWebhookResponse
+	96, // [96:123] is the sub-list for method output_type
+	69, // [69:96] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_countersign_v1_owner_proto_init() }
@@ -4523,13 +4955,14 @@ func file_countersign_v1_owner_proto_init() {
 	}
 	file_countersign_v1_mandate_proto_init()
 	file_countersign_v1_types_proto_init()
+	file_countersign_v1_owner_proto_msgTypes[44].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_countersign_v1_owner_proto_rawDesc), len(file_countersign_v1_owner_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   57,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

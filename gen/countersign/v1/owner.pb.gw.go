@@ -844,6 +844,112 @@ func local_request_OwnerService_VerifyAudit_0(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
+var filter_OwnerService_GetAuditInclusionProof_0 = &utilities.DoubleArray{Encoding: map[string]int{"record_id": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
+
+func request_OwnerService_GetAuditInclusionProof_0(ctx context.Context, marshaler runtime.Marshaler, client OwnerServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetAuditInclusionProofRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["record_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "record_id")
+	}
+	protoReq.RecordId, err = runtime.Int64(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "record_id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_OwnerService_GetAuditInclusionProof_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.GetAuditInclusionProof(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_OwnerService_GetAuditInclusionProof_0(ctx context.Context, marshaler runtime.Marshaler, server OwnerServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetAuditInclusionProofRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["record_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "record_id")
+	}
+	protoReq.RecordId, err = runtime.Int64(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "record_id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_OwnerService_GetAuditInclusionProof_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.GetAuditInclusionProof(ctx, &protoReq)
+	return msg, metadata, err
+}
+
+var filter_OwnerService_GetAuditConsistencyProof_0 = &utilities.DoubleArray{Encoding: map[string]int{"rail_account": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
+
+func request_OwnerService_GetAuditConsistencyProof_0(ctx context.Context, marshaler runtime.Marshaler, client OwnerServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetAuditConsistencyProofRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["rail_account"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "rail_account")
+	}
+	protoReq.RailAccount, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "rail_account", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_OwnerService_GetAuditConsistencyProof_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.GetAuditConsistencyProof(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_OwnerService_GetAuditConsistencyProof_0(ctx context.Context, marshaler runtime.Marshaler, server OwnerServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetAuditConsistencyProofRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["rail_account"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "rail_account")
+	}
+	protoReq.RailAccount, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "rail_account", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_OwnerService_GetAuditConsistencyProof_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.GetAuditConsistencyProof(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 var filter_OwnerService_ListDeadLetters_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
 func request_OwnerService_ListDeadLetters_0(ctx context.Context, marshaler runtime.Marshaler, client OwnerServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
@@ -1418,6 +1524,46 @@ func RegisterOwnerServiceHandlerServer(ctx context.Context, mux *runtime.ServeMu
 		}
 		forward_OwnerService_VerifyAudit_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_OwnerService_GetAuditInclusionProof_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/countersign.v1.OwnerService/GetAuditInclusionProof", runtime.WithHTTPPathPattern("/v1/auditRecords/{record_id}/inclusionProof"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_OwnerService_GetAuditInclusionProof_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_OwnerService_GetAuditInclusionProof_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodGet, pattern_OwnerService_GetAuditConsistencyProof_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/countersign.v1.OwnerService/GetAuditConsistencyProof", runtime.WithHTTPPathPattern("/v1/auditLogs/{rail_account}/consistencyProof"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_OwnerService_GetAuditConsistencyProof_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_OwnerService_GetAuditConsistencyProof_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_OwnerService_ListDeadLetters_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1898,6 +2044,40 @@ func RegisterOwnerServiceHandlerClient(ctx context.Context, mux *runtime.ServeMu
 		}
 		forward_OwnerService_VerifyAudit_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_OwnerService_GetAuditInclusionProof_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/countersign.v1.OwnerService/GetAuditInclusionProof", runtime.WithHTTPPathPattern("/v1/auditRecords/{record_id}/inclusionProof"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_OwnerService_GetAuditInclusionProof_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_OwnerService_GetAuditInclusionProof_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodGet, pattern_OwnerService_GetAuditConsistencyProof_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/countersign.v1.OwnerService/GetAuditConsistencyProof", runtime.WithHTTPPathPattern("/v1/auditLogs/{rail_account}/consistencyProof"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_OwnerService_GetAuditConsistencyProof_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_OwnerService_GetAuditConsistencyProof_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_OwnerService_ListDeadLetters_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1987,57 +2167,61 @@ func RegisterOwnerServiceHandlerClient(ctx context.Context, mux *runtime.ServeMu
 }
 
 var (
-	pattern_OwnerService_CreateAgent_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "agents"}, ""))
-	pattern_OwnerService_ListAgents_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "agents"}, ""))
-	pattern_OwnerService_GetAgent_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "agents", "agent_id"}, ""))
-	pattern_OwnerService_RevokeAgent_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "agents", "agent_id"}, "revoke"))
-	pattern_OwnerService_IssueCredential_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "agents", "agent_id", "credentials"}, ""))
-	pattern_OwnerService_ListCredentials_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "agents", "agent_id", "credentials"}, ""))
-	pattern_OwnerService_RevokeCredential_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "agents", "agent_id", "credentials", "credential_id"}, "revoke"))
-	pattern_OwnerService_CreateMandate_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "mandates"}, ""))
-	pattern_OwnerService_GetMandate_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "mandates", "mandate_hash"}, ""))
-	pattern_OwnerService_ListMandates_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "mandates"}, ""))
-	pattern_OwnerService_RevokeMandate_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "mandates", "mandate_hash"}, "revoke"))
-	pattern_OwnerService_ListIntents_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "intents"}, ""))
-	pattern_OwnerService_GetIntent_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "intents", "rail_account", "sik"}, ""))
-	pattern_OwnerService_WatchIntents_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "intents"}, "watch"))
-	pattern_OwnerService_ListApprovals_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "approvals"}, ""))
-	pattern_OwnerService_GetApproval_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "approvals", "approval_id"}, ""))
-	pattern_OwnerService_ApproveApproval_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "approvals", "approval_id"}, "approve"))
-	pattern_OwnerService_RejectApproval_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "approvals", "approval_id"}, "reject"))
-	pattern_OwnerService_ListAuditRecords_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "auditRecords"}, ""))
-	pattern_OwnerService_VerifyAudit_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "auditRecords"}, "verify"))
-	pattern_OwnerService_ListDeadLetters_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "deadLetters"}, ""))
-	pattern_OwnerService_ReplayDeadLetter_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "deadLetters", "dead_letter_id"}, "replay"))
-	pattern_OwnerService_CreateWebhook_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "webhooks"}, ""))
-	pattern_OwnerService_ListWebhooks_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "webhooks"}, ""))
-	pattern_OwnerService_DeleteWebhook_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "webhooks", "webhook_id"}, ""))
+	pattern_OwnerService_CreateAgent_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "agents"}, ""))
+	pattern_OwnerService_ListAgents_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "agents"}, ""))
+	pattern_OwnerService_GetAgent_0                 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "agents", "agent_id"}, ""))
+	pattern_OwnerService_RevokeAgent_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "agents", "agent_id"}, "revoke"))
+	pattern_OwnerService_IssueCredential_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "agents", "agent_id", "credentials"}, ""))
+	pattern_OwnerService_ListCredentials_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "agents", "agent_id", "credentials"}, ""))
+	pattern_OwnerService_RevokeCredential_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "agents", "agent_id", "credentials", "credential_id"}, "revoke"))
+	pattern_OwnerService_CreateMandate_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "mandates"}, ""))
+	pattern_OwnerService_GetMandate_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "mandates", "mandate_hash"}, ""))
+	pattern_OwnerService_ListMandates_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "mandates"}, ""))
+	pattern_OwnerService_RevokeMandate_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "mandates", "mandate_hash"}, "revoke"))
+	pattern_OwnerService_ListIntents_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "intents"}, ""))
+	pattern_OwnerService_GetIntent_0                = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "intents", "rail_account", "sik"}, ""))
+	pattern_OwnerService_WatchIntents_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "intents"}, "watch"))
+	pattern_OwnerService_ListApprovals_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "approvals"}, ""))
+	pattern_OwnerService_GetApproval_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "approvals", "approval_id"}, ""))
+	pattern_OwnerService_ApproveApproval_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "approvals", "approval_id"}, "approve"))
+	pattern_OwnerService_RejectApproval_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "approvals", "approval_id"}, "reject"))
+	pattern_OwnerService_ListAuditRecords_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "auditRecords"}, ""))
+	pattern_OwnerService_VerifyAudit_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "auditRecords"}, "verify"))
+	pattern_OwnerService_GetAuditInclusionProof_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "auditRecords", "record_id", "inclusionProof"}, ""))
+	pattern_OwnerService_GetAuditConsistencyProof_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "auditLogs", "rail_account", "consistencyProof"}, ""))
+	pattern_OwnerService_ListDeadLetters_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "deadLetters"}, ""))
+	pattern_OwnerService_ReplayDeadLetter_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "deadLetters", "dead_letter_id"}, "replay"))
+	pattern_OwnerService_CreateWebhook_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "webhooks"}, ""))
+	pattern_OwnerService_ListWebhooks_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "webhooks"}, ""))
+	pattern_OwnerService_DeleteWebhook_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "webhooks", "webhook_id"}, ""))
 )
 
 var (
-	forward_OwnerService_CreateAgent_0      = runtime.ForwardResponseMessage
-	forward_OwnerService_ListAgents_0       = runtime.ForwardResponseMessage
-	forward_OwnerService_GetAgent_0         = runtime.ForwardResponseMessage
-	forward_OwnerService_RevokeAgent_0      = runtime.ForwardResponseMessage
-	forward_OwnerService_IssueCredential_0  = runtime.ForwardResponseMessage
-	forward_OwnerService_ListCredentials_0  = runtime.ForwardResponseMessage
-	forward_OwnerService_RevokeCredential_0 = runtime.ForwardResponseMessage
-	forward_OwnerService_CreateMandate_0    = runtime.ForwardResponseMessage
-	forward_OwnerService_GetMandate_0       = runtime.ForwardResponseMessage
-	forward_OwnerService_ListMandates_0     = runtime.ForwardResponseMessage
-	forward_OwnerService_RevokeMandate_0    = runtime.ForwardResponseMessage
-	forward_OwnerService_ListIntents_0      = runtime.ForwardResponseMessage
-	forward_OwnerService_GetIntent_0        = runtime.ForwardResponseMessage
-	forward_OwnerService_WatchIntents_0     = runtime.ForwardResponseStream
-	forward_OwnerService_ListApprovals_0    = runtime.ForwardResponseMessage
-	forward_OwnerService_GetApproval_0      = runtime.ForwardResponseMessage
-	forward_OwnerService_ApproveApproval_0  = runtime.ForwardResponseMessage
-	forward_OwnerService_RejectApproval_0   = runtime.ForwardResponseMessage
-	forward_OwnerService_ListAuditRecords_0 = runtime.ForwardResponseMessage
-	forward_OwnerService_VerifyAudit_0      = runtime.ForwardResponseMessage
-	forward_OwnerService_ListDeadLetters_0  = runtime.ForwardResponseMessage
-	forward_OwnerService_ReplayDeadLetter_0 = runtime.ForwardResponseMessage
-	forward_OwnerService_CreateWebhook_0    = runtime.ForwardResponseMessage
-	forward_OwnerService_ListWebhooks_0     = runtime.ForwardResponseMessage
-	forward_OwnerService_DeleteWebhook_0    = runtime.ForwardResponseMessage
+	forward_OwnerService_CreateAgent_0              = runtime.ForwardResponseMessage
+	forward_OwnerService_ListAgents_0               = runtime.ForwardResponseMessage
+	forward_OwnerService_GetAgent_0                 = runtime.ForwardResponseMessage
+	forward_OwnerService_RevokeAgent_0              = runtime.ForwardResponseMessage
+	forward_OwnerService_IssueCredential_0          = runtime.ForwardResponseMessage
+	forward_OwnerService_ListCredentials_0          = runtime.ForwardResponseMessage
+	forward_OwnerService_RevokeCredential_0         = runtime.ForwardResponseMessage
+	forward_OwnerService_CreateMandate_0            = runtime.ForwardResponseMessage
+	forward_OwnerService_GetMandate_0               = runtime.ForwardResponseMessage
+	forward_OwnerService_ListMandates_0             = runtime.ForwardResponseMessage
+	forward_OwnerService_RevokeMandate_0            = runtime.ForwardResponseMessage
+	forward_OwnerService_ListIntents_0              = runtime.ForwardResponseMessage
+	forward_OwnerService_GetIntent_0                = runtime.ForwardResponseMessage
+	forward_OwnerService_WatchIntents_0             = runtime.ForwardResponseStream
+	forward_OwnerService_ListApprovals_0            = runtime.ForwardResponseMessage
+	forward_OwnerService_GetApproval_0              = runtime.ForwardResponseMessage
+	forward_OwnerService_ApproveApproval_0          = runtime.ForwardResponseMessage
+	forward_OwnerService_RejectApproval_0           = runtime.ForwardResponseMessage
+	forward_OwnerService_ListAuditRecords_0         = runtime.ForwardResponseMessage
+	forward_OwnerService_VerifyAudit_0              = runtime.ForwardResponseMessage
+	forward_OwnerService_GetAuditInclusionProof_0   = runtime.ForwardResponseMessage
+	forward_OwnerService_GetAuditConsistencyProof_0 = runtime.ForwardResponseMessage
+	forward_OwnerService_ListDeadLetters_0          = runtime.ForwardResponseMessage
+	forward_OwnerService_ReplayDeadLetter_0         = runtime.ForwardResponseMessage
+	forward_OwnerService_CreateWebhook_0            = runtime.ForwardResponseMessage
+	forward_OwnerService_ListWebhooks_0             = runtime.ForwardResponseMessage
+	forward_OwnerService_DeleteWebhook_0            = runtime.ForwardResponseMessage
 )

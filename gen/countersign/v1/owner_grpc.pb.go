@@ -19,31 +19,33 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	OwnerService_CreateAgent_FullMethodName      = "/countersign.v1.OwnerService/CreateAgent"
-	OwnerService_ListAgents_FullMethodName       = "/countersign.v1.OwnerService/ListAgents"
-	OwnerService_GetAgent_FullMethodName         = "/countersign.v1.OwnerService/GetAgent"
-	OwnerService_RevokeAgent_FullMethodName      = "/countersign.v1.OwnerService/RevokeAgent"
-	OwnerService_IssueCredential_FullMethodName  = "/countersign.v1.OwnerService/IssueCredential"
-	OwnerService_ListCredentials_FullMethodName  = "/countersign.v1.OwnerService/ListCredentials"
-	OwnerService_RevokeCredential_FullMethodName = "/countersign.v1.OwnerService/RevokeCredential"
-	OwnerService_CreateMandate_FullMethodName    = "/countersign.v1.OwnerService/CreateMandate"
-	OwnerService_GetMandate_FullMethodName       = "/countersign.v1.OwnerService/GetMandate"
-	OwnerService_ListMandates_FullMethodName     = "/countersign.v1.OwnerService/ListMandates"
-	OwnerService_RevokeMandate_FullMethodName    = "/countersign.v1.OwnerService/RevokeMandate"
-	OwnerService_ListIntents_FullMethodName      = "/countersign.v1.OwnerService/ListIntents"
-	OwnerService_GetIntent_FullMethodName        = "/countersign.v1.OwnerService/GetIntent"
-	OwnerService_WatchIntents_FullMethodName     = "/countersign.v1.OwnerService/WatchIntents"
-	OwnerService_ListApprovals_FullMethodName    = "/countersign.v1.OwnerService/ListApprovals"
-	OwnerService_GetApproval_FullMethodName      = "/countersign.v1.OwnerService/GetApproval"
-	OwnerService_ApproveApproval_FullMethodName  = "/countersign.v1.OwnerService/ApproveApproval"
-	OwnerService_RejectApproval_FullMethodName   = "/countersign.v1.OwnerService/RejectApproval"
-	OwnerService_ListAuditRecords_FullMethodName = "/countersign.v1.OwnerService/ListAuditRecords"
-	OwnerService_VerifyAudit_FullMethodName      = "/countersign.v1.OwnerService/VerifyAudit"
-	OwnerService_ListDeadLetters_FullMethodName  = "/countersign.v1.OwnerService/ListDeadLetters"
-	OwnerService_ReplayDeadLetter_FullMethodName = "/countersign.v1.OwnerService/ReplayDeadLetter"
-	OwnerService_CreateWebhook_FullMethodName    = "/countersign.v1.OwnerService/CreateWebhook"
-	OwnerService_ListWebhooks_FullMethodName     = "/countersign.v1.OwnerService/ListWebhooks"
-	OwnerService_DeleteWebhook_FullMethodName    = "/countersign.v1.OwnerService/DeleteWebhook"
+	OwnerService_CreateAgent_FullMethodName              = "/countersign.v1.OwnerService/CreateAgent"
+	OwnerService_ListAgents_FullMethodName               = "/countersign.v1.OwnerService/ListAgents"
+	OwnerService_GetAgent_FullMethodName                 = "/countersign.v1.OwnerService/GetAgent"
+	OwnerService_RevokeAgent_FullMethodName              = "/countersign.v1.OwnerService/RevokeAgent"
+	OwnerService_IssueCredential_FullMethodName          = "/countersign.v1.OwnerService/IssueCredential"
+	OwnerService_ListCredentials_FullMethodName          = "/countersign.v1.OwnerService/ListCredentials"
+	OwnerService_RevokeCredential_FullMethodName         = "/countersign.v1.OwnerService/RevokeCredential"
+	OwnerService_CreateMandate_FullMethodName            = "/countersign.v1.OwnerService/CreateMandate"
+	OwnerService_GetMandate_FullMethodName               = "/countersign.v1.OwnerService/GetMandate"
+	OwnerService_ListMandates_FullMethodName             = "/countersign.v1.OwnerService/ListMandates"
+	OwnerService_RevokeMandate_FullMethodName            = "/countersign.v1.OwnerService/RevokeMandate"
+	OwnerService_ListIntents_FullMethodName              = "/countersign.v1.OwnerService/ListIntents"
+	OwnerService_GetIntent_FullMethodName                = "/countersign.v1.OwnerService/GetIntent"
+	OwnerService_WatchIntents_FullMethodName             = "/countersign.v1.OwnerService/WatchIntents"
+	OwnerService_ListApprovals_FullMethodName            = "/countersign.v1.OwnerService/ListApprovals"
+	OwnerService_GetApproval_FullMethodName              = "/countersign.v1.OwnerService/GetApproval"
+	OwnerService_ApproveApproval_FullMethodName          = "/countersign.v1.OwnerService/ApproveApproval"
+	OwnerService_RejectApproval_FullMethodName           = "/countersign.v1.OwnerService/RejectApproval"
+	OwnerService_ListAuditRecords_FullMethodName         = "/countersign.v1.OwnerService/ListAuditRecords"
+	OwnerService_VerifyAudit_FullMethodName              = "/countersign.v1.OwnerService/VerifyAudit"
+	OwnerService_GetAuditInclusionProof_FullMethodName   = "/countersign.v1.OwnerService/GetAuditInclusionProof"
+	OwnerService_GetAuditConsistencyProof_FullMethodName = "/countersign.v1.OwnerService/GetAuditConsistencyProof"
+	OwnerService_ListDeadLetters_FullMethodName          = "/countersign.v1.OwnerService/ListDeadLetters"
+	OwnerService_ReplayDeadLetter_FullMethodName         = "/countersign.v1.OwnerService/ReplayDeadLetter"
+	OwnerService_CreateWebhook_FullMethodName            = "/countersign.v1.OwnerService/CreateWebhook"
+	OwnerService_ListWebhooks_FullMethodName             = "/countersign.v1.OwnerService/ListWebhooks"
+	OwnerService_DeleteWebhook_FullMethodName            = "/countersign.v1.OwnerService/DeleteWebhook"
 )
 
 // OwnerServiceClient is the client API for OwnerService service.
@@ -94,12 +96,20 @@ type OwnerServiceClient interface {
 	ApproveApproval(ctx context.Context, in *ApproveApprovalRequest, opts ...grpc.CallOption) (*ApproveApprovalResponse, error)
 	// RejectApproval rejects a pending approval; the held intent is blocked.
 	RejectApproval(ctx context.Context, in *RejectApprovalRequest, opts ...grpc.CallOption) (*RejectApprovalResponse, error)
-	// ListAuditRecords lists the audit records of the owner's intents, chain
-	// by chain in sequence order.
+	// ListAuditRecords lists the audit records of the owner's intents in the
+	// order they were written.
 	ListAuditRecords(ctx context.Context, in *ListAuditRecordsRequest, opts ...grpc.CallOption) (*ListAuditRecordsResponse, error)
-	// VerifyAudit recomputes every hash chain of a rail account the owner
-	// holds a mandate on and reports the first break of each.
+	// VerifyAudit verifies the audit log of a rail account the owner holds:
+	// every sealed record against its leaf, the tree against the signed
+	// checkpoints and their consistency, each intent's path of records, and
+	// records left unsealed too long.
 	VerifyAudit(ctx context.Context, in *VerifyAuditRequest, opts ...grpc.CallOption) (*VerifyAuditResponse, error)
+	// GetAuditInclusionProof proves that one sealed audit record of the
+	// owner's intents is a leaf of its log's tree at a signed checkpoint.
+	GetAuditInclusionProof(ctx context.Context, in *GetAuditInclusionProofRequest, opts ...grpc.CallOption) (*GetAuditInclusionProofResponse, error)
+	// GetAuditConsistencyProof proves that a rail account's log at one
+	// signed checkpoint extends the log at an earlier one.
+	GetAuditConsistencyProof(ctx context.Context, in *GetAuditConsistencyProofRequest, opts ...grpc.CallOption) (*GetAuditConsistencyProofResponse, error)
 	// ListDeadLetters lists webhook deliveries that exhausted their retries.
 	ListDeadLetters(ctx context.Context, in *ListDeadLettersRequest, opts ...grpc.CallOption) (*ListDeadLettersResponse, error)
 	// ReplayDeadLetter puts a dead letter back in the webhook outbox for delivery.
@@ -330,6 +340,26 @@ func (c *ownerServiceClient) VerifyAudit(ctx context.Context, in *VerifyAuditReq
 	return out, nil
 }
 
+func (c *ownerServiceClient) GetAuditInclusionProof(ctx context.Context, in *GetAuditInclusionProofRequest, opts ...grpc.CallOption) (*GetAuditInclusionProofResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetAuditInclusionProofResponse)
+	err := c.cc.Invoke(ctx, OwnerService_GetAuditInclusionProof_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *ownerServiceClient) GetAuditConsistencyProof(ctx context.Context, in *GetAuditConsistencyProofRequest, opts ...grpc.CallOption) (*GetAuditConsistencyProofResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetAuditConsistencyProofResponse)
+	err := c.cc.Invoke(ctx, OwnerService_GetAuditConsistencyProof_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *ownerServiceClient) ListDeadLetters(ctx context.Context, in *ListDeadLettersRequest, opts ...grpc.CallOption) (*ListDeadLettersResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListDeadLettersResponse)
@@ -428,12 +458,20 @@ type OwnerServiceServer interface {
 	ApproveApproval(context.Context, *ApproveApprovalRequest) (*ApproveApprovalResponse, error)
 	// RejectApproval rejects a pending approval; the held intent is blocked.
 	RejectApproval(context.Context, *RejectApprovalRequest) (*RejectApprovalResponse, error)
-	// ListAuditRecords lists the audit records of the owner's intents, chain
-	// by chain in sequence order.
+	// ListAuditRecords lists the audit records of the owner's intents in the
+	// order they were written.
 	ListAuditRecords(context.Context, *ListAuditRecordsRequest) (*ListAuditRecordsResponse, error)
-	// VerifyAudit recomputes every hash chain of a rail account the owner
-	// holds a mandate on and reports the first break of each.
+	// VerifyAudit verifies the audit log of a rail account the owner holds:
+	// every sealed record against its leaf, the tree against the signed
+	// checkpoints and their consistency, each intent's path of records, and
+	// records left unsealed too long.
 	VerifyAudit(context.Context, *VerifyAuditRequest) (*VerifyAuditResponse, error)
+	// GetAuditInclusionProof proves that one sealed audit record of the
+	// owner's intents is a leaf of its log's tree at a signed checkpoint.
+	GetAuditInclusionProof(context.Context, *GetAuditInclusionProofRequest) (*GetAuditInclusionProofResponse, error)
+	// GetAuditConsistencyProof proves that a rail account's log at one
+	// signed checkpoint extends the log at an earlier one.
+	GetAuditConsistencyProof(context.Context, *GetAuditConsistencyProofRequest) (*GetAuditConsistencyProofResponse, error)
 	// ListDeadLetters lists webhook deliveries that exhausted their retries.
 	ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error)
 	// ReplayDeadLetter puts a dead letter back in the webhook outbox for delivery.
@@ -514,6 +552,12 @@ func (UnimplementedOwnerServiceServer) ListAuditRecords(context.Context, *ListAu
 }
 func (UnimplementedOwnerServiceServer) VerifyAudit(context.Context, *VerifyAuditRequest) (*VerifyAuditResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method VerifyAudit not implemented")
+}
+func (UnimplementedOwnerServiceServer) GetAuditInclusionProof(context.Context, *GetAuditInclusionProofRequest) (*GetAuditInclusionProofResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetAuditInclusionProof not implemented")
+}
+func (UnimplementedOwnerServiceServer) GetAuditConsistencyProof(context.Context, *GetAuditConsistencyProofRequest) (*GetAuditConsistencyProofResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetAuditConsistencyProof not implemented")
 }
 func (UnimplementedOwnerServiceServer) ListDeadLetters(context.Context, *ListDeadLettersRequest) (*ListDeadLettersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListDeadLetters not implemented")
@@ -904,6 +948,42 @@ func _OwnerService_VerifyAudit_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OwnerService_GetAuditInclusionProof_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetAuditInclusionProofRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OwnerServiceServer).GetAuditInclusionProof(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OwnerService_GetAuditInclusionProof_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OwnerServiceServer).GetAuditInclusionProof(ctx, req.(*GetAuditInclusionProofRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OwnerService_GetAuditConsistencyProof_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetAuditConsistencyProofRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OwnerServiceServer).GetAuditConsistencyProof(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OwnerService_GetAuditConsistencyProof_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OwnerServiceServer).GetAuditConsistencyProof(ctx, req.(*GetAuditConsistencyProofRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _OwnerService_ListDeadLetters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListDeadLettersRequest)
 	if err := dec(in); err != nil {
@@ -1076,6 +1156,14 @@ var OwnerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "VerifyAudit",
 			Handler:    _OwnerService_VerifyAudit_Handler,
+		},
+		{
+			MethodName: "GetAuditInclusionProof",
+			Handler:    _OwnerService_GetAuditInclusionProof_Handler,
+		},
+		{
+			MethodName: "GetAuditConsistencyProof",
+			Handler:    _OwnerService_GetAuditConsistencyProof_Handler,
 		},
 		{
 			MethodName: "ListDeadLetters",

@@ -173,7 +173,7 @@ func (IntentState) EnumDescriptor() ([]byte, []int) {
 }
 
 // IntentEvent is an edge label of the intent state machine, as recorded in the
-// audit chain.
+// audit log.
 type IntentEvent int32
 
 const (
@@ -1098,13 +1098,12 @@ func (x *Attempt) GetFee() *Money {
 	return nil
 }
 
-// AuditRecord is one link in the hash chain: exactly one per intent
-// transition, written in the same transaction. Hashes are lower-case hex
-// SHA-256.
+// AuditRecord is one audited intent transition: exactly one per
+// transition, written in the same transaction. A sequencer later seals it,
+// in order, as a leaf of its rail account's Merkle log (RFC 6962), whose
+// signed checkpoints prove any later change. Hashes are lower-case hex.
 type AuditRecord struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Position in the chain, strictly increasing from 1.
-	Seq int64 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	// Rail account of the intent.
 	RailAccount string `protobuf:"bytes,2,opt,name=rail_account,json=railAccount,proto3" json:"rail_account,omitempty"`
 	// Semantic idempotency key of the intent.
@@ -1117,19 +1116,18 @@ type AuditRecord struct {
 	Event IntentEvent `protobuf:"varint,6,opt,name=event,proto3,enum=countersign.v1.IntentEvent" json:"event,omitempty"`
 	// Reason recorded with the transition (a distinct reason is logged verbatim).
 	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
-	// SHA-256 of the record's canonical field encoding (chain, seq, rail
-	// account, sik, states, event, attempt, reason, commit time), which
-	// `hash` chains after prev_hash.
-	PayloadHash string `protobuf:"bytes,8,opt,name=payload_hash,json=payloadHash,proto3" json:"payload_hash,omitempty"`
-	// Hash of the previous record; empty for the first record of the chain.
-	PrevHash string `protobuf:"bytes,9,opt,name=prev_hash,json=prevHash,proto3" json:"prev_hash,omitempty"`
-	// Hash over this record's fields and prev_hash.
-	Hash string `protobuf:"bytes,10,opt,name=hash,proto3" json:"hash,omitempty"`
-	// When the transition was committed.
+	// When the transition was written (microseconds).
 	CommitTime *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=commit_time,json=commitTime,proto3" json:"commit_time,omitempty"`
-	// The hash chain the record is on ("<rail account>#NN"); seq counts
-	// within it.
-	Chain         string `protobuf:"bytes,12,opt,name=chain,proto3" json:"chain,omitempty"`
+	// Record id: unique, increasing in the order records were written.
+	RecordId int64 `protobuf:"varint,13,opt,name=record_id,json=recordId,proto3" json:"record_id,omitempty"`
+	// Attempt number of the intent when the record was written.
+	AttemptSeq int32 `protobuf:"varint,14,opt,name=attempt_seq,json=attemptSeq,proto3" json:"attempt_seq,omitempty"`
+	// The record's leaf index in its rail account's log; absent until sealed.
+	LeafIndex *int64 `protobuf:"varint,15,opt,name=leaf_index,json=leafIndex,proto3,oneof" json:"leaf_index,omitempty"`
+	// RFC 6962 leaf hash of the record's canonical encoding (record id, rail
+	// account, sik, states, event, attempt, reason, commit time), which the
+	// log seals.
+	LeafHash      string `protobuf:"bytes,16,opt,name=leaf_hash,json=leafHash,proto3" json:"leaf_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1162,13 +1160,6 @@ func (x *AuditRecord) ProtoReflect() protoreflect.Message {
 // Deprecated: Use AuditRecord.ProtoReflect.Descriptor instead.
 func (*AuditRecord) Descriptor() ([]byte, []int) {
 	return file_countersign_v1_types_proto_rawDescGZIP(), []int{5}
-}
-
-func (x *AuditRecord) GetSeq() int64 {
-	if x != nil {
-		return x.Seq
-	}
-	return 0
 }
 
 func (x *AuditRecord) GetRailAccount() string {
@@ -1213,27 +1204,6 @@ func (x *AuditRecord) GetReason() string {
 	return ""
 }
 
-func (x *AuditRecord) GetPayloadHash() string {
-	if x != nil {
-		return x.PayloadHash
-	}
-	return ""
-}
-
-func (x *AuditRecord) GetPrevHash() string {
-	if x != nil {
-		return x.PrevHash
-	}
-	return ""
-}
-
-func (x *AuditRecord) GetHash() string {
-	if x != nil {
-		return x.Hash
-	}
-	return ""
-}
-
 func (x *AuditRecord) GetCommitTime() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CommitTime
@@ -1241,9 +1211,30 @@ func (x *AuditRecord) GetCommitTime() *timestamppb.Timestamp {
 	return nil
 }
 
-func (x *AuditRecord) GetChain() string {
+func (x *AuditRecord) GetRecordId() int64 {
 	if x != nil {
-		return x.Chain
+		return x.RecordId
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetAttemptSeq() int32 {
+	if x != nil {
+		return x.AttemptSeq
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetLeafIndex() int64 {
+	if x != nil && x.LeafIndex != nil {
+		return *x.LeafIndex
+	}
+	return 0
+}
+
+func (x *AuditRecord) GetLeafHash() string {
+	if x != nil {
+		return x.LeafHash
 	}
 	return ""
 }
@@ -1313,23 +1304,26 @@ const file_countersign_v1_types_proto_rawDesc = "" +
 	"\x0frail_error_code\x18\f \x01(\tR\rrailErrorCode\x12&\n" +
 	"\x0frail_request_id\x18\r \x01(\tR\rrailRequestId\x12$\n" +
 	"\x0erail_entity_id\x18\x0e \x01(\tR\frailEntityId\x12'\n" +
-	"\x03fee\x18\x0f \x01(\v2\x15.countersign.v1.MoneyR\x03fee\"\xba\x03\n" +
-	"\vAuditRecord\x12\x10\n" +
-	"\x03seq\x18\x01 \x01(\x03R\x03seq\x12!\n" +
+	"\x03fee\x18\x0f \x01(\v2\x15.countersign.v1.MoneyR\x03fee\"\x95\x04\n" +
+	"\vAuditRecord\x12!\n" +
 	"\frail_account\x18\x02 \x01(\tR\vrailAccount\x12\x10\n" +
 	"\x03sik\x18\x03 \x01(\tR\x03sik\x12:\n" +
 	"\n" +
 	"from_state\x18\x04 \x01(\x0e2\x1b.countersign.v1.IntentStateR\tfromState\x126\n" +
 	"\bto_state\x18\x05 \x01(\x0e2\x1b.countersign.v1.IntentStateR\atoState\x121\n" +
 	"\x05event\x18\x06 \x01(\x0e2\x1b.countersign.v1.IntentEventR\x05event\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\x12!\n" +
-	"\fpayload_hash\x18\b \x01(\tR\vpayloadHash\x12\x1b\n" +
-	"\tprev_hash\x18\t \x01(\tR\bprevHash\x12\x12\n" +
-	"\x04hash\x18\n" +
-	" \x01(\tR\x04hash\x12;\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12;\n" +
 	"\vcommit_time\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"commitTime\x12\x14\n" +
-	"\x05chain\x18\f \x01(\tR\x05chain*Z\n" +
+	"commitTime\x12\x1b\n" +
+	"\trecord_id\x18\r \x01(\x03R\brecordId\x12\x1f\n" +
+	"\vattempt_seq\x18\x0e \x01(\x05R\n" +
+	"attemptSeq\x12\"\n" +
+	"\n" +
+	"leaf_index\x18\x0f \x01(\x03H\x00R\tleafIndex\x88\x01\x01\x12\x1b\n" +
+	"\tleaf_hash\x18\x10 \x01(\tR\bleafHashB\r\n" +
+	"\v_leaf_indexJ\x04\b\x01\x10\x02J\x04\b\b\x10\tJ\x04\b\t\x10\n" +
+	"J\x04\b\n" +
+	"\x10\vJ\x04\b\f\x10\rR\x03seqR\fpayload_hashR\tprev_hashR\x04hashR\x05chain*Z\n" +
 	"\aVerdict\x12\x17\n" +
 	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rVERDICT_ALLOW\x10\x01\x12\x10\n" +
@@ -1455,6 +1449,7 @@ func file_countersign_v1_types_proto_init() {
 	if File_countersign_v1_types_proto != nil {
 		return
 	}
+	file_countersign_v1_types_proto_msgTypes[5].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -1,0 +1,193 @@
+// Package audit is the pure core of the audit log (I6): the canonical
+// encoding of an audit record as a Merkle-tree leaf, the signed checkpoint
+// of a rail account's log (a C2SP tlog checkpoint in a signed note), the
+// audit signing keys, and the local checks of inclusion and consistency
+// proofs. The ledger stores and seals records; this package says what the
+// bytes mean.
+package audit
+
+import (
+	"bytes"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+)
+
+// leafVersion opens every leaf's encoding, so a later encoding can never be
+// read as this one.
+const leafVersion = "countersign-audit-v1"
+
+// Record is one audit record as the log seals it: exactly the fields its
+// leaf hash covers.
+type Record struct {
+	ID          int64
+	RailAccount string
+	SIK         string
+	FromState   string // "" for the birth of an intent
+	ToState     string
+	Event       string
+	AttemptSeq  int
+	Detail      string
+	AtMicros    int64
+}
+
+// LeafData is the record's canonical encoding: each field as
+// "<octets>:<text>", so the concatenation is unambiguous.
+func (r Record) LeafData() []byte {
+	var b bytes.Buffer
+	for _, f := range []string{leafVersion, r.RailAccount, strconv.FormatInt(r.ID, 10), r.SIK, r.FromState, r.ToState,
+		r.Event, strconv.Itoa(r.AttemptSeq), r.Detail, strconv.FormatInt(r.AtMicros, 10)} {
+		b.WriteString(strconv.Itoa(len(f)))
+		b.WriteByte(':')
+		b.WriteString(f)
+	}
+	return b.Bytes()
+}
+
+// LeafHash is the record's RFC 6962 leaf hash, SHA-256(0x00 ‖ LeafData).
+func (r Record) LeafHash() tlog.Hash { return tlog.RecordHash(r.LeafData()) }
+
+// Origin names a rail account's log on the first line of its checkpoints.
+// Characters a checkpoint origin may not hold (spaces, '+', anything but
+// URL-safe ASCII) are percent-encoded.
+func Origin(railAccount string) string {
+	var b strings.Builder
+	b.WriteString("countersign/audit/")
+	for i := 0; i < len(railAccount); i++ {
+		c := railAccount[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.', c == '~':
+			b.WriteByte(c)
+		default:
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
+}
+
+// Checkpoint is a log's state: its origin, its size and its root hash.
+type Checkpoint struct {
+	Origin string
+	Size   int64
+	Root   tlog.Hash
+}
+
+// Body is the checkpoint's note text (C2SP tlog-checkpoint): the origin,
+// the decimal tree size and the base64 root hash, one per line.
+func (c Checkpoint) Body() string {
+	return fmt.Sprintf("%s\n%d\n%s\n", c.Origin, c.Size, base64.StdEncoding.EncodeToString(c.Root[:]))
+}
+
+// ParseCheckpoint reads a checkpoint body (extension lines after the root
+// are allowed and ignored, as the format says).
+func ParseCheckpoint(text string) (Checkpoint, error) {
+	lines := strings.SplitN(text, "\n", 4)
+	if len(lines) < 4 || lines[0] == "" {
+		return Checkpoint{}, errors.New("checkpoint: want origin, size and root hash lines")
+	}
+	size, err := strconv.ParseInt(lines[1], 10, 64)
+	if err != nil || size < 0 || strconv.FormatInt(size, 10) != lines[1] {
+		return Checkpoint{}, fmt.Errorf("checkpoint: tree size %q is not a decimal number", lines[1])
+	}
+	root, err := base64.StdEncoding.Strict().DecodeString(lines[2])
+	if err != nil || len(root) != tlog.HashSize {
+		return Checkpoint{}, fmt.Errorf("checkpoint: root hash %q is not base64 of %d bytes", lines[2], tlog.HashSize)
+	}
+	c := Checkpoint{Origin: lines[0], Size: size}
+	copy(c.Root[:], root)
+	return c, nil
+}
+
+// SignCheckpoint returns the signed note of c.
+func SignCheckpoint(c Checkpoint, s note.Signer) (string, error) {
+	msg, err := note.Sign(&note.Note{Text: c.Body()}, s)
+	if err != nil {
+		return "", fmt.Errorf("audit: sign checkpoint: %w", err)
+	}
+	return string(msg), nil
+}
+
+// Checkpoint verification failures, told apart so a report can say which.
+var (
+	// ErrBadSignature: a signature by the trusted key does not verify
+	// (the checkpoint was altered or forged).
+	ErrBadSignature = errors.New("signature by the trusted key does not verify")
+	// ErrUntrustedSigner: no signature is by a trusted key (another key
+	// signed it, or none did).
+	ErrUntrustedSigner = errors.New("not signed by the trusted key")
+	// ErrMalformedCheckpoint: the note or its body cannot be read.
+	ErrMalformedCheckpoint = errors.New("malformed checkpoint")
+)
+
+// OpenCheckpoint verifies a signed checkpoint note with any of the
+// trusted verifiers (several across a key rotation) and parses its body.
+// No verifier skips the signature (the caller must say it did).
+func OpenCheckpoint(signed string, trusted ...note.Verifier) (Checkpoint, error) {
+	var text string
+	if len(trusted) == 0 {
+		// Parse without trusting anyone: Open fails with the unverified
+		// note inside, which is all we need.
+		_, err := note.Open([]byte(signed), note.VerifierList())
+		var unverified *note.UnverifiedNoteError
+		if !errors.As(err, &unverified) {
+			return Checkpoint{}, fmt.Errorf("%w: %w", ErrMalformedCheckpoint, err)
+		}
+		text = unverified.Note.Text
+	} else {
+		n, err := note.Open([]byte(signed), note.VerifierList(trusted...))
+		var invalid *note.InvalidSignatureError
+		var unverified *note.UnverifiedNoteError
+		switch {
+		case errors.As(err, &invalid):
+			return Checkpoint{}, fmt.Errorf("%w (%s+%08x)", ErrBadSignature, invalid.Name, invalid.Hash)
+		case errors.As(err, &unverified):
+			var by, keys []string
+			for _, s := range unverified.Note.UnverifiedSigs {
+				by = append(by, fmt.Sprintf("%s+%08x", s.Name, s.Hash))
+			}
+			for _, v := range trusted {
+				keys = append(keys, fmt.Sprintf("%s+%08x", v.Name(), v.KeyHash()))
+			}
+			return Checkpoint{}, fmt.Errorf("%w %s (signed by %s)", ErrUntrustedSigner, strings.Join(keys, ", "), strings.Join(by, ", "))
+		case err != nil:
+			return Checkpoint{}, fmt.Errorf("%w: %w", ErrMalformedCheckpoint, err)
+		}
+		text = n.Text
+	}
+	c, err := ParseCheckpoint(text)
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("%w: %w", ErrMalformedCheckpoint, err)
+	}
+	return c, nil
+}
+
+// CheckInclusion verifies that r is leaf index of the tree c, by proof.
+func CheckInclusion(c Checkpoint, index int64, r Record, proof tlog.RecordProof) error {
+	if index < 0 || index >= c.Size {
+		return fmt.Errorf("leaf %d is outside the tree of size %d", index, c.Size)
+	}
+	if err := tlog.CheckRecord(proof, c.Size, c.Root, index, r.LeafHash()); err != nil {
+		return fmt.Errorf("record %d is not leaf %d of the tree of size %d: %w", r.ID, index, c.Size, err)
+	}
+	return nil
+}
+
+// CheckConsistency verifies that the tree newer extends the tree older,
+// by proof.
+func CheckConsistency(older, newer Checkpoint, proof tlog.TreeProof) error {
+	if older.Origin != newer.Origin {
+		return fmt.Errorf("checkpoints of different logs (%q, %q)", older.Origin, newer.Origin)
+	}
+	if older.Size > newer.Size {
+		return fmt.Errorf("the older checkpoint (size %d) is larger than the newer (size %d)", older.Size, newer.Size)
+	}
+	if err := tlog.CheckTree(proof, newer.Size, newer.Root, older.Size, older.Root); err != nil {
+		return fmt.Errorf("the tree of size %d does not extend the tree of size %d: %w", newer.Size, older.Size, err)
+	}
+	return nil
+}

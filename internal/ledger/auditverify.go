@@ -1,0 +1,391 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/countersign/countersign/internal/audit"
+)
+
+// AuditProblemKind names what a verification found wrong.
+type AuditProblemKind string
+
+// The problems VerifyAudit reports.
+const (
+	// A sealed record's fields no longer hash to the leaf sealed at its index.
+	AuditAltered AuditProblemKind = "altered"
+	// A sealed record sits at a leaf index whose sealed hash is another
+	// record's: records were moved (their leaf indexes swapped or renumbered).
+	AuditReordered AuditProblemKind = "reordered"
+	// Leaf indexes below the checkpoint's size hold no record: sealed
+	// records were deleted.
+	AuditMissing AuditProblemKind = "missing"
+	// A record has a leaf index at or past the latest checkpoint's size.
+	AuditBeyondCheckpoint AuditProblemKind = "beyond-checkpoint"
+	// The tree rebuilt from the records is not the checkpoint's tree.
+	AuditRootMismatch AuditProblemKind = "root-mismatch"
+	// The stored tree hashes do not give the checkpoint's root (proofs
+	// served from them would fail).
+	AuditStoredHashes AuditProblemKind = "stored-hashes"
+	// A checkpoint's signature by the trusted key does not verify.
+	AuditBadSignature AuditProblemKind = "bad-signature"
+	// A checkpoint is not signed by the trusted key at all.
+	AuditUntrustedSigner AuditProblemKind = "untrusted-signer"
+	// A checkpoint cannot be read, or is not what its row says it is.
+	AuditMalformedCheckpoint AuditProblemKind = "malformed-checkpoint"
+	// A checkpoint's tree does not extend the previous checkpoint's.
+	AuditInconsistent AuditProblemKind = "inconsistent"
+	// An intent's records do not form a continuous path of its states.
+	AuditPathBroken AuditProblemKind = "path-broken"
+	// Records have waited for sealing longer than the bound.
+	AuditStaleUnsealed AuditProblemKind = "stale-unsealed"
+)
+
+// AuditProblem is one thing wrong with a rail account's audit log.
+// RecordID, LeafIndex and TreeSize are set where they apply (else -1 / 0).
+type AuditProblem struct {
+	RailAccount string
+	Kind        AuditProblemKind
+	RecordID    int64
+	LeafIndex   int64
+	TreeSize    int64
+	SIK         string
+	Problem     string
+}
+
+func (p AuditProblem) Error() string {
+	return fmt.Sprintf("audit log of %s: %s: %s", p.RailAccount, p.Kind, p.Problem)
+}
+
+// AuditVerifyOptions say what to verify and against what.
+type AuditVerifyOptions struct {
+	// RailAccount limits verification to one account ("" verifies every
+	// account with audit records or checkpoints).
+	RailAccount string
+	// Verifiers are the trusted keys (several across a rotation); a
+	// checkpoint must verify with one of them. None checks no signature
+	// (the report says so in SignaturesChecked).
+	Verifiers []note.Verifier
+	// MaxUnsealedAge reports records unsealed for longer; 0 reports none.
+	MaxUnsealedAge time.Duration
+}
+
+// AuditReport is the result of verifying audit logs.
+type AuditReport struct {
+	Accounts          int
+	Sealed            int64 // sealed records checked
+	Unsealed          int64 // records not sealed yet (their path is still checked)
+	TreeSize          int64 // the latest checkpoint's size (of the one account, or summed)
+	Checkpoints       int
+	SignaturesChecked bool
+	// OldestUnsealedMicros is when the oldest unsealed record was written
+	// (0 if none).
+	OldestUnsealedMicros int64
+	Problems             []AuditProblem
+}
+
+// Ok says nothing is wrong.
+func (r AuditReport) Ok() bool { return len(r.Problems) == 0 }
+
+// VerifyAudit verifies the audit logs opts names, reading one consistent
+// snapshot: every sealed record against its leaf, the tree against every
+// checkpoint, every checkpoint's signature and its consistency with the
+// previous one, that leaf indexes run 0..size-1 with nothing sealed past
+// the latest checkpoint, that each intent's records form a path of its
+// states ending where the intent is, and how long records stay unsealed.
+func (s *Store) VerifyAudit(ctx context.Context, opts AuditVerifyOptions) (AuditReport, error) {
+	rep := AuditReport{SignaturesChecked: len(opts.Verifiers) > 0}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT rail_account FROM audit_records WHERE $1 = '' OR rail_account = $1
+			UNION SELECT rail_account FROM audit_checkpoints WHERE $1 = '' OR rail_account = $1 ORDER BY 1`, opts.RailAccount)
+		if err != nil {
+			return err
+		}
+		accounts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		var now int64
+		if err := tx.QueryRow(ctx, `SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint`).Scan(&now); err != nil {
+			return err
+		}
+		for _, acct := range accounts {
+			rep.Accounts++
+			if err := verifyAccount(ctx, tx, acct, opts, now, &rep); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return rep, classify(err)
+}
+
+// verifyAccount verifies one rail account's log into rep.
+func verifyAccount(ctx context.Context, tx pgx.Tx, acct string, opts AuditVerifyOptions, now int64, rep *AuditReport) error {
+	problem := func(kind AuditProblemKind, recordID, leaf, size int64, sik, format string, args ...any) {
+		rep.Problems = append(rep.Problems, AuditProblem{RailAccount: acct, Kind: kind, RecordID: recordID, LeafIndex: leaf,
+			TreeSize: size, SIK: sik, Problem: fmt.Sprintf(format, args...)})
+	}
+	rows, err := tx.Query(ctx, `SELECT `+auditRecordColumns+` FROM audit_records r WHERE r.rail_account = $1
+		ORDER BY r.leaf_index NULLS LAST, r.id`, acct)
+	if err != nil {
+		return err
+	}
+	recs, err := pgx.CollectRows(rows, scanAuditRecord)
+	if err != nil {
+		return err
+	}
+	stored := map[int64]tlog.Hash{}
+	rows, err = tx.Query(ctx, `SELECT idx, hash FROM audit_hashes WHERE rail_account = $1`, acct)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var i int64
+		var b []byte
+		if err := rows.Scan(&i, &b); err != nil {
+			rows.Close()
+			return err
+		}
+		var h tlog.Hash
+		copy(h[:], b)
+		stored[i] = h
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rows, err = tx.Query(ctx, `SELECT rail_account, tree_size, note FROM audit_checkpoints WHERE rail_account = $1 ORDER BY tree_size`, acct)
+	if err != nil {
+		return err
+	}
+	cps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditCheckpoint, error) {
+		var c AuditCheckpoint
+		err := r.Scan(&c.RailAccount, &c.TreeSize, &c.Note)
+		return c, err
+	})
+	if err != nil {
+		return err
+	}
+	var logSize int64
+	if err := tx.QueryRow(ctx, `SELECT COALESCE((SELECT tree_size FROM audit_logs WHERE rail_account = $1), 0)`, acct).Scan(&logSize); err != nil {
+		return err
+	}
+
+	// Checkpoints: signature, shape, and what the row says.
+	origin := audit.Origin(acct)
+	var trees []audit.Checkpoint // readable checkpoints, by size
+	for _, c := range cps {
+		rep.Checkpoints++
+		cp, err := audit.OpenCheckpoint(c.Note, opts.Verifiers...)
+		switch {
+		case errors.Is(err, audit.ErrBadSignature):
+			problem(AuditBadSignature, -1, -1, c.TreeSize, "", "checkpoint of size %d: %v (altered or forged)", c.TreeSize, err)
+			cp, err = audit.OpenCheckpoint(c.Note)
+		case errors.Is(err, audit.ErrUntrustedSigner):
+			problem(AuditUntrustedSigner, -1, -1, c.TreeSize, "", "checkpoint of size %d: %v", c.TreeSize, err)
+			cp, err = audit.OpenCheckpoint(c.Note)
+		}
+		if err != nil {
+			problem(AuditMalformedCheckpoint, -1, -1, c.TreeSize, "", "checkpoint of size %d: %v", c.TreeSize, err)
+			continue
+		}
+		if cp.Size != c.TreeSize || cp.Origin != origin {
+			problem(AuditMalformedCheckpoint, -1, -1, c.TreeSize, "", "checkpoint stored as size %d of %q says size %d of %q",
+				c.TreeSize, origin, cp.Size, cp.Origin)
+			continue
+		}
+		trees = append(trees, cp)
+	}
+	var latest audit.Checkpoint
+	if len(trees) > 0 {
+		latest = trees[len(trees)-1]
+	}
+	rep.TreeSize += latest.Size
+	if logSize > latest.Size {
+		problem(AuditMissing, -1, -1, logSize, "", "the log's head says %d leaves, the latest checkpoint has %d (checkpoints were removed)", logSize, latest.Size)
+	}
+
+	// Leaves: contiguous, each hashing to what was sealed at its index.
+	sealedAt := map[tlog.Hash]int64{} // sealed leaf hash → its index
+	for i := range max(latest.Size, logSize) {
+		if h, ok := stored[tlog.StoredHashIndex(0, i)]; ok {
+			sealedAt[h] = i
+		}
+	}
+	leaves := make([]tlog.Hash, latest.Size)
+	present := make([]bool, latest.Size)
+	var next int64
+	var unsealed []AuditRecord
+	for _, r := range recs {
+		if r.LeafIndex == nil {
+			unsealed = append(unsealed, r)
+			continue
+		}
+		rep.Sealed++
+		i := *r.LeafIndex
+		if i > next && next < latest.Size {
+			problem(AuditMissing, -1, next, latest.Size, "", "leaves %d to %d hold no record (sealed records were deleted)", next, min(i, latest.Size)-1)
+		}
+		next = i + 1
+		if i >= latest.Size {
+			problem(AuditBeyondCheckpoint, r.ID, i, latest.Size, r.SIK, "record %d has leaf index %d, outside the latest checkpoint (size %d)", r.ID, i, latest.Size)
+			continue
+		}
+		h := r.Leaf().LeafHash()
+		leaves[i], present[i] = h, true
+		if want, ok := stored[tlog.StoredHashIndex(0, i)]; ok && want != h {
+			if j, moved := sealedAt[h]; moved {
+				problem(AuditReordered, r.ID, i, latest.Size, r.SIK, "record %d is at leaf %d, but it was sealed as leaf %d (records were reordered)", r.ID, i, j)
+			} else {
+				problem(AuditAltered, r.ID, i, latest.Size, r.SIK, "record %d (leaf %d): its fields do not hash to the sealed leaf (the record was altered)", r.ID, i)
+			}
+		}
+	}
+	if next < latest.Size {
+		problem(AuditMissing, -1, next, latest.Size, "", "leaves %d to %d hold no record (sealed records were deleted)", next, latest.Size-1)
+	}
+
+	// The tree rebuilt from the records must be every checkpoint's tree;
+	// consecutive checkpoints must be consistent in the stored tree.
+	complete := true
+	for _, p := range present {
+		complete = complete && p
+	}
+	if complete && latest.Size > 0 {
+		rebuilt, err := rebuildTree(leaves)
+		if err != nil {
+			return err
+		}
+		for _, c := range trees {
+			root, err := tlog.TreeHash(c.Size, rebuilt)
+			if err != nil {
+				return err
+			}
+			if root != c.Root {
+				problem(AuditRootMismatch, -1, -1, c.Size, "", "the tree rebuilt from the first %d records has root %s, the checkpoint of size %d says %s",
+					c.Size, root, c.Size, c.Root)
+			}
+		}
+	}
+	reader := tlog.HashReaderFunc(func(idx []int64) ([]tlog.Hash, error) {
+		out := make([]tlog.Hash, len(idx))
+		for j, i := range idx {
+			h, ok := stored[i]
+			if !ok {
+				return nil, fmt.Errorf("stored hash %d is missing", i)
+			}
+			out[j] = h
+		}
+		return out, nil
+	})
+	if latest.Size > 0 {
+		if root, err := tlog.TreeHash(latest.Size, reader); err != nil || root != latest.Root {
+			problem(AuditStoredHashes, -1, -1, latest.Size, "", "the stored tree hashes do not give the root of the checkpoint of size %d (%v)", latest.Size, err)
+		}
+	}
+	for k := 1; k < len(trees); k++ {
+		older, newer := trees[k-1], trees[k]
+		proof, err := tlog.ProveTree(newer.Size, older.Size, reader)
+		if err == nil {
+			err = audit.CheckConsistency(older, newer, proof)
+		}
+		if err != nil {
+			problem(AuditInconsistent, -1, -1, newer.Size, "", "checkpoint of size %d is not consistent with checkpoint of size %d: %v", newer.Size, older.Size, err)
+		}
+	}
+
+	// Each intent's records, sealed ones in leaf order then unsealed ones
+	// in id order, are a path from birth to where the intent stands.
+	rep.Unsealed += int64(len(unsealed))
+	var stale int64
+	var oldest AuditRecord
+	for _, r := range unsealed {
+		if oldest.ID == 0 || r.AtMicros < oldest.AtMicros {
+			oldest = r
+		}
+		if opts.MaxUnsealedAge > 0 && now-r.AtMicros > opts.MaxUnsealedAge.Microseconds() {
+			stale++
+		}
+	}
+	if oldest.ID != 0 && (rep.OldestUnsealedMicros == 0 || oldest.AtMicros < rep.OldestUnsealedMicros) {
+		rep.OldestUnsealedMicros = oldest.AtMicros
+	}
+	if stale > 0 {
+		problem(AuditStaleUnsealed, oldest.ID, -1, 0, oldest.SIK, "%d records unsealed for longer than %s (the oldest, record %d, since %s): is a sequencer running with a signing key?",
+			stale, opts.MaxUnsealedAge, oldest.ID, time.UnixMicro(oldest.AtMicros).UTC().Format(time.RFC3339))
+	}
+	rows, err = tx.Query(ctx, `SELECT sik, state FROM intents WHERE rail_account = $1`, acct)
+	if err != nil {
+		return err
+	}
+	states := map[string]string{}
+	for rows.Next() {
+		var sik, st string
+		if err := rows.Scan(&sik, &st); err != nil {
+			rows.Close()
+			return err
+		}
+		states[sik] = st
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	last := map[string]AuditRecord{}
+	for _, r := range recs {
+		prev, seen := last[r.SIK]
+		switch {
+		case !seen && r.FromState != "":
+			problem(AuditPathBroken, r.ID, leafOf(r), 0, r.SIK, "intent %s: its first record (%d) starts from %s, not from its birth (earlier records are missing)", r.SIK, r.ID, r.FromState)
+		case seen && r.FromState != prev.ToState:
+			problem(AuditPathBroken, r.ID, leafOf(r), 0, r.SIK, "intent %s: record %d goes from %s, but the record before it (%d) ends at %s (a record between them is missing or out of order)",
+				r.SIK, r.ID, r.FromState, prev.ID, prev.ToState)
+		}
+		last[r.SIK] = r
+	}
+	for _, sik := range slices.Sorted(maps.Keys(states)) {
+		st := states[sik]
+		r, ok := last[sik]
+		switch {
+		case !ok:
+			problem(AuditPathBroken, -1, -1, 0, sik, "intent %s is %s but has no audit record", sik, st)
+		case r.ToState != st:
+			problem(AuditPathBroken, r.ID, leafOf(r), 0, sik, "intent %s is %s, but its last record (%d) ends at %s (later records are missing)", sik, st, r.ID, r.ToState)
+		}
+	}
+	return nil
+}
+
+func leafOf(r AuditRecord) int64 {
+	if r.LeafIndex == nil {
+		return -1
+	}
+	return *r.LeafIndex
+}
+
+// rebuildTree computes every stored hash of the tree over leaves, in memory.
+func rebuildTree(leaves []tlog.Hash) (tlog.HashReader, error) {
+	var all []tlog.Hash
+	r := tlog.HashReaderFunc(func(idx []int64) ([]tlog.Hash, error) {
+		out := make([]tlog.Hash, len(idx))
+		for j, i := range idx {
+			out[j] = all[i]
+		}
+		return out, nil
+	})
+	for n, h := range leaves {
+		hs, err := tlog.StoredHashesForRecordHash(int64(n), h, r)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, hs...)
+	}
+	return r, nil
+}

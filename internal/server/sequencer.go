@@ -1,0 +1,72 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/countersign/countersign/internal/ledger"
+)
+
+// sealer is what the sequencer needs of the ledger.
+type sealer interface {
+	Seal(ctx context.Context, signer note.Signer) (ledger.SealReport, error)
+}
+
+// sequencerMetrics count what the sequencer did.
+type sequencerMetrics struct {
+	sealed, failures prometheus.Counter
+}
+
+func newSequencerMetrics(reg prometheus.Registerer) sequencerMetrics {
+	m := sequencerMetrics{
+		sealed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "countersign_audit_sealed_records_total",
+			Help: "Audit records this process sealed into the signed log.",
+		}),
+		failures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "countersign_audit_seal_failures_total",
+			Help: "Sealing passes that failed (retried at the next interval).",
+		}),
+	}
+	reg.MustRegister(m.sealed, m.failures)
+	return m
+}
+
+// runSequencer seals new audit records every interval until ctx ends, off
+// every deciding transaction: it contends only with other sequencers (of
+// this or another process sharing the ledger), on each account's log row.
+// A failure is logged once per streak and retried at the next tick.
+func runSequencer(ctx context.Context, store sealer, signer note.Signer, interval time.Duration, log *slog.Logger, m sequencerMetrics) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	failing := false
+	for {
+		rep, err := store.Seal(ctx, signer)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			m.failures.Inc()
+			if !failing {
+				log.Warn("audit sealing failed; retrying every interval", "err", err, "interval", interval)
+			}
+			failing = true
+		case err == nil:
+			if failing {
+				log.Info("audit sealing recovered")
+			}
+			failing = false
+			m.sealed.Add(float64(rep.Records))
+			if rep.Records > 0 {
+				log.Debug("audit records sealed", "records", rep.Records, "accounts", rep.Accounts)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
