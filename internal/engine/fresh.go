@@ -126,7 +126,7 @@ func (e *Engine) fresh(ctx context.Context, pr *proposal) (out Outcome, done boo
 		if attempt, err = w.StartAttempt(s); err != nil {
 			return e.ledgerFailed(acct, req, "attempt", err), true
 		}
-		d.ReasonCode, d.Reason, d.AttemptSeq = ReasonAllowed, "attempt allowed", attempt.Seq
+		d.ReasonCode, d.Reason, d.AttemptSeq, d.Gates = ReasonAllowed, "attempt allowed", attempt.Seq, stored(v.Gates)
 	} else if err := w.OpenApproval(*it, v.Approval); err != nil {
 		return e.ledgerFailed(acct, req, "approval", err), true
 	}

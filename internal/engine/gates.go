@@ -220,3 +220,19 @@ func minTime(a, b time.Time) time.Time {
 	}
 	return a
 }
+
+// stored is the gate records an ALLOW's decision keeps: every gate's
+// verdict and reason code, and the sentence only of a gate that did not
+// allow (an advisory hold an approval lifted). A passing gate's sentence
+// restates the intent and its mandate, which the ledger keeps already; a
+// HOLD or BLOCK keeps every sentence, for the person who reads why.
+func stored(gates []ledger.GateRecord) []ledger.GateRecord {
+	out := make([]ledger.GateRecord, len(gates))
+	for i, g := range gates {
+		out[i] = g
+		if g.Verdict == string(Allow) {
+			out[i].Reason = ""
+		}
+	}
+	return out
+}

@@ -230,7 +230,7 @@ func (e *Engine) startAttempt(ctx context.Context, tx *ledger.Tx, pr *proposal, 
 	d := e.decisionOf(pr.req, pr.principal, ReasonAllowed, "attempt allowed")
 	d.Verdict, d.RailAccount, d.SIK, d.AttemptSeq = string(Allow), it.RailAccount, it.SIK, a.Seq
 	if res.gates != nil {
-		d.Gates = res.gates.Gates
+		d.Gates = stored(res.gates.Gates)
 	}
 	res.decisionID, err = tx.RecordDecision(ctx, *d)
 	return err

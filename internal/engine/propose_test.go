@@ -214,3 +214,28 @@ func TestAppliedIsReplayedFromTheLedger(t *testing.T) {
 		t.Fatalf("%d attempts; want one", len(atts))
 	}
 }
+
+// TestAllowKeepsEveryGateButNotItsSentence: an ALLOW's stored decision has
+// each gate's verdict and reason code; the sentences of passing gates,
+// which restate the intent and its mandate, are not written again.
+func TestAllowKeepsEveryGateButNotItsSentence(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	req := r.refund()
+	req.RequestID = "req-stored-gates"
+	if out := r.e.Decide(ctx, req); out.Verdict != Allow || len(out.Gates) == 0 || out.Gates[0].Reason == "" {
+		t.Fatalf("decide = %s %s, gates %+v (the answer keeps its sentences)", out.Verdict, out.ReasonCode, out.Gates)
+	}
+	ds, err := r.store.DecisionsByRequest(ctx, req.RequestID)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("decisions = %+v, %v", ds, err)
+	}
+	if len(ds[0].Gates) < 4 {
+		t.Fatalf("stored gates %+v: want every gate", ds[0].Gates)
+	}
+	for _, g := range ds[0].Gates {
+		if g.Gate == "" || g.ReasonCode == "" || (g.Verdict == string(Allow) && g.Reason != "") {
+			t.Fatalf("stored gate %+v: want its verdict and code, and no sentence for a pass", g)
+		}
+	}
+}

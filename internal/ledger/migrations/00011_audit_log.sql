@@ -37,8 +37,10 @@ ALTER TABLE audit_records
     ALTER COLUMN prev_hash DROP NOT NULL,
     ALTER COLUMN hash DROP NOT NULL,
     ADD CONSTRAINT audit_records_legacy_chain CHECK (
-        (chain IS NULL) = (seq IS NULL) AND (chain IS NULL) = (prev_hash IS NULL) AND (chain IS NULL) = (hash IS NULL)),
-    ADD CONSTRAINT audit_records_leaf UNIQUE (rail_account, leaf_index);
+        (chain IS NULL) = (seq IS NULL) AND (chain IS NULL) = (prev_hash IS NULL) AND (chain IS NULL) = (hash IS NULL));
+-- A leaf index is an account's once; an unsealed record has none and is not
+-- in the index (a decision writes no entry here).
+CREATE UNIQUE INDEX audit_records_leaf ON audit_records (rail_account, leaf_index) WHERE leaf_index IS NOT NULL;
 ALTER SEQUENCE audit_record_id_seq OWNED BY audit_records.id;
 CREATE UNIQUE INDEX audit_records_legacy ON audit_records (chain, seq) WHERE chain IS NOT NULL;
 DROP INDEX audit_intent;
@@ -232,8 +234,8 @@ $$;
 DROP INDEX audit_unsealed;
 DROP INDEX audit_intent;
 DROP INDEX audit_records_legacy;
+DROP INDEX audit_records_leaf;
 ALTER TABLE audit_records
-    DROP CONSTRAINT audit_records_leaf,
     DROP CONSTRAINT audit_records_legacy_chain,
     DROP CONSTRAINT audit_records_pkey,
     ALTER COLUMN chain SET NOT NULL,

@@ -17,6 +17,9 @@ ALTER TABLE intents ADD CONSTRAINT intents_state_known CHECK (state IN (
 -- sik) prefix for the holds of an intent.
 DROP INDEX intents_open_subject;
 DROP INDEX holds_open;
+-- Nothing reads decisions by agent and time (the owner API lists intents
+-- and approvals; decisions are found by request id or intent).
+DROP INDEX decisions_agent;
 
 -- The sliding windows count a mandate's holds of one agent or payee since
 -- a time, under the mandate's lock: carrying the amount and currency in
@@ -109,7 +112,65 @@ BEGIN
 END;
 $$;
 -- +goose StatementEnd
+
+-- +goose StatementBegin
+-- countersign_intent_audit, as 00011 left it, and an intent born IN_FLIGHT
+-- (countersign_intent_guard) gets the three records of its first path,
+-- exactly as if it had been inserted PROPOSED and moved twice: I6 holds
+-- per transition, not per row version.
+CREATE OR REPLACE FUNCTION countersign_intent_audit() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_from   text := '';
+    v_detail text := NEW.reason;
+    v_at     bigint := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        IF NEW.state = OLD.state THEN
+            RETURN NULL;
+        END IF;
+        v_from := OLD.state;
+    ELSIF NEW.distinct_reason <> '' THEN
+        v_detail := 'distinct: ' || NEW.distinct_reason;
+    END IF;
+    IF TG_OP = 'INSERT' AND NEW.state = 'IN_FLIGHT' THEN
+        INSERT INTO audit_records (rail_account, sik, from_state, to_state, event, attempt_seq, detail, at_micros) VALUES
+            (NEW.rail_account, NEW.sik, '', 'PROPOSED', 'PROPOSED', 0, v_detail, v_at),
+            (NEW.rail_account, NEW.sik, 'PROPOSED', 'AUTHORIZED', 'GATES_PASSED', 0, '', v_at),
+            (NEW.rail_account, NEW.sik, 'AUTHORIZED', 'IN_FLIGHT', 'ATTEMPT_STARTED', 1, '', v_at);
+        RETURN NULL;
+    END IF;
+    INSERT INTO audit_records (rail_account, sik, from_state, to_state, event, attempt_seq, detail, at_micros)
+        VALUES (NEW.rail_account, NEW.sik, v_from, NEW.state, NEW.last_event, NEW.attempt_count, v_detail, v_at);
+    RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
 -- +goose Down
+CREATE INDEX decisions_agent ON decisions (agent_id, decided_at);
+-- +goose StatementBegin
+CREATE OR REPLACE FUNCTION countersign_intent_audit() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_from   text := '';
+    v_detail text := NEW.reason;
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        IF NEW.state = OLD.state THEN
+            RETURN NULL;
+        END IF;
+        v_from := OLD.state;
+    ELSIF NEW.distinct_reason <> '' THEN
+        v_detail := 'distinct: ' || NEW.distinct_reason;
+    END IF;
+    INSERT INTO audit_records (rail_account, sik, from_state, to_state, event, attempt_seq, detail, at_micros)
+        VALUES (NEW.rail_account, NEW.sik, v_from, NEW.state, NEW.last_event, NEW.attempt_count, v_detail,
+                (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+    RETURN NULL;
+END;
+$$;
+-- +goose StatementEnd
+
 DROP INDEX holds_mandate_agent;
 DROP INDEX holds_mandate_payee;
 CREATE INDEX holds_mandate_agent ON budget_holds (mandate_hash, agent_id, created_at) WHERE state <> 'voided';
