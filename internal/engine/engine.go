@@ -339,19 +339,27 @@ func (e *Engine) lookup(ctx context.Context, req Request, find func([32]byte) (l
 		e.log.Error("credential lookup failed; denying", "request_id", req.RequestID, "err", err)
 		return refuse(req, ReasonInternal, "Countersign failed internally; no money moved.", http.StatusServiceUnavailable), nil, false
 	}
-	out := Outcome{AgentID: p.Agent.ID}
-	switch {
-	case p.Credential.RevokedAt != nil:
-		out = refuse(req, ReasonCredentialRevoked, fmt.Sprintf("Agent credential %s was revoked.", p.Credential.ID), http.StatusForbidden)
-	case !e.now().Before(p.Credential.ExpiresAt):
-		out = refuse(req, ReasonCredentialExpired, fmt.Sprintf("Agent credential %s expired at %s.", p.Credential.ID, p.Credential.ExpiresAt.UTC().Format(time.RFC3339)), http.StatusForbidden)
-	case p.Agent.Revoked:
-		out = refuse(req, ReasonAgentRevoked, fmt.Sprintf("Agent %s was revoked.", p.Agent.ID), http.StatusForbidden)
-	default:
-		return out, &p, true
+	code, reason, refused := principalRefusal(p, e.now())
+	if !refused {
+		return Outcome{AgentID: p.Agent.ID}, &p, true
 	}
+	out := refuse(req, code, reason, http.StatusForbidden)
 	out.AgentID = p.Agent.ID
 	return out, &p, false
+}
+
+// principalRefusal says why p may no longer act at now: its credential
+// revoked or expired, or its agent revoked; refused is false when it may.
+func principalRefusal(p ledger.Principal, now time.Time) (code, reason string, refused bool) {
+	switch {
+	case p.Credential.RevokedAt != nil:
+		return ReasonCredentialRevoked, fmt.Sprintf("Agent credential %s was revoked.", p.Credential.ID), true
+	case !now.Before(p.Credential.ExpiresAt):
+		return ReasonCredentialExpired, fmt.Sprintf("Agent credential %s expired at %s.", p.Credential.ID, p.Credential.ExpiresAt.UTC().Format(time.RFC3339)), true
+	case p.Agent.Revoked:
+		return ReasonAgentRevoked, fmt.Sprintf("Agent %s was revoked.", p.Agent.ID), true
+	}
+	return "", "", false
 }
 
 // record writes the decision and returns the outcome with its id. If the

@@ -138,7 +138,7 @@ func (e *Engine) fresh(ctx context.Context, pr *proposal) (out Outcome, done boo
 	// lock that makes decisions take turns: held only while PostgreSQL
 	// finishes the batch and commits.
 	if m != nil {
-		assertHeadroom(w, pr, m, in)
+		assertHeadroom(w, pr, m, in, v.Verdict == Allow)
 		if v.Verdict == Allow {
 			w.PlaceHold(*it, *g.holdSpec(pr.facts.Mandate.Hash, m, in.Action))
 		}
@@ -163,7 +163,7 @@ func (e *Engine) fresh(ctx context.Context, pr *proposal) (out Outcome, done boo
 // assertHeadroom queues the assertions that the counts the gates did not
 // see leave the action room, after the mandate's lock when its limits
 // accumulate.
-func assertHeadroom(w *ledger.Write, pr *proposal, m *countersignv1.Mandate, in gate.Input) {
+func assertHeadroom(w *ledger.Write, pr *proposal, m *countersignv1.Mandate, in gate.Input, holds bool) {
 	h := gate.HeadroomOf(in)
 	hash := pr.facts.Mandate.Hash
 	if stateful(m) {
@@ -180,8 +180,14 @@ func assertHeadroom(w *ledger.Write, pr *proposal, m *countersignv1.Mandate, in 
 		if h.MaxFeeSpent < gate.Unlimited {
 			w.AssertFeeSpent(hash, h.MaxFeeSpent)
 		}
+		// An ALLOW's hold is refused by the budget row's CHECK; a HOLD
+		// places none, so its room is asserted.
+		if !holds && h.MaxBudgetUsed < gate.Unlimited {
+			w.AssertBudget(hash, in.Action.Currency, h.MaxBudgetUsed)
+		}
 	}
 	if h.MaxOutstanding < gate.Unlimited {
+		w.LockSubject(pr.key.RailAccount, in.Action.Subject)
 		w.AssertOutstanding(pr.key.RailAccount, in.Action.Subject, pr.key.SIK, h.MaxOutstanding)
 	}
 }

@@ -141,6 +141,9 @@ func (g gateRun) usage(ctx context.Context, tx *ledger.Tx, hash string, it ledge
 		}
 	}
 	if g.action.Kind == sik.KindRefund {
+		if err := tx.LockSubject(ctx, g.acct.ID, it.Subject); err != nil {
+			return err
+		}
 		if in.LedgerOutstandingMinor, err = tx.Outstanding(ctx, g.acct.ID, it.Subject, it.SIK); err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/countersign/countersign/internal/chaos"
+	"github.com/countersign/countersign/internal/gate"
 	"github.com/countersign/countersign/internal/intent"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/rail"
@@ -57,6 +58,19 @@ func (e *Engine) propose(ctx context.Context, pr *proposal) Outcome {
 	g := e.gateRun(pr)
 	err := e.ledger.InTx(ctx, func(tx *ledger.Tx) error {
 		res, stamped = decided{}, rail.Stamped{}
+		// Who asks, as it is now, share-locked: a revocation committed since
+		// the credential was read refuses here, and one not yet committed
+		// waits for this decision. The gates run on this principal.
+		live, err := tx.LivePrincipal(ctx, pr.principal.Credential.ID)
+		if err != nil {
+			return err
+		}
+		if code, reason, refused := principalRefusal(live, pr.now); refused {
+			res.gates = &verdict{Verdict: Block, ReasonCode: code, Reason: reason,
+				Gates: []ledger.GateRecord{{Gate: gate.GateScope, Verdict: string(Block), ReasonCode: code, Reason: reason}}}
+			return errGateBlocked
+		}
+		pr.principal = &live
 		it, created, err := tx.CreateIntent(ctx, pr.newIntent())
 		switch {
 		case err != nil:

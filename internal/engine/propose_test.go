@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
@@ -31,12 +33,15 @@ import (
 // rig is an engine over a real ledger and a mock Stripe rail holding pi_1,
 // with one agent whose mandate grants refunds in USD.
 type rig struct {
-	e      *Engine
-	store  *ledger.Store
-	secret string
+	e           *Engine
+	store       *ledger.Store
+	secret      string
+	mandateHash string
+	url         string
+	mock        *mockrail.Server
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t *testing.T, shape ...func(*countersignv1.Mandate)) *rig {
 	t.Helper()
 	ctx := context.Background()
 	mock, err := mockrail.New(mockrail.WithPayments(mockrail.Payment{Rail: mockrail.Stripe, ID: "pi_1", Amount: 1 << 40, Currency: "usd"}))
@@ -55,7 +60,8 @@ func newRig(t *testing.T) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := ledger.Open(ctx, pgtest.NewDatabase(t), ledger.Options{MaxConns: 16})
+	url := pgtest.NewDatabase(t)
+	store, err := ledger.Open(ctx, url, ledger.Options{MaxConns: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,12 +85,16 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	now := time.Now().Truncate(time.Second)
-	rec, err := mandate.Record(&countersignv1.Mandate{
+	m := &countersignv1.Mandate{
 		Rail: countersignv1.Rail_RAIL_STRIPE, RailAccount: "acct_1", AgentId: agent.ID, Purpose: "engine tests",
 		ValidFrom: timestamppb.New(now.Add(-time.Hour)), ValidUntil: timestamppb.New(now.Add(24 * time.Hour)),
 		Mode:   countersignv1.MandateMode_MANDATE_MODE_BUDGETED,
 		Grants: []*countersignv1.Grant{{ActionKind: countersignv1.ActionKind_ACTION_KIND_REFUND, MaxAmountMinor: 1 << 40, Currencies: []string{"USD"}}},
-	})
+	}
+	for _, f := range shape {
+		f(m)
+	}
+	rec, err := mandate.Record(m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +102,7 @@ func newRig(t *testing.T) *rig {
 		t.Fatal(err)
 	}
 	e := New(store, Options{Rails: rs, LeaseOwner: "engine-test", LeaseTTL: time.Minute}, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.New())
-	return &rig{e: e, store: store, secret: secret}
+	return &rig{e: e, store: store, secret: secret, mandateHash: rec.Hash, url: url, mock: mock}
 }
 
 // refund is the same refund of 10.00 USD on pi_1 every time.
@@ -236,6 +246,121 @@ func TestAllowKeepsEveryGateButNotItsSentence(t *testing.T) {
 	for _, g := range ds[0].Gates {
 		if g.Gate == "" || g.ReasonCode == "" || (g.Verdict == string(Allow) && g.Reason != "") {
 			t.Fatalf("stored gate %+v: want its verdict and code, and no sentence for a pass", g)
+		}
+	}
+}
+
+// revokingLedger revokes the credential (or its agent) just before the
+// first fresh write: the revocation commits between the decision's read
+// and its write, as an owner's can while the rail is being read.
+type revokingLedger struct {
+	*ledger.Store
+	revoke func() error
+	once   sync.Once
+}
+
+func (l *revokingLedger) Apply(ctx context.Context, w *ledger.Write) error {
+	var err error
+	l.once.Do(func() { err = l.revoke() })
+	if err != nil {
+		return err
+	}
+	return l.Store.Apply(ctx, w)
+}
+
+// TestRevocationBetweenReadAndWriteRefuses: the fresh write's share lock
+// finds the credential (or agent) revoked, and the locking transaction it
+// falls back to refuses too, on the principal as it is now.
+func TestRevocationBetweenReadAndWriteRefuses(t *testing.T) {
+	for _, what := range []string{"credential", "agent"} {
+		t.Run(what, func(t *testing.T) {
+			r := newRig(t)
+			ctx := context.Background()
+			hash, err := credential.Hash(r.secret)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := r.store.LookupCredential(ctx, hash)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := &revokingLedger{Store: r.store, revoke: func() error {
+				if what == "agent" {
+					return r.store.RevokeAgent(ctx, p.Agent.ID)
+				}
+				return r.store.RevokeCredential(ctx, p.Credential.ID)
+			}}
+			r.e.ledger = l
+			out := r.e.Decide(ctx, r.refund())
+			want := ReasonCredentialRevoked
+			if what == "agent" {
+				want = ReasonAgentRevoked
+			}
+			if out.Verdict == Allow || out.ReasonCode != want {
+				t.Fatalf("decision after a revocation mid-way = %s %s (%s); want BLOCK %s", out.Verdict, out.ReasonCode, out.Reason, want)
+			}
+		})
+	}
+}
+
+// TestExhaustedBudgetBlocksBeforeItHolds: under an approval_required
+// mandate whose budget has no room, a new request is refused for the
+// budget, not held for an approval it could never use (the fast write
+// asserts the budget's room for a HOLD, which places no hold for the
+// budget row's CHECK to refuse).
+func TestExhaustedBudgetBlocksBeforeItHolds(t *testing.T) {
+	r := newRig(t, func(m *countersignv1.Mandate) {
+		m.Mode = countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED
+		m.Budgets = []*countersignv1.Money{{AmountMinor: 1000, Currency: "USD"}}
+	})
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, r.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `INSERT INTO mandate_budgets (mandate_hash, currency, budget_minor, held_minor) VALUES ($1, 'USD', 1000, 1000)`, r.mandateHash); err != nil {
+		t.Fatal(err)
+	}
+	out := r.e.Decide(ctx, r.refund())
+	if out.Verdict != Block || out.ReasonCode != "budget_exceeded" {
+		t.Fatalf("decision = %s %s (%s); want BLOCK budget_exceeded", out.Verdict, out.ReasonCode, out.Reason)
+	}
+	if out.Intent != nil {
+		t.Fatalf("a refused request left intent %+v", out.Intent)
+	}
+}
+
+// TestRefundsOfOnePaymentNeverOverlap: two different refunds of one payment
+// sent at once (600 and 500 of 1000 refundable, under a mandate of grants
+// alone) are not both allowed: the second counts the first as outstanding.
+func TestRefundsOfOnePaymentNeverOverlap(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	const pairs = 12
+	for i := range pairs {
+		if _, err := r.mock.AddPayment(mockrail.Payment{Rail: mockrail.Stripe, ID: fmt.Sprintf("pi_pair_%d", i), Amount: 1000, Currency: "usd"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range pairs {
+		var wg sync.WaitGroup
+		outs := make([]Outcome, 2)
+		for j, amount := range []int{600, 500} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				req := r.refund()
+				req.Body = []byte(fmt.Sprintf("payment_intent=pi_pair_%d&amount=%d", i, amount))
+				outs[j] = r.e.Decide(ctx, req)
+			}()
+		}
+		wg.Wait()
+		if outs[0].Verdict == Allow && outs[1].Verdict == Allow {
+			t.Fatalf("pair %d: both refunds allowed, 1100 of a 1000 payment", i)
+		}
+		if outs[0].Verdict != Allow && outs[1].Verdict != Allow {
+			t.Fatalf("pair %d: neither allowed: %s %s / %s %s", i, outs[0].ReasonCode, outs[0].Reason, outs[1].ReasonCode, outs[1].Reason)
 		}
 	}
 }

@@ -14,7 +14,8 @@ import (
 // on counts read without a lock, and the ledger asserts the bounds under
 // the mandate's lock when it writes (B1), instead of holding that lock
 // while Go decides. The budget needs no bound here: the budget row's CHECK
-// refuses an overrun.
+// refuses an overrun of an ALLOW's hold; a HOLD places none, so its bound is
+// MaxBudgetUsed.
 //
 // A bound of math.MaxInt64 means the count is not limited.
 type Headroom struct {
@@ -27,6 +28,9 @@ type Headroom struct {
 	// MaxOutstanding bounds LedgerOutstandingMinor (a refund's value
 	// against what is still refundable).
 	MaxOutstanding int64
+	// MaxBudgetUsed bounds Usage.BudgetHeldMinor + Usage.BudgetSpentMinor
+	// (the budget in the action's currency).
+	MaxBudgetUsed int64
 }
 
 // WindowHeadroom bounds one window's usage.
@@ -45,7 +49,7 @@ const Unlimited = math.MaxInt64
 // nothing counted (Uncounted) has meaningful ones; a count can never be
 // negative, so a negative bound means the action cannot pass.
 func HeadroomOf(in Input) Headroom {
-	h := Headroom{MaxSubjectActions: Unlimited, MaxFeeSpent: Unlimited, MaxOutstanding: Unlimited}
+	h := Headroom{MaxSubjectActions: Unlimited, MaxFeeSpent: Unlimited, MaxOutstanding: Unlimited, MaxBudgetUsed: Unlimited}
 	a, m := in.Action, in.Mandate
 	if a.Kind == sik.KindRefund {
 		h.MaxOutstanding = in.Referent.RefundableMinor - a.AmountMinor
@@ -69,6 +73,9 @@ func HeadroomOf(in Input) Headroom {
 	}
 	if fb := m.GetFeeBudget(); fb != nil {
 		h.MaxFeeSpent = fb.GetAmountMinor() - 1
+	}
+	if b := budgetFor(m, a.Currency); b != nil {
+		h.MaxBudgetUsed = b.GetAmountMinor() - a.AmountMinor
 	}
 	return h
 }
@@ -108,6 +115,8 @@ func (h Headroom) Within(u Usage, outstanding int64) error {
 		return fmt.Errorf("the fee budget is exhausted")
 	case outstanding > h.MaxOutstanding:
 		return fmt.Errorf("more is outstanding than the refundable balance leaves room for")
+	case u.BudgetHeldMinor > h.MaxBudgetUsed || u.BudgetSpentMinor > h.MaxBudgetUsed-u.BudgetHeldMinor:
+		return fmt.Errorf("the budget has no room left")
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/sik"
 )
 
@@ -31,7 +32,7 @@ func TestHeadroomIsExactlyTheChecks(t *testing.T) {
 		m.Windows[1].MaxCalls = rapid.Int32Range(0, 6).Draw(t, "payee window calls")
 		m.RecurrenceLimit = rapid.Int32Range(0, 6).Draw(t, "recurrence limit")
 		m.FeeBudget.AmountMinor = rapid.Int64Range(0, 5000).Draw(t, "fee budget")
-		m.Budgets = nil // the budget row's CHECK bounds it, not the headroom
+		m.Budgets = []*countersignv1.Money{money(rapid.Int64Range(0, 3000000).Draw(t, "budget"), "USD")}
 		in.Action.AmountMinor = rapid.Int64Range(100, 600000).Draw(t, "amount")
 		if in.Action.Kind == sik.KindRefund {
 			in.Referent.RefundableMinor = rapid.Int64Range(0, 600000).Draw(t, "refundable")
@@ -42,8 +43,10 @@ func TestHeadroomIsExactlyTheChecks(t *testing.T) {
 			return // the action fails whatever is counted
 		}
 		u := Usage{
-			FeeSpentMinor:  rapid.Int64Range(0, 6000).Draw(t, "fees"),
-			SubjectActions: rapid.Int64Range(0, 7).Draw(t, "subject actions"),
+			FeeSpentMinor:    rapid.Int64Range(0, 6000).Draw(t, "fees"),
+			SubjectActions:   rapid.Int64Range(0, 7).Draw(t, "subject actions"),
+			BudgetHeldMinor:  rapid.Int64Range(0, 2000000).Draw(t, "held"),
+			BudgetSpentMinor: rapid.Int64Range(0, 2000000).Draw(t, "spent"),
 		}
 		for i, s := range WindowSpecs(in) {
 			u.Windows = append(u.Windows, WindowUsage{WindowSpec: s,

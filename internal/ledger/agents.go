@@ -109,10 +109,7 @@ func (s *Store) RevokeAgent(ctx context.Context, id string) error {
 // LookupCredential resolves a credential hash to its credential and agent,
 // whatever their state: the scope gate decides what revoked or expired means.
 func (s *Store) LookupCredential(ctx context.Context, hash [32]byte) (Principal, error) {
-	p, err := scanPrincipal(s.pool.QueryRow(ctx, `
-		SELECT c.id, c.agent_id, c.scope, c.created_at, c.expires_at, c.revoked_at,
-		       a.owner_id, a.name, a.status, a.created_at, a.revoked_at
-		FROM credentials c JOIN agents a ON a.id = c.agent_id
+	p, err := scanPrincipal(s.pool.QueryRow(ctx, principalSelect+`
 		WHERE c.secret_hash = $1`, hash[:]))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Principal{}, fmt.Errorf("%w: credential", ErrNotFound)

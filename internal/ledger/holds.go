@@ -112,6 +112,12 @@ func (tx *Tx) SubjectActions(ctx context.Context, hash, subject string) (int64, 
 	return n, err
 }
 
+// LockSubject is Write.LockSubject in the transaction.
+func (tx *Tx) LockSubject(ctx context.Context, railAccount, subject string) error {
+	_, err := tx.tx.Exec(ctx, lockSubjectSQL, railAccount, subject)
+	return err
+}
+
 // Outstanding sums the amounts of the intents on a subject that the rail's
 // refundable balance may not show yet: in flight or of unknown outcome.
 func (tx *Tx) Outstanding(ctx context.Context, railAccount, subject, except string) (int64, error) {

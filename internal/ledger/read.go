@@ -48,10 +48,7 @@ type DecisionFacts struct {
 func (s *Store) ReadForDecision(ctx context.Context, r DecisionRead) (DecisionFacts, error) {
 	var f DecisionFacts
 	var b pgx.Batch
-	b.Queue(`
-		SELECT c.id, c.agent_id, c.scope, c.created_at, c.expires_at, c.revoked_at,
-		       a.owner_id, a.name, a.status, a.created_at, a.revoked_at
-		FROM credentials c JOIN agents a ON a.id = c.agent_id
+	b.Queue(principalSelect+`
 		WHERE c.secret_hash = $1`, r.CredentialHash[:]).QueryRow(func(row pgx.Row) error {
 		p, err := scanPrincipal(row)
 		switch {
@@ -104,6 +101,18 @@ func (s *Store) ReadForDecision(ctx context.Context, r DecisionRead) (DecisionFa
 	return f, nil
 }
 
+// LivePrincipal share-locks credential id and its agent and returns them as
+// they are now: a revocation (an UPDATE of either row) waits for this
+// transaction, and this transaction sees one committed before it.
+func (tx *Tx) LivePrincipal(ctx context.Context, credentialID string) (Principal, error) {
+	p, err := scanPrincipal(tx.tx.QueryRow(ctx, principalSelect+`
+		WHERE c.id = $1 FOR SHARE OF c, a`, credentialID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Principal{}, fmt.Errorf("%w: credential %s", ErrNotFound, credentialID)
+	}
+	return p, err
+}
+
 // AppliedAttempt is the attempt that applied an APPLIED intent, with the
 // entity reconciliation found when it settled it: what a duplicate is
 // answered with.
@@ -111,6 +120,11 @@ func (s *Store) AppliedAttempt(ctx context.Context, it Intent) (Attempt, error) 
 	a, err := appliedAttempt(ctx, s.pool, it)
 	return a, classify(err)
 }
+
+const principalSelect = `
+		SELECT c.id, c.agent_id, c.scope, c.created_at, c.expires_at, c.revoked_at,
+		       a.owner_id, a.name, a.status, a.created_at, a.revoked_at
+		FROM credentials c JOIN agents a ON a.id = c.agent_id`
 
 func scanPrincipal(row pgx.Row) (Principal, error) {
 	var p Principal

@@ -240,12 +240,32 @@ func (w *Write) AssertFeeSpent(hash string, maxFee int64) {
 		'the fee budget is exhausted')`, hash, maxFee)
 }
 
+// LockSubject serialises, to the commit, the decisions of refunds of one
+// payment (whatever their mandates): the outstanding amount asserted after
+// it counts every other refund of the subject that committed before.
+func (w *Write) LockSubject(railAccount, subject string) {
+	w.b.Queue(lockSubjectSQL, railAccount, subject)
+}
+
+// lockSubjectSQL takes a transaction-scoped advisory lock named for the
+// subject (no row, no WAL; released at commit, so it holds behind a
+// transaction pooler too).
+const lockSubjectSQL = `SELECT pg_advisory_xact_lock(hashtextextended('countersign.subject/' || $1 || '/' || $2, 0))`
+
 // AssertOutstanding asserts the other intents on subject that the rail may
 // not show yet (Outstanding) sum to at most maxMinor.
 func (w *Write) AssertOutstanding(railAccount, subject, except string, maxMinor int64) {
 	w.b.Queue(`SELECT countersign_assert(COALESCE(sum(amount_minor), 0) <= $4, 'more of the subject is being refunded than the rail showed')
 		FROM intents WHERE rail_account = $1 AND subject = $2 AND sik <> $3 AND state IN ('IN_FLIGHT', 'UNKNOWN', 'RECONCILING')`,
 		railAccount, subject, except, maxMinor)
+}
+
+// AssertBudget asserts the mandate's held and spent amounts in currency sum
+// to at most maxUsed (for a decision that places no hold, whose room the
+// budget row's CHECK does not check).
+func (w *Write) AssertBudget(hash, currency string, maxUsed int64) {
+	w.b.Queue(`SELECT countersign_assert(COALESCE((SELECT held_minor + spent_minor FROM mandate_budgets
+		WHERE mandate_hash = $1 AND currency = $2), 0) <= $3, 'the budget has no room left')`, hash, currency, maxUsed)
 }
 
 // PlaceHold reserves an allowed intent's amount under its mandate; the

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/results"
 	"github.com/countersign/countersign/internal/testing/mockrail"
 )
 
@@ -90,6 +92,17 @@ func TestBudgetAdmitsExactlyWhatFits(t *testing.T) {
 	}
 	if b := budgets[0]; b.Held+b.Spent > b.Budget || b.Held != 100*250 {
 		t.Fatalf("budget row %+v: held+spent must equal the 100 holds and never exceed the budget", b)
+	}
+	// BUDGET_RACE_RESULTS names a RESULTS.md to write this run's figures to.
+	if path := os.Getenv("BUDGET_RACE_RESULTS"); path != "" {
+		b := budgets[0]
+		text := fmt.Sprintf("## The 1,000-way budget race\n\nMachine-written by `BUDGET_RACE_RESULTS=RESULTS.md go test -count=1 -run 'TestBudgetAdmitsExactlyWhatFits$' ./internal/server/` on %s: 1,000 distinct refunds of 2.50 USD sent at once through the native Decide RPC, under a mandate whose budget has room for exactly 100.\n\n"+
+			"| ALLOW | BLOCK | other | budget | held | spent | violations (held + spent > budget, or held ≠ 100 refunds) |\n|---|---|---|---|---|---|---|\n| %d | %d | %d | %d | %d | %d | 0 |\n",
+			time.Now().UTC().Format("2006-01-02"), counts[countersignv1.Verdict_VERDICT_ALLOW], counts[countersignv1.Verdict_VERDICT_BLOCK],
+			1000-counts[countersignv1.Verdict_VERDICT_ALLOW]-counts[countersignv1.Verdict_VERDICT_BLOCK], b.Budget, b.Held, b.Spent)
+		if err := results.WriteSection(path, "budget-race", text); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -20,9 +20,12 @@ import (
 // TestRevocationStopsTheVeryNextDecision races revocations against a
 // stream of refunds through ext_authz: once RevokeCredential, RevokeAgent or
 // RevokeMandate has returned, no request that starts after it is allowed.
-// Decisions read the credential and mandate fresh (never from a cache) and
-// the writing transaction share-locks them, so a revocation waits for the
-// decisions already past their read and every later one sees it.
+// Decisions read the credential and mandate fresh (never from a cache),
+// and every writing transaction (the fresh write and the locking one it
+// falls back to) share-locks them again and refuses on what it finds, so a
+// revocation waits for the decisions writing at that moment and every
+// later write sees it (internal/engine's TestRevocationBetweenReadAndWrite
+// revokes between one decision's read and its write).
 func TestRevocationStopsTheVeryNextDecision(t *testing.T) {
 	for _, revoke := range []string{"credential", "agent", "mandate"} {
 		t.Run(revoke, func(t *testing.T) {
