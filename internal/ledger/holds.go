@@ -73,16 +73,16 @@ const (
 // for one agent (byPayee false) or one payee key (byPayee true), in
 // currency for the amount ("" counts the calls only).
 func (tx *Tx) WindowUsage(ctx context.Context, hash string, byPayee bool, key string, since time.Time, currency string) (calls, amount int64, err error) {
-	col := "agent_id"
-	if byPayee {
-		col = "payee_key"
-	}
-	err = tx.tx.QueryRow(ctx, `
-		SELECT count(*), COALESCE(sum(amount_minor) FILTER (WHERE currency = $4), 0)
-		FROM budget_holds WHERE mandate_hash = $1 AND `+col+` = $2 AND created_at >= $3 AND state <> 'voided'`,
-		hash, key, since, currency).Scan(&calls, &amount)
+	err = tx.tx.QueryRow(ctx, `SELECT calls, amount_minor FROM `+windowUsageSQL,
+		hash, byPayee, key, since, currency).Scan(&calls, &amount)
 	return calls, amount, err
 }
+
+// windowUsageSQL is the one count of a sliding window, for WindowUsage and
+// Write.AssertWindow: countersign_window_usage (migration 00014) sums the
+// window's whole minutes from their counters and counts only the holds of
+// the minute since falls in, so its cost does not grow with the window.
+const windowUsageSQL = `countersign_window_usage($1, $2, $3, $4, $5)`
 
 // BudgetUsage reads the held and spent amounts of a mandate's budget.
 func (tx *Tx) BudgetUsage(ctx context.Context, hash, currency string) (held, spent int64, err error) {

@@ -217,13 +217,8 @@ func (w *Write) LockMandateUsage(hash string) {
 // payee when byPayee) since since number at most maxCalls and sum, in
 // currency, to at most maxAmount.
 func (w *Write) AssertWindow(hash string, byPayee bool, key string, since time.Time, currency string, maxCalls, maxAmount int64, what string) {
-	col := "agent_id"
-	if byPayee {
-		col = "payee_key"
-	}
-	w.b.Queue(`SELECT countersign_assert(count(*) <= $5 AND COALESCE(sum(amount_minor) FILTER (WHERE currency = $4), 0) <= $6, $7)
-		FROM budget_holds WHERE mandate_hash = $1 AND `+col+` = $2 AND created_at >= $3 AND state <> 'voided'`,
-		hash, key, since, currency, maxCalls, maxAmount, what)
+	w.b.Queue(`SELECT countersign_assert(calls <= $6 AND amount_minor <= $7, $8) FROM `+windowUsageSQL,
+		hash, byPayee, key, since, currency, maxCalls, maxAmount, what)
 }
 
 // AssertSubjectActions asserts the mandate holds at most max actions on

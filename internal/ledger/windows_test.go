@@ -1,0 +1,478 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"pgregory.net/rapid"
+
+	"github.com/countersign/countersign/internal/testing/pgtest"
+)
+
+// directWindowSQL counts every hold in the window, as the ledger did
+// before migration 00014: what the bucketed count must equal.
+func directWindowSQL(byPayee bool) string {
+	col := "agent_id"
+	if byPayee {
+		col = "payee_key"
+	}
+	return `SELECT count(*), COALESCE(sum(amount_minor) FILTER (WHERE currency = $4), 0)
+		FROM budget_holds WHERE mandate_hash = $1 AND ` + col + ` = $2 AND created_at >= $3 AND state <> 'voided'`
+}
+
+// windowFixture is an intent whose holds a test writes directly, with the
+// created_at it chooses (the hold guard lets an insert name it).
+type windowFixture struct {
+	s  *Store
+	it Intent
+}
+
+func newWindowFixture(t *testing.T) windowFixture {
+	t.Helper()
+	s := openTest(t)
+	res, err := startFirst(context.Background(), s, proposal(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return windowFixture{s: s, it: res.Intent}
+}
+
+type testHold struct {
+	Mandate, Agent, Payee, Currency string
+	Amount                          int64
+	At                              time.Time
+}
+
+// insert writes h as the next hold of the fixture's intent and returns its
+// hold_seq.
+func (f windowFixture) insert(ctx context.Context, h testHold) (int, error) {
+	var seq int
+	err := f.s.pool.QueryRow(ctx, `
+		INSERT INTO budget_holds (rail_account, sik, hold_seq, mandate_hash, agent_id, payee_key, subject, currency, amount_minor, budgeted, created_at)
+		VALUES ($1, $2, (SELECT COALESCE(max(hold_seq), 0) + 1 FROM budget_holds WHERE rail_account = $1 AND sik = $2),
+		        $3, $4, $5, 'pi_1', $6, $7, false, $8)
+		RETURNING hold_seq`,
+		f.it.RailAccount, f.it.SIK, h.Mandate, h.Agent, h.Payee, h.Currency, h.Amount, h.At).Scan(&seq)
+	return seq, err
+}
+
+// settle moves hold seq to state (posted or voided), through the guard.
+func (f windowFixture) settle(ctx context.Context, seq int, state string) error {
+	tag, err := f.s.pool.Exec(ctx, `UPDATE budget_holds SET state = $3 WHERE rail_account = $1 AND sik = $2 AND hold_seq = $4`,
+		f.it.RailAccount, f.it.SIK, state, seq)
+	if err == nil && tag.RowsAffected() != 1 {
+		err = fmt.Errorf("settle %d: %d rows", seq, tag.RowsAffected())
+	}
+	return err
+}
+
+type windowQuery struct {
+	Mandate  string
+	ByPayee  bool
+	Key      string
+	Since    time.Time
+	Currency string
+}
+
+func (q windowQuery) String() string {
+	scope := "agent"
+	if q.ByPayee {
+		scope = "payee"
+	}
+	return fmt.Sprintf("%s %s=%s since %s in %q", q.Mandate[len(q.Mandate)-6:], scope, q.Key, q.Since.Format(time.RFC3339Nano), q.Currency)
+}
+
+func (f windowFixture) direct(ctx context.Context, q windowQuery) (calls, amount int64, err error) {
+	err = f.s.pool.QueryRow(ctx, directWindowSQL(q.ByPayee), q.Mandate, q.Key, q.Since, q.Currency).Scan(&calls, &amount)
+	return calls, amount, err
+}
+
+func (f windowFixture) usage(ctx context.Context, q windowQuery) (calls, amount int64, err error) {
+	err = f.s.InTx(ctx, func(tx *Tx) error {
+		calls, amount, err = tx.WindowUsage(ctx, q.Mandate, q.ByPayee, q.Key, q.Since, q.Currency)
+		return err
+	})
+	return calls, amount, err
+}
+
+// assert runs Write.AssertWindow alone: nil when it holds, a *GuardError
+// when it does not.
+func (f windowFixture) assert(ctx context.Context, q windowQuery, maxCalls, maxAmount int64) error {
+	w := NewWrite()
+	w.AssertWindow(q.Mandate, q.ByPayee, q.Key, q.Since, q.Currency, maxCalls, maxAmount, "the window is full")
+	return f.s.Apply(ctx, w)
+}
+
+// check compares the bucketed count of q, on both paths, with the direct
+// count.
+func (f windowFixture) check(ctx context.Context, q windowQuery) error {
+	wantCalls, wantAmount, err := f.direct(ctx, q)
+	if err != nil {
+		return err
+	}
+	calls, amount, err := f.usage(ctx, q)
+	if err != nil {
+		return err
+	}
+	if calls != wantCalls || amount != wantAmount {
+		return fmt.Errorf("%s: WindowUsage = %d calls, %d; counting every hold gives %d, %d", q, calls, amount, wantCalls, wantAmount)
+	}
+	if err := f.assert(ctx, q, wantCalls, wantAmount); err != nil {
+		return fmt.Errorf("%s: AssertWindow at exactly %d calls, %d: %w", q, wantCalls, wantAmount, err)
+	}
+	var g *GuardError
+	if wantCalls > 0 {
+		if err := f.assert(ctx, q, wantCalls-1, wantAmount); !errors.As(err, &g) {
+			return fmt.Errorf("%s: AssertWindow at %d calls with %d held = %w, want a guard error", q, wantCalls-1, wantCalls, err)
+		}
+	}
+	if wantAmount > 0 {
+		if err := f.assert(ctx, q, wantCalls, wantAmount-1); !errors.As(err, &g) {
+			return fmt.Errorf("%s: AssertWindow at amount %d with %d held = %w, want a guard error", q, wantAmount-1, wantAmount, err)
+		}
+	}
+	return nil
+}
+
+// bucketsMatchHolds compares window_buckets with the non-voided holds
+// grouped by minute: the triggers keep them equal, row for row.
+func bucketsMatchHolds(ctx context.Context, s *Store) error {
+	var diff int64
+	err := s.pool.QueryRow(ctx, `
+		WITH want AS (
+			SELECT mandate_hash, by_payee, key, countersign_window_bucket(created_at) AS bucket, currency,
+			       count(*) AS calls, sum(amount_minor)::bigint AS amount_minor
+			FROM budget_holds h CROSS JOIN LATERAL (VALUES (false, h.agent_id), (true, h.payee_key)) k (by_payee, key)
+			WHERE state <> 'voided' GROUP BY 1, 2, 3, 4, 5),
+		have AS (SELECT mandate_hash, by_payee, key, bucket, currency, calls, amount_minor FROM window_buckets WHERE calls <> 0 OR amount_minor <> 0)
+		SELECT (SELECT count(*) FROM (TABLE want EXCEPT TABLE have) a) + (SELECT count(*) FROM (TABLE have EXCEPT TABLE want) b)`).Scan(&diff)
+	if err == nil && diff != 0 {
+		err = fmt.Errorf("window_buckets differs from the holds in %d rows", diff)
+	}
+	return err
+}
+
+// TestWindowCountMatchesCountingEveryHold: for random holds (born held,
+// some posted, some voided) at random times, chosen often on or next to a
+// minute's edge, and random window starts (on a minute, exactly at a hold,
+// at a bucket's end), the bucketed count equals counting every hold, for
+// agent and payee windows, in either currency and none.
+func TestWindowCountMatchesCountingEveryHold(t *testing.T) {
+	f := newWindowFixture(t)
+	ctx := context.Background()
+	base := time.Date(2026, 3, 8, 9, 0, 0, 0, time.UTC)
+	n := 0
+	// An instant within [base, base+5m), drawn from edges and from anywhere.
+	instant := func(t *rapid.T, label string) time.Time {
+		minute := time.Duration(rapid.IntRange(0, 4).Draw(t, label+"_minute")) * time.Minute
+		switch rapid.IntRange(0, 3).Draw(t, label+"_kind") {
+		case 0: // exactly on a minute
+			return base.Add(minute)
+		case 1: // a microsecond before a minute
+			return base.Add(minute + time.Minute - time.Microsecond)
+		case 2: // a microsecond after a minute
+			return base.Add(minute + time.Microsecond)
+		default:
+			return base.Add(minute + time.Duration(rapid.Int64Range(0, int64(time.Minute/time.Microsecond)-1).Draw(t, label+"_us"))*time.Microsecond)
+		}
+	}
+	rapid.Check(t, func(rt *rapid.T) {
+		n++
+		// A mandate per run: the runs share one database.
+		mandate := fmt.Sprintf("%064x", n)
+		agents, payees, currencies := []string{"agent_a", "agent_b"}, []string{"acct_p1", "acct_p2"}, []string{"USD", "EUR"}
+		var holds []testHold
+		var open []int
+		for i, nh := 0, rapid.IntRange(0, 30).Draw(rt, "holds"); i < nh; i++ {
+			h := testHold{Mandate: mandate, Agent: rapid.SampledFrom(agents).Draw(rt, "agent"),
+				Payee: rapid.SampledFrom(payees).Draw(rt, "payee"), Currency: rapid.SampledFrom(currencies).Draw(rt, "currency"),
+				Amount: rapid.Int64Range(0, 1000).Draw(rt, "amount")}
+			if len(holds) > 0 && rapid.IntRange(0, 4).Draw(rt, "same_time") == 0 {
+				h.At = rapid.SampledFrom(holds).Draw(rt, "twin").At
+			} else {
+				h.At = instant(rt, "at")
+			}
+			seq, err := f.insert(ctx, h)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			holds = append(holds, h)
+			open = append(open, seq)
+			// Settle an open hold now and then: voided uncounts it, posted keeps it.
+			if len(open) > 0 && rapid.IntRange(0, 2).Draw(rt, "settle") == 0 {
+				j := rapid.IntRange(0, len(open)-1).Draw(rt, "which")
+				state := rapid.SampledFrom([]string{"voided", "posted"}).Draw(rt, "state")
+				if err := f.settle(ctx, open[j], state); err != nil {
+					rt.Fatal(err)
+				}
+				open = append(open[:j], open[j+1:]...)
+			}
+		}
+		if err := bucketsMatchHolds(ctx, f.s); err != nil {
+			rt.Fatal(err)
+		}
+		for i, ns := 0, rapid.IntRange(1, 4).Draw(rt, "windows"); i < ns; i++ {
+			var since time.Time
+			switch {
+			case len(holds) > 0 && rapid.Bool().Draw(rt, "at_a_hold"):
+				since = rapid.SampledFrom(holds).Draw(rt, "hold").At
+			case rapid.IntRange(0, 9).Draw(rt, "far") == 0:
+				since = base.Add(time.Duration(rapid.IntRange(-90, 90).Draw(rt, "far_minutes")) * time.Minute)
+			default:
+				since = instant(rt, "since")
+			}
+			for _, byPayee := range []bool{false, true} {
+				keys := agents
+				if byPayee {
+					keys = payees
+				}
+				for _, key := range keys {
+					for _, cur := range []string{"USD", "EUR", ""} {
+						if err := f.check(ctx, windowQuery{Mandate: mandate, ByPayee: byPayee, Key: key, Since: since, Currency: cur}); err != nil {
+							rt.Fatal(err)
+						}
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestWindowCountAtTheMinutesEdges names the edges: a hold exactly at
+// since, a microsecond before it, at the end of since's minute (the next
+// minute's first instant) and a microsecond before that end; since on a
+// minute and inside one.
+func TestWindowCountAtTheMinutesEdges(t *testing.T) {
+	f := newWindowFixture(t)
+	ctx := context.Background()
+	mandate := fmt.Sprintf("%064x", 7)
+	m := time.Date(2026, 3, 8, 9, 30, 0, 0, time.UTC)
+	mid := m.Add(17*time.Second + 250*time.Microsecond)
+	for i, at := range []time.Time{
+		m.Add(-time.Microsecond), m, m.Add(time.Microsecond),
+		mid.Add(-time.Microsecond), mid, mid.Add(time.Microsecond),
+		m.Add(time.Minute - time.Microsecond), m.Add(time.Minute), m.Add(2 * time.Minute), m.Add(61 * time.Minute),
+	} {
+		if _, err := f.insert(ctx, testHold{Mandate: mandate, Agent: "agent_a", Payee: "acct_p1", Currency: "USD", Amount: int64(1) << i, At: at}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name        string
+		since       time.Time
+		calls, amnt int64
+	}{
+		{"since on a minute, a hold exactly at since", m, 9, 1<<10 - 2},
+		{"since a microsecond before a minute", m.Add(-time.Microsecond), 10, 1<<10 - 1},
+		{"since inside a minute, a hold exactly at since", mid, 6, 1<<10 - 1<<4},
+		{"since a microsecond after a hold", mid.Add(time.Microsecond), 5, 1<<10 - 1<<5},
+		{"since a microsecond before its minute's end", m.Add(time.Minute - time.Microsecond), 4, 1<<10 - 1<<6},
+		{"since at the minute's end, a hold exactly there", m.Add(time.Minute), 3, 1<<10 - 1<<7},
+		{"since after every hold", m.Add(62 * time.Minute), 0, 0},
+		{"since before every hold", m.Add(-time.Hour), 10, 1<<10 - 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, byPayee := range []bool{false, true} {
+				q := windowQuery{Mandate: mandate, ByPayee: byPayee, Key: "agent_a", Since: tc.since, Currency: "USD"}
+				if byPayee {
+					q.Key = "acct_p1"
+				}
+				if calls, amount, err := f.usage(ctx, q); err != nil || calls != tc.calls || amount != tc.amnt {
+					t.Fatalf("%s: %d calls, %d, %v; want %d, %d", q, calls, amount, err, tc.calls, tc.amnt)
+				}
+				if err := f.check(ctx, q); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestWindowCountOfPlacedHolds: holds placed the engine's way (created now,
+// by PlaceHold) and settled by their intent's transitions are counted, and
+// uncounted when voided.
+func TestWindowCountOfPlacedHolds(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	mandate := fmt.Sprintf("%064x", 9)
+	since := time.Now().Add(-time.Hour)
+	var its []Intent
+	for i := 1; i <= 3; i++ {
+		res, err := startFirst(ctx, s, proposal(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		its = append(its, res.Intent)
+		if err := s.InTx(ctx, func(tx *Tx) error {
+			return tx.PlaceHold(ctx, res.Intent, HoldSpec{MandateHash: mandate, AgentID: "agent_a", PayeeKey: "pi_1",
+				Currency: "USD", AmountMinor: 100 * int64(i), BudgetMinor: 10000})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := func(calls, amount int64) {
+		t.Helper()
+		for _, q := range []windowQuery{
+			{Mandate: mandate, Key: "agent_a", Since: since, Currency: "USD"},
+			{Mandate: mandate, ByPayee: true, Key: "pi_1", Since: since, Currency: "USD"},
+		} {
+			var c, a int64
+			if err := s.InTx(ctx, func(tx *Tx) (err error) {
+				c, a, err = tx.WindowUsage(ctx, q.Mandate, q.ByPayee, q.Key, q.Since, q.Currency)
+				return err
+			}); err != nil || c != calls || a != amount {
+				t.Fatalf("%s: %d calls, %d, %v; want %d, %d", q, c, a, err, calls, amount)
+			}
+		}
+		if err := bucketsMatchHolds(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want(3, 600)
+	// Voided and posted through the hold guard, as the intents' transitions do.
+	if _, err := s.pool.Exec(ctx, `UPDATE budget_holds SET state = 'voided' WHERE sik = $1`, its[1].SIK); err != nil {
+		t.Fatal(err)
+	}
+	want(2, 400)
+	if _, err := s.pool.Exec(ctx, `UPDATE budget_holds SET state = 'posted' WHERE sik = $1`, its[2].SIK); err != nil {
+		t.Fatal(err)
+	}
+	want(2, 400)
+	// Voiding a voided hold again changes nothing: it is not uncounted twice.
+	if _, err := s.pool.Exec(ctx, `UPDATE budget_holds SET state = 'voided' WHERE sik = $1`, its[1].SIK); err != nil {
+		t.Fatal(err)
+	}
+	want(2, 400)
+}
+
+// TestWindowBucketsMigrationCountsExistingHolds: 00014's Up fills the
+// buckets from the holds written before it, voided ones left out, and its
+// Down leaves the schema of 00013.
+func TestWindowBucketsMigrationCountsExistingHolds(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	p, db, err := provider(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := p.DownTo(ctx, 13); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, url, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	res, err := startFirst(ctx, s, proposal(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := windowFixture{s: s, it: res.Intent}
+	mandate := fmt.Sprintf("%064x", 11)
+	base := time.Date(2026, 3, 8, 9, 0, 0, 0, time.UTC)
+	for i := range 20 {
+		seq, err := f.insert(ctx, testHold{Mandate: mandate, Agent: []string{"agent_a", "agent_b"}[i%2], Payee: []string{"acct_p1", "acct_p2", "acct_p3"}[i%3],
+			Currency: []string{"USD", "EUR"}[i%2], Amount: int64(10 * i), At: base.Add(time.Duration(i) * 17 * time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%4 == 0 {
+			if err := f.settle(ctx, seq, "voided"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The pool's cached plans were made against the old schema.
+	s.pool.Reset()
+	if err := bucketsMatchHolds(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	var rows int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM window_buckets`).Scan(&rows); err != nil || rows == 0 {
+		t.Fatalf("%d bucket rows after the backfill, %v", rows, err)
+	}
+	for _, since := range []time.Time{base, base.Add(50 * time.Second), base.Add(3 * time.Minute)} {
+		if err := f.check(ctx, windowQuery{Mandate: mandate, ByPayee: true, Key: "acct_p2", Since: since, Currency: "EUR"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.DownTo(ctx, 13); err != nil {
+		t.Fatal(err)
+	}
+	var left bool
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass('window_buckets') IS NOT NULL OR EXISTS (
+		SELECT 1 FROM pg_proc WHERE proname LIKE 'countersign_window%')`).Scan(&left); err != nil || left {
+		t.Fatalf("00014's Down left its objects: %v, %v", left, err)
+	}
+}
+
+// TestWindowCountCost logs what one window count costs with 5000 holds in
+// the window, counted every hold the old way and bucketed. A measurement,
+// not an assertion.
+func TestWindowCountCost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a measurement")
+	}
+	f := newWindowFixture(t)
+	ctx := context.Background()
+	mandate := fmt.Sprintf("%064x", 13)
+	now := time.Now()
+	// 5000 holds spread over the last hour, as a hot mandate at ~1.4/s.
+	if _, err := f.s.pool.Exec(ctx, `
+		INSERT INTO budget_holds (rail_account, sik, hold_seq, mandate_hash, agent_id, payee_key, subject, currency, amount_minor, budgeted, created_at)
+		SELECT $1, $2, i, $3, 'agent_a', 'acct_p1', 'pi_1', 'USD', 100, false, $4::timestamptz - (i * interval '719 milliseconds')
+		FROM generate_series(1, 5000) i`, f.it.RailAccount, f.it.SIK, mandate, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.pool.Exec(ctx, `VACUUM ANALYZE budget_holds`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.s.pool.Exec(ctx, `VACUUM ANALYZE window_buckets`); err != nil {
+		t.Fatal(err)
+	}
+	since := now.Add(-time.Hour)
+	const rounds = 300
+	measure := func(name string, count func(tx pgx.Tx) (int64, error)) time.Duration {
+		conn, err := f.s.pool.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Release()
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		var took time.Duration
+		for i := range rounds + 20 {
+			start := time.Now()
+			calls, err := count(tx)
+			if err != nil || calls != 5000 {
+				t.Fatalf("%s: %d calls, %v", name, calls, err)
+			}
+			if i >= 20 { // the first ones prepare and warm up
+				took += time.Since(start)
+			}
+		}
+		return took / rounds
+	}
+	old := measure("every hold", func(tx pgx.Tx) (n int64, err error) {
+		var a int64
+		err = tx.QueryRow(ctx, directWindowSQL(false), mandate, "agent_a", since, "USD").Scan(&n, &a)
+		return n, err
+	})
+	bucketed := measure("bucketed", func(tx pgx.Tx) (n int64, err error) {
+		var a int64
+		err = tx.QueryRow(ctx, `SELECT calls, amount_minor FROM `+windowUsageSQL, mandate, false, "agent_a", since, "USD").Scan(&n, &a)
+		return n, err
+	})
+	t.Logf("one window count over 5000 holds in a 1 h window, per call with its round trip: every hold %v, bucketed %v", old, bucketed)
+}
