@@ -111,6 +111,14 @@ func (g gateRun) holdSpec(hash string, m *countersignv1.Mandate, a gate.Action) 
 			h.BudgetMinor = b.GetAmountMinor()
 		}
 	}
+	h.NoAgentWindow, h.NoPayeeWindow = true, true
+	for _, w := range m.GetWindows() {
+		if w.GetScope() == countersignv1.WindowScope_WINDOW_SCOPE_PAYEE {
+			h.NoPayeeWindow = false
+		} else {
+			h.NoAgentWindow = false
+		}
+	}
 	return h
 }
 

@@ -21,6 +21,13 @@ type HoldSpec struct {
 	// BudgetMinor is the mandate's total budget in Currency; 0 means the
 	// currency has no budget (only windows and grants limit it).
 	BudgetMinor int64
+	// NoAgentWindow and NoPayeeWindow say the mandate has no sliding
+	// window of that scope: the hold is then not added to that scope's
+	// per-minute counters (window_buckets), whose rows decisions under a
+	// mandate of grants alone would otherwise take turns on. A mandate
+	// never changes, so all of its holds agree.
+	NoAgentWindow bool
+	NoPayeeWindow bool
 }
 
 // LatestMandate returns the newest mandate of agentID on railAccount,
@@ -153,12 +160,14 @@ const budgetRowSQL = `INSERT INTO mandate_budgets (mandate_hash, currency, budge
 			ON CONFLICT (mandate_hash, currency) DO NOTHING`
 
 const insertHoldSQL = `
-		INSERT INTO budget_holds (rail_account, sik, hold_seq, mandate_hash, agent_id, payee_key, subject, currency, amount_minor, budgeted)
+		INSERT INTO budget_holds (rail_account, sik, hold_seq, mandate_hash, agent_id, payee_key, subject, currency, amount_minor, budgeted,
+		                          window_agent, window_payee)
 		VALUES ($1, $2, (SELECT COALESCE(max(hold_seq), 0) + 1 FROM budget_holds WHERE rail_account = $1 AND sik = $2),
-		        $3, $4, $5, $6, $7, $8, $9)`
+		        $3, $4, $5, $6, $7, $8, $9, $10, $11)`
 
 func holdArgs(it Intent, h HoldSpec) []any {
-	return []any{it.RailAccount, it.SIK, h.MandateHash, h.AgentID, h.PayeeKey, it.Subject, h.Currency, h.AmountMinor, h.BudgetMinor > 0}
+	return []any{it.RailAccount, it.SIK, h.MandateHash, h.AgentID, h.PayeeKey, it.Subject, h.Currency, h.AmountMinor, h.BudgetMinor > 0,
+		!h.NoAgentWindow, !h.NoPayeeWindow}
 }
 
 // BudgetState is one budget row, for checks and the owner API.

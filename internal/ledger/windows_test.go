@@ -146,8 +146,8 @@ func bucketsMatchHolds(ctx context.Context, s *Store) error {
 		WITH want AS (
 			SELECT mandate_hash, by_payee, key, countersign_window_bucket(created_at) AS bucket, currency,
 			       count(*) AS calls, sum(amount_minor)::bigint AS amount_minor
-			FROM budget_holds h CROSS JOIN LATERAL (VALUES (false, h.agent_id), (true, h.payee_key)) k (by_payee, key)
-			WHERE state <> 'voided' GROUP BY 1, 2, 3, 4, 5),
+			FROM budget_holds h CROSS JOIN LATERAL (VALUES (false, h.agent_id, h.window_agent), (true, h.payee_key, h.window_payee)) k (by_payee, key, counted)
+			WHERE state <> 'voided' AND k.counted GROUP BY 1, 2, 3, 4, 5),
 		have AS (SELECT mandate_hash, by_payee, key, bucket, currency, calls, amount_minor FROM window_buckets WHERE calls <> 0 OR amount_minor <> 0)
 		SELECT (SELECT count(*) FROM (TABLE want EXCEPT TABLE have) a) + (SELECT count(*) FROM (TABLE have EXCEPT TABLE want) b)`).Scan(&diff)
 	if err == nil && diff != 0 {
@@ -347,6 +347,52 @@ func TestWindowCountOfPlacedHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	want(2, 400)
+}
+
+// TestHoldsOfAMandateWithoutWindowsKeepNoCounters: a mandate without a
+// window of a scope (the engine says so on its holds) keeps no counter row
+// of that scope, so its decisions share none; voiding such a hold is fine.
+func TestHoldsOfAMandateWithoutWindowsKeepNoCounters(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	mandate := fmt.Sprintf("%064x", 10)
+	for i, spec := range []HoldSpec{
+		{NoAgentWindow: true, NoPayeeWindow: true},
+		{NoPayeeWindow: true},
+		{NoAgentWindow: true},
+	} {
+		res, err := startFirst(ctx, s, proposal(20+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec.MandateHash, spec.AgentID, spec.PayeeKey, spec.Currency, spec.AmountMinor = mandate, fmt.Sprintf("agent_%d", i), fmt.Sprintf("pi_%d", i), "USD", 100
+		if err := s.InTx(ctx, func(tx *Tx) error { return tx.PlaceHold(ctx, res.Intent, spec) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := s.pool.Query(ctx, `SELECT by_payee, key FROM window_buckets WHERE mandate_hash = $1 ORDER BY by_payee, key`, mandate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var byPayee bool
+		var key string
+		if err := rows.Scan(&byPayee, &key); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%v:%s", byPayee, key))
+	}
+	rows.Close()
+	if want := []string{"false:agent_1", "true:pi_2"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("counter rows %v, want %v (only the scopes each mandate has windows of)", got, want)
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE budget_holds SET state = 'voided' WHERE mandate_hash = $1`, mandate); err != nil {
+		t.Fatalf("voiding holds without counters: %v", err)
+	}
+	if err := bucketsMatchHolds(ctx, s); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestWindowBucketsMigrationCountsExistingHolds: 00014's Up fills the

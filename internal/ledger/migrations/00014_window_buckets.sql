@@ -35,6 +35,14 @@ CREATE TABLE window_buckets (
 -- hold guard (00004) lets a hold settle once and forbids deletes; a change
 -- of what a hold is counted by is counted out of its old minute and into
 -- its new one all the same, so the buckets never drift from the holds.
+-- Which of a hold's scopes its mandate has windows of (the engine says;
+-- holds written before this migration count in both). A mandate without a
+-- window of a scope keeps no counters for it, so decisions under a mandate
+-- of grants alone share no counter row.
+ALTER TABLE budget_holds
+    ADD COLUMN window_agent boolean NOT NULL DEFAULT true,
+    ADD COLUMN window_payee boolean NOT NULL DEFAULT true;
+
 CREATE FUNCTION countersign_window_count() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -43,8 +51,8 @@ DECLARE
 BEGIN
     IF TG_OP = 'UPDATE' THEN
         IF (OLD.state = 'voided') = (NEW.state = 'voided')
-           AND (OLD.mandate_hash, OLD.agent_id, OLD.payee_key, OLD.created_at, OLD.currency, OLD.amount_minor)
-               IS NOT DISTINCT FROM (NEW.mandate_hash, NEW.agent_id, NEW.payee_key, NEW.created_at, NEW.currency, NEW.amount_minor) THEN
+           AND (OLD.mandate_hash, OLD.agent_id, OLD.payee_key, OLD.created_at, OLD.currency, OLD.amount_minor, OLD.window_agent, OLD.window_payee)
+               IS NOT DISTINCT FROM (NEW.mandate_hash, NEW.agent_id, NEW.payee_key, NEW.created_at, NEW.currency, NEW.amount_minor, NEW.window_agent, NEW.window_payee) THEN
             RETURN NULL;
         END IF;
         IF OLD.state <> 'voided' THEN
@@ -52,23 +60,24 @@ BEGIN
             -- checked before the conflict is found); the rows exist. The
             -- agent's row first, then the payee's, as the insert below.
             UPDATE window_buckets SET calls = calls - 1, amount_minor = amount_minor - OLD.amount_minor
-                WHERE mandate_hash = OLD.mandate_hash AND NOT by_payee AND key = OLD.agent_id
+                WHERE OLD.window_agent AND mandate_hash = OLD.mandate_hash AND NOT by_payee AND key = OLD.agent_id
                   AND bucket = countersign_window_bucket(OLD.created_at) AND currency = OLD.currency;
             GET DIAGNOSTICS v_rows = ROW_COUNT;
             UPDATE window_buckets SET calls = calls - 1, amount_minor = amount_minor - OLD.amount_minor
-                WHERE mandate_hash = OLD.mandate_hash AND by_payee AND key = OLD.payee_key
+                WHERE OLD.window_payee AND mandate_hash = OLD.mandate_hash AND by_payee AND key = OLD.payee_key
                   AND bucket = countersign_window_bucket(OLD.created_at) AND currency = OLD.currency;
             GET DIAGNOSTICS v_payee = ROW_COUNT;
-            IF v_rows + v_payee <> 2 THEN
+            IF v_rows + v_payee <> OLD.window_agent::integer + OLD.window_payee::integer THEN
                 RAISE EXCEPTION 'budget hold %/%#% was not counted in window_buckets', OLD.rail_account, OLD.sik, OLD.hold_seq
                     USING ERRCODE = 'check_violation';
             END IF;
         END IF;
     END IF;
     IF NEW.state <> 'voided' THEN
-        INSERT INTO window_buckets AS b (mandate_hash, by_payee, key, bucket, currency, calls, amount_minor) VALUES
-            (NEW.mandate_hash, false, NEW.agent_id, countersign_window_bucket(NEW.created_at), NEW.currency, 1, NEW.amount_minor),
-            (NEW.mandate_hash, true, NEW.payee_key, countersign_window_bucket(NEW.created_at), NEW.currency, 1, NEW.amount_minor)
+        INSERT INTO window_buckets AS b (mandate_hash, by_payee, key, bucket, currency, calls, amount_minor)
+        SELECT NEW.mandate_hash, k.by_payee, k.key, countersign_window_bucket(NEW.created_at), NEW.currency, 1, NEW.amount_minor
+        FROM (VALUES (false, NEW.agent_id, NEW.window_agent), (true, NEW.payee_key, NEW.window_payee)) k (by_payee, key, counted)
+        WHERE k.counted
         ON CONFLICT (mandate_hash, by_payee, key, bucket, currency) DO UPDATE
             SET calls = b.calls + EXCLUDED.calls, amount_minor = b.amount_minor + EXCLUDED.amount_minor;
     END IF;
@@ -87,8 +96,8 @@ CREATE TRIGGER budget_holds_window_count
 
 INSERT INTO window_buckets (mandate_hash, by_payee, key, bucket, currency, calls, amount_minor)
 SELECT mandate_hash, by_payee, key, countersign_window_bucket(created_at), currency, count(*), sum(amount_minor)
-FROM budget_holds h CROSS JOIN LATERAL (VALUES (false, h.agent_id), (true, h.payee_key)) k (by_payee, key)
-WHERE state <> 'voided'
+FROM budget_holds h CROSS JOIN LATERAL (VALUES (false, h.agent_id, h.window_agent), (true, h.payee_key, h.window_payee)) k (by_payee, key, counted)
+WHERE state <> 'voided' AND k.counted
 GROUP BY 1, 2, 3, 4, 5;
 
 -- +goose StatementBegin
@@ -128,4 +137,5 @@ DROP FUNCTION countersign_window_usage(text, boolean, text, timestamptz, text);
 DROP TRIGGER budget_holds_window_count ON budget_holds;
 DROP FUNCTION countersign_window_count();
 DROP TABLE window_buckets;
+ALTER TABLE budget_holds DROP COLUMN window_agent, DROP COLUMN window_payee;
 DROP FUNCTION countersign_window_bucket(timestamptz);
