@@ -32,7 +32,7 @@ type injectFlags struct {
 
 func defaultInjectFlags() *injectFlags {
 	return &injectFlags{listen: ":8443", pullPolicy: string(corev1.PullIfNotPresent), logLevel: "info", logFormat: "json",
-		cfg: inject.Config{EnvoyConfigKey: "envoy.yaml", RailsConfigKey: "rails.yaml", DatabaseKey: "url", HTTPPort: 15080}}
+		cfg: inject.Config{EnvoyConfigKey: "envoy.yaml", RailsConfigKey: "rails.yaml", DatabaseKey: "url", HTTPPort: 15080, AuditKeyKey: "key"}}
 }
 
 func newInject() *cobra.Command {
@@ -91,6 +91,9 @@ func (f *injectFlags) bind(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&f.railKeys, "rail-key", f.railKeys, "a rail account's key Secret, account=secret/key (repeat or comma-separate); mounted into countersign only")
 	fs.StringSliceVar(&f.baseURLs, "base-url", f.baseURLs, "an environment variable every agent container gets, NAME=http://host:15001 (repeat or comma-separate), e.g. STRIPE_API_BASE=http://stripe.egress.local:15001; a host name is aliased to 127.0.0.1")
 	fs.IntVar(&c.HTTPPort, "countersign-http-port", c.HTTPPort, "port of the injected Countersign's HTTP listener (its startup probe reads /readyz there)")
+	fs.StringVar(&c.DBPooler, "db-pooler", c.DBPooler, "the injected Countersign's --db-pooler: none, or pgbouncer when database-secret's URL points at PgBouncer in transaction pooling mode")
+	fs.StringVar(&c.AuditKeySecret, "audit-signing-key-secret", c.AuditKeySecret, "Secret (in the agent's namespace) holding the audit log's signing key (countersign audit keygen); mounted into countersign only. Empty: the injected sidecars do not seal the audit log")
+	fs.StringVar(&c.AuditKeyKey, "audit-signing-key-secret-key", c.AuditKeyKey, "key of the signing key in audit-signing-key-secret")
 	fs.StringVar(&f.logLevel, "log-level", f.logLevel, "log level: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", f.logFormat, "log format: json or text")
 }

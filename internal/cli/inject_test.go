@@ -51,6 +51,10 @@ func TestInjectFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	with, err := injectConfig(t, append(append([]string{}, goodInjectArgs...), "--db-pooler=pgbouncer", "--audit-signing-key-secret=countersign-audit")...)
+	if err != nil || with.DBPooler != "pgbouncer" || with.AuditKeySecret != "countersign-audit" || with.AuditKeyKey != "key" {
+		t.Fatalf("pooler and audit key flags: %+v, %v", with, err)
+	}
 	if len(cfg.RailKeys) != 2 || cfg.RailKeys[1] != (inject.RailKey{Account: "razorpay_main", Secret: "countersign-razorpay-main", Key: "key"}) ||
 		len(cfg.BaseURLs) != 2 || cfg.BaseURLs[0].Name != "STRIPE_API_BASE" || cfg.DatabaseKey != "url" || cfg.HTTPPort != 15080 {
 		t.Fatalf("config: %+v", cfg)
@@ -69,6 +73,11 @@ func TestInjectFlags(t *testing.T) {
 		{"no namespace", []string{"--namespace="}, "namespace must be"},
 		{"pull policy", []string{"--image-pull-policy=Sometimes"}, "image-pull-policy"},
 		{"database secret holds a rail key", []string{"--database-secret=countersign-stripe-main"}, "also the database-secret"},
+		{"unknown pooler", []string{"--db-pooler=pgpool"}, "db-pooler must be none or pgbouncer"},
+		{"audit key in the database secret", []string{"--audit-signing-key-secret=" + goodDatabaseSecret(t)}, "is also the database-secret"},
+		{"audit key in a rail key's secret", []string{"--audit-signing-key-secret=countersign-stripe-main"}, "is also rail-key stripe_main's Secret"},
+		{"audit key secret not a name", []string{"--audit-signing-key-secret=Not_A_Name"}, "audit-signing-key-secret must name a Secret"},
+		{"audit key without a key", []string{"--audit-signing-key-secret=countersign-audit", "--audit-signing-key-secret-key=.."}, "audit-signing-key-secret-key must be a Secret key"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -190,4 +199,16 @@ func writeCert(t *testing.T, certFile, keyFile string, serial int64) *x509.CertP
 	pool := x509.NewCertPool()
 	pool.AddCert(cert)
 	return pool
+}
+
+// goodDatabaseSecret is the database-secret goodInjectArgs name.
+func goodDatabaseSecret(t *testing.T) string {
+	t.Helper()
+	for _, a := range goodInjectArgs {
+		if v, ok := strings.CutPrefix(a, "--database-secret="); ok {
+			return v
+		}
+	}
+	t.Fatal("goodInjectArgs names no database-secret")
+	return ""
 }

@@ -41,6 +41,7 @@ const (
 	RailsVolume       = "countersign-rails"
 	EnvoyConfigVolume = "countersign-envoy-config"
 	TmpVolume         = "countersign-tmp"
+	AuditKeyVolume    = "countersign-audit-key"
 	railKeyVolume     = "countersign-rail-key-" // + index
 
 	SocketDir      = "/var/run/countersign"
@@ -48,6 +49,7 @@ const (
 	APISocket      = SocketDir + "/api.sock"
 	RailsDir       = "/etc/countersign"
 	RailKeyDir     = "/var/run/secrets/countersign/rails"
+	AuditKeyDir    = "/var/run/secrets/countersign/audit"
 	EnvoyConfigDir = "/etc/envoy-countersign"
 
 	// EnvoyPort is the egress listener of envoy/egress.yaml (127.0.0.1).
@@ -96,6 +98,14 @@ type Config struct {
 	// HTTPPort is Countersign's HTTP listener (/readyz for the startup
 	// probe, /metrics, owner REST).
 	HTTPPort int
+	// DBPooler is the injected serve's --db-pooler: "" or "none" (the URL
+	// names PostgreSQL), or "pgbouncer" (many sidecars on one ledger
+	// through PgBouncer in transaction pooling mode).
+	DBPooler string
+	// AuditKeySecret, when set, holds the audit log's note signer key under
+	// AuditKeyKey; it is mounted into countersign only and its sequencer
+	// seals the audit log. Empty: the injected serve does not seal.
+	AuditKeySecret, AuditKeyKey string
 }
 
 var (
@@ -176,6 +186,26 @@ func (c Config) Validate() error {
 	}
 	if c.HTTPPort < 1 || c.HTTPPort > 65535 || c.HTTPPort == EnvoyPort {
 		bad("countersign-http-port must be a port other than %d, got %d", EnvoyPort, c.HTTPPort)
+	}
+	switch c.DBPooler {
+	case "", "none", "pgbouncer":
+	default:
+		bad("db-pooler must be none or pgbouncer, got %q", c.DBPooler)
+	}
+	if c.AuditKeySecret != "" {
+		switch {
+		case !dnsSubdom.MatchString(c.AuditKeySecret) || len(c.AuditKeySecret) > 253:
+			bad("audit-signing-key-secret must name a Secret (a DNS subdomain), got %q", c.AuditKeySecret)
+		case !secretKey.MatchString(c.AuditKeyKey) || c.AuditKeyKey == "." || c.AuditKeyKey == "..":
+			bad("audit-signing-key-secret-key must be a Secret key, got %q", c.AuditKeyKey)
+		case c.AuditKeySecret == c.DatabaseSecret:
+			bad("audit-signing-key-secret %q is also the database-secret", c.AuditKeySecret)
+		}
+		for _, k := range c.RailKeys {
+			if k.Secret == c.AuditKeySecret {
+				bad("audit-signing-key-secret %q is also rail-key %s's Secret", c.AuditKeySecret, k.Account)
+			}
+		}
 	}
 	return errors.Join(errs...)
 }

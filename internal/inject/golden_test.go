@@ -34,7 +34,9 @@ func testConfig() Config {
 			{Name: "STRIPE_API_BASE", Value: "http://stripe.egress.local:15001"},
 			{Name: "RAZORPAY_API_BASE", Value: "http://razorpay.egress.local:15001"},
 		},
-		HTTPPort: 15080,
+		HTTPPort:       15080,
+		DBPooler:       "pgbouncer",
+		AuditKeySecret: "countersign-audit-key", AuditKeyKey: "key",
 	}
 }
 

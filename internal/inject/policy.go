@@ -85,7 +85,7 @@ func ours(name string) bool { return name == CountersignContainer || name == Env
 
 func ourVolume(name string) bool {
 	return name == SocketVolume || name == RailsVolume || name == EnvoyConfigVolume || name == TmpVolume ||
-		strings.HasPrefix(name, railKeyVolume)
+		name == AuditKeyVolume || strings.HasPrefix(name, railKeyVolume)
 }
 
 // Capabilities an agent container may not add: each lets a process reach

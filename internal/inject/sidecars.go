@@ -89,6 +89,17 @@ func build(cfg Config) injected {
 			LocalObjectReference: corev1.LocalObjectReference{Name: cfg.EnvoyConfigMap},
 			Items:                []corev1.KeyToPath{{Key: cfg.EnvoyConfigKey, Path: cfg.EnvoyConfigKey}}}}},
 	}
+	if cfg.DBPooler == "pgbouncer" {
+		cs.Env = append(cs.Env, corev1.EnvVar{Name: "COUNTERSIGN_DB_POOLER", Value: cfg.DBPooler})
+	}
+	if cfg.AuditKeySecret != "" {
+		// The audit log's signing key, like the rail keys: countersign's alone.
+		cs.Env = append(cs.Env, corev1.EnvVar{Name: "COUNTERSIGN_AUDIT_SIGNING_KEY", Value: AuditKeyDir + "/key"})
+		cs.VolumeMounts = append(cs.VolumeMounts, corev1.VolumeMount{Name: AuditKeyVolume, MountPath: AuditKeyDir, ReadOnly: true})
+		keyVols = append(keyVols, corev1.Volume{Name: AuditKeyVolume, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: cfg.AuditKeySecret, Items: []corev1.KeyToPath{{Key: cfg.AuditKeyKey, Path: "key"}}, DefaultMode: ptr(int32(0o444)),
+		}}})
+	}
 	vols = append(vols, keyVols...)
 	vols = append(vols, corev1.Volume{Name: TmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr(resource.MustParse("16Mi"))}}})
 
