@@ -104,7 +104,9 @@ func TestInjectedPodInvariants(t *testing.T) {
 			// The ledger through PgBouncer, and the audit log's signing key,
 			// a Secret file of countersign's (checked with the rail keys below).
 			if env(cs.Env, "COUNTERSIGN_DB_POOLER") != "pgbouncer" || env(cs.Env, "COUNTERSIGN_AUDIT_SIGNING_KEY") != AuditKeyDir+"/key" ||
-				!slices.ContainsFunc(cs.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == AuditKeyVolume && m.MountPath == AuditKeyDir && m.ReadOnly }) ||
+				!slices.ContainsFunc(cs.VolumeMounts, func(m corev1.VolumeMount) bool {
+					return m.Name == AuditKeyVolume && m.MountPath == AuditKeyDir && m.ReadOnly
+				}) ||
 				!slices.ContainsFunc(p.Spec.Volumes, func(v corev1.Volume) bool { return v.Secret != nil && v.Secret.SecretName == cfg.AuditKeySecret }) {
 				t.Errorf("countersign has not got the pooler setting and the audit signing key: %v %v", cs.Env, cs.VolumeMounts)
 			}
