@@ -85,7 +85,18 @@ func (e *Engine) fresh(ctx context.Context, pr *proposal) (out Outcome, done boo
 	in = gate.Uncounted(in)
 	v := verdictOf(gate.Evaluate(in, e.opts.Advisors...))
 	if v.Verdict == Block {
-		// Recorded by record: one write. Counts can only add to a refusal.
+		// Counts can only add to a refusal. But the action may exist
+		// already under another alias (a refund named by its charge, the
+		// same action as one named by its payment): its answer is the
+		// intent's (a replay), not the gates'. An early refusal never gets
+		// here; this read is for a refusal after the rail read.
+		switch _, err := e.ledger.Intent(ctx, pr.key); {
+		case err == nil:
+			return Outcome{}, false
+		case !errors.Is(err, ledger.ErrNotFound):
+			return e.ledgerFailed(acct, req, "intent", err), true
+		}
+		// Recorded by record: one write.
 		return e.answer(acct, req, decided{gates: &v}, rail.Stamped{}), true
 	}
 	if m != nil {

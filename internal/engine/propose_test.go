@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -39,6 +42,7 @@ type rig struct {
 	mandateHash string
 	url         string
 	mock        *mockrail.Server
+	railURL     string
 }
 
 func newRig(t *testing.T, shape ...func(*countersignv1.Mandate)) *rig {
@@ -102,7 +106,7 @@ func newRig(t *testing.T, shape ...func(*countersignv1.Mandate)) *rig {
 		t.Fatal(err)
 	}
 	e := New(store, Options{Rails: rs, LeaseOwner: "engine-test", LeaseTTL: time.Minute}, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.New())
-	return &rig{e: e, store: store, secret: secret, mandateHash: rec.Hash, url: url, mock: mock}
+	return &rig{e: e, store: store, secret: secret, mandateHash: rec.Hash, url: url, mock: mock, railURL: ts.URL}
 }
 
 // refund is the same refund of 10.00 USD on pi_1 every time.
@@ -362,5 +366,51 @@ func TestRefundsOfOnePaymentNeverOverlap(t *testing.T) {
 		if outs[0].Verdict != Allow && outs[1].Verdict != Allow {
 			t.Fatalf("pair %d: neither allowed: %s %s / %s %s", i, outs[0].ReasonCode, outs[0].Reason, outs[1].ReasonCode, outs[1].Reason)
 		}
+	}
+}
+
+// TestAppliedActionUnderAnotherNameIsReplayed: a refund named by its
+// charge is the action already applied by name of its payment; with the
+// rail now showing too little refundable for it, the answer is still the
+// stored replay, not the value gate's refusal.
+func TestAppliedActionUnderAnotherNameIsReplayed(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	if _, err := r.mock.AddPayment(mockrail.Payment{Rail: mockrail.Stripe, ID: "pi_dup", ChargeID: "ch_dup", Amount: 1000, Currency: "usd"}); err != nil {
+		t.Fatal(err)
+	}
+	req := r.refund()
+	req.Body = []byte("payment_intent=pi_dup&amount=600")
+	first := r.e.Decide(ctx, req)
+	if first.Verdict != Allow {
+		t.Fatalf("first = %s %s", first.ReasonCode, first.Reason)
+	}
+	// Send it to the rail as Envoy would: stamped, with the rail key.
+	body := string(req.Body) + "&" + url.QueryEscape(first.Intent.BodyField) + "=" + url.QueryEscape(first.Intent.BodyValue)
+	hr, err := http.NewRequestWithContext(ctx, "POST", r.railURL+"/v1/refunds", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hr.Header.Set("content-type", "application/x-www-form-urlencoded")
+	for k, v := range first.SetHeaders {
+		hr.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(hr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("rail answered %d %s (%v)", resp.StatusCode, rb, err)
+	}
+	if it, _, err := r.e.Commit(ctx, *first.Intent, rail.Response{Status: 200, Headers: map[string]string{"content-type": "application/json"}, Body: rb}); err != nil || it.State != intent.Applied {
+		t.Fatalf("commit = %s, %v", it.State, err)
+	}
+	again := r.refund()
+	again.Body = []byte("charge=ch_dup&amount=600")
+	dup := r.e.Decide(ctx, again)
+	if !dup.Replayed || dup.ReasonCode != ReasonDuplicateApplied {
+		t.Fatalf("the same refund named by its charge = %s %s (%s); want the replay of the applied one", dup.Verdict, dup.ReasonCode, dup.Reason)
 	}
 }
