@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -345,6 +346,14 @@ func TestWindowCountOfPlacedHolds(t *testing.T) {
 	// Voiding a voided hold again changes nothing: it is not uncounted twice.
 	if _, err := s.pool.Exec(ctx, `UPDATE budget_holds SET state = 'voided' WHERE sik = $1`, its[1].SIK); err != nil {
 		t.Fatal(err)
+	}
+	want(2, 400)
+	// What a hold is counted under never changes.
+	for _, set := range []string{"agent_id = 'agent_b'", "payee_key = 'pi_2'", "subject = 'pi_2'", "created_at = created_at - interval '1 hour'",
+		"window_agent = false", "window_payee = false"} {
+		if _, err := s.pool.Exec(ctx, `UPDATE budget_holds SET `+set+` WHERE sik = $1`, its[0].SIK); err == nil || !strings.Contains(err.Error(), "immutable") {
+			t.Errorf("UPDATE budget_holds SET %s: %v, want it refused as immutable", set, err)
+		}
 	}
 	want(2, 400)
 }

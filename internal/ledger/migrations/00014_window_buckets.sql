@@ -88,6 +88,25 @@ $$;
 
 -- No hold is written between the backfill and the trigger: the lock waits
 -- for the writers in progress and holds off new ones until this commits.
+-- +goose StatementBegin
+-- countersign_hold_keys_guard: what a hold is counted under (its agent, its
+-- payee key, its subject, its time and its counted scopes) never changes
+-- either (countersign_hold_guard keeps the rest but its settlement).
+CREATE FUNCTION countersign_hold_keys_guard() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF (NEW.agent_id, NEW.payee_key, NEW.subject, NEW.created_at, NEW.window_agent, NEW.window_payee)
+       IS DISTINCT FROM (OLD.agent_id, OLD.payee_key, OLD.subject, OLD.created_at, OLD.window_agent, OLD.window_payee) THEN
+        RAISE EXCEPTION 'a budget hold is immutable but for its settlement' USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END;
+$$;
+-- +goose StatementEnd
+
+CREATE TRIGGER budget_holds_keys_guard BEFORE UPDATE OF agent_id, payee_key, subject, created_at, window_agent, window_payee ON budget_holds
+    FOR EACH ROW EXECUTE FUNCTION countersign_hold_keys_guard();
+
 LOCK TABLE budget_holds IN SHARE ROW EXCLUSIVE MODE;
 
 CREATE TRIGGER budget_holds_window_count
@@ -136,6 +155,8 @@ $$;
 DROP FUNCTION countersign_window_usage(text, boolean, text, timestamptz, text);
 DROP TRIGGER budget_holds_window_count ON budget_holds;
 DROP FUNCTION countersign_window_count();
+DROP TRIGGER budget_holds_keys_guard ON budget_holds;
+DROP FUNCTION countersign_hold_keys_guard();
 DROP TABLE window_buckets;
 ALTER TABLE budget_holds DROP COLUMN window_agent, DROP COLUMN window_payee;
 DROP FUNCTION countersign_window_bucket(timestamptz);
