@@ -33,8 +33,15 @@ build:
 	$(GO) build -buildvcs=$(BUILDVCS) -o $(BIN)/mockrail ./cmd/mockrail
 
 ## test: every test, against a real throwaway PostgreSQL, then each fuzz target briefly, then the simulation
+## and the benchmark's harness with half-second cells (its checks, not its figures)
 test: test-go fuzz
 	$(MAKE) sim SIM_RESULTS=
+	$(MAKE) bench-smoke
+
+## bench-smoke: make bench's whole run with half-second cells and no RESULTS.md: every
+## operation must succeed and every ALLOW end APPLIED, as in the real run
+bench-smoke:
+	COUNTERSIGN_BENCH=1 BENCH_SECONDS=0.5 BENCH_RESULTS= $(GO) test -count=1 -timeout 10m -run '^TestBench$$' ./e2e/bench/
 
 # stripe-mock (a go.mod tool) proves stamped Stripe requests are valid
 # Stripe requests; the simulation runs 100 seeds here under -race, and

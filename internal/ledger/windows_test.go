@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"pgregory.net/rapid"
 
 	"github.com/countersign/countersign/internal/testing/pgtest"
@@ -469,65 +468,29 @@ func TestWindowBucketsMigrationCountsExistingHolds(t *testing.T) {
 	}
 }
 
-// TestWindowCountCost logs what one window count costs with 5000 holds in
-// the window, counted every hold the old way and bucketed. A measurement,
-// not an assertion.
-func TestWindowCountCost(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a measurement")
-	}
+// TestWindowCountOfAFullHour: 5000 holds over the last hour, a hot
+// mandate's window, counted from the minute counters equal counting every
+// hold, calls and amount.
+func TestWindowCountOfAFullHour(t *testing.T) {
 	f := newWindowFixture(t)
 	ctx := context.Background()
 	mandate := fmt.Sprintf("%064x", 13)
 	now := time.Now()
-	// 5000 holds spread over the last hour, as a hot mandate at ~1.4/s.
 	if _, err := f.s.pool.Exec(ctx, `
 		INSERT INTO budget_holds (rail_account, sik, hold_seq, mandate_hash, agent_id, payee_key, subject, currency, amount_minor, budgeted, created_at)
 		SELECT $1, $2, i, $3, 'agent_a', 'acct_p1', 'pi_1', 'USD', 100, false, $4::timestamptz - (i * interval '719 milliseconds')
 		FROM generate_series(1, 5000) i`, f.it.RailAccount, f.it.SIK, mandate, now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.s.pool.Exec(ctx, `VACUUM ANALYZE budget_holds`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.s.pool.Exec(ctx, `VACUUM ANALYZE window_buckets`); err != nil {
-		t.Fatal(err)
-	}
 	since := now.Add(-time.Hour)
-	const rounds = 300
-	measure := func(name string, count func(tx pgx.Tx) (int64, error)) time.Duration {
-		conn, err := f.s.pool.Acquire(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Release()
-		tx, err := conn.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = tx.Rollback(ctx) }()
-		var took time.Duration
-		for i := range rounds + 20 {
-			start := time.Now()
-			calls, err := count(tx)
-			if err != nil || calls != 5000 {
-				t.Fatalf("%s: %d calls, %v", name, calls, err)
-			}
-			if i >= 20 { // the first ones prepare and warm up
-				took += time.Since(start)
-			}
-		}
-		return took / rounds
+	var oldCalls, oldAmount, calls, amount int64
+	if err := f.s.pool.QueryRow(ctx, directWindowSQL(false), mandate, "agent_a", since, "USD").Scan(&oldCalls, &oldAmount); err != nil {
+		t.Fatal(err)
 	}
-	old := measure("every hold", func(tx pgx.Tx) (n int64, err error) {
-		var a int64
-		err = tx.QueryRow(ctx, directWindowSQL(false), mandate, "agent_a", since, "USD").Scan(&n, &a)
-		return n, err
-	})
-	bucketed := measure("bucketed", func(tx pgx.Tx) (n int64, err error) {
-		var a int64
-		err = tx.QueryRow(ctx, `SELECT calls, amount_minor FROM `+windowUsageSQL, mandate, false, "agent_a", since, "USD").Scan(&n, &a)
-		return n, err
-	})
-	t.Logf("one window count over 5000 holds in a 1 h window, per call with its round trip: every hold %v, bucketed %v", old, bucketed)
+	if err := f.s.pool.QueryRow(ctx, `SELECT calls, amount_minor FROM `+windowUsageSQL, mandate, false, "agent_a", since, "USD").Scan(&calls, &amount); err != nil {
+		t.Fatal(err)
+	}
+	if oldCalls != 5000 || calls != oldCalls || amount != oldAmount {
+		t.Fatalf("bucketed %d calls, %d; every hold %d calls, %d; want 5000 calls and the same amount", calls, amount, oldCalls, oldAmount)
+	}
 }
