@@ -195,7 +195,7 @@ refuse "injector.tls.secret.name is required" "${inj[@]}" --set injector.tls.mod
 refuse "injector.tls.secret.caBundle is required" "${inj[@]}" --set injector.tls.mode=secret --set injector.tls.secret.name=tls
 refuse "caBundle must be base64 of a PEM certificate" "${inj[@]}" --set injector.tls.mode=secret --set injector.tls.secret.name=tls --set injector.tls.secret.caBundle=bm90IGEgY2VydA==
 refuse "/injector/timeoutSeconds.: maximum: got 31, want 30" "${inj[@]}" --set injector.timeoutSeconds=31
-refuse "/injector/tls/mode.: value must be one of" "${inj[@]}" --set injector.tls.mode=self
+refuse "/injector/tls/mode.: value must be one of" "${inj[@]}" --set injector.tls.mode=vault
 
 # A setting the chart renders but Countersign refuses must fail the check.
 step "a setting serve refuses"

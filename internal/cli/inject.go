@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strings"
 	"time"
 
@@ -19,19 +20,24 @@ import (
 	"github.com/countersign/countersign/internal/config"
 	"github.com/countersign/countersign/internal/inject"
 	"github.com/countersign/countersign/internal/logging"
+	"github.com/countersign/countersign/internal/webhookcert"
 )
 
 // injectFlags are `countersign inject`'s settings as the flags spell them.
 type injectFlags struct {
 	listen, certFile, keyFile string
-	pullPolicy                string
-	railKeys, baseURLs        []string
-	logLevel, logFormat       string
-	cfg                       inject.Config
+	// tlsMode "files" serves certFile/keyFile (cert-manager, or a Secret
+	// of the operator's); "self" makes and renews its own (webhookcert).
+	tlsMode, tlsSecret, webhookConfig, service string
+	certSync                                   time.Duration
+	pullPolicy                                 string
+	railKeys, baseURLs                         []string
+	logLevel, logFormat                        string
+	cfg                                        inject.Config
 }
 
 func defaultInjectFlags() *injectFlags {
-	return &injectFlags{listen: ":8443", pullPolicy: string(corev1.PullIfNotPresent), logLevel: "info", logFormat: "json",
+	return &injectFlags{listen: ":8443", tlsMode: "files", certSync: time.Minute, pullPolicy: string(corev1.PullIfNotPresent), logLevel: "info", logFormat: "json",
 		cfg: inject.Config{EnvoyConfigKey: "envoy.yaml", RailsConfigKey: "rails.yaml", DatabaseKey: "url", HTTPPort: 15080, AuditKeyKey: "key"}}
 }
 
@@ -56,17 +62,17 @@ func newInject() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("invalid configuration:\n%w", err)
 			}
-			pair, err := inject.LoadKeyPair(f.certFile, f.keyFile)
+			log := logging.New(cmd.ErrOrStderr(), f.logFormat, f.logLevel)
+			getCert, err := f.certificates(cmd.Context(), cfg.Namespace, log)
 			if err != nil {
 				return err
 			}
-			log := logging.New(cmd.ErrOrStderr(), f.logFormat, f.logLevel)
 			lis, err := (&net.ListenConfig{}).Listen(cmd.Context(), "tcp", f.listen)
 			if err != nil {
 				return fmt.Errorf("listen-addr %s: %w", f.listen, err)
 			}
 			log.Info("injector listening", "addr", lis.Addr().String(), "namespace", cfg.Namespace, "version", cfg.Version)
-			return ServeInject(cmd.Context(), lis, pair, cfg, log)
+			return ServeInject(cmd.Context(), lis, getCert, cfg, log)
 		},
 	}
 	f.bind(cmd.Flags())
@@ -76,8 +82,13 @@ func newInject() *cobra.Command {
 func (f *injectFlags) bind(fs *pflag.FlagSet) {
 	c := &f.cfg
 	fs.StringVar(&f.listen, "listen-addr", f.listen, "HTTPS listen address of the webhook (the API server calls webhooks over TLS only)")
-	fs.StringVar(&f.certFile, "tls-cert-file", f.certFile, "PEM certificate of the webhook, for the Service name the API server calls (read again when it changes)")
-	fs.StringVar(&f.keyFile, "tls-key-file", f.keyFile, "PEM private key of tls-cert-file")
+	fs.StringVar(&f.tlsMode, "tls-mode", f.tlsMode, "where the webhook's serving certificate comes from: files (tls-cert-file and tls-key-file, e.g. a Secret cert-manager renews) or self (the injector makes a CA and a leaf in tls-secret, renews them, and writes the CA into webhook-config's caBundle; needs its service account)")
+	fs.StringVar(&f.certFile, "tls-cert-file", f.certFile, "tls-mode files: PEM certificate of the webhook, for the Service name the API server calls (read again when it changes)")
+	fs.StringVar(&f.keyFile, "tls-key-file", f.keyFile, "tls-mode files: PEM private key of tls-cert-file")
+	fs.StringVar(&f.tlsSecret, "tls-secret", f.tlsSecret, "tls-mode self: the Secret in namespace the replicas keep their CA and leaf in")
+	fs.StringVar(&f.webhookConfig, "webhook-config", f.webhookConfig, "tls-mode self: the MutatingWebhookConfiguration whose webhooks' caBundle the injector writes")
+	fs.StringVar(&f.service, "service", f.service, "tls-mode self: the Service the API server calls the webhook by (the leaf is for <service>.<namespace>.svc)")
+	fs.DurationVar(&f.certSync, "cert-sync-interval", f.certSync, "tls-mode self: how often the Secret and caBundle are checked and renewed (10s-1h)")
 	fs.StringVar(&c.Namespace, "namespace", c.Namespace, "the injector's own namespace, never injected (kube-system never is either)")
 	fs.StringVar(&c.CountersignImage, "countersign-image", c.CountersignImage, "image of the injected countersign container, pinned (repository:tag or @sha256:…)")
 	fs.StringVar(&c.EnvoyImage, "envoy-image", c.EnvoyImage, "image of the injected Envoy container, pinned (e.g. envoyproxy/envoy:distroless-v1.40.2)")
@@ -104,8 +115,25 @@ func (f *injectFlags) config() (inject.Config, error) {
 	cfg.Version = Version
 	cfg.PullPolicy = corev1.PullPolicy(f.pullPolicy)
 	var errs []error
-	if f.certFile == "" || f.keyFile == "" {
-		errs = append(errs, errors.New("tls-cert-file and tls-key-file are required: the API server calls webhooks over HTTPS only"))
+	switch f.tlsMode {
+	case "files":
+		if f.certFile == "" || f.keyFile == "" {
+			errs = append(errs, errors.New("tls-cert-file and tls-key-file are required with tls-mode files: the API server calls webhooks over HTTPS only"))
+		}
+	case "self":
+		if f.certFile != "" || f.keyFile != "" {
+			errs = append(errs, errors.New("tls-cert-file and tls-key-file are for tls-mode files; tls-mode self makes its own"))
+		}
+		for _, v := range []struct{ flag, value string }{{"tls-secret", f.tlsSecret}, {"webhook-config", f.webhookConfig}, {"service", f.service}} {
+			if !validName(v.value) {
+				errs = append(errs, fmt.Errorf("%s must be a Kubernetes object name with tls-mode self, got %q", v.flag, v.value))
+			}
+		}
+		if f.certSync < 10*time.Second || f.certSync > time.Hour {
+			errs = append(errs, fmt.Errorf("cert-sync-interval must be between 10s and 1h, got %s", f.certSync))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("tls-mode must be files or self, got %q", f.tlsMode))
 	}
 	if _, _, err := net.SplitHostPort(f.listen); err != nil {
 		errs = append(errs, fmt.Errorf("listen-addr must be host:port, got %q", f.listen))
@@ -139,8 +167,37 @@ func (f *injectFlags) config() (inject.Config, error) {
 	return cfg, errors.Join(errs...)
 }
 
-// ServeInject serves the webhook over TLS on lis until ctx ends.
-func ServeInject(ctx context.Context, lis net.Listener, pair *inject.KeyPair, cfg inject.Config, log *slog.Logger) error {
+// validName is a DNS subdomain name, as Kubernetes names Secrets, Services
+// and webhook configurations.
+func validName(s string) bool {
+	return len(s) <= 253 && objectName.MatchString(s)
+}
+
+var objectName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+
+// certificates is the webhook's GetCertificate: files read again when they
+// change, or webhookcert's manager renewing in the background.
+func (f *injectFlags) certificates(ctx context.Context, namespace string, log *slog.Logger) (func(*tls.ClientHelloInfo) (*tls.Certificate, error), error) {
+	if f.tlsMode == "files" {
+		pair, err := inject.LoadKeyPair(f.certFile, f.keyFile)
+		if err != nil {
+			return nil, err
+		}
+		return pair.GetCertificate, nil
+	}
+	kube, err := webhookcert.InCluster()
+	if err != nil {
+		return nil, err
+	}
+	m := &webhookcert.Manager{Kube: kube, Namespace: namespace, SecretName: f.tlsSecret, WebhookConfig: f.webhookConfig,
+		DNSNames: webhookcert.ServiceNames(f.service, namespace), Policy: webhookcert.DefaultPolicy, Log: log}
+	go m.Run(ctx, f.certSync, nil)
+	return m.GetCertificate, nil
+}
+
+// ServeInject serves the webhook over TLS on lis until ctx ends, with the
+// serving certificate getCert gives.
+func ServeInject(ctx context.Context, lis net.Listener, getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error), cfg inject.Config, log *slog.Logger) error {
 	srv := &http.Server{
 		Handler:           inject.NewMux(cfg, log),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -148,7 +205,7 @@ func ServeInject(ctx context.Context, lis net.Listener, pair *inject.KeyPair, cf
 		WriteTimeout:      10 * time.Second,
 		IdleTimeout:       90 * time.Second,
 		MaxHeaderBytes:    16 << 10,
-		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: pair.GetCertificate},
+		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCert},
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	done := make(chan error, 1)

@@ -35,6 +35,12 @@ var goodInjectArgs = []string{
 	"--base-url=STRIPE_API_BASE=http://stripe.egress.local:15001,RAZORPAY_API_BASE=http://razorpay.egress.local:15001",
 }
 
+// selfTLS turns goodInjectArgs to tls-mode self, then applies more.
+func selfTLS(more ...string) []string {
+	return append([]string{"--tls-cert-file=", "--tls-key-file=", "--tls-mode=self", "--tls-secret=countersign-injector-tls",
+		"--webhook-config=countersign-injector", "--service=countersign-injector"}, more...)
+}
+
 func injectConfig(t *testing.T, args ...string) (inject.Config, error) {
 	t.Helper()
 	f := defaultInjectFlags()
@@ -55,6 +61,9 @@ func TestInjectFlags(t *testing.T) {
 	if err != nil || with.DBPooler != "pgbouncer" || with.AuditKeySecret != "countersign-audit" || with.AuditKeyKey != "key" {
 		t.Fatalf("pooler and audit key flags: %+v, %v", with, err)
 	}
+	if _, err := injectConfig(t, append(append([]string{}, goodInjectArgs...), selfTLS()...)...); err != nil {
+		t.Fatalf("tls-mode self: %v", err)
+	}
 	if len(cfg.RailKeys) != 2 || cfg.RailKeys[1] != (inject.RailKey{Account: "razorpay_main", Secret: "countersign-razorpay-main", Key: "key"}) ||
 		len(cfg.BaseURLs) != 2 || cfg.BaseURLs[0].Name != "STRIPE_API_BASE" || cfg.DatabaseKey != "url" || cfg.HTTPPort != 15080 {
 		t.Fatalf("config: %+v", cfg)
@@ -65,6 +74,12 @@ func TestInjectFlags(t *testing.T) {
 		want string
 	}{
 		{"no TLS", []string{"--tls-cert-file="}, "tls-cert-file and tls-key-file are required"},
+		{"unknown TLS mode", []string{"--tls-mode=cert-manager"}, "tls-mode must be files or self"},
+		{"self with files", selfTLS("--tls-cert-file=/tls/tls.crt"), "are for tls-mode files"},
+		{"self without a Secret", selfTLS("--tls-secret="), "tls-secret must be a Kubernetes object name"},
+		{"self with a bad webhook name", selfTLS("--webhook-config=Countersign_Injector"), "webhook-config must be a Kubernetes object name"},
+		{"self without a Service", selfTLS("--service="), "service must be a Kubernetes object name"},
+		{"self syncing too often", selfTLS("--cert-sync-interval=1s"), "cert-sync-interval must be between 10s and 1h"},
 		{"rail key without a key", []string{"--rail-key=stripe_main=countersign-stripe-main"}, "account=secret/key"},
 		{"base URL without a value", []string{"--base-url=STRIPE_API_BASE"}, "NAME=URL"},
 		{"base URL to the rail itself", []string{"--base-url=STRIPE_API_BASE=https://api.stripe.com"}, "must be http://host:15001"},
@@ -111,7 +126,9 @@ func TestServeInjectOverTLS(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- ServeInject(ctx, lis, pair, cfg, logging.New(os.Stderr, "text", "error")) }()
+	go func() {
+		done <- ServeInject(ctx, lis, pair.GetCertificate, cfg, logging.New(os.Stderr, "text", "error"))
+	}()
 
 	review, err := os.ReadFile("../inject/testdata/ns-basic.in.json")
 	if err != nil {

@@ -126,7 +126,7 @@ func one(flags map[string][]string, name string) string {
 }
 
 func checkInjectorMode(r *result, docs []map[string]any, objs []object) *injector {
-	var deployments, services, pdbs, certs, jobs []object
+	var deployments, services, pdbs, certs, jobs, rbac []object
 	var mwcs []webhookConfiguration
 	configMaps := map[string]map[string]object{} // namespace -> name -> ConfigMap
 	for i, o := range objs {
@@ -152,9 +152,7 @@ func checkInjectorMode(r *result, docs []map[string]any, objs []object) *injecto
 				mwcs = append(mwcs, w)
 			}
 		case "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding":
-			// The injector reads nothing from the API server and patches
-			// nothing (cert-manager or the operator fills caBundle).
-			r.ok(invRBAC, false, "%s/%s: the injector calls no Kubernetes API and needs no RBAC", o.Kind, o.Metadata.Name)
+			rbac = append(rbac, o)
 		case "Secret":
 			r.ok(invInjectorSecret, false, "Secret/%s: the chart renders no Secret (rail keys, the ledger URL and the certificate are the operator's or cert-manager's)", o.Metadata.Name)
 		}
@@ -240,7 +238,16 @@ func checkInjectorMode(r *result, docs []map[string]any, objs []object) *injecto
 		tlsSecret, tlsVolume = sec, v.Name
 	}
 	r.ok(invInjectorSecret, len(c.secretsRead()) == 0, "%s: the injector reads Secrets %v through its environment", where, c.secretsRead())
-	checkInjectorTLS(r, where, c, inj, tlsVolume, tlsSecret, mwcs[0], certs, ns, volumes)
+	if one(flags, "tls-mode") == "self" {
+		checkSelfTLS(r, where, docs, objs, rbac, flags, s, tlsSecret, mwcs[0], ns)
+	} else {
+		for _, o := range rbac {
+			// The injector reads nothing from the API server and patches
+			// nothing (cert-manager or the operator fills caBundle).
+			r.ok(invRBAC, false, "%s/%s: the injector calls no Kubernetes API and needs no RBAC", o.Kind, o.Metadata.Name)
+		}
+		checkInjectorTLS(r, where, c, inj, tlsVolume, tlsSecret, mwcs[0], certs, ns, volumes)
+	}
 
 	// The Service the webhooks call, the port behind it, the probes.
 	listen := one(flags, "listen-addr")
@@ -530,4 +537,122 @@ func checkSidecarConfig(r *result, where string, flags map[string][]string, conf
 		}
 	}
 	_ = namespaces // none is allowed: the operator then creates them (README)
+}
+
+// selfTLSInjector: a pod running `countersign inject --tls-mode=self`.
+func selfTLSInjector(s podSpec) bool {
+	for _, c := range s.Containers {
+		if flags, ok := injectFlags(c.Args); ok && one(flags, "tls-mode") == "self" {
+			return true
+		}
+	}
+	return false
+}
+
+type rbacRule struct {
+	APIGroups     []string `json:"apiGroups"`
+	Resources     []string `json:"resources"`
+	ResourceNames []string `json:"resourceNames"`
+	Verbs         []string `json:"verbs"`
+}
+
+type rbacObject struct {
+	Kind     string `json:"kind"`
+	Metadata struct {
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+	} `json:"metadata"`
+	Rules   []rbacRule `json:"rules"`
+	RoleRef struct {
+		Kind string `json:"kind"`
+		Name string `json:"name"`
+	} `json:"roleRef"`
+	Subjects []struct {
+		Kind      string `json:"kind"`
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+	} `json:"subjects"`
+}
+
+// checkSelfTLS: an injector keeping its own certificate (webhookcert) gets
+// a token and exactly this RBAC, bound to its service account and nothing
+// else: create Secrets in its namespace (create cannot be limited to a
+// name), get and update its certificate Secret, get and patch its own
+// webhook configuration. It mounts no certificate; the webhook
+// configuration carries no caBundle of the chart's (helm would write it
+// back over the injector's on every upgrade); and the names it is given
+// are the ones rendered.
+func checkSelfTLS(r *result, where string, docs []map[string]any, objs []object, rbac []object, flags map[string][]string, s podSpec, tlsSecret string, mwc webhookConfiguration, ns string) {
+	r.ok(invWebhookTLS, s.AutomountServiceAccountToken != nil && *s.AutomountServiceAccountToken,
+		"%s: --tls-mode=self needs its service account token (automountServiceAccountToken: true)", where)
+	r.ok(invWebhookTLS, one(flags, "tls-cert-file") == "" && one(flags, "tls-key-file") == "" && tlsSecret == "",
+		"%s: --tls-mode=self makes its own certificate: no --tls-cert-file, --tls-key-file or certificate volume", where)
+	r.ok(invWebhookTLS, one(flags, "webhook-config") == mwc.Metadata.Name,
+		"%s: --webhook-config %q, but the chart renders MutatingWebhookConfiguration %q", where, one(flags, "webhook-config"), mwc.Metadata.Name)
+	_, annotated := mwc.Metadata.Annotations["cert-manager.io/inject-ca-from"]
+	r.ok(invWebhookTLS, !annotated, "MutatingWebhookConfiguration %s: cert-manager's CA injection beside --tls-mode=self: two writers of caBundle", mwc.Metadata.Name)
+	for _, w := range mwc.Webhooks {
+		r.ok(invWebhookTLS, w.ClientConfig.CABundle == "", "webhook %s: a rendered caBundle beside --tls-mode=self: every helm upgrade would write it back over the injector's", w.Name)
+		if w.ClientConfig.Service != nil {
+			r.ok(invWebhookTLS, one(flags, "service") == w.ClientConfig.Service.Name,
+				"%s: --service %q, but webhook %s calls Service %q: the leaf would be for another name", where, one(flags, "service"), w.Name, w.ClientConfig.Service.Name)
+		}
+	}
+	sa := s.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	secret := one(flags, "tls-secret")
+	var roles, clusterRoles, bindings, clusterBindings []rbacObject
+	for i, o := range objs {
+		if !slices.ContainsFunc(rbac, func(x object) bool { return x.Kind == o.Kind && x.Metadata.Name == o.Metadata.Name }) {
+			continue
+		}
+		var ro rbacObject
+		if !r.ok(invParse, decode(docs[i], &ro) == nil, "%s/%s does not parse", o.Kind, o.Metadata.Name) {
+			continue
+		}
+		switch ro.Kind {
+		case "Role":
+			roles = append(roles, ro)
+		case "ClusterRole":
+			clusterRoles = append(clusterRoles, ro)
+		case "RoleBinding":
+			bindings = append(bindings, ro)
+		case "ClusterRoleBinding":
+			clusterBindings = append(clusterBindings, ro)
+		}
+	}
+	wantRole := []rbacRule{
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, ResourceNames: []string{secret}, Verbs: []string{"get", "update"}},
+	}
+	wantClusterRole := []rbacRule{
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, ResourceNames: []string{mwc.Metadata.Name}, Verbs: []string{"get", "patch"}},
+	}
+	if r.ok(invRBAC, len(roles) == 1 && len(clusterRoles) == 1 && len(bindings) == 1 && len(clusterBindings) == 1,
+		"--tls-mode=self: want one Role, ClusterRole, RoleBinding and ClusterRoleBinding, got %d, %d, %d and %d", len(roles), len(clusterRoles), len(bindings), len(clusterBindings)) {
+		r.ok(invRBAC, roles[0].Metadata.Namespace == ns && rulesEqual(roles[0].Rules, wantRole),
+			"Role %s: rules %+v, want exactly %+v in namespace %s", roles[0].Metadata.Name, roles[0].Rules, wantRole, ns)
+		r.ok(invRBAC, rulesEqual(clusterRoles[0].Rules, wantClusterRole),
+			"ClusterRole %s: rules %+v, want exactly %+v", clusterRoles[0].Metadata.Name, clusterRoles[0].Rules, wantClusterRole)
+		for _, b := range []struct {
+			binding  rbacObject
+			roleKind string
+			role     string
+		}{{bindings[0], "Role", roles[0].Metadata.Name}, {clusterBindings[0], "ClusterRole", clusterRoles[0].Metadata.Name}} {
+			bound := b.binding.RoleRef.Kind == b.roleKind && b.binding.RoleRef.Name == b.role && len(b.binding.Subjects) == 1 &&
+				b.binding.Subjects[0].Kind == "ServiceAccount" && b.binding.Subjects[0].Name == sa && b.binding.Subjects[0].Namespace == ns
+			r.ok(invRBAC, bound, "%s %s: must bind %s %s to the injector's service account %s/%s alone", b.binding.Kind, b.binding.Metadata.Name, b.roleKind, b.role, ns, sa)
+		}
+	}
+	r.ok(invWebhookTLS, secret != "" && len(roles) == 1 && len(roles[0].Rules) == 2 && slices.Equal(roles[0].Rules[1].ResourceNames, []string{secret}),
+		"%s: --tls-secret %q is not the Secret the Role lets it read and update", where, secret)
+}
+
+func rulesEqual(a, b []rbacRule) bool {
+	return slices.EqualFunc(a, b, func(x, y rbacRule) bool {
+		return slices.Equal(x.APIGroups, y.APIGroups) && slices.Equal(x.Resources, y.Resources) &&
+			slices.Equal(x.ResourceNames, y.ResourceNames) && slices.Equal(x.Verbs, y.Verbs)
+	})
 }

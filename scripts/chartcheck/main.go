@@ -184,6 +184,7 @@ type podSpec struct {
 	Containers                   []container      `json:"containers"`
 	Volumes                      []volume         `json:"volumes"`
 	AutomountServiceAccountToken *bool            `json:"automountServiceAccountToken"`
+	ServiceAccountName           string           `json:"serviceAccountName"`
 	EnableServiceLinks           *bool            `json:"enableServiceLinks"`
 	HostNetwork                  bool             `json:"hostNetwork"`
 	HostPID                      bool             `json:"hostPID"`
@@ -483,8 +484,13 @@ func checkPod(r *result, p pod) {
 	podNonRoot := s.SecurityContext != nil && s.SecurityContext.RunAsNonRoot != nil && *s.SecurityContext.RunAsNonRoot
 	r.ok(invNonRoot, s.SecurityContext == nil || s.SecurityContext.RunAsUser == nil || *s.SecurityContext.RunAsUser != 0,
 		"%s: pod runAsUser is 0", p.where)
-	r.ok(invNoToken, s.AutomountServiceAccountToken != nil && !*s.AutomountServiceAccountToken,
-		"%s: automountServiceAccountToken must be false (no container needs the Kubernetes API)", p.where)
+	// The one exception: an injector keeping its own certificate
+	// (--tls-mode=self), whose RBAC checkSelfTLS holds to its Secret and
+	// its webhook configuration.
+	if !selfTLSInjector(s) {
+		r.ok(invNoToken, s.AutomountServiceAccountToken != nil && !*s.AutomountServiceAccountToken,
+			"%s: automountServiceAccountToken must be false (no container needs the Kubernetes API)", p.where)
+	}
 	r.ok(invHardening, !s.HostNetwork && !s.HostPID && !s.HostIPC,
 		"%s: must not share the node's network, PID or IPC namespace", p.where)
 	r.ok(invHardening, s.ShareProcessNamespace == nil || !*s.ShareProcessNamespace,

@@ -184,7 +184,11 @@ var mutations = []mutation{
 func selfTest(docs []map[string]any) (int, error) {
 	ms := mutations
 	if slices.ContainsFunc(docs, func(o map[string]any) bool { return o["kind"] == "MutatingWebhookConfiguration" }) {
-		ms = injectorMutations
+		// Plus those of how the injector gets its certificate.
+		ms = slices.Concat(injectorMutations, injectorFilesMutations)
+		if inj, err := injectorPod(docs); err == nil && inj.arg("--tls-mode") == "--tls-mode=self" {
+			ms = slices.Concat(injectorMutations, injectorSelfMutations)
+		}
 	}
 	var errs []error
 	for _, m := range ms {

@@ -99,8 +99,11 @@ var injectorMutations = []mutation{
 			return err
 		}
 		secret, _, _ := strings.Cut(strings.SplitN(inj.arg("--rail-key"), "=", 3)[2], "/")
-		inj.spec["volumes"] = append(inj.spec["volumes"].([]any), map[string]any{"name": "leak", "secret": map[string]any{"secretName": secret}})
-		inj.c["volumeMounts"] = append(inj.c["volumeMounts"].([]any), map[string]any{"name": "leak", "mountPath": "/leak"})
+		// (A --tls-mode=self injector has no volumes of its own.)
+		vols, _ := inj.spec["volumes"].([]any)
+		mounts, _ := inj.c["volumeMounts"].([]any)
+		inj.spec["volumes"] = append(vols, map[string]any{"name": "leak", "secret": map[string]any{"secretName": secret}})
+		inj.c["volumeMounts"] = append(mounts, map[string]any{"name": "leak", "mountPath": "/leak"})
 		return nil
 	}},
 	{"the ledger URL in the injector's environment", invInjectorSecret, func(d []map[string]any) error {
@@ -110,14 +113,6 @@ var injectorMutations = []mutation{
 		}
 		inj.c["env"] = []any{map[string]any{"name": "COUNTERSIGN_DATABASE_URL", "valueFrom": map[string]any{
 			"secretKeyRef": map[string]any{"name": inj.arg("--database-secret"), "key": "url"}}}}
-		return nil
-	}},
-	{"the injector's token mounted", invNoToken, func(d []map[string]any) error {
-		inj, err := injectorPod(d)
-		if err != nil {
-			return err
-		}
-		inj.spec["automountServiceAccountToken"] = true
 		return nil
 	}},
 	{"the injector's root filesystem writable", invHardening, func(d []map[string]any) error {
@@ -130,17 +125,6 @@ var injectorMutations = []mutation{
 	}},
 	{"the injected Envoy's image latest", invImage, func(d []map[string]any) error {
 		return setArg(d, "--envoy-image", "envoyproxy/envoy:latest")
-	}},
-	{"no caBundle and no CA injection", invWebhookTLS, func(d []map[string]any) error {
-		mwc, err := kindObject(d, "MutatingWebhookConfiguration")
-		if err != nil {
-			return err
-		}
-		delete(mwc["metadata"].(map[string]any), "annotations")
-		return eachWebhook(d, func(w map[string]any) { delete(w["clientConfig"].(map[string]any), "caBundle") }, 2)
-	}},
-	{"the certificate files outside the TLS volume", invWebhookTLS, func(d []map[string]any) error {
-		return setArg(d, "--tls-cert-file", "/tmp/tls.crt")
 	}},
 	{"the replicas without a PodDisruptionBudget", invInjectorAvail, func(d []map[string]any) error {
 		inj, err := injectorPod(d)
@@ -312,4 +296,91 @@ func dropExcluded(d []map[string]any, ns string) error {
 		err = fmt.Errorf("the first webhook does not exclude %s", ns)
 	}
 	return err
+}
+
+// injectorFilesMutations break a rendering whose injector serves a
+// certificate from files (cert-manager's or the operator's Secret).
+var injectorFilesMutations = []mutation{
+	{"the injector's token mounted", invNoToken, func(d []map[string]any) error {
+		inj, err := injectorPod(d)
+		if err != nil {
+			return err
+		}
+		inj.spec["automountServiceAccountToken"] = true
+		return nil
+	}},
+	{"no caBundle and no CA injection", invWebhookTLS, func(d []map[string]any) error {
+		mwc, err := kindObject(d, "MutatingWebhookConfiguration")
+		if err != nil {
+			return err
+		}
+		delete(mwc["metadata"].(map[string]any), "annotations")
+		return eachWebhook(d, func(w map[string]any) { delete(w["clientConfig"].(map[string]any), "caBundle") }, 2)
+	}},
+	{"the certificate files outside the TLS volume", invWebhookTLS, func(d []map[string]any) error {
+		return setArg(d, "--tls-cert-file", "/tmp/tls.crt")
+	}},
+}
+
+// injectorSelfMutations break a rendering whose injector keeps its own
+// certificate (--tls-mode=self).
+var injectorSelfMutations = []mutation{
+	{"self: the injector reading every Secret", invRBAC, func(d []map[string]any) error {
+		role, err := kindObject(d, "Role")
+		if err != nil {
+			return err
+		}
+		delete(role["rules"].([]any)[1].(map[string]any), "resourceNames")
+		return nil
+	}},
+	{"self: the injector listing namespaces", invRBAC, func(d []map[string]any) error {
+		cr, err := kindObject(d, "ClusterRole")
+		if err != nil {
+			return err
+		}
+		cr["rules"] = append(cr["rules"].([]any), map[string]any{"apiGroups": []any{""}, "resources": []any{"namespaces"}, "verbs": []any{"list"}})
+		return nil
+	}},
+	{"self: patching every webhook configuration", invRBAC, func(d []map[string]any) error {
+		cr, err := kindObject(d, "ClusterRole")
+		if err != nil {
+			return err
+		}
+		delete(cr["rules"].([]any)[0].(map[string]any), "resourceNames")
+		return nil
+	}},
+	{"self: the Role bound to another service account", invRBAC, func(d []map[string]any) error {
+		rb, err := kindObject(d, "RoleBinding")
+		if err != nil {
+			return err
+		}
+		rb["subjects"].([]any)[0].(map[string]any)["name"] = "default"
+		return nil
+	}},
+	{"self: no ClusterRoleBinding", invRBAC, func(d []map[string]any) error {
+		removeKind(d, "ClusterRoleBinding")
+		return nil
+	}},
+	{"self: without its service account token", invWebhookTLS, func(d []map[string]any) error {
+		inj, err := injectorPod(d)
+		if err != nil {
+			return err
+		}
+		inj.spec["automountServiceAccountToken"] = false
+		return nil
+	}},
+	{"self: a rendered caBundle helm would write back over the injector's", invWebhookTLS, func(d []map[string]any) error {
+		return eachWebhook(d, func(w map[string]any) {
+			w["clientConfig"].(map[string]any)["caBundle"] = "bm90IGEgY2VydA=="
+		}, 1)
+	}},
+	{"self: patching another webhook configuration", invWebhookTLS, func(d []map[string]any) error {
+		return setArg(d, "--webhook-config", "someone-else")
+	}},
+	{"self: a leaf for another Service", invWebhookTLS, func(d []map[string]any) error {
+		return setArg(d, "--service", "someone-else")
+	}},
+	{"self: a Secret the Role does not name", invWebhookTLS, func(d []map[string]any) error {
+		return setArg(d, "--tls-secret", "someone-else")
+	}},
 }

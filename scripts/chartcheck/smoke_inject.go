@@ -62,7 +62,19 @@ func smokeInject(bin string, inj *injector) (string, error) {
 		return "", err
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	certPEM, err := writeKeyPair(under(inj.certFile), under(inj.keyFile))
+	certFile, keyFile := inj.certFile, inj.keyFile
+	self := slices.Contains(inj.container.Args, "--tls-mode=self")
+	if self {
+		// --tls-mode=self needs an API server: first show inject accepts
+		// every rendered flag and goes for its service account (the
+		// configuration is validated before), then serve the rest of the
+		// smoke with a throwaway certificate from files.
+		if err := smokeSelfTLSFlags(ctx, bin, inj.container.Args, root); err != nil {
+			return "", err
+		}
+		certFile, keyFile = "/tls/tls.crt", "/tls/tls.key"
+	}
+	certPEM, err := writeKeyPair(under(certFile), under(keyFile))
 	if err != nil {
 		return "", err
 	}
@@ -77,8 +89,13 @@ func smokeInject(bin string, inj *injector) (string, error) {
 			a = k + "=" + under(v)
 		case "--countersign-image":
 			countersignImage = v
+		case "--tls-mode", "--tls-secret", "--webhook-config", "--service", "--cert-sync-interval":
+			continue
 		}
 		args = append(args, a)
+	}
+	if self {
+		args = append(args, "--tls-cert-file="+under(certFile), "--tls-key-file="+under(keyFile))
 	}
 
 	var logs bytes.Buffer
@@ -285,4 +302,19 @@ func writeKeyPair(certFile, keyFile string) ([]byte, error) {
 		return nil, err
 	}
 	return certPEM, writeFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}))
+}
+
+// smokeSelfTLSFlags runs inject with the rendered --tls-mode=self flags
+// outside a cluster: it must get past the configuration's validation and
+// stop where it reaches for the in-cluster service account.
+func smokeSelfTLSFlags(ctx context.Context, bin string, args []string, root string) error {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + root, "TMPDIR=" + root}
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	const want = "KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set"
+	if err == nil || !strings.Contains(string(out), want) {
+		return fmt.Errorf("inject with the rendered --tls-mode=self flags outside a cluster: %w, want it to stop with %q:\n%s", err, want, out)
+	}
+	return nil
 }
