@@ -154,25 +154,42 @@ func TestInjectAgainstAPIServer(t *testing.T) {
 		}
 	})
 
-	t.Run("a hostNetwork pod in the labelled namespace is refused with the injector's reason", func(t *testing.T) {
-		pod := agentPod("host-network")
-		pod.Spec.HostNetwork = true
-		_, err := kc.CoreV1().Pods(agentsNamespace).Create(ctx, pod, metav1.CreateOptions{})
-		if err == nil {
-			t.Fatal("a hostNetwork pod was admitted into a labelled namespace")
-		}
-		msg := err.Error()
-		for _, want := range []string{`admission webhook "` + namespaceWebhook + `" denied the request`, "spec.hostNetwork is true"} {
-			if !strings.Contains(msg, want) {
-				t.Errorf("refusal %q does not say %q", msg, want)
+	// Every pod that would undo the isolation, refused by the API server
+	// with the injector's reason, nothing stored.
+	for _, tc := range []struct {
+		name, reason string
+		edit         func(*corev1.Pod)
+	}{
+		{"host-network", "spec.hostNetwork is true", func(p *corev1.Pod) { p.Spec.HostNetwork = true }},
+		{"shared-pid", "shareProcessNamespace", func(p *corev1.Pod) { p.Spec.ShareProcessNamespace = ptrTo(true) }},
+		{"privileged", "privileged", func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{Privileged: ptrTo(true)}
+		}},
+		{"mounts-socket", inject.SocketVolume, func(p *corev1.Pod) {
+			p.Spec.Volumes = []corev1.Volume{{Name: inject.SocketVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+			p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: inject.SocketVolume, MountPath: inject.SocketDir}}
+		}},
+	} {
+		t.Run("a "+tc.name+" pod in the labelled namespace is refused with the injector's reason", func(t *testing.T) {
+			pod := agentPod(tc.name)
+			tc.edit(pod)
+			_, err := kc.CoreV1().Pods(agentsNamespace).Create(ctx, pod, metav1.CreateOptions{})
+			if err == nil {
+				t.Fatalf("a %s pod was admitted into a labelled namespace", tc.name)
 			}
-		}
-		t.Logf("refused: %v", err)
-		if !apierrors.IsForbidden(err) {
-			t.Errorf("refusal is not 403 Forbidden: %v", err)
-		}
-		mustNotExist(t, ctx, kc, agentsNamespace, pod.Name)
-	})
+			msg := err.Error()
+			for _, want := range []string{`admission webhook "` + namespaceWebhook + `" denied the request`, tc.reason} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("refusal %q does not say %q", msg, want)
+				}
+			}
+			t.Logf("refused: %v", err)
+			if !apierrors.IsForbidden(err) {
+				t.Errorf("refusal is not 403 Forbidden: %v", err)
+			}
+			mustNotExist(t, ctx, kc, agentsNamespace, pod.Name)
+		})
+	}
 
 	t.Run("with the injector down an opted-in pod is not admitted", func(t *testing.T) {
 		injector.stop(t)
