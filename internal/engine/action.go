@@ -152,6 +152,13 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t ta
 	if out, ok := e.early(req, p, acct, a, facts); !ok {
 		return out
 	}
+	if facts.Remembered {
+		// Past the limits that need no I/O, the decision needs what only a
+		// read gives: whether this request was seen before (answered from
+		// its intent, the rail not read again). Remembered facts decide
+		// early refusals only.
+		return readAgain
+	}
 
 	rctx, cancel := context.WithTimeout(ctx, e.opts.ResolveTimeout)
 	ref, err := acct.Adapter.Resolve(rctx, acct.Client, a)

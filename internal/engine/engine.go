@@ -92,7 +92,15 @@ type Outcome struct {
 	// duplicate, from the ledger: not forwarded (the decision is BLOCK),
 	// but not a refusal either, and labelled as what it is.
 	Replayed bool
+
+	// reread: the decision, made on remembered facts, needs facts read now
+	// (it goes past the early limits, or its write found them moved);
+	// nothing was written, and decide makes it again. Never an answer.
+	reread bool
 }
+
+// readAgain is the outcome of a decision that needs facts read now.
+var readAgain = Outcome{Verdict: Block, ReasonCode: ReasonInternal, reread: true}
 
 // IntentRef tells the response path (ext_proc, Commit) which attempt an
 // allowed request is.
@@ -177,6 +185,7 @@ type Engine struct {
 	metrics  *metrics.Metrics
 	now      func() time.Time
 	mandates mandateCache
+	facts    remembered
 }
 
 // New returns an engine over l.
@@ -249,23 +258,67 @@ func (e *Engine) decide(ctx context.Context, req Request, t target) (out Outcome
 		e.metrics.CheckSeconds.WithLabelValues(string(req.Source), string(out.Verdict)).Observe(time.Since(start).Seconds())
 	}()
 
-	// One round trip reads the credential with everything the decision
-	// needs from the ledger before it decides (target.read says what).
+	out = e.decideOnce(ctx, req, t, true)
+	if out.reread {
+		// Remembered facts could not settle it (the decision goes past the
+		// early limits, or a revocation, a new mandate or a request seen
+		// before moved them): decide again on what the ledger says now.
+		out = e.decideOnce(ctx, req, t, false)
+	}
+	if out.reread {
+		return refuse(req, ReasonInternal, "Countersign failed internally; no money moved.", http.StatusServiceUnavailable)
+	}
+	return out
+}
+
+// decideOnce authenticates, decides and records. One round trip reads the
+// credential with everything the decision needs from the ledger before it
+// decides (target.read says what). With remember, and facts remembered from
+// this agent's last decision on the account, it reads nothing: a refusal by
+// the early limits is then one batch that checks those facts and records
+// it (remembered); anything else is decided again with a read.
+func (e *Engine) decideOnce(ctx context.Context, req Request, t target, remember bool) Outcome {
 	var facts ledger.DecisionFacts
+	var key rememberedKey
+	rememberable := t.refusal == nil && !t.readOnly && t.acct != nil
 	out, principal, ok := e.authenticate(ctx, req, func(hash [32]byte) (ledger.Principal, error) {
-		f, err := e.ledger.ReadForDecision(ctx, t.read(hash, e.now()))
+		read := t.read(hash, e.now())
+		key = rememberedKey{credential: hash, account: read.RailAccount}
+		rememberable = rememberable && read.Payee == ""
+		if f, hit := e.facts.get(key, e.now()); remember && rememberable && hit {
+			facts = f
+			return f.Principal, nil
+		}
+		f, err := e.ledger.ReadForDecision(ctx, read)
 		if err != nil {
 			return ledger.Principal{}, err
 		}
 		facts = f
+		if rememberable && f.PrincipalErr == nil && f.MandateFound && f.Mandate.ActiveAt(e.now()) {
+			// Only what a decision can stand on: a live principal and a
+			// mandate in force (a refusal for their lack reads each time).
+			if _, _, refused := principalRefusal(f.Principal, e.now()); !refused {
+				e.facts.put(key, f, e.now())
+			}
+		}
 		return f.Principal, f.PrincipalErr
 	})
 	if ok {
 		out = e.run(ctx, req, principal, t, facts)
 	}
+	if out.reread {
+		return out // past the early limits: decided again with a read
+	}
 	if out.ReasonCode == ReasonLedgerUnavailable || out.ReasonCode == ReasonCancelled {
 		// Nothing durable can be promised about this answer; log it.
 		e.log.Warn("deny without a ledger record", "request_id", req.RequestID, "reason_code", out.ReasonCode)
+		return out
+	}
+	if facts.Remembered {
+		out = e.recordChecked(ctx, req, principal, out, t, facts)
+		if out.reread {
+			e.facts.forget(key) // they moved
+		}
 		return out
 	}
 	return e.record(ctx, req, principal, out)
@@ -384,6 +437,43 @@ func (e *Engine) record(ctx context.Context, req Request, p *ledger.Principal, o
 		return refuse(req, ReasonLedgerUnavailable, "Countersign could not record its decision, so no money can move; retry later.", http.StatusServiceUnavailable)
 	}
 	out.DecisionID = id
+	return out
+}
+
+// recordChecked is record for a decision made on remembered facts: one
+// batch checks them (without locks: no money moves on a refusal) and writes
+// the decision; if they moved, nothing is written and the decision is made
+// again (reread).
+func (e *Engine) recordChecked(ctx context.Context, req Request, p *ledger.Principal, out Outcome, t target, facts ledger.DecisionFacts) Outcome {
+	if out.DecisionID != 0 {
+		return out // written, checked, with its attempt or approval
+	}
+	d := *e.decisionOf(req, p, out.ReasonCode, out.Reason)
+	d.Verdict, d.Gates = string(out.Verdict), out.Gates
+	if out.Intent != nil {
+		d.RailAccount, d.SIK, d.AttemptSeq = out.Intent.RailAccount, out.Intent.SIK, out.Intent.AttemptSeq
+	}
+	w := ledger.NewWrite()
+	w.CheckPrincipal(facts.Principal.Credential.ID)
+	w.CheckMandate(facts.Principal.Agent.ID, t.acct.ID, facts.Mandate.Hash, e.now())
+	if t.alias != "" {
+		w.AssertNoAlias(t.acct.ID, t.alias)
+	}
+	id, err := w.RecordDecision(d)
+	if err != nil {
+		return e.record(ctx, req, p, refuse(req, ReasonInternal, "Countersign failed internally; no money moved.", http.StatusServiceUnavailable))
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	var guard *ledger.GuardError
+	switch err := e.ledger.Apply(wctx, w); {
+	case errors.As(err, &guard):
+		return readAgain
+	case err != nil:
+		e.log.Error("decision not recorded; denying", "request_id", req.RequestID, "err", err)
+		return refuse(req, ReasonLedgerUnavailable, "Countersign could not record its decision, so no money can move; retry later.", http.StatusServiceUnavailable)
+	}
+	out.DecisionID = *id
 	return out
 }
 

@@ -112,6 +112,7 @@ func (e *Engine) fresh(ctx context.Context, pr *proposal) (out Outcome, done boo
 	if m != nil {
 		w.AssertMandate(p.Agent.ID, acct.ID, pr.facts.Mandate.Hash, pr.now)
 	}
+
 	path, reason := []intent.Event{intent.GatesPassed, intent.AttemptStarted}, ""
 	if v.Verdict == Hold {
 		path, reason = []intent.Event{intent.GatesHeld}, v.Reason

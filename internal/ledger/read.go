@@ -42,6 +42,11 @@ type DecisionFacts struct {
 	Aliased *Intent
 	// PayeePaidBefore: something on the account was applied to Payee.
 	PayeePaidBefore bool
+	// Remembered: the principal and mandate were not read for this
+	// decision but remembered from an earlier one (the engine's), and the
+	// alias was not read at all; a write made on them must check them
+	// (Write.CheckPrincipal, AssertPrincipal, AssertMandate, AssertNoAlias).
+	Remembered bool
 }
 
 // ReadForDecision reads r's facts in one round trip.

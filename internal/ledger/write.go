@@ -205,6 +205,35 @@ func (w *Write) AssertMandate(agentID, railAccount, hash string, at time.Time) {
 		ORDER BY created_at DESC, hash LIMIT 1 FOR SHARE) active`, agentID, railAccount, hash, at)
 }
 
+// CheckPrincipal asserts, without a lock, that the credential and its
+// agent are still live: for a decision that moves no money (a refusal),
+// made on facts remembered from an earlier decision rather than read now.
+// A revocation committed before this transaction's statement is seen.
+func (w *Write) CheckPrincipal(credentialID string) {
+	w.b.Queue(`SELECT countersign_assert(EXISTS (
+		SELECT 1 FROM credentials c JOIN agents a ON a.id = c.agent_id
+		WHERE c.id = $1 AND c.revoked_at IS NULL AND c.expires_at > now() AND a.status = 'active'),
+		'the credential or its agent was revoked or expired')`, credentialID)
+}
+
+// CheckMandate is AssertMandate without the lock, for the same decisions
+// as CheckPrincipal.
+func (w *Write) CheckMandate(agentID, railAccount, hash string, at time.Time) {
+	w.b.Queue(`SELECT countersign_assert(count(*) = 1 AND bool_and(hash = $3), 'the mandate was revoked or replaced') FROM (
+		SELECT hash FROM mandates m
+		WHERE agent_id = $1 AND rail_account = $2 AND revoked_at IS NULL
+		  AND valid_from <= $4 AND $4 < valid_until AND `+heldByOwner+`
+		ORDER BY created_at DESC, hash LIMIT 1) active`, agentID, railAccount, hash, at)
+}
+
+// AssertNoAlias asserts the request alias names no intent yet: a decision
+// made without reading it (on remembered facts) is one of a request not
+// seen before, or it is not made.
+func (w *Write) AssertNoAlias(railAccount, alias string) {
+	w.b.Queue(`SELECT countersign_assert(NOT EXISTS (
+		SELECT 1 FROM intent_aliases WHERE rail_account = $1 AND alias = $2), 'the request was seen before')`, railAccount, alias)
+}
+
 // LockMandateUsage serialises, from here to the commit, the decisions of
 // one mandate (B1): what the assertions after it count cannot change until
 // this transaction ends.

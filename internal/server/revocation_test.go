@@ -34,6 +34,10 @@ func TestRevocationStopsTheVeryNextDecision(t *testing.T) {
 			// Limits that accumulate: decisions take the mandate's lock.
 			m.Budgets = []*countersignv1.Money{{AmountMinor: 1 << 40, Currency: "USD"}}
 			m.Windows = []*countersignv1.Window{{Scope: countersignv1.WindowScope_WINDOW_SCOPE_AGENT, Duration: durationpb.New(time.Hour), MaxCalls: 100000}}
+			// Every fourth request is above the per-action maximum: refused
+			// by the early limits, on facts the engine remembers unread.
+			const maxRefund = 1 << 30
+			m.Grants[0].MaxAmountMinor = maxRefund
 			hash := applyMandateTo(t, h, m)
 			ctx := context.Background()
 			credHash, err := credential.Hash(h.secret)
@@ -46,9 +50,10 @@ func TestRevocationStopsTheVeryNextDecision(t *testing.T) {
 			}
 
 			type sent struct {
-				start   time.Time
-				allowed bool
-				reason  string
+				start     time.Time
+				allowed   bool
+				reason    string
+				overLimit bool
 			}
 			var (
 				mu        sync.Mutex
@@ -65,20 +70,24 @@ func TestRevocationStopsTheVeryNextDecision(t *testing.T) {
 					defer wg.Done()
 					for after.Load() < 200 {
 						i := next.Add(1)
+						amount := i
+						if i%4 == 0 {
+							amount = maxRefund + i
+						}
 						start := time.Now()
 						resp, err := h.client.Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
 							ContextExtensions: map[string]string{"rail_account": "acct_bench"},
 							Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
 								Id: "revoke-" + strconv.FormatInt(i, 10), Method: "POST", Host: "stripe.local", Path: "/v1/refunds",
 								Headers: map[string]string{"authorization": "Bearer " + h.secret, "content-type": "application/x-www-form-urlencoded"},
-								Body:    "payment_intent=pi_bench&amount=" + strconv.FormatInt(i, 10),
+								Body:    "payment_intent=pi_bench&amount=" + strconv.FormatInt(amount, 10),
 							}},
 						}})
 						if err != nil {
 							t.Errorf("Check: %v", err)
 							return
 						}
-						s := sent{start: start, allowed: codes.Code(resp.GetStatus().GetCode()) == codes.OK}
+						s := sent{start: start, allowed: codes.Code(resp.GetStatus().GetCode()) == codes.OK, overLimit: amount > maxRefund}
 						if !s.allowed {
 							_, s.reason = deniedCode(t, resp)
 						}
@@ -114,11 +123,15 @@ func TestRevocationStopsTheVeryNextDecision(t *testing.T) {
 
 			mu.Lock()
 			defer mu.Unlock()
-			var before, later int
+			var before, later, overBefore int
+			reasons := map[string]int{} // of the refusals after the revocation
 			for _, s := range log {
 				if !s.start.After(r) {
 					if s.allowed {
 						before++
+					}
+					if s.overLimit && !s.allowed {
+						overBefore++
 					}
 					continue
 				}
@@ -126,9 +139,16 @@ func TestRevocationStopsTheVeryNextDecision(t *testing.T) {
 				if s.allowed {
 					t.Errorf("a request started %s after the %s was revoked was allowed", s.start.Sub(r), revoke)
 				}
+				reasons[s.reason]++
 			}
-			if before < 30 || later < 200 {
-				t.Fatalf("%d allowed before, %d sent after the revocation: the race did not run", before, later)
+			if before < 30 || later < 200 || overBefore < 5 {
+				t.Fatalf("%d allowed before, %d over the limit refused before, %d sent after the revocation: the race did not run", before, overBefore, later)
+			}
+			// Every request after it, above the limit or not, is refused for
+			// the revocation: none for a limit of a mandate remembered from
+			// before it.
+			if len(reasons) != 1 {
+				t.Errorf("refusals after the %s was revoked: %v, want one reason for all", revoke, reasons)
 			}
 		})
 	}
