@@ -34,6 +34,12 @@ const (
 	// XtablesVolume is iptables' lock directory (/run/xtables.lock): the
 	// container's root filesystem is read-only.
 	XtablesVolume = "countersign-xtables-lock"
+	// NoTokenVolume, empty and read-only, takes the place of the service
+	// account token: the ServiceAccount admission plugin, which runs again
+	// after the injector's patch, mounts a token into every container that
+	// has nothing at that path, and this one needs none.
+	NoTokenVolume     = "countersign-no-token"
+	serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 	// egressChain holds the rules; OUTPUT jumps to it for AgentUID once.
 	egressChain = "COUNTERSIGN_EGRESS"
@@ -125,7 +131,10 @@ func egressContainer(cfg Config) corev1.Container {
 		Image:           cfg.Egress.Image,
 		ImagePullPolicy: cfg.PullPolicy,
 		Command:         []string{"/bin/sh", "-ec", egressScript(cfg.Egress)},
-		VolumeMounts:    []corev1.VolumeMount{{Name: XtablesVolume, MountPath: "/run"}},
+		VolumeMounts: []corev1.VolumeMount{
+			{Name: XtablesVolume, MountPath: "/run"},
+			{Name: NoTokenVolume, MountPath: serviceAccountDir, ReadOnly: true},
+		},
 		SecurityContext: &corev1.SecurityContext{
 			RunAsUser:                ptr(int64(0)),
 			RunAsGroup:               ptr(int64(0)),
@@ -140,9 +149,14 @@ func egressContainer(cfg Config) corev1.Container {
 	}
 }
 
-func xtablesVolume() corev1.Volume {
-	return corev1.Volume{Name: XtablesVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
-		Medium: corev1.StorageMediumMemory, SizeLimit: ptr(resource.MustParse("1Mi"))}}}
+// egressVolumes are the egress container's two emptyDirs.
+func egressVolumes() []corev1.Volume {
+	var out []corev1.Volume
+	for _, name := range []string{XtablesVolume, NoTokenVolume} {
+		out = append(out, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+			Medium: corev1.StorageMediumMemory, SizeLimit: ptr(resource.MustParse("1Mi"))}}})
+	}
+	return out
 }
 
 // egressPreamble defines the script's functions. A pod whose init runs

@@ -143,10 +143,14 @@ func egressGuarded(pod *corev1.Pod, cfg Config) []string {
 	case !asBuilt(inits[0], egressContainer(cfg)):
 		return []string{fmt.Sprintf("%s is not the container the injector builds", EgressContainer)}
 	}
-	if v, ok := volumeMap(pod)[XtablesVolume]; !ok || v.EmptyDir == nil {
-		return []string{fmt.Sprintf("volume %s is not an emptyDir", XtablesVolume)}
+	var out []string
+	vols := volumeMap(pod)
+	for _, name := range []string{XtablesVolume, NoTokenVolume} {
+		if v, ok := vols[name]; !ok || v.EmptyDir == nil {
+			out = append(out, fmt.Sprintf("volume %s is not an emptyDir", name))
+		}
 	}
-	return nil
+	return out
 }
 
 // asBuilt compares a stored container with the one built, once the API

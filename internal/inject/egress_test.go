@@ -222,6 +222,9 @@ func TestGuardedRefusesBrokenEgress(t *testing.T) {
 		"reads an env secret": func(p *corev1.Pod) {
 			egress(p).EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{}}}
 		},
+		"a token where none should be": func(p *corev1.Pod) {
+			egress(p).VolumeMounts[1] = corev1.VolumeMount{Name: "kube-api-access-x", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}
+		},
 		"lock volume on the host": func(p *corev1.Pod) {
 			for i, v := range p.Spec.Volumes {
 				if v.Name == XtablesVolume {

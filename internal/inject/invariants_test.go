@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -193,9 +194,16 @@ func checkEgressContainer(t *testing.T, p *corev1.Pod, cfg Config) string {
 		e.StartupProbe != nil || e.LivenessProbe != nil || e.ReadinessProbe != nil || e.Lifecycle != nil {
 		t.Errorf("%s is not a plain init container of image %s alone: %+v", e.Name, cfg.Egress.Image, e)
 	}
-	if len(e.VolumeMounts) != 1 || e.VolumeMounts[0].Name != XtablesVolume ||
-		!slices.ContainsFunc(p.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == XtablesVolume && v.EmptyDir != nil }) {
-		t.Errorf("%s mounts more than its xtables lock emptyDir: %v", e.Name, e.VolumeMounts)
+	// Its two emptyDirs only: iptables' lock, and an empty read-only
+	// directory where a service account token would go.
+	if !reflect.DeepEqual(e.VolumeMounts, []corev1.VolumeMount{{Name: XtablesVolume, MountPath: "/run"},
+		{Name: NoTokenVolume, MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}}) {
+		t.Errorf("%s mounts more than its two emptyDirs: %v", e.Name, e.VolumeMounts)
+	}
+	for _, name := range []string{XtablesVolume, NoTokenVolume} {
+		if !slices.ContainsFunc(p.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == name && v.EmptyDir != nil }) {
+			t.Errorf("volume %s is not an emptyDir", name)
+		}
 	}
 	s := e.SecurityContext
 	if s == nil || s.RunAsUser == nil || *s.RunAsUser != 0 || s.RunAsNonRoot == nil || *s.RunAsNonRoot ||

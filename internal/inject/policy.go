@@ -87,7 +87,7 @@ func ours(name string) bool {
 
 func ourVolume(name string) bool {
 	return name == SocketVolume || name == RailsVolume || name == EnvoyConfigVolume || name == TmpVolume ||
-		name == AuditKeyVolume || name == XtablesVolume || strings.HasPrefix(name, railKeyVolume)
+		name == AuditKeyVolume || name == XtablesVolume || name == NoTokenVolume || strings.HasPrefix(name, railKeyVolume)
 }
 
 // Capabilities an agent container may not add: each lets a process reach

@@ -107,7 +107,7 @@ func build(cfg Config) injected {
 	var egress *corev1.Container
 	if cfg.Egress.Enabled {
 		egress = ptr(egressContainer(cfg))
-		vols = append(vols, xtablesVolume())
+		vols = append(vols, egressVolumes()...)
 	}
 
 	env := make([]corev1.EnvVar, 0, len(cfg.BaseURLs))
