@@ -96,7 +96,7 @@ func (f *injectFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.AuditKeyKey, "audit-signing-key-secret-key", c.AuditKeyKey, "key of the signing key in audit-signing-key-secret")
 	fs.BoolVar(&c.Egress.Enabled, "close-egress", c.Egress.Enabled, "add an init container, first, that rejects what the agent's UID (egress-agent-uid) sends to the closed rail hosts and CIDRs (iptables and ip6tables), and refuse agent pods any of whose containers could run as another UID")
 	fs.StringVar(&c.Egress.Image, "egress-image", c.Egress.Image, "image of the egress init container, pinned, with /bin/sh, iptables and ip6tables (it runs as root with NET_ADMIN and NET_RAW only)")
-	fs.Int64Var(&c.Egress.AgentUID, "egress-agent-uid", c.Egress.AgentUID, "the UID every agent container must run as, whose direct egress is closed (not 0, 65532 or 101, the sidecars')")
+	fs.Int64Var(&c.Egress.AgentUID, "egress-agent-uid", c.Egress.AgentUID, "the UID every agent container must run as, whose direct egress is closed (never 0, nor the sidecars' 65532 or 101)")
 	fs.StringSliceVar(&c.Egress.Hosts, "egress-close-host", c.Egress.Hosts, "a rail host to close, e.g. api.stripe.com (repeat or comma-separate); resolved once, when the pod starts: prefer egress-close-cidr")
 	fs.StringSliceVar(&c.Egress.CIDRs, "egress-close-cidr", c.Egress.CIDRs, "an IPv4 or IPv6 range to close, e.g. 203.0.113.0/24 (repeat or comma-separate); loopback is never closed")
 	fs.StringVar(&f.logLevel, "log-level", f.logLevel, "log level: debug, info, warn or error")
