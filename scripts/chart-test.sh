@@ -196,6 +196,14 @@ refuse "injector.tls.secret.caBundle is required" "${inj[@]}" --set injector.tls
 refuse "caBundle must be base64 of a PEM certificate" "${inj[@]}" --set injector.tls.mode=secret --set injector.tls.secret.name=tls --set injector.tls.secret.caBundle=bm90IGEgY2VydA==
 refuse "/injector/timeoutSeconds.: maximum: got 31, want 30" "${inj[@]}" --set injector.timeoutSeconds=31
 refuse "/injector/tls/mode.: value must be one of" "${inj[@]}" --set injector.tls.mode=vault
+egress=(--set injector.closeEgress.enabled=true --set injector.closeEgress.image.repository=registry.example.com/iptables --set injector.closeEgress.image.tag=1.8.11)
+refuse "injector.closeEgress.enabled needs injector.closeEgress.image.repository" "${inj[@]}" --set injector.closeEgress.enabled=true
+refuse "injector.closeEgress.enabled needs injector.closeEgress.image.tag or .digest" "${inj[@]}" "${egress[@]}" --set injector.closeEgress.image.tag=
+refuse "injector.closeEgress.image.tag must not be latest" "${inj[@]}" "${egress[@]}" --set injector.closeEgress.image.tag=latest --set injector.closeEgress.agentUID=10001 --set 'injector.closeEgress.cidrs={203.0.113.0/24}'
+refuse "injector.closeEgress.enabled needs injector.closeEgress.agentUID" "${inj[@]}" "${egress[@]}" --set 'injector.closeEgress.hosts={api.stripe.com}'
+refuse "injector.closeEgress.enabled needs injector.closeEgress.hosts or .cidrs" "${inj[@]}" "${egress[@]}" --set injector.closeEgress.agentUID=10001
+refuse "/injector/closeEgress/agentUID.: 'not' failed" "${inj[@]}" "${egress[@]}" --set injector.closeEgress.agentUID=65532 --set 'injector.closeEgress.cidrs={203.0.113.0/24}'
+refuse "/injector/closeEgress/hosts/0.: .API.stripe.com. does not match pattern" "${inj[@]}" "${egress[@]}" --set injector.closeEgress.agentUID=10001 --set 'injector.closeEgress.hosts={API.stripe.com}'
 
 # A setting the chart renders but Countersign refuses must fail the check.
 step "a setting serve refuses"

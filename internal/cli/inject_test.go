@@ -23,6 +23,7 @@ import (
 	"github.com/spf13/pflag"
 	admissionv1 "k8s.io/api/admission/v1"
 
+	"github.com/countersign/countersign/internal/config"
 	"github.com/countersign/countersign/internal/inject"
 	"github.com/countersign/countersign/internal/logging"
 )
@@ -39,6 +40,12 @@ var goodInjectArgs = []string{
 func selfTLS(more ...string) []string {
 	return append([]string{"--tls-cert-file=", "--tls-key-file=", "--tls-mode=self", "--tls-secret=countersign-injector-tls",
 		"--webhook-config=countersign-injector", "--service=countersign-injector"}, more...)
+}
+
+// goodEgressArgs close the agent's direct egress (added to goodInjectArgs).
+var goodEgressArgs = []string{
+	"--close-egress", "--egress-image=registry.example/iptables:1.8.11", "--egress-agent-uid=1000",
+	"--egress-close-host=api.stripe.com", "--egress-close-host=api.razorpay.com", "--egress-close-cidr=203.0.113.0/24,2001:db8::/32",
 }
 
 func injectConfig(t *testing.T, args ...string) (inject.Config, error) {
@@ -63,6 +70,14 @@ func TestInjectFlags(t *testing.T) {
 	}
 	if _, err := injectConfig(t, append(append([]string{}, goodInjectArgs...), selfTLS()...)...); err != nil {
 		t.Fatalf("tls-mode self: %v", err)
+	}
+	egress, err := injectConfig(t, append(append([]string{}, goodInjectArgs...), goodEgressArgs...)...)
+	if err != nil || !egress.Egress.Enabled || egress.Egress.Image != "registry.example/iptables:1.8.11" || egress.Egress.AgentUID != 1000 ||
+		len(egress.Egress.Hosts) != 2 || egress.Egress.Hosts[1] != "api.razorpay.com" || len(egress.Egress.CIDRs) != 2 || egress.Egress.CIDRs[1] != "2001:db8::/32" {
+		t.Fatalf("egress flags: %+v, %v", egress.Egress, err)
+	}
+	if cfg.Egress.Enabled {
+		t.Fatal("egress is closed without close-egress")
 	}
 	if len(cfg.RailKeys) != 2 || cfg.RailKeys[1] != (inject.RailKey{Account: "razorpay_main", Secret: "countersign-razorpay-main", Key: "key"}) ||
 		len(cfg.BaseURLs) != 2 || cfg.BaseURLs[0].Name != "STRIPE_API_BASE" || cfg.DatabaseKey != "url" || cfg.HTTPPort != 15080 {
@@ -93,6 +108,53 @@ func TestInjectFlags(t *testing.T) {
 		{"audit key in a rail key's secret", []string{"--audit-signing-key-secret=countersign-stripe-main"}, "is also rail-key stripe_main's Secret"},
 		{"audit key secret not a name", []string{"--audit-signing-key-secret=Not_A_Name"}, "audit-signing-key-secret must name a Secret"},
 		{"audit key without a key", []string{"--audit-signing-key-secret=countersign-audit", "--audit-signing-key-secret-key=.."}, "audit-signing-key-secret-key must be a Secret key"},
+	}
+	egressCases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"egress settings without close-egress", []string{"--close-egress=false"}, "take effect only with close-egress"},
+		{"egress without an image", []string{"--egress-image="}, "egress-image is required"},
+		{"egress image latest", []string{"--egress-image=registry.example/iptables:latest"}, "egress-image must be pinned"},
+		{"egress without a UID", []string{"--egress-agent-uid=0"}, "egress-agent-uid must be the agent's UID"},
+		{"egress for Countersign's UID", []string{"--egress-agent-uid=65532"}, "is the injected countersign's UID"},
+		{"egress for Envoy's UID", []string{"--egress-agent-uid=101"}, "is the injected Envoy's UID"},
+		{"egress host not a name", []string{"--egress-close-host=api.stripe.com;id"}, "is not a lowercase DNS name"},
+		{"egress host an address", []string{"--egress-close-host=198.51.100.7"}, "is an address: give it as egress-close-cidr"},
+		{"egress host a base URL host", []string{"--egress-close-host=stripe.egress.local"}, "is a base URL host"},
+		{"egress CIDR not a CIDR", []string{"--egress-close-cidr=203.0.113.0"}, "is not a CIDR"},
+		{"egress CIDR with host bits", []string{"--egress-close-cidr=203.0.113.9/24"}, "did you mean 203.0.113.0/24?"},
+		{"egress CIDR loopback", []string{"--egress-close-cidr=127.0.0.0/8"}, "is loopback"},
+	}
+	for _, tc := range egressCases {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append(append(append([]string{}, goodInjectArgs...), goodEgressArgs...), tc.args...)
+			_, err := injectConfig(t, args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want it to say %q", err, tc.want)
+			}
+		})
+	}
+	// Nothing to close: neither a host nor a CIDR.
+	if _, err := injectConfig(t, append(append([]string{}, goodInjectArgs...), "--close-egress", "--egress-image=registry.example/iptables:1.8.11", "--egress-agent-uid=1000")...); err == nil ||
+		!strings.Contains(err.Error(), "at least one egress-close-host or egress-close-cidr") {
+		t.Fatalf("close-egress with nothing to close: %v", err)
+	}
+	// Environment variables, as for every flag (lists comma-separated).
+	env := map[string]string{"COUNTERSIGN_CLOSE_EGRESS": "true", "COUNTERSIGN_EGRESS_IMAGE": "registry.example/iptables:1.8.11",
+		"COUNTERSIGN_EGRESS_AGENT_UID": "1000", "COUNTERSIGN_EGRESS_CLOSE_CIDR": "203.0.113.0/24,2001:db8::/32"}
+	f := defaultInjectFlags()
+	fs := pflag.NewFlagSet("inject", pflag.ContinueOnError)
+	f.bind(fs)
+	if err := fs.Parse(goodInjectArgs); err != nil {
+		t.Fatal(err)
+	}
+	if err := config.Resolve(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+		t.Fatal(err)
+	}
+	if fromEnv, err := f.config(); err != nil || !fromEnv.Egress.Enabled || fromEnv.Egress.AgentUID != 1000 || len(fromEnv.Egress.CIDRs) != 2 {
+		t.Fatalf("egress from the environment: %+v, %v", fromEnv.Egress, err)
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -106,6 +106,9 @@ type Config struct {
 	// AuditKeyKey; it is mounted into countersign only and its sequencer
 	// seals the audit log. Empty: the injected serve does not seal.
 	AuditKeySecret, AuditKeyKey string
+	// Egress, when enabled, closes the agent's direct egress to the rail
+	// hosts with an init container that runs before everything else.
+	Egress EgressConfig
 }
 
 var (
@@ -124,13 +127,8 @@ func (c Config) Validate() error {
 		bad("namespace must be the injector's own namespace (a DNS label), got %q", c.Namespace)
 	}
 	for _, img := range []struct{ flag, v string }{{"countersign-image", c.CountersignImage}, {"envoy-image", c.EnvoyImage}} {
-		switch {
-		case img.v == "":
-			bad("%s is required", img.flag)
-		case strings.ContainsAny(img.v, " \t\n"):
-			bad("%s must not contain spaces, got %q", img.flag, img.v)
-		case !strings.Contains(img.v, "@") && (!strings.Contains(lastSegment(img.v), ":") || strings.HasSuffix(img.v, ":latest")):
-			bad("%s must be pinned by a tag other than latest or by a digest, got %q", img.flag, img.v)
+		if msg := imageProblem(img.flag, img.v); msg != "" {
+			bad("%s", msg)
 		}
 	}
 	switch c.PullPolicy {
@@ -207,7 +205,21 @@ func (c Config) Validate() error {
 			}
 		}
 	}
+	errs = append(errs, c.validateEgress()...)
 	return errors.Join(errs...)
+}
+
+// imageProblem says what is wrong with an image flag's value, "" if nothing.
+func imageProblem(flag, v string) string {
+	switch {
+	case v == "":
+		return flag + " is required"
+	case strings.ContainsAny(v, " \t\n"):
+		return fmt.Sprintf("%s must not contain spaces, got %q", flag, v)
+	case !strings.Contains(v, "@") && (!strings.Contains(lastSegment(v), ":") || strings.HasSuffix(v, ":latest")):
+		return fmt.Sprintf("%s must be pinned by a tag other than latest or by a digest, got %q", flag, v)
+	}
+	return ""
 }
 
 // baseURLHost checks a base URL points at the local Envoy and returns the

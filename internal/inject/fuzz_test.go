@@ -12,7 +12,8 @@ import (
 
 // FuzzReview feeds the decoder any bytes: it must never panic, and
 // whatever it accepts must be answered, a refusal with a reason and an
-// admission with a patch only if the patched pod is guarded.
+// admission with a patch only if the patched pod is guarded, with egress
+// closed or not.
 func FuzzReview(f *testing.F) {
 	ins, _ := filepath.Glob("testdata/*.in.json")
 	for _, in := range ins {
@@ -22,37 +23,39 @@ func FuzzReview(f *testing.F) {
 		}
 		f.Add(b)
 	}
-	cfg := testConfig()
+	cfgs := []Config{testConfig(), egressTestConfig()}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, pod, err := Decode(body)
 		if err != nil {
 			return
 		}
-		for _, scope := range []Scope{ScopeNamespace, ScopePod} {
-			resp := Mutate(req, pod.DeepCopy(), cfg, scope)
-			if _, err := Encode(req, resp); err != nil {
-				t.Fatalf("encode: %v", err)
-			}
-			if !resp.Allowed && (resp.Result == nil || resp.Result.Message == "") {
-				t.Fatal("a refusal without a reason")
-			}
-			if len(resp.Patch) == 0 {
-				continue
-			}
-			p, err := jsonpatch.DecodePatch(resp.Patch)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out, err := p.Apply(req.Object.Raw)
-			if err != nil {
-				t.Fatalf("the patch does not apply: %v", err)
-			}
-			var patched corev1.Pod
-			if err := json.Unmarshal(out, &patched); err != nil {
-				t.Fatal(err)
-			}
-			if err := Guarded(&patched, cfg); err != nil {
-				t.Fatalf("admitted unguarded: %v", err)
+		for _, cfg := range cfgs {
+			for _, scope := range []Scope{ScopeNamespace, ScopePod} {
+				resp := Mutate(req, pod.DeepCopy(), cfg, scope)
+				if _, err := Encode(req, resp); err != nil {
+					t.Fatalf("encode: %v", err)
+				}
+				if !resp.Allowed && (resp.Result == nil || resp.Result.Message == "") {
+					t.Fatal("a refusal without a reason")
+				}
+				if len(resp.Patch) == 0 {
+					continue
+				}
+				p, err := jsonpatch.DecodePatch(resp.Patch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out, err := p.Apply(req.Object.Raw)
+				if err != nil {
+					t.Fatalf("the patch does not apply: %v", err)
+				}
+				var patched corev1.Pod
+				if err := json.Unmarshal(out, &patched); err != nil {
+					t.Fatal(err)
+				}
+				if err := Guarded(&patched, cfg); err != nil {
+					t.Fatalf("admitted unguarded: %v", err)
+				}
 			}
 		}
 	})

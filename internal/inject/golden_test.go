@@ -40,9 +40,33 @@ func testConfig() Config {
 	}
 }
 
+// egressTestConfig is testConfig with the agent's direct egress closed:
+// the agent runs as UID 1000; two rail hosts by name, an IPv4 and an IPv6
+// range by CIDR.
+func egressTestConfig() Config {
+	cfg := testConfig()
+	cfg.Egress = EgressConfig{
+		Enabled: true, Image: "registry.example/iptables:1.8.11", AgentUID: 1000,
+		Hosts: []string{"api.stripe.com", "api.razorpay.com"},
+		CIDRs: []string{"203.0.113.0/24", "2001:db8:5::/48"},
+	}
+	return cfg
+}
+
+// configOf reads a case's injector configuration from its name: egress-*
+// run with egress closed, every other case with testConfig.
+func configOf(name string) Config {
+	if strings.HasPrefix(name, "egress-") {
+		return egressTestConfig()
+	}
+	return testConfig()
+}
+
 func TestTestConfigIsValid(t *testing.T) {
-	if err := testConfig().Validate(); err != nil {
-		t.Fatal(err)
+	for _, cfg := range []Config{testConfig(), egressTestConfig()} {
+		if err := cfg.Validate(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -55,8 +79,9 @@ type golden struct {
 	Pod      json.RawMessage                `json:"pod,omitempty"`
 }
 
-// scopeOf reads a case's scope from its name: ns-* arrive through the
-// namespace entry, pod-* through the pod entry; bad-* fail to decode.
+// scopeOf reads a case's scope from its name: ns-* (and egress-*) arrive
+// through the namespace entry, pod-* through the pod entry; bad-* fail to
+// decode.
 func scopeOf(name string) Scope {
 	if strings.HasPrefix(name, "pod-") {
 		return ScopePod
@@ -64,13 +89,13 @@ func scopeOf(name string) Scope {
 	return ScopeNamespace
 }
 
-func run(t *testing.T, body []byte, scope Scope) golden {
+func run(t *testing.T, body []byte, cfg Config, scope Scope) golden {
 	t.Helper()
 	req, pod, err := Decode(body)
 	if err != nil {
 		return golden{Error: err.Error()}
 	}
-	resp := Mutate(req, pod, testConfig(), scope)
+	resp := Mutate(req, pod, cfg, scope)
 	g := golden{Response: resp}
 	if len(resp.Patch) > 0 {
 		g.Patch = resp.Patch
@@ -94,7 +119,7 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			g := run(t, body, scopeOf(name))
+			g := run(t, body, configOf(name), scopeOf(name))
 			got, err := json.MarshalIndent(g, "", "  ")
 			if err != nil {
 				t.Fatal(err)
@@ -132,7 +157,7 @@ func checkExpectation(t *testing.T, name string, g golden) {
 		if g.Response == nil || g.Response.Allowed || g.Response.Result == nil || g.Response.Result.Code != 403 {
 			t.Errorf("not refused with 403: %+v", g.Response)
 		}
-	case name == "ns-basic" || name == "ns-merge-existing" || strings.HasSuffix(name, "-opt-in"):
+	case strings.HasSuffix(name, "-basic") || strings.HasSuffix(name, "-merge-existing") || strings.HasSuffix(name, "-opt-in"):
 		if g.Response == nil || !g.Response.Allowed || len(g.Patch) == 0 {
 			t.Errorf("not injected: %+v", g.Response)
 		}

@@ -22,9 +22,13 @@ import (
 //   - no agent container is privileged, escalates, adds a dangerous
 //     capability or mounts a hostPath; the pod shares no host namespace
 //     and not its process namespace;
-//   - every agent container (init and regular) has the base URLs.
+//   - every agent container (init and regular) has the base URLs;
+//   - with egress closed, the first init container is the egress
+//     container as built, and every agent container runs as the agent's
+//     UID with no way to leave it (egressRefusals).
 func Guarded(pod *corev1.Pod, cfg Config) error {
-	bad := podRefusals(pod)
+	bad := append(podRefusals(pod), egressGuarded(pod, cfg)...)
+	bad = append(bad, egressRefusals(pod, cfg)...)
 	fail := func(format string, args ...any) { bad = append(bad, fmt.Sprintf(format, args...)) }
 
 	cs := slices.IndexFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == CountersignContainer })
@@ -58,8 +62,8 @@ func Guarded(pod *corev1.Pod, cfg Config) error {
 	}
 	for _, c := range containers(pod) {
 		if ours(c.name) && c.init {
-			if c.name == CountersignContainer {
-				continue
+			if c.name == CountersignContainer || c.name == EgressContainer {
+				continue // checked above, and by egressGuarded
 			}
 			// Envoy holds no secret: only the socket and its bootstrap.
 			for _, m := range c.mount {

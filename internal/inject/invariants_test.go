@@ -2,8 +2,11 @@ package inject
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -51,7 +54,7 @@ func injectedCases(t *testing.T) map[string]struct {
 		if err != nil {
 			continue
 		}
-		resp := Mutate(req, pod, testConfig(), scopeOf(name))
+		resp := Mutate(req, pod, configOf(name), scopeOf(name))
 		if len(resp.Patch) == 0 {
 			continue
 		}
@@ -78,15 +81,27 @@ func injectedCases(t *testing.T) map[string]struct {
 // TestInjectedPodInvariants checks each patched pod directly, without
 // Guarded (which Mutate itself uses): the properties the isolation rests on.
 func TestInjectedPodInvariants(t *testing.T) {
-	cfg := testConfig()
+	scripts := map[string]bool{}
+	egressCases := 0
 	for name, c := range injectedCases(t) {
+		cfg := configOf(name)
+		if cfg.Egress.Enabled {
+			egressCases++
+		}
 		t.Run(name, func(t *testing.T) {
 			p := c.patched
-			// Native sidecars, Countersign first, ahead of the pod's own.
-			if len(p.Spec.InitContainers) < 2 || p.Spec.InitContainers[0].Name != CountersignContainer || p.Spec.InitContainers[1].Name != EnvoyContainer {
-				t.Fatalf("init containers do not start with countersign, envoy: %v", names(p.Spec.InitContainers))
+			// The egress container, when egress is closed, before everything.
+			off := 0
+			if cfg.Egress.Enabled {
+				off = 1
+				scripts[checkEgressContainer(t, p, cfg)] = true
 			}
-			for _, sc := range p.Spec.InitContainers[:2] {
+			checkCapabilities(t, p, cfg)
+			// Native sidecars, Countersign first, ahead of the pod's own.
+			if len(p.Spec.InitContainers) < off+2 || p.Spec.InitContainers[off].Name != CountersignContainer || p.Spec.InitContainers[off+1].Name != EnvoyContainer {
+				t.Fatalf("init containers do not start with %scountersign, envoy: %v", map[int]string{1: EgressContainer + ", "}[off], names(p.Spec.InitContainers))
+			}
+			for _, sc := range p.Spec.InitContainers[off : off+2] {
 				if sc.RestartPolicy == nil || *sc.RestartPolicy != corev1.ContainerRestartPolicyAlways {
 					t.Errorf("%s is not a native sidecar", sc.Name)
 				}
@@ -96,7 +111,7 @@ func TestInjectedPodInvariants(t *testing.T) {
 					t.Errorf("%s is not hardened: %+v", sc.Name, s)
 				}
 			}
-			cs := p.Spec.InitContainers[0]
+			cs := p.Spec.InitContainers[off]
 			if !slices.Contains(envNames(cs.Env), "COUNTERSIGN_ENVOY_ADDR") || env(cs.Env, "COUNTERSIGN_ENVOY_ADDR") != "unix:"+EnvoySocket ||
 				env(cs.Env, "COUNTERSIGN_GRPC_ADDR") != "unix:"+APISocket {
 				t.Errorf("countersign does not listen on the sockets: %v", cs.Env)
@@ -140,7 +155,7 @@ func TestInjectedPodInvariants(t *testing.T) {
 						t.Errorf("%s reads Secret %s", ct.Name, e.ValueFrom.SecretKeyRef.Name)
 					}
 				}
-				if ct.Name == CountersignContainer || ct.Name == EnvoyContainer {
+				if ct.Name == CountersignContainer || ct.Name == EnvoyContainer || ct.Name == EgressContainer {
 					continue
 				}
 				for _, b := range cfg.BaseURLs {
@@ -159,6 +174,106 @@ func TestInjectedPodInvariants(t *testing.T) {
 			}
 		})
 	}
+	// The script is the operator's: every pod, whatever it holds, gets the
+	// same one.
+	if egressCases < 2 || len(scripts) != 1 {
+		t.Errorf("%d injected cases close egress, with %d different scripts: want at least 2, all with one script", egressCases, len(scripts))
+	}
+}
+
+// checkEgressContainer checks the egress container of a pod injected
+// with egress closed, and returns its script.
+func checkEgressContainer(t *testing.T, p *corev1.Pod, cfg Config) string {
+	t.Helper()
+	e := p.Spec.InitContainers[0]
+	if e.Name != EgressContainer {
+		t.Fatalf("the first init container is %s, not %s", e.Name, EgressContainer)
+	}
+	// Plain: it runs to completion before the sidecars and the agent start.
+	if e.RestartPolicy != nil || e.Image != cfg.Egress.Image || len(e.Env) > 0 || len(e.EnvFrom) > 0 || len(e.Ports) > 0 ||
+		e.StartupProbe != nil || e.LivenessProbe != nil || e.ReadinessProbe != nil || e.Lifecycle != nil {
+		t.Errorf("%s is not a plain init container of image %s alone: %+v", e.Name, cfg.Egress.Image, e)
+	}
+	// Its two emptyDirs only: iptables' lock, and an empty read-only
+	// directory where a service account token would go.
+	if !reflect.DeepEqual(e.VolumeMounts, []corev1.VolumeMount{{Name: XtablesVolume, MountPath: "/run"},
+		{Name: NoTokenVolume, MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true}}) {
+		t.Errorf("%s mounts more than its two emptyDirs: %v", e.Name, e.VolumeMounts)
+	}
+	for _, name := range []string{XtablesVolume, NoTokenVolume} {
+		if !slices.ContainsFunc(p.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == name && v.EmptyDir != nil }) {
+			t.Errorf("volume %s is not an emptyDir", name)
+		}
+	}
+	s := e.SecurityContext
+	if s == nil || s.RunAsUser == nil || *s.RunAsUser != 0 || s.RunAsNonRoot == nil || *s.RunAsNonRoot ||
+		s.ReadOnlyRootFilesystem == nil || !*s.ReadOnlyRootFilesystem || s.AllowPrivilegeEscalation == nil || *s.AllowPrivilegeEscalation ||
+		s.Privileged == nil || *s.Privileged || s.Capabilities == nil ||
+		!slices.Equal(s.Capabilities.Add, []corev1.Capability{"NET_ADMIN", "NET_RAW"}) || !slices.Equal(s.Capabilities.Drop, []corev1.Capability{"ALL"}) ||
+		s.SeccompProfile == nil || s.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("%s: want root with NET_ADMIN and NET_RAW only, read-only, no escalation, RuntimeDefault: %+v", e.Name, s)
+	}
+	if len(e.Command) != 3 || e.Command[0] != "/bin/sh" || e.Command[1] != "-ec" || len(e.Args) > 0 {
+		t.Fatalf("%s: command is not /bin/sh -ec SCRIPT: %q %q", e.Name, e.Command, e.Args)
+	}
+	script := e.Command[2]
+	// The rules match the configured UID and no other.
+	uids := regexp.MustCompile(`(?m)^uid=(.*)$`).FindAllStringSubmatch(script, -1)
+	owners := regexp.MustCompile(`--uid-owner (\S+)`).FindAllStringSubmatch(script, -1)
+	if len(uids) != 1 || uids[0][1] != fmt.Sprintf("'%d'", cfg.Egress.AgentUID) || len(owners) == 0 ||
+		slices.ContainsFunc(owners, func(m []string) bool { return m[1] != `"$uid"` }) {
+		t.Errorf("the rules do not match UID %d alone: uid= %q, --uid-owner %q", cfg.Egress.AgentUID, uids, owners)
+	}
+	// Each closed destination, in both families, and the chain made idempotent.
+	for _, h := range cfg.Egress.Hosts {
+		if !strings.Contains(script, "reject_host '"+h+".'\n") {
+			t.Errorf("the script does not close host %s", h)
+		}
+	}
+	for _, c := range cfg.Egress.CIDRs {
+		if !strings.Contains(script, " '"+c+"'\n") {
+			t.Errorf("the script does not close %s", c)
+		}
+	}
+	for _, want := range []string{"chain iptables\n", "  chain ip6tables\n", "-N " + egressChain + " 2>/dev/null || $1 -F " + egressChain,
+		"-C OUTPUT -m owner", "-j REJECT --reject-with tcp-reset", "-o lo -j RETURN"} {
+		if !strings.Contains(script, want) {
+			t.Errorf("the script lacks %q", want)
+		}
+	}
+	return script
+}
+
+// checkCapabilities: only the egress container, and only when egress is
+// closed, has NET_ADMIN or NET_RAW; with egress closed every agent
+// container runs as the agent's UID and cannot escalate.
+func checkCapabilities(t *testing.T, p *corev1.Pod, cfg Config) {
+	t.Helper()
+	every := append(append(slices.Clone(p.Spec.InitContainers), p.Spec.Containers...), ephemeral(p)...)
+	for i, ct := range every {
+		egress := cfg.Egress.Enabled && i == 0 && ct.Name == EgressContainer
+		if s := ct.SecurityContext; !egress && s != nil && s.Capabilities != nil &&
+			slices.ContainsFunc(s.Capabilities.Add, func(c corev1.Capability) bool {
+				n := strings.TrimPrefix(string(c), "CAP_")
+				return n == "NET_ADMIN" || n == "NET_RAW" || n == "ALL"
+			}) {
+			t.Errorf("%s adds %v: only the egress container may have NET_ADMIN or NET_RAW", ct.Name, s.Capabilities.Add)
+		}
+		if !cfg.Egress.Enabled || ours(ct.Name) {
+			continue
+		}
+		s := ct.SecurityContext
+		var user *int64
+		if p.Spec.SecurityContext != nil {
+			user = p.Spec.SecurityContext.RunAsUser
+		}
+		if s != nil && s.RunAsUser != nil {
+			user = s.RunAsUser
+		}
+		if user == nil || *user != cfg.Egress.AgentUID || s == nil || s.AllowPrivilegeEscalation == nil || *s.AllowPrivilegeEscalation {
+			t.Errorf("agent container %s: want UID %d without escalation: %+v", ct.Name, cfg.Egress.AgentUID, s)
+		}
+	}
 }
 
 // TestSecondPassChangesNothing: the pod the API server stored, reviewed
@@ -168,7 +283,7 @@ func TestSecondPassChangesNothing(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			req := *c.req
 			req.Object.Raw = c.raw
-			resp := Mutate(&req, c.patched, testConfig(), scopeOf(name))
+			resp := Mutate(&req, c.patched, configOf(name), scopeOf(name))
 			if !resp.Allowed || len(resp.Patch) != 0 {
 				t.Fatalf("second pass: allowed=%v patch=%s result=%+v", resp.Allowed, resp.Patch, resp.Result)
 			}
@@ -260,7 +375,7 @@ func count(es []corev1.EnvVar, name string) int {
 func ephemeral(p *corev1.Pod) []corev1.Container {
 	var out []corev1.Container
 	for _, e := range p.Spec.EphemeralContainers {
-		out = append(out, corev1.Container{Name: e.Name, VolumeMounts: e.VolumeMounts, Env: e.Env})
+		out = append(out, corev1.Container{Name: e.Name, VolumeMounts: e.VolumeMounts, Env: e.Env, SecurityContext: e.SecurityContext})
 	}
 	return out
 }

@@ -44,11 +44,18 @@ func patch(pod *corev1.Pod, in injected, version string) []Op {
 	}
 	// Countersign first, then Envoy, ahead of the pod's own init containers:
 	// native sidecars start in order, and the agent's init containers get a
-	// guarded path out too.
+	// guarded path out too. The egress container, when there is one, comes
+	// before them all: nothing of the pod runs before egress is closed.
+	lead := []corev1.Container{in.countersign, in.envoy}
+	if in.egress != nil {
+		lead = append([]corev1.Container{*in.egress}, lead...)
+	}
 	if len(pod.Spec.InitContainers) == 0 {
-		ops = append(ops, Op{"add", "/spec/initContainers", []corev1.Container{in.countersign, in.envoy}})
+		ops = append(ops, Op{"add", "/spec/initContainers", lead})
 	} else {
-		ops = append(ops, Op{"add", "/spec/initContainers/0", in.countersign}, Op{"add", "/spec/initContainers/1", in.envoy})
+		for i, c := range lead {
+			ops = append(ops, Op{"add", "/spec/initContainers/" + strconv.Itoa(i), c})
+		}
 	}
 	if len(pod.Spec.Volumes) == 0 {
 		ops = append(ops, Op{"add", "/spec/volumes", in.volumes})

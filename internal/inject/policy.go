@@ -81,11 +81,13 @@ func containers(pod *corev1.Pod) []view {
 	return out
 }
 
-func ours(name string) bool { return name == CountersignContainer || name == EnvoyContainer }
+func ours(name string) bool {
+	return name == CountersignContainer || name == EnvoyContainer || name == EgressContainer
+}
 
 func ourVolume(name string) bool {
 	return name == SocketVolume || name == RailsVolume || name == EnvoyConfigVolume || name == TmpVolume ||
-		name == AuditKeyVolume || strings.HasPrefix(name, railKeyVolume)
+		name == AuditKeyVolume || name == XtablesVolume || name == NoTokenVolume || strings.HasPrefix(name, railKeyVolume)
 }
 
 // Capabilities an agent container may not add: each lets a process reach
@@ -192,8 +194,9 @@ func volumeMap(pod *corev1.Pod) map[string]corev1.Volume {
 	return m
 }
 
-// preflight is every reason not to inject pod: what undoes the isolation,
-// and names that collide with what would be injected.
+// preflight is every reason not to inject pod: what undoes the isolation
+// (closed egress included), and names that collide with what would be
+// injected.
 func preflight(pod *corev1.Pod, cfg Config) []string {
 	out := podRefusals(pod)
 	vols, protected := volumeMap(pod), protectedSecrets(cfg)
@@ -227,7 +230,7 @@ func preflight(pod *corev1.Pod, cfg Config) []string {
 			}
 		}
 	}
-	return out
+	return append(out, egressRefusals(pod, cfg)...)
 }
 
 // aliasHosts are the base URLs' host names, sorted, each once.

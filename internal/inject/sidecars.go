@@ -10,6 +10,8 @@ import (
 
 // injected is what Mutate adds to a pod.
 type injected struct {
+	// egress is the init container that closes direct egress, or nil.
+	egress             *corev1.Container
 	countersign, envoy corev1.Container
 	volumes            []corev1.Volume
 	env                []corev1.EnvVar
@@ -102,12 +104,17 @@ func build(cfg Config) injected {
 	}
 	vols = append(vols, keyVols...)
 	vols = append(vols, corev1.Volume{Name: TmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr(resource.MustParse("16Mi"))}}})
+	var egress *corev1.Container
+	if cfg.Egress.Enabled {
+		egress = ptr(egressContainer(cfg))
+		vols = append(vols, egressVolumes()...)
+	}
 
 	env := make([]corev1.EnvVar, 0, len(cfg.BaseURLs))
 	for _, e := range cfg.BaseURLs {
 		env = append(env, corev1.EnvVar{Name: e.Name, Value: e.Value})
 	}
-	return injected{countersign: cs, envoy: envoy, volumes: vols, env: env, hosts: aliasHosts(cfg)}
+	return injected{egress: egress, countersign: cs, envoy: envoy, volumes: vols, env: env, hosts: aliasHosts(cfg)}
 }
 
 // httpPortName names Countersign's HTTP port for its probes.

@@ -42,6 +42,10 @@ type injector struct {
 	// envoyConfigMap is the bootstrap the injected Envoy reads; the smoke
 	// run looks for it in the patch.
 	envoyConfigMap string
+	// With --close-egress: the agents' UID and the egress container's
+	// image (the smoke run's pods run as that UID, or are refused).
+	egressUID   int64
+	egressImage string
 }
 
 type labelSelector struct {
@@ -182,6 +186,13 @@ func checkInjectorMode(r *result, docs []map[string]any, objs []object) *injecto
 	r.ok(invInjectorFlags, one(flags, "namespace") == ns && ns != "", "%s: --namespace %q must be the injector's own namespace %q (never injected)", where, one(flags, "namespace"), ns)
 	checkImage(r, where+" --countersign-image", one(flags, "countersign-image"))
 	checkImage(r, where+" --envoy-image", one(flags, "envoy-image"))
+	if one(flags, "close-egress") == "true" {
+		inj.egressImage = one(flags, "egress-image")
+		checkImage(r, where+" --egress-image", inj.egressImage)
+		uid, err := strconv.ParseInt(one(flags, "egress-agent-uid"), 10, 64)
+		r.ok(invInjectorFlags, err == nil && uid > 0, "%s: --close-egress needs --egress-agent-uid, the agents' UID, got %q", where, one(flags, "egress-agent-uid"))
+		inj.egressUID = uid
+	}
 
 	// Availability: every opted-in pod's creation waits on the injector.
 	replicas := 1

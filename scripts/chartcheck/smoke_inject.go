@@ -143,15 +143,33 @@ func smokeInject(bin string, inj *injector) (string, error) {
 		time.Sleep(100 * time.Millisecond)
 	}
 
-	// An agent pod of an opted-in namespace: guarded.
-	uid := int64(1000)
+	// An agent pod of an opted-in namespace: guarded. With egress closed it
+	// runs as the agents' UID and cannot leave it.
+	uid, nonRoot, escalate := int64(1000), true, false
+	if inj.egressUID != 0 {
+		uid = inj.egressUID
+	}
 	agent := &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "agents-smoke"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
 			Name: "agent", Image: "registry.example.com/agent:1.0",
-			SecurityContext: &corev1.SecurityContext{RunAsUser: &uid},
+			SecurityContext: &corev1.SecurityContext{RunAsUser: &uid, RunAsNonRoot: &nonRoot, AllowPrivilegeEscalation: &escalate},
 		}}},
+	}
+	want := []string{inject.CountersignContainer, inject.EnvoyContainer}
+	if inj.egressUID != 0 {
+		want = append([]string{inject.EgressContainer}, want...)
+		// Another UID would leave the rules behind: refused.
+		other := agent.DeepCopy()
+		*other.Spec.Containers[0].SecurityContext.RunAsUser = uid + 1
+		resp, err := review(ctx, client, base+inject.PathNamespace, other)
+		if err != nil {
+			return fail("POST %s: %v", inject.PathNamespace, err)
+		}
+		if resp.Allowed || resp.Result == nil || !strings.Contains(resp.Result.Message, fmt.Sprintf("the egress rules match the agent's UID %d only", uid)) {
+			return fail("POST %s of a pod running as UID %d with egress closed for %d: want it refused, got allowed=%v result=%v", inject.PathNamespace, uid+1, uid, resp.Allowed, resp.Result)
+		}
 	}
 	resp, err := review(ctx, client, base+inject.PathNamespace, agent)
 	if err != nil {
@@ -170,9 +188,12 @@ func smokeInject(bin string, inj *injector) (string, error) {
 		if c.Name == inject.CountersignContainer && c.Image != countersignImage {
 			return fail("the injected countersign runs %q, not --countersign-image %q", c.Image, countersignImage)
 		}
+		if c.Name == inject.EgressContainer && c.Image != inj.egressImage {
+			return fail("the injected egress container runs %q, not --egress-image %q", c.Image, inj.egressImage)
+		}
 	}
-	if !slices.Equal(names, []string{inject.CountersignContainer, inject.EnvoyContainer}) {
-		return fail("the guarded pod's init containers are %q, want the two sidecars", names)
+	if !slices.Equal(names, want) {
+		return fail("the guarded pod's init containers are %q, want %q", names, want)
 	}
 	if !slices.ContainsFunc(guarded.Spec.Volumes, func(v corev1.Volume) bool {
 		return v.ConfigMap != nil && v.ConfigMap.Name == inj.envoyConfigMap
@@ -193,7 +214,12 @@ func smokeInject(bin string, inj *injector) (string, error) {
 	if err := stop(); err != nil {
 		return "", fmt.Errorf("after SIGTERM: %w\n--- inject's log:\n%s", err, logs.String())
 	}
-	return "accepted every flag; /healthz 200 over HTTPS; an opted-in pod guarded by the rendered images and ConfigMap, a pod that did not opt in left alone; stopped on SIGTERM", nil
+	egress := ""
+	if inj.egressUID != 0 {
+		egress = fmt.Sprintf(", its egress closed for UID %d first (a pod of another UID refused)", uid)
+	}
+	return "accepted every flag; /healthz 200 over HTTPS; an opted-in pod guarded by the rendered images and ConfigMap" + egress +
+		", a pod that did not opt in left alone; stopped on SIGTERM", nil
 }
 
 func review(ctx context.Context, client *http.Client, url string, pod *corev1.Pod) (*admissionv1.AdmissionResponse, error) {

@@ -282,6 +282,21 @@ injector's Deployment.
 {{- fail (printf "injector.agentNamespaces: %q is never injected (kube-system and the injector's own namespace are excluded)" $ns) -}}
 {{- end -}}
 {{- end -}}
+{{- $egress := $inj.closeEgress -}}
+{{- if $egress.enabled -}}
+{{- if not $egress.image.repository -}}
+{{- fail "injector.closeEgress.enabled needs injector.closeEgress.image.repository: an image with /bin/sh, iptables and ip6tables" -}}
+{{- end -}}
+{{- if not (or $egress.image.tag $egress.image.digest) -}}
+{{- fail "injector.closeEgress.enabled needs injector.closeEgress.image.tag or .digest: pin the iptables image" -}}
+{{- end -}}
+{{- if not $egress.agentUID -}}
+{{- fail "injector.closeEgress.enabled needs injector.closeEgress.agentUID: the UID every agent container runs as, which the rules match" -}}
+{{- end -}}
+{{- if not (or $egress.hosts $egress.cidrs) -}}
+{{- fail "injector.closeEgress.enabled needs injector.closeEgress.hosts or .cidrs: the rail hosts or ranges to close" -}}
+{{- end -}}
+{{- end -}}
 {{- if ne .Values.migrations.mode "hook" -}}
 {{- fail "mode injector: migrations.mode must be hook (the injected countersign containers never migrate; the Job runs in the injector's namespace)" -}}
 {{- end -}}
