@@ -24,6 +24,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/countersign/countersign/internal/testing/wait"
@@ -335,10 +338,12 @@ func startCluster(t *testing.T, ctx context.Context, dir string) *cluster {
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+saPub, "--service-account-signing-key-file="+saKey,
 		"--service-cluster-ip-range=10.96.0.0/16",
-		// No controller manager runs, so no namespace gets its default
-		// ServiceAccount; the ServiceAccount admission plugin would refuse
-		// every pod for the want of it.
-		"--disable-admission-plugins=ServiceAccount",
+		// The ServiceAccount admission plugin runs, as on every real
+		// cluster: after the injector's patch it mounts the pod's token
+		// into every container with nothing at its path, and the injector
+		// is called again (reinvocationPolicy IfNeeded). No controller
+		// manager runs, so createNamespace makes each namespace's default
+		// ServiceAccount itself.
 		// The kubernetes Service's endpoints would be this loopback
 		// address, which the endpoint reconciler refuses; nothing here
 		// reaches the API server through that Service.
@@ -396,4 +401,17 @@ func buildCountersign(t *testing.T, dir string) string {
 		t.Fatalf("go build ./cmd/countersign: %v\n%s", err, out.String())
 	}
 	return bin
+}
+
+// createNamespace creates ns and its default ServiceAccount, which a
+// controller manager would (none runs here), so the ServiceAccount
+// admission plugin admits pods there.
+func createNamespace(t *testing.T, ctx context.Context, kc kubernetes.Interface, ns *corev1.Namespace) {
+	t.Helper()
+	if _, err := kc.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace %s: %v", ns.Name, err)
+	}
+	if _, err := kc.CoreV1().ServiceAccounts(ns.Name).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create the default ServiceAccount of %s: %v", ns.Name, err)
+	}
 }

@@ -74,9 +74,7 @@ func TestInjectWithClosedEgressAgainstAPIServer(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: injectorNamespace}},
 		{ObjectMeta: metav1.ObjectMeta{Name: agentsNamespace, Labels: map[string]string{inject.InjectKey: "enabled"}}},
 	} {
-		if _, err := kc.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("create namespace %s: %v", ns.Name, err)
-		}
+		createNamespace(t, ctx, kc, ns)
 	}
 	defaultCPU := resource.MustParse("250m")
 	limits := &corev1.LimitRange{ObjectMeta: metav1.ObjectMeta{Name: "defaults"}, Spec: corev1.LimitRangeSpec{Limits: []corev1.LimitRangeItem{{

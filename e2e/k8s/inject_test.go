@@ -96,9 +96,7 @@ func TestInjectAgainstAPIServer(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: agentsNamespace, Labels: map[string]string{inject.InjectKey: "enabled"}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: otherNamespace}},
 	} {
-		if _, err := kc.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("create namespace %s: %v", ns.Name, err)
-		}
+		createNamespace(t, ctx, kc, ns)
 	}
 	registerWebhook(t, ctx, kc, injectorURL, c.pki.caPEM)
 

@@ -52,9 +52,7 @@ func TestSelfTLSAgainstAPIServer(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: injectorNamespace}},
 		{ObjectMeta: metav1.ObjectMeta{Name: agentsNamespace, Labels: map[string]string{inject.InjectKey: "enabled"}}},
 	} {
-		if _, err := kc.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("create namespace %s: %v", ns.Name, err)
-		}
+		createNamespace(t, ctx, kc, ns)
 	}
 	// Someone else's Secret beside ours, which the token must not read.
 	if _, err := kc.CoreV1().Secrets(injectorNamespace).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "ledger"},

@@ -35,9 +35,10 @@ const (
 	// container's root filesystem is read-only.
 	XtablesVolume = "countersign-xtables-lock"
 	// NoTokenVolume, empty and read-only, takes the place of the service
-	// account token: the ServiceAccount admission plugin, which runs again
-	// after the injector's patch, mounts a token into every container that
-	// has nothing at that path, and this one needs none.
+	// account token in every container the injector adds: the
+	// ServiceAccount admission plugin, which runs again after the
+	// injector's patch, mounts a token into every container that has
+	// nothing at that path, and none of ours needs one.
 	NoTokenVolume     = "countersign-no-token"
 	serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -149,14 +150,11 @@ func egressContainer(cfg Config) corev1.Container {
 	}
 }
 
-// egressVolumes are the egress container's two emptyDirs.
+// egressVolumes is the egress container's lock directory (its NoTokenVolume
+// is the sidecars', always injected).
 func egressVolumes() []corev1.Volume {
-	var out []corev1.Volume
-	for _, name := range []string{XtablesVolume, NoTokenVolume} {
-		out = append(out, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
-			Medium: corev1.StorageMediumMemory, SizeLimit: ptr(resource.MustParse("1Mi"))}}})
-	}
-	return out
+	return []corev1.Volume{{Name: XtablesVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+		Medium: corev1.StorageMediumMemory, SizeLimit: ptr(resource.MustParse("1Mi"))}}}}
 }
 
 // egressPreamble defines the script's functions. A pod whose init runs

@@ -51,26 +51,35 @@ func Guarded(pod *corev1.Pod, cfg Config) error {
 		if err := isHardened(c.SecurityContext); err != nil {
 			fail("%s: %v", c.Name, err)
 		}
+		if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+			return m.Name == NoTokenVolume && m.MountPath == serviceAccountDir && m.ReadOnly
+		}) {
+			fail("%s has no empty directory at %s: the pod's service account token would be mounted there", c.Name, serviceAccountDir)
+		}
 	}
 	if slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return ours(c.Name) }) {
 		fail("a regular container has a sidecar's name")
 	}
 
 	vols, protected := volumeMap(pod), protectedSecrets(cfg)
-	if v, ok := vols[SocketVolume]; !ok || v.EmptyDir == nil {
-		fail("volume %s is not an emptyDir", SocketVolume)
+	for _, name := range []string{SocketVolume, NoTokenVolume} {
+		if v, ok := vols[name]; !ok || v.EmptyDir == nil {
+			fail("volume %s is not an emptyDir", name)
+		}
 	}
 	for _, c := range containers(pod) {
 		if ours(c.name) && c.init {
 			if c.name == CountersignContainer || c.name == EgressContainer {
 				continue // checked above, and by egressGuarded
 			}
-			// Envoy holds no secret: only the socket and its bootstrap.
+			// Envoy holds no secret: only the socket, its bootstrap, and
+			// the empty directory where a token would go.
 			for _, m := range c.mount {
-				if m.Name != SocketVolume && m.Name != EnvoyConfigVolume {
+				if m.Name != SocketVolume && m.Name != EnvoyConfigVolume && m.Name != NoTokenVolume {
 					fail("%s mounts %s", c.name, m.Name)
 				}
 			}
+
 			if len(c.env) > 0 || len(c.from) > 0 {
 				fail("%s has environment variables", c.name)
 			}

@@ -306,6 +306,17 @@ func TestGuardedRefusesBrokenPods(t *testing.T) {
 		},
 		"other countersign image": func(p *corev1.Pod) { p.Spec.InitContainers[0].Image = "registry.example/evil:1" },
 		"envoy may escalate":      func(p *corev1.Pod) { p.Spec.InitContainers[1].SecurityContext.AllowPrivilegeEscalation = ptr(true) },
+		"envoy gets the pod's token": func(p *corev1.Pod) {
+			// What the ServiceAccount plugin does when nothing is at its path.
+			vm := p.Spec.InitContainers[1].VolumeMounts
+			p.Spec.InitContainers[1].VolumeMounts = slices.DeleteFunc(vm, func(m corev1.VolumeMount) bool { return m.Name == NoTokenVolume })
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "kube-api-access-x", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{}}})
+			p.Spec.InitContainers[1].VolumeMounts = append(p.Spec.InitContainers[1].VolumeMounts, corev1.VolumeMount{Name: "kube-api-access-x", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount", ReadOnly: true})
+		},
+		"countersign gets the pod's token": func(p *corev1.Pod) {
+			vm := p.Spec.InitContainers[0].VolumeMounts
+			p.Spec.InitContainers[0].VolumeMounts = slices.DeleteFunc(vm, func(m corev1.VolumeMount) bool { return m.Name == NoTokenVolume })
+		},
 		"envoy mounts a rail key": func(p *corev1.Pod) {
 			p.Spec.InitContainers[1].VolumeMounts = append(p.Spec.InitContainers[1].VolumeMounts, corev1.VolumeMount{Name: railKeyVolume + "0", MountPath: "/k"})
 		},

@@ -22,6 +22,12 @@ func build(cfg Config) injected {
 	always := corev1.ContainerRestartPolicyAlways
 	memory := corev1.StorageMediumMemory
 	socketMount := corev1.VolumeMount{Name: SocketVolume, MountPath: SocketDir}
+	// Nothing where a service account token would go: the ServiceAccount
+	// admission plugin, which runs again after this patch, mounts the pod's
+	// token into every container with nothing at that path, and neither
+	// sidecar calls the Kubernetes API (nor should it hold the agent's
+	// token).
+	noToken := corev1.VolumeMount{Name: NoTokenVolume, MountPath: serviceAccountDir, ReadOnly: true}
 
 	var keyMounts []corev1.VolumeMount
 	var keyVols []corev1.Volume
@@ -66,7 +72,7 @@ func build(cfg Config) injected {
 		RestartPolicy: &always,
 		VolumeMounts: append(append([]corev1.VolumeMount{socketMount,
 			{Name: RailsVolume, MountPath: RailsDir, ReadOnly: true}}, keyMounts...),
-			corev1.VolumeMount{Name: TmpVolume, MountPath: "/tmp"}),
+			corev1.VolumeMount{Name: TmpVolume, MountPath: "/tmp"}, noToken),
 		SecurityContext: hardened(countersignUID, countersignUID),
 		Resources:       resources("50m", "64Mi", "256Mi"),
 	}
@@ -78,7 +84,7 @@ func build(cfg Config) injected {
 		Command:         []string{"/usr/local/bin/envoy"},
 		Args:            []string{"-c", EnvoyConfigDir + "/" + cfg.EnvoyConfigKey, "--disable-hot-restart"},
 		RestartPolicy:   &always,
-		VolumeMounts:    []corev1.VolumeMount{socketMount, {Name: EnvoyConfigVolume, MountPath: EnvoyConfigDir, ReadOnly: true}},
+		VolumeMounts:    []corev1.VolumeMount{socketMount, {Name: EnvoyConfigVolume, MountPath: EnvoyConfigDir, ReadOnly: true}, noToken},
 		SecurityContext: hardened(envoyUID, countersignUID),
 		Resources:       resources("50m", "64Mi", "512Mi"),
 	}
@@ -103,7 +109,9 @@ func build(cfg Config) injected {
 		}}})
 	}
 	vols = append(vols, keyVols...)
-	vols = append(vols, corev1.Volume{Name: TmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr(resource.MustParse("16Mi"))}}})
+	vols = append(vols, corev1.Volume{Name: TmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr(resource.MustParse("16Mi"))}}},
+		corev1.Volume{Name: NoTokenVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+			Medium: corev1.StorageMediumMemory, SizeLimit: ptr(resource.MustParse("1Mi"))}}})
 	var egress *corev1.Container
 	if cfg.Egress.Enabled {
 		egress = ptr(egressContainer(cfg))
