@@ -320,6 +320,7 @@ func (e *Engine) decideOnce(ctx context.Context, req Request, t target, remember
 	})
 	if ok {
 		out = e.run(ctx, req, principal, t, facts)
+		out.AgentID = principal.Agent.ID // who asked, for the decision's span and log
 	}
 	if out.reread {
 		return out // past the early limits: decided again with a read
