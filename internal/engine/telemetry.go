@@ -44,7 +44,9 @@ const (
 
 // GateVerdictKey is the span attribute of one gate's verdict
 // (countersign.gate.G2_value.verdict).
-func GateVerdictKey(g string) attribute.Key { return attribute.Key("countersign.gate." + g + ".verdict") }
+func GateVerdictKey(g string) attribute.Key {
+	return attribute.Key("countersign.gate." + g + ".verdict")
+}
 
 func gateAttributes(gates []ledger.GateRecord) []attribute.KeyValue {
 	out := make([]attribute.KeyValue, 0, len(gates))

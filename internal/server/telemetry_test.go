@@ -157,7 +157,7 @@ func (s spanSet) inTrace(t *testing.T, id trace.TraceID, name string) tracetest.
 func attr(sp tracetest.SpanStub, key string) string {
 	for _, kv := range sp.Attributes {
 		if string(kv.Key) == key {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
@@ -405,21 +405,21 @@ func TestTracesAndDecisionLogFollowEachDecision(t *testing.T) {
 			var b strings.Builder
 			fmt.Fprintln(&b, sp.Name, sp.Status.Description)
 			for _, kv := range sp.Attributes {
-				fmt.Fprintln(&b, kv.Key, kv.Value.Emit())
+				fmt.Fprintln(&b, kv.Key, kv.Value.String())
 			}
 			for _, ev := range sp.Events {
 				fmt.Fprintln(&b, ev.Name)
 				for _, kv := range ev.Attributes {
-					fmt.Fprintln(&b, kv.Key, kv.Value.Emit())
+					fmt.Fprintln(&b, kv.Key, kv.Value.String())
 				}
 			}
 			for _, l := range sp.Links {
 				for _, kv := range l.Attributes {
-					fmt.Fprintln(&b, kv.Key, kv.Value.Emit())
+					fmt.Fprintln(&b, kv.Key, kv.Value.String())
 				}
 			}
 			for _, kv := range sp.Resource.Attributes() {
-				fmt.Fprintln(&b, kv.Key, kv.Value.Emit())
+				fmt.Fprintln(&b, kv.Key, kv.Value.String())
 			}
 			everything += b.String()
 		}
