@@ -95,18 +95,17 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		if err != nil {
 			return err
 		}
-		if !x.hasIntent {
-			x.ref, x.hasIntent = intentOf(req)
-		}
 		if span == nil {
 			// The exchange's span starts with its first message, whose
 			// request headers carry the trace context of the HTTP request.
 			_, headers := headerMap(req.GetRequestHeaders().GetHeaders())
 			ctx, span = telemetry.StartServer(ctx, s.tracer, "ext_proc.Process", headers)
 		}
-		if x.hasIntent {
-			span.SetAttributes(attribute.String("countersign.rail_account", x.ref.RailAccount), attribute.String("countersign.sik", x.ref.SIK),
-				attribute.Int("countersign.attempt_seq", x.ref.AttemptSeq))
+		if !x.hasIntent {
+			if x.ref, x.hasIntent = intentOf(req); x.hasIntent {
+				span.SetAttributes(attribute.String("countersign.rail_account", x.ref.RailAccount), attribute.String("countersign.sik", x.ref.SIK),
+					attribute.Int("countersign.attempt_seq", x.ref.AttemptSeq))
+			}
 		}
 		resp := s.handle(ctx, &x, req)
 		if err := stream.Send(resp); err != nil {
