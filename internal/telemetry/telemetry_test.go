@@ -2,6 +2,11 @@ package telemetry
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -103,5 +108,38 @@ func TestOperation(t *testing.T) {
 		if got := operation(sql); got != want {
 			t.Errorf("operation(%q) = %q, want %q", sql, got, want)
 		}
+	}
+}
+
+// TestSetupExportsOverOTLPAndFlushesOnShutdown: with the standard endpoint
+// variable set, a span reaches the collector by the time Shutdown returns.
+func TestSetupExportsOverOTLPAndFlushesOnShutdown(t *testing.T) {
+	got := make(chan string, 4)
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		got <- r.URL.Path + " " + string(body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer collector.Close()
+	t.Setenv(EnvEndpoint, collector.URL)
+	t.Setenv(envProtocol, "http/protobuf")
+	p, err := Setup(context.Background(), os.LookupEnv, "test")
+	if err != nil || !p.Exporting {
+		t.Fatalf("Setup = %v, %v; want exporting", p, err)
+	}
+	_, span := Tracer(p).Start(context.Background(), "countersign.decide")
+	span.End()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+	select {
+	case req := <-got:
+		if !strings.HasPrefix(req, "/v1/traces ") || !strings.Contains(req, "countersign.decide") || !strings.Contains(req, "countersign") {
+			t.Fatalf("collector got %q", req)
+		}
+	default:
+		t.Fatal("Shutdown returned before the span was exported")
 	}
 }
