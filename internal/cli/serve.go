@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/rails"
 	"github.com/countersign/countersign/internal/server"
+	"github.com/countersign/countersign/internal/telemetry"
 )
 
 func newServe() *cobra.Command {
@@ -39,15 +42,37 @@ func newServe() *cobra.Command {
 	return cmd
 }
 
-// Serve runs a server over the configured ledger until ctx ends.
+// Serve runs a server over the configured ledger until ctx ends. Traces
+// are exported over OTLP when the standard OTEL_EXPORTER_OTLP_ENDPOINT (or
+// _TRACES_ENDPOINT) variable is set, and flushed on the way out.
 func Serve(ctx context.Context, cfg config.Config, rs *rails.Registry, log *slog.Logger) error {
-	store, err := ledger.Open(ctx, cfg.DatabaseURL, ledger.Options{MaxConns: cfg.DBMaxConns, Pooler: cfg.DBPooler})
+	tp, err := telemetry.Setup(ctx, os.LookupEnv, Version)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// A collector that is down costs the spans, never the exit status.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if ferr := tp.Shutdown(fctx); ferr != nil {
+			log.Warn("traces not flushed", "err", ferr)
+		}
+	}()
+	opts := ledger.Options{MaxConns: cfg.DBMaxConns, Pooler: cfg.DBPooler}
+	var serverOpts []server.Option
+	if tp.Exporting {
+		// Without an exporter nothing is traced at all: no spans, no cost.
+		log.Info("exporting traces over OTLP")
+		opts.Tracer = telemetry.NewPgxTracer(tp)
+		serverOpts = append(serverOpts, server.WithTracerProvider(tp))
+	}
+	store, err := ledger.Open(ctx, cfg.DatabaseURL, opts)
 	if err != nil {
 		return err
 	}
 	defer store.Close()
 	cfg.LeaseOwner = leaseOwner(cfg)
-	srv, err := server.New(cfg, store, rs, log)
+	srv, err := server.New(cfg, store, rs, log, serverOpts...)
 	if err != nil {
 		return err
 	}

@@ -78,6 +78,9 @@ type Config struct {
 	ReconcileClaimTTL time.Duration
 	// ExtProcInPath says Envoy runs the ext_proc filter after ext_authz.
 	ExtProcInPath bool
+	// DecisionLog writes one structured log line per decision (verdict,
+	// reason, gates, agent, intent, trace id; never a secret).
+	DecisionLog bool
 	// MaxRequestBytes is Envoy's ext_authz with_request_body.max_request_bytes:
 	// a body that reaches it without a declared length matching what was
 	// seen cannot be shown whole, and is refused.
@@ -128,6 +131,7 @@ func Defaults() Config {
 		ReconcileMaxAttempts: 6,
 		ReconcileClaimTTL:    2 * time.Minute,
 		ExtProcInPath:        true,
+		DecisionLog:          true,
 		MaxRequestBytes:      65536,
 		OutboxInterval:       time.Second,
 		AuditSealInterval:    time.Second,
@@ -167,6 +171,7 @@ func (c *Config) BindServe(fs *pflag.FlagSet) {
 	c.BindDatabase(fs)
 	c.BindEngine(fs)
 	fs.DurationVar(&c.ReconcileInterval, "reconcile-interval", c.ReconcileInterval, "how often the in-process reconciler looks for work (0 turns it off)")
+	fs.BoolVar(&c.DecisionLog, "decision-log", c.DecisionLog, "log one JSON line per decision (verdict, reason code, gate results, agent, rail account, intent, amount, trace and request ids; never a credential, key or token); false turns it off")
 	fs.DurationVar(&c.OutboxInterval, "outbox-interval", c.OutboxInterval, "how often the webhook dispatcher delivers events (0 turns it off)")
 	fs.StringVar(&c.WebhookAllowNetworks, "webhook-allow-networks", c.WebhookAllowNetworks, "comma-separated CIDR prefixes of non-public networks webhooks may reach (loopback, private and link-local addresses are refused otherwise)")
 	fs.StringVar(&c.AuditSigningKey, "audit-signing-key", c.AuditSigningKey, "file holding the audit log's note signer key (countersign audit keygen); without it this process does not seal audit records")

@@ -211,3 +211,33 @@ func TestOwnerAllowlistFromAConfigFileList(t *testing.T) {
 		t.Fatalf("allowlist from file = %q / %q", cfg.OwnerAllowedSubjects, cfg.OwnerAllowedGroups)
 	}
 }
+
+// TestDecisionLogIsOnUnlessTurnedOff: the decision log is on by default,
+// and COUNTERSIGN_DECISION_LOG (or --decision-log) turns it off.
+func TestDecisionLogIsOnUnlessTurnedOff(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		{"default", nil, nil, true},
+		{"environment", nil, map[string]string{"COUNTERSIGN_DECISION_LOG": "false"}, false},
+		{"flag", []string{"--decision-log=false"}, map[string]string{"COUNTERSIGN_DECISION_LOG": "true"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Defaults()
+			fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+			cfg.BindServe(fs)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			if err := Resolve(fs, env(tc.env)); err != nil {
+				t.Fatal(err)
+			}
+			if cfg.DecisionLog != tc.want {
+				t.Fatalf("DecisionLog = %v, want %v", cfg.DecisionLog, tc.want)
+			}
+		})
+	}
+}

@@ -161,7 +161,7 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t ta
 	}
 
 	rctx, cancel := context.WithTimeout(ctx, e.opts.ResolveTimeout)
-	ref, err := acct.Adapter.Resolve(rctx, acct.Client, a)
+	ref, err := e.resolve(rctx, acct, a)
 	cancel()
 	switch {
 	case errors.Is(err, rail.ErrReferent):

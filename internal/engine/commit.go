@@ -126,7 +126,9 @@ func (e *Engine) Commit(ctx context.Context, ref IntentRef, resp rail.Response) 
 	return e.commit(ctx, ref, resp, nil)
 }
 
-func (e *Engine) commit(ctx context.Context, ref IntentRef, resp rail.Response, rep *ledger.Reporter) (ledger.Intent, rail.Classification, error) {
+func (e *Engine) commit(ctx context.Context, ref IntentRef, resp rail.Response, rep *ledger.Reporter) (it ledger.Intent, c rail.Classification, err error) {
+	ctx, span := e.startCommit(ctx, ref, rep)
+	defer func() { endCommit(span, it, c, err) }()
 	key := ledger.Key{RailAccount: ref.RailAccount, SIK: ref.SIK}
 	if rep != nil && ref.RailAccount == "" {
 		return ledger.Intent{}, rail.Classification{}, ledger.NotFoundIntent(key)
@@ -146,7 +148,7 @@ func (e *Engine) commit(ctx context.Context, ref IntentRef, resp rail.Response, 
 		}
 		return ledger.Intent{}, rail.Classification{}, fmt.Errorf("%w %q", ErrUnknownAccount, ref.RailAccount)
 	}
-	it, err := e.ledger.Intent(ctx, key)
+	it, err = e.ledger.Intent(ctx, key)
 	if err != nil {
 		return ledger.Intent{}, rail.Classification{}, err
 	}
@@ -169,7 +171,7 @@ func (e *Engine) commit(ctx context.Context, ref IntentRef, resp rail.Response, 
 	if err != nil {
 		return ledger.Intent{}, rail.Classification{}, err
 	}
-	c := acct.Classify(a, resp)
+	c = acct.Classify(a, resp)
 	if ref.BodyStamped {
 		// A 2xx carrying another entity's stamp is not this request's.
 		c = c.CheckStamp(ref.BodyValue)

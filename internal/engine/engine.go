@@ -14,6 +14,8 @@ import (
 	"net/http"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/countersign/countersign/internal/credential"
 	"github.com/countersign/countersign/internal/gate"
 	"github.com/countersign/countersign/internal/ledger"
@@ -21,6 +23,7 @@ import (
 	"github.com/countersign/countersign/internal/quota"
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/rails"
+	"github.com/countersign/countersign/internal/telemetry"
 )
 
 // Source is the protocol a request came in on.
@@ -171,6 +174,10 @@ type Options struct {
 	// body stamp was recorded. False for ext_authz-only deployments
 	// (Istio CUSTOM).
 	ExtProcInPath bool
+	// Tracer traces decisions and commits (nil: no spans).
+	Tracer trace.TracerProvider
+	// DecisionLog writes one structured log line per decision.
+	DecisionLog bool
 	// Now is the engine's clock (credential expiry, mandate validity,
 	// sliding windows); nil means time.Now. The deterministic simulation
 	// drives it.
@@ -186,6 +193,7 @@ type Engine struct {
 	now      func() time.Time
 	mandates mandateCache
 	facts    remembered
+	tracer   trace.Tracer
 }
 
 // New returns an engine over l.
@@ -203,7 +211,11 @@ func New(l Ledger, opts Options, log *slog.Logger, m *metrics.Metrics) *Engine {
 	if now == nil {
 		now = time.Now
 	}
-	return &Engine{ledger: l, opts: opts, log: log, metrics: m, now: now}
+	tracer := telemetry.Tracer(opts.Tracer)
+	if opts.Tracer != nil {
+		l = tracedLedger{Ledger: l, tracer: tracer}
+	}
+	return &Engine{ledger: l, opts: opts, log: log, metrics: m, now: now, tracer: tracer}
 }
 
 // Reason codes of the answers the engine gives today.
@@ -249,13 +261,16 @@ func (e *Engine) DecideAction(ctx context.Context, req Request, railAccount stri
 
 func (e *Engine) decide(ctx context.Context, req Request, t target) (out Outcome) {
 	start := time.Now() // latency is measured on the real clock
+	ctx, span := e.startDecision(ctx, req)
 	defer func() {
 		if r := recover(); r != nil {
 			e.log.Error("decide panicked; denying", "request_id", req.RequestID, "panic", fmt.Sprint(r))
 			out = refuse(req, ReasonInternal, "Countersign failed internally; no money moved.", http.StatusServiceUnavailable)
 		}
+		took := time.Since(start)
 		e.metrics.Decisions.WithLabelValues(string(req.Source), string(out.Verdict), out.ReasonCode).Inc()
-		e.metrics.CheckSeconds.WithLabelValues(string(req.Source), string(out.Verdict)).Observe(time.Since(start).Seconds())
+		e.metrics.CheckSeconds.WithLabelValues(string(req.Source), string(out.Verdict)).Observe(took.Seconds())
+		e.observe(ctx, span, req, t, out, took)
 	}()
 
 	out = e.decideOnce(ctx, req, t, true)
@@ -305,6 +320,7 @@ func (e *Engine) decideOnce(ctx context.Context, req Request, t target, remember
 	})
 	if ok {
 		out = e.run(ctx, req, principal, t, facts)
+		out.AgentID = principal.Agent.ID // who asked, for the decision's span and log
 	}
 	if out.reread {
 		return out // past the early limits: decided again with a read

@@ -83,7 +83,7 @@ func (e *Engine) fresh(ctx context.Context, pr *proposal) (out Outcome, done boo
 		withMandate(&in, pr.facts.Mandate, m)
 	}
 	in = gate.Uncounted(in)
-	v := verdictOf(gate.Evaluate(in, e.opts.Advisors...))
+	v := g.evaluate(ctx, in)
 	if v.Verdict == Block {
 		// Counts can only add to a refusal. But the action may exist
 		// already under another alias (a refund named by its charge, the

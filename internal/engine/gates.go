@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/gate"
 	"github.com/countersign/countersign/internal/ledger"
@@ -20,6 +22,7 @@ type gateRun struct {
 	*proposal
 	advisors []gate.Advisor
 	mandates *mandateCache
+	tracer   trace.Tracer
 }
 
 // mandateCache keeps decoded mandates by hash: a mandate never changes, so
@@ -61,7 +64,7 @@ func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (v
 	rec, err := tx.LatestMandate(ctx, g.principal.Agent.ID, g.acct.ID, g.now)
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
-		return verdictOf(gate.Evaluate(in, g.advisors...)), nil
+		return g.evaluate(ctx, in), nil
 	case err != nil:
 		return verdict{}, err
 	}
@@ -80,7 +83,7 @@ func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (v
 	if err := g.usage(ctx, tx, rec.Hash, it, &in); err != nil {
 		return verdict{}, err
 	}
-	v := verdictOf(gate.Evaluate(in, g.advisors...))
+	v := g.evaluate(ctx, in)
 	v.Approval = ledger.ApprovalSpec{MandateHash: rec.Hash, TTL: m.GetApprovalTtl().AsDuration(), Gates: v.Gates}
 	if v.Verdict != Allow {
 		return v, nil

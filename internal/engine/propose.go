@@ -286,5 +286,5 @@ func (pr *proposal) attemptStart(o Options, stamp string) ledger.AttemptStart {
 
 // gateRun is the ladder's view of pr.
 func (e *Engine) gateRun(pr *proposal) gateRun {
-	return gateRun{proposal: pr, advisors: e.opts.Advisors, mandates: &e.mandates}
+	return gateRun{proposal: pr, advisors: e.opts.Advisors, mandates: &e.mandates, tracer: e.tracer}
 }

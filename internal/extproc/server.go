@@ -12,12 +12,15 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/countersign/countersign/internal/chaos"
 	"github.com/countersign/countersign/internal/engine"
 	"github.com/countersign/countersign/internal/extauthz"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/telemetry"
 )
 
 // Committer records the rail's answer to an attempt (engine.Engine).
@@ -33,10 +36,20 @@ type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 	committer Committer
 	log       *slog.Logger
+	tracer    trace.Tracer
 }
 
 // NewServer returns an ext_proc server.
-func NewServer(c Committer, log *slog.Logger) *Server { return &Server{committer: c, log: log} }
+func NewServer(c Committer, log *slog.Logger) *Server {
+	return &Server{committer: c, log: log, tracer: telemetry.Tracer(nil)}
+}
+
+// WithTracing traces each exchange under tp, continuing the trace of the
+// HTTP request Envoy forwards (its traceparent header).
+func (s *Server) WithTracing(tp trace.TracerProvider) *Server {
+	s.tracer = telemetry.Tracer(tp)
+	return s
+}
 
 // errResponseLost stands for a response that never came back through Envoy.
 var errResponseLost = errors.New("the rail's response was lost before it reached Countersign")
@@ -55,6 +68,12 @@ type exchange struct {
 func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
 	ctx := stream.Context()
 	var x exchange
+	var span trace.Span
+	defer func() {
+		if span != nil {
+			span.End()
+		}
+	}()
 	defer func() {
 		// The request was allowed and sent, but no response came back
 		// through this stream: the outcome is ambiguous.
@@ -76,8 +95,17 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		if err != nil {
 			return err
 		}
+		if span == nil {
+			// The exchange's span starts with its first message, whose
+			// request headers carry the trace context of the HTTP request.
+			_, headers := headerMap(req.GetRequestHeaders().GetHeaders())
+			ctx, span = telemetry.StartServer(ctx, s.tracer, "ext_proc.Process", headers)
+		}
 		if !x.hasIntent {
-			x.ref, x.hasIntent = intentOf(req)
+			if x.ref, x.hasIntent = intentOf(req); x.hasIntent {
+				span.SetAttributes(attribute.String("countersign.rail_account", x.ref.RailAccount), attribute.String("countersign.sik", x.ref.SIK),
+					attribute.Int("countersign.attempt_seq", x.ref.AttemptSeq))
+			}
 		}
 		resp := s.handle(ctx, &x, req)
 		if err := stream.Send(resp); err != nil {

@@ -51,6 +51,9 @@ type Options struct {
 	// Pooler is what the URL points at: PoolerNone ("" too) or
 	// PoolerPgBouncer.
 	Pooler string
+	// Tracer traces every statement (it may also be a pgx.BatchTracer);
+	// nil traces none.
+	Tracer pgx.QueryTracer
 }
 
 // Store is the ledger handle shared by the whole process.
@@ -89,6 +92,7 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 		timeout = 5 * time.Second
 	}
 	cfg.ConnConfig.ConnectTimeout = timeout
+	cfg.ConnConfig.Tracer = opts.Tracer
 	if cfg.ConnConfig.RuntimeParams == nil {
 		cfg.ConnConfig.RuntimeParams = map[string]string{}
 	}

@@ -26,8 +26,12 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/logging"
+	"github.com/countersign/countersign/internal/telemetry"
 )
 
 // Store is what the dispatcher needs from the ledger.
@@ -75,6 +79,8 @@ type Dispatcher struct {
 	Timeout time.Duration
 	Log     *slog.Logger
 	Metrics *Metrics
+	// Tracer traces each pass that claims deliveries (nil: no spans).
+	Tracer trace.TracerProvider
 
 	// jitter returns a uniform random int64 in [0, n); tests replace it.
 	jitter func(n int64) int64
@@ -171,16 +177,27 @@ const (
 	outcomeLeaseLost
 )
 
-func (c *worker) pass(ctx context.Context) (report, error) {
-	var rep report
+func (c *worker) pass(ctx context.Context) (rep report, err error) {
 	if c.Store == nil || c.Owner == "" {
 		return rep, errNoOwner
 	}
+	start := time.Now()
 	ds, err := c.Store.ClaimDeliveries(ctx, c.Owner, c.Lease, c.Batch)
 	if err != nil {
 		return rep, fmt.Errorf("outbox: claim: %w", err)
 	}
 	rep.claimed = len(ds)
+	if len(ds) > 0 {
+		// A span per batch (an idle pass every second would be noise),
+		// from the pass's start.
+		var span trace.Span
+		ctx, span = telemetry.Tracer(c.Tracer).Start(ctx, "outbox.batch", trace.WithTimestamp(start))
+		defer func() {
+			span.SetAttributes(attribute.Int("countersign.outbox.claimed", rep.claimed), attribute.Int("countersign.outbox.delivered", rep.delivered),
+				attribute.Int("countersign.outbox.failed", rep.failed), attribute.Int("countersign.outbox.dead", rep.dead))
+			telemetry.End(span, err)
+		}()
+	}
 	outcomes := make([]outcome, len(ds))
 	errs := make([]error, len(ds))
 	var wg sync.WaitGroup

@@ -9,11 +9,15 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/countersign/countersign/internal/engine"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/logging"
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/rails"
+	"github.com/countersign/countersign/internal/telemetry"
 )
 
 // Ledger is what the reconciler needs from the ledger.
@@ -44,6 +48,8 @@ type Options struct {
 	Batch int
 	// SinceSlack widens the creation-time bound given to listings.
 	SinceSlack time.Duration
+	// Tracer traces each pass that finds work (nil: no spans).
+	Tracer trace.TracerProvider
 }
 
 // Worker reconciles. It is safe to run several, in one process or many.
@@ -52,6 +58,7 @@ type Worker struct {
 	rails  Rails
 	opts   Options
 	log    *slog.Logger
+	tracer trace.Tracer
 }
 
 // New returns a worker.
@@ -71,7 +78,7 @@ func New(l Ledger, r Rails, opts Options, log *slog.Logger) *Worker {
 	if opts.Owner == "" {
 		opts.Owner = "reconciler"
 	}
-	return &Worker{ledger: l, rails: r, opts: opts, log: log}
+	return &Worker{ledger: l, rails: r, opts: opts, log: log, tracer: telemetry.Tracer(opts.Tracer)}
 }
 
 // Report counts what one pass did.
@@ -97,8 +104,8 @@ type Result struct {
 
 // Pass expires stale attempt leases, then reconciles the intents that are
 // due (only, when set, restricts it to one intent).
-func (w *Worker) Pass(ctx context.Context, only *ledger.Key) (Report, error) {
-	var rep Report
+func (w *Worker) Pass(ctx context.Context, only *ledger.Key) (rep Report, err error) {
+	start := time.Now()
 	n, err := w.ledger.ExpireLeases(ctx, w.opts.Batch*4, w.opts.Delay)
 	if err != nil {
 		return rep, err
@@ -109,6 +116,18 @@ func (w *Worker) Pass(ctx context.Context, only *ledger.Key) (Report, error) {
 		return rep, err
 	}
 	rep.Claimed = len(work)
+	if rep.Expired > 0 || rep.Claimed > 0 {
+		// A span per pass that found work (an idle pass every second
+		// would be noise), from the pass's start.
+		var span trace.Span
+		ctx, span = w.tracer.Start(ctx, "reconcile.batch", trace.WithTimestamp(start))
+		defer func() {
+			span.SetAttributes(attribute.Int("countersign.reconcile.expired", rep.Expired), attribute.Int("countersign.reconcile.claimed", rep.Claimed),
+				attribute.Int("countersign.reconcile.applied", rep.Applied), attribute.Int("countersign.reconcile.absent", rep.Absent),
+				attribute.Int("countersign.reconcile.inconclusive", rep.Inconclusive), attribute.Int("countersign.reconcile.quarantined", rep.Quarantined))
+			telemetry.End(span, err)
+		}()
+	}
 	for _, wk := range work {
 		res, err := w.one(ctx, wk)
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/countersign/countersign/internal/rail/stripe"
 	"github.com/countersign/countersign/internal/rails"
 	"github.com/countersign/countersign/internal/sik"
+	"github.com/countersign/countersign/internal/telemetry"
 	"github.com/countersign/countersign/internal/testing/mockrail"
 	"github.com/countersign/countersign/internal/testing/pgtest"
 )
@@ -68,6 +70,10 @@ func railHarness(b testing.TB, opts ...harnessOption) *allowHarness {
 type harnessOption struct {
 	mock []mockrail.Option
 	cfg  func(*config.Config)
+	// tracer traces the server and its ledger; log replaces the discarded
+	// log.
+	tracer trace.TracerProvider
+	log    *slog.Logger
 }
 
 // bareRailHarness is railHarness without any mandate.
@@ -100,7 +106,19 @@ func railHarnessOn(b testing.TB, url string, opts ...harnessOption) *allowHarnes
 	if err != nil {
 		b.Fatal(err)
 	}
-	store, err := ledger.Open(ctx, url, ledger.Options{MaxConns: 32})
+	storeOpts := ledger.Options{MaxConns: 32}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var serverOpts []Option
+	for _, o := range opts {
+		if o.tracer != nil {
+			storeOpts.Tracer = telemetry.NewPgxTracer(o.tracer)
+			serverOpts = append(serverOpts, WithTracerProvider(o.tracer))
+		}
+		if o.log != nil {
+			log = o.log
+		}
+	}
+	store, err := ledger.Open(ctx, url, storeOpts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -115,7 +133,7 @@ func railHarnessOn(b testing.TB, url string, opts ...harnessOption) *allowHarnes
 			o.cfg(&cfg)
 		}
 	}
-	srv, err := New(cfg, store, rs, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv, err := New(cfg, store, rs, log, serverOpts...)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -23,12 +23,15 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/mod/sumdb/note"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/stats"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/gen/openapi"
@@ -46,6 +49,7 @@ import (
 	"github.com/countersign/countersign/internal/quota"
 	"github.com/countersign/countersign/internal/rails"
 	"github.com/countersign/countersign/internal/reconcile"
+	"github.com/countersign/countersign/internal/telemetry"
 )
 
 // Server is one Countersign process's listeners.
@@ -53,6 +57,7 @@ type Server struct {
 	cfg     config.Config
 	log     *slog.Logger
 	metrics *metrics.Metrics
+	tracer  trace.TracerProvider
 	ready   *readiness
 	grpc    *grpc.Server
 	envoy   *grpc.Server // ext_authz and ext_proc only: its own listener (C1)
@@ -76,9 +81,27 @@ type Server struct {
 	errs       chan error
 }
 
+// Option adjusts a server beyond its configuration.
+type Option func(*options)
+
+type options struct {
+	tracer trace.TracerProvider
+}
+
+// WithTracerProvider traces decisions, commits, Envoy's exchanges and the
+// background workers under tp (default: no spans). The ledger's statements
+// are traced by the store's own tracer (ledger.Options.Tracer).
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.tracer = tp }
+}
+
 // New builds a server over store and the configured rail accounts (nil:
 // none, so every payment call is refused). Nothing listens until Start.
-func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.Logger) (*Server, error) {
+func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.Logger, opts ...Option) (*Server, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if cfg.LeaseOwner == "" {
 		// Leases (attempts, reconciliation, webhook deliveries) need a
 		// name unique to this process.
@@ -89,9 +112,11 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 	failQuota := quota.Options{Rate: cfg.AuthFailureRate, Burst: cfg.AuthFailureBurst}
 	eng := engine.New(store, engine.Options{Rails: rs, LeaseOwner: cfg.LeaseOwner, LeaseTTL: cfg.LeaseTTL,
 		ReconcileDelay: cfg.ReconcileDelay, Advisors: []gate.Advisor{gate.NewPayee{}},
-		Failures: quota.NewFailures(failQuota, failQuota), ExtProcInPath: cfg.ExtProcInPath}, log, m)
+		Failures: quota.NewFailures(failQuota, failQuota), ExtProcInPath: cfg.ExtProcInPath,
+		Tracer: o.tracer, DecisionLog: cfg.DecisionLog}, log, m)
 	rec := reconcile.New(store, rs, reconcile.Options{
 		Owner: cfg.LeaseOwner, Delay: cfg.ReconcileDelay, MaxAttempts: cfg.ReconcileMaxAttempts, ClaimTTL: cfg.ReconcileClaimTTL,
+		Tracer: o.tracer,
 	}, log)
 
 	var auditSigner note.Signer
@@ -125,7 +150,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 	guard := &ownerauth.Guard{Auth: authn, Peers: peers, Sources: quota.NewLimiter(ownerQuota), Owners: quota.NewLimiter(ownerQuota),
 		Failures: quota.NewFailures(failQuota, failQuota), ToStatus: api.ToStatus,
 		Methods: []string{countersignv1.DecisionService_Reconcile_FullMethodName}}
-	gs := grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler()),
+	gs := grpc.NewServer(grpc.StatsHandler(grpcTracing(o.tracer)),
 		grpc.ChainUnaryInterceptor(guard.Unary(), api.ValidationInterceptor(validator)),
 		grpc.ChainStreamInterceptor(guard.Stream(), api.StreamValidationInterceptor(validator)))
 	countersignv1.RegisterDecisionServiceServer(gs, api.NewDecisionServer(eng, store, rec).WithPeers(peers))
@@ -142,13 +167,13 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 	if err != nil {
 		return nil, err
 	}
-	es := grpc.NewServer(grpc.StatsHandler(otelgrpc.NewServerHandler()), grpc.Creds(envoyCreds))
-	authv3.RegisterAuthorizationServer(es, extauthz.NewServer(eng, cfg.MaxRequestBytes))
-	extprocv3.RegisterExternalProcessorServer(es, extproc.NewServer(eng, log))
+	es := grpc.NewServer(grpc.StatsHandler(grpcTracing(o.tracer)), grpc.Creds(envoyCreds))
+	authv3.RegisterAuthorizationServer(es, extauthz.NewServer(eng, cfg.MaxRequestBytes).WithTracing(o.tracer))
+	extprocv3.RegisterExternalProcessorServer(es, extproc.NewServer(eng, log).WithTracing(o.tracer))
 	healthpb.RegisterHealthServer(es, hs)
 
 	s := &Server{
-		cfg: cfg, log: log, metrics: m, grpc: gs, envoy: es, errs: make(chan error, 3),
+		cfg: cfg, log: log, metrics: m, tracer: o.tracer, grpc: gs, envoy: es, errs: make(chan error, 3),
 		store: store, rails: rs, reconciler: rec, auditSigner: auditSigner, webhooks: webhooks, peers: peers,
 		ready: &readiness{
 			prober: store, health: hs, metrics: m, log: log,
@@ -202,7 +227,7 @@ func (s *Server) Start(ctx context.Context) error {
 
 	if s.cfg.OutboxInterval > 0 {
 		d := &outbox.Dispatcher{Store: s.store, Owner: s.cfg.LeaseOwner, Log: s.log, Metrics: outbox.NewMetrics(s.metrics.Registry),
-			Addresses: s.webhooks}
+			Addresses: s.webhooks, Tracer: s.tracer}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
@@ -377,6 +402,27 @@ func (s *Server) httpMux(ctx context.Context, gateway *quota.GatewayListener) (*
 		_, _ = w.Write(openapi.JSON)
 	})
 	return mux, nil
+}
+
+// grpcTracing is the gRPC server span of each call, continuing the
+// caller's trace (W3C trace context in its metadata); the engine's spans
+// are its children. Envoy's ext_authz and ext_proc exchanges are not
+// traced here: their own spans (extauthz, extproc) continue the trace of
+// the HTTP request they are about, and a second server span around each
+// would only duplicate them. Health checks are not traced.
+func grpcTracing(tp trace.TracerProvider) stats.Handler {
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	return otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(telemetry.Propagator()),
+		otelgrpc.WithFilter(func(info *stats.RPCTagInfo) bool {
+			switch info.FullMethodName {
+			case authv3.Authorization_Check_FullMethodName, extprocv3.ExternalProcessor_Process_FullMethodName,
+				healthpb.Health_Check_FullMethodName, healthpb.Health_Watch_FullMethodName:
+				return false
+			}
+			return true
+		}))
 }
 
 // notReadyReason says why without echoing driver errors, which can name
