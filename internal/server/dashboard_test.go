@@ -165,3 +165,19 @@ func counterWith(f *dto.MetricFamily, label, value string) float64 {
 	}
 	return -1
 }
+
+// TestChartShipsTheDashboard: the Helm chart's copy of the dashboard
+// (charts cannot read files outside their directory) is the dashboard.
+func TestChartShipsTheDashboard(t *testing.T) {
+	want, err := os.ReadFile(dashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("../../charts/countersign/dashboards/countersign.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(want) {
+		t.Fatalf("charts/countersign/dashboards/countersign.json differs from %s: copy it there", dashboardFile)
+	}
+}
