@@ -88,7 +88,7 @@ func (s *Store) RevokeRailAccount(ctx context.Context, railAccount, ownerID stri
 		return nil, err
 	}
 	var hashes []string
-	err := s.InTx(ctx, func(tx *Tx) error {
+	err := s.inTx(ctx, OpRailAccountRevoke, func(tx *Tx) error {
 		hashes = nil
 		tag, err := tx.tx.Exec(ctx, `UPDATE rail_account_owners SET revoked_at = now(), revoked_by = current_user
 			WHERE rail_account = $1 AND owner_id = $2 AND revoked_at IS NULL`, railAccount, ownerID)

@@ -184,7 +184,7 @@ func (s *Store) Reject(ctx context.Context, ownerID, id, note string) (Approval,
 
 func (s *Store) decideApproval(ctx context.Context, ownerID, id, fingerprint, note, to string) (Approval, error) {
 	var out Approval
-	err := s.InTx(ctx, func(tx *Tx) error {
+	err := s.inTx(ctx, OpApprovalDecide, func(tx *Tx) error {
 		a, err := scanApproval(tx.tx.QueryRow(ctx, `SELECT `+approvalColumns+approvalFrom+`WHERE ap.owner_id = $1 AND ap.id = $2 FOR UPDATE OF ap`, ownerID, id))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return fmt.Errorf("%w: approval %s", ErrNotFound, id)

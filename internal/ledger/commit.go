@@ -60,7 +60,7 @@ type AttemptResult struct {
 // reconciliation instead of FAILED_TERMINAL.
 func (s *Store) Commit(ctx context.Context, r AttemptResult) (Intent, error) {
 	if w, out, ok := seenCommit(r); ok {
-		err := s.Apply(ctx, w)
+		err := s.apply(ctx, OpCommitBatch, w)
 		var guard *GuardError
 		switch {
 		case err == nil:
@@ -71,7 +71,7 @@ func (s *Store) Commit(ctx context.Context, r AttemptResult) (Intent, error) {
 		// The intent moved since it was read: decide under its lock.
 	}
 	var out Intent
-	err := s.InTx(ctx, func(tx *Tx) error {
+	err := s.inTx(ctx, OpCommit, func(tx *Tx) error {
 		it, err := tx.lockIntent(ctx, r.Key)
 		if err != nil {
 			return err
@@ -234,7 +234,7 @@ func responseStatement(r AttemptResult) (string, []any, error) {
 // boot and periodically; SKIP LOCKED lets several processes share it.
 func (s *Store) ExpireLeases(ctx context.Context, limit int, delay time.Duration) (int, error) {
 	n := 0
-	err := s.InTx(ctx, func(tx *Tx) error {
+	err := s.inTx(ctx, OpExpireLeases, func(tx *Tx) error {
 		n = 0
 		rows, err := tx.tx.Query(ctx, `
 			SELECT `+intentColumns+` FROM intents i

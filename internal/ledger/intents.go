@@ -401,3 +401,14 @@ func (s *Store) IntentsBySubject(ctx context.Context, subject string) ([]Intent,
 	its, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Intent, error) { return scanIntent(r) })
 	return its, classify(err)
 }
+
+// CountQuarantined is the number of intents waiting in QUARANTINED for an
+// operator, across every rail account. It reads only the partial index of
+// quarantined intents.
+func (s *Store) CountQuarantined(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM intents WHERE state = 'QUARANTINED'`).Scan(&n); err != nil {
+		return 0, classify(fmt.Errorf("ledger: count quarantined intents: %w", err))
+	}
+	return n, nil
+}

@@ -60,6 +60,51 @@ type Options struct {
 type Store struct {
 	pool   *pgxpool.Pool
 	pooled bool
+	// observe, when set, is told of every write transaction (WithTxObserver).
+	observe TxObserver
+}
+
+// TxObserver is told how long one write transaction (InTx or Apply, all
+// its retries included) took and how it ended. op names the transaction
+// from a small fixed set (the Op* constants), never anything from a
+// request. It runs on the caller's goroutine and must be quick.
+type TxObserver func(op string, elapsed time.Duration, err error)
+
+// Operation names a TxObserver is given.
+const (
+	// OpEngineTx is an InTx called from outside the ledger: the engine's
+	// transaction script.
+	OpEngineTx = "engine_tx"
+	// OpDecisionBatch is an Apply called from outside the ledger: a
+	// decision's one-batch write.
+	OpDecisionBatch = "decision_batch"
+	// OpCommitBatch is a commit the ledger sends as one batch.
+	OpCommitBatch = "commit_batch"
+	// OpCommit is a commit decided under the intent's lock.
+	OpCommit            = "commit"
+	OpExpireLeases      = "expire_leases"
+	OpReconcileClaim    = "reconcile_claim"
+	OpReconcileFinding  = "reconcile_finding"
+	OpApprovalDecide    = "approval_decide"
+	OpWebhookDelete     = "webhook_delete"
+	OpDeadLetterReplay  = "dead_letter_replay"
+	OpRailAccountRevoke = "rail_account_revoke"
+)
+
+// WithTxObserver returns a handle on the same pool whose write
+// transactions are reported to fn. The handle it is called on is
+// unchanged, so two servers sharing one pool each observe their own.
+func (s *Store) WithTxObserver(fn TxObserver) *Store {
+	c := *s
+	c.observe = fn
+	return &c
+}
+
+// observed reports one write transaction that started at start.
+func (s *Store) observed(op string, start time.Time, err error) {
+	if s.observe != nil {
+		s.observe(op, time.Since(start), err)
+	}
 }
 
 // beginDurable opens every InTx transaction and pins synchronous_commit to
@@ -162,7 +207,13 @@ const maxTxAttempts = 8
 // again). Any other error rolls back and is returned; connection failures are
 // wrapped with ErrUnavailable.
 func (s *Store) InTx(ctx context.Context, fn func(*Tx) error) error {
-	var err error
+	return s.inTx(ctx, OpEngineTx, fn)
+}
+
+// inTx is InTx reporting its transaction to the observer as op.
+func (s *Store) inTx(ctx context.Context, op string, fn func(*Tx) error) (err error) {
+	start := time.Now()
+	defer func() { s.observed(op, start, err) }()
 	for attempt := 1; ; attempt++ {
 		err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{BeginQuery: beginDurable}, func(tx pgx.Tx) error {
 			return fn(&Tx{tx: tx})

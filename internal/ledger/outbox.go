@@ -178,7 +178,7 @@ func (s *Store) ListWebhooks(ctx context.Context, ownerID string, pageSize int, 
 // deliveries and dead letters are dropped in the same transaction; a
 // dispatcher already sending one may still deliver it once.
 func (s *Store) DeleteWebhook(ctx context.Context, ownerID, id string) error {
-	err := s.InTx(ctx, func(tx *Tx) error {
+	err := s.inTx(ctx, OpWebhookDelete, func(tx *Tx) error {
 		tag, err := tx.tx.Exec(ctx, `UPDATE webhooks SET deleted_at = now()
 			WHERE id = $1 AND owner_id = $2 AND deleted_at IS NULL`, id, ownerID)
 		if err != nil {
@@ -525,7 +525,7 @@ func (s *Store) ListDeadLetters(ctx context.Context, ownerID string, q DeadLette
 // ErrNotFound when there is no such dead letter on a live webhook.
 func (s *Store) ReplayDeadLetter(ctx context.Context, ownerID string, outboxID int64, webhookID string) (DeadLetter, error) {
 	var out DeadLetter
-	err := s.InTx(ctx, func(tx *Tx) error {
+	err := s.inTx(ctx, OpDeadLetterReplay, func(tx *Tx) error {
 		var state string
 		err := tx.tx.QueryRow(ctx, `
 			SELECT d.state FROM outbox_deliveries d JOIN webhooks w ON w.id = d.webhook_id

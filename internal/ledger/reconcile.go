@@ -30,7 +30,7 @@ func (s *Store) ClaimReconcile(ctx context.Context, owner string, ttl time.Durat
 	if only != nil {
 		onlyAccount, onlySIK = only.RailAccount, only.SIK
 	}
-	err := s.InTx(ctx, func(tx *Tx) error {
+	err := s.inTx(ctx, OpReconcileClaim, func(tx *Tx) error {
 		work = nil
 		rows, err := tx.tx.Query(ctx, `
 			SELECT `+intentColumns+` FROM intents
@@ -111,7 +111,7 @@ var ErrLeaseLost = errors.New("ledger: reconcile lease lost")
 // intent has been reconciled MaxReconciles times.
 func (s *Store) RecordFinding(ctx context.Context, f Finding) (Intent, error) {
 	var out Intent
-	err := s.InTx(ctx, func(tx *Tx) error {
+	err := s.inTx(ctx, OpReconcileFinding, func(tx *Tx) error {
 		it, err := tx.lockIntent(ctx, f.Key)
 		if err != nil {
 			return err

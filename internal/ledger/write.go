@@ -306,6 +306,13 @@ func (w *Write) PlaceHold(it Intent, h HoldSpec) {
 // budget's CHECK refused, ErrUnavailable when the ledger cannot be reached;
 // a serialization failure or deadlock sends it again.
 func (s *Store) Apply(ctx context.Context, w *Write) error {
+	return s.apply(ctx, OpDecisionBatch, w)
+}
+
+// apply is Apply reporting its transaction to the observer as op.
+func (s *Store) apply(ctx context.Context, op string, w *Write) (err error) {
+	start := time.Now()
+	defer func() { s.observed(op, start, err) }()
 	for attempt := 1; ; attempt++ {
 		err := s.pool.SendBatch(ctx, &w.b).Close()
 		if err == nil {

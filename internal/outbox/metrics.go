@@ -13,7 +13,9 @@ type Metrics struct {
 	Lag prometheus.Histogram
 }
 
-// NewMetrics registers the dispatcher's instruments on reg.
+// NewMetrics registers the dispatcher's instruments on reg. Every result
+// is exported from the start, at zero, so a dashboard's query names a
+// series before the first delivery.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -25,6 +27,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time from an event being written to its webhook acknowledging it.",
 			Buckets: []float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600},
 		}),
+	}
+	for _, r := range []string{"delivered", "failed", "dead", "lease_lost"} {
+		m.Deliveries.WithLabelValues(r)
 	}
 	reg.MustRegister(m.Deliveries, m.Lag)
 	return m

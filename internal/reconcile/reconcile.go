@@ -50,6 +50,8 @@ type Options struct {
 	SinceSlack time.Duration
 	// Tracer traces each pass that finds work (nil: no spans).
 	Tracer trace.TracerProvider
+	// Metrics, when set, counts what the passes did.
+	Metrics *Metrics
 }
 
 // Worker reconciles. It is safe to run several, in one process or many.
@@ -111,6 +113,7 @@ func (w *Worker) Pass(ctx context.Context, only *ledger.Key) (rep Report, err er
 		return rep, err
 	}
 	rep.Expired = n
+	w.opts.Metrics.expired(n)
 	work, err := w.ledger.ClaimReconcile(ctx, w.opts.Owner, w.opts.ClaimTTL, w.opts.Batch, only)
 	if err != nil {
 		return rep, err
@@ -133,18 +136,23 @@ func (w *Worker) Pass(ctx context.Context, only *ledger.Key) (rep Report, err er
 		if err != nil {
 			// The claim lapses and another pass takes the intent again.
 			w.log.Error("reconcile: recording a finding failed", "intent", wk.Intent.String(), "err", err)
+			w.opts.Metrics.outcome(outcomeRecordFailed)
 			continue
 		}
 		rep.Results = append(rep.Results, res)
 		switch {
 		case res.State == "QUARANTINED":
 			rep.Quarantined++
+			w.opts.Metrics.outcome(outcomeQuarantined)
 		case res.Outcome == ledger.FindingApplied:
 			rep.Applied++
+			w.opts.Metrics.outcome(string(ledger.FindingApplied))
 		case res.Outcome == ledger.FindingAbsent:
 			rep.Absent++
+			w.opts.Metrics.outcome(string(ledger.FindingAbsent))
 		default:
 			rep.Inconclusive++
+			w.opts.Metrics.outcome(string(ledger.FindingInconclusive))
 		}
 	}
 	return rep, nil

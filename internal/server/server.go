@@ -109,6 +109,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 		cfg.LeaseOwner = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
 	m := metrics.New()
+	store = observeLedger(store, m)
 	failQuota := quota.Options{Rate: cfg.AuthFailureRate, Burst: cfg.AuthFailureBurst}
 	eng := engine.New(store, engine.Options{Rails: rs, LeaseOwner: cfg.LeaseOwner, LeaseTTL: cfg.LeaseTTL,
 		ReconcileDelay: cfg.ReconcileDelay, Advisors: []gate.Advisor{gate.NewPayee{}},
@@ -117,6 +118,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 	rec := reconcile.New(store, rs, reconcile.Options{
 		Owner: cfg.LeaseOwner, Delay: cfg.ReconcileDelay, MaxAttempts: cfg.ReconcileMaxAttempts, ClaimTTL: cfg.ReconcileClaimTTL,
 		Tracer: o.tracer,
+		Metrics: reconcile.NewMetrics(m.Registry),
 	}, log)
 
 	var auditSigner note.Signer
