@@ -117,7 +117,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 		Tracer: o.tracer, DecisionLog: cfg.DecisionLog}, log, m)
 	rec := reconcile.New(store, rs, reconcile.Options{
 		Owner: cfg.LeaseOwner, Delay: cfg.ReconcileDelay, MaxAttempts: cfg.ReconcileMaxAttempts, ClaimTTL: cfg.ReconcileClaimTTL,
-		Tracer: o.tracer,
+		Tracer:  o.tracer,
 		Metrics: reconcile.NewMetrics(m.Registry),
 	}, log)
 
