@@ -121,33 +121,41 @@ func freeAddr(t *testing.T) string {
 }
 
 // tail keeps the last bytes a process wrote, for failure messages.
-type tail struct {
-	mu  sync.Mutex
-	buf []byte
+// logFile is where a serve writes its log: a file, as a deployed sidecar's
+// stderr goes to the container runtime's log file. A pipe would make every
+// log line (one per decision) wake a reader in this process, which shares
+// the two cores with the load it generates, and time that, not Countersign.
+type logFile struct {
+	f *os.File
 }
 
 const tailBytes = 64 << 10
 
-func (w *tail) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf = append(w.buf, p...)
-	if len(w.buf) > 2*tailBytes {
-		w.buf = append([]byte(nil), w.buf[len(w.buf)-tailBytes:]...)
+func newLogFile(t testing.TB, dir string) *logFile {
+	f, err := os.CreateTemp(dir, "serve-*.log")
+	if err != nil {
+		t.Fatal(err)
 	}
-	return len(p), nil
+	t.Cleanup(func() { _ = f.Close() })
+	return &logFile{f: f}
 }
 
-func (w *tail) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return string(w.buf)
+// String is the log's last tailBytes, for a failure message.
+func (l *logFile) String() string {
+	b, err := os.ReadFile(l.f.Name())
+	if err != nil {
+		return "(log unreadable: " + err.Error() + ")"
+	}
+	if len(b) > tailBytes {
+		b = b[len(b)-tailBytes:]
+	}
+	return string(b)
 }
 
 // serveProc is a running `countersign serve`.
 type serveProc struct {
 	cmd            *exec.Cmd
-	out            *tail
+	out            *logFile
 	grpc, http     string // host:port
 	envoy          string // gRPC target of the Envoy listener (unix socket)
 	startedToReady time.Duration
@@ -176,7 +184,7 @@ func (r *rig) serve(o serveOptions) *serveProc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &serveProc{out: &tail{}, grpc: freeAddr(t), http: freeAddr(t), done: make(chan struct{})}
+	p := &serveProc{out: newLogFile(t, r.dir), grpc: freeAddr(t), http: freeAddr(t), done: make(chan struct{})}
 	sock := filepath.Join(sockDir, "envoy.sock")
 	p.envoy = "unix://" + sock
 	env := []string{
@@ -194,7 +202,7 @@ func (r *rig) serve(o serveOptions) *serveProc {
 	}
 	p.cmd = exec.Command(r.bin, "serve")
 	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	p.cmd.Stdout, p.cmd.Stderr = p.out.f, p.out.f
 
 	// gRPC health over a connection that retries every few milliseconds
 	// while the process comes up (the default backoff starts at a second).
