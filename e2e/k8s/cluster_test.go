@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/countersign/countersign/internal/inject"
 	"github.com/countersign/countersign/internal/testing/wait"
 )
 
@@ -414,4 +415,22 @@ func createNamespace(t *testing.T, ctx context.Context, kc kubernetes.Interface,
 	if _, err := kc.CoreV1().ServiceAccounts(ns.Name).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create the default ServiceAccount of %s: %v", ns.Name, err)
 	}
+}
+
+// waitUntilInjected waits until the API server calls the webhook for a pod
+// of the labelled namespace and gets it back guarded: it reads webhook
+// configurations through an informer, so a dry-run create (which calls the
+// webhook and stores nothing) is retried until then.
+func waitUntilInjected(t *testing.T, ctx context.Context, kc kubernetes.Interface, c *cluster, what string, probe *corev1.Pod) {
+	t.Helper()
+	waitFor(t, what, time.Minute, c.apiserver, func() error {
+		got, err := kc.CoreV1().Pods(agentsNamespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return err
+		}
+		if got.Annotations[inject.StatusKey] != inject.StatusInjected {
+			return fmt.Errorf("dry-run pod came back without %s", inject.StatusKey)
+		}
+		return nil
+	})
 }

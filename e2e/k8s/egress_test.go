@@ -84,16 +84,7 @@ func TestInjectWithClosedEgressAgainstAPIServer(t *testing.T) {
 		t.Fatalf("create LimitRange: %v", err)
 	}
 	registerWebhook(t, ctx, kc, injectorURL, c.pki.caPEM)
-	waitFor(t, "the API server calls the webhook", time.Minute, c.apiserver, func() error {
-		got, err := kc.CoreV1().Pods(agentsNamespace).Create(ctx, hardenedPod("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			return err
-		}
-		if got.Annotations[inject.StatusKey] != inject.StatusInjected {
-			return fmt.Errorf("dry-run pod came back without %s", inject.StatusKey)
-		}
-		return nil
-	})
+	waitUntilInjected(t, ctx, kc, c, "the API server calls the webhook", hardenedPod("probe"))
 
 	t.Run("a pod of the agents' UID is stored with egress closed first", func(t *testing.T) {
 		if _, err := kc.CoreV1().Pods(agentsNamespace).Create(ctx, hardenedPod("agent"), metav1.CreateOptions{}); err != nil {

@@ -100,19 +100,7 @@ func TestInjectAgainstAPIServer(t *testing.T) {
 	}
 	registerWebhook(t, ctx, kc, injectorURL, c.pki.caPEM)
 
-	// The API server reads webhook configurations through an informer:
-	// wait (dry-run creates, which call the webhook and store nothing)
-	// until an opted-in pod comes back guarded.
-	waitFor(t, "the API server calls the webhook", time.Minute, c.apiserver, func() error {
-		got, err := kc.CoreV1().Pods(agentsNamespace).Create(ctx, agentPod("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			return err
-		}
-		if got.Annotations[inject.StatusKey] != inject.StatusInjected {
-			return fmt.Errorf("dry-run pod came back without %s", inject.StatusKey)
-		}
-		return nil
-	})
+	waitUntilInjected(t, ctx, kc, c, "the API server calls the webhook", agentPod("probe"))
 
 	t.Run("a pod in the labelled namespace is stored guarded", func(t *testing.T) {
 		created, err := kc.CoreV1().Pods(agentsNamespace).Create(ctx, agentPod("agent"), metav1.CreateOptions{})

@@ -137,16 +137,7 @@ func TestSelfTLSAgainstAPIServer(t *testing.T) {
 	go func() { _ = srv.ServeTLS(lis, "", "") }()
 	t.Cleanup(func() { _ = srv.Close() })
 
-	waitFor(t, "the API server calls the webhook, trusting the caBundle the injector wrote", time.Minute, c.apiserver, func() error {
-		got, err := kc.CoreV1().Pods(agentsNamespace).Create(ctx, agentPod("probe"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil {
-			return err
-		}
-		if got.Annotations[inject.StatusKey] != inject.StatusInjected {
-			return fmt.Errorf("dry-run pod came back without %s", inject.StatusKey)
-		}
-		return nil
-	})
+	waitUntilInjected(t, ctx, kc, c, "the API server calls the webhook, trusting the caBundle the injector wrote", agentPod("probe"))
 	created, err := kc.CoreV1().Pods(agentsNamespace).Create(ctx, agentPod("agent"), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create: %v", err)
