@@ -1,0 +1,121 @@
+// api.js is the console's only way to the server: the owner REST API
+// (/v1/…) and the sign-in endpoints (/console/api/…). The session is an
+// HttpOnly cookie the script never sees; every state-changing request
+// carries the session's CSRF token in X-Countersign-CSRF.
+
+let csrf = '';
+let onSignedOut = () => {};
+
+export function setCSRF(token) { csrf = token || ''; }
+export function whenSignedOut(fn) { onSignedOut = fn; }
+
+export class APIError extends Error {
+  constructor(status, message, body) {
+    super(message);
+    this.status = status;
+    this.body = body;
+  }
+}
+
+function messageOf(status, body) {
+  if (body && typeof body === 'object') {
+    if (body.message) return body.message;
+    if (typeof body.error === 'string') return body.error;
+    if (body.error && body.error.message) return body.error.message;
+  }
+  return 'HTTP ' + status;
+}
+
+// call sends one request. body, if given, is sent as JSON.
+export async function call(method, path, body) {
+  const headers = { 'Accept': 'application/json' };
+  const init = { method, headers, credentials: 'same-origin', cache: 'no-store' };
+  if (method !== 'GET' && method !== 'HEAD') headers['X-Countersign-CSRF'] = csrf;
+  if (body !== undefined) {
+    headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  const r = await fetch(path, init);
+  let data = null;
+  const text = await r.text();
+  if (text) {
+    try { data = JSON.parse(text); } catch { data = { message: text }; }
+  }
+  if (r.status === 401 && !path.startsWith('/console/api/session')) {
+    onSignedOut('Your session has ended. Sign in again.');
+  }
+  if (!r.ok) throw new APIError(r.status, messageOf(r.status, data), data);
+  return data || {};
+}
+
+export const get = (path) => call('GET', path);
+export const post = (path, body) => call('POST', path, body ?? {});
+export const del = (path) => call('DELETE', path);
+
+// q builds a query string from the set members of params.
+export function q(params) {
+  const u = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) {
+    if (v === undefined || v === null || v === '') continue;
+    if (Array.isArray(v)) v.forEach(x => u.append(k, x));
+    else u.append(k, String(v));
+  }
+  const s = u.toString();
+  return s ? '?' + s : '';
+}
+
+export const seg = encodeURIComponent;
+
+// watch follows GET /v1/intents:watch (grpc-gateway writes one JSON object
+// per line) and calls onEvent with each {transition, intent}. It reconnects
+// after a dropped stream, resuming after the last record seen, until
+// stop() is called. onState receives 'live' or 'reconnecting'.
+export function watch(onEvent, onState = () => {}) {
+  let stopped = false;
+  let after = 0;
+  let ctrl = null;
+  let backoff = 500;
+  async function run() {
+    while (!stopped) {
+      ctrl = new AbortController();
+      try {
+        const r = await fetch('/v1/intents:watch' + q({ startAfterSeq: after || undefined }), {
+          credentials: 'same-origin', cache: 'no-store', signal: ctrl.signal,
+          headers: { 'Accept': 'application/json' },
+        });
+        if (r.status === 401) { onSignedOut('Your session has ended. Sign in again.'); return; }
+        if (!r.ok || !r.body) throw new Error('HTTP ' + r.status);
+        onState('live');
+        backoff = 500;
+        const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buf = '';
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buf += value;
+          let nl;
+          while ((nl = buf.indexOf('\n')) >= 0) {
+            const line = buf.slice(0, nl).trim();
+            buf = buf.slice(nl + 1);
+            if (!line) continue;
+            let msg;
+            try { msg = JSON.parse(line); } catch { continue; }
+            if (msg.error) throw new Error(messageOf(0, msg));
+            const ev = msg.result || msg;
+            const id = ev.transition && Number(ev.transition.recordId);
+            if (id && id > after) after = id;
+            onEvent(ev);
+          }
+        }
+      } catch (e) {
+        if (stopped) return;
+      }
+      if (stopped) return;
+      onState('reconnecting');
+      await new Promise(res => setTimeout(res, backoff));
+      backoff = Math.min(backoff * 2, 10000);
+    }
+  }
+  run();
+  return { stop() { stopped = true; if (ctrl) ctrl.abort(); } };
+}

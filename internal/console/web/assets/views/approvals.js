@@ -1,0 +1,134 @@
+// approvals.js is the queue of held requests: pending approvals sorted by
+// expiry, each with what it would do, why it was held, the balance and
+// budget it would draw on now, and the exact request it is bound to. It
+// follows WatchIntents and refreshes when a HOLD arrives or an approval is
+// used, and when one runs out.
+import { h, replace, dl, when, left, enumText, status } from '../dom.js';
+import * as api from '../api.js';
+import { format } from '../money.js';
+import { usageBars } from './usage.js';
+
+export function approvalsView(el) {
+  const list = h('div', { id: 'approvals', class: 'stack' });
+  const live = h('span', { id: 'live', class: 'badge' }, 'connecting…');
+  replace(el,
+    h('div', { class: 'titlebar' }, h('h1', {}, 'Approvals'), live),
+    h('p', { class: 'hint' }, 'Requests your agents made that a mandate held for you. Approving one lets that exact request through once, re-checked against the mandate\u2019s live limits; a changed request is a new hold.'),
+    list);
+
+  let items = [];
+  let timer = null;
+  let closed = false;
+  const details = new Map(); // approval id → live context (fetched once per render)
+
+  async function refresh() {
+    if (closed) return;
+    const res = await api.get('/v1/approvals' + api.q({ state: 'APPROVAL_STATE_PENDING', pageSize: 200 }));
+    items = (res.approvals || []).slice().sort((a, b) => new Date(a.expireTime) - new Date(b.expireTime));
+    render();
+  }
+
+  function schedule() {
+    if (timer) return;
+    timer = setTimeout(() => { timer = null; refresh().catch(e => status('Could not refresh approvals: ' + e.message, 'error')); }, 150);
+  }
+
+  function render() {
+    if (!items.length) {
+      replace(list, h('p', { class: 'empty', id: 'no-approvals' }, 'Nothing is waiting for you.'));
+      return;
+    }
+    // Keep a note the owner is typing across a live refresh.
+    const notes = {};
+    for (const n of list.querySelectorAll('textarea[data-approval-id]')) notes[n.getAttribute('data-approval-id')] = n.value;
+    replace(list, items.map(a => card(a, notes[a.approvalId] || '')));
+  }
+
+  function card(a, note) {
+    const ctx = h('div', { class: 'live-context' }, h('p', { class: 'hint' }, 'Loading balance and budget…'));
+    loadContext(a, ctx);
+    const noteEl = h('textarea', { rows: '2', 'data-approval-id': a.approvalId, id: 'note-' + a.approvalId, maxlength: '1000' });
+    noteEl.value = note;
+    const err = h('p', { class: 'error', role: 'alert' });
+    const act = (verb) => async () => {
+      err.textContent = '';
+      if (verb === 'reject' && !noteEl.value.trim()) { err.textContent = 'Say why you reject it.'; noteEl.focus(); return; }
+      try {
+        const body = verb === 'approve'
+          ? { requestFingerprint: a.requestFingerprint, note: noteEl.value.trim() }
+          : { note: noteEl.value.trim() };
+        await api.post(`/v1/approvals/${api.seg(a.approvalId)}:${verb}`, body);
+        status(verb === 'approve' ? `Approved ${a.approvalId}: the agent's identical request will pass once.` : `Rejected ${a.approvalId}.`, 'ok');
+        await refresh();
+      } catch (e) {
+        err.textContent = e.message;
+      }
+    };
+    const held = a.heldBy || {};
+    return h('article', { class: 'card approval', 'data-approval-id': a.approvalId, 'aria-labelledby': 'h-' + a.approvalId },
+      h('header', { class: 'row' },
+        h('h2', { id: 'h-' + a.approvalId }, enumText(a.actionKind, 'ACTION_KIND_'), ' of ', h('span', { class: 'amount' }, format(a.amount, a.rail))),
+        h('span', { class: 'time-left', 'data-expire': a.expireTime }, left(a.expireTime))),
+      dl([
+        ['Agent', h('a', { href: '#/agents/' + encodeURIComponent(a.agentId) }, a.agentId)],
+        ['Rail account', a.railAccount],
+        ['Rail', enumText(a.rail, 'RAIL_')],
+        ['Subject', a.subject],
+        ['Payee', a.payee],
+        ['Held by', held.gate ? `${held.gate} (${held.reasonCode || 'hold'})` : '—'],
+        ['Reason', h('span', { class: 'reason' }, held.reason || '')],
+        ['Held at', when(a.createTime)],
+        ['Expires', when(a.expireTime)],
+        ['Approval', a.approvalId],
+      ]),
+      ctx,
+      h('details', {},
+        h('summary', {}, 'Exact request (fingerprint ', h('code', {}, (a.requestFingerprint || '').slice(0, 16) + '…'), ')'),
+        h('pre', { class: 'canonical' }, a.canonicalRequest || ''),
+        h('p', { class: 'hint' }, 'SHA-256: ', h('code', {}, a.requestFingerprint || ''))),
+      h('div', { class: 'field' }, h('label', { for: noteEl.id }, 'Reason for your decision'), noteEl),
+      h('div', { class: 'actions' },
+        h('button', { type: 'button', class: 'approve', onclick: act('approve') }, 'Approve'),
+        h('button', { type: 'button', class: 'reject danger', onclick: act('reject') }, 'Reject')),
+      err);
+  }
+
+  async function loadContext(a, el) {
+    try {
+      let res = details.get(a.approvalId);
+      if (!res) {
+        res = await api.get('/v1/approvals/' + api.seg(a.approvalId));
+        details.set(a.approvalId, res);
+        setTimeout(() => details.delete(a.approvalId), 5000);
+      }
+      const live = res.live || {};
+      const parts = [];
+      if (a.actionKind === 'ACTION_KIND_REFUND') {
+        parts.push(live.refundableError
+          ? h('p', { class: 'warn refundable' }, 'Refundable balance unknown: ', live.refundableError)
+          : h('p', { class: 'refundable' }, 'Still refundable on ', a.subject, ' now: ', h('strong', {}, live.refundable ? format(live.refundable, a.rail) : '—')));
+      }
+      if (live.usage) parts.push(usageBars(live.usage, a.rail, { compact: true }));
+      if (live.asOf) parts.push(h('p', { class: 'hint' }, 'As of ', when(live.asOf)));
+      replace(el, parts.length ? parts : h('p', { class: 'hint' }, 'No balance or budget applies.'));
+    } catch (e) {
+      replace(el, h('p', { class: 'warn' }, 'Balance and budget unavailable: ', e.message));
+    }
+  }
+
+  const tick = setInterval(() => {
+    let due = false;
+    for (const t of list.querySelectorAll('.time-left')) {
+      const s = left(t.getAttribute('data-expire'));
+      t.textContent = s;
+      if (s === 'expired') due = true;
+    }
+    if (due) schedule();
+  }, 1000);
+  // A slow safety net for changes no intent transition announces (an
+  // approval voided by a revocation); the stream does the real work.
+  const slow = setInterval(schedule, 20000);
+  const w = api.watch(() => schedule(), (s) => { live.textContent = s === 'live' ? 'live' : 'reconnecting…'; live.className = 'badge ' + s; });
+  refresh().catch(e => replace(list, h('p', { class: 'error', role: 'alert' }, 'Could not load approvals: ' + e.message)));
+  return () => { closed = true; clearInterval(tick); clearInterval(slow); if (timer) clearTimeout(timer); w.stop(); };
+}
