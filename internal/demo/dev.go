@@ -3,6 +3,7 @@ package demo
 import (
 	"errors"
 	"fmt"
+	"net"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -118,6 +119,7 @@ func NewCommand() *cobra.Command {
 			fmt.Fprintf(out, "  gRPC API (countersign.v1)         %s\n", cfg.GRPCAddr)
 			fmt.Fprintf(out, "  Envoy listener (ext_authz, ext_proc; its ALLOW carries the rail keys)  %s\n", cfg.EnvoyAddr)
 			fmt.Fprintf(out, "  REST                              http://%s/v1/\n", cfg.HTTPAddr)
+			fmt.Fprintf(out, "  owner console                     http://%s/console/  (sign in with the owner token %s)\n", consoleHost(cfg.HTTPAddr), d.OwnerToken)
 			fmt.Fprintf(out, "  readiness                         http://%s/readyz\n", cfg.HTTPAddr)
 			fmt.Fprintf(out, "  metrics                           http://%s/metrics\n", cfg.HTTPAddr)
 			fmt.Fprintf(out, "  OpenAPI                           http://%s/openapi.json\n", cfg.HTTPAddr)
@@ -207,4 +209,18 @@ func envoySocket(dir string) string {
 		}
 	}
 	return "unix:" + p
+}
+
+// consoleHost is addr as a browser should open it: a loopback address is
+// written "localhost", which browsers treat as a secure context, so the
+// console's Secure cookies are kept over plain HTTP in the demo.
+func consoleHost(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, port)
 }

@@ -113,3 +113,20 @@ func Major(minor int64, exp int) string {
 	}
 	return b.String()
 }
+
+// Exponents returns copies of the tables this package formats with: ISO
+// 4217's exponent of every currency that has a minor unit, and the
+// departures of each rail convention from it (keyed by rail name), so that
+// a page formatting amounts in a browser reads minor units exactly as the
+// refusals the agent gets do.
+func Exponents() (iso map[string]int, departures map[string]map[string]int) {
+	iso = make(map[string]int, len(iso4217))
+	for k, v := range iso4217 {
+		iso[k] = v
+	}
+	stripe := make(map[string]int, len(stripeExponents))
+	for k, v := range stripeExponents {
+		stripe[k] = v
+	}
+	return iso, map[string]map[string]int{"stripe": stripe}
+}
