@@ -3,8 +3,8 @@ package demo
 import (
 	"errors"
 	"fmt"
-	"net"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 
