@@ -1,0 +1,381 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/countersign/countersign/internal/testing/wait"
+)
+
+// TestConsoleInChromium drives the owner console in a real Chromium against
+// the whole demo (countersign, the Envoy-contract egress and the mock rail,
+// each a real process or listener): sign in; a held agent request appears
+// without a reload; approving it lets the identical request through once
+// (one rail effect in the mock rail's journal); a rejection blocks; an
+// agent's <script> stays text; a cross-site form post approves nothing; an
+// expired session is sent back to sign-in. Screenshots of the main views
+// go to $COUNTERSIGN_SCREENSHOTS (default: a temporary directory, logged).
+func TestConsoleInChromium(t *testing.T) {
+	browser := chromiumPath(t)
+	d := startDemo(t)
+	out := d.p.out.String()
+	ownerToken := mustFind(t, out, `--owner-token (\S+)`)
+	ledgerURL := mustFind(t, out, `(?m)^\s+ledger\s+(\S+)`)
+	_, port, _ := net.SplitHostPort(d.httpAddr)
+	// "localhost" is a secure context to Chromium, so the console's Secure
+	// cookies are kept over plain HTTP here, as they are over TLS in a
+	// deployment.
+	base := "http://localhost:" + port
+	shots := screenshotDir(t)
+
+	ctx, cancel := browserContext(t, browser)
+	defer cancel()
+	run := func(what string, within time.Duration, actions ...chromedp.Action) {
+		t.Helper()
+		c, stop := context.WithTimeout(ctx, within)
+		defer stop()
+		if err := chromedp.Run(c, actions...); err != nil {
+			var page string
+			_ = chromedp.Run(ctx, chromedp.Evaluate(`document.body ? document.body.innerText : ''`, &page))
+			t.Fatalf("%s: %v\npage text:\n%s", what, err, page)
+		}
+	}
+	shot := func(name string) {
+		t.Helper()
+		var png []byte
+		run("screenshot "+name, 20*time.Second, chromedp.FullScreenshot(&png, 100))
+		if err := os.WriteFile(filepath.Join(shots, name+".png"), png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Sign in.
+	run("open the console", 30*time.Second,
+		chromedp.Navigate(base+"/console/"),
+		chromedp.WaitVisible(`#signin`, chromedp.ByQuery))
+	shot("signin")
+	run("sign in with an agent credential", 20*time.Second,
+		chromedp.SendKeys(`#signin input[name=token]`, d.stripeKey, chromedp.ByQuery),
+		chromedp.Submit(`#signin`, chromedp.ByQuery),
+		waitText(`#signin-error`, "not a valid owner token"))
+	run("sign in with the owner token", 20*time.Second,
+		chromedp.SendKeys(`#signin input[name=token]`, ownerToken, chromedp.ByQuery),
+		chromedp.Submit(`#signin`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#approvals`, chromedp.ByQuery),
+		waitText(`#live`, "live"))
+	cookie := sessionCookie(t, ctx)
+	if !cookie.HTTPOnly || !cookie.Secure || cookie.SameSite != network.CookieSameSiteStrict {
+		t.Fatalf("session cookie %s: HttpOnly=%v Secure=%v SameSite=%v, want all three strict", cookie.Name, cookie.HTTPOnly, cookie.Secure, cookie.SameSite)
+	}
+
+	// An agent request is held and appears without a reload.
+	holdLine := d.step(t, "HOLD", 0)
+	payment := curlForm(t, holdLine).Get("payment_intent")
+	effectsBefore := len(d.journal(t).EffectsOn(payment))
+	if status, h, body := send(t, curlRequest(t, holdLine)); h.Get("X-Countersign-Verdict") != "HOLD" {
+		t.Fatalf("the propose-only refund answered %d %q: %s", status, h.Get("X-Countersign-Verdict"), body)
+	}
+	held := pendingApprovals(t, base, ownerToken)
+	if len(held) != 1 {
+		t.Fatalf("pending approvals = %d, want 1", len(held))
+	}
+	card := fmt.Sprintf(`article.approval[data-approval-id=%q]`, held[0])
+	run("the held request appears live", 30*time.Second,
+		chromedp.WaitVisible(card, chromedp.ByQuery),
+		waitText(card+` .amount`, " USD"),
+		waitText(card+` .refundable`, "USD"))
+	shot("approvals")
+
+	// Approve it in the browser; the identical request then passes once.
+	run("approve", 30*time.Second,
+		chromedp.SendKeys(card+` textarea`, "customer called; refund agreed", chromedp.ByQuery),
+		chromedp.Click(card+` button.approve`, chromedp.ByQuery),
+		chromedp.WaitNotPresent(card, chromedp.ByQuery))
+	if status, h, body := send(t, curlRequest(t, holdLine)); status != http.StatusOK {
+		t.Fatalf("the approved request answered %d %q: %s", status, h.Get("X-Countersign-Verdict"), body)
+	}
+	if status, h, _ := send(t, curlRequest(t, holdLine)); status != http.StatusOK || h.Get("X-Countersign-Replay") != "true" {
+		t.Fatalf("the approved request again answered %d replay=%q, want the stored answer", status, h.Get("X-Countersign-Replay"))
+	}
+	if got := len(d.journal(t).EffectsOn(payment)) - effectsBefore; got != 1 {
+		t.Fatalf("rail effects on %s after one approval and two requests = %d, want 1", payment, got)
+	}
+
+	// An agent's markup in the one free-text member it has (the distinct
+	// reason, kept verbatim) is shown as text and never runs.
+	const payload = `<img src=x onerror="document.title='pwned'"><script>document.title='pwned'</script>`
+	// A different amount is a different request, so a new hold.
+	hostile := func() *http.Request {
+		form := curlForm(t, holdLine)
+		form.Set("amount", fmt.Sprint(atoi(t, form.Get("amount"))-100))
+		r := curlRequest(t, holdLine)
+		r.Body = io.NopCloser(strings.NewReader(form.Encode()))
+		r.ContentLength = int64(len(form.Encode()))
+		r.Header.Set("X-Countersign-Distinct", payload)
+		return r
+	}
+	if status, h, body := send(t, hostile()); h.Get("X-Countersign-Verdict") != "HOLD" {
+		t.Fatalf("the second refund answered %d %q: %s", status, h.Get("X-Countersign-Verdict"), body)
+	}
+	held = pendingApprovals(t, base, ownerToken)
+	if len(held) != 1 {
+		t.Fatalf("pending approvals = %d, want 1", len(held))
+	}
+	card = fmt.Sprintf(`article.approval[data-approval-id=%q]`, held[0])
+	var canonical, title string
+	var injected int
+	run("the hostile request appears", 30*time.Second,
+		chromedp.WaitVisible(card, chromedp.ByQuery),
+		chromedp.Click(card+` summary`, chromedp.ByQuery),
+		chromedp.Text(card+` pre.canonical`, &canonical, chromedp.ByQuery),
+		chromedp.Evaluate(`document.title`, &title),
+		chromedp.Evaluate(`document.querySelectorAll('#view img, #view script').length`, &injected))
+	if !strings.Contains(canonical, "<script>") || !strings.Contains(canonical, "onerror") {
+		t.Fatalf("the canonical request shown lacks the agent's text verbatim: %q", canonical)
+	}
+	if title == "pwned" || injected != 0 {
+		t.Fatalf("agent markup ran or became elements: title %q, %d img/script elements in the view", title, injected)
+	}
+	shot("approval-hostile")
+
+	// A cross-site page's form post cannot approve it: the session cookie
+	// is SameSite=Strict and every state change needs the CSRF header.
+	attacker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, `<!doctype html><form id=f method=POST action="%s/v1/approvals/%s:approve"><input name=note value=x></form><script>document.getElementById('f').submit()</script>`, base, held[0])
+	}))
+	defer attacker.Close()
+	run("a cross-site form post", 30*time.Second,
+		chromedp.Navigate(attacker.URL), // 127.0.0.1: another site than localhost
+		chromedp.WaitReady(`body`, chromedp.ByQuery))
+	if !wait.Until(10*time.Second, func() bool {
+		var loc string
+		_ = chromedp.Run(ctx, chromedp.Location(&loc))
+		return strings.HasPrefix(loc, base)
+	}) {
+		t.Fatal("the cross-site form never posted")
+	}
+	if got := pendingApprovals(t, base, ownerToken); len(got) != 1 || got[0] != held[0] {
+		t.Fatalf("after a cross-site form post, pending approvals = %v, want still [%s]", got, held[0])
+	}
+
+	// Reject it in the browser; the identical request is then blocked and
+	// the rail never sees it.
+	run("back to the console", 30*time.Second,
+		chromedp.Navigate(base+"/console/#/approvals"),
+		chromedp.WaitVisible(card, chromedp.ByQuery))
+	run("reject without a reason", 20*time.Second,
+		chromedp.Click(card+` button.reject`, chromedp.ByQuery),
+		waitText(card+` [role=alert]`, "Say why"))
+	run("reject", 30*time.Second,
+		chromedp.SendKeys(card+` textarea`, "not a refund we owe", chromedp.ByQuery),
+		chromedp.Click(card+` button.reject`, chromedp.ByQuery),
+		chromedp.WaitNotPresent(card, chromedp.ByQuery))
+	if status, h, body := send(t, hostile()); h.Get("X-Countersign-Verdict") != "BLOCK" {
+		t.Fatalf("the rejected request answered %d %q, want BLOCK: %s", status, h.Get("X-Countersign-Verdict"), body)
+	}
+	if got := len(d.journal(t).EffectsOn(payment)) - effectsBefore; got != 1 {
+		t.Fatalf("rail effects on %s after the rejection = %d, want still 1", payment, got)
+	}
+
+	// The main views, for the artifacts and the README.
+	agentID := mustFind(t, out, `agent (\S+); mandates`)
+	views := []struct{ name, hash, ready string }{
+		{"agents", "#/agents", `#agents table`},
+		{"agent", "#/agents/" + agentID, `#credentials table`},
+		{"mandates", "#/mandates", `#mandates table`},
+		{"intents", "#/intents", `#intents tbody tr[data-sik]`},
+		{"audit", "#/audit", `#verify`},
+	}
+	for _, v := range views {
+		run("view "+v.name, 30*time.Second,
+			chromedp.Navigate(base+"/console/"+v.hash),
+			chromedp.WaitVisible(v.ready, chromedp.ByQuery))
+		shot(v.name)
+	}
+	run("a mandate with its usage", 30*time.Second,
+		chromedp.Navigate(base+"/console/#/mandates"),
+		chromedp.WaitVisible(`#mandates tbody a`, chromedp.ByQuery),
+		chromedp.Click(`#mandates tbody a`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#mandate-yaml`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#usage .usage-list, #usage p`, chromedp.ByQuery))
+	shot("mandate")
+	run("an intent's timeline", 30*time.Second,
+		chromedp.Navigate(base+"/console/#/intents?state=INTENT_STATE_APPLIED"),
+		chromedp.WaitVisible(`#intents tbody tr[data-sik] a`, chromedp.ByQuery),
+		chromedp.Click(`#intents tbody tr[data-sik] a`, chromedp.ByQuery),
+		waitText(`#timeline`, "attempt started"),
+		waitText(`#intent-state`, "applied"))
+	shot("intent")
+	run("verify the audit log", 60*time.Second,
+		chromedp.Navigate(base+"/console/#/audit"),
+		chromedp.WaitVisible(`#verify input`, chromedp.ByQuery),
+		chromedp.SendKeys(`#verify input`, mustFind(t, out, `refunds up to \S+ USD each on (\S+),`), chromedp.ByQuery),
+		chromedp.Submit(`#verify`, chromedp.ByQuery),
+		waitText(`#verify-verdict`, "verifies"))
+	shot("audit-verified")
+
+	// A session past its expiry is sent back to sign-in.
+	expireSessions(t, ledgerURL)
+	run("an expired session", 30*time.Second,
+		chromedp.Navigate(base+"/console/#/agents"),
+		chromedp.WaitVisible(`#signin`, chromedp.ByQuery))
+	t.Logf("screenshots in %s", shots)
+}
+
+// chromiumPath finds Chromium; without one the test skips, unless
+// COUNTERSIGN_REQUIRE_CHROMIUM is set (as CI sets it, having installed it).
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("COUNTERSIGN_REQUIRE_CHROMIUM") != "" {
+		t.Fatal("COUNTERSIGN_REQUIRE_CHROMIUM is set and no chromium is on PATH")
+	}
+	t.Skip("no chromium on PATH (apt-get install chromium); CI installs it and sets COUNTERSIGN_REQUIRE_CHROMIUM")
+	return ""
+}
+
+func browserContext(t *testing.T, path string) (context.Context, context.CancelFunc) {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path),
+		chromedp.NoSandbox, // tests run as root in CI; Chromium's sandbox refuses root
+		chromedp.DisableGPU,
+		chromedp.WindowSize(1280, 900),
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
+	if err := chromedp.Run(ctx); err != nil {
+		cancelCtx()
+		cancelAlloc()
+		t.Fatalf("start chromium: %v", err)
+	}
+	return ctx, func() { cancelCtx(); cancelAlloc() }
+}
+
+// waitText waits until the element sel's text contains want.
+func waitText(sel, want string) chromedp.Action {
+	return chromedp.ActionFunc(func(ctx context.Context) error {
+		for {
+			var got string
+			err := chromedp.Run(ctx, chromedp.Text(sel, &got, chromedp.ByQuery, chromedp.AtLeast(0)))
+			if err == nil && strings.Contains(got, want) {
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s never contained %q (last: %q): %w", sel, want, got, ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	})
+}
+
+func sessionCookie(t *testing.T, ctx context.Context) *network.Cookie {
+	t.Helper()
+	var cookies []*network.Cookie
+	if err := chromedp.Run(ctx, chromedp.ActionFunc(func(ctx context.Context) error {
+		var err error
+		cookies, err = network.GetCookies().Do(ctx)
+		return err
+	})); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cookies {
+		if c.Name == "__Host-countersign_session" {
+			return c
+		}
+	}
+	t.Fatalf("no session cookie among %d cookies", len(cookies))
+	return nil
+}
+
+// pendingApprovals lists pending approval ids over the owner REST API with
+// the owner token, as a script would, not through the browser.
+func pendingApprovals(t *testing.T, base, token string) []string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, base+"/v1/approvals?state=APPROVAL_STATE_PENDING", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	status, _, body := send(t, req)
+	if status != http.StatusOK {
+		t.Fatalf("list approvals: %d %s", status, body)
+	}
+	var res struct {
+		Approvals []struct {
+			ApprovalID string `json:"approvalId"`
+		} `json:"approvals"`
+	}
+	if err := json.Unmarshal([]byte(body), &res); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, a := range res.Approvals {
+		ids = append(ids, a.ApprovalID)
+	}
+	return ids
+}
+
+// expireSessions moves every console session's expiry into the past, as
+// the clock would after the session's lifetime.
+func expireSessions(t *testing.T, url string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tag, err := conn.Exec(ctx, `UPDATE owner_sessions SET expires_at = now() - interval '1 second'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tag.RowsAffected() == 0 {
+		t.Fatal("no console session to expire")
+	}
+}
+
+func screenshotDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("COUNTERSIGN_SCREENSHOTS")
+	if dir == "" {
+		return t.TempDir()
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func mustFind(t *testing.T, s, re string) string {
+	t.Helper()
+	m := regexp.MustCompile(re).FindStringSubmatch(s)
+	if m == nil {
+		t.Fatalf("output lacks %s:\n%s", re, s)
+	}
+	return m[1]
+}
