@@ -35,7 +35,7 @@ func (s *OwnerServer) GetIntent(ctx context.Context, req *countersignv1.GetInten
 	// The records ListAuditRecords pages through for this intent, all of
 	// them: an intent has a handful (its attempts bound them).
 	for after := int64(0); ; {
-		recs, err := s.store.OwnerAuditRecords(ctx, owner, ledger.AuditFilter{RailAccount: k.RailAccount, SIK: k.SIK}, after, 1000)
+		recs, err := s.store.OwnerAuditRecords(ctx, owner, ledger.AuditFilter(k), after, 1000)
 		if err != nil {
 			return nil, ToStatus(err)
 		}

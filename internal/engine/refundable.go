@@ -10,7 +10,7 @@ import (
 	"github.com/countersign/countersign/internal/sik"
 )
 
-// ErrNotRefund: Refundable was asked about an intent that is not a refund.
+// ErrNotRefund says Refundable was asked about an intent that is not a refund.
 var ErrNotRefund = errors.New("engine: not a refund")
 
 // RefundableNow is what is still refundable on a refund's subject now, as
