@@ -53,7 +53,9 @@ func (s *OwnerServer) ListIntents(ctx context.Context, req *countersignv1.ListIn
 		}
 		after = &ledger.Intent{Key: ledger.Key{RailAccount: c.Account, SIK: c.SIK}, CreatedAt: c.At}
 	}
-	its, err := s.store.OwnerIntents(ctx, owner, filterOf(req.GetAgentId(), req.GetRailAccount(), req.GetState()), after, n)
+	f := filterOf(req.GetAgentId(), req.GetRailAccount(), req.GetState())
+	f.Subject = req.GetSubject()
+	its, err := s.store.OwnerIntents(ctx, owner, f, after, n)
 	if err != nil {
 		return nil, ToStatus(err)
 	}

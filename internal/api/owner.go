@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"strings"
+	"time"
 
 	"golang.org/x/mod/sumdb/note"
 	"google.golang.org/grpc/codes"
@@ -12,6 +13,7 @@ import (
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/credential"
+	"github.com/countersign/countersign/internal/engine"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/mandate"
 	"github.com/countersign/countersign/internal/outbox"
@@ -31,6 +33,24 @@ type OwnerServer struct {
 	webhooks outbox.AddressPolicy
 	// auditVerifier checks the audit log's checkpoint signatures.
 	auditVerifier note.Verifier
+	// refundables reads a held refund's refundable balance now (the
+	// engine); nil reports that this server cannot read the rail.
+	refundables Refundables
+	// now is the clock usage is counted at; nil means time.Now.
+	now func() time.Time
+}
+
+// Refundables reads what is still refundable on a refund now, as G2 would
+// (*engine.Engine).
+type Refundables interface {
+	Refundable(ctx context.Context, it ledger.Intent) (engine.RefundableNow, error)
+}
+
+// WithRefundables lets GetApproval show a held refund's refundable balance
+// now.
+func (s *OwnerServer) WithRefundables(r Refundables) *OwnerServer {
+	s.refundables = r
+	return s
 }
 
 // NewOwnerServer returns the owner service.
@@ -277,8 +297,12 @@ func toMandateRecord(r ledger.MandateRecord) (*countersignv1.MandateRecord, erro
 	if err != nil {
 		return nil, err
 	}
+	y, err := mandate.ToYAML(m)
+	if err != nil {
+		return nil, err
+	}
 	out := &countersignv1.MandateRecord{MandateHash: r.Hash, Mandate: m, CreateTime: timestamppb.New(r.CreatedAt),
-		State: countersignv1.MandateState_MANDATE_STATE_ACTIVE, RevokeReason: r.RevokeReason}
+		State: countersignv1.MandateState_MANDATE_STATE_ACTIVE, RevokeReason: r.RevokeReason, Yaml: string(y)}
 	if r.RevokedAt != nil {
 		out.State, out.RevokeTime = countersignv1.MandateState_MANDATE_STATE_REVOKED, timestamppb.New(*r.RevokedAt)
 	}
@@ -381,23 +405,6 @@ func (s *OwnerServer) RevokeMandate(ctx context.Context, req *countersignv1.Revo
 	return &countersignv1.RevokeMandateResponse{Mandate: out}, nil
 }
 
-// GetIntent returns an intent of one of the owner's agents.
-func (s *OwnerServer) GetIntent(ctx context.Context, req *countersignv1.GetIntentRequest) (*countersignv1.GetIntentResponse, error) {
-	owner, err := s.owner(ctx)
-	if err != nil {
-		return nil, err
-	}
-	it, atts, err := s.store.OwnerIntent(ctx, owner, ledger.Key{RailAccount: req.GetRailAccount(), SIK: req.GetSik()})
-	if err != nil {
-		return nil, ToStatus(err)
-	}
-	out := &countersignv1.GetIntentResponse{Intent: toIntent(it)}
-	for _, a := range atts {
-		out.Attempts = append(out.Attempts, toAttempt(a))
-	}
-	return out, nil
-}
-
 var approvalStates = map[string]countersignv1.ApprovalState{
 	"pending": countersignv1.ApprovalState_APPROVAL_STATE_PENDING, "approved": countersignv1.ApprovalState_APPROVAL_STATE_APPROVED,
 	"rejected": countersignv1.ApprovalState_APPROVAL_STATE_REJECTED, "expired": countersignv1.ApprovalState_APPROVAL_STATE_EXPIRED,
@@ -477,7 +484,11 @@ func (s *OwnerServer) GetApproval(ctx context.Context, req *countersignv1.GetApp
 	if err != nil {
 		return nil, ToStatus(err)
 	}
-	return &countersignv1.GetApprovalResponse{Approval: toApproval(a)}, nil
+	live, err := s.approvalLive(ctx, owner, a)
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &countersignv1.GetApprovalResponse{Approval: toApproval(a), Live: live}, nil
 }
 
 // ApproveApproval approves a pending request; it is used once, when the

@@ -7,6 +7,14 @@ import "fmt"
 // does not show yet. ok is false when either figure is negative, which
 // only a resolution bug produces.
 func refundable(r Referent, outstanding int64) (avail int64, ok bool) {
+	return Refundable(r, outstanding)
+}
+
+// Refundable is what CheckValue (G2) holds a refund to: the rail's
+// refundable balance on the referent less what the ledger has outstanding
+// on it, never below 0; ok is false when either figure is negative (G2
+// then refuses). Exported so the owner API shows the very figure.
+func Refundable(r Referent, outstanding int64) (avail int64, ok bool) {
 	if r.RefundableMinor < 0 || outstanding < 0 {
 		return 0, false
 	}

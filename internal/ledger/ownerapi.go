@@ -92,7 +92,10 @@ func (s *Store) OwnerCredential(ctx context.Context, ownerID, agentID, id string
 type IntentFilter struct {
 	AgentID     string
 	RailAccount string
-	States      []string
+	// Subject is honoured by OwnerIntents (an index on subject serves it,
+	// migration 00016).
+	Subject string
+	States  []string
 }
 
 // OwnerIntents pages through an owner's intents, newest first, after the
@@ -108,8 +111,9 @@ func (s *Store) OwnerIntents(ctx context.Context, ownerID string, f IntentFilter
 		  AND ($2 = '' OR agent_id = $2) AND ($3 = '' OR rail_account = $3)
 		  AND (COALESCE(cardinality($4::text[]), 0) = 0 OR state = ANY($4))
 		  AND ($5::timestamptz IS NULL OR (created_at, rail_account, sik) < ($5, $6, $7))
+		  AND ($9 = '' OR subject = $9)
 		ORDER BY created_at DESC, rail_account DESC, sik DESC LIMIT $8`,
-		ownerID, f.AgentID, f.RailAccount, f.States, afterAt, afterAcct, afterSIK, limit)
+		ownerID, f.AgentID, f.RailAccount, f.States, afterAt, afterAcct, afterSIK, limit, f.Subject)
 	if err != nil {
 		return nil, classify(err)
 	}

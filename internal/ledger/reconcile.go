@@ -93,6 +93,8 @@ type Finding struct {
 	// EntityBody is the found entity as the rail listed it (found_applied).
 	EntityBody []byte
 	Detail     string
+	// FoundAt is when the pass was recorded (read by FindingsFor).
+	FoundAt time.Time
 	// Owner must hold the reconcile lease.
 	Owner string
 	// MaxReconciles quarantines the intent when an inconclusive pass is
@@ -166,7 +168,7 @@ func (s *Store) RecordFinding(ctx context.Context, f Finding) (Intent, error) {
 // FindingsFor lists the findings recorded for an intent, oldest first.
 func (s *Store) FindingsFor(ctx context.Context, k Key) ([]Finding, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT attempt_seq, outcome, pages, pagination_exhausted, COALESCE(entity_id, ''), detail, entity_body
+		SELECT attempt_seq, outcome, pages, pagination_exhausted, COALESCE(entity_id, ''), detail, entity_body, found_at
 		FROM reconciliation_findings WHERE rail_account = $1 AND sik = $2 ORDER BY id`, k.RailAccount, k.SIK)
 	if err != nil {
 		return nil, classify(err)
@@ -174,7 +176,7 @@ func (s *Store) FindingsFor(ctx context.Context, k Key) ([]Finding, error) {
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Finding, error) {
 		f := Finding{Key: k}
 		var outcome string
-		err := r.Scan(&f.AttemptSeq, &outcome, &f.Pages, &f.PaginationExhausted, &f.EntityID, &f.Detail, &f.EntityBody)
+		err := r.Scan(&f.AttemptSeq, &outcome, &f.Pages, &f.PaginationExhausted, &f.EntityID, &f.Detail, &f.EntityBody, &f.FoundAt)
 		f.Outcome = FindingOutcome(outcome)
 		return f, err
 	})

@@ -156,7 +156,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 		grpc.ChainUnaryInterceptor(guard.Unary(), api.ValidationInterceptor(validator)),
 		grpc.ChainStreamInterceptor(guard.Stream(), api.StreamValidationInterceptor(validator)))
 	countersignv1.RegisterDecisionServiceServer(gs, api.NewDecisionServer(eng, store, rec).WithPeers(peers))
-	countersignv1.RegisterOwnerServiceServer(gs, api.NewOwnerServer(store, ownerauth.OwnerID).WithWebhookAddresses(webhooks).WithAuditVerifier(auditVerifier))
+	countersignv1.RegisterOwnerServiceServer(gs, api.NewOwnerServer(store, ownerauth.OwnerID).WithWebhookAddresses(webhooks).WithAuditVerifier(auditVerifier).WithRefundables(eng))
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	if cfg.GRPCReflection {

@@ -242,6 +242,59 @@ func (MandateState) EnumDescriptor() ([]byte, []int) {
 	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{3}
 }
 
+// StoredRailAnswerSource says where a stored rail answer came from.
+type StoredRailAnswerSource int32
+
+const (
+	// Never sent.
+	StoredRailAnswerSource_STORED_RAIL_ANSWER_SOURCE_UNSPECIFIED StoredRailAnswerSource = 0
+	// The rail's own 2xx response to the applying attempt.
+	StoredRailAnswerSource_STORED_RAIL_ANSWER_SOURCE_RAIL_RESPONSE StoredRailAnswerSource = 1
+	// The entity as the rail listed it when reconciliation found it applied.
+	StoredRailAnswerSource_STORED_RAIL_ANSWER_SOURCE_RECONCILIATION StoredRailAnswerSource = 2
+)
+
+// Enum value maps for StoredRailAnswerSource.
+var (
+	StoredRailAnswerSource_name = map[int32]string{
+		0: "STORED_RAIL_ANSWER_SOURCE_UNSPECIFIED",
+		1: "STORED_RAIL_ANSWER_SOURCE_RAIL_RESPONSE",
+		2: "STORED_RAIL_ANSWER_SOURCE_RECONCILIATION",
+	}
+	StoredRailAnswerSource_value = map[string]int32{
+		"STORED_RAIL_ANSWER_SOURCE_UNSPECIFIED":    0,
+		"STORED_RAIL_ANSWER_SOURCE_RAIL_RESPONSE":  1,
+		"STORED_RAIL_ANSWER_SOURCE_RECONCILIATION": 2,
+	}
+)
+
+func (x StoredRailAnswerSource) Enum() *StoredRailAnswerSource {
+	p := new(StoredRailAnswerSource)
+	*p = x
+	return p
+}
+
+func (x StoredRailAnswerSource) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (StoredRailAnswerSource) Descriptor() protoreflect.EnumDescriptor {
+	return file_countersign_v1_owner_proto_enumTypes[4].Descriptor()
+}
+
+func (StoredRailAnswerSource) Type() protoreflect.EnumType {
+	return &file_countersign_v1_owner_proto_enumTypes[4]
+}
+
+func (x StoredRailAnswerSource) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use StoredRailAnswerSource.Descriptor instead.
+func (StoredRailAnswerSource) EnumDescriptor() ([]byte, []int) {
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{4}
+}
+
 // ApprovalState is the lifecycle state of an approval.
 type ApprovalState int32
 
@@ -295,11 +348,11 @@ func (x ApprovalState) String() string {
 }
 
 func (ApprovalState) Descriptor() protoreflect.EnumDescriptor {
-	return file_countersign_v1_owner_proto_enumTypes[4].Descriptor()
+	return file_countersign_v1_owner_proto_enumTypes[5].Descriptor()
 }
 
 func (ApprovalState) Type() protoreflect.EnumType {
-	return &file_countersign_v1_owner_proto_enumTypes[4]
+	return &file_countersign_v1_owner_proto_enumTypes[5]
 }
 
 func (x ApprovalState) Number() protoreflect.EnumNumber {
@@ -308,7 +361,7 @@ func (x ApprovalState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ApprovalState.Descriptor instead.
 func (ApprovalState) EnumDescriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{4}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{5}
 }
 
 // DeadLetterState is the state of a dead letter.
@@ -348,11 +401,11 @@ func (x DeadLetterState) String() string {
 }
 
 func (DeadLetterState) Descriptor() protoreflect.EnumDescriptor {
-	return file_countersign_v1_owner_proto_enumTypes[5].Descriptor()
+	return file_countersign_v1_owner_proto_enumTypes[6].Descriptor()
 }
 
 func (DeadLetterState) Type() protoreflect.EnumType {
-	return &file_countersign_v1_owner_proto_enumTypes[5]
+	return &file_countersign_v1_owner_proto_enumTypes[6]
 }
 
 func (x DeadLetterState) Number() protoreflect.EnumNumber {
@@ -361,7 +414,7 @@ func (x DeadLetterState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DeadLetterState.Descriptor instead.
 func (DeadLetterState) EnumDescriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{5}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{6}
 }
 
 // Agent is an AI agent that proposes money-moving actions.
@@ -1368,7 +1421,11 @@ type MandateRecord struct {
 	// When the mandate was revoked, if it was.
 	RevokeTime *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=revoke_time,json=revokeTime,proto3" json:"revoke_time,omitempty"`
 	// Why the mandate was revoked.
-	RevokeReason  string `protobuf:"bytes,6,opt,name=revoke_reason,json=revokeReason,proto3" json:"revoke_reason,omitempty"`
+	RevokeReason string `protobuf:"bytes,6,opt,name=revoke_reason,json=revokeReason,proto3" json:"revoke_reason,omitempty"`
+	// The mandate in the YAML form `countersign mandate apply` and `lint`
+	// read (the form `countersign mandate show` prints): parsed back, it is
+	// the identical mandate, with the same hash.
+	Yaml          string `protobuf:"bytes,7,opt,name=yaml,proto3" json:"yaml,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1441,6 +1498,13 @@ func (x *MandateRecord) GetRevokeTime() *timestamppb.Timestamp {
 func (x *MandateRecord) GetRevokeReason() string {
 	if x != nil {
 		return x.RevokeReason
+	}
+	return ""
+}
+
+func (x *MandateRecord) GetYaml() string {
+	if x != nil {
+		return x.Yaml
 	}
 	return ""
 }
@@ -1876,6 +1940,483 @@ func (x *RevokeMandateResponse) GetMandate() *MandateRecord {
 	return nil
 }
 
+// GetMandateUsageRequest names a mandate.
+type GetMandateUsageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Mandate hash.
+	MandateHash string `protobuf:"bytes,1,opt,name=mandate_hash,json=mandateHash,proto3" json:"mandate_hash,omitempty"`
+	// For the payee windows: only this payee key (a payout's or transfer's
+	// destination, a refund's payment), reported even when nothing counts
+	// against it; empty reports every payee key something counts against.
+	Payee         string `protobuf:"bytes,2,opt,name=payee,proto3" json:"payee,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetMandateUsageRequest) Reset() {
+	*x = GetMandateUsageRequest{}
+	mi := &file_countersign_v1_owner_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetMandateUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetMandateUsageRequest) ProtoMessage() {}
+
+func (x *GetMandateUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_countersign_v1_owner_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetMandateUsageRequest.ProtoReflect.Descriptor instead.
+func (*GetMandateUsageRequest) Descriptor() ([]byte, []int) {
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *GetMandateUsageRequest) GetMandateHash() string {
+	if x != nil {
+		return x.MandateHash
+	}
+	return ""
+}
+
+func (x *GetMandateUsageRequest) GetPayee() string {
+	if x != nil {
+		return x.Payee
+	}
+	return ""
+}
+
+// GetMandateUsageResponse is the mandate's usage now.
+type GetMandateUsageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The usage.
+	Usage         *MandateUsage `protobuf:"bytes,1,opt,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetMandateUsageResponse) Reset() {
+	*x = GetMandateUsageResponse{}
+	mi := &file_countersign_v1_owner_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetMandateUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetMandateUsageResponse) ProtoMessage() {}
+
+func (x *GetMandateUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_countersign_v1_owner_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetMandateUsageResponse.ProtoReflect.Descriptor instead.
+func (*GetMandateUsageResponse) Descriptor() ([]byte, []int) {
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *GetMandateUsageResponse) GetUsage() *MandateUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+// MandateUsage is what counts against a mandate's accumulating limits at
+// as_of, read from the ledger with the limits gate's own counts: a request
+// passes them exactly when it fits in what is free here (for a window:
+// under max_calls and within max_amount). Amounts are minor units.
+type MandateUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Mandate hash.
+	MandateHash string `protobuf:"bytes,1,opt,name=mandate_hash,json=mandateHash,proto3" json:"mandate_hash,omitempty"`
+	// When the counts were read (the windows end here).
+	AsOf *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=as_of,json=asOf,proto3" json:"as_of,omitempty"`
+	// One per total budget of the mandate, in its order.
+	Budgets []*MandateBudgetUsage `protobuf:"bytes,3,rep,name=budgets,proto3" json:"budgets,omitempty"`
+	// The mandate's sliding windows: an agent window once, a payee window
+	// once per payee key something counts against (or the one asked for).
+	Windows []*MandateWindowUsage `protobuf:"bytes,4,rep,name=windows,proto3" json:"windows,omitempty"`
+	// The fee budget, if the mandate has one.
+	FeeBudget *MandateFeeUsage `protobuf:"bytes,5,opt,name=fee_budget,json=feeBudget,proto3" json:"fee_budget,omitempty"`
+	// True when the payee keys of a payee window were more than are listed.
+	WindowsTruncated bool `protobuf:"varint,6,opt,name=windows_truncated,json=windowsTruncated,proto3" json:"windows_truncated,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *MandateUsage) Reset() {
+	*x = MandateUsage{}
+	mi := &file_countersign_v1_owner_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MandateUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MandateUsage) ProtoMessage() {}
+
+func (x *MandateUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_countersign_v1_owner_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MandateUsage.ProtoReflect.Descriptor instead.
+func (*MandateUsage) Descriptor() ([]byte, []int) {
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *MandateUsage) GetMandateHash() string {
+	if x != nil {
+		return x.MandateHash
+	}
+	return ""
+}
+
+func (x *MandateUsage) GetAsOf() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AsOf
+	}
+	return nil
+}
+
+func (x *MandateUsage) GetBudgets() []*MandateBudgetUsage {
+	if x != nil {
+		return x.Budgets
+	}
+	return nil
+}
+
+func (x *MandateUsage) GetWindows() []*MandateWindowUsage {
+	if x != nil {
+		return x.Windows
+	}
+	return nil
+}
+
+func (x *MandateUsage) GetFeeBudget() *MandateFeeUsage {
+	if x != nil {
+		return x.FeeBudget
+	}
+	return nil
+}
+
+func (x *MandateUsage) GetWindowsTruncated() bool {
+	if x != nil {
+		return x.WindowsTruncated
+	}
+	return false
+}
+
+// MandateBudgetUsage is one total budget: the gate admits an amount when
+// held + spent + amount <= limit.
+type MandateBudgetUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Currency of the budget.
+	Currency string `protobuf:"bytes,1,opt,name=currency,proto3" json:"currency,omitempty"`
+	// The budget.
+	LimitMinor int64 `protobuf:"varint,2,opt,name=limit_minor,json=limitMinor,proto3" json:"limit_minor,omitempty"`
+	// Posted: held for actions the rail applied.
+	SpentMinor int64 `protobuf:"varint,3,opt,name=spent_minor,json=spentMinor,proto3" json:"spent_minor,omitempty"`
+	// Held for actions allowed and not settled yet (in flight, unknown).
+	HeldMinor int64 `protobuf:"varint,4,opt,name=held_minor,json=heldMinor,proto3" json:"held_minor,omitempty"`
+	// limit - spent - held.
+	FreeMinor     int64 `protobuf:"varint,5,opt,name=free_minor,json=freeMinor,proto3" json:"free_minor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MandateBudgetUsage) Reset() {
+	*x = MandateBudgetUsage{}
+	mi := &file_countersign_v1_owner_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MandateBudgetUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MandateBudgetUsage) ProtoMessage() {}
+
+func (x *MandateBudgetUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_countersign_v1_owner_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MandateBudgetUsage.ProtoReflect.Descriptor instead.
+func (*MandateBudgetUsage) Descriptor() ([]byte, []int) {
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *MandateBudgetUsage) GetCurrency() string {
+	if x != nil {
+		return x.Currency
+	}
+	return ""
+}
+
+func (x *MandateBudgetUsage) GetLimitMinor() int64 {
+	if x != nil {
+		return x.LimitMinor
+	}
+	return 0
+}
+
+func (x *MandateBudgetUsage) GetSpentMinor() int64 {
+	if x != nil {
+		return x.SpentMinor
+	}
+	return 0
+}
+
+func (x *MandateBudgetUsage) GetHeldMinor() int64 {
+	if x != nil {
+		return x.HeldMinor
+	}
+	return 0
+}
+
+func (x *MandateBudgetUsage) GetFreeMinor() int64 {
+	if x != nil {
+		return x.FreeMinor
+	}
+	return 0
+}
+
+// MandateWindowUsage is one sliding window for one key. The ledger counts
+// every non-voided hold created in the last duration (held or posted),
+// exactly: windows slide, they are not reset at bucket boundaries.
+type MandateWindowUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Index of the window in the mandate's windows.
+	WindowIndex int32 `protobuf:"varint,1,opt,name=window_index,json=windowIndex,proto3" json:"window_index,omitempty"`
+	// Whom the window counts for.
+	Scope WindowScope `protobuf:"varint,2,opt,name=scope,proto3,enum=countersign.v1.WindowScope" json:"scope,omitempty"`
+	// The agent id (agent scope) or the payee key (payee scope).
+	Key string `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	// Length of the window.
+	Duration *durationpb.Duration `protobuf:"bytes,4,opt,name=duration,proto3" json:"duration,omitempty"`
+	// The window's call limit; 0 when it limits no calls.
+	MaxCalls int32 `protobuf:"varint,5,opt,name=max_calls,json=maxCalls,proto3" json:"max_calls,omitempty"`
+	// The window's amount limit, if it has one.
+	MaxAmount *Money `protobuf:"bytes,6,opt,name=max_amount,json=maxAmount,proto3" json:"max_amount,omitempty"`
+	// Calls counted in the window now (every currency).
+	Calls int64 `protobuf:"varint,7,opt,name=calls,proto3" json:"calls,omitempty"`
+	// Amount counted in the window now, in max_amount's currency (absent
+	// when the window has no amount limit).
+	Amount *Money `protobuf:"bytes,8,opt,name=amount,proto3" json:"amount,omitempty"`
+	// Start of the window now: as_of - duration.
+	WindowStartTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=window_start_time,json=windowStartTime,proto3" json:"window_start_time,omitempty"`
+	// When the oldest use counted now leaves the window (its hold's time +
+	// duration), and the counts drop by it; absent when nothing counts.
+	NextReleaseTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=next_release_time,json=nextReleaseTime,proto3" json:"next_release_time,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *MandateWindowUsage) Reset() {
+	*x = MandateWindowUsage{}
+	mi := &file_countersign_v1_owner_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MandateWindowUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MandateWindowUsage) ProtoMessage() {}
+
+func (x *MandateWindowUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_countersign_v1_owner_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MandateWindowUsage.ProtoReflect.Descriptor instead.
+func (*MandateWindowUsage) Descriptor() ([]byte, []int) {
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *MandateWindowUsage) GetWindowIndex() int32 {
+	if x != nil {
+		return x.WindowIndex
+	}
+	return 0
+}
+
+func (x *MandateWindowUsage) GetScope() WindowScope {
+	if x != nil {
+		return x.Scope
+	}
+	return WindowScope_WINDOW_SCOPE_UNSPECIFIED
+}
+
+func (x *MandateWindowUsage) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *MandateWindowUsage) GetDuration() *durationpb.Duration {
+	if x != nil {
+		return x.Duration
+	}
+	return nil
+}
+
+func (x *MandateWindowUsage) GetMaxCalls() int32 {
+	if x != nil {
+		return x.MaxCalls
+	}
+	return 0
+}
+
+func (x *MandateWindowUsage) GetMaxAmount() *Money {
+	if x != nil {
+		return x.MaxAmount
+	}
+	return nil
+}
+
+func (x *MandateWindowUsage) GetCalls() int64 {
+	if x != nil {
+		return x.Calls
+	}
+	return 0
+}
+
+func (x *MandateWindowUsage) GetAmount() *Money {
+	if x != nil {
+		return x.Amount
+	}
+	return nil
+}
+
+func (x *MandateWindowUsage) GetWindowStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.WindowStartTime
+	}
+	return nil
+}
+
+func (x *MandateWindowUsage) GetNextReleaseTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NextReleaseTime
+	}
+	return nil
+}
+
+// MandateFeeUsage is the fee budget: the gate refuses new actions once the
+// fees the rail reported reach the limit.
+type MandateFeeUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The fee budget.
+	Limit *Money `protobuf:"bytes,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	// Fees the rail reported on the mandate's applied actions.
+	SpentMinor int64 `protobuf:"varint,2,opt,name=spent_minor,json=spentMinor,proto3" json:"spent_minor,omitempty"`
+	// limit - spent, never below 0.
+	FreeMinor     int64 `protobuf:"varint,3,opt,name=free_minor,json=freeMinor,proto3" json:"free_minor,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MandateFeeUsage) Reset() {
+	*x = MandateFeeUsage{}
+	mi := &file_countersign_v1_owner_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MandateFeeUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MandateFeeUsage) ProtoMessage() {}
+
+func (x *MandateFeeUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_countersign_v1_owner_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MandateFeeUsage.ProtoReflect.Descriptor instead.
+func (*MandateFeeUsage) Descriptor() ([]byte, []int) {
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *MandateFeeUsage) GetLimit() *Money {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *MandateFeeUsage) GetSpentMinor() int64 {
+	if x != nil {
+		return x.SpentMinor
+	}
+	return 0
+}
+
+func (x *MandateFeeUsage) GetFreeMinor() int64 {
+	if x != nil {
+		return x.FreeMinor
+	}
+	return 0
+}
+
 // ListIntentsRequest pages through intents.
 type ListIntentsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1888,14 +2429,17 @@ type ListIntentsRequest struct {
 	// Only intents in this state; unspecified means all.
 	State IntentState `protobuf:"varint,4,opt,name=state,proto3,enum=countersign.v1.IntentState" json:"state,omitempty"`
 	// Only intents on this rail account; empty means all.
-	RailAccount   string `protobuf:"bytes,5,opt,name=rail_account,json=railAccount,proto3" json:"rail_account,omitempty"`
+	RailAccount string `protobuf:"bytes,5,opt,name=rail_account,json=railAccount,proto3" json:"rail_account,omitempty"`
+	// Only intents on this subject (a refund's payment, a payout's or
+	// transfer's destination); empty means all.
+	Subject       string `protobuf:"bytes,6,opt,name=subject,proto3" json:"subject,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListIntentsRequest) Reset() {
 	*x = ListIntentsRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[25]
+	mi := &file_countersign_v1_owner_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1907,7 +2451,7 @@ func (x *ListIntentsRequest) String() string {
 func (*ListIntentsRequest) ProtoMessage() {}
 
 func (x *ListIntentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[25]
+	mi := &file_countersign_v1_owner_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1920,7 +2464,7 @@ func (x *ListIntentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListIntentsRequest.ProtoReflect.Descriptor instead.
 func (*ListIntentsRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{25}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ListIntentsRequest) GetPageSize() int32 {
@@ -1958,6 +2502,13 @@ func (x *ListIntentsRequest) GetRailAccount() string {
 	return ""
 }
 
+func (x *ListIntentsRequest) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
 // ListIntentsResponse is one page of intents.
 type ListIntentsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1971,7 +2522,7 @@ type ListIntentsResponse struct {
 
 func (x *ListIntentsResponse) Reset() {
 	*x = ListIntentsResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[26]
+	mi := &file_countersign_v1_owner_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1983,7 +2534,7 @@ func (x *ListIntentsResponse) String() string {
 func (*ListIntentsResponse) ProtoMessage() {}
 
 func (x *ListIntentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[26]
+	mi := &file_countersign_v1_owner_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1996,7 +2547,7 @@ func (x *ListIntentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListIntentsResponse.ProtoReflect.Descriptor instead.
 func (*ListIntentsResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{26}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListIntentsResponse) GetIntents() []*Intent {
@@ -2026,7 +2577,7 @@ type GetIntentRequest struct {
 
 func (x *GetIntentRequest) Reset() {
 	*x = GetIntentRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[27]
+	mi := &file_countersign_v1_owner_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2038,7 +2589,7 @@ func (x *GetIntentRequest) String() string {
 func (*GetIntentRequest) ProtoMessage() {}
 
 func (x *GetIntentRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[27]
+	mi := &file_countersign_v1_owner_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2051,7 +2602,7 @@ func (x *GetIntentRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetIntentRequest.ProtoReflect.Descriptor instead.
 func (*GetIntentRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{27}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetIntentRequest) GetRailAccount() string {
@@ -2068,20 +2619,28 @@ func (x *GetIntentRequest) GetSik() string {
 	return ""
 }
 
-// GetIntentResponse is an intent with its attempts.
+// GetIntentResponse is an intent with its attempts and its timeline.
 type GetIntentResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The intent.
 	Intent *Intent `protobuf:"bytes,1,opt,name=intent,proto3" json:"intent,omitempty"`
 	// Its attempts, oldest first.
-	Attempts      []*Attempt `protobuf:"bytes,2,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	Attempts []*Attempt `protobuf:"bytes,2,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	// Every audit record of the intent, in the order written (the same
+	// records ListAuditRecords returns for it).
+	Transitions []*AuditRecord `protobuf:"bytes,3,rep,name=transitions,proto3" json:"transitions,omitempty"`
+	// Every reconciliation pass's evidence, oldest first.
+	Findings []*IntentFinding `protobuf:"bytes,4,rep,name=findings,proto3" json:"findings,omitempty"`
+	// The rail answer a duplicate of the applied intent is answered with,
+	// if the ledger holds one.
+	StoredAnswer  *StoredRailAnswer `protobuf:"bytes,5,opt,name=stored_answer,json=storedAnswer,proto3" json:"stored_answer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetIntentResponse) Reset() {
 	*x = GetIntentResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[28]
+	mi := &file_countersign_v1_owner_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2093,7 +2652,7 @@ func (x *GetIntentResponse) String() string {
 func (*GetIntentResponse) ProtoMessage() {}
 
 func (x *GetIntentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[28]
+	mi := &file_countersign_v1_owner_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2106,7 +2665,7 @@ func (x *GetIntentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetIntentResponse.ProtoReflect.Descriptor instead.
 func (*GetIntentResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{28}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetIntentResponse) GetIntent() *Intent {
@@ -2121,6 +2680,210 @@ func (x *GetIntentResponse) GetAttempts() []*Attempt {
 		return x.Attempts
 	}
 	return nil
+}
+
+func (x *GetIntentResponse) GetTransitions() []*AuditRecord {
+	if x != nil {
+		return x.Transitions
+	}
+	return nil
+}
+
+func (x *GetIntentResponse) GetFindings() []*IntentFinding {
+	if x != nil {
+		return x.Findings
+	}
+	return nil
+}
+
+func (x *GetIntentResponse) GetStoredAnswer() *StoredRailAnswer {
+	if x != nil {
+		return x.StoredAnswer
+	}
+	return nil
+}
+
+// IntentFinding is the evidence of one reconciliation pass on an intent.
+type IntentFinding struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Attempt the pass looked for.
+	AttemptSeq int32 `protobuf:"varint,1,opt,name=attempt_seq,json=attemptSeq,proto3" json:"attempt_seq,omitempty"`
+	// Conclusion: found applied, confirmed absent or inconclusive.
+	Outcome ReconcileOutcome `protobuf:"varint,2,opt,name=outcome,proto3,enum=countersign.v1.ReconcileOutcome" json:"outcome,omitempty"`
+	// Number of list pages read.
+	PagesRead int32 `protobuf:"varint,3,opt,name=pages_read,json=pagesRead,proto3" json:"pages_read,omitempty"`
+	// Whether the rail's listing was read to the end.
+	PaginationExhausted bool `protobuf:"varint,4,opt,name=pagination_exhausted,json=paginationExhausted,proto3" json:"pagination_exhausted,omitempty"`
+	// Entity found at the rail, if applied.
+	RailEntityId string `protobuf:"bytes,5,opt,name=rail_entity_id,json=railEntityId,proto3" json:"rail_entity_id,omitempty"`
+	// What the pass found, in a sentence.
+	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// When the pass recorded it.
+	FindTime      *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=find_time,json=findTime,proto3" json:"find_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IntentFinding) Reset() {
+	*x = IntentFinding{}
+	mi := &file_countersign_v1_owner_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IntentFinding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IntentFinding) ProtoMessage() {}
+
+func (x *IntentFinding) ProtoReflect() protoreflect.Message {
+	mi := &file_countersign_v1_owner_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IntentFinding.ProtoReflect.Descriptor instead.
+func (*IntentFinding) Descriptor() ([]byte, []int) {
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *IntentFinding) GetAttemptSeq() int32 {
+	if x != nil {
+		return x.AttemptSeq
+	}
+	return 0
+}
+
+func (x *IntentFinding) GetOutcome() ReconcileOutcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return ReconcileOutcome_RECONCILE_OUTCOME_UNSPECIFIED
+}
+
+func (x *IntentFinding) GetPagesRead() int32 {
+	if x != nil {
+		return x.PagesRead
+	}
+	return 0
+}
+
+func (x *IntentFinding) GetPaginationExhausted() bool {
+	if x != nil {
+		return x.PaginationExhausted
+	}
+	return false
+}
+
+func (x *IntentFinding) GetRailEntityId() string {
+	if x != nil {
+		return x.RailEntityId
+	}
+	return ""
+}
+
+func (x *IntentFinding) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *IntentFinding) GetFindTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FindTime
+	}
+	return nil
+}
+
+// StoredRailAnswer is what the ledger keeps of an applied intent's answer
+// (rail keys and agent credentials are never stored with it).
+type StoredRailAnswer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Where it came from.
+	Source StoredRailAnswerSource `protobuf:"varint,1,opt,name=source,proto3,enum=countersign.v1.StoredRailAnswerSource" json:"source,omitempty"`
+	// The applying attempt.
+	AttemptSeq int32 `protobuf:"varint,2,opt,name=attempt_seq,json=attemptSeq,proto3" json:"attempt_seq,omitempty"`
+	// HTTP status of the answer (200 for an entity found by reconciliation).
+	HttpStatus int32 `protobuf:"varint,3,opt,name=http_status,json=httpStatus,proto3" json:"http_status,omitempty"`
+	// Entity the rail created.
+	RailEntityId string `protobuf:"bytes,4,opt,name=rail_entity_id,json=railEntityId,proto3" json:"rail_entity_id,omitempty"`
+	// The body a duplicate is answered with, verbatim (the rail's JSON).
+	Body          string `protobuf:"bytes,5,opt,name=body,proto3" json:"body,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StoredRailAnswer) Reset() {
+	*x = StoredRailAnswer{}
+	mi := &file_countersign_v1_owner_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StoredRailAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StoredRailAnswer) ProtoMessage() {}
+
+func (x *StoredRailAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_countersign_v1_owner_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StoredRailAnswer.ProtoReflect.Descriptor instead.
+func (*StoredRailAnswer) Descriptor() ([]byte, []int) {
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *StoredRailAnswer) GetSource() StoredRailAnswerSource {
+	if x != nil {
+		return x.Source
+	}
+	return StoredRailAnswerSource_STORED_RAIL_ANSWER_SOURCE_UNSPECIFIED
+}
+
+func (x *StoredRailAnswer) GetAttemptSeq() int32 {
+	if x != nil {
+		return x.AttemptSeq
+	}
+	return 0
+}
+
+func (x *StoredRailAnswer) GetHttpStatus() int32 {
+	if x != nil {
+		return x.HttpStatus
+	}
+	return 0
+}
+
+func (x *StoredRailAnswer) GetRailEntityId() string {
+	if x != nil {
+		return x.RailEntityId
+	}
+	return ""
+}
+
+func (x *StoredRailAnswer) GetBody() string {
+	if x != nil {
+		return x.Body
+	}
+	return ""
 }
 
 // WatchIntentsRequest selects which transitions to stream.
@@ -2140,7 +2903,7 @@ type WatchIntentsRequest struct {
 
 func (x *WatchIntentsRequest) Reset() {
 	*x = WatchIntentsRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[29]
+	mi := &file_countersign_v1_owner_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2915,7 @@ func (x *WatchIntentsRequest) String() string {
 func (*WatchIntentsRequest) ProtoMessage() {}
 
 func (x *WatchIntentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[29]
+	mi := &file_countersign_v1_owner_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2928,7 @@ func (x *WatchIntentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchIntentsRequest.ProtoReflect.Descriptor instead.
 func (*WatchIntentsRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{29}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WatchIntentsRequest) GetStartAfterSeq() int64 {
@@ -2209,7 +2972,7 @@ type WatchIntentsResponse struct {
 
 func (x *WatchIntentsResponse) Reset() {
 	*x = WatchIntentsResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[30]
+	mi := &file_countersign_v1_owner_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2221,7 +2984,7 @@ func (x *WatchIntentsResponse) String() string {
 func (*WatchIntentsResponse) ProtoMessage() {}
 
 func (x *WatchIntentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[30]
+	mi := &file_countersign_v1_owner_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2234,7 +2997,7 @@ func (x *WatchIntentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchIntentsResponse.ProtoReflect.Descriptor instead.
 func (*WatchIntentsResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{30}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WatchIntentsResponse) GetTransition() *AuditRecord {
@@ -2303,7 +3066,7 @@ type Approval struct {
 
 func (x *Approval) Reset() {
 	*x = Approval{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[31]
+	mi := &file_countersign_v1_owner_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +3078,7 @@ func (x *Approval) String() string {
 func (*Approval) ProtoMessage() {}
 
 func (x *Approval) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[31]
+	mi := &file_countersign_v1_owner_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2328,7 +3091,7 @@ func (x *Approval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Approval.ProtoReflect.Descriptor instead.
 func (*Approval) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{31}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Approval) GetApprovalId() string {
@@ -2481,7 +3244,7 @@ type ListApprovalsRequest struct {
 
 func (x *ListApprovalsRequest) Reset() {
 	*x = ListApprovalsRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[32]
+	mi := &file_countersign_v1_owner_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2493,7 +3256,7 @@ func (x *ListApprovalsRequest) String() string {
 func (*ListApprovalsRequest) ProtoMessage() {}
 
 func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[32]
+	mi := &file_countersign_v1_owner_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2506,7 +3269,7 @@ func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{32}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListApprovalsRequest) GetPageSize() int32 {
@@ -2550,7 +3313,7 @@ type ListApprovalsResponse struct {
 
 func (x *ListApprovalsResponse) Reset() {
 	*x = ListApprovalsResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[33]
+	mi := &file_countersign_v1_owner_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2562,7 +3325,7 @@ func (x *ListApprovalsResponse) String() string {
 func (*ListApprovalsResponse) ProtoMessage() {}
 
 func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[33]
+	mi := &file_countersign_v1_owner_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2575,7 +3338,7 @@ func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{33}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListApprovalsResponse) GetApprovals() []*Approval {
@@ -2603,7 +3366,7 @@ type GetApprovalRequest struct {
 
 func (x *GetApprovalRequest) Reset() {
 	*x = GetApprovalRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[34]
+	mi := &file_countersign_v1_owner_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2615,7 +3378,7 @@ func (x *GetApprovalRequest) String() string {
 func (*GetApprovalRequest) ProtoMessage() {}
 
 func (x *GetApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[34]
+	mi := &file_countersign_v1_owner_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2628,7 +3391,7 @@ func (x *GetApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetApprovalRequest.ProtoReflect.Descriptor instead.
 func (*GetApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{34}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetApprovalRequest) GetApprovalId() string {
@@ -2638,18 +3401,20 @@ func (x *GetApprovalRequest) GetApprovalId() string {
 	return ""
 }
 
-// GetApprovalResponse returns an approval.
+// GetApprovalResponse returns an approval and its live context.
 type GetApprovalResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The approval.
-	Approval      *Approval `protobuf:"bytes,1,opt,name=approval,proto3" json:"approval,omitempty"`
+	Approval *Approval `protobuf:"bytes,1,opt,name=approval,proto3" json:"approval,omitempty"`
+	// What the approval would meet if used now.
+	Live          *ApprovalLive `protobuf:"bytes,2,opt,name=live,proto3" json:"live,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetApprovalResponse) Reset() {
 	*x = GetApprovalResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[35]
+	mi := &file_countersign_v1_owner_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2661,7 +3426,7 @@ func (x *GetApprovalResponse) String() string {
 func (*GetApprovalResponse) ProtoMessage() {}
 
 func (x *GetApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[35]
+	mi := &file_countersign_v1_owner_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2674,12 +3439,114 @@ func (x *GetApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetApprovalResponse.ProtoReflect.Descriptor instead.
 func (*GetApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{35}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetApprovalResponse) GetApproval() *Approval {
 	if x != nil {
 		return x.Approval
+	}
+	return nil
+}
+
+func (x *GetApprovalResponse) GetLive() *ApprovalLive {
+	if x != nil {
+		return x.Live
+	}
+	return nil
+}
+
+// ApprovalLive is an approval's context now, read for GetApproval only.
+type ApprovalLive struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When it was read.
+	AsOf *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=as_of,json=asOf,proto3" json:"as_of,omitempty"`
+	// For a refund: what is still refundable on its subject now, as the value
+	// gate (G2) computes it (the rail's refundable balance less what the
+	// ledger has in flight or of unknown outcome on it). Absent when the
+	// action is not a refund or the rail could not be read.
+	Refundable *Money `protobuf:"bytes,2,opt,name=refundable,proto3" json:"refundable,omitempty"`
+	// For a refund: the rail's refundable balance as read now.
+	RailRefundable *Money `protobuf:"bytes,3,opt,name=rail_refundable,json=railRefundable,proto3" json:"rail_refundable,omitempty"`
+	// For a refund: what the ledger has outstanding on the subject.
+	LedgerOutstanding *Money `protobuf:"bytes,4,opt,name=ledger_outstanding,json=ledgerOutstanding,proto3" json:"ledger_outstanding,omitempty"`
+	// Why the refundable balance could not be read (the rail is down, the
+	// account is not configured here); empty when it was.
+	RefundableError string `protobuf:"bytes,5,opt,name=refundable_error,json=refundableError,proto3" json:"refundable_error,omitempty"`
+	// The usage of the approval's mandate now.
+	MandateUsage  *MandateUsage `protobuf:"bytes,6,opt,name=mandate_usage,json=mandateUsage,proto3" json:"mandate_usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApprovalLive) Reset() {
+	*x = ApprovalLive{}
+	mi := &file_countersign_v1_owner_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApprovalLive) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApprovalLive) ProtoMessage() {}
+
+func (x *ApprovalLive) ProtoReflect() protoreflect.Message {
+	mi := &file_countersign_v1_owner_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApprovalLive.ProtoReflect.Descriptor instead.
+func (*ApprovalLive) Descriptor() ([]byte, []int) {
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ApprovalLive) GetAsOf() *timestamppb.Timestamp {
+	if x != nil {
+		return x.AsOf
+	}
+	return nil
+}
+
+func (x *ApprovalLive) GetRefundable() *Money {
+	if x != nil {
+		return x.Refundable
+	}
+	return nil
+}
+
+func (x *ApprovalLive) GetRailRefundable() *Money {
+	if x != nil {
+		return x.RailRefundable
+	}
+	return nil
+}
+
+func (x *ApprovalLive) GetLedgerOutstanding() *Money {
+	if x != nil {
+		return x.LedgerOutstanding
+	}
+	return nil
+}
+
+func (x *ApprovalLive) GetRefundableError() string {
+	if x != nil {
+		return x.RefundableError
+	}
+	return ""
+}
+
+func (x *ApprovalLive) GetMandateUsage() *MandateUsage {
+	if x != nil {
+		return x.MandateUsage
 	}
 	return nil
 }
@@ -2700,7 +3567,7 @@ type ApproveApprovalRequest struct {
 
 func (x *ApproveApprovalRequest) Reset() {
 	*x = ApproveApprovalRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[36]
+	mi := &file_countersign_v1_owner_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2712,7 +3579,7 @@ func (x *ApproveApprovalRequest) String() string {
 func (*ApproveApprovalRequest) ProtoMessage() {}
 
 func (x *ApproveApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[36]
+	mi := &file_countersign_v1_owner_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2725,7 +3592,7 @@ func (x *ApproveApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveApprovalRequest.ProtoReflect.Descriptor instead.
 func (*ApproveApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{36}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ApproveApprovalRequest) GetApprovalId() string {
@@ -2760,7 +3627,7 @@ type ApproveApprovalResponse struct {
 
 func (x *ApproveApprovalResponse) Reset() {
 	*x = ApproveApprovalResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[37]
+	mi := &file_countersign_v1_owner_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2772,7 +3639,7 @@ func (x *ApproveApprovalResponse) String() string {
 func (*ApproveApprovalResponse) ProtoMessage() {}
 
 func (x *ApproveApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[37]
+	mi := &file_countersign_v1_owner_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2785,7 +3652,7 @@ func (x *ApproveApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveApprovalResponse.ProtoReflect.Descriptor instead.
 func (*ApproveApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{37}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ApproveApprovalResponse) GetApproval() *Approval {
@@ -2808,7 +3675,7 @@ type RejectApprovalRequest struct {
 
 func (x *RejectApprovalRequest) Reset() {
 	*x = RejectApprovalRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[38]
+	mi := &file_countersign_v1_owner_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2820,7 +3687,7 @@ func (x *RejectApprovalRequest) String() string {
 func (*RejectApprovalRequest) ProtoMessage() {}
 
 func (x *RejectApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[38]
+	mi := &file_countersign_v1_owner_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2833,7 +3700,7 @@ func (x *RejectApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectApprovalRequest.ProtoReflect.Descriptor instead.
 func (*RejectApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{38}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *RejectApprovalRequest) GetApprovalId() string {
@@ -2861,7 +3728,7 @@ type RejectApprovalResponse struct {
 
 func (x *RejectApprovalResponse) Reset() {
 	*x = RejectApprovalResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[39]
+	mi := &file_countersign_v1_owner_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2873,7 +3740,7 @@ func (x *RejectApprovalResponse) String() string {
 func (*RejectApprovalResponse) ProtoMessage() {}
 
 func (x *RejectApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[39]
+	mi := &file_countersign_v1_owner_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2886,7 +3753,7 @@ func (x *RejectApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectApprovalResponse.ProtoReflect.Descriptor instead.
 func (*RejectApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{39}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RejectApprovalResponse) GetApproval() *Approval {
@@ -2914,7 +3781,7 @@ type ListAuditRecordsRequest struct {
 
 func (x *ListAuditRecordsRequest) Reset() {
 	*x = ListAuditRecordsRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[40]
+	mi := &file_countersign_v1_owner_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2926,7 +3793,7 @@ func (x *ListAuditRecordsRequest) String() string {
 func (*ListAuditRecordsRequest) ProtoMessage() {}
 
 func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[40]
+	mi := &file_countersign_v1_owner_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2939,7 +3806,7 @@ func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{40}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListAuditRecordsRequest) GetPageSize() int32 {
@@ -2983,7 +3850,7 @@ type ListAuditRecordsResponse struct {
 
 func (x *ListAuditRecordsResponse) Reset() {
 	*x = ListAuditRecordsResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[41]
+	mi := &file_countersign_v1_owner_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2995,7 +3862,7 @@ func (x *ListAuditRecordsResponse) String() string {
 func (*ListAuditRecordsResponse) ProtoMessage() {}
 
 func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[41]
+	mi := &file_countersign_v1_owner_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3008,7 +3875,7 @@ func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{41}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListAuditRecordsResponse) GetAuditRecords() []*AuditRecord {
@@ -3040,7 +3907,7 @@ type VerifyAuditRequest struct {
 
 func (x *VerifyAuditRequest) Reset() {
 	*x = VerifyAuditRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[42]
+	mi := &file_countersign_v1_owner_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3052,7 +3919,7 @@ func (x *VerifyAuditRequest) String() string {
 func (*VerifyAuditRequest) ProtoMessage() {}
 
 func (x *VerifyAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[42]
+	mi := &file_countersign_v1_owner_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3065,7 +3932,7 @@ func (x *VerifyAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyAuditRequest.ProtoReflect.Descriptor instead.
 func (*VerifyAuditRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{42}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *VerifyAuditRequest) GetRailAccount() string {
@@ -3110,7 +3977,7 @@ type VerifyAuditResponse struct {
 
 func (x *VerifyAuditResponse) Reset() {
 	*x = VerifyAuditResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[43]
+	mi := &file_countersign_v1_owner_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3122,7 +3989,7 @@ func (x *VerifyAuditResponse) String() string {
 func (*VerifyAuditResponse) ProtoMessage() {}
 
 func (x *VerifyAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[43]
+	mi := &file_countersign_v1_owner_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3135,7 +4002,7 @@ func (x *VerifyAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyAuditResponse.ProtoReflect.Descriptor instead.
 func (*VerifyAuditResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{43}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *VerifyAuditResponse) GetOk() bool {
@@ -3217,7 +4084,7 @@ type AuditProblem struct {
 
 func (x *AuditProblem) Reset() {
 	*x = AuditProblem{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[44]
+	mi := &file_countersign_v1_owner_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3229,7 +4096,7 @@ func (x *AuditProblem) String() string {
 func (*AuditProblem) ProtoMessage() {}
 
 func (x *AuditProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[44]
+	mi := &file_countersign_v1_owner_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3242,7 +4109,7 @@ func (x *AuditProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditProblem.ProtoReflect.Descriptor instead.
 func (*AuditProblem) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{44}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *AuditProblem) GetKind() string {
@@ -3304,7 +4171,7 @@ type AuditCheckpoint struct {
 
 func (x *AuditCheckpoint) Reset() {
 	*x = AuditCheckpoint{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[45]
+	mi := &file_countersign_v1_owner_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3316,7 +4183,7 @@ func (x *AuditCheckpoint) String() string {
 func (*AuditCheckpoint) ProtoMessage() {}
 
 func (x *AuditCheckpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[45]
+	mi := &file_countersign_v1_owner_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3329,7 +4196,7 @@ func (x *AuditCheckpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditCheckpoint.ProtoReflect.Descriptor instead.
 func (*AuditCheckpoint) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{45}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *AuditCheckpoint) GetRailAccount() string {
@@ -3367,7 +4234,7 @@ type GetAuditInclusionProofRequest struct {
 
 func (x *GetAuditInclusionProofRequest) Reset() {
 	*x = GetAuditInclusionProofRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[46]
+	mi := &file_countersign_v1_owner_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3379,7 +4246,7 @@ func (x *GetAuditInclusionProofRequest) String() string {
 func (*GetAuditInclusionProofRequest) ProtoMessage() {}
 
 func (x *GetAuditInclusionProofRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[46]
+	mi := &file_countersign_v1_owner_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3392,7 +4259,7 @@ func (x *GetAuditInclusionProofRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAuditInclusionProofRequest.ProtoReflect.Descriptor instead.
 func (*GetAuditInclusionProofRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{46}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GetAuditInclusionProofRequest) GetRecordId() int64 {
@@ -3425,7 +4292,7 @@ type GetAuditInclusionProofResponse struct {
 
 func (x *GetAuditInclusionProofResponse) Reset() {
 	*x = GetAuditInclusionProofResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[47]
+	mi := &file_countersign_v1_owner_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3437,7 +4304,7 @@ func (x *GetAuditInclusionProofResponse) String() string {
 func (*GetAuditInclusionProofResponse) ProtoMessage() {}
 
 func (x *GetAuditInclusionProofResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[47]
+	mi := &file_countersign_v1_owner_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3450,7 +4317,7 @@ func (x *GetAuditInclusionProofResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAuditInclusionProofResponse.ProtoReflect.Descriptor instead.
 func (*GetAuditInclusionProofResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{47}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetAuditInclusionProofResponse) GetRecord() *AuditRecord {
@@ -3490,7 +4357,7 @@ type GetAuditConsistencyProofRequest struct {
 
 func (x *GetAuditConsistencyProofRequest) Reset() {
 	*x = GetAuditConsistencyProofRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[48]
+	mi := &file_countersign_v1_owner_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3502,7 +4369,7 @@ func (x *GetAuditConsistencyProofRequest) String() string {
 func (*GetAuditConsistencyProofRequest) ProtoMessage() {}
 
 func (x *GetAuditConsistencyProofRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[48]
+	mi := &file_countersign_v1_owner_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3515,7 +4382,7 @@ func (x *GetAuditConsistencyProofRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAuditConsistencyProofRequest.ProtoReflect.Descriptor instead.
 func (*GetAuditConsistencyProofRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{48}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetAuditConsistencyProofRequest) GetRailAccount() string {
@@ -3555,7 +4422,7 @@ type GetAuditConsistencyProofResponse struct {
 
 func (x *GetAuditConsistencyProofResponse) Reset() {
 	*x = GetAuditConsistencyProofResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[49]
+	mi := &file_countersign_v1_owner_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3567,7 +4434,7 @@ func (x *GetAuditConsistencyProofResponse) String() string {
 func (*GetAuditConsistencyProofResponse) ProtoMessage() {}
 
 func (x *GetAuditConsistencyProofResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[49]
+	mi := &file_countersign_v1_owner_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3580,7 +4447,7 @@ func (x *GetAuditConsistencyProofResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAuditConsistencyProofResponse.ProtoReflect.Descriptor instead.
 func (*GetAuditConsistencyProofResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{49}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetAuditConsistencyProofResponse) GetFrom() *AuditCheckpoint {
@@ -3624,7 +4491,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[50]
+	mi := &file_countersign_v1_owner_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3636,7 +4503,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[50]
+	mi := &file_countersign_v1_owner_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3649,7 +4516,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{50}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *Webhook) GetWebhookId() string {
@@ -3698,7 +4565,7 @@ type CreateWebhookRequest struct {
 
 func (x *CreateWebhookRequest) Reset() {
 	*x = CreateWebhookRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[51]
+	mi := &file_countersign_v1_owner_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3710,7 +4577,7 @@ func (x *CreateWebhookRequest) String() string {
 func (*CreateWebhookRequest) ProtoMessage() {}
 
 func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[51]
+	mi := &file_countersign_v1_owner_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3723,7 +4590,7 @@ func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookRequest.ProtoReflect.Descriptor instead.
 func (*CreateWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{51}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *CreateWebhookRequest) GetWebhook() *Webhook {
@@ -3746,7 +4613,7 @@ type CreateWebhookResponse struct {
 
 func (x *CreateWebhookResponse) Reset() {
 	*x = CreateWebhookResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[52]
+	mi := &file_countersign_v1_owner_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3758,7 +4625,7 @@ func (x *CreateWebhookResponse) String() string {
 func (*CreateWebhookResponse) ProtoMessage() {}
 
 func (x *CreateWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[52]
+	mi := &file_countersign_v1_owner_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3771,7 +4638,7 @@ func (x *CreateWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookResponse.ProtoReflect.Descriptor instead.
 func (*CreateWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{52}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *CreateWebhookResponse) GetWebhook() *Webhook {
@@ -3801,7 +4668,7 @@ type ListWebhooksRequest struct {
 
 func (x *ListWebhooksRequest) Reset() {
 	*x = ListWebhooksRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[53]
+	mi := &file_countersign_v1_owner_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3813,7 +4680,7 @@ func (x *ListWebhooksRequest) String() string {
 func (*ListWebhooksRequest) ProtoMessage() {}
 
 func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[53]
+	mi := &file_countersign_v1_owner_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3826,7 +4693,7 @@ func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhooksRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{53}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListWebhooksRequest) GetPageSize() int32 {
@@ -3856,7 +4723,7 @@ type ListWebhooksResponse struct {
 
 func (x *ListWebhooksResponse) Reset() {
 	*x = ListWebhooksResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[54]
+	mi := &file_countersign_v1_owner_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3868,7 +4735,7 @@ func (x *ListWebhooksResponse) String() string {
 func (*ListWebhooksResponse) ProtoMessage() {}
 
 func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[54]
+	mi := &file_countersign_v1_owner_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3881,7 +4748,7 @@ func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhooksResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{54}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListWebhooksResponse) GetWebhooks() []*Webhook {
@@ -3909,7 +4776,7 @@ type DeleteWebhookRequest struct {
 
 func (x *DeleteWebhookRequest) Reset() {
 	*x = DeleteWebhookRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[55]
+	mi := &file_countersign_v1_owner_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3921,7 +4788,7 @@ func (x *DeleteWebhookRequest) String() string {
 func (*DeleteWebhookRequest) ProtoMessage() {}
 
 func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[55]
+	mi := &file_countersign_v1_owner_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3934,7 +4801,7 @@ func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWebhookRequest.ProtoReflect.Descriptor instead.
 func (*DeleteWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{55}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DeleteWebhookRequest) GetWebhookId() string {
@@ -3953,7 +4820,7 @@ type DeleteWebhookResponse struct {
 
 func (x *DeleteWebhookResponse) Reset() {
 	*x = DeleteWebhookResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[56]
+	mi := &file_countersign_v1_owner_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3965,7 +4832,7 @@ func (x *DeleteWebhookResponse) String() string {
 func (*DeleteWebhookResponse) ProtoMessage() {}
 
 func (x *DeleteWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[56]
+	mi := &file_countersign_v1_owner_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3978,7 +4845,7 @@ func (x *DeleteWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWebhookResponse.ProtoReflect.Descriptor instead.
 func (*DeleteWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{56}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{65}
 }
 
 // DeadLetter is a webhook delivery that exhausted its retries.
@@ -4012,7 +4879,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[57]
+	mi := &file_countersign_v1_owner_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4024,7 +4891,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[57]
+	mi := &file_countersign_v1_owner_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4037,7 +4904,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{57}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *DeadLetter) GetDeadLetterId() string {
@@ -4134,7 +5001,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[58]
+	mi := &file_countersign_v1_owner_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4146,7 +5013,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[58]
+	mi := &file_countersign_v1_owner_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4159,7 +5026,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{58}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListDeadLettersRequest) GetPageSize() int32 {
@@ -4203,7 +5070,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[59]
+	mi := &file_countersign_v1_owner_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4215,7 +5082,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[59]
+	mi := &file_countersign_v1_owner_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4228,7 +5095,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{59}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -4256,7 +5123,7 @@ type ReplayDeadLetterRequest struct {
 
 func (x *ReplayDeadLetterRequest) Reset() {
 	*x = ReplayDeadLetterRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[60]
+	mi := &file_countersign_v1_owner_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4268,7 +5135,7 @@ func (x *ReplayDeadLetterRequest) String() string {
 func (*ReplayDeadLetterRequest) ProtoMessage() {}
 
 func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[60]
+	mi := &file_countersign_v1_owner_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4281,7 +5148,7 @@ func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterRequest.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{60}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ReplayDeadLetterRequest) GetDeadLetterId() string {
@@ -4302,7 +5169,7 @@ type ReplayDeadLetterResponse struct {
 
 func (x *ReplayDeadLetterResponse) Reset() {
 	*x = ReplayDeadLetterResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[61]
+	mi := &file_countersign_v1_owner_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4314,7 +5181,7 @@ func (x *ReplayDeadLetterResponse) String() string {
 func (*ReplayDeadLetterResponse) ProtoMessage() {}
 
 func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[61]
+	mi := &file_countersign_v1_owner_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4327,7 +5194,7 @@ func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterResponse.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{61}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ReplayDeadLetterResponse) GetDeadLetter() *DeadLetter {
@@ -4341,7 +5208,7 @@ var File_countersign_v1_owner_proto protoreflect.FileDescriptor
 
 const file_countersign_v1_owner_proto_rawDesc = "" +
 	"\n" +
-	"\x1acountersign/v1/owner.proto\x12\x0ecountersign.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1ccountersign/v1/mandate.proto\x1a\x1acountersign/v1/types.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xf0\x02\n" +
+	"\x1acountersign/v1/owner.proto\x12\x0ecountersign.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1dcountersign/v1/decision.proto\x1a\x1ccountersign/v1/mandate.proto\x1a\x1acountersign/v1/types.proto\x1a\x1cgoogle/api/annotations.proto\x1a\x1fgoogle/api/field_behavior.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a.protoc-gen-openapiv2/options/annotations.proto\"\xf0\x02\n" +
 	"\x05Agent\x12\x1f\n" +
 	"\bagent_id\x18\x01 \x01(\tB\x04\xe2A\x01\x03R\aagentId\x121\n" +
 	"\fdisplay_name\x18\x02 \x01(\tB\x0e\xe2A\x01\x02\xbaH\ar\x05\x10\x01\x18\xc8\x01R\vdisplayName\x12*\n" +
@@ -4418,7 +5285,7 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"\x18RevokeCredentialResponse\x12:\n" +
 	"\n" +
 	"credential\x18\x01 \x01(\v2\x1a.countersign.v1.CredentialR\n" +
-	"credential\"\xb8\x02\n" +
+	"credential\"\xcc\x02\n" +
 	"\rMandateRecord\x12!\n" +
 	"\fmandate_hash\x18\x01 \x01(\tR\vmandateHash\x121\n" +
 	"\amandate\x18\x02 \x01(\v2\x17.countersign.v1.MandateR\amandate\x122\n" +
@@ -4427,7 +5294,8 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"createTime\x12;\n" +
 	"\vrevoke_time\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"revokeTime\x12#\n" +
-	"\rrevoke_reason\x18\x06 \x01(\tR\frevokeReason\"U\n" +
+	"\rrevoke_reason\x18\x06 \x01(\tR\frevokeReason\x12\x12\n" +
+	"\x04yaml\x18\a \x01(\tR\x04yaml\"U\n" +
 	"\x14CreateMandateRequest\x12=\n" +
 	"\amandate\x18\x01 \x01(\v2\x17.countersign.v1.MandateB\n" +
 	"\xe2A\x01\x02\xbaH\x03\xc8\x01\x01R\amandate\"s\n" +
@@ -4453,7 +5321,49 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"\fmandate_hash\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\vmandateHash\x12 \n" +
 	"\x06reason\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\xe8\aR\x06reason\"P\n" +
 	"\x15RevokeMandateResponse\x127\n" +
-	"\amandate\x18\x01 \x01(\v2\x1d.countersign.v1.MandateRecordR\amandate\"\xf4\x01\n" +
+	"\amandate\x18\x01 \x01(\v2\x1d.countersign.v1.MandateRecordR\amandate\"r\n" +
+	"\x16GetMandateUsageRequest\x128\n" +
+	"\fmandate_hash\x18\x01 \x01(\tB\x15\xbaH\x12r\x102\x0e^[0-9a-f]{64}$R\vmandateHash\x12\x1e\n" +
+	"\x05payee\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\x05payee\"M\n" +
+	"\x17GetMandateUsageResponse\x122\n" +
+	"\x05usage\x18\x01 \x01(\v2\x1c.countersign.v1.MandateUsageR\x05usage\"\xcb\x02\n" +
+	"\fMandateUsage\x12!\n" +
+	"\fmandate_hash\x18\x01 \x01(\tR\vmandateHash\x12/\n" +
+	"\x05as_of\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04asOf\x12<\n" +
+	"\abudgets\x18\x03 \x03(\v2\".countersign.v1.MandateBudgetUsageR\abudgets\x12<\n" +
+	"\awindows\x18\x04 \x03(\v2\".countersign.v1.MandateWindowUsageR\awindows\x12>\n" +
+	"\n" +
+	"fee_budget\x18\x05 \x01(\v2\x1f.countersign.v1.MandateFeeUsageR\tfeeBudget\x12+\n" +
+	"\x11windows_truncated\x18\x06 \x01(\bR\x10windowsTruncated\"\xb0\x01\n" +
+	"\x12MandateBudgetUsage\x12\x1a\n" +
+	"\bcurrency\x18\x01 \x01(\tR\bcurrency\x12\x1f\n" +
+	"\vlimit_minor\x18\x02 \x01(\x03R\n" +
+	"limitMinor\x12\x1f\n" +
+	"\vspent_minor\x18\x03 \x01(\x03R\n" +
+	"spentMinor\x12\x1d\n" +
+	"\n" +
+	"held_minor\x18\x04 \x01(\x03R\theldMinor\x12\x1d\n" +
+	"\n" +
+	"free_minor\x18\x05 \x01(\x03R\tfreeMinor\"\xdb\x03\n" +
+	"\x12MandateWindowUsage\x12!\n" +
+	"\fwindow_index\x18\x01 \x01(\x05R\vwindowIndex\x121\n" +
+	"\x05scope\x18\x02 \x01(\x0e2\x1b.countersign.v1.WindowScopeR\x05scope\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x125\n" +
+	"\bduration\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\bduration\x12\x1b\n" +
+	"\tmax_calls\x18\x05 \x01(\x05R\bmaxCalls\x124\n" +
+	"\n" +
+	"max_amount\x18\x06 \x01(\v2\x15.countersign.v1.MoneyR\tmaxAmount\x12\x14\n" +
+	"\x05calls\x18\a \x01(\x03R\x05calls\x12-\n" +
+	"\x06amount\x18\b \x01(\v2\x15.countersign.v1.MoneyR\x06amount\x12F\n" +
+	"\x11window_start_time\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x0fwindowStartTime\x12F\n" +
+	"\x11next_release_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\x0fnextReleaseTime\"~\n" +
+	"\x0fMandateFeeUsage\x12+\n" +
+	"\x05limit\x18\x01 \x01(\v2\x15.countersign.v1.MoneyR\x05limit\x12\x1f\n" +
+	"\vspent_minor\x18\x02 \x01(\x03R\n" +
+	"spentMinor\x12\x1d\n" +
+	"\n" +
+	"free_minor\x18\x03 \x01(\x03R\tfreeMinor\"\x98\x02\n" +
 	"\x12ListIntentsRequest\x12'\n" +
 	"\tpage_size\x18\x01 \x01(\x05B\n" +
 	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\bpageSize\x12'\n" +
@@ -4461,17 +5371,39 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"page_token\x18\x02 \x01(\tB\b\xbaH\x05r\x03\x18\x80\bR\tpageToken\x12\"\n" +
 	"\bagent_id\x18\x03 \x01(\tB\a\xbaH\x04r\x02\x18@R\aagentId\x12;\n" +
 	"\x05state\x18\x04 \x01(\x0e2\x1b.countersign.v1.IntentStateB\b\xbaH\x05\x82\x01\x02\x10\x01R\x05state\x12+\n" +
-	"\frail_account\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\vrailAccount\"o\n" +
+	"\frail_account\x18\x05 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\vrailAccount\x12\"\n" +
+	"\asubject\x18\x06 \x01(\tB\b\xbaH\x05r\x03\x18\xff\x01R\asubject\"o\n" +
 	"\x13ListIntentsResponse\x120\n" +
 	"\aintents\x18\x01 \x03(\v2\x16.countersign.v1.IntentR\aintents\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"j\n" +
 	"\x10GetIntentRequest\x12-\n" +
 	"\frail_account\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\xff\x01R\vrailAccount\x12'\n" +
-	"\x03sik\x18\x02 \x01(\tB\x15\xbaH\x12r\x102\x0e^[A-Z2-7]{32}$R\x03sik\"x\n" +
+	"\x03sik\x18\x02 \x01(\tB\x15\xbaH\x12r\x102\x0e^[A-Z2-7]{32}$R\x03sik\"\xb9\x02\n" +
 	"\x11GetIntentResponse\x12.\n" +
 	"\x06intent\x18\x01 \x01(\v2\x16.countersign.v1.IntentR\x06intent\x123\n" +
-	"\battempts\x18\x02 \x03(\v2\x17.countersign.v1.AttemptR\battempts\"\xdf\x01\n" +
+	"\battempts\x18\x02 \x03(\v2\x17.countersign.v1.AttemptR\battempts\x12=\n" +
+	"\vtransitions\x18\x03 \x03(\v2\x1b.countersign.v1.AuditRecordR\vtransitions\x129\n" +
+	"\bfindings\x18\x04 \x03(\v2\x1d.countersign.v1.IntentFindingR\bfindings\x12E\n" +
+	"\rstored_answer\x18\x05 \x01(\v2 .countersign.v1.StoredRailAnswerR\fstoredAnswer\"\xb5\x02\n" +
+	"\rIntentFinding\x12\x1f\n" +
+	"\vattempt_seq\x18\x01 \x01(\x05R\n" +
+	"attemptSeq\x12:\n" +
+	"\aoutcome\x18\x02 \x01(\x0e2 .countersign.v1.ReconcileOutcomeR\aoutcome\x12\x1d\n" +
+	"\n" +
+	"pages_read\x18\x03 \x01(\x05R\tpagesRead\x121\n" +
+	"\x14pagination_exhausted\x18\x04 \x01(\bR\x13paginationExhausted\x12$\n" +
+	"\x0erail_entity_id\x18\x05 \x01(\tR\frailEntityId\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x127\n" +
+	"\tfind_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\bfindTime\"\xce\x01\n" +
+	"\x10StoredRailAnswer\x12>\n" +
+	"\x06source\x18\x01 \x01(\x0e2&.countersign.v1.StoredRailAnswerSourceR\x06source\x12\x1f\n" +
+	"\vattempt_seq\x18\x02 \x01(\x05R\n" +
+	"attemptSeq\x12\x1f\n" +
+	"\vhttp_status\x18\x03 \x01(\x05R\n" +
+	"httpStatus\x12$\n" +
+	"\x0erail_entity_id\x18\x04 \x01(\tR\frailEntityId\x12\x12\n" +
+	"\x04body\x18\x05 \x01(\tR\x04body\"\xdf\x01\n" +
 	"\x13WatchIntentsRequest\x12/\n" +
 	"\x0fstart_after_seq\x18\x01 \x01(\x03B\a\xbaH\x04\"\x02(\x00R\rstartAfterSeq\x12\"\n" +
 	"\bagent_id\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x18@R\aagentId\x12+\n" +
@@ -4520,9 +5452,19 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"@\n" +
 	"\x12GetApprovalRequest\x12*\n" +
 	"\vapproval_id\x18\x01 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18@R\n" +
-	"approvalId\"K\n" +
+	"approvalId\"}\n" +
 	"\x13GetApprovalResponse\x124\n" +
-	"\bapproval\x18\x01 \x01(\v2\x18.countersign.v1.ApprovalR\bapproval\"\xad\x01\n" +
+	"\bapproval\x18\x01 \x01(\v2\x18.countersign.v1.ApprovalR\bapproval\x120\n" +
+	"\x04live\x18\x02 \x01(\v2\x1c.countersign.v1.ApprovalLiveR\x04live\"\xea\x02\n" +
+	"\fApprovalLive\x12/\n" +
+	"\x05as_of\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04asOf\x125\n" +
+	"\n" +
+	"refundable\x18\x02 \x01(\v2\x15.countersign.v1.MoneyR\n" +
+	"refundable\x12>\n" +
+	"\x0frail_refundable\x18\x03 \x01(\v2\x15.countersign.v1.MoneyR\x0erailRefundable\x12D\n" +
+	"\x12ledger_outstanding\x18\x04 \x01(\v2\x15.countersign.v1.MoneyR\x11ledgerOutstanding\x12)\n" +
+	"\x10refundable_error\x18\x05 \x01(\tR\x0frefundableError\x12A\n" +
+	"\rmandate_usage\x18\x06 \x01(\v2\x1c.countersign.v1.MandateUsageR\fmandateUsage\"\xad\x01\n" +
 	"\x16ApproveApprovalRequest\x12*\n" +
 	"\vapproval_id\x18\x01 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18@R\n" +
 	"approvalId\x12I\n" +
@@ -4669,7 +5611,11 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"\fMandateState\x12\x1d\n" +
 	"\x19MANDATE_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14MANDATE_STATE_ACTIVE\x10\x01\x12\x19\n" +
-	"\x15MANDATE_STATE_REVOKED\x10\x02*\xd3\x01\n" +
+	"\x15MANDATE_STATE_REVOKED\x10\x02*\x9e\x01\n" +
+	"\x16StoredRailAnswerSource\x12)\n" +
+	"%STORED_RAIL_ANSWER_SOURCE_UNSPECIFIED\x10\x00\x12+\n" +
+	"'STORED_RAIL_ANSWER_SOURCE_RAIL_RESPONSE\x10\x01\x12,\n" +
+	"(STORED_RAIL_ANSWER_SOURCE_RECONCILIATION\x10\x02*\xd3\x01\n" +
 	"\rApprovalState\x12\x1e\n" +
 	"\x1aAPPROVAL_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16APPROVAL_STATE_PENDING\x10\x01\x12\x1b\n" +
@@ -4681,7 +5627,7 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"\x0fDeadLetterState\x12!\n" +
 	"\x1dDEAD_LETTER_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16DEAD_LETTER_STATE_DEAD\x10\x01\x12\x1e\n" +
-	"\x1aDEAD_LETTER_STATE_REPLAYED\x10\x022\x83\x1c\n" +
+	"\x1aDEAD_LETTER_STATE_REPLAYED\x10\x022\x93\x1d\n" +
 	"\fOwnerService\x12q\n" +
 	"\vCreateAgent\x12\".countersign.v1.CreateAgentRequest\x1a#.countersign.v1.CreateAgentResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x05agent\"\n" +
 	"/v1/agents\x12g\n" +
@@ -4697,7 +5643,8 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"\n" +
 	"GetMandate\x12!.countersign.v1.GetMandateRequest\x1a\".countersign.v1.GetMandateResponse\"#\x82\xd3\xe4\x93\x02\x1d\x12\x1b/v1/mandates/{mandate_hash}\x12o\n" +
 	"\fListMandates\x12#.countersign.v1.ListMandatesRequest\x1a$.countersign.v1.ListMandatesResponse\"\x14\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/mandates\x12\x8b\x01\n" +
-	"\rRevokeMandate\x12$.countersign.v1.RevokeMandateRequest\x1a%.countersign.v1.RevokeMandateResponse\"-\x82\xd3\xe4\x93\x02':\x01*\"\"/v1/mandates/{mandate_hash}:revoke\x12k\n" +
+	"\rRevokeMandate\x12$.countersign.v1.RevokeMandateRequest\x1a%.countersign.v1.RevokeMandateResponse\"-\x82\xd3\xe4\x93\x02':\x01*\"\"/v1/mandates/{mandate_hash}:revoke\x12\x8d\x01\n" +
+	"\x0fGetMandateUsage\x12&.countersign.v1.GetMandateUsageRequest\x1a'.countersign.v1.GetMandateUsageResponse\")\x82\xd3\xe4\x93\x02#\x12!/v1/mandates/{mandate_hash}/usage\x12k\n" +
 	"\vListIntents\x12\".countersign.v1.ListIntentsRequest\x1a#.countersign.v1.ListIntentsResponse\"\x13\x82\xd3\xe4\x93\x02\r\x12\v/v1/intents\x12z\n" +
 	"\tGetIntent\x12 .countersign.v1.GetIntentRequest\x1a!.countersign.v1.GetIntentResponse\"(\x82\xd3\xe4\x93\x02\"\x12 /v1/intents/{rail_account}/{sik}\x12v\n" +
 	"\fWatchIntents\x12#.countersign.v1.WatchIntentsRequest\x1a$.countersign.v1.WatchIntentsResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/intents:watch0\x01\x12s\n" +
@@ -4734,218 +5681,256 @@ func file_countersign_v1_owner_proto_rawDescGZIP() []byte {
 	return file_countersign_v1_owner_proto_rawDescData
 }
 
-var file_countersign_v1_owner_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_countersign_v1_owner_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_countersign_v1_owner_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
+var file_countersign_v1_owner_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
 var file_countersign_v1_owner_proto_goTypes = []any{
 	(AgentState)(0),                          // 0: countersign.v1.AgentState
 	(CredentialScope)(0),                     // 1: countersign.v1.CredentialScope
 	(CredentialState)(0),                     // 2: countersign.v1.CredentialState
 	(MandateState)(0),                        // 3: countersign.v1.MandateState
-	(ApprovalState)(0),                       // 4: countersign.v1.ApprovalState
-	(DeadLetterState)(0),                     // 5: countersign.v1.DeadLetterState
-	(*Agent)(nil),                            // 6: countersign.v1.Agent
-	(*CreateAgentRequest)(nil),               // 7: countersign.v1.CreateAgentRequest
-	(*CreateAgentResponse)(nil),              // 8: countersign.v1.CreateAgentResponse
-	(*ListAgentsRequest)(nil),                // 9: countersign.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),               // 10: countersign.v1.ListAgentsResponse
-	(*GetAgentRequest)(nil),                  // 11: countersign.v1.GetAgentRequest
-	(*GetAgentResponse)(nil),                 // 12: countersign.v1.GetAgentResponse
-	(*RevokeAgentRequest)(nil),               // 13: countersign.v1.RevokeAgentRequest
-	(*RevokeAgentResponse)(nil),              // 14: countersign.v1.RevokeAgentResponse
-	(*Credential)(nil),                       // 15: countersign.v1.Credential
-	(*IssueCredentialRequest)(nil),           // 16: countersign.v1.IssueCredentialRequest
-	(*IssueCredentialResponse)(nil),          // 17: countersign.v1.IssueCredentialResponse
-	(*ListCredentialsRequest)(nil),           // 18: countersign.v1.ListCredentialsRequest
-	(*ListCredentialsResponse)(nil),          // 19: countersign.v1.ListCredentialsResponse
-	(*RevokeCredentialRequest)(nil),          // 20: countersign.v1.RevokeCredentialRequest
-	(*RevokeCredentialResponse)(nil),         // 21: countersign.v1.RevokeCredentialResponse
-	(*MandateRecord)(nil),                    // 22: countersign.v1.MandateRecord
-	(*CreateMandateRequest)(nil),             // 23: countersign.v1.CreateMandateRequest
-	(*CreateMandateResponse)(nil),            // 24: countersign.v1.CreateMandateResponse
-	(*GetMandateRequest)(nil),                // 25: countersign.v1.GetMandateRequest
-	(*GetMandateResponse)(nil),               // 26: countersign.v1.GetMandateResponse
-	(*ListMandatesRequest)(nil),              // 27: countersign.v1.ListMandatesRequest
-	(*ListMandatesResponse)(nil),             // 28: countersign.v1.ListMandatesResponse
-	(*RevokeMandateRequest)(nil),             // 29: countersign.v1.RevokeMandateRequest
-	(*RevokeMandateResponse)(nil),            // 30: countersign.v1.RevokeMandateResponse
-	(*ListIntentsRequest)(nil),               // 31: countersign.v1.ListIntentsRequest
-	(*ListIntentsResponse)(nil),              // 32: countersign.v1.ListIntentsResponse
-	(*GetIntentRequest)(nil),                 // 33: countersign.v1.GetIntentRequest
-	(*GetIntentResponse)(nil),                // 34: countersign.v1.GetIntentResponse
-	(*WatchIntentsRequest)(nil),              // 35: countersign.v1.WatchIntentsRequest
-	(*WatchIntentsResponse)(nil),             // 36: countersign.v1.WatchIntentsResponse
-	(*Approval)(nil),                         // 37: countersign.v1.Approval
-	(*ListApprovalsRequest)(nil),             // 38: countersign.v1.ListApprovalsRequest
-	(*ListApprovalsResponse)(nil),            // 39: countersign.v1.ListApprovalsResponse
-	(*GetApprovalRequest)(nil),               // 40: countersign.v1.GetApprovalRequest
-	(*GetApprovalResponse)(nil),              // 41: countersign.v1.GetApprovalResponse
-	(*ApproveApprovalRequest)(nil),           // 42: countersign.v1.ApproveApprovalRequest
-	(*ApproveApprovalResponse)(nil),          // 43: countersign.v1.ApproveApprovalResponse
-	(*RejectApprovalRequest)(nil),            // 44: countersign.v1.RejectApprovalRequest
-	(*RejectApprovalResponse)(nil),           // 45: countersign.v1.RejectApprovalResponse
-	(*ListAuditRecordsRequest)(nil),          // 46: countersign.v1.ListAuditRecordsRequest
-	(*ListAuditRecordsResponse)(nil),         // 47: countersign.v1.ListAuditRecordsResponse
-	(*VerifyAuditRequest)(nil),               // 48: countersign.v1.VerifyAuditRequest
-	(*VerifyAuditResponse)(nil),              // 49: countersign.v1.VerifyAuditResponse
-	(*AuditProblem)(nil),                     // 50: countersign.v1.AuditProblem
-	(*AuditCheckpoint)(nil),                  // 51: countersign.v1.AuditCheckpoint
-	(*GetAuditInclusionProofRequest)(nil),    // 52: countersign.v1.GetAuditInclusionProofRequest
-	(*GetAuditInclusionProofResponse)(nil),   // 53: countersign.v1.GetAuditInclusionProofResponse
-	(*GetAuditConsistencyProofRequest)(nil),  // 54: countersign.v1.GetAuditConsistencyProofRequest
-	(*GetAuditConsistencyProofResponse)(nil), // 55: countersign.v1.GetAuditConsistencyProofResponse
-	(*Webhook)(nil),                          // 56: countersign.v1.Webhook
-	(*CreateWebhookRequest)(nil),             // 57: countersign.v1.CreateWebhookRequest
-	(*CreateWebhookResponse)(nil),            // 58: countersign.v1.CreateWebhookResponse
-	(*ListWebhooksRequest)(nil),              // 59: countersign.v1.ListWebhooksRequest
-	(*ListWebhooksResponse)(nil),             // 60: countersign.v1.ListWebhooksResponse
-	(*DeleteWebhookRequest)(nil),             // 61: countersign.v1.DeleteWebhookRequest
-	(*DeleteWebhookResponse)(nil),            // 62: countersign.v1.DeleteWebhookResponse
-	(*DeadLetter)(nil),                       // 63: countersign.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),           // 64: countersign.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),          // 65: countersign.v1.ListDeadLettersResponse
-	(*ReplayDeadLetterRequest)(nil),          // 66: countersign.v1.ReplayDeadLetterRequest
-	(*ReplayDeadLetterResponse)(nil),         // 67: countersign.v1.ReplayDeadLetterResponse
-	(*timestamppb.Timestamp)(nil),            // 68: google.protobuf.Timestamp
-	(*Mandate)(nil),                          // 69: countersign.v1.Mandate
-	(IntentState)(0),                         // 70: countersign.v1.IntentState
-	(*Intent)(nil),                           // 71: countersign.v1.Intent
-	(*Attempt)(nil),                          // 72: countersign.v1.Attempt
-	(*AuditRecord)(nil),                      // 73: countersign.v1.AuditRecord
-	(ActionKind)(0),                          // 74: countersign.v1.ActionKind
-	(*Money)(nil),                            // 75: countersign.v1.Money
-	(*GateResult)(nil),                       // 76: countersign.v1.GateResult
-	(Rail)(0),                                // 77: countersign.v1.Rail
-	(*durationpb.Duration)(nil),              // 78: google.protobuf.Duration
+	(StoredRailAnswerSource)(0),              // 4: countersign.v1.StoredRailAnswerSource
+	(ApprovalState)(0),                       // 5: countersign.v1.ApprovalState
+	(DeadLetterState)(0),                     // 6: countersign.v1.DeadLetterState
+	(*Agent)(nil),                            // 7: countersign.v1.Agent
+	(*CreateAgentRequest)(nil),               // 8: countersign.v1.CreateAgentRequest
+	(*CreateAgentResponse)(nil),              // 9: countersign.v1.CreateAgentResponse
+	(*ListAgentsRequest)(nil),                // 10: countersign.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),               // 11: countersign.v1.ListAgentsResponse
+	(*GetAgentRequest)(nil),                  // 12: countersign.v1.GetAgentRequest
+	(*GetAgentResponse)(nil),                 // 13: countersign.v1.GetAgentResponse
+	(*RevokeAgentRequest)(nil),               // 14: countersign.v1.RevokeAgentRequest
+	(*RevokeAgentResponse)(nil),              // 15: countersign.v1.RevokeAgentResponse
+	(*Credential)(nil),                       // 16: countersign.v1.Credential
+	(*IssueCredentialRequest)(nil),           // 17: countersign.v1.IssueCredentialRequest
+	(*IssueCredentialResponse)(nil),          // 18: countersign.v1.IssueCredentialResponse
+	(*ListCredentialsRequest)(nil),           // 19: countersign.v1.ListCredentialsRequest
+	(*ListCredentialsResponse)(nil),          // 20: countersign.v1.ListCredentialsResponse
+	(*RevokeCredentialRequest)(nil),          // 21: countersign.v1.RevokeCredentialRequest
+	(*RevokeCredentialResponse)(nil),         // 22: countersign.v1.RevokeCredentialResponse
+	(*MandateRecord)(nil),                    // 23: countersign.v1.MandateRecord
+	(*CreateMandateRequest)(nil),             // 24: countersign.v1.CreateMandateRequest
+	(*CreateMandateResponse)(nil),            // 25: countersign.v1.CreateMandateResponse
+	(*GetMandateRequest)(nil),                // 26: countersign.v1.GetMandateRequest
+	(*GetMandateResponse)(nil),               // 27: countersign.v1.GetMandateResponse
+	(*ListMandatesRequest)(nil),              // 28: countersign.v1.ListMandatesRequest
+	(*ListMandatesResponse)(nil),             // 29: countersign.v1.ListMandatesResponse
+	(*RevokeMandateRequest)(nil),             // 30: countersign.v1.RevokeMandateRequest
+	(*RevokeMandateResponse)(nil),            // 31: countersign.v1.RevokeMandateResponse
+	(*GetMandateUsageRequest)(nil),           // 32: countersign.v1.GetMandateUsageRequest
+	(*GetMandateUsageResponse)(nil),          // 33: countersign.v1.GetMandateUsageResponse
+	(*MandateUsage)(nil),                     // 34: countersign.v1.MandateUsage
+	(*MandateBudgetUsage)(nil),               // 35: countersign.v1.MandateBudgetUsage
+	(*MandateWindowUsage)(nil),               // 36: countersign.v1.MandateWindowUsage
+	(*MandateFeeUsage)(nil),                  // 37: countersign.v1.MandateFeeUsage
+	(*ListIntentsRequest)(nil),               // 38: countersign.v1.ListIntentsRequest
+	(*ListIntentsResponse)(nil),              // 39: countersign.v1.ListIntentsResponse
+	(*GetIntentRequest)(nil),                 // 40: countersign.v1.GetIntentRequest
+	(*GetIntentResponse)(nil),                // 41: countersign.v1.GetIntentResponse
+	(*IntentFinding)(nil),                    // 42: countersign.v1.IntentFinding
+	(*StoredRailAnswer)(nil),                 // 43: countersign.v1.StoredRailAnswer
+	(*WatchIntentsRequest)(nil),              // 44: countersign.v1.WatchIntentsRequest
+	(*WatchIntentsResponse)(nil),             // 45: countersign.v1.WatchIntentsResponse
+	(*Approval)(nil),                         // 46: countersign.v1.Approval
+	(*ListApprovalsRequest)(nil),             // 47: countersign.v1.ListApprovalsRequest
+	(*ListApprovalsResponse)(nil),            // 48: countersign.v1.ListApprovalsResponse
+	(*GetApprovalRequest)(nil),               // 49: countersign.v1.GetApprovalRequest
+	(*GetApprovalResponse)(nil),              // 50: countersign.v1.GetApprovalResponse
+	(*ApprovalLive)(nil),                     // 51: countersign.v1.ApprovalLive
+	(*ApproveApprovalRequest)(nil),           // 52: countersign.v1.ApproveApprovalRequest
+	(*ApproveApprovalResponse)(nil),          // 53: countersign.v1.ApproveApprovalResponse
+	(*RejectApprovalRequest)(nil),            // 54: countersign.v1.RejectApprovalRequest
+	(*RejectApprovalResponse)(nil),           // 55: countersign.v1.RejectApprovalResponse
+	(*ListAuditRecordsRequest)(nil),          // 56: countersign.v1.ListAuditRecordsRequest
+	(*ListAuditRecordsResponse)(nil),         // 57: countersign.v1.ListAuditRecordsResponse
+	(*VerifyAuditRequest)(nil),               // 58: countersign.v1.VerifyAuditRequest
+	(*VerifyAuditResponse)(nil),              // 59: countersign.v1.VerifyAuditResponse
+	(*AuditProblem)(nil),                     // 60: countersign.v1.AuditProblem
+	(*AuditCheckpoint)(nil),                  // 61: countersign.v1.AuditCheckpoint
+	(*GetAuditInclusionProofRequest)(nil),    // 62: countersign.v1.GetAuditInclusionProofRequest
+	(*GetAuditInclusionProofResponse)(nil),   // 63: countersign.v1.GetAuditInclusionProofResponse
+	(*GetAuditConsistencyProofRequest)(nil),  // 64: countersign.v1.GetAuditConsistencyProofRequest
+	(*GetAuditConsistencyProofResponse)(nil), // 65: countersign.v1.GetAuditConsistencyProofResponse
+	(*Webhook)(nil),                          // 66: countersign.v1.Webhook
+	(*CreateWebhookRequest)(nil),             // 67: countersign.v1.CreateWebhookRequest
+	(*CreateWebhookResponse)(nil),            // 68: countersign.v1.CreateWebhookResponse
+	(*ListWebhooksRequest)(nil),              // 69: countersign.v1.ListWebhooksRequest
+	(*ListWebhooksResponse)(nil),             // 70: countersign.v1.ListWebhooksResponse
+	(*DeleteWebhookRequest)(nil),             // 71: countersign.v1.DeleteWebhookRequest
+	(*DeleteWebhookResponse)(nil),            // 72: countersign.v1.DeleteWebhookResponse
+	(*DeadLetter)(nil),                       // 73: countersign.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),           // 74: countersign.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),          // 75: countersign.v1.ListDeadLettersResponse
+	(*ReplayDeadLetterRequest)(nil),          // 76: countersign.v1.ReplayDeadLetterRequest
+	(*ReplayDeadLetterResponse)(nil),         // 77: countersign.v1.ReplayDeadLetterResponse
+	(*timestamppb.Timestamp)(nil),            // 78: google.protobuf.Timestamp
+	(*Mandate)(nil),                          // 79: countersign.v1.Mandate
+	(WindowScope)(0),                         // 80: countersign.v1.WindowScope
+	(*durationpb.Duration)(nil),              // 81: google.protobuf.Duration
+	(*Money)(nil),                            // 82: countersign.v1.Money
+	(IntentState)(0),                         // 83: countersign.v1.IntentState
+	(*Intent)(nil),                           // 84: countersign.v1.Intent
+	(*Attempt)(nil),                          // 85: countersign.v1.Attempt
+	(*AuditRecord)(nil),                      // 86: countersign.v1.AuditRecord
+	(ReconcileOutcome)(0),                    // 87: countersign.v1.ReconcileOutcome
+	(ActionKind)(0),                          // 88: countersign.v1.ActionKind
+	(*GateResult)(nil),                       // 89: countersign.v1.GateResult
+	(Rail)(0),                                // 90: countersign.v1.Rail
 }
 var file_countersign_v1_owner_proto_depIdxs = []int32{
-	0,  // 0: countersign.v1.Agent.state:type_name -> countersign.v1.AgentState
-	68, // 1: countersign.v1.Agent.create_time:type_name -> google.protobuf.Timestamp
-	68, // 2: countersign.v1.Agent.revoke_time:type_name -> google.protobuf.Timestamp
-	6,  // 3: countersign.v1.CreateAgentRequest.agent:type_name -> countersign.v1.Agent
-	6,  // 4: countersign.v1.CreateAgentResponse.agent:type_name -> countersign.v1.Agent
-	6,  // 5: countersign.v1.ListAgentsResponse.agents:type_name -> countersign.v1.Agent
-	6,  // 6: countersign.v1.GetAgentResponse.agent:type_name -> countersign.v1.Agent
-	6,  // 7: countersign.v1.RevokeAgentResponse.agent:type_name -> countersign.v1.Agent
-	1,  // 8: countersign.v1.Credential.scope:type_name -> countersign.v1.CredentialScope
-	2,  // 9: countersign.v1.Credential.state:type_name -> countersign.v1.CredentialState
-	68, // 10: countersign.v1.Credential.create_time:type_name -> google.protobuf.Timestamp
-	68, // 11: countersign.v1.Credential.expire_time:type_name -> google.protobuf.Timestamp
-	68, // 12: countersign.v1.Credential.revoke_time:type_name -> google.protobuf.Timestamp
-	68, // 13: countersign.v1.Credential.last_use_time:type_name -> google.protobuf.Timestamp
-	1,  // 14: countersign.v1.IssueCredentialRequest.scope:type_name -> countersign.v1.CredentialScope
-	68, // 15: countersign.v1.IssueCredentialRequest.expire_time:type_name -> google.protobuf.Timestamp
-	15, // 16: countersign.v1.IssueCredentialResponse.credential:type_name -> countersign.v1.Credential
-	15, // 17: countersign.v1.ListCredentialsResponse.credentials:type_name -> countersign.v1.Credential
-	15, // 18: countersign.v1.RevokeCredentialResponse.credential:type_name -> countersign.v1.Credential
-	69, // 19: countersign.v1.MandateRecord.mandate:type_name -> countersign.v1.Mandate
-	3,  // 20: countersign.v1.MandateRecord.state:type_name -> countersign.v1.MandateState
-	68, // 21: countersign.v1.MandateRecord.create_time:type_name -> google.protobuf.Timestamp
-	68, // 22: countersign.v1.MandateRecord.revoke_time:type_name -> google.protobuf.Timestamp
-	69, // 23: countersign.v1.CreateMandateRequest.mandate:type_name -> countersign.v1.Mandate
-	22, // 24: countersign.v1.CreateMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
-	22, // 25: countersign.v1.GetMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
-	3,  // 26: countersign.v1.ListMandatesRequest.state:type_name -> countersign.v1.MandateState
-	22, // 27: countersign.v1.ListMandatesResponse.mandates:type_name -> countersign.v1.MandateRecord
-	22, // 28: countersign.v1.RevokeMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
-	70, // 29: countersign.v1.ListIntentsRequest.state:type_name -> countersign.v1.IntentState
-	71, // 30: countersign.v1.ListIntentsResponse.intents:type_name -> countersign.v1.Intent
-	71, // 31: countersign.v1.GetIntentResponse.intent:type_name -> countersign.v1.Intent
-	72, // 32: countersign.v1.GetIntentResponse.attempts:type_name -> countersign.v1.Attempt
-	70, // 33: countersign.v1.WatchIntentsRequest.states:type_name -> countersign.v1.IntentState
-	73, // 34: countersign.v1.WatchIntentsResponse.transition:type_name -> countersign.v1.AuditRecord
-	71, // 35: countersign.v1.WatchIntentsResponse.intent:type_name -> countersign.v1.Intent
-	4,  // 36: countersign.v1.Approval.state:type_name -> countersign.v1.ApprovalState
-	74, // 37: countersign.v1.Approval.action_kind:type_name -> countersign.v1.ActionKind
-	75, // 38: countersign.v1.Approval.amount:type_name -> countersign.v1.Money
-	76, // 39: countersign.v1.Approval.gates:type_name -> countersign.v1.GateResult
-	68, // 40: countersign.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
-	68, // 41: countersign.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
-	68, // 42: countersign.v1.Approval.decide_time:type_name -> google.protobuf.Timestamp
-	77, // 43: countersign.v1.Approval.rail:type_name -> countersign.v1.Rail
-	76, // 44: countersign.v1.Approval.held_by:type_name -> countersign.v1.GateResult
-	4,  // 45: countersign.v1.ListApprovalsRequest.state:type_name -> countersign.v1.ApprovalState
-	37, // 46: countersign.v1.ListApprovalsResponse.approvals:type_name -> countersign.v1.Approval
-	37, // 47: countersign.v1.GetApprovalResponse.approval:type_name -> countersign.v1.Approval
-	37, // 48: countersign.v1.ApproveApprovalResponse.approval:type_name -> countersign.v1.Approval
-	37, // 49: countersign.v1.RejectApprovalResponse.approval:type_name -> countersign.v1.Approval
-	73, // 50: countersign.v1.ListAuditRecordsResponse.audit_records:type_name -> countersign.v1.AuditRecord
-	78, // 51: countersign.v1.VerifyAuditRequest.max_unsealed_age:type_name -> google.protobuf.Duration
-	68, // 52: countersign.v1.VerifyAuditResponse.oldest_unsealed_time:type_name -> google.protobuf.Timestamp
-	50, // 53: countersign.v1.VerifyAuditResponse.problems:type_name -> countersign.v1.AuditProblem
-	73, // 54: countersign.v1.GetAuditInclusionProofResponse.record:type_name -> countersign.v1.AuditRecord
-	51, // 55: countersign.v1.GetAuditInclusionProofResponse.checkpoint:type_name -> countersign.v1.AuditCheckpoint
-	51, // 56: countersign.v1.GetAuditConsistencyProofResponse.from:type_name -> countersign.v1.AuditCheckpoint
-	51, // 57: countersign.v1.GetAuditConsistencyProofResponse.to:type_name -> countersign.v1.AuditCheckpoint
-	68, // 58: countersign.v1.Webhook.create_time:type_name -> google.protobuf.Timestamp
-	56, // 59: countersign.v1.CreateWebhookRequest.webhook:type_name -> countersign.v1.Webhook
-	56, // 60: countersign.v1.CreateWebhookResponse.webhook:type_name -> countersign.v1.Webhook
-	56, // 61: countersign.v1.ListWebhooksResponse.webhooks:type_name -> countersign.v1.Webhook
-	5,  // 62: countersign.v1.DeadLetter.state:type_name -> countersign.v1.DeadLetterState
-	68, // 63: countersign.v1.DeadLetter.create_time:type_name -> google.protobuf.Timestamp
-	68, // 64: countersign.v1.DeadLetter.dead_time:type_name -> google.protobuf.Timestamp
-	68, // 65: countersign.v1.DeadLetter.replay_time:type_name -> google.protobuf.Timestamp
-	5,  // 66: countersign.v1.ListDeadLettersRequest.state:type_name -> countersign.v1.DeadLetterState
-	63, // 67: countersign.v1.ListDeadLettersResponse.dead_letters:type_name -> countersign.v1.DeadLetter
-	63, // 68: countersign.v1.ReplayDeadLetterResponse.dead_letter:type_name -> countersign.v1.DeadLetter
-	7,  // 69: countersign.v1.OwnerService.CreateAgent:input_type -> countersign.v1.CreateAgentRequest
-	9,  // 70: countersign.v1.OwnerService.ListAgents:input_type -> countersign.v1.ListAgentsRequest
-	11, // 71: countersign.v1.OwnerService.GetAgent:input_type -> countersign.v1.GetAgentRequest
-	13, // 72: countersign.v1.OwnerService.RevokeAgent:input_type -> countersign.v1.RevokeAgentRequest
-	16, // 73: countersign.v1.OwnerService.IssueCredential:input_type -> countersign.v1.IssueCredentialRequest
-	18, // 74: countersign.v1.OwnerService.ListCredentials:input_type -> countersign.v1.ListCredentialsRequest
-	20, // 75: countersign.v1.OwnerService.RevokeCredential:input_type -> countersign.v1.RevokeCredentialRequest
-	23, // 76: countersign.v1.OwnerService.CreateMandate:input_type -> countersign.v1.CreateMandateRequest
-	25, // 77: countersign.v1.OwnerService.GetMandate:input_type -> countersign.v1.GetMandateRequest
-	27, // 78: countersign.v1.OwnerService.ListMandates:input_type -> countersign.v1.ListMandatesRequest
-	29, // 79: countersign.v1.OwnerService.RevokeMandate:input_type -> countersign.v1.RevokeMandateRequest
-	31, // 80: countersign.v1.OwnerService.ListIntents:input_type -> countersign.v1.ListIntentsRequest
-	33, // 81: countersign.v1.OwnerService.GetIntent:input_type -> countersign.v1.GetIntentRequest
-	35, // 82: countersign.v1.OwnerService.WatchIntents:input_type -> countersign.v1.WatchIntentsRequest
-	38, // 83: countersign.v1.OwnerService.ListApprovals:input_type -> countersign.v1.ListApprovalsRequest
-	40, // 84: countersign.v1.OwnerService.GetApproval:input_type -> countersign.v1.GetApprovalRequest
-	42, // 85: countersign.v1.OwnerService.ApproveApproval:input_type -> countersign.v1.ApproveApprovalRequest
-	44, // 86: countersign.v1.OwnerService.RejectApproval:input_type -> countersign.v1.RejectApprovalRequest
-	46, // 87: countersign.v1.OwnerService.ListAuditRecords:input_type -> countersign.v1.ListAuditRecordsRequest
-	48, // 88: countersign.v1.OwnerService.VerifyAudit:input_type -> countersign.v1.VerifyAuditRequest
-	52, // 89: countersign.v1.OwnerService.GetAuditInclusionProof:input_type -> countersign.v1.GetAuditInclusionProofRequest
-	54, // 90: countersign.v1.OwnerService.GetAuditConsistencyProof:input_type -> countersign.v1.GetAuditConsistencyProofRequest
-	64, // 91: countersign.v1.OwnerService.ListDeadLetters:input_type -> countersign.v1.ListDeadLettersRequest
-	66, // 92: countersign.v1.OwnerService.ReplayDeadLetter:input_type -> countersign.v1.ReplayDeadLetterRequest
-	57, // 93: countersign.v1.OwnerService.CreateWebhook:input_type -> countersign.v1.CreateWebhookRequest
-	59, // 94: countersign.v1.OwnerService.ListWebhooks:input_type -> countersign.v1.ListWebhooksRequest
-	61, // 95: countersign.v1.OwnerService.DeleteWebhook:input_type -> countersign.v1.DeleteWebhookRequest
-	8,  // 96: countersign.v1.OwnerService.CreateAgent:output_type -> countersign.v1.CreateAgentResponse
-	10, // 97: countersign.v1.OwnerService.ListAgents:output_type -> countersign.v1.ListAgentsResponse
-	12, // 98: countersign.v1.OwnerService.GetAgent:output_type -> countersign.v1.GetAgentResponse
-	14, // 99: countersign.v1.OwnerService.RevokeAgent:output_type -> countersign.v1.RevokeAgentResponse
-	17, // 100: countersign.v1.OwnerService.IssueCredential:output_type -> countersign.v1.IssueCredentialResponse
-	19, // 101: countersign.v1.OwnerService.ListCredentials:output_type -> countersign.v1.ListCredentialsResponse
-	21, // 102: countersign.v1.OwnerService.RevokeCredential:output_type -> countersign.v1.RevokeCredentialResponse
-	24, // 103: countersign.v1.OwnerService.CreateMandate:output_type -> countersign.v1.CreateMandateResponse
-	26, // 104: countersign.v1.OwnerService.GetMandate:output_type -> countersign.v1.GetMandateResponse
-	28, // 105: countersign.v1.OwnerService.ListMandates:output_type -> countersign.v1.ListMandatesResponse
-	30, // 106: countersign.v1.OwnerService.RevokeMandate:output_type -> countersign.v1.RevokeMandateResponse
-	32, // 107: countersign.v1.OwnerService.ListIntents:output_type -> countersign.v1.ListIntentsResponse
-	34, // 108: countersign.v1.OwnerService.GetIntent:output_type -> countersign.v1.GetIntentResponse
-	36, // 109: countersign.v1.OwnerService.WatchIntents:output_type -> countersign.v1.WatchIntentsResponse
-	39, // 110: countersign.v1.OwnerService.ListApprovals:output_type -> countersign.v1.ListApprovalsResponse
-	41, // 111: countersign.v1.OwnerService.GetApproval:output_type -> countersign.v1.GetApprovalResponse
-	43, // 112: countersign.v1.OwnerService.ApproveApproval:output_type -> countersign.v1.ApproveApprovalResponse
-	45, // 113: countersign.v1.OwnerService.RejectApproval:output_type -> countersign.v1.RejectApprovalResponse
-	47, // 114: countersign.v1.OwnerService.ListAuditRecords:output_type -> countersign.v1.ListAuditRecordsResponse
-	49, // 115: countersign.v1.OwnerService.VerifyAudit:output_type -> countersign.v1.VerifyAuditResponse
-	53, // 116: countersign.v1.OwnerService.GetAuditInclusionProof:output_type -> countersign.v1.GetAuditInclusionProofResponse
-	55, // 117: countersign.v1.OwnerService.GetAuditConsistencyProof:output_type -> countersign.v1.GetAuditConsistencyProofResponse
-	65, // 118: countersign.v1.OwnerService.ListDeadLetters:output_type -> countersign.v1.ListDeadLettersResponse
-	67, // 119: countersign.v1.OwnerService.ReplayDeadLetter:output_type -> countersign.v1.ReplayDeadLetterResponse
-	58, // 120: countersign.v1.OwnerService.CreateWebhook:output_type -> countersign.v1.CreateWebhookResponse
-	60, // 121: countersign.v1.OwnerService.ListWebhooks:output_type -> countersign.v1.ListWebhooksResponse
-	62, // 122: countersign.v1.OwnerService.DeleteWebhook:output_type -> countersign.v1.DeleteWebhookResponse
-	96, // [96:123] is the sub-list for method output_type
-	69, // [69:96] is the sub-list for method input_type
-	69, // [69:69] is the sub-list for extension type_name
-	69, // [69:69] is the sub-list for extension extendee
-	0,  // [0:69] is the sub-list for field type_name
+	0,   // 0: countersign.v1.Agent.state:type_name -> countersign.v1.AgentState
+	78,  // 1: countersign.v1.Agent.create_time:type_name -> google.protobuf.Timestamp
+	78,  // 2: countersign.v1.Agent.revoke_time:type_name -> google.protobuf.Timestamp
+	7,   // 3: countersign.v1.CreateAgentRequest.agent:type_name -> countersign.v1.Agent
+	7,   // 4: countersign.v1.CreateAgentResponse.agent:type_name -> countersign.v1.Agent
+	7,   // 5: countersign.v1.ListAgentsResponse.agents:type_name -> countersign.v1.Agent
+	7,   // 6: countersign.v1.GetAgentResponse.agent:type_name -> countersign.v1.Agent
+	7,   // 7: countersign.v1.RevokeAgentResponse.agent:type_name -> countersign.v1.Agent
+	1,   // 8: countersign.v1.Credential.scope:type_name -> countersign.v1.CredentialScope
+	2,   // 9: countersign.v1.Credential.state:type_name -> countersign.v1.CredentialState
+	78,  // 10: countersign.v1.Credential.create_time:type_name -> google.protobuf.Timestamp
+	78,  // 11: countersign.v1.Credential.expire_time:type_name -> google.protobuf.Timestamp
+	78,  // 12: countersign.v1.Credential.revoke_time:type_name -> google.protobuf.Timestamp
+	78,  // 13: countersign.v1.Credential.last_use_time:type_name -> google.protobuf.Timestamp
+	1,   // 14: countersign.v1.IssueCredentialRequest.scope:type_name -> countersign.v1.CredentialScope
+	78,  // 15: countersign.v1.IssueCredentialRequest.expire_time:type_name -> google.protobuf.Timestamp
+	16,  // 16: countersign.v1.IssueCredentialResponse.credential:type_name -> countersign.v1.Credential
+	16,  // 17: countersign.v1.ListCredentialsResponse.credentials:type_name -> countersign.v1.Credential
+	16,  // 18: countersign.v1.RevokeCredentialResponse.credential:type_name -> countersign.v1.Credential
+	79,  // 19: countersign.v1.MandateRecord.mandate:type_name -> countersign.v1.Mandate
+	3,   // 20: countersign.v1.MandateRecord.state:type_name -> countersign.v1.MandateState
+	78,  // 21: countersign.v1.MandateRecord.create_time:type_name -> google.protobuf.Timestamp
+	78,  // 22: countersign.v1.MandateRecord.revoke_time:type_name -> google.protobuf.Timestamp
+	79,  // 23: countersign.v1.CreateMandateRequest.mandate:type_name -> countersign.v1.Mandate
+	23,  // 24: countersign.v1.CreateMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
+	23,  // 25: countersign.v1.GetMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
+	3,   // 26: countersign.v1.ListMandatesRequest.state:type_name -> countersign.v1.MandateState
+	23,  // 27: countersign.v1.ListMandatesResponse.mandates:type_name -> countersign.v1.MandateRecord
+	23,  // 28: countersign.v1.RevokeMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
+	34,  // 29: countersign.v1.GetMandateUsageResponse.usage:type_name -> countersign.v1.MandateUsage
+	78,  // 30: countersign.v1.MandateUsage.as_of:type_name -> google.protobuf.Timestamp
+	35,  // 31: countersign.v1.MandateUsage.budgets:type_name -> countersign.v1.MandateBudgetUsage
+	36,  // 32: countersign.v1.MandateUsage.windows:type_name -> countersign.v1.MandateWindowUsage
+	37,  // 33: countersign.v1.MandateUsage.fee_budget:type_name -> countersign.v1.MandateFeeUsage
+	80,  // 34: countersign.v1.MandateWindowUsage.scope:type_name -> countersign.v1.WindowScope
+	81,  // 35: countersign.v1.MandateWindowUsage.duration:type_name -> google.protobuf.Duration
+	82,  // 36: countersign.v1.MandateWindowUsage.max_amount:type_name -> countersign.v1.Money
+	82,  // 37: countersign.v1.MandateWindowUsage.amount:type_name -> countersign.v1.Money
+	78,  // 38: countersign.v1.MandateWindowUsage.window_start_time:type_name -> google.protobuf.Timestamp
+	78,  // 39: countersign.v1.MandateWindowUsage.next_release_time:type_name -> google.protobuf.Timestamp
+	82,  // 40: countersign.v1.MandateFeeUsage.limit:type_name -> countersign.v1.Money
+	83,  // 41: countersign.v1.ListIntentsRequest.state:type_name -> countersign.v1.IntentState
+	84,  // 42: countersign.v1.ListIntentsResponse.intents:type_name -> countersign.v1.Intent
+	84,  // 43: countersign.v1.GetIntentResponse.intent:type_name -> countersign.v1.Intent
+	85,  // 44: countersign.v1.GetIntentResponse.attempts:type_name -> countersign.v1.Attempt
+	86,  // 45: countersign.v1.GetIntentResponse.transitions:type_name -> countersign.v1.AuditRecord
+	42,  // 46: countersign.v1.GetIntentResponse.findings:type_name -> countersign.v1.IntentFinding
+	43,  // 47: countersign.v1.GetIntentResponse.stored_answer:type_name -> countersign.v1.StoredRailAnswer
+	87,  // 48: countersign.v1.IntentFinding.outcome:type_name -> countersign.v1.ReconcileOutcome
+	78,  // 49: countersign.v1.IntentFinding.find_time:type_name -> google.protobuf.Timestamp
+	4,   // 50: countersign.v1.StoredRailAnswer.source:type_name -> countersign.v1.StoredRailAnswerSource
+	83,  // 51: countersign.v1.WatchIntentsRequest.states:type_name -> countersign.v1.IntentState
+	86,  // 52: countersign.v1.WatchIntentsResponse.transition:type_name -> countersign.v1.AuditRecord
+	84,  // 53: countersign.v1.WatchIntentsResponse.intent:type_name -> countersign.v1.Intent
+	5,   // 54: countersign.v1.Approval.state:type_name -> countersign.v1.ApprovalState
+	88,  // 55: countersign.v1.Approval.action_kind:type_name -> countersign.v1.ActionKind
+	82,  // 56: countersign.v1.Approval.amount:type_name -> countersign.v1.Money
+	89,  // 57: countersign.v1.Approval.gates:type_name -> countersign.v1.GateResult
+	78,  // 58: countersign.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
+	78,  // 59: countersign.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
+	78,  // 60: countersign.v1.Approval.decide_time:type_name -> google.protobuf.Timestamp
+	90,  // 61: countersign.v1.Approval.rail:type_name -> countersign.v1.Rail
+	89,  // 62: countersign.v1.Approval.held_by:type_name -> countersign.v1.GateResult
+	5,   // 63: countersign.v1.ListApprovalsRequest.state:type_name -> countersign.v1.ApprovalState
+	46,  // 64: countersign.v1.ListApprovalsResponse.approvals:type_name -> countersign.v1.Approval
+	46,  // 65: countersign.v1.GetApprovalResponse.approval:type_name -> countersign.v1.Approval
+	51,  // 66: countersign.v1.GetApprovalResponse.live:type_name -> countersign.v1.ApprovalLive
+	78,  // 67: countersign.v1.ApprovalLive.as_of:type_name -> google.protobuf.Timestamp
+	82,  // 68: countersign.v1.ApprovalLive.refundable:type_name -> countersign.v1.Money
+	82,  // 69: countersign.v1.ApprovalLive.rail_refundable:type_name -> countersign.v1.Money
+	82,  // 70: countersign.v1.ApprovalLive.ledger_outstanding:type_name -> countersign.v1.Money
+	34,  // 71: countersign.v1.ApprovalLive.mandate_usage:type_name -> countersign.v1.MandateUsage
+	46,  // 72: countersign.v1.ApproveApprovalResponse.approval:type_name -> countersign.v1.Approval
+	46,  // 73: countersign.v1.RejectApprovalResponse.approval:type_name -> countersign.v1.Approval
+	86,  // 74: countersign.v1.ListAuditRecordsResponse.audit_records:type_name -> countersign.v1.AuditRecord
+	81,  // 75: countersign.v1.VerifyAuditRequest.max_unsealed_age:type_name -> google.protobuf.Duration
+	78,  // 76: countersign.v1.VerifyAuditResponse.oldest_unsealed_time:type_name -> google.protobuf.Timestamp
+	60,  // 77: countersign.v1.VerifyAuditResponse.problems:type_name -> countersign.v1.AuditProblem
+	86,  // 78: countersign.v1.GetAuditInclusionProofResponse.record:type_name -> countersign.v1.AuditRecord
+	61,  // 79: countersign.v1.GetAuditInclusionProofResponse.checkpoint:type_name -> countersign.v1.AuditCheckpoint
+	61,  // 80: countersign.v1.GetAuditConsistencyProofResponse.from:type_name -> countersign.v1.AuditCheckpoint
+	61,  // 81: countersign.v1.GetAuditConsistencyProofResponse.to:type_name -> countersign.v1.AuditCheckpoint
+	78,  // 82: countersign.v1.Webhook.create_time:type_name -> google.protobuf.Timestamp
+	66,  // 83: countersign.v1.CreateWebhookRequest.webhook:type_name -> countersign.v1.Webhook
+	66,  // 84: countersign.v1.CreateWebhookResponse.webhook:type_name -> countersign.v1.Webhook
+	66,  // 85: countersign.v1.ListWebhooksResponse.webhooks:type_name -> countersign.v1.Webhook
+	6,   // 86: countersign.v1.DeadLetter.state:type_name -> countersign.v1.DeadLetterState
+	78,  // 87: countersign.v1.DeadLetter.create_time:type_name -> google.protobuf.Timestamp
+	78,  // 88: countersign.v1.DeadLetter.dead_time:type_name -> google.protobuf.Timestamp
+	78,  // 89: countersign.v1.DeadLetter.replay_time:type_name -> google.protobuf.Timestamp
+	6,   // 90: countersign.v1.ListDeadLettersRequest.state:type_name -> countersign.v1.DeadLetterState
+	73,  // 91: countersign.v1.ListDeadLettersResponse.dead_letters:type_name -> countersign.v1.DeadLetter
+	73,  // 92: countersign.v1.ReplayDeadLetterResponse.dead_letter:type_name -> countersign.v1.DeadLetter
+	8,   // 93: countersign.v1.OwnerService.CreateAgent:input_type -> countersign.v1.CreateAgentRequest
+	10,  // 94: countersign.v1.OwnerService.ListAgents:input_type -> countersign.v1.ListAgentsRequest
+	12,  // 95: countersign.v1.OwnerService.GetAgent:input_type -> countersign.v1.GetAgentRequest
+	14,  // 96: countersign.v1.OwnerService.RevokeAgent:input_type -> countersign.v1.RevokeAgentRequest
+	17,  // 97: countersign.v1.OwnerService.IssueCredential:input_type -> countersign.v1.IssueCredentialRequest
+	19,  // 98: countersign.v1.OwnerService.ListCredentials:input_type -> countersign.v1.ListCredentialsRequest
+	21,  // 99: countersign.v1.OwnerService.RevokeCredential:input_type -> countersign.v1.RevokeCredentialRequest
+	24,  // 100: countersign.v1.OwnerService.CreateMandate:input_type -> countersign.v1.CreateMandateRequest
+	26,  // 101: countersign.v1.OwnerService.GetMandate:input_type -> countersign.v1.GetMandateRequest
+	28,  // 102: countersign.v1.OwnerService.ListMandates:input_type -> countersign.v1.ListMandatesRequest
+	30,  // 103: countersign.v1.OwnerService.RevokeMandate:input_type -> countersign.v1.RevokeMandateRequest
+	32,  // 104: countersign.v1.OwnerService.GetMandateUsage:input_type -> countersign.v1.GetMandateUsageRequest
+	38,  // 105: countersign.v1.OwnerService.ListIntents:input_type -> countersign.v1.ListIntentsRequest
+	40,  // 106: countersign.v1.OwnerService.GetIntent:input_type -> countersign.v1.GetIntentRequest
+	44,  // 107: countersign.v1.OwnerService.WatchIntents:input_type -> countersign.v1.WatchIntentsRequest
+	47,  // 108: countersign.v1.OwnerService.ListApprovals:input_type -> countersign.v1.ListApprovalsRequest
+	49,  // 109: countersign.v1.OwnerService.GetApproval:input_type -> countersign.v1.GetApprovalRequest
+	52,  // 110: countersign.v1.OwnerService.ApproveApproval:input_type -> countersign.v1.ApproveApprovalRequest
+	54,  // 111: countersign.v1.OwnerService.RejectApproval:input_type -> countersign.v1.RejectApprovalRequest
+	56,  // 112: countersign.v1.OwnerService.ListAuditRecords:input_type -> countersign.v1.ListAuditRecordsRequest
+	58,  // 113: countersign.v1.OwnerService.VerifyAudit:input_type -> countersign.v1.VerifyAuditRequest
+	62,  // 114: countersign.v1.OwnerService.GetAuditInclusionProof:input_type -> countersign.v1.GetAuditInclusionProofRequest
+	64,  // 115: countersign.v1.OwnerService.GetAuditConsistencyProof:input_type -> countersign.v1.GetAuditConsistencyProofRequest
+	74,  // 116: countersign.v1.OwnerService.ListDeadLetters:input_type -> countersign.v1.ListDeadLettersRequest
+	76,  // 117: countersign.v1.OwnerService.ReplayDeadLetter:input_type -> countersign.v1.ReplayDeadLetterRequest
+	67,  // 118: countersign.v1.OwnerService.CreateWebhook:input_type -> countersign.v1.CreateWebhookRequest
+	69,  // 119: countersign.v1.OwnerService.ListWebhooks:input_type -> countersign.v1.ListWebhooksRequest
+	71,  // 120: countersign.v1.OwnerService.DeleteWebhook:input_type -> countersign.v1.DeleteWebhookRequest
+	9,   // 121: countersign.v1.OwnerService.CreateAgent:output_type -> countersign.v1.CreateAgentResponse
+	11,  // 122: countersign.v1.OwnerService.ListAgents:output_type -> countersign.v1.ListAgentsResponse
+	13,  // 123: countersign.v1.OwnerService.GetAgent:output_type -> countersign.v1.GetAgentResponse
+	15,  // 124: countersign.v1.OwnerService.RevokeAgent:output_type -> countersign.v1.RevokeAgentResponse
+	18,  // 125: countersign.v1.OwnerService.IssueCredential:output_type -> countersign.v1.IssueCredentialResponse
+	20,  // 126: countersign.v1.OwnerService.ListCredentials:output_type -> countersign.v1.ListCredentialsResponse
+	22,  // 127: countersign.v1.OwnerService.RevokeCredential:output_type -> countersign.v1.RevokeCredentialResponse
+	25,  // 128: countersign.v1.OwnerService.CreateMandate:output_type -> countersign.v1.CreateMandateResponse
+	27,  // 129: countersign.v1.OwnerService.GetMandate:output_type -> countersign.v1.GetMandateResponse
+	29,  // 130: countersign.v1.OwnerService.ListMandates:output_type -> countersign.v1.ListMandatesResponse
+	31,  // 131: countersign.v1.OwnerService.RevokeMandate:output_type -> countersign.v1.RevokeMandateResponse
+	33,  // 132: countersign.v1.OwnerService.GetMandateUsage:output_type -> countersign.v1.GetMandateUsageResponse
+	39,  // 133: countersign.v1.OwnerService.ListIntents:output_type -> countersign.v1.ListIntentsResponse
+	41,  // 134: countersign.v1.OwnerService.GetIntent:output_type -> countersign.v1.GetIntentResponse
+	45,  // 135: countersign.v1.OwnerService.WatchIntents:output_type -> countersign.v1.WatchIntentsResponse
+	48,  // 136: countersign.v1.OwnerService.ListApprovals:output_type -> countersign.v1.ListApprovalsResponse
+	50,  // 137: countersign.v1.OwnerService.GetApproval:output_type -> countersign.v1.GetApprovalResponse
+	53,  // 138: countersign.v1.OwnerService.ApproveApproval:output_type -> countersign.v1.ApproveApprovalResponse
+	55,  // 139: countersign.v1.OwnerService.RejectApproval:output_type -> countersign.v1.RejectApprovalResponse
+	57,  // 140: countersign.v1.OwnerService.ListAuditRecords:output_type -> countersign.v1.ListAuditRecordsResponse
+	59,  // 141: countersign.v1.OwnerService.VerifyAudit:output_type -> countersign.v1.VerifyAuditResponse
+	63,  // 142: countersign.v1.OwnerService.GetAuditInclusionProof:output_type -> countersign.v1.GetAuditInclusionProofResponse
+	65,  // 143: countersign.v1.OwnerService.GetAuditConsistencyProof:output_type -> countersign.v1.GetAuditConsistencyProofResponse
+	75,  // 144: countersign.v1.OwnerService.ListDeadLetters:output_type -> countersign.v1.ListDeadLettersResponse
+	77,  // 145: countersign.v1.OwnerService.ReplayDeadLetter:output_type -> countersign.v1.ReplayDeadLetterResponse
+	68,  // 146: countersign.v1.OwnerService.CreateWebhook:output_type -> countersign.v1.CreateWebhookResponse
+	70,  // 147: countersign.v1.OwnerService.ListWebhooks:output_type -> countersign.v1.ListWebhooksResponse
+	72,  // 148: countersign.v1.OwnerService.DeleteWebhook:output_type -> countersign.v1.DeleteWebhookResponse
+	121, // [121:149] is the sub-list for method output_type
+	93,  // [93:121] is the sub-list for method input_type
+	93,  // [93:93] is the sub-list for extension type_name
+	93,  // [93:93] is the sub-list for extension extendee
+	0,   // [0:93] is the sub-list for field type_name
 }
 
 func init() { file_countersign_v1_owner_proto_init() }
@@ -4953,16 +5938,17 @@ func file_countersign_v1_owner_proto_init() {
 	if File_countersign_v1_owner_proto != nil {
 		return
 	}
+	file_countersign_v1_decision_proto_init()
 	file_countersign_v1_mandate_proto_init()
 	file_countersign_v1_types_proto_init()
-	file_countersign_v1_owner_proto_msgTypes[44].OneofWrappers = []any{}
+	file_countersign_v1_owner_proto_msgTypes[53].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_countersign_v1_owner_proto_rawDesc), len(file_countersign_v1_owner_proto_rawDesc)),
-			NumEnums:      6,
-			NumMessages:   62,
+			NumEnums:      7,
+			NumMessages:   71,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

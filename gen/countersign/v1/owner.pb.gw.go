@@ -500,6 +500,59 @@ func local_request_OwnerService_RevokeMandate_0(ctx context.Context, marshaler r
 	return msg, metadata, err
 }
 
+var filter_OwnerService_GetMandateUsage_0 = &utilities.DoubleArray{Encoding: map[string]int{"mandate_hash": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
+
+func request_OwnerService_GetMandateUsage_0(ctx context.Context, marshaler runtime.Marshaler, client OwnerServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetMandateUsageRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["mandate_hash"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "mandate_hash")
+	}
+	protoReq.MandateHash, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "mandate_hash", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_OwnerService_GetMandateUsage_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.GetMandateUsage(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_OwnerService_GetMandateUsage_0(ctx context.Context, marshaler runtime.Marshaler, server OwnerServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetMandateUsageRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["mandate_hash"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "mandate_hash")
+	}
+	protoReq.MandateHash, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "mandate_hash", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_OwnerService_GetMandateUsage_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.GetMandateUsage(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 var filter_OwnerService_ListIntents_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
 func request_OwnerService_ListIntents_0(ctx context.Context, marshaler runtime.Marshaler, client OwnerServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
@@ -1357,6 +1410,26 @@ func RegisterOwnerServiceHandlerServer(ctx context.Context, mux *runtime.ServeMu
 		}
 		forward_OwnerService_RevokeMandate_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_OwnerService_GetMandateUsage_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/countersign.v1.OwnerService/GetMandateUsage", runtime.WithHTTPPathPattern("/v1/mandates/{mandate_hash}/usage"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_OwnerService_GetMandateUsage_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_OwnerService_GetMandateUsage_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_OwnerService_ListIntents_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1891,6 +1964,23 @@ func RegisterOwnerServiceHandlerClient(ctx context.Context, mux *runtime.ServeMu
 		}
 		forward_OwnerService_RevokeMandate_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_OwnerService_GetMandateUsage_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/countersign.v1.OwnerService/GetMandateUsage", runtime.WithHTTPPathPattern("/v1/mandates/{mandate_hash}/usage"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_OwnerService_GetMandateUsage_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_OwnerService_GetMandateUsage_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_OwnerService_ListIntents_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -2178,6 +2268,7 @@ var (
 	pattern_OwnerService_GetMandate_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "mandates", "mandate_hash"}, ""))
 	pattern_OwnerService_ListMandates_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "mandates"}, ""))
 	pattern_OwnerService_RevokeMandate_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "mandates", "mandate_hash"}, "revoke"))
+	pattern_OwnerService_GetMandateUsage_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "mandates", "mandate_hash", "usage"}, ""))
 	pattern_OwnerService_ListIntents_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "intents"}, ""))
 	pattern_OwnerService_GetIntent_0                = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "intents", "rail_account", "sik"}, ""))
 	pattern_OwnerService_WatchIntents_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "intents"}, "watch"))
@@ -2208,6 +2299,7 @@ var (
 	forward_OwnerService_GetMandate_0               = runtime.ForwardResponseMessage
 	forward_OwnerService_ListMandates_0             = runtime.ForwardResponseMessage
 	forward_OwnerService_RevokeMandate_0            = runtime.ForwardResponseMessage
+	forward_OwnerService_GetMandateUsage_0          = runtime.ForwardResponseMessage
 	forward_OwnerService_ListIntents_0              = runtime.ForwardResponseMessage
 	forward_OwnerService_GetIntent_0                = runtime.ForwardResponseMessage
 	forward_OwnerService_WatchIntents_0             = runtime.ForwardResponseStream

@@ -30,6 +30,7 @@ const (
 	OwnerService_GetMandate_FullMethodName               = "/countersign.v1.OwnerService/GetMandate"
 	OwnerService_ListMandates_FullMethodName             = "/countersign.v1.OwnerService/ListMandates"
 	OwnerService_RevokeMandate_FullMethodName            = "/countersign.v1.OwnerService/RevokeMandate"
+	OwnerService_GetMandateUsage_FullMethodName          = "/countersign.v1.OwnerService/GetMandateUsage"
 	OwnerService_ListIntents_FullMethodName              = "/countersign.v1.OwnerService/ListIntents"
 	OwnerService_GetIntent_FullMethodName                = "/countersign.v1.OwnerService/GetIntent"
 	OwnerService_WatchIntents_FullMethodName             = "/countersign.v1.OwnerService/WatchIntents"
@@ -79,16 +80,24 @@ type OwnerServiceClient interface {
 	ListMandates(ctx context.Context, in *ListMandatesRequest, opts ...grpc.CallOption) (*ListMandatesResponse, error)
 	// RevokeMandate revokes a mandate for good; decisions under it block from then on.
 	RevokeMandate(ctx context.Context, in *RevokeMandateRequest, opts ...grpc.CallOption) (*RevokeMandateResponse, error)
+	// GetMandateUsage returns what counts against one of the owner's
+	// mandates now, as the limits gate (G3) counts it: each total budget,
+	// each sliding window, and the fee budget.
+	GetMandateUsage(ctx context.Context, in *GetMandateUsageRequest, opts ...grpc.CallOption) (*GetMandateUsageResponse, error)
 	// ListIntents lists intents, most recently updated first.
 	ListIntents(ctx context.Context, in *ListIntentsRequest, opts ...grpc.CallOption) (*ListIntentsResponse, error)
-	// GetIntent returns one intent with its attempts.
+	// GetIntent returns one intent with its attempts, its audited
+	// transitions, its reconciliation findings and the rail answer the
+	// ledger stored for it.
 	GetIntent(ctx context.Context, in *GetIntentRequest, opts ...grpc.CallOption) (*GetIntentResponse, error)
 	// WatchIntents streams intent transitions as they are committed, in audit
 	// order, optionally resuming after a known audit sequence number.
 	WatchIntents(ctx context.Context, in *WatchIntentsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchIntentsResponse], error)
 	// ListApprovals lists approvals, newest first.
 	ListApprovals(ctx context.Context, in *ListApprovalsRequest, opts ...grpc.CallOption) (*ListApprovalsResponse, error)
-	// GetApproval returns one approval.
+	// GetApproval returns one approval with its live context: for a refund,
+	// what is still refundable now (one read-only call to the rail), and the
+	// mandate's usage now.
 	GetApproval(ctx context.Context, in *GetApprovalRequest, opts ...grpc.CallOption) (*GetApprovalResponse, error)
 	// ApproveApproval approves a pending approval. It authorizes that exact
 	// request once, is re-checked against live limits when used, and never
@@ -235,6 +244,16 @@ func (c *ownerServiceClient) RevokeMandate(ctx context.Context, in *RevokeMandat
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RevokeMandateResponse)
 	err := c.cc.Invoke(ctx, OwnerService_RevokeMandate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *ownerServiceClient) GetMandateUsage(ctx context.Context, in *GetMandateUsageRequest, opts ...grpc.CallOption) (*GetMandateUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetMandateUsageResponse)
+	err := c.cc.Invoke(ctx, OwnerService_GetMandateUsage_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -441,16 +460,24 @@ type OwnerServiceServer interface {
 	ListMandates(context.Context, *ListMandatesRequest) (*ListMandatesResponse, error)
 	// RevokeMandate revokes a mandate for good; decisions under it block from then on.
 	RevokeMandate(context.Context, *RevokeMandateRequest) (*RevokeMandateResponse, error)
+	// GetMandateUsage returns what counts against one of the owner's
+	// mandates now, as the limits gate (G3) counts it: each total budget,
+	// each sliding window, and the fee budget.
+	GetMandateUsage(context.Context, *GetMandateUsageRequest) (*GetMandateUsageResponse, error)
 	// ListIntents lists intents, most recently updated first.
 	ListIntents(context.Context, *ListIntentsRequest) (*ListIntentsResponse, error)
-	// GetIntent returns one intent with its attempts.
+	// GetIntent returns one intent with its attempts, its audited
+	// transitions, its reconciliation findings and the rail answer the
+	// ledger stored for it.
 	GetIntent(context.Context, *GetIntentRequest) (*GetIntentResponse, error)
 	// WatchIntents streams intent transitions as they are committed, in audit
 	// order, optionally resuming after a known audit sequence number.
 	WatchIntents(*WatchIntentsRequest, grpc.ServerStreamingServer[WatchIntentsResponse]) error
 	// ListApprovals lists approvals, newest first.
 	ListApprovals(context.Context, *ListApprovalsRequest) (*ListApprovalsResponse, error)
-	// GetApproval returns one approval.
+	// GetApproval returns one approval with its live context: for a refund,
+	// what is still refundable now (one read-only call to the rail), and the
+	// mandate's usage now.
 	GetApproval(context.Context, *GetApprovalRequest) (*GetApprovalResponse, error)
 	// ApproveApproval approves a pending approval. It authorizes that exact
 	// request once, is re-checked against live limits when used, and never
@@ -525,6 +552,9 @@ func (UnimplementedOwnerServiceServer) ListMandates(context.Context, *ListMandat
 }
 func (UnimplementedOwnerServiceServer) RevokeMandate(context.Context, *RevokeMandateRequest) (*RevokeMandateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RevokeMandate not implemented")
+}
+func (UnimplementedOwnerServiceServer) GetMandateUsage(context.Context, *GetMandateUsageRequest) (*GetMandateUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetMandateUsage not implemented")
 }
 func (UnimplementedOwnerServiceServer) ListIntents(context.Context, *ListIntentsRequest) (*ListIntentsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListIntents not implemented")
@@ -789,6 +819,24 @@ func _OwnerService_RevokeMandate_Handler(srv interface{}, ctx context.Context, d
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(OwnerServiceServer).RevokeMandate(ctx, req.(*RevokeMandateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OwnerService_GetMandateUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetMandateUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OwnerServiceServer).GetMandateUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OwnerService_GetMandateUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OwnerServiceServer).GetMandateUsage(ctx, req.(*GetMandateUsageRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1124,6 +1172,10 @@ var OwnerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RevokeMandate",
 			Handler:    _OwnerService_RevokeMandate_Handler,
+		},
+		{
+			MethodName: "GetMandateUsage",
+			Handler:    _OwnerService_GetMandateUsage_Handler,
 		},
 		{
 			MethodName: "ListIntents",
