@@ -106,9 +106,11 @@ export function approvalsView(el) {
       if (a.actionKind === 'ACTION_KIND_REFUND') {
         parts.push(live.refundableError
           ? h('p', { class: 'warn refundable' }, 'Refundable balance unknown: ', live.refundableError)
-          : h('p', { class: 'refundable' }, 'Still refundable on ', a.subject, ' now: ', h('strong', {}, live.refundable ? format(live.refundable, a.rail) : '—')));
+          : h('p', { class: 'refundable' }, 'Still refundable on ', a.subject, ' now: ', h('strong', {}, live.refundable ? format(live.refundable, a.rail) : '—'),
+            live.railRefundable ? h('span', { class: 'hint' }, ' (the rail says ', format(live.railRefundable, a.rail),
+              live.ledgerOutstanding && live.ledgerOutstanding.amountMinor !== '0' ? ['; ', format(live.ledgerOutstanding, a.rail), ' is in flight'] : '', ')') : null));
       }
-      if (live.usage) parts.push(usageBars(live.usage, a.rail, { compact: true }));
+      if (live.mandateUsage) parts.push(usageBars(live.mandateUsage, a.rail, { compact: true }));
       if (live.asOf) parts.push(h('p', { class: 'hint' }, 'As of ', when(live.asOf)));
       replace(el, parts.length ? parts : h('p', { class: 'hint' }, 'No balance or budget applies.'));
     } catch (e) {

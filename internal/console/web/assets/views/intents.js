@@ -86,9 +86,16 @@ export async function intentView(el, railAccount, sik) {
         h('td', {}, a.railErrorCode || ''), h('td', {}, a.railEntityId || ''), h('td', {}, a.fee ? format(a.fee, i.rail) : ''),
         h('td', {}, h('code', {}, a.idempotencyKey || '')), h('td', {}, when(a.startTime)), h('td', {}, when(a.endTime)))))))
       : h('p', { class: 'empty' }, 'No attempt has been made.'),
-    r.reconciliation && r.reconciliation.length ? [h('h2', {}, 'Reconciliation'),
-      h('ul', { id: 'reconciliation' }, r.reconciliation.map(f => h('li', {}, when(f.time || f.createTime), ' ', f.finding || f.outcome || '', f.detail ? ': ' + f.detail : '')))] : null,
-    r.railAnswer ? [h('h2', {}, 'Stored rail answer'),
-      dl([['HTTP status', r.railAnswer.httpStatus ? String(r.railAnswer.httpStatus) : null], ['Entity', r.railAnswer.railEntityId]]),
-      r.railAnswer.body ? h('pre', { class: 'canonical', id: 'rail-answer' }, r.railAnswer.body) : null] : null);
+    (r.findings || []).length ? [h('h2', {}, 'Reconciliation'),
+      h('ul', { id: 'findings' }, r.findings.map(f => h('li', {},
+        h('time', {}, when(f.findTime)), ' attempt ', String(f.attemptSeq || ''), ': ',
+        h('strong', {}, enumText(f.outcome, 'RECONCILE_OUTCOME_')),
+        ` after ${f.pagesRead || 0} page(s)`, f.paginationExhausted ? ', every page read' : ', pagination not exhausted',
+        f.railEntityId ? [', found ', h('code', {}, f.railEntityId)] : '',
+        f.reason ? h('div', { class: 'reason' }, f.reason) : null)))] : null,
+    r.storedAnswer ? [h('h2', {}, 'Stored rail answer'),
+      h('p', { class: 'hint' }, 'What a duplicate of this request is answered with, without calling the rail.'),
+      dl([['From', enumText(r.storedAnswer.source, 'STORED_RAIL_ANSWER_SOURCE_')], ['Attempt', r.storedAnswer.attemptSeq ? String(r.storedAnswer.attemptSeq) : null],
+        ['HTTP status', r.storedAnswer.httpStatus ? String(r.storedAnswer.httpStatus) : null], ['Entity', r.storedAnswer.railEntityId]]),
+      r.storedAnswer.body ? h('pre', { class: 'canonical', id: 'rail-answer' }, r.storedAnswer.body) : null] : null);
 }

@@ -53,7 +53,7 @@ export async function mandateView(el, hash) {
       ['In force now', valid ? 'yes' : 'no'],
       ['Valid from', when(md.validFrom)], ['Valid until', when(md.validUntil)],
       ['Agent', md.agentId ? h('a', { href: '#/agents/' + encodeURIComponent(md.agentId) }, md.agentId) : null],
-      ['Rail account', md.railAccount], ['Mode', md.mode ? enumText(md.mode, 'APPROVAL_MODE_') : null],
+      ['Rail account', md.railAccount], ['Mode', md.mode ? enumText(md.mode, 'MANDATE_MODE_') : null],
       ['Created', when(m.createTime)], ['Revoked', m.revokeTime ? when(m.revokeTime) : null], ['Revoke reason', m.revokeReason],
     ]),
     h('h2', {}, 'Usage'), usage,

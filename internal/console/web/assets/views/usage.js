@@ -2,6 +2,16 @@
 // (spent, held, free) with the next reset. Bar widths are set through the
 // CSSOM, which the Content-Security-Policy allows (no style attributes).
 import { h, when } from '../dom.js';
+
+// duration writes a protobuf JSON duration ("3600s") as "1h", "15m", "1d".
+function duration(d) {
+  const s = parseFloat(String(d || '0s'));
+  if (!(s > 0)) return String(d || '');
+  if (s % 86400 === 0) return s / 86400 + 'd';
+  if (s % 3600 === 0) return s / 3600 + 'h';
+  if (s % 60 === 0) return s / 60 + 'm';
+  return s + 's';
+}
 import { formatMinor } from '../money.js';
 
 function pct(part, whole) {
@@ -29,23 +39,32 @@ export function usageBars(u, rail, opts = {}) {
       bar(label, b.spentMinor, b.heldMinor, b.limitMinor),
       opts.compact ? null : h('p', { class: 'hint' }, formatMinor(b.spentMinor, cur, rail), ' spent · ', formatMinor(b.heldMinor, cur, rail), ' held')));
   }
-  if (u.feeBudget) {
-    const f = u.feeBudget, cur = f.currency;
+  if (u.feeBudget && u.feeBudget.limit) {
+    const f = u.feeBudget, cur = f.limit.currency, lim = f.limit.amountMinor;
     rows.push(h('div', { class: 'usage fee' },
-      h('p', {}, h('strong', {}, 'Fee budget ', cur), ' — ', formatMinor(f.freeMinor, cur, rail), ' free of ', formatMinor(f.limitMinor, cur, rail)),
-      bar('Fee budget', f.spentMinor, f.heldMinor, f.limitMinor)));
+      h('p', {}, h('strong', {}, 'Fee budget ', cur), ' — ', formatMinor(f.freeMinor, cur, rail), ' free of ', formatMinor(lim, cur, rail)),
+      bar(`Fee budget ${cur}: ${formatMinor(f.spentMinor, cur, rail)} spent of ${formatMinor(lim, cur, rail)}`, f.spentMinor, 0, lim)));
   }
   for (const w of u.windows || []) {
-    const isAmount = !!w.currency;
-    const fmt = (v) => isAmount ? formatMinor(v, w.currency, rail) : String(v ?? 0) + ' calls';
-    const used = w.usedMinor ?? w.used ?? w.usedCount ?? 0;
-    const limit = w.limitMinor ?? w.limit ?? w.limitCount ?? 0;
-    const title = [w.name || w.kind || 'Window', w.scope ? '(' + w.scope + ')' : '', w.key || ''].filter(Boolean).join(' ');
-    rows.push(h('div', { class: 'usage window' },
-      h('p', {}, h('strong', {}, title), ' — ', fmt(used), ' of ', fmt(limit), w.length ? ' per ' + w.length : ''),
-      bar(title + ': ' + fmt(used) + ' of ' + fmt(limit), used, 0, limit),
-      w.nextResetTime ? h('p', { class: 'hint' }, 'Next reset ', when(w.nextResetTime)) : null));
+    const scope = w.scope === 'WINDOW_SCOPE_PAYEE' ? 'per payee' : 'per agent';
+    const title = `Window ${Number(w.windowIndex || 0) + 1} (${duration(w.duration)}, ${scope}${w.key && w.scope === 'WINDOW_SCOPE_PAYEE' ? ' ' + w.key : ''})`;
+    const parts = [h('p', {}, h('strong', {}, title))];
+    if (w.maxCalls) {
+      const label = `${title}: ${w.calls || 0} of ${w.maxCalls} calls`;
+      parts.push(h('p', { class: 'hint' }, `${w.calls || 0} of ${w.maxCalls} calls`), bar(label, w.calls || 0, 0, w.maxCalls));
+    }
+    if (w.maxAmount && w.maxAmount.currency) {
+      const cur = w.maxAmount.currency;
+      const used = (w.amount && w.amount.amountMinor) || '0';
+      const label = `${title}: ${formatMinor(used, cur, rail)} of ${formatMinor(w.maxAmount.amountMinor, cur, rail)}`;
+      parts.push(h('p', { class: 'hint' }, `${formatMinor(used, cur, rail)} of ${formatMinor(w.maxAmount.amountMinor, cur, rail)}`), bar(label, used, 0, w.maxAmount.amountMinor));
+    }
+    parts.push(h('p', { class: 'hint' }, w.nextReleaseTime
+      ? ['Frees up ', when(w.nextReleaseTime), ' (the oldest counted use leaves the window)']
+      : 'Nothing counted in the window now.'));
+    rows.push(h('div', { class: 'usage window' }, parts));
   }
+  if (u.windowsTruncated) rows.push(h('p', { class: 'hint' }, 'Only the busiest payees are shown.'));
   if (!rows.length) return h('p', { class: 'hint' }, 'This mandate sets no budget or window.');
   return h('div', { class: 'usage-list' }, rows);
 }
