@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -59,6 +60,15 @@ const approvalFrom = ` FROM approvals ap JOIN intents i ON i.rail_account = ap.r
 
 const approvalColumns = `ap.id, ap.rail_account, ap.sik, ap.owner_id, ap.agent_id, ap.mandate_hash, ap.fingerprint, ap.gates, ap.state, ap.note,
 	ap.created_at, ap.expires_at, ap.decided_at, i.rail, i.action, i.subject, i.amount_minor, i.currency, i.payee, i.canonical`
+
+// effectiveState is an approval's state as its owner reads it: one whose
+// time ran out is expired even before a decision marks it so (the mark is
+// written lazily, when its intent is decided again), so an owner listing
+// pending approvals never sees one that can no longer be decided.
+const effectiveState = `CASE WHEN ap.state IN ('pending', 'approved') AND ap.expires_at <= now() THEN 'expired' ELSE ap.state END`
+
+// ownerApprovalColumns are approvalColumns with the effective state.
+var ownerApprovalColumns = strings.Replace(approvalColumns, "ap.state,", effectiveState+",", 1)
 
 // scanApproval scans approvalColumns, then any extra columns into extra.
 func scanApproval(row pgx.Row, extra ...any) (Approval, error) {
@@ -150,8 +160,12 @@ func (tx *Tx) SettleApproval(ctx context.Context, k Key, from, to string) error 
 
 // ListApprovals pages through an owner's approvals (state "" for all).
 func (s *Store) ListApprovals(ctx context.Context, ownerID, state, agentID, after string, limit int) ([]Approval, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+approvalColumns+approvalFrom+`
-		WHERE ap.owner_id = $1 AND ($2 = '' OR ap.state = $2) AND ($3 = '' OR ap.agent_id = $3) AND ap.id > $4
+	// The stored state narrows the scan (approvals_owner); the effective
+	// state decides.
+	rows, err := s.pool.Query(ctx, `SELECT `+ownerApprovalColumns+approvalFrom+`
+		WHERE ap.owner_id = $1 AND ($2 = '' OR `+effectiveState+` = $2)
+		  AND ($2 NOT IN ('pending', 'approved') OR ap.state = $2)
+		  AND ($3 = '' OR ap.agent_id = $3) AND ap.id > $4
 		ORDER BY ap.id LIMIT $5`, ownerID, state, agentID, after, limit)
 	if err != nil {
 		return nil, classify(err)
@@ -162,7 +176,7 @@ func (s *Store) ListApprovals(ctx context.Context, ownerID, state, agentID, afte
 
 // GetApproval returns one of an owner's approvals.
 func (s *Store) GetApproval(ctx context.Context, ownerID, id string) (Approval, error) {
-	a, err := scanApproval(s.pool.QueryRow(ctx, `SELECT `+approvalColumns+approvalFrom+`WHERE ap.owner_id = $1 AND ap.id = $2`, ownerID, id))
+	a, err := scanApproval(s.pool.QueryRow(ctx, `SELECT `+ownerApprovalColumns+approvalFrom+`WHERE ap.owner_id = $1 AND ap.id = $2`, ownerID, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Approval{}, fmt.Errorf("%w: approval %s", ErrNotFound, id)
 	}

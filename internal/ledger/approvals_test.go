@@ -1,9 +1,15 @@
 package ledger
 
 import (
+	"context"
+	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/countersign/countersign/internal/intent"
+	"github.com/countersign/countersign/internal/testing/wait"
 )
 
 // An approval that can no longer be decided says why: expired (before or
@@ -36,5 +42,66 @@ func TestNotDecidable(t *testing.T) {
 				t.Fatalf("notDecidable = %q, want it to start with %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// An owner reading approvals sees one whose time ran out as expired at
+// once, not as pending until a decision marks it: the console's queue of
+// pending approvals must never offer one that can no longer be approved.
+func TestOwnerReadsAnExpiredApprovalAsExpired(t *testing.T) {
+	ctx := context.Background()
+	f := newOutboxFixture(t, "own_expiry")
+	hold := func(n int, ttl time.Duration) Approval {
+		t.Helper()
+		p := proposal(n)
+		p.AgentID = f.agent.ID
+		if err := f.s.InTx(ctx, func(tx *Tx) error {
+			it, _, err := tx.CreateIntent(ctx, p.NewIntent)
+			if err != nil {
+				return err
+			}
+			if it, err = tx.Transition(ctx, it, intent.GatesHeld, TransitionOpts{Reason: "needs approval"}); err != nil {
+				return err
+			}
+			return tx.OpenApproval(ctx, it, ApprovalSpec{TTL: ttl})
+		}); err != nil {
+			t.Fatalf("held intent: %v", err)
+		}
+		as, err := f.s.ListApprovals(ctx, f.owner, "", "", "", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range as {
+			if a.SIK == p.Key.SIK {
+				return a
+			}
+		}
+		t.Fatalf("no approval for intent %d", n)
+		return Approval{}
+	}
+	short := hold(1, 50*time.Millisecond)
+	long := hold(2, time.Hour)
+	ids := func(state string) []string {
+		as, err := f.s.ListApprovals(ctx, f.owner, state, "", "", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, a := range as {
+			out = append(out, a.ID)
+		}
+		return out
+	}
+	if !wait.Until(10*time.Second, func() bool { return slices.Equal(ids("pending"), []string{long.ID}) }) {
+		t.Fatalf("pending approvals = %v once %s ran out, want only %s", ids("pending"), short.ID, long.ID)
+	}
+	if got := ids("expired"); !slices.Equal(got, []string{short.ID}) {
+		t.Fatalf("expired approvals = %v, want [%s]", got, short.ID)
+	}
+	if a, err := f.s.GetApproval(ctx, f.owner, short.ID); err != nil || a.State != "expired" {
+		t.Fatalf("GetApproval(%s) = %q, %v; want expired", short.ID, a.State, err)
+	}
+	if _, err := f.s.Approve(ctx, f.owner, short.ID, "", "too late"); !errors.Is(err, ErrApprovalState) {
+		t.Fatalf("approving the expired approval: %v, want ErrApprovalState", err)
 	}
 }
