@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"golang.org/x/mod/sumdb/note"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -472,6 +473,70 @@ func (s *OwnerServer) ListApprovals(ctx context.Context, req *countersignv1.List
 		out.NextPageToken = nextToken(n, as[len(as)-1].ID, len(as))
 	}
 	return out, nil
+}
+
+// approvalsPoll paces WatchApprovals; watchedApprovals bounds the live set
+// one stream follows (a flood of HOLDs cannot make one poll read more).
+const (
+	approvalsPoll    = 250 * time.Millisecond
+	watchedApprovals = 1000
+)
+
+// WatchApprovals sends the owner's live approvals, then each change to one.
+// It polls the live set (one indexed read of approvals_owner) and compares
+// it with the last: a new id is a new HOLD; an id whose effective state
+// changed, or that left the set, is read again and sent as it stands. An
+// approval that ran out is sent once as EXPIRED, though its row is marked
+// only when its intent is next decided.
+func (s *OwnerServer) WatchApprovals(req *countersignv1.WatchApprovalsRequest, stream grpc.ServerStreamingServer[countersignv1.WatchApprovalsResponse]) error {
+	ctx := stream.Context()
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return err
+	}
+	last := map[string]string{} // approval id → effective state last sent
+	t := time.NewTicker(approvalsPoll)
+	defer t.Stop()
+	for initial := true; ; initial = false {
+		live, err := s.store.LiveApprovals(ctx, owner, req.GetAgentId(), watchedApprovals)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return ToStatus(err)
+		}
+		now := make(map[string]string, len(live))
+		for _, a := range live {
+			now[a.ID] = a.State
+			if last[a.ID] == a.State {
+				continue
+			}
+			if err := stream.Send(&countersignv1.WatchApprovalsResponse{Approval: toApproval(a), Initial: initial}); err != nil {
+				return err
+			}
+		}
+		for id, was := range last {
+			if _, ok := now[id]; ok || was == "expired" {
+				continue // still live, or its end was already sent
+			}
+			a, err := s.store.GetApproval(ctx, owner, id)
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return ToStatus(err)
+			}
+			if err := stream.Send(&countersignv1.WatchApprovalsResponse{Approval: toApproval(a)}); err != nil {
+				return err
+			}
+		}
+		last = now
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
 }
 
 // GetApproval returns one of the owner's approvals.

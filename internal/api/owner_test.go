@@ -19,6 +19,7 @@ import (
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/credential"
+	"github.com/countersign/countersign/internal/intent"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/testing/ledgertest"
 	"github.com/countersign/countersign/internal/testing/pgtest"
@@ -329,4 +330,111 @@ func TestOwnerAPIListsMandates(t *testing.T) {
 	if l, err := s.ListMandates(as("own_other"), &countersignv1.ListMandatesRequest{}); err != nil || len(l.GetMandates()) != 0 {
 		t.Fatalf("another owner lists %v %v", l, err)
 	}
+}
+
+// WatchApprovals sends the live set when it starts, then every change to
+// one of the owner's approvals: a new HOLD, approval, rejection, running
+// out and voiding; never another owner's.
+func TestWatchApprovalsFollowsEveryChange(t *testing.T) {
+	store, err := ledger.Open(context.Background(), pgtest.NewDatabase(t), ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	srv := NewOwnerServer(store, func(ctx context.Context) (string, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if v := md.Get("x-test-owner"); len(v) == 1 {
+			return v[0], nil
+		}
+		return "", errors.New("no owner")
+	})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	countersignv1.RegisterOwnerServiceServer(gs, srv)
+	go gs.Serve(lis)
+	defer gs.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-test-owner", "own_wa"), 30*time.Second)
+	defer cancel()
+	mine, err := store.CreateAgent(ctx, "own_wa", "bot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := store.CreateAgent(ctx, "own_other", "bot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	hold := func(agentID string, ttl time.Duration) string {
+		t.Helper()
+		n++
+		k := ledger.Key{RailAccount: "acct_wa", SIK: strings.Repeat(string(rune('A'+n)), 32)}
+		if err := store.InTx(ctx, func(tx *ledger.Tx) error {
+			it, _, err := tx.CreateIntent(ctx, ledger.NewIntent{Key: k, Rail: "stripe", Action: "refund", Subject: "pi_wa",
+				AmountMinor: int64(100 * n), Currency: "USD", Canonical: fmt.Sprintf(`{"n":%d}`, n), AgentID: agentID})
+			if err != nil {
+				return err
+			}
+			if it, err = tx.Transition(ctx, it, intent.GatesHeld, ledger.TransitionOpts{Reason: "needs approval"}); err != nil {
+				return err
+			}
+			return tx.OpenApproval(ctx, it, ledger.ApprovalSpec{TTL: ttl})
+		}); err != nil {
+			t.Fatalf("hold %d: %v", n, err)
+		}
+		as, err := store.LiveApprovals(ctx, map[string]string{mine.ID: "own_wa", theirs.ID: "own_other"}[agentID], "", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range as {
+			if a.SIK == k.SIK {
+				return a.ID
+			}
+		}
+		t.Fatalf("no approval for hold %d", n)
+		return ""
+	}
+
+	first := hold(mine.ID, time.Hour)
+	stream, err := countersignv1.NewOwnerServiceClient(conn).WatchApprovals(ctx, &countersignv1.WatchApprovalsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func(wantID string, want countersignv1.ApprovalState, initial bool) {
+		t.Helper()
+		m, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("waiting for %s %s: %v", wantID, want, err)
+		}
+		if a := m.GetApproval(); a.GetApprovalId() != wantID || a.GetState() != want || m.GetInitial() != initial {
+			t.Fatalf("got %s %s initial=%v, want %s %s initial=%v", a.GetApprovalId(), a.GetState(), m.GetInitial(), wantID, want, initial)
+		}
+	}
+	next(first, countersignv1.ApprovalState_APPROVAL_STATE_PENDING, true)
+
+	_ = hold(theirs.ID, time.Hour) // another owner's HOLD is never sent
+	second := hold(mine.ID, time.Hour)
+	next(second, countersignv1.ApprovalState_APPROVAL_STATE_PENDING, false)
+	if _, err := store.Approve(ctx, "own_wa", first, "", "ok"); err != nil {
+		t.Fatal(err)
+	}
+	next(first, countersignv1.ApprovalState_APPROVAL_STATE_APPROVED, false)
+	if _, err := store.Reject(ctx, "own_wa", second, "no"); err != nil {
+		t.Fatal(err)
+	}
+	next(second, countersignv1.ApprovalState_APPROVAL_STATE_REJECTED, false)
+	short := hold(mine.ID, 400*time.Millisecond)
+	next(short, countersignv1.ApprovalState_APPROVAL_STATE_PENDING, false)
+	next(short, countersignv1.ApprovalState_APPROVAL_STATE_EXPIRED, false)
+	if _, err := store.VoidApprovals(ctx, mine.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	next(first, countersignv1.ApprovalState_APPROVAL_STATE_VOID, false)
 }

@@ -174,6 +174,21 @@ func (s *Store) ListApprovals(ctx context.Context, ownerID, state, agentID, afte
 	return out, classify(err)
 }
 
+// LiveApprovals returns up to limit of an owner's approvals stored as
+// pending or approved (the ones that can still change), optionally of one
+// agent, by id, with their effective state (one whose time ran out reads
+// expired).
+func (s *Store) LiveApprovals(ctx context.Context, ownerID, agentID string, limit int) ([]Approval, error) {
+	rows, err := s.pool.Query(ctx, `SELECT `+ownerApprovalColumns+approvalFrom+`
+		WHERE ap.owner_id = $1 AND ap.state IN ('pending', 'approved') AND ($2 = '' OR ap.agent_id = $2)
+		ORDER BY ap.id LIMIT $3`, ownerID, agentID, limit)
+	if err != nil {
+		return nil, classify(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Approval, error) { return scanApproval(r) })
+	return out, classify(err)
+}
+
 // GetApproval returns one of an owner's approvals.
 func (s *Store) GetApproval(ctx context.Context, ownerID, id string) (Approval, error) {
 	a, err := scanApproval(s.pool.QueryRow(ctx, `SELECT `+ownerApprovalColumns+approvalFrom+`WHERE ap.owner_id = $1 AND ap.id = $2`, ownerID, id))

@@ -3456,6 +3456,110 @@ func (x *GetApprovalResponse) GetLive() *ApprovalLive {
 	return nil
 }
 
+// WatchApprovalsRequest selects which approvals to follow.
+type WatchApprovalsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only approvals for this agent; empty means all.
+	AgentId       string `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchApprovalsRequest) Reset() {
+	*x = WatchApprovalsRequest{}
+	mi := &file_countersign_v1_owner_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchApprovalsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchApprovalsRequest) ProtoMessage() {}
+
+func (x *WatchApprovalsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_countersign_v1_owner_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchApprovalsRequest.ProtoReflect.Descriptor instead.
+func (*WatchApprovalsRequest) Descriptor() ([]byte, []int) {
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *WatchApprovalsRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+// WatchApprovalsResponse is one approval: live when the stream starts, or
+// just changed.
+type WatchApprovalsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The approval as it stands (its state is the change: PENDING when a HOLD
+	// opened it, then APPROVED, REJECTED, USED, VOID or EXPIRED).
+	Approval *Approval `protobuf:"bytes,1,opt,name=approval,proto3" json:"approval,omitempty"`
+	// True for the approvals sent when the stream starts (the live set then),
+	// false for a change.
+	Initial       bool `protobuf:"varint,2,opt,name=initial,proto3" json:"initial,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchApprovalsResponse) Reset() {
+	*x = WatchApprovalsResponse{}
+	mi := &file_countersign_v1_owner_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchApprovalsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchApprovalsResponse) ProtoMessage() {}
+
+func (x *WatchApprovalsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_countersign_v1_owner_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchApprovalsResponse.ProtoReflect.Descriptor instead.
+func (*WatchApprovalsResponse) Descriptor() ([]byte, []int) {
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *WatchApprovalsResponse) GetApproval() *Approval {
+	if x != nil {
+		return x.Approval
+	}
+	return nil
+}
+
+func (x *WatchApprovalsResponse) GetInitial() bool {
+	if x != nil {
+		return x.Initial
+	}
+	return false
+}
+
 // ApprovalLive is an approval's context now, read for GetApproval only.
 type ApprovalLive struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -3481,7 +3585,7 @@ type ApprovalLive struct {
 
 func (x *ApprovalLive) Reset() {
 	*x = ApprovalLive{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[44]
+	mi := &file_countersign_v1_owner_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3493,7 +3597,7 @@ func (x *ApprovalLive) String() string {
 func (*ApprovalLive) ProtoMessage() {}
 
 func (x *ApprovalLive) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[44]
+	mi := &file_countersign_v1_owner_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3506,7 +3610,7 @@ func (x *ApprovalLive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalLive.ProtoReflect.Descriptor instead.
 func (*ApprovalLive) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{44}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ApprovalLive) GetAsOf() *timestamppb.Timestamp {
@@ -3567,7 +3671,7 @@ type ApproveApprovalRequest struct {
 
 func (x *ApproveApprovalRequest) Reset() {
 	*x = ApproveApprovalRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[45]
+	mi := &file_countersign_v1_owner_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3579,7 +3683,7 @@ func (x *ApproveApprovalRequest) String() string {
 func (*ApproveApprovalRequest) ProtoMessage() {}
 
 func (x *ApproveApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[45]
+	mi := &file_countersign_v1_owner_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3592,7 +3696,7 @@ func (x *ApproveApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveApprovalRequest.ProtoReflect.Descriptor instead.
 func (*ApproveApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{45}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ApproveApprovalRequest) GetApprovalId() string {
@@ -3627,7 +3731,7 @@ type ApproveApprovalResponse struct {
 
 func (x *ApproveApprovalResponse) Reset() {
 	*x = ApproveApprovalResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[46]
+	mi := &file_countersign_v1_owner_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3639,7 +3743,7 @@ func (x *ApproveApprovalResponse) String() string {
 func (*ApproveApprovalResponse) ProtoMessage() {}
 
 func (x *ApproveApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[46]
+	mi := &file_countersign_v1_owner_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3652,7 +3756,7 @@ func (x *ApproveApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveApprovalResponse.ProtoReflect.Descriptor instead.
 func (*ApproveApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{46}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ApproveApprovalResponse) GetApproval() *Approval {
@@ -3675,7 +3779,7 @@ type RejectApprovalRequest struct {
 
 func (x *RejectApprovalRequest) Reset() {
 	*x = RejectApprovalRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[47]
+	mi := &file_countersign_v1_owner_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3687,7 +3791,7 @@ func (x *RejectApprovalRequest) String() string {
 func (*RejectApprovalRequest) ProtoMessage() {}
 
 func (x *RejectApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[47]
+	mi := &file_countersign_v1_owner_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3700,7 +3804,7 @@ func (x *RejectApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectApprovalRequest.ProtoReflect.Descriptor instead.
 func (*RejectApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{47}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *RejectApprovalRequest) GetApprovalId() string {
@@ -3728,7 +3832,7 @@ type RejectApprovalResponse struct {
 
 func (x *RejectApprovalResponse) Reset() {
 	*x = RejectApprovalResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[48]
+	mi := &file_countersign_v1_owner_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3740,7 +3844,7 @@ func (x *RejectApprovalResponse) String() string {
 func (*RejectApprovalResponse) ProtoMessage() {}
 
 func (x *RejectApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[48]
+	mi := &file_countersign_v1_owner_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3753,7 +3857,7 @@ func (x *RejectApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectApprovalResponse.ProtoReflect.Descriptor instead.
 func (*RejectApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{48}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RejectApprovalResponse) GetApproval() *Approval {
@@ -3781,7 +3885,7 @@ type ListAuditRecordsRequest struct {
 
 func (x *ListAuditRecordsRequest) Reset() {
 	*x = ListAuditRecordsRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[49]
+	mi := &file_countersign_v1_owner_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3793,7 +3897,7 @@ func (x *ListAuditRecordsRequest) String() string {
 func (*ListAuditRecordsRequest) ProtoMessage() {}
 
 func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[49]
+	mi := &file_countersign_v1_owner_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3806,7 +3910,7 @@ func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{49}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListAuditRecordsRequest) GetPageSize() int32 {
@@ -3850,7 +3954,7 @@ type ListAuditRecordsResponse struct {
 
 func (x *ListAuditRecordsResponse) Reset() {
 	*x = ListAuditRecordsResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[50]
+	mi := &file_countersign_v1_owner_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3862,7 +3966,7 @@ func (x *ListAuditRecordsResponse) String() string {
 func (*ListAuditRecordsResponse) ProtoMessage() {}
 
 func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[50]
+	mi := &file_countersign_v1_owner_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3875,7 +3979,7 @@ func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{50}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListAuditRecordsResponse) GetAuditRecords() []*AuditRecord {
@@ -3907,7 +4011,7 @@ type VerifyAuditRequest struct {
 
 func (x *VerifyAuditRequest) Reset() {
 	*x = VerifyAuditRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[51]
+	mi := &file_countersign_v1_owner_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3919,7 +4023,7 @@ func (x *VerifyAuditRequest) String() string {
 func (*VerifyAuditRequest) ProtoMessage() {}
 
 func (x *VerifyAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[51]
+	mi := &file_countersign_v1_owner_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3932,7 +4036,7 @@ func (x *VerifyAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyAuditRequest.ProtoReflect.Descriptor instead.
 func (*VerifyAuditRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{51}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *VerifyAuditRequest) GetRailAccount() string {
@@ -3977,7 +4081,7 @@ type VerifyAuditResponse struct {
 
 func (x *VerifyAuditResponse) Reset() {
 	*x = VerifyAuditResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[52]
+	mi := &file_countersign_v1_owner_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3989,7 +4093,7 @@ func (x *VerifyAuditResponse) String() string {
 func (*VerifyAuditResponse) ProtoMessage() {}
 
 func (x *VerifyAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[52]
+	mi := &file_countersign_v1_owner_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4002,7 +4106,7 @@ func (x *VerifyAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyAuditResponse.ProtoReflect.Descriptor instead.
 func (*VerifyAuditResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{52}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *VerifyAuditResponse) GetOk() bool {
@@ -4084,7 +4188,7 @@ type AuditProblem struct {
 
 func (x *AuditProblem) Reset() {
 	*x = AuditProblem{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[53]
+	mi := &file_countersign_v1_owner_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4096,7 +4200,7 @@ func (x *AuditProblem) String() string {
 func (*AuditProblem) ProtoMessage() {}
 
 func (x *AuditProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[53]
+	mi := &file_countersign_v1_owner_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4109,7 +4213,7 @@ func (x *AuditProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditProblem.ProtoReflect.Descriptor instead.
 func (*AuditProblem) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{53}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *AuditProblem) GetKind() string {
@@ -4171,7 +4275,7 @@ type AuditCheckpoint struct {
 
 func (x *AuditCheckpoint) Reset() {
 	*x = AuditCheckpoint{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[54]
+	mi := &file_countersign_v1_owner_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4183,7 +4287,7 @@ func (x *AuditCheckpoint) String() string {
 func (*AuditCheckpoint) ProtoMessage() {}
 
 func (x *AuditCheckpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[54]
+	mi := &file_countersign_v1_owner_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4196,7 +4300,7 @@ func (x *AuditCheckpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditCheckpoint.ProtoReflect.Descriptor instead.
 func (*AuditCheckpoint) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{54}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *AuditCheckpoint) GetRailAccount() string {
@@ -4234,7 +4338,7 @@ type GetAuditInclusionProofRequest struct {
 
 func (x *GetAuditInclusionProofRequest) Reset() {
 	*x = GetAuditInclusionProofRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[55]
+	mi := &file_countersign_v1_owner_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4246,7 +4350,7 @@ func (x *GetAuditInclusionProofRequest) String() string {
 func (*GetAuditInclusionProofRequest) ProtoMessage() {}
 
 func (x *GetAuditInclusionProofRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[55]
+	mi := &file_countersign_v1_owner_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4259,7 +4363,7 @@ func (x *GetAuditInclusionProofRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAuditInclusionProofRequest.ProtoReflect.Descriptor instead.
 func (*GetAuditInclusionProofRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{55}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *GetAuditInclusionProofRequest) GetRecordId() int64 {
@@ -4292,7 +4396,7 @@ type GetAuditInclusionProofResponse struct {
 
 func (x *GetAuditInclusionProofResponse) Reset() {
 	*x = GetAuditInclusionProofResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[56]
+	mi := &file_countersign_v1_owner_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4304,7 +4408,7 @@ func (x *GetAuditInclusionProofResponse) String() string {
 func (*GetAuditInclusionProofResponse) ProtoMessage() {}
 
 func (x *GetAuditInclusionProofResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[56]
+	mi := &file_countersign_v1_owner_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4317,7 +4421,7 @@ func (x *GetAuditInclusionProofResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAuditInclusionProofResponse.ProtoReflect.Descriptor instead.
 func (*GetAuditInclusionProofResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{56}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *GetAuditInclusionProofResponse) GetRecord() *AuditRecord {
@@ -4357,7 +4461,7 @@ type GetAuditConsistencyProofRequest struct {
 
 func (x *GetAuditConsistencyProofRequest) Reset() {
 	*x = GetAuditConsistencyProofRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[57]
+	mi := &file_countersign_v1_owner_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4369,7 +4473,7 @@ func (x *GetAuditConsistencyProofRequest) String() string {
 func (*GetAuditConsistencyProofRequest) ProtoMessage() {}
 
 func (x *GetAuditConsistencyProofRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[57]
+	mi := &file_countersign_v1_owner_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4382,7 +4486,7 @@ func (x *GetAuditConsistencyProofRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAuditConsistencyProofRequest.ProtoReflect.Descriptor instead.
 func (*GetAuditConsistencyProofRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{57}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GetAuditConsistencyProofRequest) GetRailAccount() string {
@@ -4422,7 +4526,7 @@ type GetAuditConsistencyProofResponse struct {
 
 func (x *GetAuditConsistencyProofResponse) Reset() {
 	*x = GetAuditConsistencyProofResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[58]
+	mi := &file_countersign_v1_owner_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4434,7 +4538,7 @@ func (x *GetAuditConsistencyProofResponse) String() string {
 func (*GetAuditConsistencyProofResponse) ProtoMessage() {}
 
 func (x *GetAuditConsistencyProofResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[58]
+	mi := &file_countersign_v1_owner_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4447,7 +4551,7 @@ func (x *GetAuditConsistencyProofResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAuditConsistencyProofResponse.ProtoReflect.Descriptor instead.
 func (*GetAuditConsistencyProofResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{58}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *GetAuditConsistencyProofResponse) GetFrom() *AuditCheckpoint {
@@ -4491,7 +4595,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[59]
+	mi := &file_countersign_v1_owner_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4503,7 +4607,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[59]
+	mi := &file_countersign_v1_owner_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4516,7 +4620,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{59}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *Webhook) GetWebhookId() string {
@@ -4565,7 +4669,7 @@ type CreateWebhookRequest struct {
 
 func (x *CreateWebhookRequest) Reset() {
 	*x = CreateWebhookRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[60]
+	mi := &file_countersign_v1_owner_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4577,7 +4681,7 @@ func (x *CreateWebhookRequest) String() string {
 func (*CreateWebhookRequest) ProtoMessage() {}
 
 func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[60]
+	mi := &file_countersign_v1_owner_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4590,7 +4694,7 @@ func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookRequest.ProtoReflect.Descriptor instead.
 func (*CreateWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{60}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *CreateWebhookRequest) GetWebhook() *Webhook {
@@ -4613,7 +4717,7 @@ type CreateWebhookResponse struct {
 
 func (x *CreateWebhookResponse) Reset() {
 	*x = CreateWebhookResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[61]
+	mi := &file_countersign_v1_owner_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4625,7 +4729,7 @@ func (x *CreateWebhookResponse) String() string {
 func (*CreateWebhookResponse) ProtoMessage() {}
 
 func (x *CreateWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[61]
+	mi := &file_countersign_v1_owner_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4638,7 +4742,7 @@ func (x *CreateWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookResponse.ProtoReflect.Descriptor instead.
 func (*CreateWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{61}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *CreateWebhookResponse) GetWebhook() *Webhook {
@@ -4668,7 +4772,7 @@ type ListWebhooksRequest struct {
 
 func (x *ListWebhooksRequest) Reset() {
 	*x = ListWebhooksRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[62]
+	mi := &file_countersign_v1_owner_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4680,7 +4784,7 @@ func (x *ListWebhooksRequest) String() string {
 func (*ListWebhooksRequest) ProtoMessage() {}
 
 func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[62]
+	mi := &file_countersign_v1_owner_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4693,7 +4797,7 @@ func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhooksRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{62}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *ListWebhooksRequest) GetPageSize() int32 {
@@ -4723,7 +4827,7 @@ type ListWebhooksResponse struct {
 
 func (x *ListWebhooksResponse) Reset() {
 	*x = ListWebhooksResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[63]
+	mi := &file_countersign_v1_owner_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4735,7 +4839,7 @@ func (x *ListWebhooksResponse) String() string {
 func (*ListWebhooksResponse) ProtoMessage() {}
 
 func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[63]
+	mi := &file_countersign_v1_owner_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4748,7 +4852,7 @@ func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhooksResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{63}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *ListWebhooksResponse) GetWebhooks() []*Webhook {
@@ -4776,7 +4880,7 @@ type DeleteWebhookRequest struct {
 
 func (x *DeleteWebhookRequest) Reset() {
 	*x = DeleteWebhookRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[64]
+	mi := &file_countersign_v1_owner_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4788,7 +4892,7 @@ func (x *DeleteWebhookRequest) String() string {
 func (*DeleteWebhookRequest) ProtoMessage() {}
 
 func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[64]
+	mi := &file_countersign_v1_owner_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4801,7 +4905,7 @@ func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWebhookRequest.ProtoReflect.Descriptor instead.
 func (*DeleteWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{64}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *DeleteWebhookRequest) GetWebhookId() string {
@@ -4820,7 +4924,7 @@ type DeleteWebhookResponse struct {
 
 func (x *DeleteWebhookResponse) Reset() {
 	*x = DeleteWebhookResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[65]
+	mi := &file_countersign_v1_owner_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4832,7 +4936,7 @@ func (x *DeleteWebhookResponse) String() string {
 func (*DeleteWebhookResponse) ProtoMessage() {}
 
 func (x *DeleteWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[65]
+	mi := &file_countersign_v1_owner_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4845,7 +4949,7 @@ func (x *DeleteWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWebhookResponse.ProtoReflect.Descriptor instead.
 func (*DeleteWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{65}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{67}
 }
 
 // DeadLetter is a webhook delivery that exhausted its retries.
@@ -4879,7 +4983,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[66]
+	mi := &file_countersign_v1_owner_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4891,7 +4995,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[66]
+	mi := &file_countersign_v1_owner_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4904,7 +5008,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{66}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *DeadLetter) GetDeadLetterId() string {
@@ -5001,7 +5105,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[67]
+	mi := &file_countersign_v1_owner_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5013,7 +5117,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[67]
+	mi := &file_countersign_v1_owner_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5026,7 +5130,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{67}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ListDeadLettersRequest) GetPageSize() int32 {
@@ -5070,7 +5174,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[68]
+	mi := &file_countersign_v1_owner_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5082,7 +5186,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[68]
+	mi := &file_countersign_v1_owner_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5095,7 +5199,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{68}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -5123,7 +5227,7 @@ type ReplayDeadLetterRequest struct {
 
 func (x *ReplayDeadLetterRequest) Reset() {
 	*x = ReplayDeadLetterRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[69]
+	mi := &file_countersign_v1_owner_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5135,7 +5239,7 @@ func (x *ReplayDeadLetterRequest) String() string {
 func (*ReplayDeadLetterRequest) ProtoMessage() {}
 
 func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[69]
+	mi := &file_countersign_v1_owner_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5148,7 +5252,7 @@ func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterRequest.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{69}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ReplayDeadLetterRequest) GetDeadLetterId() string {
@@ -5169,7 +5273,7 @@ type ReplayDeadLetterResponse struct {
 
 func (x *ReplayDeadLetterResponse) Reset() {
 	*x = ReplayDeadLetterResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[70]
+	mi := &file_countersign_v1_owner_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5181,7 +5285,7 @@ func (x *ReplayDeadLetterResponse) String() string {
 func (*ReplayDeadLetterResponse) ProtoMessage() {}
 
 func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[70]
+	mi := &file_countersign_v1_owner_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5194,7 +5298,7 @@ func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterResponse.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{70}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ReplayDeadLetterResponse) GetDeadLetter() *DeadLetter {
@@ -5455,7 +5559,12 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"approvalId\"}\n" +
 	"\x13GetApprovalResponse\x124\n" +
 	"\bapproval\x18\x01 \x01(\v2\x18.countersign.v1.ApprovalR\bapproval\x120\n" +
-	"\x04live\x18\x02 \x01(\v2\x1c.countersign.v1.ApprovalLiveR\x04live\"\xea\x02\n" +
+	"\x04live\x18\x02 \x01(\v2\x1c.countersign.v1.ApprovalLiveR\x04live\";\n" +
+	"\x15WatchApprovalsRequest\x12\"\n" +
+	"\bagent_id\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x18@R\aagentId\"h\n" +
+	"\x16WatchApprovalsResponse\x124\n" +
+	"\bapproval\x18\x01 \x01(\v2\x18.countersign.v1.ApprovalR\bapproval\x12\x18\n" +
+	"\ainitial\x18\x02 \x01(\bR\ainitial\"\xea\x02\n" +
 	"\fApprovalLive\x12/\n" +
 	"\x05as_of\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04asOf\x125\n" +
 	"\n" +
@@ -5627,7 +5736,7 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"\x0fDeadLetterState\x12!\n" +
 	"\x1dDEAD_LETTER_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16DEAD_LETTER_STATE_DEAD\x10\x01\x12\x1e\n" +
-	"\x1aDEAD_LETTER_STATE_REPLAYED\x10\x022\x93\x1d\n" +
+	"\x1aDEAD_LETTER_STATE_REPLAYED\x10\x022\x93\x1e\n" +
 	"\fOwnerService\x12q\n" +
 	"\vCreateAgent\x12\".countersign.v1.CreateAgentRequest\x1a#.countersign.v1.CreateAgentResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x05agent\"\n" +
 	"/v1/agents\x12g\n" +
@@ -5649,7 +5758,8 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"\tGetIntent\x12 .countersign.v1.GetIntentRequest\x1a!.countersign.v1.GetIntentResponse\"(\x82\xd3\xe4\x93\x02\"\x12 /v1/intents/{rail_account}/{sik}\x12v\n" +
 	"\fWatchIntents\x12#.countersign.v1.WatchIntentsRequest\x1a$.countersign.v1.WatchIntentsResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/intents:watch0\x01\x12s\n" +
 	"\rListApprovals\x12$.countersign.v1.ListApprovalsRequest\x1a%.countersign.v1.ListApprovalsResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/approvals\x12{\n" +
-	"\vGetApproval\x12\".countersign.v1.GetApprovalRequest\x1a#.countersign.v1.GetApprovalResponse\"#\x82\xd3\xe4\x93\x02\x1d\x12\x1b/v1/approvals/{approval_id}\x12\x92\x01\n" +
+	"\vGetApproval\x12\".countersign.v1.GetApprovalRequest\x1a#.countersign.v1.GetApprovalResponse\"#\x82\xd3\xe4\x93\x02\x1d\x12\x1b/v1/approvals/{approval_id}\x12~\n" +
+	"\x0eWatchApprovals\x12%.countersign.v1.WatchApprovalsRequest\x1a&.countersign.v1.WatchApprovalsResponse\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/approvals:watch0\x01\x12\x92\x01\n" +
 	"\x0fApproveApproval\x12&.countersign.v1.ApproveApprovalRequest\x1a'.countersign.v1.ApproveApprovalResponse\".\x82\xd3\xe4\x93\x02(:\x01*\"#/v1/approvals/{approval_id}:approve\x12\x8e\x01\n" +
 	"\x0eRejectApproval\x12%.countersign.v1.RejectApprovalRequest\x1a&.countersign.v1.RejectApprovalResponse\"-\x82\xd3\xe4\x93\x02':\x01*\"\"/v1/approvals/{approval_id}:reject\x12\x7f\n" +
 	"\x10ListAuditRecords\x12'.countersign.v1.ListAuditRecordsRequest\x1a(.countersign.v1.ListAuditRecordsResponse\"\x18\x82\xd3\xe4\x93\x02\x12\x12\x10/v1/auditRecords\x12z\n" +
@@ -5682,7 +5792,7 @@ func file_countersign_v1_owner_proto_rawDescGZIP() []byte {
 }
 
 var file_countersign_v1_owner_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_countersign_v1_owner_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
+var file_countersign_v1_owner_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
 var file_countersign_v1_owner_proto_goTypes = []any{
 	(AgentState)(0),                          // 0: countersign.v1.AgentState
 	(CredentialScope)(0),                     // 1: countersign.v1.CredentialScope
@@ -5735,51 +5845,53 @@ var file_countersign_v1_owner_proto_goTypes = []any{
 	(*ListApprovalsResponse)(nil),            // 48: countersign.v1.ListApprovalsResponse
 	(*GetApprovalRequest)(nil),               // 49: countersign.v1.GetApprovalRequest
 	(*GetApprovalResponse)(nil),              // 50: countersign.v1.GetApprovalResponse
-	(*ApprovalLive)(nil),                     // 51: countersign.v1.ApprovalLive
-	(*ApproveApprovalRequest)(nil),           // 52: countersign.v1.ApproveApprovalRequest
-	(*ApproveApprovalResponse)(nil),          // 53: countersign.v1.ApproveApprovalResponse
-	(*RejectApprovalRequest)(nil),            // 54: countersign.v1.RejectApprovalRequest
-	(*RejectApprovalResponse)(nil),           // 55: countersign.v1.RejectApprovalResponse
-	(*ListAuditRecordsRequest)(nil),          // 56: countersign.v1.ListAuditRecordsRequest
-	(*ListAuditRecordsResponse)(nil),         // 57: countersign.v1.ListAuditRecordsResponse
-	(*VerifyAuditRequest)(nil),               // 58: countersign.v1.VerifyAuditRequest
-	(*VerifyAuditResponse)(nil),              // 59: countersign.v1.VerifyAuditResponse
-	(*AuditProblem)(nil),                     // 60: countersign.v1.AuditProblem
-	(*AuditCheckpoint)(nil),                  // 61: countersign.v1.AuditCheckpoint
-	(*GetAuditInclusionProofRequest)(nil),    // 62: countersign.v1.GetAuditInclusionProofRequest
-	(*GetAuditInclusionProofResponse)(nil),   // 63: countersign.v1.GetAuditInclusionProofResponse
-	(*GetAuditConsistencyProofRequest)(nil),  // 64: countersign.v1.GetAuditConsistencyProofRequest
-	(*GetAuditConsistencyProofResponse)(nil), // 65: countersign.v1.GetAuditConsistencyProofResponse
-	(*Webhook)(nil),                          // 66: countersign.v1.Webhook
-	(*CreateWebhookRequest)(nil),             // 67: countersign.v1.CreateWebhookRequest
-	(*CreateWebhookResponse)(nil),            // 68: countersign.v1.CreateWebhookResponse
-	(*ListWebhooksRequest)(nil),              // 69: countersign.v1.ListWebhooksRequest
-	(*ListWebhooksResponse)(nil),             // 70: countersign.v1.ListWebhooksResponse
-	(*DeleteWebhookRequest)(nil),             // 71: countersign.v1.DeleteWebhookRequest
-	(*DeleteWebhookResponse)(nil),            // 72: countersign.v1.DeleteWebhookResponse
-	(*DeadLetter)(nil),                       // 73: countersign.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),           // 74: countersign.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),          // 75: countersign.v1.ListDeadLettersResponse
-	(*ReplayDeadLetterRequest)(nil),          // 76: countersign.v1.ReplayDeadLetterRequest
-	(*ReplayDeadLetterResponse)(nil),         // 77: countersign.v1.ReplayDeadLetterResponse
-	(*timestamppb.Timestamp)(nil),            // 78: google.protobuf.Timestamp
-	(*Mandate)(nil),                          // 79: countersign.v1.Mandate
-	(WindowScope)(0),                         // 80: countersign.v1.WindowScope
-	(*durationpb.Duration)(nil),              // 81: google.protobuf.Duration
-	(*Money)(nil),                            // 82: countersign.v1.Money
-	(IntentState)(0),                         // 83: countersign.v1.IntentState
-	(*Intent)(nil),                           // 84: countersign.v1.Intent
-	(*Attempt)(nil),                          // 85: countersign.v1.Attempt
-	(*AuditRecord)(nil),                      // 86: countersign.v1.AuditRecord
-	(ReconcileOutcome)(0),                    // 87: countersign.v1.ReconcileOutcome
-	(ActionKind)(0),                          // 88: countersign.v1.ActionKind
-	(*GateResult)(nil),                       // 89: countersign.v1.GateResult
-	(Rail)(0),                                // 90: countersign.v1.Rail
+	(*WatchApprovalsRequest)(nil),            // 51: countersign.v1.WatchApprovalsRequest
+	(*WatchApprovalsResponse)(nil),           // 52: countersign.v1.WatchApprovalsResponse
+	(*ApprovalLive)(nil),                     // 53: countersign.v1.ApprovalLive
+	(*ApproveApprovalRequest)(nil),           // 54: countersign.v1.ApproveApprovalRequest
+	(*ApproveApprovalResponse)(nil),          // 55: countersign.v1.ApproveApprovalResponse
+	(*RejectApprovalRequest)(nil),            // 56: countersign.v1.RejectApprovalRequest
+	(*RejectApprovalResponse)(nil),           // 57: countersign.v1.RejectApprovalResponse
+	(*ListAuditRecordsRequest)(nil),          // 58: countersign.v1.ListAuditRecordsRequest
+	(*ListAuditRecordsResponse)(nil),         // 59: countersign.v1.ListAuditRecordsResponse
+	(*VerifyAuditRequest)(nil),               // 60: countersign.v1.VerifyAuditRequest
+	(*VerifyAuditResponse)(nil),              // 61: countersign.v1.VerifyAuditResponse
+	(*AuditProblem)(nil),                     // 62: countersign.v1.AuditProblem
+	(*AuditCheckpoint)(nil),                  // 63: countersign.v1.AuditCheckpoint
+	(*GetAuditInclusionProofRequest)(nil),    // 64: countersign.v1.GetAuditInclusionProofRequest
+	(*GetAuditInclusionProofResponse)(nil),   // 65: countersign.v1.GetAuditInclusionProofResponse
+	(*GetAuditConsistencyProofRequest)(nil),  // 66: countersign.v1.GetAuditConsistencyProofRequest
+	(*GetAuditConsistencyProofResponse)(nil), // 67: countersign.v1.GetAuditConsistencyProofResponse
+	(*Webhook)(nil),                          // 68: countersign.v1.Webhook
+	(*CreateWebhookRequest)(nil),             // 69: countersign.v1.CreateWebhookRequest
+	(*CreateWebhookResponse)(nil),            // 70: countersign.v1.CreateWebhookResponse
+	(*ListWebhooksRequest)(nil),              // 71: countersign.v1.ListWebhooksRequest
+	(*ListWebhooksResponse)(nil),             // 72: countersign.v1.ListWebhooksResponse
+	(*DeleteWebhookRequest)(nil),             // 73: countersign.v1.DeleteWebhookRequest
+	(*DeleteWebhookResponse)(nil),            // 74: countersign.v1.DeleteWebhookResponse
+	(*DeadLetter)(nil),                       // 75: countersign.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),           // 76: countersign.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),          // 77: countersign.v1.ListDeadLettersResponse
+	(*ReplayDeadLetterRequest)(nil),          // 78: countersign.v1.ReplayDeadLetterRequest
+	(*ReplayDeadLetterResponse)(nil),         // 79: countersign.v1.ReplayDeadLetterResponse
+	(*timestamppb.Timestamp)(nil),            // 80: google.protobuf.Timestamp
+	(*Mandate)(nil),                          // 81: countersign.v1.Mandate
+	(WindowScope)(0),                         // 82: countersign.v1.WindowScope
+	(*durationpb.Duration)(nil),              // 83: google.protobuf.Duration
+	(*Money)(nil),                            // 84: countersign.v1.Money
+	(IntentState)(0),                         // 85: countersign.v1.IntentState
+	(*Intent)(nil),                           // 86: countersign.v1.Intent
+	(*Attempt)(nil),                          // 87: countersign.v1.Attempt
+	(*AuditRecord)(nil),                      // 88: countersign.v1.AuditRecord
+	(ReconcileOutcome)(0),                    // 89: countersign.v1.ReconcileOutcome
+	(ActionKind)(0),                          // 90: countersign.v1.ActionKind
+	(*GateResult)(nil),                       // 91: countersign.v1.GateResult
+	(Rail)(0),                                // 92: countersign.v1.Rail
 }
 var file_countersign_v1_owner_proto_depIdxs = []int32{
 	0,   // 0: countersign.v1.Agent.state:type_name -> countersign.v1.AgentState
-	78,  // 1: countersign.v1.Agent.create_time:type_name -> google.protobuf.Timestamp
-	78,  // 2: countersign.v1.Agent.revoke_time:type_name -> google.protobuf.Timestamp
+	80,  // 1: countersign.v1.Agent.create_time:type_name -> google.protobuf.Timestamp
+	80,  // 2: countersign.v1.Agent.revoke_time:type_name -> google.protobuf.Timestamp
 	7,   // 3: countersign.v1.CreateAgentRequest.agent:type_name -> countersign.v1.Agent
 	7,   // 4: countersign.v1.CreateAgentResponse.agent:type_name -> countersign.v1.Agent
 	7,   // 5: countersign.v1.ListAgentsResponse.agents:type_name -> countersign.v1.Agent
@@ -5787,150 +5899,153 @@ var file_countersign_v1_owner_proto_depIdxs = []int32{
 	7,   // 7: countersign.v1.RevokeAgentResponse.agent:type_name -> countersign.v1.Agent
 	1,   // 8: countersign.v1.Credential.scope:type_name -> countersign.v1.CredentialScope
 	2,   // 9: countersign.v1.Credential.state:type_name -> countersign.v1.CredentialState
-	78,  // 10: countersign.v1.Credential.create_time:type_name -> google.protobuf.Timestamp
-	78,  // 11: countersign.v1.Credential.expire_time:type_name -> google.protobuf.Timestamp
-	78,  // 12: countersign.v1.Credential.revoke_time:type_name -> google.protobuf.Timestamp
-	78,  // 13: countersign.v1.Credential.last_use_time:type_name -> google.protobuf.Timestamp
+	80,  // 10: countersign.v1.Credential.create_time:type_name -> google.protobuf.Timestamp
+	80,  // 11: countersign.v1.Credential.expire_time:type_name -> google.protobuf.Timestamp
+	80,  // 12: countersign.v1.Credential.revoke_time:type_name -> google.protobuf.Timestamp
+	80,  // 13: countersign.v1.Credential.last_use_time:type_name -> google.protobuf.Timestamp
 	1,   // 14: countersign.v1.IssueCredentialRequest.scope:type_name -> countersign.v1.CredentialScope
-	78,  // 15: countersign.v1.IssueCredentialRequest.expire_time:type_name -> google.protobuf.Timestamp
+	80,  // 15: countersign.v1.IssueCredentialRequest.expire_time:type_name -> google.protobuf.Timestamp
 	16,  // 16: countersign.v1.IssueCredentialResponse.credential:type_name -> countersign.v1.Credential
 	16,  // 17: countersign.v1.ListCredentialsResponse.credentials:type_name -> countersign.v1.Credential
 	16,  // 18: countersign.v1.RevokeCredentialResponse.credential:type_name -> countersign.v1.Credential
-	79,  // 19: countersign.v1.MandateRecord.mandate:type_name -> countersign.v1.Mandate
+	81,  // 19: countersign.v1.MandateRecord.mandate:type_name -> countersign.v1.Mandate
 	3,   // 20: countersign.v1.MandateRecord.state:type_name -> countersign.v1.MandateState
-	78,  // 21: countersign.v1.MandateRecord.create_time:type_name -> google.protobuf.Timestamp
-	78,  // 22: countersign.v1.MandateRecord.revoke_time:type_name -> google.protobuf.Timestamp
-	79,  // 23: countersign.v1.CreateMandateRequest.mandate:type_name -> countersign.v1.Mandate
+	80,  // 21: countersign.v1.MandateRecord.create_time:type_name -> google.protobuf.Timestamp
+	80,  // 22: countersign.v1.MandateRecord.revoke_time:type_name -> google.protobuf.Timestamp
+	81,  // 23: countersign.v1.CreateMandateRequest.mandate:type_name -> countersign.v1.Mandate
 	23,  // 24: countersign.v1.CreateMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
 	23,  // 25: countersign.v1.GetMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
 	3,   // 26: countersign.v1.ListMandatesRequest.state:type_name -> countersign.v1.MandateState
 	23,  // 27: countersign.v1.ListMandatesResponse.mandates:type_name -> countersign.v1.MandateRecord
 	23,  // 28: countersign.v1.RevokeMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
 	34,  // 29: countersign.v1.GetMandateUsageResponse.usage:type_name -> countersign.v1.MandateUsage
-	78,  // 30: countersign.v1.MandateUsage.as_of:type_name -> google.protobuf.Timestamp
+	80,  // 30: countersign.v1.MandateUsage.as_of:type_name -> google.protobuf.Timestamp
 	35,  // 31: countersign.v1.MandateUsage.budgets:type_name -> countersign.v1.MandateBudgetUsage
 	36,  // 32: countersign.v1.MandateUsage.windows:type_name -> countersign.v1.MandateWindowUsage
 	37,  // 33: countersign.v1.MandateUsage.fee_budget:type_name -> countersign.v1.MandateFeeUsage
-	80,  // 34: countersign.v1.MandateWindowUsage.scope:type_name -> countersign.v1.WindowScope
-	81,  // 35: countersign.v1.MandateWindowUsage.duration:type_name -> google.protobuf.Duration
-	82,  // 36: countersign.v1.MandateWindowUsage.max_amount:type_name -> countersign.v1.Money
-	82,  // 37: countersign.v1.MandateWindowUsage.amount:type_name -> countersign.v1.Money
-	78,  // 38: countersign.v1.MandateWindowUsage.window_start_time:type_name -> google.protobuf.Timestamp
-	78,  // 39: countersign.v1.MandateWindowUsage.next_release_time:type_name -> google.protobuf.Timestamp
-	82,  // 40: countersign.v1.MandateFeeUsage.limit:type_name -> countersign.v1.Money
-	83,  // 41: countersign.v1.ListIntentsRequest.state:type_name -> countersign.v1.IntentState
-	84,  // 42: countersign.v1.ListIntentsResponse.intents:type_name -> countersign.v1.Intent
-	84,  // 43: countersign.v1.GetIntentResponse.intent:type_name -> countersign.v1.Intent
-	85,  // 44: countersign.v1.GetIntentResponse.attempts:type_name -> countersign.v1.Attempt
-	86,  // 45: countersign.v1.GetIntentResponse.transitions:type_name -> countersign.v1.AuditRecord
+	82,  // 34: countersign.v1.MandateWindowUsage.scope:type_name -> countersign.v1.WindowScope
+	83,  // 35: countersign.v1.MandateWindowUsage.duration:type_name -> google.protobuf.Duration
+	84,  // 36: countersign.v1.MandateWindowUsage.max_amount:type_name -> countersign.v1.Money
+	84,  // 37: countersign.v1.MandateWindowUsage.amount:type_name -> countersign.v1.Money
+	80,  // 38: countersign.v1.MandateWindowUsage.window_start_time:type_name -> google.protobuf.Timestamp
+	80,  // 39: countersign.v1.MandateWindowUsage.next_release_time:type_name -> google.protobuf.Timestamp
+	84,  // 40: countersign.v1.MandateFeeUsage.limit:type_name -> countersign.v1.Money
+	85,  // 41: countersign.v1.ListIntentsRequest.state:type_name -> countersign.v1.IntentState
+	86,  // 42: countersign.v1.ListIntentsResponse.intents:type_name -> countersign.v1.Intent
+	86,  // 43: countersign.v1.GetIntentResponse.intent:type_name -> countersign.v1.Intent
+	87,  // 44: countersign.v1.GetIntentResponse.attempts:type_name -> countersign.v1.Attempt
+	88,  // 45: countersign.v1.GetIntentResponse.transitions:type_name -> countersign.v1.AuditRecord
 	42,  // 46: countersign.v1.GetIntentResponse.findings:type_name -> countersign.v1.IntentFinding
 	43,  // 47: countersign.v1.GetIntentResponse.stored_answer:type_name -> countersign.v1.StoredRailAnswer
-	87,  // 48: countersign.v1.IntentFinding.outcome:type_name -> countersign.v1.ReconcileOutcome
-	78,  // 49: countersign.v1.IntentFinding.find_time:type_name -> google.protobuf.Timestamp
+	89,  // 48: countersign.v1.IntentFinding.outcome:type_name -> countersign.v1.ReconcileOutcome
+	80,  // 49: countersign.v1.IntentFinding.find_time:type_name -> google.protobuf.Timestamp
 	4,   // 50: countersign.v1.StoredRailAnswer.source:type_name -> countersign.v1.StoredRailAnswerSource
-	83,  // 51: countersign.v1.WatchIntentsRequest.states:type_name -> countersign.v1.IntentState
-	86,  // 52: countersign.v1.WatchIntentsResponse.transition:type_name -> countersign.v1.AuditRecord
-	84,  // 53: countersign.v1.WatchIntentsResponse.intent:type_name -> countersign.v1.Intent
+	85,  // 51: countersign.v1.WatchIntentsRequest.states:type_name -> countersign.v1.IntentState
+	88,  // 52: countersign.v1.WatchIntentsResponse.transition:type_name -> countersign.v1.AuditRecord
+	86,  // 53: countersign.v1.WatchIntentsResponse.intent:type_name -> countersign.v1.Intent
 	5,   // 54: countersign.v1.Approval.state:type_name -> countersign.v1.ApprovalState
-	88,  // 55: countersign.v1.Approval.action_kind:type_name -> countersign.v1.ActionKind
-	82,  // 56: countersign.v1.Approval.amount:type_name -> countersign.v1.Money
-	89,  // 57: countersign.v1.Approval.gates:type_name -> countersign.v1.GateResult
-	78,  // 58: countersign.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
-	78,  // 59: countersign.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
-	78,  // 60: countersign.v1.Approval.decide_time:type_name -> google.protobuf.Timestamp
-	90,  // 61: countersign.v1.Approval.rail:type_name -> countersign.v1.Rail
-	89,  // 62: countersign.v1.Approval.held_by:type_name -> countersign.v1.GateResult
+	90,  // 55: countersign.v1.Approval.action_kind:type_name -> countersign.v1.ActionKind
+	84,  // 56: countersign.v1.Approval.amount:type_name -> countersign.v1.Money
+	91,  // 57: countersign.v1.Approval.gates:type_name -> countersign.v1.GateResult
+	80,  // 58: countersign.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
+	80,  // 59: countersign.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
+	80,  // 60: countersign.v1.Approval.decide_time:type_name -> google.protobuf.Timestamp
+	92,  // 61: countersign.v1.Approval.rail:type_name -> countersign.v1.Rail
+	91,  // 62: countersign.v1.Approval.held_by:type_name -> countersign.v1.GateResult
 	5,   // 63: countersign.v1.ListApprovalsRequest.state:type_name -> countersign.v1.ApprovalState
 	46,  // 64: countersign.v1.ListApprovalsResponse.approvals:type_name -> countersign.v1.Approval
 	46,  // 65: countersign.v1.GetApprovalResponse.approval:type_name -> countersign.v1.Approval
-	51,  // 66: countersign.v1.GetApprovalResponse.live:type_name -> countersign.v1.ApprovalLive
-	78,  // 67: countersign.v1.ApprovalLive.as_of:type_name -> google.protobuf.Timestamp
-	82,  // 68: countersign.v1.ApprovalLive.refundable:type_name -> countersign.v1.Money
-	82,  // 69: countersign.v1.ApprovalLive.rail_refundable:type_name -> countersign.v1.Money
-	82,  // 70: countersign.v1.ApprovalLive.ledger_outstanding:type_name -> countersign.v1.Money
-	34,  // 71: countersign.v1.ApprovalLive.mandate_usage:type_name -> countersign.v1.MandateUsage
-	46,  // 72: countersign.v1.ApproveApprovalResponse.approval:type_name -> countersign.v1.Approval
-	46,  // 73: countersign.v1.RejectApprovalResponse.approval:type_name -> countersign.v1.Approval
-	86,  // 74: countersign.v1.ListAuditRecordsResponse.audit_records:type_name -> countersign.v1.AuditRecord
-	81,  // 75: countersign.v1.VerifyAuditRequest.max_unsealed_age:type_name -> google.protobuf.Duration
-	78,  // 76: countersign.v1.VerifyAuditResponse.oldest_unsealed_time:type_name -> google.protobuf.Timestamp
-	60,  // 77: countersign.v1.VerifyAuditResponse.problems:type_name -> countersign.v1.AuditProblem
-	86,  // 78: countersign.v1.GetAuditInclusionProofResponse.record:type_name -> countersign.v1.AuditRecord
-	61,  // 79: countersign.v1.GetAuditInclusionProofResponse.checkpoint:type_name -> countersign.v1.AuditCheckpoint
-	61,  // 80: countersign.v1.GetAuditConsistencyProofResponse.from:type_name -> countersign.v1.AuditCheckpoint
-	61,  // 81: countersign.v1.GetAuditConsistencyProofResponse.to:type_name -> countersign.v1.AuditCheckpoint
-	78,  // 82: countersign.v1.Webhook.create_time:type_name -> google.protobuf.Timestamp
-	66,  // 83: countersign.v1.CreateWebhookRequest.webhook:type_name -> countersign.v1.Webhook
-	66,  // 84: countersign.v1.CreateWebhookResponse.webhook:type_name -> countersign.v1.Webhook
-	66,  // 85: countersign.v1.ListWebhooksResponse.webhooks:type_name -> countersign.v1.Webhook
-	6,   // 86: countersign.v1.DeadLetter.state:type_name -> countersign.v1.DeadLetterState
-	78,  // 87: countersign.v1.DeadLetter.create_time:type_name -> google.protobuf.Timestamp
-	78,  // 88: countersign.v1.DeadLetter.dead_time:type_name -> google.protobuf.Timestamp
-	78,  // 89: countersign.v1.DeadLetter.replay_time:type_name -> google.protobuf.Timestamp
-	6,   // 90: countersign.v1.ListDeadLettersRequest.state:type_name -> countersign.v1.DeadLetterState
-	73,  // 91: countersign.v1.ListDeadLettersResponse.dead_letters:type_name -> countersign.v1.DeadLetter
-	73,  // 92: countersign.v1.ReplayDeadLetterResponse.dead_letter:type_name -> countersign.v1.DeadLetter
-	8,   // 93: countersign.v1.OwnerService.CreateAgent:input_type -> countersign.v1.CreateAgentRequest
-	10,  // 94: countersign.v1.OwnerService.ListAgents:input_type -> countersign.v1.ListAgentsRequest
-	12,  // 95: countersign.v1.OwnerService.GetAgent:input_type -> countersign.v1.GetAgentRequest
-	14,  // 96: countersign.v1.OwnerService.RevokeAgent:input_type -> countersign.v1.RevokeAgentRequest
-	17,  // 97: countersign.v1.OwnerService.IssueCredential:input_type -> countersign.v1.IssueCredentialRequest
-	19,  // 98: countersign.v1.OwnerService.ListCredentials:input_type -> countersign.v1.ListCredentialsRequest
-	21,  // 99: countersign.v1.OwnerService.RevokeCredential:input_type -> countersign.v1.RevokeCredentialRequest
-	24,  // 100: countersign.v1.OwnerService.CreateMandate:input_type -> countersign.v1.CreateMandateRequest
-	26,  // 101: countersign.v1.OwnerService.GetMandate:input_type -> countersign.v1.GetMandateRequest
-	28,  // 102: countersign.v1.OwnerService.ListMandates:input_type -> countersign.v1.ListMandatesRequest
-	30,  // 103: countersign.v1.OwnerService.RevokeMandate:input_type -> countersign.v1.RevokeMandateRequest
-	32,  // 104: countersign.v1.OwnerService.GetMandateUsage:input_type -> countersign.v1.GetMandateUsageRequest
-	38,  // 105: countersign.v1.OwnerService.ListIntents:input_type -> countersign.v1.ListIntentsRequest
-	40,  // 106: countersign.v1.OwnerService.GetIntent:input_type -> countersign.v1.GetIntentRequest
-	44,  // 107: countersign.v1.OwnerService.WatchIntents:input_type -> countersign.v1.WatchIntentsRequest
-	47,  // 108: countersign.v1.OwnerService.ListApprovals:input_type -> countersign.v1.ListApprovalsRequest
-	49,  // 109: countersign.v1.OwnerService.GetApproval:input_type -> countersign.v1.GetApprovalRequest
-	52,  // 110: countersign.v1.OwnerService.ApproveApproval:input_type -> countersign.v1.ApproveApprovalRequest
-	54,  // 111: countersign.v1.OwnerService.RejectApproval:input_type -> countersign.v1.RejectApprovalRequest
-	56,  // 112: countersign.v1.OwnerService.ListAuditRecords:input_type -> countersign.v1.ListAuditRecordsRequest
-	58,  // 113: countersign.v1.OwnerService.VerifyAudit:input_type -> countersign.v1.VerifyAuditRequest
-	62,  // 114: countersign.v1.OwnerService.GetAuditInclusionProof:input_type -> countersign.v1.GetAuditInclusionProofRequest
-	64,  // 115: countersign.v1.OwnerService.GetAuditConsistencyProof:input_type -> countersign.v1.GetAuditConsistencyProofRequest
-	74,  // 116: countersign.v1.OwnerService.ListDeadLetters:input_type -> countersign.v1.ListDeadLettersRequest
-	76,  // 117: countersign.v1.OwnerService.ReplayDeadLetter:input_type -> countersign.v1.ReplayDeadLetterRequest
-	67,  // 118: countersign.v1.OwnerService.CreateWebhook:input_type -> countersign.v1.CreateWebhookRequest
-	69,  // 119: countersign.v1.OwnerService.ListWebhooks:input_type -> countersign.v1.ListWebhooksRequest
-	71,  // 120: countersign.v1.OwnerService.DeleteWebhook:input_type -> countersign.v1.DeleteWebhookRequest
-	9,   // 121: countersign.v1.OwnerService.CreateAgent:output_type -> countersign.v1.CreateAgentResponse
-	11,  // 122: countersign.v1.OwnerService.ListAgents:output_type -> countersign.v1.ListAgentsResponse
-	13,  // 123: countersign.v1.OwnerService.GetAgent:output_type -> countersign.v1.GetAgentResponse
-	15,  // 124: countersign.v1.OwnerService.RevokeAgent:output_type -> countersign.v1.RevokeAgentResponse
-	18,  // 125: countersign.v1.OwnerService.IssueCredential:output_type -> countersign.v1.IssueCredentialResponse
-	20,  // 126: countersign.v1.OwnerService.ListCredentials:output_type -> countersign.v1.ListCredentialsResponse
-	22,  // 127: countersign.v1.OwnerService.RevokeCredential:output_type -> countersign.v1.RevokeCredentialResponse
-	25,  // 128: countersign.v1.OwnerService.CreateMandate:output_type -> countersign.v1.CreateMandateResponse
-	27,  // 129: countersign.v1.OwnerService.GetMandate:output_type -> countersign.v1.GetMandateResponse
-	29,  // 130: countersign.v1.OwnerService.ListMandates:output_type -> countersign.v1.ListMandatesResponse
-	31,  // 131: countersign.v1.OwnerService.RevokeMandate:output_type -> countersign.v1.RevokeMandateResponse
-	33,  // 132: countersign.v1.OwnerService.GetMandateUsage:output_type -> countersign.v1.GetMandateUsageResponse
-	39,  // 133: countersign.v1.OwnerService.ListIntents:output_type -> countersign.v1.ListIntentsResponse
-	41,  // 134: countersign.v1.OwnerService.GetIntent:output_type -> countersign.v1.GetIntentResponse
-	45,  // 135: countersign.v1.OwnerService.WatchIntents:output_type -> countersign.v1.WatchIntentsResponse
-	48,  // 136: countersign.v1.OwnerService.ListApprovals:output_type -> countersign.v1.ListApprovalsResponse
-	50,  // 137: countersign.v1.OwnerService.GetApproval:output_type -> countersign.v1.GetApprovalResponse
-	53,  // 138: countersign.v1.OwnerService.ApproveApproval:output_type -> countersign.v1.ApproveApprovalResponse
-	55,  // 139: countersign.v1.OwnerService.RejectApproval:output_type -> countersign.v1.RejectApprovalResponse
-	57,  // 140: countersign.v1.OwnerService.ListAuditRecords:output_type -> countersign.v1.ListAuditRecordsResponse
-	59,  // 141: countersign.v1.OwnerService.VerifyAudit:output_type -> countersign.v1.VerifyAuditResponse
-	63,  // 142: countersign.v1.OwnerService.GetAuditInclusionProof:output_type -> countersign.v1.GetAuditInclusionProofResponse
-	65,  // 143: countersign.v1.OwnerService.GetAuditConsistencyProof:output_type -> countersign.v1.GetAuditConsistencyProofResponse
-	75,  // 144: countersign.v1.OwnerService.ListDeadLetters:output_type -> countersign.v1.ListDeadLettersResponse
-	77,  // 145: countersign.v1.OwnerService.ReplayDeadLetter:output_type -> countersign.v1.ReplayDeadLetterResponse
-	68,  // 146: countersign.v1.OwnerService.CreateWebhook:output_type -> countersign.v1.CreateWebhookResponse
-	70,  // 147: countersign.v1.OwnerService.ListWebhooks:output_type -> countersign.v1.ListWebhooksResponse
-	72,  // 148: countersign.v1.OwnerService.DeleteWebhook:output_type -> countersign.v1.DeleteWebhookResponse
-	121, // [121:149] is the sub-list for method output_type
-	93,  // [93:121] is the sub-list for method input_type
-	93,  // [93:93] is the sub-list for extension type_name
-	93,  // [93:93] is the sub-list for extension extendee
-	0,   // [0:93] is the sub-list for field type_name
+	53,  // 66: countersign.v1.GetApprovalResponse.live:type_name -> countersign.v1.ApprovalLive
+	46,  // 67: countersign.v1.WatchApprovalsResponse.approval:type_name -> countersign.v1.Approval
+	80,  // 68: countersign.v1.ApprovalLive.as_of:type_name -> google.protobuf.Timestamp
+	84,  // 69: countersign.v1.ApprovalLive.refundable:type_name -> countersign.v1.Money
+	84,  // 70: countersign.v1.ApprovalLive.rail_refundable:type_name -> countersign.v1.Money
+	84,  // 71: countersign.v1.ApprovalLive.ledger_outstanding:type_name -> countersign.v1.Money
+	34,  // 72: countersign.v1.ApprovalLive.mandate_usage:type_name -> countersign.v1.MandateUsage
+	46,  // 73: countersign.v1.ApproveApprovalResponse.approval:type_name -> countersign.v1.Approval
+	46,  // 74: countersign.v1.RejectApprovalResponse.approval:type_name -> countersign.v1.Approval
+	88,  // 75: countersign.v1.ListAuditRecordsResponse.audit_records:type_name -> countersign.v1.AuditRecord
+	83,  // 76: countersign.v1.VerifyAuditRequest.max_unsealed_age:type_name -> google.protobuf.Duration
+	80,  // 77: countersign.v1.VerifyAuditResponse.oldest_unsealed_time:type_name -> google.protobuf.Timestamp
+	62,  // 78: countersign.v1.VerifyAuditResponse.problems:type_name -> countersign.v1.AuditProblem
+	88,  // 79: countersign.v1.GetAuditInclusionProofResponse.record:type_name -> countersign.v1.AuditRecord
+	63,  // 80: countersign.v1.GetAuditInclusionProofResponse.checkpoint:type_name -> countersign.v1.AuditCheckpoint
+	63,  // 81: countersign.v1.GetAuditConsistencyProofResponse.from:type_name -> countersign.v1.AuditCheckpoint
+	63,  // 82: countersign.v1.GetAuditConsistencyProofResponse.to:type_name -> countersign.v1.AuditCheckpoint
+	80,  // 83: countersign.v1.Webhook.create_time:type_name -> google.protobuf.Timestamp
+	68,  // 84: countersign.v1.CreateWebhookRequest.webhook:type_name -> countersign.v1.Webhook
+	68,  // 85: countersign.v1.CreateWebhookResponse.webhook:type_name -> countersign.v1.Webhook
+	68,  // 86: countersign.v1.ListWebhooksResponse.webhooks:type_name -> countersign.v1.Webhook
+	6,   // 87: countersign.v1.DeadLetter.state:type_name -> countersign.v1.DeadLetterState
+	80,  // 88: countersign.v1.DeadLetter.create_time:type_name -> google.protobuf.Timestamp
+	80,  // 89: countersign.v1.DeadLetter.dead_time:type_name -> google.protobuf.Timestamp
+	80,  // 90: countersign.v1.DeadLetter.replay_time:type_name -> google.protobuf.Timestamp
+	6,   // 91: countersign.v1.ListDeadLettersRequest.state:type_name -> countersign.v1.DeadLetterState
+	75,  // 92: countersign.v1.ListDeadLettersResponse.dead_letters:type_name -> countersign.v1.DeadLetter
+	75,  // 93: countersign.v1.ReplayDeadLetterResponse.dead_letter:type_name -> countersign.v1.DeadLetter
+	8,   // 94: countersign.v1.OwnerService.CreateAgent:input_type -> countersign.v1.CreateAgentRequest
+	10,  // 95: countersign.v1.OwnerService.ListAgents:input_type -> countersign.v1.ListAgentsRequest
+	12,  // 96: countersign.v1.OwnerService.GetAgent:input_type -> countersign.v1.GetAgentRequest
+	14,  // 97: countersign.v1.OwnerService.RevokeAgent:input_type -> countersign.v1.RevokeAgentRequest
+	17,  // 98: countersign.v1.OwnerService.IssueCredential:input_type -> countersign.v1.IssueCredentialRequest
+	19,  // 99: countersign.v1.OwnerService.ListCredentials:input_type -> countersign.v1.ListCredentialsRequest
+	21,  // 100: countersign.v1.OwnerService.RevokeCredential:input_type -> countersign.v1.RevokeCredentialRequest
+	24,  // 101: countersign.v1.OwnerService.CreateMandate:input_type -> countersign.v1.CreateMandateRequest
+	26,  // 102: countersign.v1.OwnerService.GetMandate:input_type -> countersign.v1.GetMandateRequest
+	28,  // 103: countersign.v1.OwnerService.ListMandates:input_type -> countersign.v1.ListMandatesRequest
+	30,  // 104: countersign.v1.OwnerService.RevokeMandate:input_type -> countersign.v1.RevokeMandateRequest
+	32,  // 105: countersign.v1.OwnerService.GetMandateUsage:input_type -> countersign.v1.GetMandateUsageRequest
+	38,  // 106: countersign.v1.OwnerService.ListIntents:input_type -> countersign.v1.ListIntentsRequest
+	40,  // 107: countersign.v1.OwnerService.GetIntent:input_type -> countersign.v1.GetIntentRequest
+	44,  // 108: countersign.v1.OwnerService.WatchIntents:input_type -> countersign.v1.WatchIntentsRequest
+	47,  // 109: countersign.v1.OwnerService.ListApprovals:input_type -> countersign.v1.ListApprovalsRequest
+	49,  // 110: countersign.v1.OwnerService.GetApproval:input_type -> countersign.v1.GetApprovalRequest
+	51,  // 111: countersign.v1.OwnerService.WatchApprovals:input_type -> countersign.v1.WatchApprovalsRequest
+	54,  // 112: countersign.v1.OwnerService.ApproveApproval:input_type -> countersign.v1.ApproveApprovalRequest
+	56,  // 113: countersign.v1.OwnerService.RejectApproval:input_type -> countersign.v1.RejectApprovalRequest
+	58,  // 114: countersign.v1.OwnerService.ListAuditRecords:input_type -> countersign.v1.ListAuditRecordsRequest
+	60,  // 115: countersign.v1.OwnerService.VerifyAudit:input_type -> countersign.v1.VerifyAuditRequest
+	64,  // 116: countersign.v1.OwnerService.GetAuditInclusionProof:input_type -> countersign.v1.GetAuditInclusionProofRequest
+	66,  // 117: countersign.v1.OwnerService.GetAuditConsistencyProof:input_type -> countersign.v1.GetAuditConsistencyProofRequest
+	76,  // 118: countersign.v1.OwnerService.ListDeadLetters:input_type -> countersign.v1.ListDeadLettersRequest
+	78,  // 119: countersign.v1.OwnerService.ReplayDeadLetter:input_type -> countersign.v1.ReplayDeadLetterRequest
+	69,  // 120: countersign.v1.OwnerService.CreateWebhook:input_type -> countersign.v1.CreateWebhookRequest
+	71,  // 121: countersign.v1.OwnerService.ListWebhooks:input_type -> countersign.v1.ListWebhooksRequest
+	73,  // 122: countersign.v1.OwnerService.DeleteWebhook:input_type -> countersign.v1.DeleteWebhookRequest
+	9,   // 123: countersign.v1.OwnerService.CreateAgent:output_type -> countersign.v1.CreateAgentResponse
+	11,  // 124: countersign.v1.OwnerService.ListAgents:output_type -> countersign.v1.ListAgentsResponse
+	13,  // 125: countersign.v1.OwnerService.GetAgent:output_type -> countersign.v1.GetAgentResponse
+	15,  // 126: countersign.v1.OwnerService.RevokeAgent:output_type -> countersign.v1.RevokeAgentResponse
+	18,  // 127: countersign.v1.OwnerService.IssueCredential:output_type -> countersign.v1.IssueCredentialResponse
+	20,  // 128: countersign.v1.OwnerService.ListCredentials:output_type -> countersign.v1.ListCredentialsResponse
+	22,  // 129: countersign.v1.OwnerService.RevokeCredential:output_type -> countersign.v1.RevokeCredentialResponse
+	25,  // 130: countersign.v1.OwnerService.CreateMandate:output_type -> countersign.v1.CreateMandateResponse
+	27,  // 131: countersign.v1.OwnerService.GetMandate:output_type -> countersign.v1.GetMandateResponse
+	29,  // 132: countersign.v1.OwnerService.ListMandates:output_type -> countersign.v1.ListMandatesResponse
+	31,  // 133: countersign.v1.OwnerService.RevokeMandate:output_type -> countersign.v1.RevokeMandateResponse
+	33,  // 134: countersign.v1.OwnerService.GetMandateUsage:output_type -> countersign.v1.GetMandateUsageResponse
+	39,  // 135: countersign.v1.OwnerService.ListIntents:output_type -> countersign.v1.ListIntentsResponse
+	41,  // 136: countersign.v1.OwnerService.GetIntent:output_type -> countersign.v1.GetIntentResponse
+	45,  // 137: countersign.v1.OwnerService.WatchIntents:output_type -> countersign.v1.WatchIntentsResponse
+	48,  // 138: countersign.v1.OwnerService.ListApprovals:output_type -> countersign.v1.ListApprovalsResponse
+	50,  // 139: countersign.v1.OwnerService.GetApproval:output_type -> countersign.v1.GetApprovalResponse
+	52,  // 140: countersign.v1.OwnerService.WatchApprovals:output_type -> countersign.v1.WatchApprovalsResponse
+	55,  // 141: countersign.v1.OwnerService.ApproveApproval:output_type -> countersign.v1.ApproveApprovalResponse
+	57,  // 142: countersign.v1.OwnerService.RejectApproval:output_type -> countersign.v1.RejectApprovalResponse
+	59,  // 143: countersign.v1.OwnerService.ListAuditRecords:output_type -> countersign.v1.ListAuditRecordsResponse
+	61,  // 144: countersign.v1.OwnerService.VerifyAudit:output_type -> countersign.v1.VerifyAuditResponse
+	65,  // 145: countersign.v1.OwnerService.GetAuditInclusionProof:output_type -> countersign.v1.GetAuditInclusionProofResponse
+	67,  // 146: countersign.v1.OwnerService.GetAuditConsistencyProof:output_type -> countersign.v1.GetAuditConsistencyProofResponse
+	77,  // 147: countersign.v1.OwnerService.ListDeadLetters:output_type -> countersign.v1.ListDeadLettersResponse
+	79,  // 148: countersign.v1.OwnerService.ReplayDeadLetter:output_type -> countersign.v1.ReplayDeadLetterResponse
+	70,  // 149: countersign.v1.OwnerService.CreateWebhook:output_type -> countersign.v1.CreateWebhookResponse
+	72,  // 150: countersign.v1.OwnerService.ListWebhooks:output_type -> countersign.v1.ListWebhooksResponse
+	74,  // 151: countersign.v1.OwnerService.DeleteWebhook:output_type -> countersign.v1.DeleteWebhookResponse
+	123, // [123:152] is the sub-list for method output_type
+	94,  // [94:123] is the sub-list for method input_type
+	94,  // [94:94] is the sub-list for extension type_name
+	94,  // [94:94] is the sub-list for extension extendee
+	0,   // [0:94] is the sub-list for field type_name
 }
 
 func init() { file_countersign_v1_owner_proto_init() }
@@ -5941,14 +6056,14 @@ func file_countersign_v1_owner_proto_init() {
 	file_countersign_v1_decision_proto_init()
 	file_countersign_v1_mandate_proto_init()
 	file_countersign_v1_types_proto_init()
-	file_countersign_v1_owner_proto_msgTypes[53].OneofWrappers = []any{}
+	file_countersign_v1_owner_proto_msgTypes[55].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_countersign_v1_owner_proto_rawDesc), len(file_countersign_v1_owner_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   71,
+			NumMessages:   73,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -745,6 +745,34 @@ func local_request_OwnerService_GetApproval_0(ctx context.Context, marshaler run
 	return msg, metadata, err
 }
 
+var filter_OwnerService_WatchApprovals_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
+
+func request_OwnerService_WatchApprovals_0(ctx context.Context, marshaler runtime.Marshaler, client OwnerServiceClient, req *http.Request, pathParams map[string]string) (OwnerService_WatchApprovalsClient, runtime.ServerMetadata, error) {
+	var (
+		protoReq WatchApprovalsRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_OwnerService_WatchApprovals_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	stream, err := client.WatchApprovals(ctx, &protoReq)
+	if err != nil {
+		return nil, metadata, err
+	}
+	header, err := stream.Header()
+	if err != nil {
+		return nil, metadata, err
+	}
+	metadata.HeaderMD = header
+	return stream, metadata, nil
+}
+
 func request_OwnerService_ApproveApproval_0(ctx context.Context, marshaler runtime.Marshaler, client OwnerServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq ApproveApprovalRequest
@@ -1517,6 +1545,13 @@ func RegisterOwnerServiceHandlerServer(ctx context.Context, mux *runtime.ServeMu
 		}
 		forward_OwnerService_GetApproval_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+
+	mux.Handle(http.MethodGet, pattern_OwnerService_WatchApprovals_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		err := status.Error(codes.Unimplemented, "streaming calls are not yet supported in the in-process transport")
+		_, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+		return
+	})
 	mux.Handle(http.MethodPost, pattern_OwnerService_ApproveApproval_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -2066,6 +2101,23 @@ func RegisterOwnerServiceHandlerClient(ctx context.Context, mux *runtime.ServeMu
 		}
 		forward_OwnerService_GetApproval_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_OwnerService_WatchApprovals_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/countersign.v1.OwnerService/WatchApprovals", runtime.WithHTTPPathPattern("/v1/approvals:watch"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_OwnerService_WatchApprovals_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_OwnerService_WatchApprovals_0(annotatedContext, mux, outboundMarshaler, w, req, func() (proto.Message, error) { return resp.Recv() }, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPost, pattern_OwnerService_ApproveApproval_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -2274,6 +2326,7 @@ var (
 	pattern_OwnerService_WatchIntents_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "intents"}, "watch"))
 	pattern_OwnerService_ListApprovals_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "approvals"}, ""))
 	pattern_OwnerService_GetApproval_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "approvals", "approval_id"}, ""))
+	pattern_OwnerService_WatchApprovals_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "approvals"}, "watch"))
 	pattern_OwnerService_ApproveApproval_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "approvals", "approval_id"}, "approve"))
 	pattern_OwnerService_RejectApproval_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "approvals", "approval_id"}, "reject"))
 	pattern_OwnerService_ListAuditRecords_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "auditRecords"}, ""))
@@ -2305,6 +2358,7 @@ var (
 	forward_OwnerService_WatchIntents_0             = runtime.ForwardResponseStream
 	forward_OwnerService_ListApprovals_0            = runtime.ForwardResponseMessage
 	forward_OwnerService_GetApproval_0              = runtime.ForwardResponseMessage
+	forward_OwnerService_WatchApprovals_0           = runtime.ForwardResponseStream
 	forward_OwnerService_ApproveApproval_0          = runtime.ForwardResponseMessage
 	forward_OwnerService_RejectApproval_0           = runtime.ForwardResponseMessage
 	forward_OwnerService_ListAuditRecords_0         = runtime.ForwardResponseMessage

@@ -36,6 +36,7 @@ const (
 	OwnerService_WatchIntents_FullMethodName             = "/countersign.v1.OwnerService/WatchIntents"
 	OwnerService_ListApprovals_FullMethodName            = "/countersign.v1.OwnerService/ListApprovals"
 	OwnerService_GetApproval_FullMethodName              = "/countersign.v1.OwnerService/GetApproval"
+	OwnerService_WatchApprovals_FullMethodName           = "/countersign.v1.OwnerService/WatchApprovals"
 	OwnerService_ApproveApproval_FullMethodName          = "/countersign.v1.OwnerService/ApproveApproval"
 	OwnerService_RejectApproval_FullMethodName           = "/countersign.v1.OwnerService/RejectApproval"
 	OwnerService_ListAuditRecords_FullMethodName         = "/countersign.v1.OwnerService/ListAuditRecords"
@@ -99,6 +100,11 @@ type OwnerServiceClient interface {
 	// what is still refundable now (one read-only call to the rail), and the
 	// mandate's usage now.
 	GetApproval(ctx context.Context, in *GetApprovalRequest, opts ...grpc.CallOption) (*GetApprovalResponse, error)
+	// WatchApprovals streams the owner's live approvals (pending or approved
+	// and not yet used) as they stand now, then every change to one: a new
+	// HOLD opens one; approving, rejecting, using, voiding or running out
+	// changes it, and the approval is sent as it stands after the change.
+	WatchApprovals(ctx context.Context, in *WatchApprovalsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchApprovalsResponse], error)
 	// ApproveApproval approves a pending approval. It authorizes that exact
 	// request once, is re-checked against live limits when used, and never
 	// widens the mandate.
@@ -319,6 +325,25 @@ func (c *ownerServiceClient) GetApproval(ctx context.Context, in *GetApprovalReq
 	return out, nil
 }
 
+func (c *ownerServiceClient) WatchApprovals(ctx context.Context, in *WatchApprovalsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchApprovalsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &OwnerService_ServiceDesc.Streams[1], OwnerService_WatchApprovals_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchApprovalsRequest, WatchApprovalsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OwnerService_WatchApprovalsClient = grpc.ServerStreamingClient[WatchApprovalsResponse]
+
 func (c *ownerServiceClient) ApproveApproval(ctx context.Context, in *ApproveApprovalRequest, opts ...grpc.CallOption) (*ApproveApprovalResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ApproveApprovalResponse)
@@ -479,6 +504,11 @@ type OwnerServiceServer interface {
 	// what is still refundable now (one read-only call to the rail), and the
 	// mandate's usage now.
 	GetApproval(context.Context, *GetApprovalRequest) (*GetApprovalResponse, error)
+	// WatchApprovals streams the owner's live approvals (pending or approved
+	// and not yet used) as they stand now, then every change to one: a new
+	// HOLD opens one; approving, rejecting, using, voiding or running out
+	// changes it, and the approval is sent as it stands after the change.
+	WatchApprovals(*WatchApprovalsRequest, grpc.ServerStreamingServer[WatchApprovalsResponse]) error
 	// ApproveApproval approves a pending approval. It authorizes that exact
 	// request once, is re-checked against live limits when used, and never
 	// widens the mandate.
@@ -570,6 +600,9 @@ func (UnimplementedOwnerServiceServer) ListApprovals(context.Context, *ListAppro
 }
 func (UnimplementedOwnerServiceServer) GetApproval(context.Context, *GetApprovalRequest) (*GetApprovalResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetApproval not implemented")
+}
+func (UnimplementedOwnerServiceServer) WatchApprovals(*WatchApprovalsRequest, grpc.ServerStreamingServer[WatchApprovalsResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchApprovals not implemented")
 }
 func (UnimplementedOwnerServiceServer) ApproveApproval(context.Context, *ApproveApprovalRequest) (*ApproveApprovalResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ApproveApproval not implemented")
@@ -924,6 +957,17 @@ func _OwnerService_GetApproval_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OwnerService_WatchApprovals_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchApprovalsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(OwnerServiceServer).WatchApprovals(m, &grpc.GenericServerStream[WatchApprovalsRequest, WatchApprovalsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OwnerService_WatchApprovalsServer = grpc.ServerStreamingServer[WatchApprovalsResponse]
+
 func _OwnerService_ApproveApproval_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ApproveApprovalRequest)
 	if err := dec(in); err != nil {
@@ -1242,6 +1286,11 @@ var OwnerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "WatchIntents",
 			Handler:       _OwnerService_WatchIntents_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchApprovals",
+			Handler:       _OwnerService_WatchApprovals_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -66,20 +66,20 @@ export function q(params) {
 
 export const seg = encodeURIComponent;
 
-// watch follows GET /v1/intents:watch (grpc-gateway writes one JSON object
-// per line) and calls onEvent with each {transition, intent}. It reconnects
-// after a dropped stream, resuming after the last record seen, until
-// stop() is called. onState receives 'live' or 'reconnecting'.
-export function watch(onEvent, onState = () => {}) {
+// watch follows a server stream of the owner API (GET /v1/approvals:watch,
+// /v1/intents:watch; grpc-gateway writes one JSON object per line) and
+// calls onEvent with each message. It reconnects after a dropped stream,
+// with backoff, until stop() is called. onState receives 'live' or
+// 'reconnecting'.
+export function watch(path, onEvent, onState = () => {}) {
   let stopped = false;
-  let after = 0;
   let ctrl = null;
   let backoff = 500;
   async function run() {
     while (!stopped) {
       ctrl = new AbortController();
       try {
-        const r = await fetch('/v1/intents:watch' + q({ startAfterSeq: after || undefined }), {
+        const r = await fetch(path, {
           credentials: 'same-origin', cache: 'no-store', signal: ctrl.signal,
           headers: { 'Accept': 'application/json' },
         });
@@ -101,10 +101,7 @@ export function watch(onEvent, onState = () => {}) {
             let msg;
             try { msg = JSON.parse(line); } catch { continue; }
             if (msg.error) throw new Error(messageOf(0, msg));
-            const ev = msg.result || msg;
-            const id = ev.transition && Number(ev.transition.recordId);
-            if (id && id > after) after = id;
-            onEvent(ev);
+            onEvent(msg.result || msg);
           }
         }
       } catch (e) {

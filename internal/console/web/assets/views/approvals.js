@@ -2,7 +2,7 @@
 // expiry, each with what it would do, why it was held, the balance and
 // budget it would draw on now, and the exact request it is bound to. It
 // follows WatchIntents and refreshes when a HOLD arrives or an approval is
-// used, and when one runs out.
+// approved, rejected, used, voided or runs out (WatchApprovals).
 import { h, replace, dl, when, left, enumText, status } from '../dom.js';
 import * as api from '../api.js';
 import { format } from '../money.js';
@@ -127,10 +127,7 @@ export function approvalsView(el) {
     }
     if (due) schedule();
   }, 1000);
-  // A slow safety net for changes no intent transition announces (an
-  // approval voided by a revocation); the stream does the real work.
-  const slow = setInterval(schedule, 20000);
-  const w = api.watch(() => schedule(), (s) => { live.textContent = s === 'live' ? 'live' : 'reconnecting…'; live.className = 'badge ' + s; });
+  const w = api.watch('/v1/approvals:watch', () => schedule(), (s) => { live.textContent = s === 'live' ? 'live' : 'reconnecting…'; live.className = 'badge ' + s; });
   refresh().catch(e => replace(list, h('p', { class: 'error', role: 'alert' }, 'Could not load approvals: ' + e.message)));
-  return () => { closed = true; clearInterval(tick); clearInterval(slow); if (timer) clearTimeout(timer); w.stop(); };
+  return () => { closed = true; clearInterval(tick); if (timer) clearTimeout(timer); w.stop(); };
 }
