@@ -114,7 +114,7 @@ func (c *Console) open(w http.ResponseWriter, r *http.Request, o ownerauth.Owner
 		c.unavailable(w, err)
 		return
 	}
-	maxAge := int(row.ExpiresAt.Sub(c.o.Now()) / time.Second)
+	maxAge := int((row.ExpiresAt.Sub(c.o.Now()) + time.Second/2) / time.Second)
 	w.Header().Add("Set-Cookie", SessionCookie+"="+secret+"; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age="+strconv.Itoa(max(maxAge, 1)))
 	c.o.Log.Info("console: session opened", "session", row.ID, "owner", o.ID, "method", string(o.Method), "subject", o.Subject)
 	done(secret, ownerauth.Session{Owner: o, ID: row.ID, ExpiresAt: row.ExpiresAt})
