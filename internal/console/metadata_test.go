@@ -34,7 +34,9 @@ func (s *recordingOwners) ListAgents(ctx context.Context, _ *countersignv1.ListA
 // TestCookieNeverReachesGRPCMetadata: through the real grpc-gateway (whose
 // default matcher forwards Cookie as grpcgateway-cookie), the wrapper
 // leaves no cookie, session secret in a cookie or CSRF token in the gRPC
-XX
+// call's metadata; the session arrives only as the authorization the
+// gateway forwards (authorization, and grpcgateway-authorization as it does
+// for every Authorization header).
 func TestCookieNeverReachesGRPCMetadata(t *testing.T) {
 	owners := &recordingOwners{}
 	gs := grpc.NewServer()
