@@ -139,7 +139,7 @@ func (f *oidcFlow) discover(ctx context.Context) (oauth2.Endpoint, error) {
 	if err != nil {
 		return oauth2.Endpoint{}, fmt.Errorf("console: OIDC discovery: %w", err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		return oauth2.Endpoint{}, fmt.Errorf("console: OIDC discovery: %s answered %s", req.URL.Redacted(), resp.Status)
 	}

@@ -183,8 +183,8 @@ func (c Config) Validate() error {
 type Authenticator struct {
 	tokens   TokenStore
 	sessions SessionStore // nil: console sessions are refused
-	oidc   *verifier // nil when OIDC is off
-	now    func() time.Time
+	oidc     *verifier    // nil when OIDC is off
+	now      func() time.Time
 }
 
 // New returns an authenticator over tokens (the ledger) and, when cfg
