@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/console"
 	"github.com/countersign/countersign/internal/ownerauth"
 )
 
@@ -111,6 +112,17 @@ type Config struct {
 	// the proxies whose X-Forwarded-For is believed when quotas name a
 	// caller's source; empty (the default): no forwarding header is.
 	TrustedProxies string
+	// ConsoleSessionTTL is how long an owner console session lives (at
+	// most 24h); ConsoleURL is the console's external base URL, the base
+	// of the OIDC redirect_uri.
+	ConsoleSessionTTL time.Duration
+	ConsoleURL        string
+	// OwnerClientID turns on the console's OIDC sign-in (authorization
+	// code + PKCE) with the owner issuer; OwnerClientSecretFile holds a
+	// confidential client's secret. OwnerAuthorizationURL and
+	// OwnerTokenURL name the issuer's endpoints instead of discovery.
+	OwnerClientID, OwnerClientSecretFile string
+	OwnerAuthorizationURL, OwnerTokenURL string
 }
 
 // Defaults are the values a setting has when nothing sets it.
@@ -141,6 +153,7 @@ func Defaults() Config {
 		OwnerQuotaBurst:      50,
 		AuthFailureRate:      0.1,
 		AuthFailureBurst:     10,
+		ConsoleSessionTTL:    8 * time.Hour,
 	}
 }
 
@@ -189,6 +202,12 @@ func (c *Config) BindServe(fs *pflag.FlagSet) {
 	fs.Float64Var(&c.AuthFailureRate, "auth-failure-rate", c.AuthFailureRate, "failed credential attempts forgiven per second, per source and per credential (0: never block)")
 	fs.IntVar(&c.AuthFailureBurst, "auth-failure-burst", c.AuthFailureBurst, "failed credential attempts tolerated before 429")
 	fs.StringVar(&c.TrustedProxies, "trusted-proxies", c.TrustedProxies, "comma-separated CIDR prefixes of proxies whose X-Forwarded-For names a caller's source for quotas (default none: forwarding headers are ignored)")
+	fs.DurationVar(&c.ConsoleSessionTTL, "console-session-ttl", c.ConsoleSessionTTL, "lifetime of an owner console session (at most 24h; a token sign-in's session also ends with its owner token)")
+	fs.StringVar(&c.ConsoleURL, "console-url", c.ConsoleURL, "external base URL of the console (https://host[:port]; http only for localhost or 127.0.0.1): the base of the OIDC redirect_uri, required with owner-client-id")
+	fs.StringVar(&c.OwnerClientID, "owner-client-id", c.OwnerClientID, "OAuth client id of the console's OIDC sign-in with owner-issuer (authorization code + PKCE); empty: the console signs in with owner tokens only")
+	fs.StringVar(&c.OwnerClientSecretFile, "owner-client-secret-file", c.OwnerClientSecretFile, "file holding the client secret of a confidential OIDC client (optional)")
+	fs.StringVar(&c.OwnerAuthorizationURL, "owner-authorization-url", c.OwnerAuthorizationURL, "the issuer's authorization endpoint (with owner-token-url; default: discovered from owner-issuer)")
+	fs.StringVar(&c.OwnerTokenURL, "owner-token-url", c.OwnerTokenURL, "the issuer's token endpoint (with owner-authorization-url; default: discovered from owner-issuer)")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address of the countersign.v1 APIs (every caller authenticated) and health: host:port or unix:/path")
 	fs.StringVar(&c.EnvoyAddr, "envoy-addr", c.EnvoyAddr, "listen address of Envoy's ext_authz and ext_proc, whose ALLOW carries the rail key: unix:/path on a volume only Envoy and Countersign mount; TCP needs envoy-tls-cert, envoy-tls-key and envoy-client-ca (mutual TLS) or --"+UnsafeEnvoyTCPFlag)
 	fs.BoolVar(&c.GRPCReflection, "grpc-reflection", c.GRPCReflection, "serve gRPC server reflection on grpc-addr (it answers without a credential; off by default)")
@@ -196,7 +215,7 @@ func (c *Config) BindServe(fs *pflag.FlagSet) {
 	fs.StringVar(&c.EnvoyTLSKey, "envoy-tls-key", c.EnvoyTLSKey, "PEM private key of a TCP envoy-addr (mutual TLS)")
 	fs.StringVar(&c.EnvoyClientCA, "envoy-client-ca", c.EnvoyClientCA, "PEM CA bundle Envoy's client certificate must chain to (mutual TLS on a TCP envoy-addr)")
 	fs.BoolVar(&c.UnsafeEnvoyTCP, UnsafeEnvoyTCPFlag, c.UnsafeEnvoyTCP, "DANGER: serve ext_authz/ext_proc on plain TCP. Whatever can connect to envoy-addr can obtain the rail keys; use only where no agent shares the network (e.g. Envoy in another pod reached over a mesh's mTLS)")
-	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address (REST, /metrics, /healthz, /readyz, /openapi.json)")
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address (REST, the owner console at /console/, /metrics, /healthz, /readyz, /openapi.json)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long a graceful shutdown may take before connections are cut")
 	fs.DurationVar(&c.ReadinessInterval, "readiness-interval", c.ReadinessInterval, "how often the ledger is probed for readiness")
 }
@@ -344,6 +363,7 @@ func (c Config) Validate() error {
 	if err := c.OwnerAuth().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("owner authentication: %w", err))
 	}
+	errs = append(errs, c.validateConsole())
 	if c.OutboxInterval < 0 {
 		errs = append(errs, fmt.Errorf("outbox-interval (%s) must not be negative", EnvName("outbox-interval")))
 	}
@@ -386,6 +406,59 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("readiness-interval (%s) must be between 100ms and 1m, got %s", EnvName("readiness-interval"), c.ReadinessInterval))
 	}
 	return errors.Join(errs...)
+}
+
+// validateConsole checks the console's settings.
+func (c Config) validateConsole() error {
+	var errs []error
+	if c.ConsoleSessionTTL < time.Minute || c.ConsoleSessionTTL > ownerauth.MaxSessionTTL {
+		errs = append(errs, fmt.Errorf("console-session-ttl (%s) must be between 1m and 24h, got %s", EnvName("console-session-ttl"), c.ConsoleSessionTTL))
+	}
+	if c.ConsoleURL != "" {
+		if _, err := console.Origin(c.ConsoleURL); err != nil {
+			errs = append(errs, fmt.Errorf("%w (%s)", err, EnvName("console-url")))
+		}
+	}
+	if c.OwnerClientID == "" {
+		for _, f := range []struct{ flag, v string }{{"owner-client-secret-file", c.OwnerClientSecretFile},
+			{"owner-authorization-url", c.OwnerAuthorizationURL}, {"owner-token-url", c.OwnerTokenURL}} {
+			if f.v != "" {
+				errs = append(errs, fmt.Errorf("%s (%s) is set but owner-client-id is not: the console's OIDC sign-in is off", f.flag, EnvName(f.flag)))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	if c.OwnerIssuer == "" {
+		errs = append(errs, fmt.Errorf("owner-client-id (%s) needs owner-issuer: the console signs in with the owner OIDC issuer", EnvName("owner-client-id")))
+	}
+	if c.ConsoleURL == "" {
+		errs = append(errs, fmt.Errorf("owner-client-id needs console-url (%s): the external base URL the issuer redirects back to", EnvName("console-url")))
+	}
+	if (c.OwnerAuthorizationURL == "") != (c.OwnerTokenURL == "") {
+		errs = append(errs, errors.New("owner-authorization-url and owner-token-url go together: set both, or neither to discover them from owner-issuer"))
+	}
+	if c.OwnerClientSecretFile != "" {
+		if _, err := c.OwnerClientSecret(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// OwnerClientSecret reads owner-client-secret-file ("" when not set).
+func (c Config) OwnerClientSecret() (string, error) {
+	if c.OwnerClientSecretFile == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(c.OwnerClientSecretFile)
+	if err != nil {
+		return "", fmt.Errorf("owner-client-secret-file (%s): %w", EnvName("owner-client-secret-file"), err)
+	}
+	secret := strings.TrimSpace(string(b))
+	if secret == "" {
+		return "", fmt.Errorf("owner-client-secret-file (%s) %s is empty", EnvName("owner-client-secret-file"), c.OwnerClientSecretFile)
+	}
+	return secret, nil
 }
 
 // validateEnvoyListener refuses an Envoy-facing listener the agent could

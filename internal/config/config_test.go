@@ -144,6 +144,21 @@ func TestValidate(t *testing.T) {
 			c.AuditSigningKey = key
 		}, ""},
 		{"bad trusted proxy", func(c *Config) { c.TrustedProxies = "10.0.0.0/8,lb.internal" }, `trusted-proxies (COUNTERSIGN_TRUSTED_PROXIES): "lb.internal" is neither`},
+		// The owner console.
+		{"console session default 8h", func(c *Config) {
+			if c.ConsoleSessionTTL != 8*time.Hour {
+				t.Errorf("default console-session-ttl = %s", c.ConsoleSessionTTL)
+			}
+		}, ""},
+		{"console session over 24h", func(c *Config) { c.ConsoleSessionTTL = 25 * time.Hour }, "console-session-ttl (COUNTERSIGN_CONSOLE_SESSION_TTL) must be between 1m and 24h"},
+		{"console session too short", func(c *Config) { c.ConsoleSessionTTL = time.Second }, "console-session-ttl (COUNTERSIGN_CONSOLE_SESSION_TTL) must be between 1m and 24h"},
+		{"console url https", func(c *Config) { c.ConsoleURL = "https://countersign.example.com" }, ""},
+		{"console url on localhost", func(c *Config) { c.ConsoleURL = "http://localhost:8080" }, ""},
+		{"console url plain http", func(c *Config) { c.ConsoleURL = "http://countersign.example.com" }, "console-url must be https (plain http only for localhost or 127.0.0.1)"},
+		{"console url with a path", func(c *Config) { c.ConsoleURL = "https://countersign.example.com/console" }, "console-url must be scheme://host[:port] only"},
+		{"client id without issuer", func(c *Config) { c.OwnerClientID, c.ConsoleURL = "console", "https://cs.example.com" }, "owner-client-id (COUNTERSIGN_OWNER_CLIENT_ID) needs owner-issuer"},
+		{"client secret without client id", func(c *Config) { c.OwnerClientSecretFile = "/run/secret" }, "owner-client-secret-file (COUNTERSIGN_OWNER_CLIENT_SECRET_FILE) is set but owner-client-id is not"},
+		{"token url without client id", func(c *Config) { c.OwnerTokenURL = "https://id.example.com/token" }, "owner-token-url (COUNTERSIGN_OWNER_TOKEN_URL) is set but owner-client-id is not"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -190,6 +205,54 @@ func TestOwnerOIDCNeedsAnAllowlist(t *testing.T) {
 	}
 	if oa := c.OwnerAuth(); oa.GroupsClaim != "groups" || len(oa.AllowedGroups) != 1 {
 		t.Fatalf("owner auth = %+v", oa)
+	}
+}
+
+// TestConsoleOIDCSettings: the console's OIDC sign-in needs the owner
+// issuer, console-url and a readable client secret file when one is named.
+func TestConsoleOIDCSettings(t *testing.T) {
+	jwksFile := filepath.Join(t.TempDir(), "jwks.json")
+	secretFile := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secretFile, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	emptyFile := filepath.Join(t.TempDir(), "empty")
+	if err := os.WriteFile(emptyFile, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	valid := func() Config {
+		c := Defaults()
+		c.DatabaseURL = "postgres://x/db"
+		c.OwnerIssuer, c.OwnerAudience, c.OwnerJWKSFile, c.OwnerAllowedSubjects = "https://id.example.test", "countersign", jwksFile, "alice"
+		c.OwnerClientID, c.ConsoleURL = "countersign-console", "https://countersign.example.test"
+		return c
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*Config)
+		want   string
+	}{
+		{"discovery", func(*Config) {}, ""},
+		{"explicit endpoints", func(c *Config) { c.OwnerAuthorizationURL, c.OwnerTokenURL = "https://id/auth", "https://id/token" }, ""},
+		{"one endpoint", func(c *Config) { c.OwnerTokenURL = "https://id/token" }, "owner-authorization-url and owner-token-url go together"},
+		{"no console url", func(c *Config) { c.ConsoleURL = "" }, "owner-client-id needs console-url (COUNTERSIGN_CONSOLE_URL)"},
+		{"client secret", func(c *Config) { c.OwnerClientSecretFile = secretFile }, ""},
+		{"missing client secret", func(c *Config) { c.OwnerClientSecretFile = "/nonexistent/secret" }, "owner-client-secret-file (COUNTERSIGN_OWNER_CLIENT_SECRET_FILE): open /nonexistent/secret"},
+		{"empty client secret", func(c *Config) { c.OwnerClientSecretFile = emptyFile }, "is empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := valid()
+			tc.mutate(&c)
+			err := c.Validate()
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("Validate() = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	c := valid()
+	c.OwnerClientSecretFile = secretFile
+	if s, err := c.OwnerClientSecret(); err != nil || s != "s3cret" {
+		t.Fatalf("OwnerClientSecret() = %q, %v", s, err)
 	}
 }
 

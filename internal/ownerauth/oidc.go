@@ -101,21 +101,28 @@ func (v *verifier) ownerID(subject string) string {
 }
 
 func (v *verifier) verify(ctx context.Context, raw string, now time.Time) (Owner, error) {
+	o, _, err := v.verifyFor(ctx, raw, now, v.audience)
+	return o, err
+}
+
+// verifyFor verifies raw as a JWT of the issuer for audience and returns
+// the owner it names and all its claims.
+func (v *verifier) verifyFor(ctx context.Context, raw string, now time.Time, audience string) (Owner, map[string]any, error) {
 	if len(raw) > maxJWTBytes {
-		return Owner{}, fmt.Errorf("%w: JWT is larger than %d bytes", ErrUnauthenticated, maxJWTBytes)
+		return Owner{}, nil, fmt.Errorf("%w: JWT is larger than %d bytes", ErrUnauthenticated, maxJWTBytes)
 	}
 	// ParseSignedCompact refuses any "alg" outside v.algs, "none" included.
 	jws, err := jose.ParseSignedCompact(raw, v.algs)
 	if err != nil {
-		return Owner{}, fmt.Errorf("%w: not a JWT signed with an accepted algorithm", ErrUnauthenticated)
+		return Owner{}, nil, fmt.Errorf("%w: not a JWT signed with an accepted algorithm", ErrUnauthenticated)
 	}
 	if len(jws.Signatures) != 1 {
-		return Owner{}, fmt.Errorf("%w: JWT must carry exactly one signature", ErrUnauthenticated)
+		return Owner{}, nil, fmt.Errorf("%w: JWT must carry exactly one signature", ErrUnauthenticated)
 	}
 	hdr := jws.Signatures[0].Header
 	keys, err := v.keys.candidates(ctx, hdr.KeyID)
 	if err != nil {
-		return Owner{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+		return Owner{}, nil, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 	}
 	var payload []byte
 	for _, k := range keys {
@@ -129,7 +136,7 @@ func (v *verifier) verify(ctx context.Context, raw string, now time.Time) (Owner
 		}
 	}
 	if payload == nil {
-		return Owner{}, fmt.Errorf("%w: JWT does not verify against the issuer's keys", ErrUnauthenticated)
+		return Owner{}, nil, fmt.Errorf("%w: JWT does not verify against the issuer's keys", ErrUnauthenticated)
 	}
 	// The registered claims this check needs; the subject claim is read
 	// from the full set, as it may be any claim.
@@ -142,43 +149,43 @@ func (v *verifier) verify(ctx context.Context, raw string, now time.Time) (Owner
 	}
 	var all map[string]any
 	if json.Unmarshal(payload, &std) != nil || json.Unmarshal(payload, &all) != nil {
-		return Owner{}, fmt.Errorf("%w: JWT claims are malformed", ErrUnauthenticated)
+		return Owner{}, nil, fmt.Errorf("%w: JWT claims are malformed", ErrUnauthenticated)
 	}
 	claims := jwt.Claims{Issuer: std.Issuer, Audience: std.Audience, Expiry: std.Expiry,
 		NotBefore: std.NotBefore, IssuedAt: std.IssuedAt}
 	if claims.Expiry == nil {
-		return Owner{}, fmt.Errorf("%w: JWT has no exp claim", ErrUnauthenticated)
+		return Owner{}, nil, fmt.Errorf("%w: JWT has no exp claim", ErrUnauthenticated)
 	}
 	err = claims.ValidateWithLeeway(jwt.Expected{
-		Issuer: v.issuer, AnyAudience: jwt.Audience{v.audience}, Time: now,
+		Issuer: v.issuer, AnyAudience: jwt.Audience{audience}, Time: now,
 	}, v.leeway)
 	switch {
 	case errors.Is(err, jwt.ErrInvalidIssuer):
-		return Owner{}, fmt.Errorf("%w: JWT issuer is not the configured owner issuer", ErrUnauthenticated)
+		return Owner{}, nil, fmt.Errorf("%w: JWT issuer is not the configured owner issuer", ErrUnauthenticated)
 	case errors.Is(err, jwt.ErrInvalidAudience):
-		return Owner{}, fmt.Errorf("%w: JWT audience does not include the configured owner audience", ErrUnauthenticated)
+		return Owner{}, nil, fmt.Errorf("%w: JWT audience does not include the configured owner audience", ErrUnauthenticated)
 	case errors.Is(err, jwt.ErrExpired):
-		return Owner{}, fmt.Errorf("%w: JWT expired", ErrUnauthenticated)
+		return Owner{}, nil, fmt.Errorf("%w: JWT expired", ErrUnauthenticated)
 	case errors.Is(err, jwt.ErrNotValidYet), errors.Is(err, jwt.ErrIssuedInTheFuture):
-		return Owner{}, fmt.Errorf("%w: JWT is not valid yet", ErrUnauthenticated)
+		return Owner{}, nil, fmt.Errorf("%w: JWT is not valid yet", ErrUnauthenticated)
 	case err != nil:
-		return Owner{}, fmt.Errorf("%w: JWT claims: %w", ErrUnauthenticated, err)
+		return Owner{}, nil, fmt.Errorf("%w: JWT claims: %w", ErrUnauthenticated, err)
 	}
 	subject, ok := all[v.claim].(string)
 	if !ok || !validSubject(subject) {
-		return Owner{}, fmt.Errorf("%w: JWT claim %q must be a printable string of 1 to %d bytes", ErrUnauthenticated, v.claim, maxSubjectBytes)
+		return Owner{}, nil, fmt.Errorf("%w: JWT claim %q must be a printable string of 1 to %d bytes", ErrUnauthenticated, v.claim, maxSubjectBytes)
 	}
 	// An email names a person only once the issuer has verified it: with
 	// an issuer where users set their own address, an unverified email
 	// would let one person sign in as another owner (OIDC Core §5.1).
 	if v.claim == "email" && all["email_verified"] != true {
-		return Owner{}, fmt.Errorf("%w: the owner subject claim is email, and this JWT's email_verified is not true", ErrUnauthenticated)
+		return Owner{}, nil, fmt.Errorf("%w: the owner subject claim is email, and this JWT's email_verified is not true", ErrUnauthenticated)
 	}
 	if !v.allowed(subject, all[v.groupsClaim]) {
-		return Owner{}, fmt.Errorf("%w: OIDC subject %q is not an owner of this deployment: it is not in owner-allowed-subjects, "+
+		return Owner{}, nil, fmt.Errorf("%w: OIDC subject %q is not an owner of this deployment: it is not in owner-allowed-subjects, "+
 			"and its %q claim names no group in owner-allowed-groups", ErrNotAllowed, subject, v.groupsClaim)
 	}
-	return Owner{ID: v.ownerID(subject), Subject: subject, Method: MethodOIDC}, nil
+	return Owner{ID: v.ownerID(subject), Subject: subject, Method: MethodOIDC}, all, nil
 }
 
 // allowed reports whether subject, or one of the groups its token lists,

@@ -2,8 +2,11 @@
 // (countersign.v1.OwnerService). An owner presents either a static owner
 // token ("Bearer cso_…", stored hashed in the ledger, for bootstrap and
 // automation) or an OIDC JWT from the configured issuer ("Bearer <JWT>",
-// verified against its JWKS). An agent credential ("csk_…") is refused
-// before any lookup: an agent can never act as its owner.
+// verified against its JWKS), or a console session ("Bearer css_…", the
+// browser console's cookie, turned into that header by internal/console and
+// looked up hashed in the ledger's owner_sessions). An agent credential
+// ("csk_…") is refused before any lookup: an agent can never act as its
+// owner.
 //
 // Owner ids: a token's owner id is its owners row ("own_…"). An OIDC owner
 // has no row; its id is "oidc:<issuer tag>:<subject>", where the tag is the
@@ -178,9 +181,10 @@ func (c Config) Validate() error {
 
 // Authenticator turns an Authorization header into an Owner.
 type Authenticator struct {
-	tokens TokenStore
-	oidc   *verifier // nil when OIDC is off
-	now    func() time.Time
+	tokens   TokenStore
+	sessions SessionStore // nil: console sessions are refused
+	oidc     *verifier    // nil when OIDC is off
+	now      func() time.Time
 }
 
 // New returns an authenticator over tokens (the ledger) and, when cfg
@@ -199,6 +203,9 @@ func New(cfg Config, tokens TokenStore) (*Authenticator, error) {
 		now = time.Now
 	}
 	a := &Authenticator{tokens: tokens, now: now}
+	if ss, ok := tokens.(SessionStore); ok {
+		a.sessions = ss
+	}
 	if cfg.Enabled() {
 		v, err := newVerifier(cfg, now)
 		if err != nil {
@@ -221,7 +228,11 @@ func (a *Authenticator) Authenticate(ctx context.Context, authorization string) 
 	case strings.HasPrefix(cred, credential.Prefix):
 		return Owner{}, ErrAgentCredential
 	case strings.HasPrefix(cred, TokenPrefix):
-		return a.token(ctx, cred)
+		o, _, err := a.tokenOwner(ctx, cred)
+		return o, err
+	case strings.HasPrefix(cred, SessionPrefix):
+		s, err := a.Session(ctx, cred)
+		return s.Owner, err
 	case a.oidc == nil:
 		return Owner{}, fmt.Errorf("%w: not an owner token, and OIDC is not configured", ErrUnauthenticated)
 	default:
@@ -264,23 +275,23 @@ func bearer(authorization string) (string, error) {
 	}
 }
 
-func (a *Authenticator) token(ctx context.Context, secret string) (Owner, error) {
+func (a *Authenticator) tokenOwner(ctx context.Context, secret string) (Owner, ledger.OwnerToken, error) {
 	hash, err := HashToken(secret)
 	if err != nil {
-		return Owner{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+		return Owner{}, ledger.OwnerToken{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 	}
 	tok, err := a.tokens.LookupOwnerToken(ctx, hash)
 	if errors.Is(err, ledger.ErrNotFound) {
-		return Owner{}, fmt.Errorf("%w: unknown owner token", ErrUnauthenticated)
+		return Owner{}, ledger.OwnerToken{}, fmt.Errorf("%w: unknown owner token", ErrUnauthenticated)
 	}
 	if err != nil {
-		return Owner{}, err
+		return Owner{}, ledger.OwnerToken{}, err
 	}
 	switch {
 	case tok.RevokedAt != nil:
-		return Owner{}, fmt.Errorf("%w: owner token %s is revoked", ErrUnauthenticated, tok.ID)
+		return Owner{}, ledger.OwnerToken{}, fmt.Errorf("%w: owner token %s is revoked", ErrUnauthenticated, tok.ID)
 	case !a.now().Before(tok.ExpiresAt):
-		return Owner{}, fmt.Errorf("%w: owner token %s expired", ErrUnauthenticated, tok.ID)
+		return Owner{}, ledger.OwnerToken{}, fmt.Errorf("%w: owner token %s expired", ErrUnauthenticated, tok.ID)
 	}
-	return Owner{ID: tok.OwnerID, Subject: tok.ID, Method: MethodToken}, nil
+	return Owner{ID: tok.OwnerID, Subject: tok.ID, Method: MethodToken}, tok, nil
 }

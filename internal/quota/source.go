@@ -81,6 +81,24 @@ func (p Peers) Source(ctx context.Context) string {
 	return SourceKey(p.resolve(pr.Addr.String(), metadata.ValueFromIncomingContext(ctx, forwardedForKey)))
 }
 
+// HTTPSource is the quota key of the caller of a plain HTTP request served
+// by this process (the console's sign-in): the socket's peer address, or,
+// when that peer is a trusted proxy, what trusted proxies vouch for in
+// X-Forwarded-For, as Source does for a gRPC call.
+func (p Peers) HTTPSource(r *http.Request) string {
+	var chain []string
+	for _, v := range r.Header.Values("X-Forwarded-For") {
+		if printable(v) {
+			chain = append(chain, v)
+		}
+	}
+	hop := r.RemoteAddr
+	if hop == "" || !printable(hop) {
+		return SourceKey("unknown")
+	}
+	return SourceKey(p.resolve(hop, chain))
+}
+
 // GatewayMetadata is the REST gateway's metadata annotator
 // (runtime.WithMetadata): the HTTP peer's address, and its X-Forwarded-For
 // when that peer is a trusted proxy. The gateway's annotations replace any

@@ -147,3 +147,33 @@ func TestGatewayListener(t *testing.T) {
 		t.Fatalf("Dial after Close = %v", err)
 	}
 }
+
+// TestPeersHTTPSource: a plain HTTP request's source is its socket peer; a
+// forwarding header counts only from a trusted proxy.
+func TestPeersHTTPSource(t *testing.T) {
+	proxies := quota.Peers{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+	for _, tc := range []struct {
+		name   string
+		peers  quota.Peers
+		remote string
+		xff    []string
+		want   string
+	}{
+		{"peer", quota.Peers{}, "198.51.100.4:40000", nil, quota.SourceKey("198.51.100.4")},
+		{"peer cannot claim another source", quota.Peers{}, "127.0.0.1:40000", []string{"192.0.2.1"}, quota.SourceKey("127.0.0.1")},
+		{"trusted proxy vouches", proxies, "10.1.2.3:40000", []string{"192.0.2.1"}, quota.SourceKey("192.0.2.1")},
+		{"only as far as proxies vouch", proxies, "10.1.2.3:40000", []string{"203.0.113.9, 192.0.2.1"}, quota.SourceKey("192.0.2.1")},
+		{"no peer", quota.Peers{}, "", nil, quota.SourceKey("unknown")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := httptest.NewRequest("POST", "/console/api/session", nil)
+			r.RemoteAddr = tc.remote
+			for _, v := range tc.xff {
+				r.Header.Add("X-Forwarded-For", v)
+			}
+			if got := tc.peers.HTTPSource(r); got != tc.want {
+				t.Fatalf("HTTPSource = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -2,8 +2,8 @@
 // and ext_proc, whose ALLOW carries the rail key, and health), gRPC (the
 // countersign.v1 services, each caller authenticated, health; reflection
 // only when asked for)
-// and HTTP (REST through grpc-gateway, /metrics, /healthz, /readyz,
-// /openapi.json).
+// and HTTP (REST through grpc-gateway, the owner console under /console/,
+// /metrics, /healthz, /readyz, /openapi.json).
 package server
 
 import (
@@ -38,6 +38,7 @@ import (
 	"github.com/countersign/countersign/internal/api"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/config"
+	"github.com/countersign/countersign/internal/console"
 	"github.com/countersign/countersign/internal/engine"
 	"github.com/countersign/countersign/internal/extauthz"
 	"github.com/countersign/countersign/internal/extproc"
@@ -68,6 +69,7 @@ type Server struct {
 	reconciler *reconcile.Worker
 	webhooks   outbox.AddressPolicy
 	peers      quota.Peers
+	console    *console.Console
 	// auditSigner signs the audit log's checkpoints; nil: no sealing here.
 	auditSigner note.Signer
 
@@ -149,8 +151,11 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 	}
 	peers := quota.Peers{TrustedProxies: proxies}
 	ownerQuota := quota.Options{Rate: cfg.OwnerQuotaRate, Burst: cfg.OwnerQuotaBurst}
+	// One failure budget for the owner API and the console's sign-in: a
+	// guesser gains nothing by alternating between them.
+	ownerFailures := quota.NewFailures(failQuota, failQuota)
 	guard := &ownerauth.Guard{Auth: authn, Peers: peers, Sources: quota.NewLimiter(ownerQuota), Owners: quota.NewLimiter(ownerQuota),
-		Failures: quota.NewFailures(failQuota, failQuota), ToStatus: api.ToStatus,
+		Failures: ownerFailures, ToStatus: api.ToStatus,
 		Methods: []string{countersignv1.DecisionService_Reconcile_FullMethodName}}
 	gs := grpc.NewServer(grpc.StatsHandler(grpcTracing(o.tracer)),
 		grpc.ChainUnaryInterceptor(guard.Unary(), api.ValidationInterceptor(validator)),
@@ -169,6 +174,10 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 	if err != nil {
 		return nil, err
 	}
+	con, err := newConsole(cfg, authn, store, peers, ownerFailures, log)
+	if err != nil {
+		return nil, err
+	}
 	es := grpc.NewServer(grpc.StatsHandler(grpcTracing(o.tracer)), grpc.Creds(envoyCreds))
 	authv3.RegisterAuthorizationServer(es, extauthz.NewServer(eng, cfg.MaxRequestBytes).WithTracing(o.tracer))
 	extprocv3.RegisterExternalProcessorServer(es, extproc.NewServer(eng, log).WithTracing(o.tracer))
@@ -176,7 +185,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 
 	s := &Server{
 		cfg: cfg, log: log, metrics: m, tracer: o.tracer, grpc: gs, envoy: es, errs: make(chan error, 3),
-		store: store, rails: rs, reconciler: rec, auditSigner: auditSigner, webhooks: webhooks, peers: peers,
+		store: store, rails: rs, reconciler: rec, auditSigner: auditSigner, webhooks: webhooks, peers: peers, console: con,
 		ready: &readiness{
 			prober: store, health: hs, metrics: m, log: log,
 			services: []string{"", authv3.Authorization_ServiceDesc.ServiceName,
@@ -384,7 +393,11 @@ func (s *Server) httpMux(ctx context.Context, gateway *quota.GatewayListener) (*
 		return nil, fmt.Errorf("rest gateway: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/v1/", gw)
+	// The console's session cookie reaches the API only through WrapAPI
+	// (CSRF checks, cookie → bearer, the Cookie header removed).
+	mux.Handle("/v1/", s.console.WrapAPI(gw))
+	mux.Handle("/console", s.console.Handler())
+	mux.Handle("/console/", s.console.Handler())
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -404,6 +417,28 @@ func (s *Server) httpMux(ctx context.Context, gateway *quota.GatewayListener) (*
 		_, _ = w.Write(openapi.JSON)
 	})
 	return mux, nil
+}
+
+// newConsole is the owner console over the owner authenticator: token
+// sign-in always, OIDC sign-in with owner-client-id.
+func newConsole(cfg config.Config, authn *ownerauth.Authenticator, store *ledger.Store, peers quota.Peers,
+	failures *quota.Failures, log *slog.Logger,
+) (*console.Console, error) {
+	o := console.Options{Auth: authn, Store: store, TTL: cfg.ConsoleSessionTTL, Peers: peers, Failures: failures,
+		URL: cfg.ConsoleURL, Log: log}
+	if cfg.OwnerClientID != "" {
+		secret, err := cfg.OwnerClientSecret()
+		if err != nil {
+			return nil, err
+		}
+		o.OIDC = &console.OIDC{ClientID: cfg.OwnerClientID, ClientSecret: secret,
+			AuthURL: cfg.OwnerAuthorizationURL, TokenURL: cfg.OwnerTokenURL}
+	}
+	c, err := console.New(o)
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	return c, nil
 }
 
 // grpcTracing is the gRPC server span of each call, continuing the

@@ -1,0 +1,299 @@
+package console_test
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-jose/go-jose/v4"
+	"github.com/go-jose/go-jose/v4/jwt"
+
+	"github.com/countersign/countersign/internal/console"
+	"github.com/countersign/countersign/internal/ownerauth"
+)
+
+const clientID = "countersign-console"
+
+// provider is an in-process OIDC issuer: discovery, an authorization
+// endpoint that issues a code to whoever asks (the test plays the user),
+// a token endpoint that checks the PKCE verifier against the challenge and
+// issues each code once, and a JWKS with the key its ID tokens are signed
+// with.
+type provider struct {
+	t   *testing.T
+	srv *httptest.Server
+	key *ecdsa.PrivateKey
+
+	mu    sync.Mutex
+	codes map[string]*grant
+	// subject and nonceOverride shape the next ID tokens.
+	subject       string
+	nonceOverride string
+	audience      string
+}
+
+type grant struct {
+	challenge, nonce, redirect string
+	used                       bool
+}
+
+func newProvider(t *testing.T) *provider {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &provider{t: t, key: key, codes: map[string]*grant{}, subject: "alice", audience: clientID}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /.well-known/openid-configuration", func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(map[string]string{"issuer": p.srv.URL, "authorization_endpoint": p.srv.URL + "/authorize",
+			"token_endpoint": p.srv.URL + "/token", "jwks_uri": p.srv.URL + "/jwks"})
+	})
+	mux.HandleFunc("GET /jwks", func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(jose.JSONWebKeySet{Keys: []jose.JSONWebKey{{Key: &p.key.PublicKey, KeyID: "k1", Algorithm: "ES256", Use: "sig"}}})
+	})
+	mux.HandleFunc("GET /authorize", p.authorize)
+	mux.HandleFunc("POST /token", p.token)
+	p.srv = httptest.NewServer(mux)
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+func (p *provider) authorize(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if q.Get("response_type") != "code" || q.Get("client_id") != clientID || q.Get("code_challenge_method") != "S256" ||
+		q.Get("code_challenge") == "" || q.Get("nonce") == "" || q.Get("state") == "" || !strings.Contains(" "+q.Get("scope")+" ", " openid ") {
+		http.Error(w, "bad authorization request: "+r.URL.RawQuery, http.StatusBadRequest)
+		return
+	}
+	code := base64.RawURLEncoding.EncodeToString([]byte(q.Get("state")))[:20]
+	p.mu.Lock()
+	p.codes[code] = &grant{challenge: q.Get("code_challenge"), nonce: q.Get("nonce"), redirect: q.Get("redirect_uri")}
+	p.mu.Unlock()
+	http.Redirect(w, r, q.Get("redirect_uri")+"?"+url.Values{"code": {code}, "state": {q.Get("state")}}.Encode(), http.StatusFound)
+}
+
+func (p *provider) token(w http.ResponseWriter, r *http.Request) {
+	_ = r.ParseForm()
+	fail := func(msg string) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": "invalid_grant", "error_description": msg})
+	}
+	p.mu.Lock()
+	g := p.codes[r.Form.Get("code")]
+	if g == nil || g.used {
+		p.mu.Unlock()
+		fail("unknown or used code")
+		return
+	}
+	g.used = true
+	subject, nonce, aud := p.subject, g.nonce, p.audience
+	if p.nonceOverride != "" {
+		nonce = p.nonceOverride
+	}
+	p.mu.Unlock()
+	sum := sha256.Sum256([]byte(r.Form.Get("code_verifier")))
+	switch {
+	case r.Form.Get("grant_type") != "authorization_code" || r.Form.Get("client_id") != clientID:
+		fail("bad client or grant type")
+		return
+	case r.Form.Get("redirect_uri") != g.redirect:
+		fail("redirect_uri differs")
+		return
+	case base64.RawURLEncoding.EncodeToString(sum[:]) != g.challenge:
+		fail("PKCE verifier does not match the challenge")
+		return
+	}
+	signer, err := jose.NewSigner(jose.SigningKey{Algorithm: jose.ES256, Key: p.key}, (&jose.SignerOptions{}).WithHeader("kid", "k1").WithType("JWT"))
+	if err != nil {
+		p.t.Error(err)
+		return
+	}
+	now := time.Now()
+	idToken, err := jwt.Signed(signer).Claims(map[string]any{"iss": p.srv.URL, "aud": aud, "sub": subject, "nonce": nonce,
+		"iat": now.Unix(), "exp": now.Add(5 * time.Minute).Unix()}).Serialize()
+	if err != nil {
+		p.t.Error(err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"access_token": "at", "token_type": "Bearer", "expires_in": 300, "id_token": idToken})
+}
+
+// oidcRig is a rig whose console signs in through p.
+func oidcRig(t *testing.T, p *provider) *rig {
+	cfg := &ownerauth.Config{Issuer: p.srv.URL, Audience: "countersign-owner-api", JWKSURL: p.srv.URL + "/jwks",
+		AllowedSubjects: []string{"alice"}}
+	return newRig(t, rigOptions{oidc: cfg, console: func(o *console.Options) {
+		o.URL = "http://127.0.0.1:8443"
+		o.OIDC = &console.OIDC{ClientID: clientID}
+	}})
+}
+
+// flow is one browser's sign-in up to the callback: the sealed cookie and
+// the callback query the issuer redirected to.
+type flow struct {
+	cookie string
+	query  url.Values
+}
+
+func (r *rig) startOIDC(t *testing.T, p *provider) flow {
+	t.Helper()
+	x := r.do("GET", "/console/oidc/start", "")
+	if x.status != 302 {
+		t.Fatalf("oidc start = %d %s", x.status, x.body)
+	}
+	checkSecurityHeaders(t, "oidc start", x.header)
+	set := x.header.Get("Set-Cookie")
+	name, rest, _ := strings.Cut(set, "=")
+	value, attrs, _ := strings.Cut(rest, ";")
+	if name != console.OIDCCookie || strings.TrimSpace(attrs) != "Path=/; HttpOnly; Secure; SameSite=Lax; Max-Age=600" || value == "" {
+		t.Fatalf("oidc cookie = %q", set)
+	}
+	loc, err := url.Parse(x.header.Get("Location"))
+	if err != nil || !strings.HasPrefix(loc.String(), p.srv.URL+"/authorize?") {
+		t.Fatalf("oidc start Location = %q", x.header.Get("Location"))
+	}
+	q := loc.Query()
+	if q.Get("redirect_uri") != "http://127.0.0.1:8443/console/oidc/callback" || q.Get("scope") != "openid" || q.Get("client_id") != clientID {
+		t.Fatalf("authorization request %v", q)
+	}
+	// The user signs in at the issuer, which redirects back.
+	res, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Get(loc.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	back, err := url.Parse(res.Header.Get("Location"))
+	if res.StatusCode != 302 || err != nil {
+		t.Fatalf("issuer's authorization = %d %q", res.StatusCode, res.Header.Get("Location"))
+	}
+	return flow{cookie: console.OIDCCookie + "=" + value, query: back.Query()}
+}
+
+func (r *rig) callback(f flow) resp {
+	return r.do("GET", "/console/oidc/callback?"+f.query.Encode(), "", "Cookie", f.cookie)
+}
+
+// TestOIDCSignIn runs the authorization code flow against the in-process
+// issuer, and each way it must fail.
+func TestOIDCSignIn(t *testing.T) {
+	t.Run("success", func(t *testing.T) {
+		p := newProvider(t)
+		r := oidcRig(t, p)
+		x := r.callback(r.startOIDC(t, p))
+		if x.status != 303 || x.header.Get("Location") != "/console/" {
+			t.Fatalf("callback = %d %s (Location %q)", x.status, x.body, x.header.Get("Location"))
+		}
+		checkSecurityHeaders(t, "callback", x.header)
+		var secret string
+		clearedOIDC := false
+		for _, c := range x.header.Values("Set-Cookie") {
+			if m := sessionCookieRE.FindStringSubmatch(c); m != nil && m[2] == "28800" {
+				secret = m[1]
+			}
+			clearedOIDC = clearedOIDC || c == console.OIDCCookie+"=; Path=/; HttpOnly; Secure; SameSite=Lax; Max-Age=0"
+		}
+		if secret == "" || !clearedOIDC {
+			t.Fatalf("callback cookies = %q", x.header.Values("Set-Cookie"))
+		}
+		got := r.do("GET", "/console/api/session", "", "Cookie", cookie(secret))
+		m := got.json(t)
+		if got.status != 200 || m["method"] != "oidc" || m["subject"] != "alice" || !strings.HasPrefix(m["owner_id"].(string), "oidc:") || m["oidc_enabled"] != true {
+			t.Fatalf("session = %d %s", got.status, got.body)
+		}
+		if x := r.do("GET", "/console/api/session", ""); strings.TrimSpace(x.body) != `{"error":"signed_out","oidc_enabled":true}` {
+			t.Errorf("signed out = %s", x.body)
+		}
+	})
+	for _, tc := range []struct {
+		name   string
+		setup  func(p *provider)
+		tamper func(t *testing.T, r *rig, p *provider, f flow) flow
+		status int
+		reason string
+	}{
+		{name: "wrong state", status: 400, reason: "state does not match", tamper: func(_ *testing.T, _ *rig, _ *provider, f flow) flow {
+			f.query.Set("state", "forged")
+			return f
+		}},
+		{name: "no cookie", status: 400, reason: "no OIDC sign-in is in progress", tamper: func(_ *testing.T, _ *rig, _ *provider, f flow) flow {
+			f.cookie = "other=1"
+			return f
+		}},
+		{name: "tampered cookie", status: 400, reason: "no OIDC sign-in is in progress", tamper: func(_ *testing.T, _ *rig, _ *provider, f flow) flow {
+			f.cookie = f.cookie[:len(f.cookie)-2] + "AA"
+			return f
+		}},
+		{name: "replayed code", status: 401, reason: "refused the authorization code", tamper: func(t *testing.T, r *rig, _ *provider, f flow) flow {
+			if x := r.callback(f); x.status != 303 {
+				t.Fatalf("first callback = %d %s", x.status, x.body)
+			}
+			return f
+		}},
+		{name: "PKCE mismatch", status: 401, reason: "refused the authorization code", tamper: func(t *testing.T, r *rig, p *provider, f flow) flow {
+			// This browser's state and verifier, with the code another
+			// sign-in's challenge was registered for.
+			other := r.startOIDC(t, p)
+			f.query.Set("code", other.query.Get("code"))
+			return f
+		}},
+		{name: "bad nonce", status: 401, reason: "nonce", setup: func(p *provider) { p.nonceOverride = "replayed-nonce" }},
+		{name: "subject not on the allowlist", status: 403, reason: `"mallory" is not an owner`, setup: func(p *provider) { p.subject = "mallory" }},
+		{name: "ID token for another client", status: 401, reason: "audience", setup: func(p *provider) { p.audience = "another-client" }},
+		{name: "issuer error", status: 401, reason: "refused the sign-in: access_denied", tamper: func(_ *testing.T, _ *rig, _ *provider, f flow) flow {
+			f.query.Del("code")
+			f.query.Set("error", "access_denied")
+			return f
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newProvider(t)
+			r := oidcRig(t, p)
+			if tc.setup != nil {
+				tc.setup(p)
+			}
+			f := r.startOIDC(t, p)
+			if tc.tamper != nil {
+				f = tc.tamper(t, r, p, f)
+			}
+			x := r.callback(f)
+			if x.status != tc.status || !strings.Contains(x.json(t)["error"].(string), tc.reason) {
+				t.Fatalf("callback = %d %s, want %d with %q", x.status, x.body, tc.status, tc.reason)
+			}
+			for _, c := range x.header.Values("Set-Cookie") {
+				if strings.HasPrefix(c, console.SessionCookie+"=css_") {
+					t.Fatalf("a failed callback opened a session: %q", c)
+				}
+			}
+		})
+	}
+}
+
+// TestOIDCNeedsItsSettings: console.New refuses an OIDC sign-in it could
+// not run.
+func TestOIDCNeedsItsSettings(t *testing.T) {
+	if _, err := console.Origin("http://console.example.com"); err == nil {
+		t.Error("plain http console-url to a non-loopback host accepted")
+	}
+	for _, ok := range []string{"https://console.example.com", "http://localhost:8080", "http://127.0.0.1:8080/"} {
+		if _, err := console.Origin(ok); err != nil {
+			t.Errorf("console-url %q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"https://console.example.com/console", "https://u@console.example.com", "console.example.com", "ftp://x"} {
+		if _, err := console.Origin(bad); err == nil {
+			t.Errorf("console-url %q accepted", bad)
+		}
+	}
+}

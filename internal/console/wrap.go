@@ -1,0 +1,95 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/countersign/countersign/internal/ownerauth"
+)
+
+// WrapAPI lets the console's session cookie call the owner REST API
+// (next, the gateway at /v1/). For every request:
+//
+//   - the Cookie header is removed before next, so no cookie ever reaches
+//     the gateway, gRPC metadata or a log;
+//   - a request with an Authorization header is otherwise passed on
+//     untouched: the owner-token and JWT API is unchanged;
+//   - a request with the session cookie and no Authorization header is
+//     passed on as "Authorization: Bearer css_…", which ownerauth looks up
+//     in owner_sessions (an unknown, expired or signed-out session gets the
+//     API's normal 401). Before that, a method other than GET, HEAD and
+//     OPTIONS must carry X-Countersign-CSRF equal to the session's CSRF
+//     token and must not come cross-site (Origin, Sec-Fetch-Site):
+//     otherwise 403 {"error":"csrf"} and next is never called.
+//
+// A request on a session is bound to it: its context ends when the session
+// expires, and it re-reads the session every Options.Recheck, ending when
+// the session is signed out, revoked through its owner token, or cannot be
+// read (fail closed). So a watch stream outlives its session's expiry by
+// nothing, and a sign-out by at most Recheck (30s by default). The
+// ResponseWriter is passed on as it is, so flushing (http.Flusher,
+// http.ResponseController) works for streams.
+func (c *Console) WrapAPI(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		secret, hasSession := sessionCookie(r)
+		_, hasAuthz := r.Header["Authorization"]
+		r = r.Clone(r.Context())
+		r.Header.Del("Cookie")
+		if hasAuthz || !hasSession {
+			next.ServeHTTP(w, r)
+			return
+		}
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+		default:
+			if c.crossSite(r) || !ownerauthCSRF(secret, r.Header.Values(CSRFHeader)) {
+				setSecurityHeaders(w.Header())
+				writeJSON(w, http.StatusForbidden, errorBody{Error: "csrf"})
+				return
+			}
+		}
+		r.Header.Del(CSRFHeader)
+		r.Header.Set("Authorization", "Bearer "+secret)
+		ctx, stop := c.bind(r.Context(), secret)
+		defer stop()
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// bind is ctx ended when the session ends (see WrapAPI). A session that
+// does not resolve now is passed on unbound: the API refuses it.
+func (c *Console) bind(ctx context.Context, secret string) (context.Context, func()) {
+	s, err := c.o.Auth.Session(ctx, secret)
+	if err != nil {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, s.ExpiresAt.Sub(c.o.Now()), errSessionEnded)
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(c.o.Recheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if _, err := c.o.Auth.Session(ctx, secret); err != nil {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func() { close(done); cancel() }
+}
+
+var errSessionEnded = errors.New("console: the session expired")
+
+// ownerauthCSRF checks the one CSRF header against the session's token.
+func ownerauthCSRF(secret string, vals []string) bool {
+	return len(vals) == 1 && ownerauth.CheckCSRF(secret, vals[0])
+}

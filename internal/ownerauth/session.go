@@ -1,0 +1,236 @@
+package ownerauth
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/countersign/countersign/internal/credential"
+	"github.com/countersign/countersign/internal/ledger"
+)
+
+// SessionPrefix marks an owner console session secret: what the console's
+// HttpOnly cookie holds and what its wrapper presents to the owner API as
+// "Authorization: Bearer css_…". It differs from "cso_" (an owner token)
+// and "csk_" (an agent credential), so none is mistaken for another.
+const SessionPrefix = "css_"
+
+// MaxSessionTTL is the longest a console session may live.
+const MaxSessionTTL = 24 * time.Hour
+
+var sessionLen = len(SessionPrefix) + enc.EncodedLen(tokenBytes)
+
+var errMalformedSession = errors.New("malformed console session")
+
+// SessionStore is the part of the ledger that resolves console sessions.
+// An Authenticator accepts sessions when its TokenStore is one too (the
+// ledger is both); otherwise a session is refused as unknown.
+type SessionStore interface {
+	LookupOwnerSession(ctx context.Context, hash [32]byte) (ledger.OwnerSession, error)
+}
+
+// SessionIssuer is the part of the ledger that stores and revokes sessions.
+type SessionIssuer interface {
+	CreateOwnerSession(ctx context.Context, ownerID, subject, method string, expiresAt time.Time, hash [32]byte) (ledger.OwnerSession, error)
+	RevokeOwnerSession(ctx context.Context, id string) error
+}
+
+// Session is a live console session and the owner it acts for.
+type Session struct {
+	Owner
+	// ID is the session row ("oss_…"), never the secret.
+	ID        string
+	ExpiresAt time.Time
+}
+
+// MintSession returns a new session secret (256 random bits) and the hash
+// the ledger keeps.
+func MintSession() (secret string, hash [32]byte, err error) {
+	var b [tokenBytes]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", hash, fmt.Errorf("ownerauth: random: %w", err)
+	}
+	secret = SessionPrefix + enc.EncodeToString(b[:])
+	return secret, sha256.Sum256([]byte(secret)), nil
+}
+
+// HashSession checks the shape of a presented session secret and returns
+// its hash; a malformed one never reaches the ledger.
+func HashSession(secret string) ([32]byte, error) {
+	if len(secret) != sessionLen || !strings.HasPrefix(secret, SessionPrefix) {
+		return [32]byte{}, errMalformedSession
+	}
+	if _, err := enc.DecodeString(secret[len(SessionPrefix):]); err != nil {
+		return [32]byte{}, errMalformedSession
+	}
+	return sha256.Sum256([]byte(secret)), nil
+}
+
+// csrfLabel separates the CSRF token from any other value derived from a
+// session secret.
+const csrfLabel = "countersign console csrf v1"
+
+// CSRFToken is the session's CSRF token: an HMAC-SHA256 keyed by the
+// session secret. Only the holder of the secret (the HttpOnly cookie) can
+// compute it, every replica derives the same one, and nothing about it is
+// stored.
+func CSRFToken(secret string) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(csrfLabel))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// CheckCSRF reports, in constant time, whether presented is secret's CSRF
+// token.
+func CheckCSRF(secret, presented string) bool {
+	return subtle.ConstantTimeCompare([]byte(CSRFToken(secret)), []byte(presented)) == 1
+}
+
+// StartSession mints a session for o valid until expiresAt, stores its hash
+// and returns the secret: the only time it exists outside the browser.
+func StartSession(ctx context.Context, store SessionIssuer, o Owner, expiresAt time.Time) (string, ledger.OwnerSession, error) {
+	if o.ID == "" || o.Subject == "" || (o.Method != MethodToken && o.Method != MethodOIDC) {
+		return "", ledger.OwnerSession{}, errors.New("ownerauth: a session needs an owner authenticated by token or OIDC")
+	}
+	secret, hash, err := MintSession()
+	if err != nil {
+		return "", ledger.OwnerSession{}, err
+	}
+	sess, err := store.CreateOwnerSession(ctx, o.ID, o.Subject, string(o.Method), expiresAt, hash)
+	if err != nil {
+		return "", ledger.OwnerSession{}, err
+	}
+	return secret, sess, nil
+}
+
+// Session resolves a session secret. It is refused (ErrUnauthenticated)
+// when unknown, revoked or expired, and when the owner token it was opened
+// with has since been revoked or has expired: a session never outlives its
+// credential. A ledger failure is returned as it is.
+func (a *Authenticator) Session(ctx context.Context, secret string) (Session, error) {
+	if a.sessions == nil {
+		return Session{}, fmt.Errorf("%w: console sessions are not enabled", ErrUnauthenticated)
+	}
+	hash, err := HashSession(secret)
+	if err != nil {
+		return Session{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+	}
+	s, err := a.sessions.LookupOwnerSession(ctx, hash)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return Session{}, fmt.Errorf("%w: unknown console session", ErrUnauthenticated)
+	}
+	if err != nil {
+		return Session{}, err
+	}
+	now := a.now()
+	switch {
+	case s.RevokedAt != nil:
+		return Session{}, fmt.Errorf("%w: console session %s is signed out", ErrUnauthenticated, s.ID)
+	case !now.Before(s.ExpiresAt):
+		return Session{}, fmt.Errorf("%w: console session %s expired", ErrUnauthenticated, s.ID)
+	case s.Method == string(MethodToken) && s.TokenExpiresAt == nil:
+		return Session{}, fmt.Errorf("%w: console session %s names no owner token", ErrUnauthenticated, s.ID)
+	case s.TokenRevokedAt != nil:
+		return Session{}, fmt.Errorf("%w: the owner token console session %s was opened with is revoked", ErrUnauthenticated, s.ID)
+	case s.TokenExpiresAt != nil && !now.Before(*s.TokenExpiresAt):
+		return Session{}, fmt.Errorf("%w: the owner token console session %s was opened with expired", ErrUnauthenticated, s.ID)
+	case s.Method != string(MethodToken) && s.Method != string(MethodOIDC):
+		return Session{}, fmt.Errorf("%w: console session %s has an unknown method", ErrUnauthenticated, s.ID)
+	}
+	return Session{Owner: Owner{ID: s.OwnerID, Subject: s.Subject, Method: Method(s.Method)}, ID: s.ID, ExpiresAt: s.ExpiresAt}, nil
+}
+
+// SignInToken authenticates a static owner token presented to the
+// console's sign-in and returns its owner and the token's expiry. Only an
+// owner token opens a session: an agent credential is refused as one
+// (ErrAgentCredential), and a session secret or a JWT is refused
+// (ErrUnauthenticated), so a session cannot extend itself.
+func (a *Authenticator) SignInToken(ctx context.Context, token string) (Owner, time.Time, error) {
+	switch {
+	case strings.HasPrefix(token, credential.Prefix):
+		return Owner{}, time.Time{}, ErrAgentCredential
+	case strings.HasPrefix(token, SessionPrefix):
+		return Owner{}, time.Time{}, fmt.Errorf("%w: a console session cannot open another; sign in with an owner token (cso_…)", ErrUnauthenticated)
+	case !strings.HasPrefix(token, TokenPrefix):
+		return Owner{}, time.Time{}, fmt.Errorf("%w: not an owner token (cso_…)", ErrUnauthenticated)
+	}
+	o, tok, err := a.tokenOwner(ctx, token)
+	if err != nil {
+		return Owner{}, time.Time{}, err
+	}
+	return o, tok.ExpiresAt, nil
+}
+
+// OIDCEnabled reports whether an issuer is configured.
+func (a *Authenticator) OIDCEnabled() bool { return a.oidc != nil }
+
+// OIDCIssuer is the configured issuer ("" when OIDC is off).
+func (a *Authenticator) OIDCIssuer() string {
+	if a.oidc == nil {
+		return ""
+	}
+	return a.oidc.issuer
+}
+
+// OIDCScopes are the scopes an authorization request asks for: openid,
+// and what the owner allowlist's claims need (email for an email subject
+// claim, profile for preferred_username or name, groups for a group
+// allowlist).
+func (a *Authenticator) OIDCScopes() []string {
+	scopes := []string{"openid"}
+	if a.oidc == nil {
+		return scopes
+	}
+	switch a.oidc.claim {
+	case "email":
+		scopes = append(scopes, "email")
+	case "preferred_username", "name", "nickname":
+		scopes = append(scopes, "profile")
+	}
+	if len(a.oidc.allowedGroups) > 0 {
+		scopes = append(scopes, "groups")
+	}
+	return scopes
+}
+
+// ErrNonce means an ID token's nonce is missing or is not the one the
+// sign-in sent.
+var ErrNonce = fmt.Errorf("%w: ID token nonce does not match this sign-in", ErrUnauthenticated)
+
+// VerifyIDToken verifies an ID token returned to the console's OIDC
+// sign-in with the owner JWT checks (signature against the issuer's JWKS,
+// iss, exp, nbf, the subject claim and the owner allowlist) and those of
+// OIDC Core §3.1.3.7: aud includes clientID, azp (when present, and
+// required with several audiences) is clientID, and nonce is nonce.
+func (a *Authenticator) VerifyIDToken(ctx context.Context, raw, clientID, nonce string) (Owner, error) {
+	if a.oidc == nil {
+		return Owner{}, fmt.Errorf("%w: OIDC is not configured", ErrUnauthenticated)
+	}
+	if clientID == "" || nonce == "" {
+		return Owner{}, fmt.Errorf("%w: ID token check needs a client id and a nonce", ErrUnauthenticated)
+	}
+	o, claims, err := a.oidc.verifyFor(ctx, raw, a.now(), clientID)
+	if err != nil {
+		return Owner{}, err
+	}
+	got, _ := claims["nonce"].(string)
+	if subtle.ConstantTimeCompare([]byte(got), []byte(nonce)) != 1 {
+		return Owner{}, ErrNonce
+	}
+	azp, hasAZP := claims["azp"].(string)
+	multi := false
+	if l, ok := claims["aud"].([]any); ok && len(l) > 1 {
+		multi = true
+	}
+	if (hasAZP || multi) && azp != clientID {
+		return Owner{}, fmt.Errorf("%w: ID token azp is not this client", ErrUnauthenticated)
+	}
+	return o, nil
+}

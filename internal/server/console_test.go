@@ -1,0 +1,228 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/internal/console"
+	"github.com/countersign/countersign/internal/ownerauth"
+	"github.com/countersign/countersign/internal/testing/wait"
+)
+
+var consoleCookieRE = regexp.MustCompile(`^__Host-countersign_session=(css_[a-z2-7]{52}); Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age=\d+$`)
+
+// consoleCall is one request to the server's HTTP listener; headers are
+// name, value pairs.
+func (h *allowHarness) consoleCall(t *testing.T, method, path, body string, headers ...string) (int, http.Header, string) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, "http://"+h.httpAddr+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Add(headers[i], headers[i+1])
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, res.Header, string(b)
+}
+
+// consoleSignIn signs in with the harness owner's token: the session
+// secret and its CSRF token.
+func (h *allowHarness) consoleSignIn(t *testing.T) (string, string) {
+	t.Helper()
+	s, hdr, body := h.consoleCall(t, "POST", "/console/api/session", `{"token":"`+h.ownerToken+`"}`, "Content-Type", "application/json")
+	m := consoleCookieRE.FindStringSubmatch(hdr.Get("Set-Cookie"))
+	if s != 200 || m == nil {
+		t.Fatalf("sign-in = %d %s (Set-Cookie %q)", s, body, hdr.Get("Set-Cookie"))
+	}
+	var sess map[string]any
+	if err := json.Unmarshal([]byte(body), &sess); err != nil || sess["owner_id"] != h.ownerID {
+		t.Fatalf("sign-in body %s", body)
+	}
+	return m[1], sess["csrf_token"].(string)
+}
+
+func agentCount(t *testing.T, h *allowHarness) int {
+	t.Helper()
+	l, err := h.store.OwnerAgents(context.Background(), h.ownerID, "", 1000, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(l)
+}
+
+// TestConsoleSessionCallsTheOwnerAPI is the console on the real listener:
+// the cookie lists only its owner's agents, a change needs the CSRF token
+// from the console's own origin, and a signed-out cookie gets 401.
+func TestConsoleSessionCallsTheOwnerAPI(t *testing.T) {
+	h := railHarness(t)
+	ctx := context.Background()
+	other, err := h.store.CreateOwner(ctx, "someone else")
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := h.store.CreateAgent(ctx, other.ID, "theirs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, csrf := h.consoleSignIn(t)
+	ck := console.SessionCookie + "=" + secret
+
+	s, hdr, body := h.consoleCall(t, "GET", "/console/", "")
+	if s != 200 || !strings.HasPrefix(hdr.Get("Content-Security-Policy"), "default-src 'none'") || hdr.Get("X-Frame-Options") != "DENY" {
+		t.Fatalf("GET /console/ = %d %v", s, hdr)
+	}
+	_ = body
+	if s, _, body := h.consoleCall(t, "GET", "/v1/agents", "", "Cookie", ck); s != 200 || !strings.Contains(body, h.agentID) || strings.Contains(body, theirs.ID) {
+		t.Fatalf("GET /v1/agents with the cookie = %d %s", s, body)
+	}
+	before := agentCount(t, h)
+	create := `{"displayName":"made in the console"}`
+	for _, tc := range []struct {
+		name    string
+		headers []string
+	}{
+		{"no CSRF header", []string{"Cookie", ck, "Content-Type", "application/json"}},
+		{"wrong CSRF token", []string{"Cookie", ck, "Content-Type", "application/json", console.CSRFHeader, "x" + csrf[1:]}},
+		{"wrong Origin", []string{"Cookie", ck, "Content-Type", "application/json", console.CSRFHeader, csrf, "Origin", "http://evil.example"}},
+		{"cross-site", []string{"Cookie", ck, "Content-Type", "application/json", console.CSRFHeader, csrf, "Sec-Fetch-Site", "cross-site"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if s, _, body := h.consoleCall(t, "POST", "/v1/agents", create, tc.headers...); s != 403 || strings.TrimSpace(body) != `{"error":"csrf"}` {
+				t.Fatalf("POST /v1/agents = %d %s, want 403 csrf", s, body)
+			}
+			if n := agentCount(t, h); n != before {
+				t.Fatalf("a refused POST created an agent: %d → %d", before, n)
+			}
+		})
+	}
+	if s, _, body := h.consoleCall(t, "POST", "/v1/agents", create, "Cookie", ck, "Content-Type", "application/json", console.CSRFHeader, csrf,
+		"Origin", "http://"+h.httpAddr, "Sec-Fetch-Site", "same-origin"); s != 200 || agentCount(t, h) != before+1 {
+		t.Fatalf("POST /v1/agents with the CSRF token = %d %s", s, body)
+	}
+	// The owner-token API is unchanged.
+	if s, _, body := h.consoleCall(t, "GET", "/v1/agents", "", "Authorization", "Bearer "+h.ownerToken); s != 200 || !strings.Contains(body, h.agentID) {
+		t.Fatalf("GET /v1/agents with the owner token = %d %s", s, body)
+	}
+	// Sign out: the same cookie is refused everywhere.
+	if s, _, body := h.consoleCall(t, "POST", "/console/api/signout", "", "Cookie", ck, console.CSRFHeader, csrf); s != 204 {
+		t.Fatalf("sign-out = %d %s", s, body)
+	}
+	if s, _, body := h.consoleCall(t, "GET", "/v1/agents", "", "Cookie", ck); s != 401 {
+		t.Fatalf("GET /v1/agents after sign-out = %d %s", s, body)
+	}
+	if s, _, _ := h.consoleCall(t, "GET", "/console/api/session", "", "Cookie", ck); s != 401 {
+		t.Fatalf("session after sign-out = %d", s)
+	}
+}
+
+// TestConsoleRefusesAgentCredential: the agent's own credential opens no
+// session, as it opens no owner API call.
+func TestConsoleRefusesAgentCredential(t *testing.T) {
+	h := railHarness(t)
+	s, hdr, body := h.consoleCall(t, "POST", "/console/api/session", `{"token":"`+h.secret+`"}`, "Content-Type", "application/json")
+	if s != 401 || hdr.Get("Set-Cookie") != "" || !strings.Contains(body, "agent credential") {
+		t.Fatalf("sign-in with csk_ = %d %s (Set-Cookie %q)", s, body, hdr.Get("Set-Cookie"))
+	}
+	// Nor does a made-up session secret reach anything.
+	if s, _, _ := h.consoleCall(t, "GET", "/v1/agents", "", "Cookie", console.SessionCookie+"=css_"+strings.Repeat("a", 52)); s != 401 {
+		t.Fatalf("GET /v1/agents with an unknown session = %d", s)
+	}
+}
+
+// TestConsoleWatchStreamsAndEndsWithSession: GET /v1/intents:watch with
+// the session cookie streams transitions as they commit, and the stream
+// ends when its session expires (the expiry is the request's deadline);
+// the expired cookie then gets the API's 401.
+func TestConsoleWatchStreamsAndEndsWithSession(t *testing.T) {
+	h := railHarness(t)
+	ctx := context.Background()
+	authn, err := ownerauth.New(ownerauth.Config{}, h.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner, _, err := authn.SignInToken(ctx, h.ownerToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const life = 3 * time.Second
+	secret, _, err := ownerauth.StartSession(ctx, h.store, owner, time.Now().Add(life))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", "http://"+h.httpAddr+"/v1/intents:watch", nil)
+	req.Header.Set("Cookie", console.SessionCookie+"="+secret)
+	started := time.Now()
+	lines := make(chan string, 64)
+	status := make(chan int, 1)
+	go func() {
+		defer close(lines)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			status <- 0
+			return
+		}
+		defer res.Body.Close()
+		status <- res.StatusCode
+		sc := bufio.NewScanner(res.Body)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	// The gateway sends its headers with the first message: decide until
+	// one is streamed (the watch sees only what commits after it starts).
+	var first string
+	i := 0
+	if !wait.Until(10*time.Second, func() bool {
+		select {
+		case first = <-lines:
+			return true
+		default:
+		}
+		i++
+		h.decide(t, refund("pi_bench", 10, "watch "+strings.Repeat("x", i)))
+		return false
+	}) {
+		t.Fatal("no transition streamed through the console wrapper within 10s")
+	}
+	if s := <-status; s != 200 || !strings.Contains(first, `"transition"`) {
+		t.Fatalf("watch = %d, first line %s", s, first)
+	}
+	// The stream ends with its session, and not long after.
+	if !wait.Until(life+10*time.Second, func() bool {
+		for {
+			select {
+			case _, ok := <-lines:
+				if !ok {
+					return true
+				}
+			default:
+				return false
+			}
+		}
+	}) {
+		t.Fatalf("the watch outlived its session (%s) by 10s", life)
+	}
+	if took := time.Since(started); took < life-time.Second {
+		t.Errorf("the watch ended after %s, before its session's %s", took, life)
+	}
+	if s, _, body := h.consoleCall(t, "GET", "/v1/agents", "", "Cookie", console.SessionCookie+"="+secret); s != 401 || !strings.Contains(body, "expired") {
+		t.Fatalf("GET /v1/agents with the expired session = %d %s", s, body)
+	}
+}
