@@ -193,6 +193,10 @@ func (c *Console) serve(w http.ResponseWriter, r *http.Request) {
 		if allow(w, r, http.MethodGet, http.MethodHead) {
 			c.static(w, r, "index.html", c.index)
 		}
+	case p == "/console/assets/"+currenciesAsset:
+		if allow(w, r, http.MethodGet, http.MethodHead) {
+			c.static(w, r, currenciesAsset, currencies())
+		}
 	case strings.HasPrefix(p, "/console/assets/"):
 		if allow(w, r, http.MethodGet, http.MethodHead) {
 			c.asset(w, r, strings.TrimPrefix(p, "/console/assets/"))

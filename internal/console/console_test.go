@@ -2,6 +2,8 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
+	"maps"
 	"net/http"
 	"strings"
 	"testing"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/countersign/countersign/internal/console"
 	"github.com/countersign/countersign/internal/credential"
+	"github.com/countersign/countersign/internal/money"
 	"github.com/countersign/countersign/internal/ownerauth"
 	"github.com/countersign/countersign/internal/quota"
 )
@@ -55,6 +58,7 @@ func TestStaticFilesAndHeaders(t *testing.T) {
 		{name: "sign-in refused", method: "POST", path: "/console/api/session", status: 415, contentType: "application/json"},
 		{name: "signout without csrf", method: "POST", path: "/console/api/signout", headers: []string{"Cookie", cookie(secret)}, status: 403, contentType: "application/json"},
 		{name: "oidc off", method: "GET", path: "/console/oidc/start", status: 404, contentType: "application/json"},
+		{name: "currency table", method: "GET", path: "/console/assets/currencies.json", status: 200, contentType: "application/json"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			x := r.do(tc.method, tc.path, "", tc.headers...)
@@ -74,6 +78,23 @@ func TestStaticFilesAndHeaders(t *testing.T) {
 	x := r.do("GET", "/console/", "")
 	if !strings.Contains(x.body, "/console/assets/console.js") || strings.Contains(x.body, "//") && strings.Contains(x.body, "http") {
 		t.Errorf("index.html: %s", x.body)
+	}
+}
+
+// The page's currency table is internal/money's, every entry of it.
+func TestCurrencyTableIsTheMoneyPackages(t *testing.T) {
+	r := newRig(t, rigOptions{})
+	x := r.do("GET", "/console/assets/currencies.json", "")
+	var got struct {
+		ISO4217 map[string]int `json:"iso4217"`
+		Stripe  map[string]int `json:"stripe"`
+	}
+	if err := json.Unmarshal([]byte(x.body), &got); err != nil {
+		t.Fatalf("currencies.json: %v: %s", err, x.body)
+	}
+	iso, departures := money.Exponents()
+	if !maps.Equal(got.ISO4217, iso) || !maps.Equal(got.Stripe, departures["stripe"]) || got.ISO4217["JPY"] != 0 || got.ISO4217["KWD"] != 3 || got.Stripe["ISK"] != 2 {
+		t.Fatalf("currencies.json = %s, want internal/money's tables", x.body)
 	}
 }
 
