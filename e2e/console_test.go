@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -12,14 +13,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/cdproto/network"
+	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/countersign/countersign/internal/money"
 	"github.com/countersign/countersign/internal/testing/wait"
 )
 
@@ -72,13 +76,15 @@ func TestConsoleInChromium(t *testing.T) {
 	shot("signin")
 	run("sign in with an agent credential", 20*time.Second,
 		chromedp.SendKeys(`#signin input[name=token]`, d.stripeKey, chromedp.ByQuery),
-		chromedp.Submit(`#signin`, chromedp.ByQuery),
+		chromedp.Click(`#signin button[type=submit]`, chromedp.ByQuery),
 		waitText(`#signin-error`, "not a valid owner token"))
 	run("sign in with the owner token", 20*time.Second,
+		chromedp.Evaluate(`document.querySelector('#signin input[name=token]').value = ''`, nil),
 		chromedp.SendKeys(`#signin input[name=token]`, ownerToken, chromedp.ByQuery),
-		chromedp.Submit(`#signin`, chromedp.ByQuery),
+		chromedp.Click(`#signin button[type=submit]`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#approvals`, chromedp.ByQuery),
 		waitText(`#live`, "live"))
+	checkMoneyFormatting(t, ctx)
 	cookie := sessionCookie(t, ctx)
 	if !cookie.HTTPOnly || !cookie.Secure || cookie.SameSite != network.CookieSameSiteStrict {
 		t.Fatalf("session cookie %s: HttpOnly=%v Secure=%v SameSite=%v, want all three strict", cookie.Name, cookie.HTTPOnly, cookie.Secure, cookie.SameSite)
@@ -187,6 +193,9 @@ func TestConsoleInChromium(t *testing.T) {
 		chromedp.SendKeys(card+` textarea`, "not a refund we owe", chromedp.ByQuery),
 		chromedp.Click(card+` button.reject`, chromedp.ByQuery),
 		chromedp.WaitNotPresent(card, chromedp.ByQuery))
+	if state, note := approvalOf(t, base, ownerToken, held[0]); state != "APPROVAL_STATE_REJECTED" || note != "not a refund we owe" {
+		t.Fatalf("the rejected approval is %s with note %q, want REJECTED with the note as typed", state, note)
+	}
 	if status, h, body := send(t, hostile()); h.Get("X-Countersign-Verdict") != "BLOCK" {
 		t.Fatalf("the rejected request answered %d %q, want BLOCK: %s", status, h.Get("X-Countersign-Verdict"), body)
 	}
@@ -211,10 +220,13 @@ func TestConsoleInChromium(t *testing.T) {
 	}
 	run("a mandate with its usage", 30*time.Second,
 		chromedp.Navigate(base+"/console/#/mandates"),
-		chromedp.WaitVisible(`#mandates tbody a`, chromedp.ByQuery),
-		chromedp.Click(`#mandates tbody a`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#mandates tbody tr[data-rail-account=acct_dev_stripe] a`, chromedp.ByQuery),
+		chromedp.Click(`#mandates tbody tr[data-rail-account=acct_dev_stripe] a`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#mandate-yaml`, chromedp.ByQuery),
-		chromedp.WaitVisible(`#usage .usage-list, #usage p`, chromedp.ByQuery))
+		// The one approved refund is spent against the budget and counted
+		// in the window; the rejected and refused ones are neither.
+		waitText(`#usage`, "25.00 USD spent"),
+		waitText(`#usage`, "1 of 600 calls"))
 	shot("mandate")
 	run("an intent's timeline", 30*time.Second,
 		chromedp.Navigate(base+"/console/#/intents?state=INTENT_STATE_APPLIED"),
@@ -227,9 +239,22 @@ func TestConsoleInChromium(t *testing.T) {
 		chromedp.Navigate(base+"/console/#/audit"),
 		chromedp.WaitVisible(`#verify input`, chromedp.ByQuery),
 		chromedp.SendKeys(`#verify input`, mustFind(t, out, `refunds up to \S+ USD each on (\S+),`), chromedp.ByQuery),
-		chromedp.Submit(`#verify`, chromedp.ByQuery),
+		chromedp.Click(`#verify button[type=submit]`, chromedp.ByQuery),
 		waitText(`#verify-verdict`, "verifies"))
 	shot("audit-verified")
+
+	// On a phone's width the queue still fits: nothing scrolls sideways.
+	var overflow bool
+	run("the approvals on a phone", 30*time.Second,
+		chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile),
+		chromedp.Navigate(base+"/console/#/intents"),
+		chromedp.WaitVisible(`#intents tbody tr[data-sik]`, chromedp.ByQuery),
+		chromedp.Evaluate(`document.documentElement.scrollWidth > window.innerWidth + 1`, &overflow))
+	if overflow {
+		t.Error("the intents view scrolls sideways at a phone's width")
+	}
+	shot("intents-phone")
+	run("back to a laptop", 10*time.Second, chromedp.EmulateViewport(1280, 900))
 
 	// A session past its expiry is sent back to sign-in.
 	expireSessions(t, ledgerURL)
@@ -237,6 +262,55 @@ func TestConsoleInChromium(t *testing.T) {
 		chromedp.Navigate(base+"/console/#/agents"),
 		chromedp.WaitVisible(`#signin`, chromedp.ByQuery))
 	t.Logf("screenshots in %s", shots)
+}
+
+// checkMoneyFormatting: the page writes minor units exactly as
+// internal/money does (the refusals the agent reads), for zero-, two-,
+// three- and four-decimal currencies, Stripe's departures, int64's ends and
+// currencies with no minor unit.
+func checkMoneyFormatting(t *testing.T, ctx context.Context) {
+	t.Helper()
+	cases := []struct {
+		minor          int64
+		currency, rail string
+	}{
+		{189900, "USD", ""}, {5000, "JPY", "RAIL_STRIPE"}, {5120, "KWD", ""}, {-5, "EUR", ""}, {1, "CLF", ""},
+		{100, "ISK", "RAIL_STRIPE"}, {100, "ISK", ""}, {150, "MGA", "RAIL_STRIPE"}, {150, "MGA", ""},
+		{12345, "XAU", ""}, {7, "", ""}, {math.MaxInt64, "USD", ""}, {math.MinInt64, "BHD", ""}, {0, "KRW", ""},
+	}
+	args, err := json.Marshal(func() [][3]string {
+		var out [][3]string
+		for _, c := range cases {
+			out = append(out, [3]string{strconv.FormatInt(c.minor, 10), c.currency, c.rail})
+		}
+		return out
+	}())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	c, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := chromedp.Run(c, chromedp.Evaluate(`(async () => {
+		const m = await import('/console/assets/money.js');
+		await m.loadCurrencies();
+		return `+string(args)+`.map(([minor, currency, rail]) => m.format({amountMinor: minor, currency}, rail));
+	})()`, &got, func(p *cdpruntime.EvaluateParams) *cdpruntime.EvaluateParams { return p.WithAwaitPromise(true) })); err != nil {
+		t.Fatalf("format amounts in the page: %v", err)
+	}
+	for i, tc := range cases {
+		rail := strings.ToLower(strings.TrimPrefix(tc.rail, "RAIL_"))
+		if want := money.ForRail(rail).Format(tc.minor, tc.currency); i >= len(got) || got[i] != want {
+			t.Errorf("the page writes %d %q (%s) as %q, internal/money as %q", tc.minor, tc.currency, tc.rail, at(got, i), want)
+		}
+	}
+}
+
+func at(s []string, i int) string {
+	if i < len(s) {
+		return s[i]
+	}
+	return "<missing>"
 }
 
 // chromiumPath finds Chromium; without one the test skips, unless
@@ -262,7 +336,6 @@ func browserContext(t *testing.T, path string) (context.Context, context.CancelF
 		chromedp.NoSandbox, // tests run as root in CI; Chromium's sandbox refuses root
 		chromedp.DisableGPU,
 		chromedp.WindowSize(1280, 900),
-		chromedp.UserDataDir(t.TempDir()),
 	)
 	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
@@ -339,8 +412,31 @@ func pendingApprovals(t *testing.T, base, token string) []string {
 	return ids
 }
 
-// expireSessions moves every console session's expiry into the past, as
-// the clock would after the session's lifetime.
+// approvalOf reads one approval's state and note over the owner REST API.
+func approvalOf(t *testing.T, base, token, id string) (state, note string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, base+"/v1/approvals/"+id, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	status, _, body := send(t, req)
+	if status != http.StatusOK {
+		t.Fatalf("get approval %s: %d %s", id, status, body)
+	}
+	var res struct {
+		Approval struct{ State, Note string } `json:"approval"`
+	}
+	if err := json.Unmarshal([]byte(body), &res); err != nil {
+		t.Fatal(err)
+	}
+	return res.Approval.State, res.Approval.Note
+}
+
+// expireSessions moves every console session's life into the past, as the
+// clock would after the session's lifetime. Sessions are immutable but for
+// their revocation (a trigger), so this test, as the database's superuser,
+// turns triggers off for its own connection only.
 func expireSessions(t *testing.T, url string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -350,7 +446,10 @@ func expireSessions(t *testing.T, url string) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	tag, err := conn.Exec(ctx, `UPDATE owner_sessions SET expires_at = now() - interval '1 second'`)
+	if _, err := conn.Exec(ctx, `SET session_replication_role = replica`); err != nil {
+		t.Fatal(err)
+	}
+	tag, err := conn.Exec(ctx, `UPDATE owner_sessions SET created_at = created_at - interval '1 day', expires_at = now() - interval '1 second'`)
 	if err != nil {
 		t.Fatal(err)
 	}

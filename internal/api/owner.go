@@ -530,6 +530,11 @@ func (s *OwnerServer) WatchApprovals(req *countersignv1.WatchApprovalsRequest, s
 				return err
 			}
 		}
+		if initial {
+			if err := stream.Send(&countersignv1.WatchApprovalsResponse{Synced: true}); err != nil {
+				return err
+			}
+		}
 		last = now
 		select {
 		case <-ctx.Done():

@@ -418,6 +418,9 @@ func TestWatchApprovalsFollowsEveryChange(t *testing.T) {
 		}
 	}
 	next(first, countersignv1.ApprovalState_APPROVAL_STATE_PENDING, true)
+	if m, err := stream.Recv(); err != nil || !m.GetSynced() || m.GetApproval() != nil {
+		t.Fatalf("after the live set: %v, %v; want the synced marker alone", m, err)
+	}
 
 	_ = hold(theirs.ID, time.Hour) // another owner's HOLD is never sent
 	second := hold(mine.ID, time.Hour)

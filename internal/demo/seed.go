@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
@@ -169,7 +170,11 @@ func ensureMandate(ctx context.Context, store *ledger.Store, agentID string, r c
 	m := &countersignv1.Mandate{Rail: r, RailAccount: account, AgentId: agentID,
 		Purpose: "demo: refunds for support tickets", ValidFrom: timestamppb.New(now.Add(-time.Minute)),
 		ValidUntil: timestamppb.New(now.Add(365 * 24 * time.Hour)), Mode: countersignv1.MandateMode_MANDATE_MODE_BUDGETED,
-		Grants: []*countersignv1.Grant{{ActionKind: countersignv1.ActionKind_ACTION_KIND_REFUND, MaxAmountMinor: max, Currencies: []string{currency}}}}
+		Grants: []*countersignv1.Grant{{ActionKind: countersignv1.ActionKind_ACTION_KIND_REFUND, MaxAmountMinor: max, Currencies: []string{currency}}},
+		// A budget and a window far above what the demo's runs spend, so
+		// the owner console has usage to draw and none of them is refused.
+		Budgets: []*countersignv1.Money{{AmountMinor: 2000 * max, Currency: currency}},
+		Windows: []*countersignv1.Window{{Scope: countersignv1.WindowScope_WINDOW_SCOPE_AGENT, Duration: durationpb.New(time.Hour), MaxCalls: 600}}}
 	rec, err := mandate.Record(m)
 	if err != nil {
 		return err

@@ -3511,7 +3511,11 @@ type WatchApprovalsResponse struct {
 	Approval *Approval `protobuf:"bytes,1,opt,name=approval,proto3" json:"approval,omitempty"`
 	// True for the approvals sent when the stream starts (the live set then),
 	// false for a change.
-	Initial       bool `protobuf:"varint,2,opt,name=initial,proto3" json:"initial,omitempty"`
+	Initial bool `protobuf:"varint,2,opt,name=initial,proto3" json:"initial,omitempty"`
+	// True on the one message that ends the initial set, which carries no
+	// approval: everything after it is a change. A client knows from it that
+	// the stream is live even when nothing is pending.
+	Synced        bool `protobuf:"varint,3,opt,name=synced,proto3" json:"synced,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3556,6 +3560,13 @@ func (x *WatchApprovalsResponse) GetApproval() *Approval {
 func (x *WatchApprovalsResponse) GetInitial() bool {
 	if x != nil {
 		return x.Initial
+	}
+	return false
+}
+
+func (x *WatchApprovalsResponse) GetSynced() bool {
+	if x != nil {
+		return x.Synced
 	}
 	return false
 }
@@ -5561,10 +5572,11 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"\bapproval\x18\x01 \x01(\v2\x18.countersign.v1.ApprovalR\bapproval\x120\n" +
 	"\x04live\x18\x02 \x01(\v2\x1c.countersign.v1.ApprovalLiveR\x04live\";\n" +
 	"\x15WatchApprovalsRequest\x12\"\n" +
-	"\bagent_id\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x18@R\aagentId\"h\n" +
+	"\bagent_id\x18\x01 \x01(\tB\a\xbaH\x04r\x02\x18@R\aagentId\"\x80\x01\n" +
 	"\x16WatchApprovalsResponse\x124\n" +
 	"\bapproval\x18\x01 \x01(\v2\x18.countersign.v1.ApprovalR\bapproval\x12\x18\n" +
-	"\ainitial\x18\x02 \x01(\bR\ainitial\"\xea\x02\n" +
+	"\ainitial\x18\x02 \x01(\bR\ainitial\x12\x16\n" +
+	"\x06synced\x18\x03 \x01(\bR\x06synced\"\xea\x02\n" +
 	"\fApprovalLive\x12/\n" +
 	"\x05as_of\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04asOf\x125\n" +
 	"\n" +

@@ -85,7 +85,9 @@ function showSignIn(message, oidc) {
   api.setCSRF('');
   const token = h('input', { type: 'password', name: 'token', autocomplete: 'off', required: true, spellcheck: 'false' });
   const err = h('p', { class: 'error', role: 'alert', id: 'signin-error' });
-  const form = h('form', { id: 'signin', class: 'card narrow', onsubmit: async (ev) => {
+  // method and action keep the token out of any URL should a browser ever
+  // submit the form without this script (the endpoint refuses a form body).
+  const form = h('form', { id: 'signin', class: 'card narrow', method: 'post', action: '/console/api/session', onsubmit: async (ev) => {
     ev.preventDefault();
     err.textContent = '';
     try {

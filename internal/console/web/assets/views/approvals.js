@@ -33,22 +33,33 @@ export function approvalsView(el) {
     timer = setTimeout(() => { timer = null; refresh().catch(e => status('Could not refresh approvals: ' + e.message, 'error')); }, 150);
   }
 
+  // render updates the list in place: a card that is still pending keeps
+  // its element (and with it the note being typed and the focus); new ones
+  // are inserted in expiry order and decided ones removed.
+  const cards = new Map(); // approval id → card element
+  const empty = h('p', { class: 'empty', id: 'no-approvals' }, 'Nothing is waiting for you.');
   function render() {
-    if (!items.length) {
-      replace(list, h('p', { class: 'empty', id: 'no-approvals' }, 'Nothing is waiting for you.'));
-      return;
+    const want = new Set(items.map(a => a.approvalId));
+    for (const [id, el] of cards) {
+      if (!want.has(id)) { el.remove(); cards.delete(id); }
     }
-    // Keep a note the owner is typing across a live refresh.
-    const notes = {};
-    for (const n of list.querySelectorAll('textarea[data-approval-id]')) notes[n.getAttribute('data-approval-id')] = n.value;
-    replace(list, items.map(a => card(a, notes[a.approvalId] || '')));
+    if (!items.length) { replace(list, empty); return; }
+    empty.remove();
+    let prev = null;
+    for (const a of items) {
+      let el = cards.get(a.approvalId);
+      if (el) loadContext(a, el.querySelector('.live-context'));
+      else { el = card(a); cards.set(a.approvalId, el); }
+      const at = prev ? prev.nextSibling : list.firstChild;
+      if (at !== el) list.insertBefore(el, at);
+      prev = el;
+    }
   }
 
-  function card(a, note) {
+  function card(a) {
     const ctx = h('div', { class: 'live-context' }, h('p', { class: 'hint' }, 'Loading balance and budget…'));
     loadContext(a, ctx);
     const noteEl = h('textarea', { rows: '2', 'data-approval-id': a.approvalId, id: 'note-' + a.approvalId, maxlength: '1000' });
-    noteEl.value = note;
     const err = h('p', { class: 'error', role: 'alert' });
     const act = (verb) => async () => {
       err.textContent = '';

@@ -73,7 +73,9 @@ export async function intentView(el, railAccount, sik) {
     h('ol', { class: 'timeline', id: 'timeline' }, transitions.map(t => h('li', {},
       h('time', {}, when(t.commitTime)), ' ',
       h('strong', {}, enumText(t.event, 'INTENT_EVENT_')), ': ',
-      enumText(t.fromState, 'INTENT_STATE_'), ' → ', enumText(t.toState, 'INTENT_STATE_'),
+      !t.fromState || t.fromState === 'INTENT_STATE_UNSPECIFIED'
+        ? ['recorded as ', enumText(t.toState, 'INTENT_STATE_')]
+        : [enumText(t.fromState, 'INTENT_STATE_'), ' → ', enumText(t.toState, 'INTENT_STATE_')],
       t.attemptSeq ? ` (attempt ${t.attemptSeq})` : '',
       t.reason ? h('div', { class: 'reason' }, t.reason) : null,
       h('div', { class: 'hint' }, 'record ', String(t.recordId || ''), t.leafIndex !== undefined && t.leafHash ? ` · sealed as leaf ${t.leafIndex}` : ' · not yet sealed')))),

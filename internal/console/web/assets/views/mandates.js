@@ -20,7 +20,7 @@ export async function mandatesView(el) {
       h('thead', {}, h('tr', {}, ['Mandate', 'Agent', 'Rail account', 'Purpose', 'Valid', 'State'].map(t => h('th', { scope: 'col' }, t)))),
       h('tbody', {}, ms.map(m => {
         const md = m.mandate || {};
-        return h('tr', { 'data-mandate-hash': m.mandateHash },
+        return h('tr', { 'data-mandate-hash': m.mandateHash, 'data-rail-account': md.railAccount || '' },
           h('td', {}, h('a', { href: '#/mandates/' + encodeURIComponent(m.mandateHash) }, h('code', {}, m.mandateHash.slice(0, 16) + '…'))),
           h('td', {}, md.agentId || ''), h('td', {}, md.railAccount || ''), h('td', {}, md.purpose || ''),
           h('td', {}, when(md.validFrom), ' → ', when(md.validUntil)),
