@@ -72,7 +72,7 @@ func TestOwnerReadsAnExpiredApprovalAsExpired(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, a := range as {
-			if a.SIK == p.Key.SIK {
+			if a.SIK == p.SIK {
 				return a
 			}
 		}
