@@ -11,7 +11,7 @@ FUZZTIME  ?= 5s
 # -race needs cgo; the test harness starts its own PostgreSQL.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all generate check-generated build test test-go fuzz sim bench chaos e2e-k8s lint run ci tidy-check chart-test clean
+.PHONY: screenshots all generate check-generated build test test-go fuzz sim bench chaos e2e-k8s lint run ci tidy-check chart-test clean
 
 all: build
 
@@ -66,6 +66,11 @@ PARALLEL ?= 2
 chaos:
 	set -o pipefail; CHAOS_TRIALS=$(TRIALS) CHAOS_RESULTS=$(CURDIR)/RESULTS.md $(GO) test -count=1 -timeout 120m -parallel $(PARALLEL) -run 'TestKillMatrix' -v ./e2e/ \
 		| grep --line-buffered -E '^(chaos: |\s*--- FAIL|ok|FAIL)'
+
+## screenshots: the owner console's main views, from its browser test
+## (needs chromium), into docs/images/console/
+screenshots:
+	COUNTERSIGN_REQUIRE_CHROMIUM=1 COUNTERSIGN_SCREENSHOTS=$(CURDIR)/docs/images/console $(GO) test -count=1 -run '^TestConsoleInChromium$$' ./e2e/
 
 ## e2e-k8s: `countersign inject` against a real kube-apiserver and etcd, built
 ## from their modules (e2e/k8s/tools) once per version into the tool cache by
