@@ -19,8 +19,10 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/countersign/countersign/internal/money"
@@ -80,8 +82,8 @@ func TestConsoleInChromium(t *testing.T) {
 		waitText(`#signin-error`, "not a valid owner token"))
 	run("sign in with the owner token", 20*time.Second,
 		chromedp.Evaluate(`document.querySelector('#signin input[name=token]').value = ''`, nil),
-		chromedp.SendKeys(`#signin input[name=token]`, ownerToken, chromedp.ByQuery),
-		chromedp.Click(`#signin button[type=submit]`, chromedp.ByQuery),
+		// By keyboard: the token, then Enter.
+		chromedp.SendKeys(`#signin input[name=token]`, ownerToken+kb.Enter, chromedp.ByQuery),
 		chromedp.WaitVisible(`#approvals`, chromedp.ByQuery),
 		waitText(`#live`, "live"))
 	checkMoneyFormatting(t, ctx)
@@ -203,7 +205,38 @@ func TestConsoleInChromium(t *testing.T) {
 		t.Fatalf("rail effects on %s after the rejection = %d, want still 1", payment, got)
 	}
 
-	// The main views, for the artifacts and the README.
+	// Agents and credentials: create an agent, issue it a credential (the
+	// secret is shown once), and revoke it; the revoked secret is refused.
+	acceptDialogs(ctx)
+	var secret string
+	run("create an agent", 30*time.Second,
+		chromedp.Navigate(base+"/console/#/agents"),
+		chromedp.WaitVisible(`#create-agent`, chromedp.ByQuery),
+		chromedp.SendKeys(`#create-agent input[name=displayName]`, "<b>refund bot</b>", chromedp.ByQuery),
+		chromedp.Click(`#create-agent button[type=submit]`, chromedp.ByQuery),
+		waitText(`#view h1`, "agt_"),
+		waitText(`#view dl`, "<b>refund bot</b>"),
+		chromedp.SetValue(`#issue-credential select[name=scope]`, "CREDENTIAL_SCOPE_EXECUTE", chromedp.ByQuery),
+		chromedp.Click(`#issue-credential button[type=submit]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#new-secret`, chromedp.ByQuery),
+		chromedp.Value(`#new-secret`, &secret, chromedp.ByQuery),
+		waitText(`#secret-warning`, "only time"))
+	if !regexp.MustCompile(`^csk_[a-z2-7]{20,}$`).MatchString(secret) {
+		t.Fatalf("the issued secret shown is %q", secret)
+	}
+	shot("credential-issued")
+	run("revoke the credential", 30*time.Second,
+		chromedp.Click(`#credentials button.danger`, chromedp.ByQuery),
+		waitText(`#credentials`, "revoked"))
+	revoked := curlRequest(t, holdLine)
+	revoked.Header.Set("Authorization", "Bearer "+secret)
+	if status, h, body := send(t, revoked); h.Get("X-Countersign-Verdict") != "BLOCK" || h.Get("X-Countersign-Reason") != "credential_revoked" {
+		t.Fatalf("a request with the credential revoked in the console answered %d %q %q, want BLOCK credential_revoked: %s",
+			status, h.Get("X-Countersign-Verdict"), h.Get("X-Countersign-Reason"), body)
+	}
+
+	// The main views, for the artifacts and the README; on each, every
+	// control has a label.
 	agentID := mustFind(t, out, `agent (\S+); mandates`)
 	views := []struct{ name, hash, ready string }{
 		{"agents", "#/agents", `#agents table`},
@@ -216,6 +249,13 @@ func TestConsoleInChromium(t *testing.T) {
 		run("view "+v.name, 30*time.Second,
 			chromedp.Navigate(base+"/console/"+v.hash),
 			chromedp.WaitVisible(v.ready, chromedp.ByQuery))
+		var unlabelled []string
+		run("labels on "+v.name, 10*time.Second, chromedp.Evaluate(`[...document.querySelectorAll('input, select, textarea')]
+			.filter(e => e.type !== 'hidden' && !(e.labels && e.labels.length) && !e.getAttribute('aria-label'))
+			.map(e => e.outerHTML)`, &unlabelled))
+		if len(unlabelled) > 0 {
+			t.Errorf("%s: controls without a label: %v", v.name, unlabelled)
+		}
 		shot(v.name)
 	}
 	run("a mandate with its usage", 30*time.Second,
@@ -242,6 +282,17 @@ func TestConsoleInChromium(t *testing.T) {
 		chromedp.Click(`#verify button[type=submit]`, chromedp.ByQuery),
 		waitText(`#verify-verdict`, "verifies"))
 	shot("audit-verified")
+
+	// Revoke a mandate in the console; the ledger has it revoked.
+	run("revoke a mandate", 30*time.Second,
+		chromedp.Navigate(base+"/console/#/mandates"),
+		chromedp.WaitVisible(`#mandates tbody tr[data-rail-account=acct_dev_razorpay] a`, chromedp.ByQuery),
+		chromedp.Click(`#mandates tbody tr[data-rail-account=acct_dev_razorpay] a`, chromedp.ByQuery),
+		chromedp.WaitVisible(`#revoke-mandate`, chromedp.ByQuery),
+		chromedp.SendKeys(`#revoke-mandate input[name=reason]`, "demo over", chromedp.ByQuery),
+		chromedp.Click(`#revoke-mandate button[type=submit]`, chromedp.ByQuery),
+		waitText(`#view dl`, "revoked"),
+		waitText(`#view dl`, "demo over"))
 
 	// On a phone's width the queue still fits: nothing scrolls sideways.
 	var overflow bool
@@ -311,6 +362,16 @@ func at(s []string, i int) string {
 		return s[i]
 	}
 	return "<missing>"
+}
+
+// acceptDialogs answers every confirm() the page opens with OK, as the
+// owner would on the console's "Revoke …?" questions.
+func acceptDialogs(ctx context.Context) {
+	chromedp.ListenTarget(ctx, func(ev any) {
+		if _, ok := ev.(*page.EventJavascriptDialogOpening); ok {
+			go func() { _ = chromedp.Run(ctx, page.HandleJavaScriptDialog(true)) }()
+		}
+	})
 }
 
 // chromiumPath finds Chromium; without one the test skips, unless

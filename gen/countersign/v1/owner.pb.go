@@ -522,7 +522,8 @@ type CreateAgentRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The agent to create.
 	Agent *Agent `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
-	// Id for the agent, chosen by the owner; empty lets the server choose.
+	// Must be empty: Countersign assigns agent ids ("agt_…"), so that an id
+	// never names another owner's agent. Any other value is refused.
 	AgentId       string `protobuf:"bytes,2,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -20,22 +20,21 @@ export async function agentsView(el) {
   }
   showRevoked.addEventListener('change', () => load().catch(e => status(e.message, 'error')));
 
-  const id = h('input', { name: 'agentId', required: true, pattern: '[a-z0-9][a-z0-9_-]{0,62}', autocomplete: 'off' });
-  const name = h('input', { name: 'displayName', maxlength: '200', autocomplete: 'off' });
-  const desc = h('input', { name: 'description', maxlength: '1000', autocomplete: 'off' });
+  const name = h('input', { name: 'displayName', required: true, maxlength: '200', autocomplete: 'off' });
   const err = h('p', { class: 'error', role: 'alert' });
   const form = h('form', { id: 'create-agent', class: 'card', onsubmit: async (ev) => {
     ev.preventDefault();
     err.textContent = '';
     try {
-      const r = await api.post('/v1/agents' + api.q({ agentId: id.value.trim() }), { displayName: name.value.trim(), description: desc.value.trim() });
+      const r = await api.post('/v1/agents', { displayName: name.value.trim() });
       status('Created agent ' + r.agent.agentId + '.', 'ok');
       form.reset();
       location.hash = '#/agents/' + encodeURIComponent(r.agent.agentId);
     } catch (e) { err.textContent = e.message; }
   } },
   h('h2', {}, 'New agent'),
-  field('Agent id', id), field('Display name', name), field('Description', desc),
+  field('Display name', name),
+  h('p', { class: 'hint' }, 'Countersign gives the agent its id (agt_…).'),
   h('button', { type: 'submit' }, 'Create agent'), err);
 
   replace(el, h('h1', {}, 'Agents'),
