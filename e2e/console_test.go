@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,6 +163,23 @@ func TestConsoleInChromium(t *testing.T) {
 	}
 	shot("approval-hostile")
 
+	// A reason with a right-to-left override (which would make the rest of
+	// the line read reversed on the owner's screen) is refused at the gate,
+	// and the page writes any such character as a visible escape.
+	bidi := curlRequest(t, holdLine)
+	bidi.Header.Set("X-Countersign-Distinct", "second \u202eDSU 00.1 fo dnufer")
+	if status, h, body := send(t, bidi); h.Get("X-Countersign-Verdict") != "BLOCK" || !strings.Contains(body, "U+202E") {
+		t.Fatalf("a distinct reason with U+202E answered %d %q: %s", status, h.Get("X-Countersign-Verdict"), body)
+	}
+	var shown string
+	run("invisible characters in the page", 10*time.Second, chromedp.Evaluate(`(async () => {
+		const d = await import('/console/assets/dom.js');
+		return d.h('p', {}, 'a\u202eb\u200bc\u2066d\u0007e').textContent;
+	})()`, &shown, func(p *cdpruntime.EvaluateParams) *cdpruntime.EvaluateParams { return p.WithAwaitPromise(true) }))
+	if shown != `a\u{202E}b\u{200B}c\u{2066}d\u{7}e` {
+		t.Fatalf("the page shows invisible characters as %q", shown)
+	}
+
 	// A cross-site page's form post cannot approve it: the session cookie
 	// is SameSite=Strict and every state change needs the CSRF header.
 	attacker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -306,6 +324,33 @@ func TestConsoleInChromium(t *testing.T) {
 	}
 	shot("intents-phone")
 	run("back to a laptop", 10*time.Second, chromedp.EmulateViewport(1280, 900))
+
+	// A flood of HOLDs costs the owner what is on screen: the page reads
+	// the live context (a rail read each) of the cards it shows, not of all.
+	var contextReads atomic.Int64
+	chromedp.ListenTarget(ctx, func(ev any) {
+		if e, ok := ev.(*network.EventRequestWillBeSent); ok && regexp.MustCompile(`/v1/approvals/apr_[a-z0-9]+$`).MatchString(e.Request.URL) {
+			contextReads.Add(1)
+		}
+	})
+	run("network events", 10*time.Second, network.Enable())
+	const flood = 40
+	for i := range flood {
+		form := curlForm(t, holdLine)
+		form.Set("amount", fmt.Sprint(atoi(t, form.Get("amount"))-200-int64(i)))
+		r := curlRequest(t, holdLine)
+		r.Body, r.ContentLength = io.NopCloser(strings.NewReader(form.Encode())), int64(len(form.Encode()))
+		if status, h, body := send(t, r); h.Get("X-Countersign-Verdict") != "HOLD" {
+			t.Fatalf("flood request %d answered %d %q: %s", i, status, h.Get("X-Countersign-Verdict"), body)
+		}
+	}
+	run("the flooded queue", 60*time.Second,
+		chromedp.Navigate(base+"/console/#/approvals"),
+		chromedp.WaitVisible(`#approvals article.approval:nth-of-type(40)`, chromedp.ByQuery),
+		waitText(`#approvals article.approval:first-of-type .live-context`, "refundable"))
+	if n := contextReads.Load(); n > 10 {
+		t.Errorf("with %d approvals pending the page read %d live contexts; it should read those on screen only", flood, n)
+	}
 
 	// A session past its expiry is sent back to sign-in.
 	expireSessions(t, ledgerURL)

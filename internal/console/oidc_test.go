@@ -20,6 +20,7 @@ import (
 
 	"github.com/countersign/countersign/internal/console"
 	"github.com/countersign/countersign/internal/ownerauth"
+	"github.com/countersign/countersign/internal/quota"
 )
 
 const clientID = "countersign-console"
@@ -295,5 +296,30 @@ func TestOIDCNeedsItsSettings(t *testing.T) {
 		if _, err := console.Origin(bad); err == nil {
 			t.Errorf("console-url %q accepted", bad)
 		}
+	}
+}
+
+// TestOIDCCallbackSurvivesABlockedSource: the agent shares the owner's
+// source address and can fail sign-ins on purpose until it is blocked; the
+// owner's own callback (this browser's sealed sign-in, its state) still
+// completes.
+func TestOIDCCallbackSurvivesABlockedSource(t *testing.T) {
+	p := newProvider(t)
+	cfg := &ownerauth.Config{Issuer: p.srv.URL, Audience: "countersign-owner-api", JWKSURL: p.srv.URL + "/jwks",
+		AllowedSubjects: []string{"alice"}}
+	f := quota.NewFailures(quota.Options{Rate: 0.001, Burst: 3}, quota.Options{Rate: 0.001, Burst: 3})
+	r := newRig(t, rigOptions{oidc: cfg, failures: f, console: func(o *console.Options) {
+		o.URL = "http://127.0.0.1:8443"
+		o.OIDC = &console.OIDC{ClientID: clientID}
+	}})
+	fl := r.startOIDC(t, p)
+	for range 5 {
+		r.do("POST", "/console/api/session", "x", "Content-Type", "application/json")
+	}
+	if x := r.do("POST", "/console/api/session", `{"token":"cso_`+strings.Repeat("b", 52)+`"}`, "Content-Type", "application/json"); x.status != 429 {
+		t.Fatalf("the source is not blocked: %d %s", x.status, x.body)
+	}
+	if x := r.callback(fl); x.status != 303 {
+		t.Fatalf("the owner's callback on a blocked source = %d %s, want 303", x.status, x.body)
 	}
 }

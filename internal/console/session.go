@@ -114,6 +114,10 @@ func (c *Console) open(w http.ResponseWriter, r *http.Request, o ownerauth.Owner
 		c.unavailable(w, err)
 		return
 	}
+	// The new secret is a credential that has authenticated: its calls are
+	// exempt from the blocks on their source address, which the agent shares
+	// (127.0.0.1 through a port-forward) and can exhaust on purpose.
+	c.o.Failures.Admit(credentialKey(secret))
 	maxAge := int((row.ExpiresAt.Sub(c.o.Now()) + time.Second/2) / time.Second)
 	w.Header().Add("Set-Cookie", SessionCookie+"="+secret+"; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age="+strconv.Itoa(max(maxAge, 1)))
 	c.o.Log.Info("console: session opened", "session", row.ID, "owner", o.ID, "method", string(o.Method), "subject", o.Subject)

@@ -226,3 +226,28 @@ func TestConsoleWatchStreamsAndEndsWithSession(t *testing.T) {
 		t.Fatalf("GET /v1/agents with the expired session = %d %s", s, body)
 	}
 }
+
+// TestConsoleSessionSurvivesABlockedSource: the agent shares the owner's
+// source address (127.0.0.1, through a port-forward) and can fail on purpose
+// until that source is blocked. A session the owner opens is a credential
+// that has authenticated, so its calls are not held to that block.
+func TestConsoleSessionSurvivesABlockedSource(t *testing.T) {
+	h := railHarness(t)
+	// The owner's token has been used before (so its sign-in is exempt).
+	if s, _, body := h.consoleCall(t, "GET", "/v1/agents", "", "Authorization", "Bearer "+h.ownerToken); s != 200 {
+		t.Fatalf("owner token: %d %s", s, body)
+	}
+	// The agent fails until its (and the owner's) source is blocked.
+	blocked := wait.Until(10*time.Second, func() bool {
+		s, _, _ := h.consoleCall(t, "POST", "/console/api/session", `x`, "Content-Type", "application/json")
+		s2, _, _ := h.consoleCall(t, "GET", "/v1/agents", "", "Authorization", "Bearer css_"+strings.Repeat("a", 52))
+		return s == 429 || s2 == 429
+	})
+	if !blocked {
+		t.Fatal("the source never got blocked")
+	}
+	secret, _ := h.consoleSignIn(t)
+	if s, _, body := h.consoleCall(t, "GET", "/v1/agents", "", "Cookie", console.SessionCookie+"="+secret); s != 200 {
+		t.Fatalf("the owner's new session on a blocked source: %d %s, want 200", s, body)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -95,9 +96,19 @@ func (a Action) Validate() error {
 	}
 	if !utf8.ValidString(a.Distinct) {
 		bad("distinct is not valid UTF-8")
+	} else if i := strings.IndexFunc(a.Distinct, invisible); i >= 0 {
+		// The reason is shown to the owner verbatim (approvals, audit): a
+		// right-to-left override or a zero-width character would make it,
+		// and what follows it on the owner's screen, read otherwise.
+		r, _ := utf8.DecodeRuneInString(a.Distinct[i:])
+		bad("distinct holds the invisible character U+%04X at byte %d; a reason must read as it is written", r, i)
 	}
 	return errors.Join(errs...)
 }
+
+// invisible is a control or format character (Unicode Cc, Cf): line
+// breaks, bidirectional overrides and isolates, zero-width characters.
+func invisible(r rune) bool { return unicode.Is(unicode.Cc, r) || unicode.Is(unicode.Cf, r) }
 
 func isCurrency(s string) bool {
 	if len(s) != 3 {

@@ -134,7 +134,7 @@ async function boot() {
     oidc = !!(e.body && e.body.oidc_enabled);
   }
   if (s && s.csrf_token) start(s);
-  else showSignIn(new URLSearchParams(location.search).get('signin_error') || '', oidc);
+  else showSignIn('', oidc);
 }
 
 boot();

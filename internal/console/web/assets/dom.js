@@ -23,12 +23,23 @@ export function h(tag, attrs, ...children) {
   return el;
 }
 
+// invisible matches characters that change how text around them reads
+// without being seen: bidirectional overrides and isolates, zero-width
+// characters and control characters (but tab and newline). An agent could
+// use them to make "refund of 499.00 USD" read as something else.
+const invisible = /[\u0000-\u0008\u000B-\u001F\u007F-\u009F\u061C\u200B-\u200F\u202A-\u202E\u2060-\u2069\uFEFF]/g;
+
+// visible writes every invisible character as a \u{…} escape.
+export function visible(s) {
+  return s.replace(invisible, (ch) => '\\u{' + ch.codePointAt(0).toString(16).toUpperCase() + '}');
+}
+
 function append(el, children) {
   for (const c of children) {
     if (c === null || c === undefined || c === false) continue;
     if (Array.isArray(c)) append(el, c);
     else if (c instanceof Node) el.appendChild(c);
-    else el.appendChild(document.createTextNode(String(c)));
+    else el.appendChild(document.createTextNode(visible(String(c))));
   }
 }
 

@@ -19,7 +19,6 @@ export function approvalsView(el) {
   let items = [];
   let timer = null;
   let closed = false;
-  const details = new Map(); // approval id → live context (fetched once per render)
 
   async function refresh() {
     if (closed) return;
@@ -28,9 +27,18 @@ export function approvalsView(el) {
     render();
   }
 
+  // schedule refreshes the list soon, at most once a second however fast
+  // the stream reports changes (a flood of HOLDs must not spend the owner's
+  // API quota, which approving and rejecting need).
+  let lastRefresh = 0;
   function schedule() {
     if (timer) return;
-    timer = setTimeout(() => { timer = null; refresh().catch(e => status('Could not refresh approvals: ' + e.message, 'error')); }, 150);
+    const wait = Math.max(150, lastRefresh + 1000 - Date.now());
+    timer = setTimeout(() => {
+      timer = null;
+      lastRefresh = Date.now();
+      refresh().catch(e => status('Could not refresh approvals: ' + e.message, 'error'));
+    }, wait);
   }
 
   // render updates the list in place: a card that is still pending keeps
@@ -48,8 +56,7 @@ export function approvalsView(el) {
     let prev = null;
     for (const a of items) {
       let el = cards.get(a.approvalId);
-      if (el) loadContext(a, el.querySelector('.live-context'));
-      else { el = card(a); cards.set(a.approvalId, el); }
+      if (!el) { el = card(a); cards.set(a.approvalId, el); }
       const at = prev ? prev.nextSibling : list.firstChild;
       if (at !== el) list.insertBefore(el, at);
       prev = el;
@@ -57,8 +64,7 @@ export function approvalsView(el) {
   }
 
   function card(a) {
-    const ctx = h('div', { class: 'live-context' }, h('p', { class: 'hint' }, 'Loading balance and budget…'));
-    loadContext(a, ctx);
+    const ctx = h('div', { class: 'live-context' }, h('p', { class: 'hint' }, 'Balance and budget load when this request is on screen.'));
     const noteEl = h('textarea', { rows: '2', 'data-approval-id': a.approvalId, id: 'note-' + a.approvalId, maxlength: '1000' });
     const err = h('p', { class: 'error', role: 'alert' });
     const act = (verb) => async () => {
@@ -100,18 +106,49 @@ export function approvalsView(el) {
       h('div', { class: 'field' }, h('label', { for: noteEl.id }, 'Reason for your decision'), noteEl),
       h('div', { class: 'actions' },
         h('button', { type: 'button', class: 'approve', onclick: act('approve') }, 'Approve'),
-        h('button', { type: 'button', class: 'reject danger', onclick: act('reject') }, 'Reject')),
+        h('button', { type: 'button', class: 'reject danger', onclick: act('reject') }, 'Reject'),
+        h('button', { type: 'button', class: 'secondary refresh-context', onclick: () => want(a, ctx, true) }, 'Refresh balance')),
       err);
   }
 
+  // Live context (GetApproval: a rail read for a refund) is fetched only
+  // for cards on screen, two at a time, and again when it is over 30 s old
+  // and still on screen, or when the owner asks: a flood of HOLDs costs
+  // what the owner looks at, not what the agent sent.
+  const loaded = new Map(); // approval id → time its context was fetched
+  const queue = [];
+  let running = 0;
+  function want(a, el, now) {
+    const at = loaded.get(a.approvalId);
+    if (!now && at !== undefined && Date.now() - at < 30000) return;
+    if (queue.some(q => q.a.approvalId === a.approvalId)) return;
+    loaded.set(a.approvalId, Date.now());
+    queue.push({ a, el });
+    pump();
+  }
+  function pump() {
+    while (running < 2 && queue.length && !closed) {
+      const { a, el } = queue.shift();
+      running++;
+      loadContext(a, el).finally(() => { running--; pump(); });
+    }
+  }
+  const visible = new Set();
+  const seen = new IntersectionObserver((entries) => {
+    for (const e of entries) {
+      const id = e.target.getAttribute('data-approval-id');
+      if (e.isIntersecting) visible.add(id); else visible.delete(id);
+      const a = items.find(x => x.approvalId === id);
+      if (e.isIntersecting && a) want(a, e.target.querySelector('.live-context'), false);
+    }
+  });
+  new MutationObserver(() => {
+    for (const el of list.querySelectorAll('article.approval')) seen.observe(el);
+  }).observe(list, { childList: true });
+
   async function loadContext(a, el) {
     try {
-      let res = details.get(a.approvalId);
-      if (!res) {
-        res = await api.get('/v1/approvals/' + api.seg(a.approvalId));
-        details.set(a.approvalId, res);
-        setTimeout(() => details.delete(a.approvalId), 5000);
-      }
+      const res = await api.get('/v1/approvals/' + api.seg(a.approvalId));
       const live = res.live || {};
       const parts = [];
       if (a.actionKind === 'ACTION_KIND_REFUND') {
@@ -137,8 +174,13 @@ export function approvalsView(el) {
       if (s === 'expired') due = true;
     }
     if (due) schedule();
+    for (const id of visible) {
+      const a = items.find(x => x.approvalId === id);
+      const el = cards.get(id);
+      if (a && el) want(a, el.querySelector('.live-context'), false);
+    }
   }, 1000);
   const w = api.watch('/v1/approvals:watch', () => schedule(), (s) => { live.textContent = s === 'live' ? 'live' : 'reconnecting…'; live.className = 'badge ' + s; });
   refresh().catch(e => replace(list, h('p', { class: 'error', role: 'alert' }, 'Could not load approvals: ' + e.message)));
-  return () => { closed = true; clearInterval(tick); if (timer) clearTimeout(timer); w.stop(); };
+  return () => { closed = true; clearInterval(tick); if (timer) clearTimeout(timer); seen.disconnect(); w.stop(); };
 }
