@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/money"
 	"github.com/countersign/countersign/internal/testing/mockrail"
 )
 
@@ -254,7 +255,7 @@ func (st *Stack) send(ctx context.Context, policy Policy, i, k int, step Step, a
 	for key, val := range vars {
 		v[key] = val
 	}
-	v["agent_id"], v["key"] = a.id, st.heldKey(step.Rail, a)
+	v["agent_id"], v["key"], v["send"] = a.id, st.heldKey(step.Rail, a), strconv.Itoa(k)
 	req := buildRequest(step, v)
 	key := idemKey(step.Key)
 	var last Exchange
@@ -389,12 +390,18 @@ func (q request) withAmount(n int64) request {
 	return q
 }
 
-var number = regexp.MustCompile(`\d+`)
+var (
+	number = regexp.MustCompile(`\d+`)
+	// majorAmount is an amount as a person writes it, "1,899.00 USD":
+	// Countersign's refusals say amounts so.
+	majorAmount = regexp.MustCompile(`(\d[\d,]*(?:\.\d+)?) ([A-Z]{3})\b`)
+)
 
 // allowedAmount is what a careful agent reads in a refusal: the largest
-// positive whole number in its message below what it asked for ("250000
-// exceeds the 189900 still refundable" → 189900). Refusals are JSON shaped
-// like the rail's errors; the message is read, ids and codes are not.
+// amount in its message below what it asked for ("250000 exceeds the 189900
+// still refundable" → 189900; "100.00 USD exceeds the 64.00 USD still
+// refundable" → 6400), in minor units. Refusals are JSON shaped like the
+// rail's errors; the message is read, ids and codes are not.
 func allowedAmount(body string, asked int64) (int64, bool) {
 	var e struct {
 		Error struct {
@@ -407,18 +414,43 @@ func allowedAmount(body string, asked int64) (int64, bool) {
 	}
 	msg := e.Error.Message + " " + e.Error.Description
 	best := int64(0)
+	consider := func(n int64) {
+		if n > 0 && n < asked && n > best {
+			best = n
+		}
+	}
+	for _, m := range majorAmount.FindAllStringSubmatch(msg, -1) {
+		if n, ok := toMinor(m[1], m[2]); ok {
+			consider(n)
+		}
+	}
+	msg = majorAmount.ReplaceAllString(msg, " ")
 	for _, w := range strings.Fields(msg) {
 		if strings.ContainsAny(w, "_") { // an id such as pi_1002 names no amount
 			continue
 		}
 		for _, d := range number.FindAllString(w, -1) {
-			n, err := strconv.ParseInt(d, 10, 64)
-			if err == nil && n > 0 && n < asked && n > best {
-				best = n
+			if n, err := strconv.ParseInt(d, 10, 64); err == nil {
+				consider(n)
 			}
 		}
 	}
 	return best, best > 0
+}
+
+// toMinor converts "1,899.00" in currency to minor units.
+func toMinor(major, currency string) (int64, bool) {
+	exp, ok := money.Exponent(currency)
+	if !ok {
+		return 0, false
+	}
+	whole, frac, _ := strings.Cut(strings.ReplaceAll(major, ",", ""), ".")
+	if len(frac) > exp {
+		return 0, false
+	}
+	frac += strings.Repeat("0", exp-len(frac))
+	n, err := strconv.ParseInt(whole+frac, 10, 64)
+	return n, err == nil
 }
 
 // do sends one attempt and times it.

@@ -101,7 +101,8 @@ type Step struct {
 	// UUID per send, as Stripe's SDKs do), none, or a literal.
 	Key string `json:"key,omitempty"`
 	// Repeat sends the request this many times in sequence, Concurrent
-	// this many copies at once (each with its own key).
+	// this many copies at once (each with its own key); ${send} is the
+	// copy's number, from 0.
 	Repeat     int `json:"repeat,omitempty"`
 	Concurrent int `json:"concurrent,omitempty"`
 	// Expect is what a correct guard answers an honest step: allow
@@ -173,7 +174,7 @@ var (
 	varPattern  = regexp.MustCompile(`\$\{([A-Za-z0-9_.]+)\}`)
 	// Variables the runner defines besides the payments' ids and ids
 	// declared with ${id.NAME}.
-	reservedVars = []string{"key", "agent_id", "mode", "tag"}
+	reservedVars = []string{"key", "agent_id", "mode", "tag", "send"}
 )
 
 // Parse reads one scenario file. Errors name the file and the member.

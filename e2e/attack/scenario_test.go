@@ -134,3 +134,24 @@ func TestJudge(t *testing.T) {
 		})
 	}
 }
+
+// TestAllowedAmount is the careful policy's reading of refusals.
+func TestAllowedAmount(t *testing.T) {
+	for _, tc := range []struct {
+		body  string
+		asked int64
+		want  int64
+	}{
+		{`{"error":{"message":"250000 exceeds the 189900 still refundable on pay_1002"}}`, 250000, 189900},
+		{`{"error":{"message":"100.00 USD exceeds the 64.00 USD still refundable on pi_x."}}`, 10000, 6400},
+		{`{"error":{"message":"1,000 JPY is above the maximum"}}`, 50000, 1000},
+		{`{"error":{"description":"The refund amount provided (500000) is greater than the amount still refundable (189900)."}}`, 500000, 189900},
+		{`{"error":{"message":"Nothing is left to refund on pi_123."}}`, 500, 0},
+		{`not json 100`, 500, 0},
+	} {
+		got, ok := allowedAmount(tc.body, tc.asked)
+		if got != tc.want || ok != (tc.want > 0) {
+			t.Errorf("allowedAmount(%s, %d) = %d, %v; want %d", tc.body, tc.asked, got, ok, tc.want)
+		}
+	}
+}
