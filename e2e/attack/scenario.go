@@ -39,6 +39,9 @@ type Scenario struct {
 	Attack *Goal `json:"attack,omitempty"`
 	// Honest is what the honest task needs to happen on the rail.
 	Honest *Goal `json:"honest,omitempty"`
+	// Smoke puts the scenario in the fast subset `make test` runs (one per
+	// family); its attack must succeed direct under the credulous policy.
+	Smoke bool `json:"smoke,omitempty"`
 
 	file string
 }
