@@ -68,6 +68,11 @@ func TestAttack(t *testing.T) {
 		}
 		chartRef = "docs/" + chart[strings.LastIndex(chart, "/")+1:]
 	}
+	if trace := os.Getenv("ATTACK_TRACE"); trace != "" {
+		if err := os.WriteFile(trace, []byte(rep.Trace()), 0o644); err != nil { //nolint:gosec // a report
+			t.Fatal(err)
+		}
+	}
 	md := rep.Markdown(meta(), "make attack", chartRef)
 	t.Log("\n" + md)
 	if out != "" {
@@ -129,6 +134,17 @@ func check(t *testing.T, rep *Report) {
 			}
 		}
 	}
+}
+
+// Trace is every run's judgement and exchanges, for a person reading why.
+func (rep *Report) Trace() string {
+	var b strings.Builder
+	for _, r := range rep.Runs {
+		j := r.Judgement
+		fmt.Fprintf(&b, "%s %s %s (tag %s): err %v, money out %s, leaked %v, honest met %v, exactly-once violations %d, effects %d\n%s",
+			r.Scenario.Name, r.Mode, r.Policy, r.Tag, r.Err, moneyText(j.MoneyOut), j.Leaked, j.HonestMet, j.ExactlyOnceViolations, j.Effects, exchanges(r))
+	}
+	return b.String()
 }
 
 func exchanges(r *Run) string {
