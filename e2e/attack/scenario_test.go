@@ -155,3 +155,22 @@ func TestAllowedAmount(t *testing.T) {
 		}
 	}
 }
+
+// TestChartRenders draws the chart from a small report.
+func TestChartRenders(t *testing.T) {
+	s, err := Parse("ok.yaml", []byte(goodScenario))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := &Report{Runs: []*Run{
+		{Scenario: s, Mode: "direct", Policy: Credulous, Judgement: Judgement{AttackSucceeded: true}},
+		{Scenario: s, Mode: "gated", Policy: Credulous},
+	}}
+	path := t.TempDir() + "/attack.png"
+	if err := rep.Chart(path); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(path); err != nil || st.Size() == 0 {
+		t.Fatalf("chart: %v", err)
+	}
+}
