@@ -164,7 +164,8 @@ func meta() string {
 	commit := "unknown"
 	if out, err := exec.Command("git", "rev-parse", "--short=12", "HEAD").Output(); err == nil {
 		commit = strings.TrimSpace(string(out))
-		if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+		if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no", "--",
+			":(top)", ":(top,exclude)RESULTS.md", ":(top,exclude)docs/attack.svg").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
 			commit += " (with uncommitted changes)"
 		}
 	}
