@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -58,6 +60,16 @@ func TestAttack(t *testing.T) {
 	all, err := LoadAll(os.DirFS("."), "scenarios")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if only := os.Getenv("ATTACK_ONLY"); only != "" { // a regexp of scenario names, for a person debugging one
+		re, err := regexp.Compile(only)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = slices.DeleteFunc(all, func(s *Scenario) bool { return !re.MatchString(s.Name) })
+		if os.Getenv("ATTACK_RESULTS") != "" {
+			t.Fatal("ATTACK_ONLY runs a part of the benchmark: it writes no RESULTS.md")
+		}
 	}
 	rep := runAll(t, all)
 	chart, out := os.Getenv("ATTACK_CHART"), os.Getenv("ATTACK_RESULTS")
@@ -142,17 +154,19 @@ func (rep *Report) Trace() string {
 	for _, r := range rep.Runs {
 		j := r.Judgement
 		fmt.Fprintf(&b, "%s %s %s (tag %s): err %v, money out %s, leaked %v, honest met %v, exactly-once violations %d, effects %d\n%s",
-			r.Scenario.Name, r.Mode, r.Policy, r.Tag, r.Err, moneyText(j.MoneyOut), j.Leaked, j.HonestMet, j.ExactlyOnceViolations, j.Effects, exchanges(r))
+			r.Scenario.Name, r.Mode, r.Policy, r.Tag, r.Err, moneyText(j.MoneyOut), j.Leaked, j.HonestMet, j.ExactlyOnceViolations, j.Effects, exchangesUpTo(r, 4000))
 	}
 	return b.String()
 }
 
-func exchanges(r *Run) string {
+func exchanges(r *Run) string { return exchangesUpTo(r, 300) }
+
+func exchangesUpTo(r *Run, limit int) string {
 	var b strings.Builder
 	for _, x := range r.Exchanges {
 		body := x.Body
-		if len(body) > 300 {
-			body = body[:300] + "…"
+		if len(body) > limit {
+			body = body[:limit] + "…"
 		}
 		fmt.Fprintf(&b, "  step %d send %d attempt %d (%s): %d %s %s\n", x.Step, x.Send, x.Attempt, x.Role, x.Status, x.Verdict, body)
 	}

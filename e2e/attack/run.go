@@ -77,6 +77,24 @@ type Run struct {
 	Err   error
 }
 
+// succeeded is whether the agent reads the answer as success: a 2xx, and
+// for MCP neither a JSON-RPC error nor a tool result marked isError.
+func (x Exchange) succeeded(rail string) bool {
+	if x.Status/100 != 2 {
+		return false
+	}
+	if rail != "mcp" {
+		return true
+	}
+	var rpc struct {
+		Error  *json.RawMessage `json:"error"`
+		Result struct {
+			IsError bool `json:"isError"`
+		} `json:"result"`
+	}
+	return json.Unmarshal([]byte(x.Body), &rpc) == nil && rpc.Error == nil && !rpc.Result.IsError
+}
+
 var runSeq atomic.Int64
 
 // newTag names one run's payments and ids: [a-z0-9], unique in the process.
@@ -169,8 +187,11 @@ func (st *Stack) agents(ctx context.Context, s *Scenario, vars map[string]string
 		scope = countersignv1.CredentialScope_CREDENTIAL_SCOPE_PROPOSE
 	}
 	rail, account := countersignv1.Rail_RAIL_STRIPE, stripeAccount
-	if s.Rail == "razorpay" {
+	switch s.Rail {
+	case "razorpay":
 		rail, account = countersignv1.Rail_RAIL_RAZORPAY, razorpayAccount
+	case "mcp": // a Stripe account reached through its MCP server
+		account = mcpAccount
 	}
 	for i := range out {
 		a, err := st.owner.CreateAgent(octx, &countersignv1.CreateAgentRequest{Agent: &countersignv1.Agent{
@@ -264,7 +285,7 @@ func (st *Stack) send(ctx context.Context, policy Policy, i, k int, step Step, a
 		x.Step, x.Send, x.Attempt, x.Role, x.Expect = i, k, attempt, step.Role, step.Expect
 		record(x)
 		last = x
-		ok := x.Status/100 == 2
+		ok := x.succeeded(step.Rail)
 		switch policy {
 		case Credulous:
 			return last
@@ -485,7 +506,7 @@ func (st *Stack) do(ctx context.Context, step Step, q request, key string, a age
 			req.Header.Set("Authorization", "Bearer "+secret)
 		}
 	}
-	if key != "" {
+	if key != "" && step.Rail != "mcp" { // an MCP client sends no Idempotency-Key
 		switch {
 		case step.Rail == "stripe":
 			req.Header.Set("Idempotency-Key", key)
@@ -494,6 +515,9 @@ func (st *Stack) do(ctx context.Context, step Step, q request, key string, a age
 		case strings.Contains(q.path, "/payouts"):
 			req.Header.Set("X-Payout-Idempotency", key)
 		}
+	}
+	if step.Rail == "mcp" && q.headers["Accept"] == "" { // streamable HTTP's client
+		req.Header.Set("Accept", "application/json, text/event-stream")
 	}
 	for k, v := range q.headers {
 		req.Header.Set(k, v)

@@ -31,7 +31,9 @@ type Scenario struct {
 	Family      string `json:"family"`
 	Source      string `json:"source,omitempty"` // the published pattern it draws on
 	Description string `json:"description"`
-	// Rail is the rail the agent's requests speak by default: stripe or razorpay.
+	// Rail is the rail the agent's requests speak by default: stripe,
+	// razorpay, or mcp (JSON-RPC tools/call to a payment MCP server in
+	// front of the Stripe account; its payments are Stripe's).
 	Rail   string `json:"rail,omitempty"`
 	Setup  Setup  `json:"setup"`
 	Script []Step `json:"script"`
@@ -149,6 +151,7 @@ var Families = []Family{
 	{"approval_abuse", true, ""},
 	{"credential_theft", true, ""},
 	{"parser_evasion", true, ""},
+	{"mcp_tool_poisoning", true, ""},
 	{"free_text_smuggling", false, "a mandate says nothing about free text: Stripe metadata and descriptions and Razorpay notes are labels, outside the SIK, forwarded as sent; Countersign bounds money, not what text leaves with it"},
 	{"owner_wide_budget", false, "budgets (B1) are per mandate, and a mandate binds one agent: an owner's agents each spend their own budget; no budget spans an owner's agents"},
 	{"within_mandate", false, "an injected request inside the mandate's limits is, byte for byte, a request the owner pre-approved: no deterministic gate can tell it from the task; the mandate bounds the loss (per-action maximum, budget, windows), which these scenarios measure"},
@@ -206,8 +209,8 @@ func (s *Scenario) validate() error {
 	if s.Rail == "" {
 		s.Rail = "stripe"
 	}
-	if s.Rail != "stripe" && s.Rail != "razorpay" {
-		return fmt.Errorf("rail %q: want stripe or razorpay", s.Rail)
+	if !validRail(s.Rail) {
+		return fmt.Errorf("rail %q: want stripe, razorpay or mcp", s.Rail)
 	}
 	if err := s.Setup.validate(s.Rail); err != nil {
 		return fmt.Errorf("setup.%w", err)
@@ -248,6 +251,8 @@ func (s *Scenario) validate() error {
 	return s.checkVars()
 }
 
+func validRail(r string) bool { return r == "stripe" || r == "razorpay" || r == "mcp" }
+
 func familyNames() string {
 	var n []string
 	for _, f := range Families {
@@ -262,6 +267,12 @@ func (u *Setup) validate(rail string) error {
 		p := &u.Payments[i]
 		if p.Rail == "" {
 			p.Rail = rail
+		}
+		if p.Rail == "mcp" { // the MCP server's payments are the Stripe account's
+			p.Rail = "stripe"
+		}
+		if p.Rail != "stripe" && p.Rail != "razorpay" {
+			return fmt.Errorf("payments[%d].rail %q: want stripe or razorpay", i, p.Rail)
 		}
 		if !idPattern.MatchString(p.ID) {
 			return fmt.Errorf("payments[%d].id %q: want pi_, ch_ or pay_ and 1-20 of [a-z0-9]", i, p.ID)
@@ -359,8 +370,8 @@ func (st *Step) validate(s *Scenario) error {
 	if st.Rail == "" {
 		st.Rail = s.Rail
 	}
-	if st.Rail != "stripe" && st.Rail != "razorpay" {
-		return fmt.Errorf("rail %q: want stripe or razorpay", st.Rail)
+	if !validRail(st.Rail) {
+		return fmt.Errorf("rail %q: want stripe, razorpay or mcp", st.Rail)
 	}
 	switch st.Target {
 	case "":

@@ -34,11 +34,14 @@ import (
 const (
 	stripeAccount   = "acct_attack_stripe"
 	razorpayAccount = "acct_attack_razorpay"
+	// mcpAccount is the Stripe account behind the payment MCP server.
+	mcpAccount = "acct_attack_mcp"
 )
 
 // Stack is one mode's running processes: the mock rail (the cmd/mockrail
-// binary) and, gated, PostgreSQL, `countersign serve` and one
-// Envoy-contract proxy (internal/testing/envoystandin) per rail account.
+// binary), a payment MCP server in front of it (in this process) and,
+// gated, PostgreSQL, `countersign serve` and one Envoy-contract proxy
+// (internal/testing/envoystandin, in this process) per rail account.
 type Stack struct {
 	Mode    string // direct or gated
 	RailURL string // the mock rail, http://host:port
@@ -51,6 +54,8 @@ type Stack struct {
 	ownerToken string
 	conn       *grpc.ClientConn
 	proxies    []*envoystandin.Proxy
+	mcp        *http.Server
+	mcpURL     string
 	procs      []*exec.Cmd
 	cluster    *pgtest.Cluster
 	dir        string
@@ -78,8 +83,11 @@ func StartStack(ctx context.Context, mode string, bins Binaries) (_ *Stack, err 
 	if s.RailURL, err = s.startMockrail(bins.Mockrail); err != nil {
 		return nil, err
 	}
+	if err := s.startMCP(); err != nil {
+		return nil, err
+	}
 	if mode == "direct" {
-		s.Egress = map[string]string{"stripe": s.RailURL, "razorpay": s.RailURL}
+		s.Egress = map[string]string{"stripe": s.RailURL, "razorpay": s.RailURL, "mcp": s.mcpURL}
 		return s, nil
 	}
 	if mode != "gated" {
@@ -136,6 +144,17 @@ func (s *Stack) startMockrail(bin string) (string, error) {
 	return url, nil
 }
 
+func (s *Stack) startMCP() error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	s.mcp = &http.Server{Handler: newMCPServer(s.RailURL), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = s.mcp.Serve(ln) }()
+	s.mcpURL = "http://" + ln.Addr().String()
+	return nil
+}
+
 func (s *Stack) startGated(ctx context.Context, bin string) error {
 	cl, err := pgtest.StartCluster(ctx, pgtest.ClusterOptions{})
 	if err != nil {
@@ -166,7 +185,7 @@ func (s *Stack) startGated(ctx context.Context, bin string) error {
 		return fmt.Errorf("owner bootstrap printed %q", boot)
 	}
 	s.ownerToken = lines[len(lines)-1]
-	for _, acct := range []string{stripeAccount, razorpayAccount} {
+	for _, acct := range []string{stripeAccount, razorpayAccount, mcpAccount} {
 		if _, err := run("owner", "grant-account", acct, f[1], "--database-url", db); err != nil {
 			return err
 		}
@@ -194,7 +213,13 @@ func (s *Stack) startGated(ctx context.Context, bin string) error {
     hosts: [api.razorpay.com]
     base_url: %s
     key_file: %s
-`, stripeAccount, s.RailURL, sk, razorpayAccount, s.RailURL, rk))
+  - account: %s
+    rail: stripe
+    hosts: [mcp.stripe.local]
+    base_url: %s
+    key_file: %s
+    mcp: {preset: stripe, metadata: metadata}
+`, stripeAccount, s.RailURL, sk, razorpayAccount, s.RailURL, rk, mcpAccount, s.RailURL, sk))
 	if err != nil {
 		return err
 	}
@@ -236,8 +261,9 @@ func (s *Stack) startGated(ctx context.Context, bin string) error {
 	}
 	s.owner = countersignv1.NewOwnerServiceClient(s.conn)
 	s.Egress = map[string]string{}
-	for _, r := range []struct{ rail, account, host string }{
-		{"stripe", stripeAccount, "api.stripe.com"}, {"razorpay", razorpayAccount, "api.razorpay.com"},
+	for _, r := range []struct{ rail, account, host, upstream string }{
+		{"stripe", stripeAccount, "api.stripe.com", s.RailURL}, {"razorpay", razorpayAccount, "api.razorpay.com", s.RailURL},
+		{"mcp", mcpAccount, "mcp.stripe.local", s.mcpURL},
 	} {
 		// What the demo's egress and envoy/egress.yaml configure: the
 		// whole body to ext_authz (bounded, partial allowed so that a
@@ -246,7 +272,7 @@ func (s *Stack) startGated(ctx context.Context, bin string) error {
 		p, err := envoystandin.Start(context.WithoutCancel(ctx), envoystandin.Config{
 			ExtAuthz: "unix:" + sock, ExtProc: "unix:" + sock, MaxRequestBytes: 64 << 10, AllowPartialMessage: true,
 			PackAsBytes: true, StatusOnError: 503, Timeout: 5 * time.Second, ExtProcMessageTimeout: 5 * time.Second,
-			Routes: []envoystandin.Route{{Prefix: "*", Upstream: s.RailURL, HostRewrite: r.host, Timeout: 10 * time.Second,
+			Routes: []envoystandin.Route{{Prefix: "*", Upstream: r.upstream, HostRewrite: r.host, Timeout: 10 * time.Second,
 				ContextExtensions: map[string]string{"rail_account": r.account, "rail_host": r.host}}},
 		})
 		if err != nil {
@@ -265,6 +291,9 @@ func (s *Stack) Close() {
 	}
 	if s.conn != nil {
 		_ = s.conn.Close()
+	}
+	if s.mcp != nil {
+		_ = s.mcp.Close()
 	}
 	for i := len(s.procs) - 1; i >= 0; i-- {
 		p := s.procs[i]
