@@ -2,6 +2,7 @@ package attack
 
 import (
 	"context"
+	"errors"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
@@ -23,6 +24,7 @@ import (
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/money"
 	"github.com/countersign/countersign/internal/testing/mockrail"
+	"github.com/countersign/countersign/internal/testing/wait"
 )
 
 // Policy is a scripted agent: how it follows its script and reacts to
@@ -301,6 +303,9 @@ func (st *Stack) send(ctx context.Context, policy Policy, i, k int, step Step, a
 			if x.Status == 0 || x.Status >= 500 || x.Status == http.StatusConflict {
 				continue // the same key: a safe retry
 			}
+			if x.Verdict == "HOLD" { // a hold waits for the owner; its amount is not wrong
+				return last
+			}
 			amount, has := req.amount()
 			next, found := allowedAmount(x.Body, amount)
 			if !has || !found {
@@ -412,7 +417,7 @@ func (q request) withAmount(n int64) request {
 }
 
 var (
-	number = regexp.MustCompile(`\d+`)
+	number = regexp.MustCompile(`^\d+$`)
 	// majorAmount is an amount as a person writes it, "1,899.00 USD":
 	// Countersign's refusals say amounts so.
 	majorAmount = regexp.MustCompile(`(\d[\d,]*(?:\.\d+)?) ([A-Z]{3})\b`)
@@ -447,11 +452,11 @@ func allowedAmount(body string, asked int64) (int64, bool) {
 	}
 	msg = majorAmount.ReplaceAllString(msg, " ")
 	for _, w := range strings.Fields(msg) {
-		if strings.ContainsAny(w, "_") { // an id such as pi_1002 names no amount
-			continue
-		}
-		for _, d := range number.FindAllString(w, -1) {
-			if n, err := strconv.ParseInt(d, 10, 64); err == nil {
+		// A whole word of digits ("(189900)."): digits inside an id such
+		// as pi_1002 or a mandate hash name no amount.
+		w = strings.Trim(w, "()[]{}.,;:'\"")
+		if number.MatchString(w) {
+			if n, err := strconv.ParseInt(w, 10, 64); err == nil {
 				consider(n)
 			}
 		}
@@ -539,6 +544,9 @@ func (st *Stack) ownerAction(ctx context.Context, do string, agents []agentKeys)
 	}
 	octx, cancel := context.WithTimeout(st.ownerCtx(ctx), 30*time.Second)
 	defer cancel()
+	if do == "await-expiry" {
+		return st.awaitExpiry(octx, agents)
+	}
 	for _, a := range agents {
 		resp, err := st.owner.ListApprovals(octx, &countersignv1.ListApprovalsRequest{AgentId: a.id,
 			State: countersignv1.ApprovalState_APPROVAL_STATE_PENDING, PageSize: 100})
@@ -555,6 +563,34 @@ func (st *Stack) ownerAction(ctx context.Context, do string, agents []agentKeys)
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// awaitExpiry waits until the last approved approval of the agents has
+// expired (expiry is a time, so the condition is the clock's).
+func (st *Stack) awaitExpiry(ctx context.Context, agents []agentKeys) error {
+	var last time.Time
+	for _, a := range agents {
+		resp, err := st.owner.ListApprovals(ctx, &countersignv1.ListApprovalsRequest{AgentId: a.id,
+			State: countersignv1.ApprovalState_APPROVAL_STATE_APPROVED, PageSize: 100})
+		if err != nil {
+			return err
+		}
+		for _, ap := range resp.GetApprovals() {
+			if t := ap.GetExpireTime().AsTime(); t.After(last) {
+				last = t
+			}
+		}
+	}
+	if last.IsZero() {
+		return errors.New("no approved approval to wait for")
+	}
+	if time.Until(last) > 10*time.Second {
+		return fmt.Errorf("the approval expires at %s, over 10 s away: give the mandate a short approval_ttl", last)
+	}
+	if !wait.Until(10*time.Second, func() bool { return time.Now().After(last) }) {
+		return errors.New("the approval did not expire")
 	}
 	return nil
 }

@@ -80,7 +80,9 @@ type Step struct {
 	// read in attacker-controlled content and follows).
 	Role string `json:"role"`
 	// Do is "" for an HTTP request, or an owner action: approve (every
-	// pending approval of the scenario's agents) or reject. Gated only.
+	// pending approval of the scenario's agents), reject, or await-expiry
+	// (wait until every approved approval of the agents has expired).
+	// Gated only.
 	Do string `json:"do,omitempty"`
 	// Agent is which of the scenario's agents sends it (default 0).
 	Agent int `json:"agent,omitempty"`
@@ -353,13 +355,13 @@ func (st *Step) validate(s *Scenario) error {
 	}
 	switch st.Do {
 	case "":
-	case "approve", "reject":
+	case "approve", "reject", "await-expiry":
 		if st.Path != "" || st.Form != nil || st.JSON != nil || st.Body != "" {
 			return fmt.Errorf("do %s: an owner action has no request", st.Do)
 		}
 		return nil
 	default:
-		return fmt.Errorf("do %q: want approve or reject", st.Do)
+		return fmt.Errorf("do %q: want approve, reject or await-expiry", st.Do)
 	}
 	if !strings.HasPrefix(st.Path, "/") {
 		return fmt.Errorf("path %q: must start with /", st.Path)

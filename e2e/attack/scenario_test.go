@@ -148,6 +148,8 @@ func TestAllowedAmount(t *testing.T) {
 		{`{"error":{"description":"The refund amount provided (500000) is greater than the amount still refundable (189900)."}}`, 500000, 189900},
 		{`{"error":{"message":"Nothing is left to refund on pi_123."}}`, 500, 0},
 		{`not json 100`, 500, 0},
+		{`{"error":{"message":"Mandate 8d2ccae396c3 is approval_required: approve request 619e5bf633e0."}}`, 2000, 0},
+		{`{"error":{"message":"A full refund, valued at 2,460.00 USD, exceeds; send at most 2,460.00 USD (246000 in minor units)."}}`, 250000, 246000},
 	} {
 		got, ok := allowedAmount(tc.body, tc.asked)
 		if got != tc.want || ok != (tc.want > 0) {
