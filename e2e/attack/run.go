@@ -2,11 +2,11 @@ package attack
 
 import (
 	"context"
-	"errors"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
