@@ -75,7 +75,7 @@ func (f *mcpServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	text, isError := "Failed to create refund", true
 	if resp, err := f.client.Do(rr); err == nil {
 		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		text, isError = string(b), resp.StatusCode != http.StatusOK
 	}
 	reply(map[string]any{"content": []map[string]string{{"type": "text", "text": text}}, "isError": isError})

@@ -532,7 +532,7 @@ func (st *Stack) do(ctx context.Context, step Step, q request, key string, a age
 	if err != nil {
 		return Exchange{Duration: time.Since(start), Body: err.Error()}
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	return Exchange{Status: resp.StatusCode, Verdict: resp.Header.Get("X-Countersign-Verdict"), Body: string(b), Duration: time.Since(start)}
 }

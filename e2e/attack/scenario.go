@@ -141,7 +141,8 @@ type EffectMatch struct {
 	Beyond int64 `json:"beyond,omitempty"`
 }
 
-// Families, with whether Countersign claims to defend them and why not.
+// Families are the scenario families, with whether Countersign claims to
+// defend them and why not.
 var Families = []Family{
 	{"amount_inflation", true, ""},
 	{"structuring", true, ""},

@@ -118,11 +118,12 @@ func (s *Stack) Logs() string {
 }
 
 func (s *Stack) startMockrail(bin string) (string, error) {
+	// The process lives as long as the stack: Close stops it, not a context.
 	log, err := s.logFile("mockrail")
 	if err != nil {
 		return "", err
 	}
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--log-level", "warn")
+	cmd := exec.CommandContext(context.Background(), bin, "--listen", "127.0.0.1:0", "--log-level", "warn")
 	cmd.Stderr = log
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -145,7 +146,8 @@ func (s *Stack) startMockrail(bin string) (string, error) {
 }
 
 func (s *Stack) startMCP() error {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
@@ -229,7 +231,7 @@ func (s *Stack) startGated(ctx context.Context, bin string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(bin, "serve")
+	cmd := exec.CommandContext(context.WithoutCancel(ctx), bin, "serve") // lives as long as the stack
 	cmd.Env = append(os.Environ(),
 		"COUNTERSIGN_DATABASE_URL="+db,
 		"COUNTERSIGN_GRPC_ADDR="+grpcAddr,
@@ -247,11 +249,15 @@ func (s *Stack) startGated(ctx context.Context, bin string) error {
 	s.procs = append(s.procs, cmd)
 	s.CountersignHTTP = "http://" + httpAddr
 	if !wait.Until(60*time.Second, func() bool {
-		resp, err := http.Get(s.CountersignHTTP + "/readyz")
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.CountersignHTTP+"/readyz", nil)
 		if err != nil {
 			return false
 		}
-		resp.Body.Close()
+		resp, err := s.client.Do(req)
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	}) {
 		return fmt.Errorf("countersign serve not ready within 60s\n%s", s.Logs())
@@ -317,7 +323,8 @@ func (s *Stack) Close() {
 }
 
 func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return "127.0.0.1:0"
 	}
@@ -347,7 +354,7 @@ func (s *Stack) control(ctx context.Context, method, path string, body any, out 
 	if err != nil {
 		return err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode/100 != 2 {
 		return fmt.Errorf("mock rail %s %s: %d %s", method, path, resp.StatusCode, b)
