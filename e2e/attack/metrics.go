@@ -244,7 +244,7 @@ func (rep *Report) Markdown(meta, command, chart string) string {
 		p("| %s | attack success direct | attack success gated | money at risk direct | money at risk gated | utility under attack direct | utility under attack gated | benign utility direct | benign utility gated | false blocks (gated) | false holds (gated) | exactly-once violations direct | exactly-once violations gated |\n", first)
 		p("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	}
-	p("**Headline** (every policy pooled; money in minor units per currency; added latency per request, gated minus direct, p50 %s, p99 %s over %d requests):\n\n",
+	p("**Headline** (every policy pooled; rates count runs; money at risk is what left that the attacker wanted out, in minor units per currency, summed over runs; false blocks and holds are over honest requests a correct guard allows, counted where the journal shows the honest task undone; added latency per request, gated minus direct, p50 %s, p99 %s over %d requests):\n\n",
 		ms(p50), ms(p99), n)
 	header("scope")
 	row("all families", func(*Run) bool { return true })
