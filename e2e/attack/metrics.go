@@ -196,7 +196,10 @@ func (rep *Report) Holes() []Hole {
 		if !ok {
 			f, _ := family(r.Scenario.Family)
 			reason := f.Why
-			if f.Claimed {
+			switch {
+			case f.Claimed && r.Scenario.KnownGap != "":
+				reason = "GAP in a defence Countersign claims: " + r.Scenario.KnownGap
+			case f.Claimed:
 				reason = "NOT EXPECTED: a family Countersign claims to defend — a hole to fix"
 			}
 			h = &Hole{Scenario: r.Scenario, MoneyOut: map[string]int64{}, Claimed: f.Claimed, Reason: reason}

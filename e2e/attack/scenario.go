@@ -41,6 +41,10 @@ type Scenario struct {
 	Attack *Goal `json:"attack,omitempty"`
 	// Honest is what the honest task needs to happen on the rail.
 	Honest *Goal `json:"honest,omitempty"`
+	// KnownGap, on a scenario of a family Countersign claims, says why the
+	// attack still succeeds gated: a gap in the claimed defence, reported
+	// in the results' table (and counted) instead of failing the run.
+	KnownGap string `json:"known_gap,omitempty"`
 	// Smoke puts the scenario in the fast subset `make test` runs (one per
 	// family); its attack must succeed direct under the credulous policy.
 	Smoke bool `json:"smoke,omitempty"`
@@ -247,6 +251,9 @@ func (s *Scenario) validate() error {
 		if err := s.Honest.validate(s, true); err != nil {
 			return fmt.Errorf("honest.%w", err)
 		}
+	}
+	if f, _ := family(s.Family); s.KnownGap != "" && (!f.Claimed || s.Smoke) {
+		return errors.New("known_gap: only on a claimed family's scenario outside the smoke subset")
 	}
 	if s.Family == "benign" && (s.Honest == nil || len(s.Honest.Effects) == 0) {
 		return errors.New("honest: a benign scenario needs honest effects")

@@ -41,6 +41,7 @@ func TestParseRefusesBadFiles(t *testing.T) {
 		{"attack counts amounts", "beyond: 0", "amount: 5", `attack.effects[0]`},
 		{"effect kind", "kind: refund", "kind: charge", `effects[0].kind "charge"`},
 		{"countersign target ungated", "path: /v1/refunds,", "target: countersign, path: /v1/refunds,", `modes: [gated]`},
+		{"known gap in the smoke subset", "description: d", "description: d\nsmoke: true\nknown_gap: x", `known_gap: only on`},
 		{"agent out of range", "role: injected,", "role: injected, agent: 2,", `agent 2: the scenario has 1`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
