@@ -159,7 +159,7 @@ var Families = []Family{
 	{"credential_theft", true, ""},
 	{"parser_evasion", true, ""},
 	{"mcp_tool_poisoning", true, ""},
-	{"free_text_smuggling", false, "a mandate says nothing about free text: Stripe metadata and descriptions and Razorpay notes are labels, outside the SIK, forwarded as sent; Countersign bounds money, not what text leaves with it"},
+	{"free_text_smuggling", false, "a mandate says nothing about free text: Stripe metadata and descriptions and Razorpay notes are labels, outside the SIK and outside the canonical action an approval's fingerprint covers (so an approved refund may leave with other metadata than the held one), forwarded as sent; Countersign bounds money, not what text leaves with it"},
 	{"owner_wide_budget", false, "budgets (B1) are per mandate, and a mandate binds one agent: an owner's agents each spend their own budget; no budget spans an owner's agents"},
 	{"within_mandate", false, "an injected request inside the mandate's limits is, byte for byte, a request the owner pre-approved: no deterministic gate can tell it from the task; the mandate bounds the loss (per-action maximum, budget, windows), which these scenarios measure"},
 	{"benign", true, ""},
