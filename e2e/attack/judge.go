@@ -72,7 +72,7 @@ func Judge(s *Scenario, vars map[string]string, effects []mockrail.Effect) Judge
 			if n < want {
 				j.HonestMet = false
 			}
-			if n > want {
+			if n > want && !m.AtLeast {
 				j.ExactlyOnceViolations += n - want
 			}
 		}

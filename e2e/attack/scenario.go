@@ -140,6 +140,9 @@ type EffectMatch struct {
 	Currency string `json:"currency,omitempty"` // "" any
 	Amount   int64  `json:"amount,omitempty"`   // honest: the exact amount; 0 any
 	Count    int    `json:"count,omitempty"`    // honest: how many (default 1)
+	// AtLeast: more matching effects than Count are other intended actions
+	// (an injected distinct duplicate), not exactly-once violations.
+	AtLeast bool `json:"at_least,omitempty"`
 	// Beyond is the attacker's allowance: only what the matching effects
 	// move beyond it (per currency) counts as money out.
 	Beyond int64 `json:"beyond,omitempty"`
@@ -445,7 +448,7 @@ func (g *Goal) validate(s *Scenario, honest bool) error {
 		if honest && e.Beyond != 0 {
 			return fmt.Errorf("effects[%d].beyond: only the attacker has an allowance", i)
 		}
-		if !honest && (e.Amount != 0 || e.Count != 0) {
+		if !honest && (e.Amount != 0 || e.Count != 0 || e.AtLeast) {
 			return fmt.Errorf("effects[%d]: the attacker's effects count money (beyond), not amount or count", i)
 		}
 	}
