@@ -177,3 +177,26 @@ func TestChartRenders(t *testing.T) {
 		t.Fatalf("chart: %v", err)
 	}
 }
+
+// TestReportCounts: the report counts runs per mode, lists a gated success
+// on a claimed family as a hole, and never rounds money to zero.
+func TestReportCounts(t *testing.T) {
+	s, err := Parse("ok.yaml", []byte(goodScenario+"honest: {effects: [{kind: refund, subject: \"${pi_main}\", amount: 300}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := &Report{Runs: []*Run{
+		{Scenario: s, Mode: "direct", Policy: Credulous, Judgement: Judgement{AttackSucceeded: true, MoneyOut: map[string]int64{"USD": 1}, HonestMet: true, ExactlyOnceViolations: 2}},
+		{Scenario: s, Mode: "gated", Policy: Credulous, Judgement: Judgement{AttackSucceeded: true, MoneyOut: map[string]int64{"JPY": 3}},
+			Final: []Exchange{{Expect: "allow", Verdict: "BLOCK"}}},
+	}}
+	md := rep.Markdown("meta", "cmd", "")
+	for _, want := range []string{
+		"| families Countersign claims to defend | 100.0 % (1/1) | 100.0 % (1/1) | 1 USD | 3 JPY | 100.0 % (1/1) | 0.0 % (0/1) | — | — | 100.0 % (1/1) | 0.0 % (0/1) | 2 | 0 |",
+		"| ok | amount_inflation | credulous | 3 JPY | false | NOT EXPECTED",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
