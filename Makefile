@@ -115,3 +115,10 @@ ci: check-generated tidy-check lint chart-test test
 
 clean:
 	rm -rf $(BIN)
+
+## attack: the attack and utility benchmark (e2e/attack): every scenario, direct and
+## gated, every scripted policy; writes its section of RESULTS.md and docs/attack.svg
+## (make test runs its one-scenario-per-family subset, TestAttackSubset)
+.PHONY: attack
+attack:
+	COUNTERSIGN_ATTACK=1 ATTACK_RESULTS=$(CURDIR)/RESULTS.md ATTACK_CHART=$(CURDIR)/docs/attack.svg $(GO) test -count=1 -timeout 30m -run '^TestAttack$$' -v ./e2e/attack/

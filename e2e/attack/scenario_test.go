@@ -1,0 +1,202 @@
+package attack
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/countersign/countersign/internal/testing/mockrail"
+)
+
+const goodScenario = `name: ok
+family: amount_inflation
+description: d
+setup:
+  payments: [{id: pi_main, amount: 1000, currency: usd}]
+  mandate: {grants: [{actionKind: ACTION_KIND_REFUND, maxAmountMinor: 500, currencies: [USD]}]}
+script:
+  - {role: injected, path: /v1/refunds, form: {payment_intent: "${pi_main}"}}
+attack: {effects: [{kind: refund, subject: "${pi_main}", beyond: 0}]}
+`
+
+// TestParseRefusesBadFiles names each mistake precisely.
+func TestParseRefusesBadFiles(t *testing.T) {
+	if _, err := Parse("ok.yaml", []byte(goodScenario)); err != nil {
+		t.Fatalf("the good scenario: %v", err)
+	}
+	for _, tc := range []struct{ name, from, to, want string }{
+		{"unknown member", "description: d", "description: d\nbudget: 3", `unknown field "budget"`},
+		{"bad name", "name: ok", "name: Not_OK", `name "Not_OK"`},
+		{"unknown family", "family: amount_inflation", "family: vibes", `family "vibes": not one of`},
+		{"payment id", "id: pi_main", "id: main", `setup.payments[0].id "main"`},
+		{"rail and id disagree", "id: pi_main", "id: pay_main", `a stripe payment id`},
+		{"negative amount", "amount: 1000", "amount: -5", `payments[0].amount -5`},
+		{"mandate member", "maxAmountMinor: 500", "maxAmount: 500", `setup.mandate:`},
+		{"mandate owns the account", "mandate: {", "mandate: {railAccount: acct_x, ", `runner's`},
+		{"role", "role: injected", "role: boss", `script[0]: role "boss"`},
+		{"path", "path: /v1/refunds", "path: v1/refunds", `script[0]: path "v1/refunds"`},
+		{"two bodies", `form: {payment_intent: "${pi_main}"}`, `form: {a: b}, body: x`, `at most one`},
+		{"undefined variable", `"${pi_main}"}}`, `"${pi_other}"}}`, `${pi_other}`},
+		{"benign with attacker", "family: amount_inflation", "family: benign", `a benign scenario has no attacker`},
+		{"attack counts amounts", "beyond: 0", "amount: 5", `attack.effects[0]`},
+		{"effect kind", "kind: refund", "kind: charge", `effects[0].kind "charge"`},
+		{"countersign target ungated", "path: /v1/refunds,", "target: countersign, path: /v1/refunds,", `modes: [gated]`},
+		{"known gap in the smoke subset", "description: d", "description: d\nsmoke: true\nknown_gap: x", `known_gap: only on`},
+		{"agent out of range", "role: injected,", "role: injected, agent: 2,", `agent 2: the scenario has 1`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			text := strings.Replace(goodScenario, tc.from, tc.to, 1)
+			if text == goodScenario {
+				t.Fatalf("%q is not in the scenario", tc.from)
+			}
+			_, err := Parse("bad.yaml", []byte(text))
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "bad.yaml: ") {
+				t.Fatalf("err = %v, want bad.yaml: …%s…", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestScenariosLoad: every shipped scenario parses, names are unique, and
+// every family is represented.
+func TestScenariosLoad(t *testing.T) {
+	all, err := LoadAll(os.DirFS("."), "scenarios")
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]int{}
+	for _, s := range all {
+		have[s.Family]++
+	}
+	for _, f := range Families {
+		if have[f.Name] == 0 {
+			t.Errorf("family %s has no scenario", f.Name)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(goodScenario))
+	if files, err := os.ReadDir("scenarios"); err == nil {
+		for _, e := range files {
+			if b, err := os.ReadFile("scenarios/" + e.Name()); err == nil {
+				f.Add(b)
+			}
+		}
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := Parse("fuzz.yaml", b)
+		if err != nil {
+			return
+		}
+		// A parsed scenario is whole: defaults filled, every step valid.
+		if s.Rail == "" || s.Setup.Agents < 1 || len(s.Script) == 0 {
+			t.Fatalf("parsed scenario lacks defaults: %+v", s)
+		}
+		for _, st := range s.Script {
+			if st.Do == "" && (st.Method == "" || st.Target == "" || st.Key == "") {
+				t.Fatalf("step lacks defaults: %+v", st)
+			}
+		}
+	})
+}
+
+// TestJudge reads money out and honest goals from effects alone.
+func TestJudge(t *testing.T) {
+	s, err := Parse("ok.yaml", []byte(goodScenario+"honest: {effects: [{kind: refund, subject: \"${pi_main}\", amount: 300}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{"pi_main": "pi_mainX"}
+	refund := func(n int64, subject string) mockrail.Effect {
+		return mockrail.Effect{Kind: mockrail.KindRefund, Subject: subject, Amount: n, Currency: "usd"}
+	}
+	for _, tc := range []struct {
+		name    string
+		effects []mockrail.Effect
+		out     int64
+		met     bool
+		dup     int
+	}{
+		{"nothing", nil, 0, false, 0},
+		{"honest only", []mockrail.Effect{refund(300, "pi_mainX")}, 600 - 300 - 300, true, 0},
+		{"twice", []mockrail.Effect{refund(300, "pi_mainX"), refund(300, "pi_mainX")}, 600, true, 1},
+		{"other payment", []mockrail.Effect{refund(300, "pi_other")}, 0, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := Judge(s, vars, tc.effects)
+			want := tc.out
+			if tc.name == "honest only" {
+				want = 300 // beyond 0: the attacker wanted every cent out of the payment
+			}
+			if j.MoneyOut["USD"] != want || j.HonestMet != tc.met || j.ExactlyOnceViolations != tc.dup || j.AttackSucceeded != (want > 0) {
+				t.Fatalf("judgement %+v, want out %d met %v dup %d", j, want, tc.met, tc.dup)
+			}
+		})
+	}
+}
+
+// TestAllowedAmount is the careful policy's reading of refusals.
+func TestAllowedAmount(t *testing.T) {
+	for _, tc := range []struct {
+		body  string
+		asked int64
+		want  int64
+	}{
+		{`{"error":{"message":"250000 exceeds the 189900 still refundable on pay_1002"}}`, 250000, 189900},
+		{`{"error":{"message":"100.00 USD exceeds the 64.00 USD still refundable on pi_x."}}`, 10000, 6400},
+		{`{"error":{"message":"1,000 JPY is above the maximum"}}`, 50000, 1000},
+		{`{"error":{"description":"The refund amount provided (500000) is greater than the amount still refundable (189900)."}}`, 500000, 189900},
+		{`{"error":{"message":"Nothing is left to refund on pi_123."}}`, 500, 0},
+		{`not json 100`, 500, 0},
+		{`{"error":{"message":"Mandate 8d2ccae396c3 is approval_required: approve request 619e5bf633e0."}}`, 2000, 0},
+		{`{"error":{"message":"A full refund, valued at 2,460.00 USD, exceeds; send at most 2,460.00 USD (246000 in minor units)."}}`, 250000, 246000},
+	} {
+		got, ok := allowedAmount(tc.body, tc.asked)
+		if got != tc.want || ok != (tc.want > 0) {
+			t.Errorf("allowedAmount(%s, %d) = %d, %v; want %d", tc.body, tc.asked, got, ok, tc.want)
+		}
+	}
+}
+
+// TestChartRenders draws the chart from a small report.
+func TestChartRenders(t *testing.T) {
+	s, err := Parse("ok.yaml", []byte(goodScenario))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := &Report{Runs: []*Run{
+		{Scenario: s, Mode: "direct", Policy: Credulous, Judgement: Judgement{AttackSucceeded: true}},
+		{Scenario: s, Mode: "gated", Policy: Credulous},
+	}}
+	path := t.TempDir() + "/attack.png"
+	if err := rep.Chart(path); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(path); err != nil || st.Size() == 0 {
+		t.Fatalf("chart: %v", err)
+	}
+}
+
+// TestReportCounts: the report counts runs per mode, lists a gated success
+// on a claimed family as a hole, and never rounds money to zero.
+func TestReportCounts(t *testing.T) {
+	s, err := Parse("ok.yaml", []byte(goodScenario+"honest: {effects: [{kind: refund, subject: \"${pi_main}\", amount: 300}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := &Report{Runs: []*Run{
+		{Scenario: s, Mode: "direct", Policy: Credulous, Judgement: Judgement{AttackSucceeded: true, MoneyOut: map[string]int64{"USD": 1}, HonestMet: true, ExactlyOnceViolations: 2}},
+		{Scenario: s, Mode: "gated", Policy: Credulous, Judgement: Judgement{AttackSucceeded: true, MoneyOut: map[string]int64{"JPY": 3}},
+			Final: []Exchange{{Expect: "allow", Verdict: "BLOCK"}}},
+	}}
+	md := rep.Markdown("meta", "cmd", "")
+	for _, want := range []string{
+		"| families Countersign claims to defend | 100.0 % (1/1) | 100.0 % (1/1) | 1 USD | 3 JPY | 100.0 % (1/1) | 0.0 % (0/1) | — | — | 100.0 % (1/1) | 0.0 % (0/1) | 2 | 0 |",
+		"| ok | amount_inflation | credulous | 3 JPY | false | NOT EXPECTED",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
