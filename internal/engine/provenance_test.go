@@ -196,7 +196,7 @@ func TestMCPToolDescriptionPins(t *testing.T) {
 			g6: "ALLOW/passed", wantListing: true},
 		{name: "drifted description blocks", pins: pinned, desc: poisonedRefundDesc, verdict: Block, code: gate.ReasonMCPToolDrift,
 			contains: []string{"create_refund", mcp.DescriptionHash(poisonedRefundDesc)[:12], pinned["create_refund"][:12], "no money moved"},
-			g6: "BLOCK/mcp_tool_drift", wantListing: true},
+			g6:       "BLOCK/mcp_tool_drift", wantListing: true},
 		{name: "tool the server no longer lists blocks", pins: pinned, desc: honestRefundDesc, mode: "unlisted", verdict: Block, code: ReasonMCPToolNotListed,
 			contains: []string{"no longer lists", "create_refund"}, wantListing: true},
 		{name: "tool the mandate does not pin blocks", pins: map[string]string{"create_refund_v2": pinned["create_refund"]}, desc: honestRefundDesc, verdict: Block,

@@ -33,7 +33,7 @@ const (
 	MaxToolsListPages = 16
 )
 
-// ErrToolNotListed: the server's tools/list does not list the tool.
+// ErrToolNotListed is the error of a tools/list that does not list the tool.
 var ErrToolNotListed = errors.New("mcp: tool not listed by the server")
 
 // DescribeTool implements rail.ToolDescriber with a read-only tools/list
