@@ -150,7 +150,11 @@ func newMCPRig(t *testing.T, pins map[string]string) *mcpRig {
 		Grants:     []*countersignv1.Grant{{ActionKind: countersignv1.ActionKind_ACTION_KIND_REFUND, MaxAmountMinor: 10000, Currencies: []string{"USD"}}},
 		Provenance: &countersignv1.Provenance{McpToolDescriptionHashes: pins},
 	}
-	rec, err := mandate.Record(m) // validates: pins on a RAIL_STRIPE mandate are accepted
+	// As CreateMandate does: pins on a RAIL_STRIPE mandate are valid.
+	if err := mandate.Validate(m); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := mandate.Record(m)
 	if err != nil {
 		t.Fatal(err)
 	}
