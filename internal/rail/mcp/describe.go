@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 
 	"github.com/countersign/countersign/internal/rail"
@@ -105,6 +106,12 @@ func (ad *adapter) listPage(ctx context.Context, c rail.Client, page int, cursor
 		"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
 	}, body)
 	if err != nil {
+		// The sentence reaches the agent: say what failed, not the
+		// server's internal URL.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return nil, "", fmt.Errorf("mcp: tools/list: %w", err)
 	}
 	defer func() { _ = resp.Body.Close() }()
@@ -149,7 +156,7 @@ func readPage(msg object, id string) ([]listedTool, string, error) {
 		return nil, "", errors.New("mcp: tools/list: the result is not an object")
 	}
 	var tools []json.RawMessage
-	if err := json.Unmarshal(result["tools"], &tools); err != nil || result["tools"] == nil {
+	if err := json.Unmarshal(result["tools"], &tools); err != nil || tools == nil {
 		return nil, "", errors.New("mcp: tools/list: the result has no tools array")
 	}
 	next := ""

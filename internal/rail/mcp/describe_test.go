@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -124,6 +125,13 @@ func TestDescribeTool(t *testing.T) {
 			id, _ := json.Marshal(req["id"])
 			return answer(http.StatusOK, "application/json", fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{}}`, id)), nil
 		}, wantErr: "no tools array"},
+		{name: "null tools", answer: func(_ context.Context, req map[string]any) (*http.Response, error) {
+			id, _ := json.Marshal(req["id"])
+			return answer(http.StatusOK, "application/json", fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"result":{"tools":null}}`, id)), nil
+		}, wantErr: "no tools array"},
+		{name: "transport error names no URL", answer: func(context.Context, map[string]any) (*http.Response, error) {
+			return nil, &url.Error{Op: "Post", URL: "http://10.0.0.7:9000/mcp", Err: errors.New("connection refused")}
+		}, wantErr: "tools/list: connection refused"},
 		{name: "not json", answer: func(context.Context, map[string]any) (*http.Response, error) {
 			return answer(http.StatusOK, "application/json", `{"jsonrpc":`), nil
 		}, wantErr: "tools/list"},
