@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/rail/mcp"
 	"github.com/countersign/countersign/internal/testing/mockrail"
 )
 
@@ -73,6 +75,38 @@ func TestScenariosLoad(t *testing.T) {
 			t.Errorf("family %s has no scenario", f.Name)
 		}
 	}
+}
+
+// TestDriftScenarioPinsTheHonestDescription: the drift scenario's mandate
+// pins the description the owner reviewed, not the one the server lists
+// now, and the scenario is no longer a known gap (a regression fails
+// make attack / TestAttack).
+func TestDriftScenarioPinsTheHonestDescription(t *testing.T) {
+	all, err := LoadAll(os.DirFS("."), "scenarios")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range all {
+		if s.Name != "mcp-description-drift-within-limits" {
+			continue
+		}
+		m, err := s.Setup.mandate(countersignv1.Rail_RAIL_STRIPE, mcpAccount, "agt_x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pins := m.GetProvenance().GetMcpToolDescriptionHashes()
+		if pins["create_refund"] != mcp.DescriptionHash(honestDescription) || len(pins) != 1 {
+			t.Errorf("pins %v, want create_refund → %s", pins, mcp.DescriptionHash(honestDescription))
+		}
+		if pins["create_refund"] == mcp.DescriptionHash(poisonedDescription) {
+			t.Error("the scenario pins the poisoned description")
+		}
+		if s.KnownGap != "" {
+			t.Errorf("known_gap %q: G6 closes it", s.KnownGap)
+		}
+		return
+	}
+	t.Fatal("scenario mcp-description-drift-within-limits not found")
 }
 
 func FuzzParse(f *testing.F) {

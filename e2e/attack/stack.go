@@ -220,8 +220,8 @@ func (s *Stack) startGated(ctx context.Context, bin string) error {
     hosts: [mcp.stripe.local]
     base_url: %s
     key_file: %s
-    mcp: {preset: stripe, metadata: metadata}
-`, stripeAccount, s.RailURL, sk, razorpayAccount, s.RailURL, rk, mcpAccount, s.RailURL, sk))
+    mcp: {preset: stripe, metadata: metadata, base_url: %s}
+`, stripeAccount, s.RailURL, sk, razorpayAccount, s.RailURL, rk, mcpAccount, s.RailURL, sk, s.mcpURL))
 	if err != nil {
 		return err
 	}

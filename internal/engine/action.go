@@ -46,7 +46,9 @@ type target struct {
 	acct   *rails.Account
 	action rail.Action
 	// alias is the key of the request as sent (aliasOf).
-	alias    string
+	alias string
+	// tool is the MCP tool a tools/call names ("" otherwise).
+	tool     string
 	readOnly bool
 	refusal  *Outcome
 }
@@ -83,7 +85,9 @@ func (e *Engine) route(req Request) target {
 	if parsed.Kind == rail.KindRead {
 		return target{acct: acct, readOnly: true}
 	}
-	return e.actionTarget(req, acct, parsed.Action)
+	t := e.actionTarget(req, acct, parsed.Action)
+	t.tool = parsed.Tool
+	return t
 }
 
 // actionTarget is the target of a money-moving action on acct.
@@ -192,6 +196,12 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t ta
 	if !ok {
 		return out
 	}
+	// G6's fact that needs I/O: the pinned tool's description as the MCP
+	// server lists it now.
+	toolHash, refused := e.describeTool(ctx, req, acct, t.tool, m)
+	if refused != nil {
+		return *refused
+	}
 	key.Window = e.idempotencyWindow(m, a.Kind)
 	value := int64(0)
 	if a.AmountMinor != nil {
@@ -221,7 +231,7 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t ta
 	}
 	pr := &proposal{req: req, principal: p, acct: acct, action: a, ref: ref, value: value, currency: key.Currency,
 		key: ledger.Key{RailAccount: acct.ID, SIK: string(s)}, s: s, canonical: string(canonical), alias: t.alias,
-		tokenHash: tokenHash, facts: facts, now: e.now()}
+		tokenHash: tokenHash, facts: facts, now: e.now(), tool: t.tool, toolHash: toolHash}
 	chaos.Point(chaos.BeforeWAL)
 	if facts.Aliased == nil {
 		if out, done := e.fresh(ctx, pr); done {

@@ -32,6 +32,10 @@ type proposal struct {
 	tokenHash []byte
 	facts     ledger.DecisionFacts
 	now       time.Time
+	// tool is the MCP tool the request calls ("" if none), and toolHash
+	// its description hash as Countersign read it from the server ("" when
+	// not read: no pins, no tool).
+	tool, toolHash string
 }
 
 // early runs, before any rail read, the limits that need neither the

@@ -13,6 +13,7 @@ import (
 	"github.com/countersign/countersign/internal/gate"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/mandate"
+	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/sik"
 )
 
@@ -98,6 +99,8 @@ func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (v
 func (g gateRun) input(subject, canonical string) gate.Input {
 	in := principalInput(g.now, g.principal, g.acct)
 	in.Host, in.APIVersion = g.railHost(), g.req.Headers["stripe-version"]
+	_, in.MCP = g.acct.Adapter.(rail.ToolDescriber)
+	in.MCPTool, in.MCPToolDescriptionHash = g.tool, g.toolHash
 	in.Action = gate.Action{Kind: g.action.Kind, Subject: subject, AmountMinor: g.value, FullRefund: g.action.AmountMinor == nil,
 		Currency: g.currency, Payee: g.action.Payee}
 	in.Referent = gate.Referent{AmountMinor: g.ref.AmountMinor, RefundableMinor: g.ref.RefundableMinor, Currency: g.ref.Currency, Payee: g.ref.Payee}

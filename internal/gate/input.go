@@ -28,9 +28,13 @@ type Input struct {
 	Rail        sik.Rail // "stripe", "razorpay" or "mcp"
 	Host        string   // API host the request goes to (any port is ignored)
 	APIVersion  string   // version the request carries (Stripe-Version), "" if none
-	// MCPTool names the tools/call tool, and MCPToolDescriptionHash is the
-	// lower-case hex SHA-256 of its description as the server last listed it
-	// ("" if unknown); both empty off MCP.
+	// MCP: the rail account is reached through an MCP server (its Rail is
+	// the underlying rail's). MCPTool names the tools/call tool ("" for a
+	// request that names none), and MCPToolDescriptionHash is
+	// mcp.DescriptionHash of its description as Countersign itself read it
+	// from the server's tools/list for this decision ("" if not read);
+	// never a value the agent supplied.
+	MCP                    bool
 	MCPTool                string
 	MCPToolDescriptionHash string
 

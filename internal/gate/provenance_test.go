@@ -20,6 +20,16 @@ func mcpIn() Input {
 	return in
 }
 
+// mcpStripeIn is a refund through a payment MCP server in front of a
+// Stripe account: the account, and so the mandate, is rail stripe.
+func mcpStripeIn() Input {
+	in := refundIn()
+	in.MCP, in.Host, in.APIVersion = true, "mcp.stripe.com", ""
+	in.Mandate.Provenance = &countersignv1.Provenance{McpToolDescriptionHashes: map[string]string{"create_refund": hashA}}
+	in.MCPTool, in.MCPToolDescriptionHash = "create_refund", hashA
+	return in
+}
+
 func TestCheckProvenance(t *testing.T) {
 	runGate(t, refundIn, CheckProvenance, GateProvenance, []gateCase{
 		{name: "pinned host and version", verdict: Allow, code: ReasonPassed},
@@ -40,6 +50,18 @@ func TestCheckProvenance(t *testing.T) {
 			in.MCPToolDescriptionHash = hashB
 		}, verdict: Allow, code: ReasonPassed},
 		{name: "mcp host drift", mod: func(in *Input) { *in = mcpIn(); in.Host = "mcp.example" }, verdict: Block, code: ReasonHostNotPinned},
+
+		// A Stripe account behind an MCP server: rail stripe, pins apply.
+		{name: "stripe mcp pinned and matching", mod: func(in *Input) { *in = mcpStripeIn() }, verdict: Allow, code: ReasonPassed},
+		{name: "stripe mcp drift", mod: func(in *Input) { *in = mcpStripeIn(); in.MCPToolDescriptionHash = hashB }, verdict: Block, code: ReasonMCPToolDrift,
+			contains: []string{"create_refund", hashB[:12], hashA[:12], "no money moved", "new mandate"}},
+		{name: "stripe mcp description not read", mod: func(in *Input) { *in = mcpStripeIn(); in.MCPToolDescriptionHash = "" }, verdict: Block, code: ReasonMCPToolDrift, contains: []string{"unknown"}},
+		{name: "stripe mcp unpinned tool", mod: func(in *Input) { *in = mcpStripeIn(); in.MCPTool = "create_payout" }, verdict: Block, code: ReasonMCPToolNotPinned, contains: []string{"create_payout"}},
+		{name: "stripe mcp action naming no tool", mod: func(in *Input) { *in = mcpStripeIn(); in.MCPTool, in.MCPToolDescriptionHash = "", "" }, verdict: Block, code: ReasonMCPToolNotPinned,
+			contains: []string{"names no MCP tool", "tools/call"}},
+		{name: "pins do not apply off mcp", mod: func(in *Input) {
+			in.Mandate.Provenance.McpToolDescriptionHashes = map[string]string{"create_refund": hashA}
+		}, verdict: Allow, code: ReasonPassed},
 	})
 }
 

@@ -3,6 +3,7 @@ package mandate
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -30,7 +31,8 @@ import (
 //     always a typo that leaves the real currency unlimited;
 //   - budgets and window amounts are positive (a zero limit blocks every
 //     action; to forbid an action, leave out its grant);
-//   - MCP tool-description pins only on an MCP rail;
+//   - MCP tool-description pins are keyed by MCP tool names (they are
+//     valid on every rail: G6 applies them to calls through an MCP server);
 //   - agent_id has the shape of a Countersign agent id (agt_…);
 //   - timestamps are valid and no finer than the microsecond the ledger
 //     stores (a finer one would not round-trip through Postgres).
@@ -221,11 +223,22 @@ func (c *checker) semantic(m *countersignv1.Mandate) {
 				"refunds have no idempotency window: two identical refunds of one payment are the same action however far apart; a distinct reason is the only way to make a second one")
 		}
 	}
-	if len(m.GetProvenance().GetMcpToolDescriptionHashes()) > 0 && m.GetRail() != countersignv1.Rail_RAIL_MCP {
-		c.add("provenance.mcp_tool_description_hashes", "provenance.mcp_only",
-			"tool-description pins apply only to rail mcp; on %s they would pin nothing", railName(m.GetRail()))
+	// Tool pins are valid on any rail: a Stripe or Razorpay account may be
+	// reached through a payment MCP server, and G6 applies them to its
+	// tools/calls (and to nothing else). The hash's shape is protovalidate's.
+	for _, name := range slices.Sorted(maps.Keys(m.GetProvenance().GetMcpToolDescriptionHashes())) {
+		if !mcpToolNameRE.MatchString(name) {
+			c.addAt(fmt.Sprintf("provenance.mcp_tool_description_hashes[%q]", name), true, "provenance.mcp_tool_name",
+				fmt.Sprintf("%q is not an MCP tool name: names are 1–128 of A-Z, a-z, 0-9, _, - and . (MCP 2025-11-25, server/tools), matched exactly and case-sensitively", name))
+		}
 	}
 }
+
+// mcpToolNameRE is the tool-name form of the MCP specification (2025-11-25,
+// server/tools, "Tool names"). A pin under any other name could only be a
+// typo (a stray space, a capital), which would leave the real tool unpinned
+// and every call of it refused.
+var mcpToolNameRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
 
 func (c *checker) protovalidate(m *countersignv1.Mandate) {
 	err := protovalidate.Validate(m)

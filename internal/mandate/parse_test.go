@@ -56,6 +56,29 @@ func TestParseValid(t *testing.T) {
 	}
 }
 
+// TestToolPinsOnEveryRail: an account reached through a payment MCP server
+// is a Stripe or Razorpay account, so its mandate (rail stripe/razorpay)
+// must be able to pin the server's tool descriptions (G6).
+func TestToolPinsOnEveryRail(t *testing.T) {
+	const h = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	for _, r := range []string{"stripe", "razorpay", "mcp"} {
+		t.Run(r, func(t *testing.T) {
+			src := edit(t, `  api_version: "2024-06-20"`, "  mcp_tool_description_hashes: {create_refund: "+h+", fetch.payment-v2: "+h+"}")
+			src = strings.Replace(src, "rail: stripe", "rail: "+r, 1)
+			m, err := Parse([]byte(src))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if got := m.GetProvenance().GetMcpToolDescriptionHashes()["create_refund"]; got != h {
+				t.Errorf("pin = %q", got)
+			}
+			if err := Validate(m); err != nil {
+				t.Errorf("Validate: %v", err)
+			}
+		})
+	}
+}
+
 // edit replaces old (which must occur once) in validYAML.
 func edit(t *testing.T, old, new string) string {
 	t.Helper()
@@ -225,8 +248,16 @@ func TestParseRejects(t *testing.T) {
 			line: 19, field: "budgets[0].amount_minor", rule: "mandate.positive_limit"},
 		{name: "zero window amount", old: "{amount_minor: 2500000, currency: USD}", new: "{amount_minor: 0, currency: USD}",
 			line: 23, field: "windows[0].max_amount.amount_minor", rule: "mandate.positive_limit"},
-		{name: "tool pins on a card rail", old: `  api_version: "2024-06-20"`, new: "  mcp_tool_description_hashes: {refund: " + hash64 + "}",
-			line: 35, field: "provenance.mcp_tool_description_hashes", rule: "provenance.mcp_only"},
+		{name: "tool pin name with a space", old: `  api_version: "2024-06-20"`, new: "  mcp_tool_description_hashes: {\"create_refund \": " + hash64 + "}",
+			line: 35, field: `provenance.mcp_tool_description_hashes["create_refund "]`, contains: "is not an MCP tool name", rule: "provenance.mcp_tool_name"},
+		{name: "tool pin name too long", old: `  api_version: "2024-06-20"`, new: "  mcp_tool_description_hashes: {" + strings.Repeat("t", 129) + ": " + hash64 + "}",
+			line: 35, field: `provenance.mcp_tool_description_hashes["` + strings.Repeat("t", 129) + `"]`},
+		{name: "tool hash upper-case on a card rail", old: `  api_version: "2024-06-20"`, new: "  mcp_tool_description_hashes: {create_refund: " + strings.ToUpper(hash64) + "}",
+			line: 35, field: `provenance.mcp_tool_description_hashes["create_refund"]`, rule: "string.pattern"},
+		{name: "tool hash too short on a card rail", old: `  api_version: "2024-06-20"`, new: "  mcp_tool_description_hashes: {create_refund: " + hash64[:63] + "}",
+			line: 35, field: `provenance.mcp_tool_description_hashes["create_refund"]`, rule: "string.pattern"},
+		{name: "duplicate tool pin on a card rail", old: `  api_version: "2024-06-20"`, new: "  mcp_tool_description_hashes: {create_refund: " + hash64 + ", create_refund: " + hash64 + "}",
+			line: 35, field: `provenance.mcp_tool_description_hashes["create_refund"]`, contains: "duplicate key"},
 		{name: "agent id shape", old: "agent_id: agt_k3v9q2m1x7c4b8n6z5wd", new: "agent_id: refund-bot",
 			line: 3, field: "agent_id", rule: "mandate.agent_id"},
 	}

@@ -68,6 +68,10 @@ type Action struct {
 type Parsed struct {
 	Kind   Kind
 	Action Action // set when Kind == KindAction
+	// Tool is the MCP tool a money-moving tools/call names ("" off MCP):
+	// what G6's tool-description pins are looked up by. It is not part of
+	// the action (a refund is one refund by whatever tool or REST call).
+	Tool string
 }
 
 // Referent is the resolved subject of an action, read from the rail.
@@ -255,6 +259,17 @@ type Adapter interface {
 // engine prefers it to Refusal.
 type RequestRefuser interface {
 	RefuseRequest(req Request, status int, code, message string) (httpStatus int, body []byte)
+}
+
+// ToolDescriber is implemented by adapters that reach the rail through an
+// MCP server. DescribeTool reads, from the server itself with the key
+// Countersign holds (never from the agent), the current description of
+// tool and returns its pin hash (see mcp.DescriptionHash). Any failure —
+// the server unreachable, slow, answering an error, an oversized or
+// malformed list, or not listing the tool — is an error: the caller must
+// fail closed.
+type ToolDescriber interface {
+	DescribeTool(ctx context.Context, c Client, tool string) (hash string, err error)
 }
 
 // Replayer is implemented by adapters whose stored answer must be re-shaped

@@ -56,6 +56,10 @@ type MCPConfig struct {
 	// "metadata" for a Stripe server whose create_refund takes it). Without
 	// one, ambiguous outcomes cannot be reconciled by listing (docs/mcp.md).
 	Metadata string `json:"metadata,omitempty"`
+	// BaseURL is where Countersign itself reaches the MCP server for its
+	// read-only tools/list (G6's tool-description pins), with the key it
+	// holds; default https://<first host>. The endpoint is appended.
+	BaseURL string `json:"base_url,omitempty"`
 }
 
 // File is the rails configuration file.
@@ -71,7 +75,10 @@ type Account struct {
 	BaseURL string
 	Adapter rail.Adapter
 	Client  rail.Client
-	auth    string
+	// ToolClient reaches the MCP server for Countersign's own reads of its
+	// tool list (nil off MCP).
+	ToolClient rail.Client
+	auth       string
 }
 
 // AuthHeader is the outbound Authorization value carrying the rail key.
@@ -193,6 +200,14 @@ func load(c AccountConfig, adapters Adapters, hc *http.Client) (*Account, error)
 		// Calls go to the MCP server with its credential form; the REST
 		// client above keeps the rail's own for reads.
 		a.Adapter, a.auth = ad, mcpAuth
+		mbase := c.MCP.BaseURL
+		if mbase == "" {
+			mbase = "https://" + hosts[0]
+		}
+		if u, err := url.Parse(mbase); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			return nil, fmt.Errorf("mcp: base_url %q must be an http(s) URL without a path (the endpoint is appended)", mbase)
+		}
+		a.ToolClient = &httpClient{base: strings.TrimRight(mbase, "/"), auth: mcpAuth, hc: hc}
 	}
 	return a, nil
 }

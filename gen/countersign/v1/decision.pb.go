@@ -205,7 +205,12 @@ type ProposedAction struct {
 	// Explicit reason that makes this action distinct from an otherwise
 	// identical one (e.g. a second identical refund); logged verbatim in the audit.
 	Distinct string `protobuf:"bytes,9,opt,name=distinct,proto3" json:"distinct,omitempty"`
-	// What the caller observed of the rail or tool, checked against the mandate's pins (G6).
+	// What the caller says it observed of the rail or tool. Informational only:
+	// G6 never trusts it (an agent would simply assert the pinned hash). The rail
+	// host is the configured account's, and an MCP tool's description is read by
+	// Countersign from the MCP server; a structured action on an account whose
+	// mandate pins MCP tool descriptions is refused (send the tools/call itself as
+	// http_request).
 	Provenance    *ProvenanceClaim `protobuf:"bytes,10,opt,name=provenance,proto3" json:"provenance,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -311,7 +316,8 @@ func (x *ProposedAction) GetProvenance() *ProvenanceClaim {
 	return nil
 }
 
-// ProvenanceClaim is what the caller is talking to, for the provenance gate.
+// ProvenanceClaim is what the caller says it is talking to. Countersign ignores
+// it when deciding (see ProposedAction.provenance).
 type ProvenanceClaim struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Rail API host the request goes to.
@@ -320,7 +326,8 @@ type ProvenanceClaim struct {
 	ApiVersion string `protobuf:"bytes,2,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
 	// For MCP: name of the tool being called.
 	McpToolName string `protobuf:"bytes,3,opt,name=mcp_tool_name,json=mcpToolName,proto3" json:"mcp_tool_name,omitempty"`
-	// For MCP: lower-case hex SHA-256 of the tool description the agent was shown.
+	// For MCP: lower-case hex SHA-256 of the tool description the agent was shown
+	// (ignored: Countersign reads the tool's description from the server itself).
 	McpToolDescriptionHash string `protobuf:"bytes,4,opt,name=mcp_tool_description_hash,json=mcpToolDescriptionHash,proto3" json:"mcp_tool_description_hash,omitempty"`
 	unknownFields          protoimpl.UnknownFields
 	sizeCache              protoimpl.SizeCache

@@ -550,7 +550,11 @@ type Provenance struct {
 	RailHost string `protobuf:"bytes,1,opt,name=rail_host,json=railHost,proto3" json:"rail_host,omitempty"`
 	// Rail API version requests must carry (e.g. Stripe-Version 2024-06-20); empty pins nothing.
 	ApiVersion string `protobuf:"bytes,2,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
-	// For MCP: tool name to lower-case hex SHA-256 of its tool description.
+	// For accounts reached through a payment MCP server (any rail): tool name to
+	// the lower-case hex SHA-256 of the UTF-8 bytes of the tool's description as
+	// the server lists it in tools/list. Countersign reads the current description
+	// from the server at each tools/call and blocks on drift; with any pin, an
+	// unpinned tool or an unreadable list is refused too.
 	McpToolDescriptionHashes map[string]string `protobuf:"bytes,3,rep,name=mcp_tool_description_hashes,json=mcpToolDescriptionHashes,proto3" json:"mcp_tool_description_hashes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields            protoimpl.UnknownFields
 	sizeCache                protoimpl.SizeCache

@@ -182,7 +182,7 @@ func (ad *adapter) parseCall(msg object, query string, req rail.Request) (rail.P
 	if err != nil {
 		return rail.Parsed{}, err
 	}
-	return rail.Parsed{Kind: rail.KindAction, Action: a}, nil
+	return rail.Parsed{Kind: rail.KindAction, Action: a, Tool: name}, nil
 }
 
 // action maps a money-moving tool's arguments to the action.
