@@ -262,6 +262,7 @@ func TestConsoleInChromium(t *testing.T) {
 		{"mandates", "#/mandates", `#mandates table`},
 		{"intents", "#/intents", `#intents tbody tr[data-sik]`},
 		{"audit", "#/audit", `#verify`},
+		{"webhooks", "#/webhooks", `#dead-letters p, #dead-letters table`},
 	}
 	for _, v := range views {
 		run("view "+v.name, 30*time.Second,

@@ -94,16 +94,27 @@ func (a Action) Validate() error {
 	if a.Action == string(KindRefund) && a.Window != "" {
 		bad("window must be empty for a refund (got %q): refunds have no time window; set distinct to make a second identical refund", a.Window)
 	}
-	if !utf8.ValidString(a.Distinct) {
-		bad("distinct is not valid UTF-8")
-	} else if i := strings.IndexFunc(a.Distinct, invisible); i >= 0 {
-		// The reason is shown to the owner verbatim (approvals, audit): a
-		// right-to-left override or a zero-width character would make it,
-		// and what follows it on the owner's screen, read otherwise.
-		r, _ := utf8.DecodeRuneInString(a.Distinct[i:])
-		bad("distinct holds the invisible character U+%04X at byte %d; a reason must read as it is written", r, i)
+	if err := CheckDistinct(a.Distinct); err != nil {
+		bad("distinct %s", err)
 	}
 	return errors.Join(errs...)
+}
+
+// CheckDistinct says why s cannot be a distinct reason, or nil. The reason
+// is shown to the owner verbatim (approvals, audit): it must be valid UTF-8
+// and hold no control or format character, since a right-to-left override
+// or a zero-width character would make it, and what follows it on the
+// owner's screen, read otherwise. Rail parsers call it on the header, so
+// what they accept can be keyed.
+func CheckDistinct(s string) error {
+	if !utf8.ValidString(s) {
+		return errors.New("is not valid UTF-8")
+	}
+	if i := strings.IndexFunc(s, invisible); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(s[i:])
+		return fmt.Errorf("holds the invisible character U+%04X at byte %d; a reason must read as it is written", r, i)
+	}
+	return nil
 }
 
 // invisible is a control or format character (Unicode Cc, Cf): line

@@ -194,8 +194,8 @@ func (ad *adapter) action(name string, t Tool, args object, req rail.Request) (r
 		}
 	}
 	distinct := req.Headers[headerDistinct]
-	if !utf8.ValidString(distinct) {
-		return rail.Action{}, malformed(headerDistinct, "not valid UTF-8")
+	if err := sik.CheckDistinct(distinct); err != nil {
+		return rail.Action{}, malformed(headerDistinct, "%s", err)
 	}
 	a := rail.Action{Kind: t.Kind, Distinct: distinct}
 

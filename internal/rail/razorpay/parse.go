@@ -149,8 +149,8 @@ func parseAction(kind sik.Kind, segs []string, query string, req rail.Request) (
 		return rail.Action{}, err
 	}
 	distinct := req.Headers[headerDistinct]
-	if !utf8.ValidString(distinct) {
-		return rail.Action{}, malformed(headerDistinct, "not valid UTF-8")
+	if err := sik.CheckDistinct(distinct); err != nil {
+		return rail.Action{}, malformed(headerDistinct, "%s", err)
 	}
 	a := rail.Action{Kind: kind, Distinct: distinct, Extra: sp.extra(f)}
 	if v, ok := f["amount"]; ok {

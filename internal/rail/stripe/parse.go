@@ -221,8 +221,8 @@ func parseAction(kind sik.Kind, query string, req rail.Request) (rail.Action, er
 		return rail.Action{}, err
 	}
 	distinct := req.Headers[headerDistinct]
-	if !utf8.ValidString(distinct) {
-		return rail.Action{}, malformed(headerDistinct, "not valid UTF-8")
+	if err := sik.CheckDistinct(distinct); err != nil {
+		return rail.Action{}, malformed(headerDistinct, "%s", err)
 	}
 	a := rail.Action{Kind: kind, Distinct: distinct, Extra: sp.extra(f)}
 	if a.AmountMinor, err = amount(f, kind != sik.KindRefund); err != nil {
