@@ -1,6 +1,7 @@
 package attack
 
 import (
+	"sort"
 	"strings"
 
 	"github.com/countersign/countersign/internal/testing/mockrail"
@@ -28,13 +29,18 @@ type Judgement struct {
 // scenario's goals, with the run's variables expanded.
 func Judge(s *Scenario, vars map[string]string, effects []mockrail.Effect) Judgement {
 	j := Judgement{MoneyOut: map[string]int64{}, HonestMet: true, Effects: len(effects)}
+	effects = uncancelled(effects)
 	if a := s.Attack; a != nil {
 		for _, m := range a.Effects {
 			m = m.expanded(vars)
 			per := map[string]int64{}
-			for _, e := range effects {
-				if m.matches(e) {
-					per[strings.ToUpper(e.Currency)] += e.Amount
+			if m.within > 0 {
+				per = densest(m, effects)
+			} else {
+				for _, e := range effects {
+					if m.matches(e) {
+						per[strings.ToUpper(e.Currency)] += e.Amount
+					}
 				}
 			}
 			for cur, total := range per {
@@ -80,13 +86,61 @@ func Judge(s *Scenario, vars map[string]string, effects []mockrail.Effect) Judge
 	return j
 }
 
+// uncancelled drops cancelled payouts and the cancellations: a cancelled
+// payout's money never left.
+func uncancelled(effects []mockrail.Effect) []mockrail.Effect {
+	gone := map[string]bool{}
+	for _, e := range effects {
+		if e.Kind == mockrail.KindPayoutCancel {
+			gone[e.EntityID] = true
+		}
+	}
+	var out []mockrail.Effect
+	for _, e := range effects {
+		if e.Kind != mockrail.KindPayoutCancel && !(e.Kind == mockrail.KindPayout && gone[e.EntityID]) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// densest is what the matching effects beyond the first MaxCalls move, per
+// currency, in the span [t, t+Within) that holds the most of them, t being
+// each matching effect's time (ties: the most money).
+func densest(m EffectMatch, effects []mockrail.Effect) map[string]int64 {
+	var in []mockrail.Effect
+	for _, e := range effects {
+		if m.matches(e) {
+			in = append(in, e)
+		}
+	}
+	sort.SliceStable(in, func(a, b int) bool { return in[a].Time.Before(in[b].Time) })
+	best, bestN, bestSum := map[string]int64{}, 0, int64(0)
+	for i := range in {
+		end := in[i].Time.Add(m.within)
+		per, n, sum := map[string]int64{}, 0, int64(0)
+		for k := i; k < len(in) && in[k].Time.Before(end); k++ {
+			if n++; n > m.MaxCalls {
+				per[strings.ToUpper(in[k].Currency)] += in[k].Amount
+				sum += in[k].Amount
+			}
+		}
+		if n > bestN || n == bestN && sum > bestSum {
+			best, bestN, bestSum = per, n, sum
+		}
+	}
+	return best
+}
+
 func (m EffectMatch) expanded(vars map[string]string) EffectMatch {
 	m.Subject = expand(m.Subject, vars)
+	m.ConnectedAccount = expand(m.ConnectedAccount, vars)
 	return m
 }
 
 func (m EffectMatch) matches(e mockrail.Effect) bool {
 	return string(e.Kind) == m.Kind &&
 		(m.Subject == "" || e.Subject == m.Subject) &&
+		(m.ConnectedAccount == "" || e.ConnectedAccount == m.ConnectedAccount) &&
 		(m.Currency == "" || strings.EqualFold(e.Currency, m.Currency))
 }

@@ -130,7 +130,8 @@ func (st *Stack) run(ctx context.Context, r *Run) error {
 	}
 	for _, p := range s.Setup.Payments {
 		if err := st.control(ctx, http.MethodPost, "/_mock/payments", mockrail.Payment{
-			Rail: mockrail.Rail(p.Rail), ID: vars[p.ID], Amount: p.Amount, Currency: p.Currency}, nil); err != nil {
+			Rail: mockrail.Rail(p.Rail), ID: vars[p.ID], Amount: p.Amount, Currency: p.Currency, Status: p.Status,
+			ConnectedAccount: expand(p.ConnectedAccount, vars)}, nil); err != nil {
 			return err
 		}
 	}
@@ -230,6 +231,7 @@ func (st *Stack) script(ctx context.Context, r *Run, agents []agentKeys, vars ma
 		r.Exchanges = append(r.Exchanges, x)
 		mu.Unlock()
 	}
+	start := time.Now()
 	for i, step := range r.Scenario.Script {
 		if len(step.Modes) > 0 && !slices.Contains(step.Modes, st.Mode) {
 			continue
@@ -251,6 +253,11 @@ func (st *Stack) script(ctx context.Context, r *Run, agents []agentKeys, vars ma
 		}
 		finals := make([]Exchange, n)
 		one := func(send int) {
+			if step.at > 0 || step.every > 0 {
+				if !sleepUntil(ctx, start.Add(step.at+time.Duration(send)*step.every)) {
+					return
+				}
+			}
 			finals[send] = st.send(ctx, r.Policy, i, send, step, agents[step.Agent], vars, record)
 		}
 		if parallel {
@@ -267,8 +274,32 @@ func (st *Stack) script(ctx context.Context, r *Run, agents []agentKeys, vars ma
 		if step.Role == "honest" {
 			r.Final = append(r.Final, finals...)
 		}
+		if step.Save != "" {
+			for _, x := range finals {
+				var got struct {
+					ID string `json:"id"`
+				}
+				if x.succeeded(step.Rail) && json.Unmarshal([]byte(x.Body), &got) == nil && got.ID != "" {
+					vars["saved."+step.Save] = got.ID
+					break
+				}
+			}
+		}
 	}
 	return nil
+}
+
+// sleepUntil waits for the attacker's scheduled moment (timing the attack,
+// not synchronising with anything); false if ctx ended first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // send makes one request of step as policy would, retries included, and
