@@ -97,7 +97,7 @@ func uncancelled(effects []mockrail.Effect) []mockrail.Effect {
 	}
 	var out []mockrail.Effect
 	for _, e := range effects {
-		if e.Kind != mockrail.KindPayoutCancel && !(e.Kind == mockrail.KindPayout && gone[e.EntityID]) {
+		if e.Kind != mockrail.KindPayoutCancel && (e.Kind != mockrail.KindPayout || !gone[e.EntityID]) {
 			out = append(out, e)
 		}
 	}
