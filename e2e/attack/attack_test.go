@@ -166,6 +166,9 @@ func exchanges(r *Run) string { return exchangesUpTo(r, 300) }
 
 func exchangesUpTo(r *Run, limit int) string {
 	var b strings.Builder
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "  %s\n", n)
+	}
 	for _, x := range r.Exchanges {
 		body := x.Body
 		if len(body) > limit {
