@@ -3,6 +3,7 @@ package attack
 import (
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/countersign/countersign/internal/testing/mockrail"
 )
@@ -22,6 +23,13 @@ type Judgement struct {
 	// intended honest action should have made.
 	ExactlyOnceViolations int
 	Effects               int
+	// Rate, for an attacker's rate goal (within, max_calls): the most
+	// matching effects any span of the window's length held, and the
+	// shortest time between an effect and the one MaxCalls after it (the
+	// window holds on the journal while it is at least the window's
+	// length; 0 when there were no more than MaxCalls effects).
+	Densest  int
+	Tightest time.Duration
 }
 
 // Judge reads a run's effects (only this run's: the runner passes the
@@ -35,7 +43,7 @@ func Judge(s *Scenario, vars map[string]string, effects []mockrail.Effect) Judge
 			m = m.expanded(vars)
 			per := map[string]int64{}
 			if m.within > 0 {
-				per = densest(m, effects)
+				per, j.Densest, j.Tightest = densest(m, effects)
 			} else {
 				for _, e := range effects {
 					if m.matches(e) {
@@ -106,8 +114,9 @@ func uncancelled(effects []mockrail.Effect) []mockrail.Effect {
 
 // densest is what the matching effects beyond the first MaxCalls move, per
 // currency, in the span [t, t+Within) that holds the most of them, t being
-// each matching effect's time (ties: the most money).
-func densest(m EffectMatch, effects []mockrail.Effect) map[string]int64 {
+// each matching effect's time (ties: the most money), with that span's
+// count and the shortest time from an effect to the MaxCalls-th after it.
+func densest(m EffectMatch, effects []mockrail.Effect) (map[string]int64, int, time.Duration) {
 	var in []mockrail.Effect
 	for _, e := range effects {
 		if m.matches(e) {
@@ -116,7 +125,13 @@ func densest(m EffectMatch, effects []mockrail.Effect) map[string]int64 {
 	}
 	sort.SliceStable(in, func(a, b int) bool { return in[a].Time.Before(in[b].Time) })
 	best, bestN, bestSum := map[string]int64{}, 0, int64(0)
+	var tightest time.Duration
 	for i := range in {
+		if k := i + m.MaxCalls; k < len(in) {
+			if gap := in[k].Time.Sub(in[i].Time); tightest == 0 || gap < tightest {
+				tightest = gap
+			}
+		}
 		end := in[i].Time.Add(m.within)
 		per, n, sum := map[string]int64{}, 0, int64(0)
 		for k := i; k < len(in) && in[k].Time.Before(end); k++ {
@@ -129,7 +144,7 @@ func densest(m EffectMatch, effects []mockrail.Effect) map[string]int64 {
 			best, bestN, bestSum = per, n, sum
 		}
 	}
-	return best
+	return best, bestN, tightest
 }
 
 func (m EffectMatch) expanded(vars map[string]string) EffectMatch {

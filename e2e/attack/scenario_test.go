@@ -205,8 +205,12 @@ func TestJudgeRate(t *testing.T) {
 		{"out of order in the journal", []mockrail.Effect{at(5003, 7), at(5000, 1), at(5001, 2), at(5002, 3)}, 7},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if j := Judge(s, vars, tc.effects); j.MoneyOut["USD"] != tc.out || j.AttackSucceeded != (tc.out > 0) {
+			j := Judge(s, vars, tc.effects)
+			if j.MoneyOut["USD"] != tc.out || j.AttackSucceeded != (tc.out > 0) {
 				t.Fatalf("judgement %+v, want out %d", j, tc.out)
+			}
+			if held := j.Tightest == 0 || j.Tightest >= 2*time.Second; held != (tc.out == 0) {
+				t.Fatalf("tightest span %s disagrees with money out %d", j.Tightest, tc.out)
 			}
 		})
 	}
