@@ -157,15 +157,26 @@ func (rep *Report) Trace() string {
 	for _, r := range rep.Runs {
 		j := r.Judgement
 		fmt.Fprintf(&b, "%s %s %s (tag %s): err %v, money out %s, leaked %v, honest met %v, exactly-once violations %d, effects %d\n%s",
-			r.Scenario.Name, r.Mode, r.Policy, r.Tag, r.Err, moneyText(j.MoneyOut), j.Leaked, j.HonestMet, j.ExactlyOnceViolations, j.Effects, exchangesUpTo(r, 4000))
+			r.Scenario.Name, r.Mode, r.Policy, r.Tag, r.Err, moneyText(j.MoneyOut), j.Leaked, j.HonestMet, j.ExactlyOnceViolations, j.Effects, rateText(j)+exchangesUpTo(r, 4000))
 	}
 	return b.String()
+}
+
+// rateText is a rate goal's measurement, for the trace.
+func rateText(j Judgement) string {
+	if j.Densest == 0 {
+		return ""
+	}
+	return fmt.Sprintf("  rate: densest window-length span held %d effects; tightest span over max_calls+1 effects %s\n", j.Densest, j.Tightest)
 }
 
 func exchanges(r *Run) string { return exchangesUpTo(r, 300) }
 
 func exchangesUpTo(r *Run, limit int) string {
 	var b strings.Builder
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "  %s\n", n)
+	}
 	for _, x := range r.Exchanges {
 		body := x.Body
 		if len(body) > limit {

@@ -76,6 +76,8 @@ type Run struct {
 	Judgement Judgement
 	// Final is, per honest request (step, send), its last answer.
 	Final []Exchange
+	// Notes are what owner steps did ("owner reject: 264 pending approvals").
+	Notes []string
 	Err   error
 }
 
@@ -130,7 +132,8 @@ func (st *Stack) run(ctx context.Context, r *Run) error {
 	}
 	for _, p := range s.Setup.Payments {
 		if err := st.control(ctx, http.MethodPost, "/_mock/payments", mockrail.Payment{
-			Rail: mockrail.Rail(p.Rail), ID: vars[p.ID], Amount: p.Amount, Currency: p.Currency}, nil); err != nil {
+			Rail: mockrail.Rail(p.Rail), ID: vars[p.ID], Amount: p.Amount, Currency: p.Currency, Status: p.Status,
+			ConnectedAccount: expand(p.ConnectedAccount, vars)}, nil); err != nil {
 			return err
 		}
 	}
@@ -230,14 +233,19 @@ func (st *Stack) script(ctx context.Context, r *Run, agents []agentKeys, vars ma
 		r.Exchanges = append(r.Exchanges, x)
 		mu.Unlock()
 	}
+	start := time.Now()
 	for i, step := range r.Scenario.Script {
 		if len(step.Modes) > 0 && !slices.Contains(step.Modes, st.Mode) {
 			continue
 		}
 		if step.Do != "" {
 			if st.Mode == "gated" {
-				if err := st.ownerAction(ctx, step.Do, agents); err != nil {
+				note, err := st.ownerAction(ctx, step.Do, agents)
+				if err != nil {
 					return fmt.Errorf("script[%d] %s: %w", i, step.Do, err)
+				}
+				if note != "" {
+					r.Notes = append(r.Notes, fmt.Sprintf("step %d: %s", i, note))
 				}
 			}
 			continue
@@ -251,6 +259,11 @@ func (st *Stack) script(ctx context.Context, r *Run, agents []agentKeys, vars ma
 		}
 		finals := make([]Exchange, n)
 		one := func(send int) {
+			if step.at > 0 || step.every > 0 {
+				if !sleepUntil(ctx, start.Add(step.at+time.Duration(send)*step.every)) {
+					return
+				}
+			}
 			finals[send] = st.send(ctx, r.Policy, i, send, step, agents[step.Agent], vars, record)
 		}
 		if parallel {
@@ -267,8 +280,32 @@ func (st *Stack) script(ctx context.Context, r *Run, agents []agentKeys, vars ma
 		if step.Role == "honest" {
 			r.Final = append(r.Final, finals...)
 		}
+		if step.Save != "" {
+			for _, x := range finals {
+				var got struct {
+					ID string `json:"id"`
+				}
+				if x.succeeded(step.Rail) && json.Unmarshal([]byte(x.Body), &got) == nil && got.ID != "" {
+					vars["saved."+step.Save] = got.ID
+					break
+				}
+			}
+		}
 	}
 	return nil
+}
+
+// sleepUntil waits for the attacker's scheduled moment (timing the attack,
+// not synchronising with anything); false if ctx ended first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // send makes one request of step as policy would, retries included, and
@@ -537,34 +574,48 @@ func (st *Stack) do(ctx context.Context, step Step, q request, key string, a age
 	return Exchange{Status: resp.StatusCode, Verdict: resp.Header.Get("X-Countersign-Verdict"), Body: string(b), Duration: time.Since(start)}
 }
 
-// ownerAction approves or rejects every pending approval of the agents.
-func (st *Stack) ownerAction(ctx context.Context, do string, agents []agentKeys) error {
+// ownerAction approves or rejects every pending approval of the agents,
+// every page of them (a flood of HOLDs is longer than a page), and says
+// how many.
+func (st *Stack) ownerAction(ctx context.Context, do string, agents []agentKeys) (string, error) {
 	if st.owner == nil {
-		return errNoOwner
+		return "", errNoOwner
 	}
 	octx, cancel := context.WithTimeout(st.ownerCtx(ctx), 30*time.Second)
 	defer cancel()
 	if do == "await-expiry" {
-		return st.awaitExpiry(octx, agents)
+		return "", st.awaitExpiry(octx, agents)
 	}
+	n := 0
 	for _, a := range agents {
-		resp, err := st.owner.ListApprovals(octx, &countersignv1.ListApprovalsRequest{AgentId: a.id,
-			State: countersignv1.ApprovalState_APPROVAL_STATE_PENDING, PageSize: 100})
-		if err != nil {
-			return err
+		var ids []string
+		for token := ""; ; {
+			resp, err := st.owner.ListApprovals(octx, &countersignv1.ListApprovalsRequest{AgentId: a.id,
+				State: countersignv1.ApprovalState_APPROVAL_STATE_PENDING, PageSize: 100, PageToken: token})
+			if err != nil {
+				return "", err
+			}
+			for _, ap := range resp.GetApprovals() {
+				ids = append(ids, ap.GetApprovalId())
+			}
+			if token = resp.GetNextPageToken(); token == "" {
+				break
+			}
 		}
-		for _, ap := range resp.GetApprovals() {
+		for _, id := range ids {
+			var err error
 			if do == "approve" {
-				_, err = st.owner.ApproveApproval(octx, &countersignv1.ApproveApprovalRequest{ApprovalId: ap.GetApprovalId()})
+				_, err = st.owner.ApproveApproval(octx, &countersignv1.ApproveApprovalRequest{ApprovalId: id})
 			} else {
-				_, err = st.owner.RejectApproval(octx, &countersignv1.RejectApprovalRequest{ApprovalId: ap.GetApprovalId()})
+				_, err = st.owner.RejectApproval(octx, &countersignv1.RejectApprovalRequest{ApprovalId: id})
 			}
 			if err != nil {
-				return err
+				return "", err
 			}
+			n++
 		}
 	}
-	return nil
+	return fmt.Sprintf("owner %s: %d pending approvals", do, n), nil
 }
 
 // awaitExpiry waits until the last approved approval of the agents has

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"sigs.k8s.io/yaml"
@@ -75,6 +76,14 @@ type PaymentSpec struct {
 	Rail     string `json:"rail,omitempty"`
 	Amount   int64  `json:"amount"`
 	Currency string `json:"currency"`
+	// Status "requires_capture" makes an uncaptured Stripe payment (it can
+	// be captured, not refunded); default captured.
+	Status string `json:"status,omitempty"`
+	// ConnectedAccount puts the payment on a connected (sub-merchant)
+	// account of the rail account (Stripe acct_…, Razorpay acc_…; usually
+	// ${id.NAME}), which a request reaches with Stripe-Account or
+	// X-Razorpay-Account.
+	ConnectedAccount string `json:"connected_account,omitempty"`
 }
 
 // Step is one thing the scripted agent (or, for Do, its owner) does.
@@ -116,6 +125,19 @@ type Step struct {
 	// copy's number, from 0.
 	Repeat     int `json:"repeat,omitempty"`
 	Concurrent int `json:"concurrent,omitempty"`
+	// At (a Go duration) is when the step's first send goes, after the
+	// script's start; Every spaces a repeat's sends (send k at At + k ×
+	// Every). They schedule an attacker's timing (a burst just before and
+	// just after a window's boundary), never synchronise: the judge reads
+	// only the journal's effects.
+	// Save names the id of the step's first successful answer (its JSON
+	// "id" member, such as a created payout's) as ${saved.NAME} for the
+	// steps after it.
+	Save  string `json:"save,omitempty"`
+	At    string `json:"at,omitempty"`
+	Every string `json:"every,omitempty"`
+	at    time.Duration
+	every time.Duration
 	// Expect is what a correct guard answers an honest step: allow
 	// (default), hold or block. Refusals against it are false blocks/holds.
 	Expect string `json:"expect,omitempty"`
@@ -135,7 +157,7 @@ type Goal struct {
 
 // EffectMatch selects journal effects.
 type EffectMatch struct {
-	Kind     string `json:"kind"`               // refund, payout or transfer
+	Kind     string `json:"kind"`               // refund, payout, transfer or capture
 	Subject  string `json:"subject,omitempty"`  // payment or destination; "" any
 	Currency string `json:"currency,omitempty"` // "" any
 	Amount   int64  `json:"amount,omitempty"`   // honest: the exact amount; 0 any
@@ -146,6 +168,17 @@ type EffectMatch struct {
 	// Beyond is the attacker's allowance: only what the matching effects
 	// move beyond it (per currency) counts as money out.
 	Beyond int64 `json:"beyond,omitempty"`
+	// ConnectedAccount matches effects on that connected account only
+	// ("" any account, the platform's included).
+	ConnectedAccount string `json:"connected_account,omitempty"`
+	// Within and MaxCalls (attacker only) make the allowance a rate: money
+	// out is what the matching effects beyond the first MaxCalls move in
+	// the densest span of Within (a Go duration) on the journal's effect
+	// timestamps, so a sliding window of MaxCalls per Within holds only if
+	// no such span holds more. Cancelled payouts never count.
+	Within   string `json:"within,omitempty"`
+	MaxCalls int    `json:"max_calls,omitempty"`
+	within   time.Duration
 }
 
 // Families are the scenario families, with whether Countersign claims to
@@ -187,6 +220,7 @@ func family(name string) (Family, bool) {
 var (
 	namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
 	idPattern   = regexp.MustCompile(`^(pi|ch|pay)_[a-z0-9]{1,20}$`)
+	savePattern = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
 	varPattern  = regexp.MustCompile(`\$\{([A-Za-z0-9_.]+)\}`)
 	// Variables the runner defines besides the payments' ids and ids
 	// declared with ${id.NAME}.
@@ -297,6 +331,9 @@ func (u *Setup) validate(rail string) error {
 			return fmt.Errorf("payments[%d].id %q: repeated", i, p.ID)
 		}
 		seen[p.ID] = true
+		if p.Status != "" && (p.Status != "requires_capture" || p.Rail != "stripe") {
+			return fmt.Errorf("payments[%d].status %q: only requires_capture, on stripe", i, p.Status)
+		}
 		if p.Amount <= 0 {
 			return fmt.Errorf("payments[%d].amount %d: must be positive (minor units)", i, p.Amount)
 		}
@@ -425,6 +462,19 @@ func (st *Step) validate(s *Scenario) error {
 	if st.Repeat > 0 && st.Concurrent > 0 {
 		return errors.New("repeat and concurrent: at most one")
 	}
+	var err error
+	if st.at, err = optDuration(st.At, 10*time.Second); err != nil {
+		return fmt.Errorf("at: %w", err)
+	}
+	if st.every, err = optDuration(st.Every, time.Second); err != nil {
+		return fmt.Errorf("every: %w", err)
+	}
+	if st.Save != "" && !savePattern.MatchString(st.Save) {
+		return fmt.Errorf("save %q: want 1-32 of [a-z0-9_]", st.Save)
+	}
+	if st.every > 0 && st.Repeat == 0 {
+		return errors.New("every: spaces a repeat's sends")
+	}
 	switch st.Expect {
 	case "":
 		st.Expect = "allow"
@@ -438,10 +488,18 @@ func (st *Step) validate(s *Scenario) error {
 func (g *Goal) validate(s *Scenario, honest bool) error {
 	for i, e := range g.Effects {
 		switch e.Kind {
-		case string(mockrail.KindRefund), string(mockrail.KindPayout), string(mockrail.KindTransfer):
+		case string(mockrail.KindRefund), string(mockrail.KindPayout), string(mockrail.KindTransfer), string(mockrail.KindCapture):
 		default:
-			return fmt.Errorf("effects[%d].kind %q: want refund, payout or transfer", i, e.Kind)
+			return fmt.Errorf("effects[%d].kind %q: want refund, payout, transfer or capture", i, e.Kind)
 		}
+		d, err := optDuration(e.Within, time.Hour)
+		if err != nil {
+			return fmt.Errorf("effects[%d].within: %w", i, err)
+		}
+		if honest && (d > 0 || e.MaxCalls != 0) || (d > 0) != (e.MaxCalls > 0) || e.MaxCalls < 0 {
+			return fmt.Errorf("effects[%d]: within and max_calls go together, on the attacker's effects", i)
+		}
+		g.Effects[i].within = d
 		if e.Amount < 0 || e.Beyond < 0 || e.Count < 0 {
 			return fmt.Errorf("effects[%d]: negative amount, beyond or count", i)
 		}
@@ -455,9 +513,29 @@ func (g *Goal) validate(s *Scenario, honest bool) error {
 	return nil
 }
 
+// optDuration parses an optional positive Go duration of at most limit.
+func optDuration(v string, limit time.Duration) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, err
+	}
+	if d <= 0 || d > limit {
+		return 0, fmt.Errorf("%s: want more than 0 and at most %s", v, limit)
+	}
+	return d, nil
+}
+
 // checkVars refuses a ${…} that the runner would not define.
 func (s *Scenario) checkVars() error {
-	defined := map[string]bool{}
+	defined, saved := map[string]bool{}, map[string]bool{}
+	for _, st := range s.Script {
+		if st.Save != "" {
+			saved["saved."+st.Save] = true
+		}
+	}
 	for _, p := range s.Setup.Payments {
 		defined[p.ID] = true
 	}
@@ -465,7 +543,7 @@ func (s *Scenario) checkVars() error {
 	check := func(where, text string) {
 		for _, m := range varPattern.FindAllStringSubmatch(text, -1) {
 			v := m[1]
-			if defined[v] || slices.Contains(reservedVars, v) || strings.HasPrefix(v, "id.") && len(v) > 3 {
+			if defined[v] || slices.Contains(reservedVars, v) || strings.HasPrefix(v, "id.") && len(v) > 3 || saved[v] {
 				continue
 			}
 			bad = append(bad, fmt.Sprintf("%s: ${%s}", where, v))

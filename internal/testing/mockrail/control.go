@@ -123,6 +123,10 @@ func (s *Server) routes() *http.ServeMux {
 	// Stripe only.
 	s.handle(m, "GET /v1/payment_intents/{id}", s.stripeGetPaymentIntent, nil)
 	s.handle(m, "GET /v1/charges/{id}", s.stripeGetCharge, nil)
+	s.handle(m, "POST /v1/payment_intents/{id}/capture", s.stripeCapture("amount_to_capture"), nil)
+	s.handle(m, "POST /v1/charges/{id}/capture", s.stripeCapture("amount"), nil)
+	s.handle(m, "POST /v1/payouts/{id}", s.stripeUpdatePayout, nil)
+	s.handle(m, "POST /v1/payouts/{id}/cancel", s.stripeCancelPayout, nil)
 	s.handle(m, "POST /v1/refunds", s.stripeCreateRefund, nil)
 	s.handle(m, "GET /v1/refunds", s.stripeListRefunds, nil)
 	s.handle(m, "POST /v1/transfers", s.stripeCreateTransfer, nil)

@@ -21,11 +21,15 @@
 //
 //	GET  /v1/payment_intents/{id}   [expand[]=latest_charge]
 //	GET  /v1/charges/{id}
+//	POST /v1/payment_intents/{id}/capture  amount_to_capture (absent = all), metadata[k]; status requires_capture only
+//	POST /v1/charges/{id}/capture          amount (absent = all), metadata[k]
 //	POST /v1/refunds                payment_intent|charge, amount (absent = all that is left), currency, reason, metadata[k]
 //	GET  /v1/refunds                payment_intent, charge, limit (1-100, default 10), starting_after, ending_before, created[gt|gte|lt|lte]
 //	GET  /v1/refunds/{id}
 //	POST /v1/payouts                amount, currency, destination, method, description, metadata[k]
 //	GET  /v1/payouts, /v1/payouts/{id}
+//	POST /v1/payouts/{id}           metadata[k] only (destination and amount cannot change, as on Stripe)
+//	POST /v1/payouts/{id}/cancel    pending payouts only; journaled as a payout_cancel effect
 //	POST /v1/transfers              amount, currency, destination (acct_…), transfer_group, source_transaction, metadata[k]
 //	GET  /v1/transfers, /v1/transfers/{id}
 //
@@ -38,6 +42,15 @@
 //	POST /v1/payouts                    account_number, fund_account_id (fa_…), amount, currency (INR), mode, purpose, reference_id, narration, notes, queue_if_low_balance
 //	GET  /v1/payouts?account_number=…   (required) fund_account_id, reference_id, mode, status, count, skip
 //	GET  /v1/payouts/{id}
+//
+// # Connected accounts
+//
+// A payment with connected_account puts it on a connected (sub-merchant)
+// account of its platform account, which then exists. A request naming it
+// in Stripe-Account (acct_…) or X-Razorpay-Account (acc_…) acts on that
+// account's own payments, entities and idempotency keys, and its effects
+// carry connected_account; naming an unknown one is refused (Stripe 403
+// account_invalid, Razorpay 401).
 //
 // Lists are newest first. Stripe pages by cursor; Razorpay by offset, so an
 // insert between two page requests shifts the later pages.

@@ -16,18 +16,27 @@ const (
 	KindRefund   Kind = "refund"
 	KindPayout   Kind = "payout"
 	KindTransfer Kind = "transfer"
-	KindPayment  Kind = "payment"
+	// KindCapture: an uncaptured Stripe payment captured (money taken from
+	// the customer); Subject is the payment, Amount what was captured.
+	KindCapture Kind = "capture"
+	// KindPayoutCancel: a pending payout cancelled; EntityID and Subject
+	// are the payout's id, Amount its amount (the money stays).
+	KindPayoutCancel Kind = "payout_cancel"
+	KindPayment      Kind = "payment"
 )
 
 // Effect is one entity the rail really created (whatever the client saw).
 type Effect struct {
-	Seq            int       `json:"seq"`
-	Time           time.Time `json:"time"`
-	Rail           Rail      `json:"rail"`
-	Account        string    `json:"account"`
-	Kind           Kind      `json:"kind"`
-	EntityID       string    `json:"entity_id"`
-	IdempotencyKey string    `json:"idempotency_key,omitempty"`
+	Seq     int       `json:"seq"`
+	Time    time.Time `json:"time"`
+	Rail    Rail      `json:"rail"`
+	Account string    `json:"account"`
+	// ConnectedAccount is the connected (sub-merchant) account the effect
+	// acted on (Stripe-Account, X-Razorpay-Account); "" for the account's own.
+	ConnectedAccount string `json:"connected_account,omitempty"`
+	Kind             Kind   `json:"kind"`
+	EntityID         string `json:"entity_id"`
+	IdempotencyKey   string `json:"idempotency_key,omitempty"`
 	// Subject is what the effect acts on: for refunds the payment's canonical
 	// id (Stripe pi_ when the payment has one, else ch_; Razorpay pay_); for
 	// Stripe payouts the destination ("" for the default account), for Stripe
@@ -62,6 +71,8 @@ type RequestRecord struct {
 	Time    time.Time `json:"time"`
 	Rail    Rail      `json:"rail,omitempty"`
 	Account string    `json:"account,omitempty"` // "" when authentication failed
+	// ConnectedAccount is the connected account the request named, if any.
+	ConnectedAccount string `json:"connected_account,omitempty"`
 	// Credential is the presented credential, masked (first 7 and last 4
 	// characters), so a test can tell the agent's credential from the rail key.
 	Credential     string `json:"credential,omitempty"`

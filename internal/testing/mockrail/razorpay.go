@@ -272,7 +272,7 @@ func (c *call) rzpNotesField(fields map[string]json.RawMessage) (rzpNotes, bool)
 func (s *Server) rzpGetPayment(c *call) {
 	id := c.r.PathValue("id")
 	c.serve(op{class: classRead, kind: KindPayment, run: func(st *state, _ time.Time, _ time.Duration) result {
-		p := st.lookupPayment(c.acct.Name, id)
+		p := st.lookupPayment(c.scope(), id)
 		if p == nil {
 			return c.notFoundEntity("id", "payment", id)
 		}
@@ -320,7 +320,7 @@ func (s *Server) rzpCreateRefund(c *call) {
 	}
 	payID := c.r.PathValue("id")
 	c.serve(op{class: classCreate, kind: KindRefund, scope: "refund", fingerprint: canon, run: func(st *state, now time.Time, _ time.Duration) result {
-		p := st.lookupPayment(c.acct.Name, payID)
+		p := st.lookupPayment(c.scope(), payID)
 		if p == nil {
 			return result{resp: rzpBadRequest("payment_id", "The id provided does not exist"), outcome: OutcomeRejected}
 		}
@@ -348,8 +348,8 @@ func (s *Server) rzpCreateRefund(c *call) {
 			Status: "processed", SpeedProcessed: "normal", SpeedRequested: speed,
 		})
 		p.refunded += amt
-		st.addEntity(&entity{rail: Razorpay, account: c.acct.Name, kind: KindRefund, id: id, created: now, body: body, pay: p, status: "processed"},
-			Effect{Time: now, Rail: Razorpay, Account: c.acct.Name, Kind: KindRefund, EntityID: id, IdempotencyKey: c.key,
+		st.addEntity(&entity{rail: Razorpay, account: c.scope(), kind: KindRefund, id: id, created: now, body: body, pay: p, status: "processed"},
+			Effect{Time: now, Rail: Razorpay, Account: c.acct.Name, ConnectedAccount: c.connected, Kind: KindRefund, EntityID: id, IdempotencyKey: c.key,
 				Subject: p.id, Amount: amt, Currency: p.currency, Metadata: cloneMap(notes)})
 		return result{resp: response{http.StatusOK, body}, outcome: OutcomeApplied, entityID: id}
 	}})
@@ -362,7 +362,7 @@ func (s *Server) rzpListRefunds(c *call) {
 	}
 	payID := c.r.PathValue("id")
 	c.serve(op{class: classList, run: func(st *state, now time.Time, lag time.Duration) result {
-		p := st.lookupPayment(c.acct.Name, payID)
+		p := st.lookupPayment(c.scope(), payID)
 		if p == nil {
 			return c.notFoundEntity("id", "payment", payID)
 		}
@@ -378,7 +378,7 @@ func (s *Server) rzpGetEntity(kind Kind) railHandler {
 		}
 		c.serve(op{class: classRead, kind: kind, run: func(st *state, _ time.Time, _ time.Duration) result {
 			e := st.byID[id]
-			if e == nil || e.account != c.acct.Name || e.kind != kind || payID != "" && e.pay.id != payID {
+			if e == nil || e.account != c.scope() || e.kind != kind || payID != "" && e.pay.id != payID {
 				return c.notFoundEntity("id", string(kind), id)
 			}
 			return result{resp: response{http.StatusOK, e.body}, outcome: OutcomeRead, entityID: id}
@@ -443,9 +443,9 @@ func (s *Server) rzpCreatePayout(c *call) {
 			Fees: rzpPayoutFees, Tax: rzpPayoutTax, Status: "processing", Purpose: purpose, Mode: mode,
 			ReferenceID: strPtr(ref), Narration: strPtr(narration), CreatedAt: now.Unix(),
 		})
-		st.addEntity(&entity{rail: Razorpay, account: c.acct.Name, kind: KindPayout, id: id, created: now, body: body,
+		st.addEntity(&entity{rail: Razorpay, account: c.scope(), kind: KindPayout, id: id, created: now, body: body,
 			dest: fa, group: ref, accountNumber: acctNo, status: "processing", mode: mode},
-			Effect{Time: now, Rail: Razorpay, Account: c.acct.Name, Kind: KindPayout, EntityID: id, IdempotencyKey: c.key,
+			Effect{Time: now, Rail: Razorpay, Account: c.acct.Name, ConnectedAccount: c.connected, Kind: KindPayout, EntityID: id, IdempotencyKey: c.key,
 				Subject: fa, Amount: amount, Currency: currency, Metadata: cloneMap(notes)})
 		return result{resp: response{http.StatusOK, body}, outcome: OutcomeApplied, entityID: id}
 	}})
@@ -524,7 +524,7 @@ func (c *call) rzpListParams(filters ...string) (rzpListReq, bool) {
 // page requests shifts every later page by one, as on the real rail.
 func (c *call) rzpListLocked(st *state, kind Kind, lr rzpListReq, now time.Time, lag time.Duration, keep func(*entity) bool) result {
 	visible := visibleAt(now, lag)
-	items := st.newest(c.acct.Name, kind, func(e *entity) bool {
+	items := st.newest(c.scope(), kind, func(e *entity) bool {
 		u := e.created.Unix()
 		return keep(e) && visible(e) && (lr.from == 0 || u >= lr.from) && (lr.to == 0 || u <= lr.to)
 	})

@@ -30,7 +30,25 @@ type call struct {
 	key   string // idempotency key, "" if none
 	reqID string
 	body  []byte
+	// connected is the connected (sub-merchant) account the request acts
+	// on: Stripe-Account (acct_…) or X-Razorpay-Account (acc_…); "" for
+	// the platform's own account.
+	connected string
 }
+
+// scope is the state key of the account the request acts on: the platform
+// account's name, or name/connected for a connected account.
+func (c *call) scope() string {
+	if c.connected == "" {
+		return c.acct.Name
+	}
+	return connectedScope(c.acct.Name, c.connected)
+}
+
+func connectedScope(account, connected string) string { return account + "/" + connected }
+
+// connectedHeader is each rail's header naming a connected account.
+var connectedHeader = map[Rail]string{Stripe: "Stripe-Account", Razorpay: "X-Razorpay-Account"}
 
 // railHandler serves one rail request for an authenticated account.
 type railHandler func(c *call)
@@ -59,6 +77,10 @@ func (s *Server) handle(m *http.ServeMux, pattern string, stripe, razorpay railH
 				c.rail = Stripe
 			}
 			c.unauthorized()
+			return
+		}
+		if c.connected = r.Header.Get(connectedHeader[c.acct.Rail]); c.connected != "" && !s.knowsConnected(c) {
+			c.fail(c.noConnectedAccess(), OutcomeUnauthorized)
 			return
 		}
 		if r.Method == http.MethodPost {
@@ -141,7 +163,7 @@ func (c *call) recordLocked(status int, out Outcome, entityID string, fault Prof
 		IdempotencyKey: c.key, Status: status, Outcome: out, EntityID: entityID, Fault: fault,
 	}
 	if c.acct != nil {
-		rec.Account = c.acct.Name
+		rec.Account, rec.ConnectedAccount = c.acct.Name, c.connected
 	}
 	c.st.record(rec)
 	c.s.log.Debug("mockrail request", "method", rec.Method, "path", rec.Path, "account", rec.Account,
@@ -189,6 +211,23 @@ func (c *call) unauthorized() {
 }
 
 // invalid is the rail's validation error.
+// knowsConnected: a connected account exists once a payment names it.
+func (s *Server) knowsConnected(c *call) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return c.st.connected[c.scope()]
+}
+
+// noConnectedAccess is the rail's answer for a connected account the key
+// cannot act on (Stripe: 403 account_invalid).
+func (c *call) noConnectedAccess() response {
+	if c.rail == Razorpay {
+		return rzpErr(http.StatusUnauthorized, "BAD_REQUEST_ERROR", "", "The account "+c.connected+" is not linked to this partner key")
+	}
+	return stripeErr(http.StatusForbidden, "invalid_request_error", "account_invalid", "",
+		fmt.Sprintf("The provided key '%s' does not have access to account '%s' (or that account does not exist). Application access may have been revoked.", c.cred, c.connected))
+}
+
 func (c *call) invalid(param, msg string) response {
 	if c.rail == Razorpay {
 		return rzpErr(http.StatusBadRequest, "BAD_REQUEST_ERROR", param, msg)
@@ -222,7 +261,7 @@ func (c *call) serve(o op) {
 	s.mu.Lock()
 	now := s.clock.Now()
 	if o.class == classCreate && c.key != "" {
-		ik = idemKey{account: c.acct.Name, scope: o.scope, key: c.key}
+		ik = idemKey{account: c.scope(), scope: o.scope, key: c.key}
 		e := c.st.idem[ik]
 		if e != nil && !e.running && now.Sub(e.created) >= s.idemTTL {
 			delete(c.st.idem, ik) // pruned: the key is new again
@@ -405,7 +444,7 @@ func (c *call) notFoundEntity(param, what, id string) result {
 // replay_other: same kind first, then any kind, then a payment.
 func (c *call) otherBodyLocked(kind Kind, exclude string) ([]byte, bool) {
 	st := c.st
-	acct := c.acct.Name
+	acct := c.scope()
 	if kind != KindPayment {
 		for i := len(st.entities) - 1; i >= 0; i-- {
 			if e := st.entities[i]; e.account == acct && e.kind == kind && e.id != exclude {

@@ -14,40 +14,58 @@ import (
 // (Razorpay); only such payments can be refunded. AmountRefunded is output
 // only.
 type Payment struct {
-	Rail           Rail   `json:"rail"`
-	Account        string `json:"account,omitempty"`
-	ID             string `json:"id"`
-	ChargeID       string `json:"charge_id,omitempty"`
-	Amount         int64  `json:"amount"`
-	Currency       string `json:"currency"`
-	Status         string `json:"status,omitempty"`
-	AmountRefunded int64  `json:"amount_refunded"`
+	Rail    Rail   `json:"rail"`
+	Account string `json:"account,omitempty"`
+	// ConnectedAccount puts the payment on a connected (sub-merchant)
+	// account of Account (Stripe acct_…, Razorpay acc_…), which then
+	// exists: requests naming it in Stripe-Account / X-Razorpay-Account act
+	// on its own payments, entities and idempotency keys.
+	ConnectedAccount string `json:"connected_account,omitempty"`
+	ID               string `json:"id"`
+	ChargeID         string `json:"charge_id,omitempty"`
+	Amount           int64  `json:"amount"`
+	Currency         string `json:"currency"`
+	Status           string `json:"status,omitempty"`
+	AmountRefunded   int64  `json:"amount_refunded"`
 }
 
 type payment struct {
-	rail     Rail
-	account  string
-	id       string // canonical: pi_ when there is one, else ch_; pay_ for Razorpay
-	piID     string
-	chargeID string
-	amount   int64
-	refunded int64
-	currency string
-	status   string
-	created  time.Time
+	rail      Rail
+	account   string // state key: platform, or platform/connected
+	platform  string
+	connected string
+	id        string // canonical: pi_ when there is one, else ch_; pay_ for Razorpay
+	piID      string
+	chargeID  string
+	amount    int64
+	refunded  int64
+	captured  int64 // a partial capture's amount; 0: all of amount once succeeded
+	currency  string
+	status    string
+	created   time.Time
 }
 
 func (p *payment) public() Payment {
 	return Payment{
-		Rail: p.rail, Account: p.account, ID: p.id, ChargeID: p.chargeID,
+		Rail: p.rail, Account: p.platform, ConnectedAccount: p.connected, ID: p.id, ChargeID: p.chargeID,
 		Amount: p.amount, Currency: p.currency, Status: p.status, AmountRefunded: p.refunded,
 	}
 }
 
-func (p *payment) refundable() int64 { return p.amount - p.refunded }
+func (p *payment) refundable() int64 { return p.received() - p.refunded }
 
-// entity is a refund, payout or transfer the rail created. Its body is frozen
-// at creation: nothing in this rail changes an entity afterwards.
+// received is what the merchant holds of the payment: all of it, or what a
+// partial capture took.
+func (p *payment) received() int64 {
+	if p.captured > 0 {
+		return p.captured
+	}
+	return p.amount
+}
+
+// entity is a refund, payout, transfer or capture the rail created. Its
+// body is frozen at creation, except a Stripe payout's metadata and status
+// (update, cancel).
 type entity struct {
 	seq     int
 	rail    Rail
@@ -89,15 +107,17 @@ type state struct {
 	entities    []*entity
 	byID        map[string]*entity
 	idem        map[idemKey]*idemEntry
+	connected   map[string]bool // connected accounts' state keys
 	effects     []Effect
 	requests    []RequestRecord
 }
 
 func newState() *state {
 	return &state{
-		payments: map[payKey]*payment{},
-		byID:     map[string]*entity{},
-		idem:     map[idemKey]*idemEntry{},
+		payments:  map[payKey]*payment{},
+		byID:      map[string]*entity{},
+		idem:      map[idemKey]*idemEntry{},
+		connected: map[string]bool{},
 	}
 }
 
@@ -152,7 +172,15 @@ func (s *Server) addPaymentLocked(st *state, in Payment) (Payment, error) {
 	if err != nil {
 		return Payment{}, fmt.Errorf("payment %q: %w", in.ID, err)
 	}
-	p := &payment{rail: in.Rail, account: account, id: in.ID, amount: in.Amount, status: in.Status, created: s.clock.Now()}
+	p := &payment{rail: in.Rail, account: account, platform: account, connected: in.ConnectedAccount, id: in.ID, amount: in.Amount, status: in.Status, created: s.clock.Now()}
+	if c := in.ConnectedAccount; c != "" {
+		prefix := map[Rail]string{Stripe: "acct_", Razorpay: "acc_"}[in.Rail]
+		if !strings.HasPrefix(c, prefix) || strings.ContainsAny(c, "/ ") {
+			return Payment{}, fmt.Errorf("payment %q: a %s connected account id starts with %s", in.ID, in.Rail, prefix)
+		}
+		p.account = connectedScope(account, c)
+		account = p.account
+	}
 	switch in.Rail {
 	case Stripe:
 		p.currency = strings.ToLower(in.Currency)
@@ -200,6 +228,9 @@ func (s *Server) addPaymentLocked(st *state, in Payment) (Payment, error) {
 		}
 	}
 	st.paymentList = append(st.paymentList, p)
+	if p.connected != "" {
+		st.connected[p.account] = true
+	}
 	return p.public(), nil
 }
 

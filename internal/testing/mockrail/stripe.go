@@ -132,7 +132,7 @@ func stripePaymentIntentOf(p *payment, expanded *stripeCharge) stripePaymentInte
 		Created: p.created.Unix(), Metadata: map[string]string{},
 	}
 	if p.status == "succeeded" {
-		pi.AmountReceived = p.amount
+		pi.AmountReceived = p.received()
 	}
 	if p.status == "requires_capture" {
 		pi.AmountCapturable = p.amount
@@ -146,11 +146,11 @@ func stripePaymentIntentOf(p *payment, expanded *stripeCharge) stripePaymentInte
 func stripeChargeOf(p *payment) stripeCharge {
 	ch := stripeCharge{
 		ID: p.chargeID, Object: "charge", Amount: p.amount, AmountRefunded: p.refunded,
-		Refunded: p.refunded == p.amount, Currency: p.currency, Status: p.status,
+		Refunded: p.refunded == p.received(), Currency: p.currency, Status: p.status,
 		PaymentIntent: strPtr(p.piID), Created: p.created.Unix(), Metadata: map[string]string{},
 	}
 	if p.status == "succeeded" {
-		ch.Captured, ch.Paid, ch.AmountCaptured = true, true, p.amount
+		ch.Captured, ch.Paid, ch.AmountCaptured = true, true, p.received()
 	}
 	return ch
 }
@@ -299,7 +299,7 @@ func (s *Server) stripeGetPaymentIntent(c *call) {
 	}
 	id := c.r.PathValue("id")
 	c.serve(op{class: classRead, kind: KindPayment, run: func(st *state, _ time.Time, _ time.Duration) result {
-		p := st.lookupPayment(c.acct.Name, id)
+		p := st.lookupPayment(c.scope(), id)
 		if p == nil || p.piID != id {
 			return c.notFoundEntity("id", "payment_intent", id)
 		}
@@ -318,7 +318,7 @@ func (s *Server) stripeGetCharge(c *call) {
 	}
 	id := c.r.PathValue("id")
 	c.serve(op{class: classRead, kind: KindPayment, run: func(st *state, _ time.Time, _ time.Duration) result {
-		p := st.lookupPayment(c.acct.Name, id)
+		p := st.lookupPayment(c.scope(), id)
 		if p == nil || p.chargeID != id {
 			return c.notFoundEntity("id", "charge", id)
 		}
@@ -366,12 +366,12 @@ func (s *Server) stripeCreateRefund(c *call) {
 	c.serve(op{class: classCreate, kind: KindRefund, fingerprint: stripeFingerprint(c.r, form), run: func(st *state, now time.Time, _ time.Duration) result {
 		var p *payment
 		if piID != "" {
-			if p = st.lookupPayment(c.acct.Name, piID); p == nil || p.piID != piID {
+			if p = st.lookupPayment(c.scope(), piID); p == nil || p.piID != piID {
 				return result{resp: stripeRequestErr(http.StatusNotFound, "resource_missing", "payment_intent", fmt.Sprintf("No such payment_intent: '%s'", piID)), outcome: OutcomeRejected}
 			}
 		}
 		if chID != "" {
-			q := st.lookupPayment(c.acct.Name, chID)
+			q := st.lookupPayment(c.scope(), chID)
 			if q == nil || q.chargeID != chID {
 				return result{resp: stripeRequestErr(http.StatusNotFound, "resource_missing", "charge", fmt.Sprintf("No such charge: '%s'", chID)), outcome: OutcomeRejected}
 			}
@@ -407,8 +407,8 @@ func (s *Server) stripeCreateRefund(c *call) {
 			Currency: p.currency, Status: "succeeded", Reason: strPtr(reason), Metadata: md, Created: now.Unix(),
 		})
 		p.refunded += amt
-		st.addEntity(&entity{rail: Stripe, account: c.acct.Name, kind: KindRefund, id: id, created: now, body: body, pay: p, status: "succeeded"},
-			Effect{Time: now, Rail: Stripe, Account: c.acct.Name, Kind: KindRefund, EntityID: id, IdempotencyKey: c.key,
+		st.addEntity(&entity{rail: Stripe, account: c.scope(), kind: KindRefund, id: id, created: now, body: body, pay: p, status: "succeeded"},
+			Effect{Time: now, Rail: Stripe, Account: c.acct.Name, ConnectedAccount: c.connected, Kind: KindRefund, EntityID: id, IdempotencyKey: c.key,
 				Subject: p.id, Amount: amt, Currency: p.currency, Metadata: cloneMap(md)})
 		return result{resp: response{http.StatusOK, body}, outcome: OutcomeApplied, entityID: id}
 	}})
@@ -439,7 +439,7 @@ func (s *Server) stripeGetEntity(kind Kind, object string) railHandler {
 		id := c.r.PathValue("id")
 		c.serve(op{class: classRead, kind: kind, run: func(st *state, _ time.Time, _ time.Duration) result {
 			e := st.byID[id]
-			if e == nil || e.account != c.acct.Name || e.kind != kind {
+			if e == nil || e.account != c.scope() || e.kind != kind {
 				return c.notFoundEntity("id", object, id)
 			}
 			return result{resp: response{http.StatusOK, e.body}, outcome: OutcomeRead, entityID: id}
@@ -486,8 +486,8 @@ func (s *Server) stripeCreatePayout(c *call) {
 			Description: strPtr(desc), Destination: strPtr(dest), Method: method, Status: "pending", Type: "bank_account",
 			Metadata: md, Created: now.Unix(),
 		})
-		st.addEntity(&entity{rail: Stripe, account: c.acct.Name, kind: KindPayout, id: id, created: now, body: body, dest: dest, status: "pending"},
-			Effect{Time: now, Rail: Stripe, Account: c.acct.Name, Kind: KindPayout, EntityID: id, IdempotencyKey: c.key,
+		st.addEntity(&entity{rail: Stripe, account: c.scope(), kind: KindPayout, id: id, created: now, body: body, dest: dest, status: "pending"},
+			Effect{Time: now, Rail: Stripe, Account: c.acct.Name, ConnectedAccount: c.connected, Kind: KindPayout, EntityID: id, IdempotencyKey: c.key,
 				Subject: dest, Amount: amount, Currency: currency, Metadata: cloneMap(md)})
 		return result{resp: response{http.StatusOK, body}, outcome: OutcomeApplied, entityID: id}
 	}})
@@ -547,8 +547,8 @@ func (s *Server) stripeCreateTransfer(c *call) {
 			ID: id, Object: "transfer", Amount: amount, Currency: currency, Description: strPtr(desc), Destination: dest,
 			SourceTransaction: strPtr(src), TransferGroup: strPtr(group), Metadata: md, Created: now.Unix(),
 		})
-		st.addEntity(&entity{rail: Stripe, account: c.acct.Name, kind: KindTransfer, id: id, created: now, body: body, dest: dest, group: group},
-			Effect{Time: now, Rail: Stripe, Account: c.acct.Name, Kind: KindTransfer, EntityID: id, IdempotencyKey: c.key,
+		st.addEntity(&entity{rail: Stripe, account: c.scope(), kind: KindTransfer, id: id, created: now, body: body, dest: dest, group: group},
+			Effect{Time: now, Rail: Stripe, Account: c.acct.Name, ConnectedAccount: c.connected, Kind: KindTransfer, EntityID: id, IdempotencyKey: c.key,
 				Subject: dest, Amount: amount, Currency: currency, Metadata: cloneMap(md)})
 		return result{resp: response{http.StatusOK, body}, outcome: OutcomeApplied, entityID: id}
 	}})
@@ -641,7 +641,7 @@ func (c *call) stripeListParams(form url.Values) (stripeListReq, bool) {
 // gives the objects older than the cursor, ending_before the ones just newer.
 func (c *call) stripeListLocked(st *state, kind Kind, urlPath string, lr stripeListReq, now time.Time, lag time.Duration, keep func(*entity) bool) result {
 	visible := visibleAt(now, lag)
-	items := st.newest(c.acct.Name, kind, func(e *entity) bool {
+	items := st.newest(c.scope(), kind, func(e *entity) bool {
 		return keep(e) && visible(e) && lr.created(e.created.Unix())
 	})
 	cursor, param := lr.startingAfter, "starting_after"
@@ -650,7 +650,7 @@ func (c *call) stripeListLocked(st *state, kind Kind, urlPath string, lr stripeL
 	}
 	if cursor != "" {
 		ce := st.byID[cursor]
-		if ce == nil || ce.account != c.acct.Name || ce.kind != kind {
+		if ce == nil || ce.account != c.scope() || ce.kind != kind {
 			return result{resp: stripeRequestErr(http.StatusBadRequest, "resource_missing", param,
 				fmt.Sprintf("No such %s: '%s'", kind, cursor)), outcome: OutcomeInvalid}
 		}
