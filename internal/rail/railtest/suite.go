@@ -18,6 +18,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"unicode/utf8"
 	"testing"
 	"time"
 
@@ -290,6 +291,19 @@ func CheckParsed(p rail.Parsed, err error) error {
 		if len(a.Currency) != 3 || strings.ToUpper(a.Currency) != a.Currency || strings.Trim(a.Currency, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") != "" {
 			return fmt.Errorf("currency %q is not three upper-case letters", a.Currency)
 		}
+	}
+	// Labels name members, never Countersign's stamp (ext_proc writes it),
+	// and their canonical form is what an approval records.
+	for name, l := range a.Labels {
+		if name == "" || strings.Contains(name, sik.StampKey) {
+			return fmt.Errorf("label %q is empty or is the stamp", name)
+		}
+		if !utf8.ValidString(name) || !utf8.ValidString(l.Value) {
+			return fmt.Errorf("label %q is not valid UTF-8", name)
+		}
+	}
+	if c := rail.CanonicalLabels(a.Labels); !strings.HasPrefix(c, "{") {
+		return fmt.Errorf("canonical labels %q", c)
 	}
 	// The action must be keyable: sik.Key refuses what the ledger cannot hold.
 	amount := int64(0)
