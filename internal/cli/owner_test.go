@@ -75,7 +75,7 @@ func heldApprovals() []*countersignv1.Approval {
 			Payee: "ba_supplier", Amount: &countersignv1.Money{AmountMinor: 189900, Currency: "USD"}, HeldBy: held,
 			Gates: []*countersignv1.GateResult{held}, ExpireTime: expires, CreateTime: expires,
 			CanonicalRequest: `{"action":"payout","amount_minor":189900,"currency":"USD","subject":"ba_supplier"}`,
-			Labels: map[string]string{"metadata[ticket]": "T-77", "description": "weekly\x1b[2J"}, LabelsDigest: strings.Repeat("d", 64)},
+			Labels:           map[string]string{"metadata[ticket]": "T-77", "description": "weekly\x1b[2J"}, LabelsDigest: strings.Repeat("d", 64)},
 		{ApprovalId: "apr_refundrefund", State: countersignv1.ApprovalState_APPROVAL_STATE_PENDING, Rail: countersignv1.Rail_RAIL_STRIPE,
 			RailAccount: "acct_1", AgentId: "agt_bench", ActionKind: countersignv1.ActionKind_ACTION_KIND_REFUND, Subject: "pi_yen",
 			Amount: &countersignv1.Money{AmountMinor: 1500, Currency: "JPY"}, HeldBy: held, ExpireTime: expires},
