@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/intent"
 )
 
 // refundWith is r.refund() with the body's label members set to labels
@@ -143,4 +144,24 @@ func TestFreeTextPolicy(t *testing.T) {
 		r := newRig(t)
 		expect(t, r.e.Decide(ctx, r.refundWith("metadata[ticket]=T-77")), Allow, "allowed")
 	})
+}
+
+// TestRefusedFreeTextLeavesTheHeldIntent: free text a mandate refuses is
+// the request's fault, not the action's: the injected copy of a held refund
+// with a card number in its metadata is refused without touching the held
+// intent, which the owner can still approve for the honest request.
+func TestRefusedFreeTextLeavesTheHeldIntent(t *testing.T) {
+	r := newRig(t, func(m *countersignv1.Mandate) {
+		m.Mode = countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED
+		m.FreeText = countersignv1.FreeText_FREE_TEXT_REFUSE
+	})
+	ctx := context.Background()
+	held := r.e.Decide(ctx, r.refund())
+	expect(t, held, Hold, "approval_required")
+	expect(t, r.e.Decide(ctx, r.refundWith("metadata[note]=4242424242424242")), Block, "free_text_refused")
+	if it, _ := r.attempts(t, held.Intent); it.State != intent.Held {
+		t.Fatalf("the refused copy moved the held intent to %s", it.State)
+	}
+	r.approveLive(t)
+	expect(t, r.e.Decide(ctx, r.refund()), Allow, "allowed")
 }
