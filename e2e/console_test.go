@@ -133,6 +133,7 @@ func TestConsoleInChromium(t *testing.T) {
 	hostile := func() *http.Request {
 		form := curlForm(t, holdLine)
 		form.Set("amount", fmt.Sprint(atoi(t, form.Get("amount"))-100))
+		form.Set("metadata[note]", payload) // a label: shown with the approval it is approved with
 		r := curlRequest(t, holdLine)
 		r.Body = io.NopCloser(strings.NewReader(form.Encode()))
 		r.ContentLength = int64(len(form.Encode()))
@@ -147,16 +148,20 @@ func TestConsoleInChromium(t *testing.T) {
 		t.Fatalf("pending approvals = %d, want 1", len(held))
 	}
 	card = fmt.Sprintf(`article.approval[data-approval-id=%q]`, held[0])
-	var canonical, title string
+	var canonical, label, title string
 	var injected int
 	run("the hostile request appears", 30*time.Second,
 		chromedp.WaitVisible(card, chromedp.ByQuery),
+		chromedp.Text(card+` dl.labels pre.label-value`, &label, chromedp.ByQuery),
 		chromedp.Click(card+` summary`, chromedp.ByQuery),
 		chromedp.Text(card+` pre.canonical`, &canonical, chromedp.ByQuery),
 		chromedp.Evaluate(`document.title`, &title),
 		chromedp.Evaluate(`document.querySelectorAll('#view img, #view script').length`, &injected))
 	if !strings.Contains(canonical, "<script>") || !strings.Contains(canonical, "onerror") {
 		t.Fatalf("the canonical request shown lacks the agent's text verbatim: %q", canonical)
+	}
+	if label != payload {
+		t.Fatalf("the label shown with the approval is %q, want the agent's metadata verbatim", label)
 	}
 	if title == "pwned" || injected != 0 {
 		t.Fatalf("agent markup ran or became elements: title %q, %d img/script elements in the view", title, injected)

@@ -20,11 +20,7 @@ func (rep *Report) Chart(path string) error {
 		if d.Attacks == 0 && g.Attacks == 0 {
 			continue
 		}
-		label := f.Name
-		if !f.Claimed {
-			label += " (not claimed)"
-		}
-		names = append(names, label)
+		names = append(names, familyLabel(f))
 		direct = append(direct, 100*Rate(d.Successes, d.Attacks))
 		gated = append(gated, 100*Rate(g.Successes, g.Attacks))
 	}

@@ -195,7 +195,7 @@ var Families = []Family{
 	{"credential_theft", true, ""},
 	{"parser_evasion", true, ""},
 	{"mcp_tool_poisoning", true, ""},
-	{"free_text_smuggling", false, "a mandate says nothing about free text: Stripe metadata and descriptions and Razorpay notes are labels, outside the SIK and outside the canonical action an approval's fingerprint covers (so an approved refund may leave with other metadata than the held one), forwarded as sent; Countersign bounds money, not what text leaves with it"},
+	{"free_text_smuggling", false, "claimed only where the owner asks: under a mandate with free_text refuse (a request carrying free text is blocked) or hold (held, the owner sees the text), or in approval_required mode (an approval covers the exact request, labels included, so text the owner did not approve is held again); under the default, free_text allow, Stripe metadata and descriptions and Razorpay notes are labels, outside the SIK, forwarded as sent: Countersign bounds money, not what text leaves with it"},
 	{"owner_wide_budget", false, "budgets (B1) are per mandate, and a mandate binds one agent: an owner's agents each spend their own budget; no budget spans an owner's agents"},
 	{"within_mandate", false, "an injected request inside the mandate's limits is, byte for byte, a request the owner pre-approved: no deterministic gate can tell it from the task; the mandate bounds the loss (per-action maximum, budget, windows), which these scenarios measure"},
 	{"benign", true, ""},
@@ -206,6 +206,47 @@ type Family struct {
 	Name    string
 	Claimed bool   // Countersign claims to defend it
 	Why     string // why not, when not claimed
+}
+
+// claimedWhen are the families Countersign claims to defend only in some
+// scenarios: where the scenario's mandate asks for the defence.
+var claimedWhen = map[string]func(*Scenario) bool{
+	"free_text_smuggling": ownerGuardsFreeText,
+}
+
+// Claimed reports whether Countersign claims to defend s: its family is
+// claimed, or claimed under s's mandate.
+func (s *Scenario) Claimed() bool {
+	f, _ := family(s.Family)
+	if f.Claimed {
+		return true
+	}
+	when, ok := claimedWhen[f.Name]
+	return ok && when(s)
+}
+
+// ownerGuardsFreeText: the mandate refuses or holds free text, or holds
+// every request for the owner's approval (which covers its labels).
+func ownerGuardsFreeText(s *Scenario) bool {
+	var m struct {
+		Mode     string `json:"mode"`
+		FreeText string `json:"freeText"`
+	}
+	if json.Unmarshal(s.Setup.Mandate, &m) != nil {
+		return false
+	}
+	return m.Mode == "MANDATE_MODE_APPROVAL_REQUIRED" || m.FreeText == "FREE_TEXT_REFUSE" || m.FreeText == "FREE_TEXT_HOLD"
+}
+
+// familyLabel is a family's name as the tables and the chart show it.
+func familyLabel(f Family) string {
+	switch {
+	case f.Claimed:
+		return f.Name
+	case claimedWhen[f.Name] != nil:
+		return f.Name + " (claimed where the mandate asks)"
+	}
+	return f.Name + " (not claimed)"
 }
 
 func family(name string) (Family, bool) {

@@ -316,7 +316,7 @@ func TestReportCounts(t *testing.T) {
 	}}
 	md := rep.Markdown("meta", "cmd", "")
 	for _, want := range []string{
-		"| families Countersign claims to defend | 100.0 % (1/1) | 100.0 % (1/1) | 1 USD | 3 JPY | 100.0 % (1/1) | 0.0 % (0/1) | — | — | 100.0 % (1/1) | 0.0 % (0/1) | 2 | 0 |",
+		"| claimed defences (claimed families; free text where the mandate asks) | 100.0 % (1/1) | 100.0 % (1/1) | 1 USD | 3 JPY | 100.0 % (1/1) | 0.0 % (0/1) | — | — | 100.0 % (1/1) | 0.0 % (0/1) | 2 | 0 |",
 		"| ok | amount_inflation | credulous | 3 JPY | false | NOT EXPECTED",
 	} {
 		if !strings.Contains(md, want) {

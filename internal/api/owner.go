@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/mandate"
 	"github.com/countersign/countersign/internal/outbox"
+	"github.com/countersign/countersign/internal/rail"
 )
 
 // OwnerOf names the authenticated owner of a call; the owner API refuses a
@@ -421,7 +423,7 @@ func toApproval(a ledger.Approval) *countersignv1.Approval {
 		CreateTime: timestamppb.New(a.CreatedAt), ExpireTime: timestamppb.New(a.ExpiresAt),
 		Rail: rails[a.Rail], ActionKind: kinds[a.Action], Subject: a.Subject,
 		Amount: &countersignv1.Money{AmountMinor: a.AmountMinor, Currency: a.Currency}, Payee: a.Payee,
-		CanonicalRequest: a.Canonical}
+		CanonicalRequest: a.Canonical, Labels: approvalLabels(a.Labels), LabelsDigest: rail.LabelsDigest(labelsOrNone(a.Labels))}
 	if a.DecidedAt != nil {
 		out.DecideTime = timestamppb.New(*a.DecidedAt)
 	}
@@ -626,4 +628,21 @@ func (s *OwnerServer) ListMandates(ctx context.Context, req *countersignv1.ListM
 		out.Mandates = append(out.Mandates, rec)
 	}
 	return out, nil
+}
+
+// approvalLabels reads an approval's canonical labels back into the map
+// the owner reviews; nil for none.
+func approvalLabels(canonical string) map[string]string {
+	var m map[string]string
+	if json.Unmarshal([]byte(labelsOrNone(canonical)), &m) != nil || len(m) == 0 {
+		return nil
+	}
+	return m
+}
+
+func labelsOrNone(canonical string) string {
+	if canonical == "" {
+		return "{}"
+	}
+	return canonical
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -497,10 +499,27 @@ func printApproval(w io.Writer, a *countersignv1.Approval) {
 		{"intent", a.GetSik()},
 		{"fingerprint", a.GetRequestFingerprint()},
 		{"request", a.GetCanonicalRequest()},
+		{"labels", orDash(labelsText(a.GetLabels()))},
+		{"labels hash", orDash(a.GetLabelsDigest())},
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
 	}
 	_ = tw.Flush()
+}
+
+// labelsText writes an approval's labels in name order, each value quoted
+// (Go syntax), so text the agent chose cannot drive the owner's terminal.
+func labelsText(labels map[string]string) string {
+	names := make([]string, 0, len(labels))
+	for k := range labels {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, k := range names {
+		parts[i] = strconv.Quote(k) + "=" + strconv.Quote(labels[k])
+	}
+	return strings.Join(parts, " ")
 }

@@ -74,7 +74,8 @@ func heldApprovals() []*countersignv1.Approval {
 			RequestFingerprint: strings.Repeat("f", 64), ActionKind: countersignv1.ActionKind_ACTION_KIND_PAYOUT, Subject: "ba_supplier",
 			Payee: "ba_supplier", Amount: &countersignv1.Money{AmountMinor: 189900, Currency: "USD"}, HeldBy: held,
 			Gates: []*countersignv1.GateResult{held}, ExpireTime: expires, CreateTime: expires,
-			CanonicalRequest: `{"action":"payout","amount_minor":189900,"currency":"USD","subject":"ba_supplier"}`},
+			CanonicalRequest: `{"action":"payout","amount_minor":189900,"currency":"USD","subject":"ba_supplier"}`,
+			Labels:           map[string]string{"metadata[ticket]": "T-77", "description": "weekly\x1b[2J"}, LabelsDigest: strings.Repeat("d", 64)},
 		{ApprovalId: "apr_refundrefund", State: countersignv1.ApprovalState_APPROVAL_STATE_PENDING, Rail: countersignv1.Rail_RAIL_STRIPE,
 			RailAccount: "acct_1", AgentId: "agt_bench", ActionKind: countersignv1.ActionKind_ACTION_KIND_REFUND, Subject: "pi_yen",
 			Amount: &countersignv1.Money{AmountMinor: 1500, Currency: "JPY"}, HeldBy: held, ExpireTime: expires},
@@ -139,6 +140,8 @@ func TestApprovalsListAndGet(t *testing.T) {
 		"why held      Mandate b01a6e7ddaf6 is approval_required",
 		"fingerprint   " + strings.Repeat("f", 64),
 		`request       {"action":"payout","amount_minor":189900,"currency":"USD","subject":"ba_supplier"}`,
+		`labels        "description"="weekly\x1b[2J" "metadata[ticket]"="T-77"`, // quoted: no escape reaches the terminal
+		"labels hash   " + strings.Repeat("d", 64),
 	} {
 		if !strings.Contains(r.out, w) {
 			t.Errorf("approvals get lacks %q:\n%s", w, r.out)

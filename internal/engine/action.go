@@ -191,8 +191,11 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t ta
 		key.Currency = ref.Currency
 	}
 	// G1 before the ledger is asked: a proposal of an existing intent is
-	// answered from it (or moves it) without the ladder.
-	m, out, ok := e.admitScope(req, p, acct, a.Kind, key.Currency, facts)
+	// answered from it (or moves it) without the ladder. Free text a
+	// mandate refuses is refused here, before any intent: it is this
+	// request's, not the action's, so it never blocks a held intent that
+	// the same action without it may still complete.
+	m, out, ok := e.admitScope(req, p, acct, a.Kind, key.Currency, rail.FreeTextMembers(a.Labels), facts)
 	if !ok {
 		return out
 	}

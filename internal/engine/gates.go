@@ -55,12 +55,12 @@ func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (v
 	approved := hasApproval && approval.State == "approved"
 	switch {
 	case approved:
-		in.ApprovedFingerprint, in.ApprovalExpiresAt = approval.Fingerprint, approval.ExpiresAt
+		in.ApprovedFingerprint, in.ApprovalExpiresAt, in.ApprovedLabels = approval.Fingerprint, approval.ExpiresAt, approval.Labels
 	case hasApproval && approval.State == "expired":
 		// Approved, but it ran out (by the ledger's clock) before this
 		// request came back: the gates say so. Its expiry is taken as no
 		// later than now, so it can never lift the hold.
-		in.ApprovedFingerprint, in.ApprovalExpiresAt = approval.Fingerprint, minTime(approval.ExpiresAt, g.now)
+		in.ApprovedFingerprint, in.ApprovalExpiresAt, in.ApprovedLabels = approval.Fingerprint, minTime(approval.ExpiresAt, g.now), approval.Labels
 	}
 	rec, err := tx.LatestMandate(ctx, g.principal.Agent.ID, g.acct.ID, g.now)
 	switch {
@@ -85,7 +85,7 @@ func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (v
 		return verdict{}, err
 	}
 	v := g.evaluate(ctx, in)
-	v.Approval = ledger.ApprovalSpec{MandateHash: rec.Hash, TTL: m.GetApprovalTtl().AsDuration(), Gates: v.Gates}
+	v.Approval = ledger.ApprovalSpec{MandateHash: rec.Hash, TTL: m.GetApprovalTtl().AsDuration(), Gates: v.Gates, Labels: in.Labels}
 	if v.Verdict != Allow {
 		return v, nil
 	}
@@ -105,6 +105,7 @@ func (g gateRun) input(subject, canonical string) gate.Input {
 		Currency: g.currency, Payee: g.action.Payee}
 	in.Referent = gate.Referent{AmountMinor: g.ref.AmountMinor, RefundableMinor: g.ref.RefundableMinor, Currency: g.ref.Currency, Payee: g.ref.Payee}
 	in.Fingerprint = ledger.Fingerprint(canonical)
+	in.Labels, in.FreeText = rail.CanonicalLabels(g.action.Labels), rail.FreeTextMembers(g.action.Labels)
 	return in
 }
 

@@ -32,7 +32,7 @@ const ReasonActionUnavailable = "action_unavailable"
 // admitToLedgerAnswer checks both conditions for an answer about it. ok is
 // false when out is the refusal to give instead.
 func (e *Engine) admitToLedgerAnswer(ctx context.Context, req Request, p *ledger.Principal, acct *rails.Account, kind sik.Kind, it ledger.Intent, facts ledger.DecisionFacts) (Outcome, bool) {
-	if _, out, ok := e.admitScope(req, p, acct, kind, it.Currency, facts); !ok {
+	if _, out, ok := e.admitScope(req, p, acct, kind, it.Currency, nil, facts); !ok {
 		return out, false
 	}
 	if it.AgentID == p.Agent.ID {
@@ -59,9 +59,10 @@ func (e *Engine) admitToLedgerAnswer(ctx context.Context, req Request, p *ledger
 // an existing intent is answered (or moved) without the ladder. A HOLD (a
 // propose-only credential) admits: the ladder holds the request itself,
 // and an answer from the ledger moves no money.
-func (e *Engine) admitScope(req Request, p *ledger.Principal, acct *rails.Account, kind sik.Kind, currency string, facts ledger.DecisionFacts) (*countersignv1.Mandate, Outcome, bool) {
+func (e *Engine) admitScope(req Request, p *ledger.Principal, acct *rails.Account, kind sik.Kind, currency string, freeText []string, facts ledger.DecisionFacts) (*countersignv1.Mandate, Outcome, bool) {
 	in := principalInput(e.now(), p, acct)
 	in.Action = gate.Action{Kind: kind, Currency: currency}
+	in.FreeText = freeText
 	if facts.MandateFound {
 		m, err := e.mandates.get(facts.Mandate)
 		if err != nil {

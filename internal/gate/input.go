@@ -59,6 +59,16 @@ type Input struct {
 	Fingerprint         string
 	ApprovedFingerprint string
 	ApprovalExpiresAt   time.Time
+	// Labels is the canonical JSON (RFC 8785) of this request's label
+	// members ("{}" or "" for none); ApprovedLabels is that of the request
+	// the approval covers. The SIK leaves labels out (one refund is one
+	// refund whatever its metadata says), but an approval covers the exact
+	// request: other labels are not the approved request.
+	Labels         string
+	ApprovedLabels string
+	// FreeText names, in order, the label members that carry free text
+	// (the mandate's free_text policy applies to them).
+	FreeText []string
 }
 
 // Credential is the agent credential that presented the request.

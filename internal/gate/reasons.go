@@ -27,6 +27,8 @@ const (
 	ReasonActionNotGranted        = "action_not_granted"
 	ReasonCurrencyNotGranted      = "currency_not_granted"
 	ReasonActionNotReversible     = "action_not_reversible"
+	ReasonFreeTextRefused         = "free_text_refused"
+	ReasonFreeTextHeld            = "free_text_held" // HOLD
 
 	// G6 provenance.
 	ReasonHostNotPinned      = "host_not_pinned"
@@ -53,9 +55,10 @@ const (
 	ReasonRecurrenceLimitExceeded = "recurrence_limit_exceeded"
 	ReasonFeeBudgetExhausted      = "fee_budget_exhausted"
 	ReasonBudgetExceeded          = "budget_exceeded"
-	ReasonApprovalRequired        = "approval_required" // HOLD
-	ReasonApprovalExpired         = "approval_expired"  // HOLD
-	ReasonApprovalMismatch        = "approval_mismatch" // HOLD: the approval was for another request
+	ReasonApprovalRequired        = "approval_required"       // HOLD
+	ReasonApprovalExpired         = "approval_expired"        // HOLD
+	ReasonApprovalMismatch        = "approval_mismatch"       // HOLD: the approval was for another request
+	ReasonApprovalLabelsChanged   = "approval_labels_changed" // HOLD: the approval was for other labels
 
 	// G5 advisory.
 	ReasonNewPayee            = "new_payee" // HOLD

@@ -9,7 +9,8 @@ import (
 // CheckScope is G1: may this credential, for this agent, under this
 // mandate, do this kind of action on this rail account at all? It is the
 // cheapest gate and runs first. A propose-only credential is HELD for the
-// owner's approval of the exact request.
+// owner's approval of the exact request, and a request carrying free text
+// is BLOCKED or HELD when the mandate's free_text says so.
 func CheckScope(in Input) Result {
 	if r, ok := checkPrincipal(in); !ok {
 		return r
@@ -44,6 +45,9 @@ func CheckScope(in Input) Result {
 		return block(GateScope, ReasonCurrencyNotGranted, "%s grants %s only in %v, not in %s.", name, a.Kind, g.GetCurrencies(), orNone(a.Currency))
 	case g.GetReversible() && !a.Reversible:
 		return block(GateScope, ReasonActionNotReversible, "%s grants %s only while the rail can still reverse it, and this one cannot be reversed.", name, a.Kind)
+	}
+	if r, ok := checkFreeText(in); !ok {
+		return r
 	}
 	if in.Credential.Scope == credential.ScopePropose {
 		ok, _, why := approval(in)

@@ -41,6 +41,9 @@ type Approval struct {
 	Currency    string
 	Payee       string
 	Canonical   string
+	// Labels is the canonical JSON (RFC 8785) of the held request's label
+	// members, "{}" for none: the approval covers these exact labels.
+	Labels string
 }
 
 // Fingerprint is the request fingerprint an approval is bound to: the
@@ -59,7 +62,7 @@ var ErrApprovalState = errors.New("ledger: the approval can no longer be decided
 const approvalFrom = ` FROM approvals ap JOIN intents i ON i.rail_account = ap.rail_account AND i.sik = ap.sik `
 
 const approvalColumns = `ap.id, ap.rail_account, ap.sik, ap.owner_id, ap.agent_id, ap.mandate_hash, ap.fingerprint, ap.gates, ap.state, ap.note,
-	ap.created_at, ap.expires_at, ap.decided_at, i.rail, i.action, i.subject, i.amount_minor, i.currency, i.payee, i.canonical`
+	ap.created_at, ap.expires_at, ap.decided_at, i.rail, i.action, i.subject, i.amount_minor, i.currency, i.payee, i.canonical, ap.labels`
 
 // effectiveState is an approval's state as its owner reads it: one whose
 // time ran out is expired even before a decision marks it so (the mark is
@@ -76,7 +79,7 @@ func scanApproval(row pgx.Row, extra ...any) (Approval, error) {
 	var gates []byte
 	err := row.Scan(append([]any{&a.ID, &a.RailAccount, &a.SIK, &a.OwnerID, &a.AgentID, &a.MandateHash, &a.Fingerprint, &gates,
 		&a.State, &a.Note, &a.CreatedAt, &a.ExpiresAt, &a.DecidedAt,
-		&a.Rail, &a.Action, &a.Subject, &a.AmountMinor, &a.Currency, &a.Payee, &a.Canonical}, extra...)...)
+		&a.Rail, &a.Action, &a.Subject, &a.AmountMinor, &a.Currency, &a.Payee, &a.Canonical, &a.Labels}, extra...)...)
 	if err == nil && len(gates) > 0 {
 		err = json.Unmarshal(gates, &a.Gates)
 	}
@@ -89,22 +92,34 @@ type ApprovalSpec struct {
 	// TTL is how long the owner has to decide (0: a day).
 	TTL   time.Duration
 	Gates []GateRecord
+	// Labels is the canonical JSON of the held request's labels ("" is
+	// none, "{}").
+	Labels string
 }
 
-// OpenApproval creates the pending approval of a HELD intent (or keeps the
-// live one; reopens an expired one).
+// OpenApproval creates the pending approval of a HELD intent: it keeps a
+// live one that covers the same labels, and reopens an expired one. A live
+// one (pending or approved) for other labels is voided first: the request
+// changed, so it is a new HOLD with its own approval (DESIGN §5), and at
+// most one approval per intent is live.
 func (tx *Tx) OpenApproval(ctx context.Context, it Intent, v ApprovalSpec) error {
 	args, err := approvalArgs(it, v)
 	if err != nil {
+		return err
+	}
+	if _, err := tx.tx.Exec(ctx, supersedeApprovalSQL, it.RailAccount, it.SIK, args[len(args)-1]); err != nil {
 		return err
 	}
 	_, err = tx.tx.Exec(ctx, openApprovalSQL, args...)
 	return err
 }
 
+const supersedeApprovalSQL = `UPDATE approvals SET state = 'void'
+		WHERE rail_account = $1 AND sik = $2 AND state IN ('pending', 'approved') AND labels <> $3`
+
 const openApprovalSQL = `
-		INSERT INTO approvals (id, rail_account, sik, owner_id, agent_id, mandate_hash, fingerprint, gates, expires_at)
-		SELECT $1, $2, $3, a.owner_id, a.id, $5, $6, $7, now() + $8::bigint * interval '1 microsecond'
+		INSERT INTO approvals (id, rail_account, sik, owner_id, agent_id, mandate_hash, fingerprint, gates, expires_at, labels)
+		SELECT $1, $2, $3, a.owner_id, a.id, $5, $6, $7, now() + $8::bigint * interval '1 microsecond', $9
 		FROM agents a WHERE a.id = $4
 		ON CONFLICT (rail_account, sik) WHERE state IN ('pending', 'approved') DO NOTHING`
 
@@ -121,7 +136,11 @@ func approvalArgs(it Intent, v ApprovalSpec) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return []any{id, it.RailAccount, it.SIK, it.AgentID, v.MandateHash, Fingerprint(it.Canonical), gates, ttl.Microseconds()}, nil
+	labels := v.Labels
+	if labels == "" {
+		labels = "{}"
+	}
+	return []any{id, it.RailAccount, it.SIK, it.AgentID, v.MandateHash, Fingerprint(it.Canonical), gates, ttl.Microseconds(), labels}, nil
 }
 
 // LiveApproval returns the pending or approved approval of an intent;
@@ -278,7 +297,7 @@ func notDecidable(a Approval, now time.Time) string {
 		}
 		return fmt.Sprintf("approval %s expired at %s before it was decided; the agent's identical request will open a new approval", a.ID, expires)
 	case "void":
-		return fmt.Sprintf("approval %s was voided: its agent or mandate was revoked, or its request was blocked when re-checked against the mandate; it can no longer be decided", a.ID)
+		return fmt.Sprintf("approval %s was voided: its agent or mandate was revoked, its request was blocked when re-checked against the mandate, or the agent changed the request's labels (a new approval covers the changed request); it can no longer be decided", a.ID)
 	}
 	return fmt.Sprintf("approval %s is %s", a.ID, a.State)
 }

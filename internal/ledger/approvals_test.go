@@ -34,7 +34,7 @@ func TestNotDecidable(t *testing.T) {
 		{"rejected", "rejected", expires, &approvedAt, "approval apr_1 was rejected at 2026-03-01T11:00:00Z; its request is blocked for good"},
 		{"expired undecided", "expired", expires, &expiredAt, "approval apr_1 expired at 2026-03-01T13:00:00Z before it was decided"},
 		{"expired after approval", "expired", expires, &approvedAt, "approval apr_1 was approved at 2026-03-01T11:00:00Z but expired at 2026-03-01T13:00:00Z before its request used it"},
-		{"void", "void", expires, &approvedAt, "approval apr_1 was voided: its agent or mandate was revoked, or its request was blocked"},
+		{"void", "void", expires, &approvedAt, "approval apr_1 was voided: its agent or mandate was revoked, its request was blocked"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := notDecidable(Approval{ID: "apr_1", State: tc.state, ExpiresAt: tc.expires, DecidedAt: tc.decided}, now)
@@ -103,5 +103,61 @@ func TestOwnerReadsAnExpiredApprovalAsExpired(t *testing.T) {
 	}
 	if _, err := f.s.Approve(ctx, f.owner, short.ID, "", "too late"); !errors.Is(err, ErrApprovalState) {
 		t.Fatalf("approving the expired approval: %v, want ErrApprovalState", err)
+	}
+}
+
+// An approval covers its request's labels: reopening it for the same labels
+// keeps it; for other labels voids it and opens one for them (one live
+// approval per intent); and the database refuses to rewrite the labels an
+// approval was opened for.
+func TestApprovalLabelsAreItsBinding(t *testing.T) {
+	ctx := context.Background()
+	f := newOutboxFixture(t, "own_labels")
+	p := proposal(1)
+	p.AgentID = f.agent.ID
+	var it Intent
+	open := func(labels string) {
+		t.Helper()
+		if err := f.s.InTx(ctx, func(tx *Tx) error {
+			if it.SIK == "" {
+				var err error
+				if it, _, err = tx.CreateIntent(ctx, p.NewIntent); err != nil {
+					return err
+				}
+				if it, err = tx.Transition(ctx, it, intent.GatesHeld, TransitionOpts{Reason: "needs approval"}); err != nil {
+					return err
+				}
+			}
+			return tx.OpenApproval(ctx, it, ApprovalSpec{Labels: labels})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	states := func() (out []string) {
+		as, err := f.s.ListApprovals(ctx, f.owner, "", "", "", 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range as {
+			out = append(out, a.State+" "+a.Labels)
+		}
+		slices.Sort(out)
+		return out
+	}
+	open(`{"metadata[ticket]":"T-77"}`)
+	open(`{"metadata[ticket]":"T-77"}`)
+	if got := states(); !slices.Equal(got, []string{`pending {"metadata[ticket]":"T-77"}`}) {
+		t.Fatalf("approvals = %v, want one pending for T-77", got)
+	}
+	open(`{"metadata[ticket]":"T-77 4242"}`)
+	if got := states(); !slices.Equal(got, []string{`pending {"metadata[ticket]":"T-77 4242"}`, `void {"metadata[ticket]":"T-77"}`}) {
+		t.Fatalf("approvals = %v, want T-77 void and T-77 4242 pending", got)
+	}
+	open("")
+	if got := states(); !slices.Contains(got, "pending {}") {
+		t.Fatalf("approvals = %v, want one pending with no labels", got)
+	}
+	if _, err := f.s.pool.Exec(ctx, `UPDATE approvals SET labels = '{}' WHERE labels <> '{}'`); err == nil || !strings.Contains(err.Error(), "bound to its request") {
+		t.Fatalf("rewriting an approval's labels: %v, want the guard's refusal", err)
 	}
 }

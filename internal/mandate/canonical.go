@@ -113,6 +113,10 @@ func normalize(m *countersignv1.Mandate) {
 	if m.Advisory != nil && proto.Size(m.Advisory) == 0 {
 		m.Advisory = nil
 	}
+	// allow is the default: a mandate that says it is the one that does not.
+	if m.FreeText == countersignv1.FreeText_FREE_TEXT_ALLOW {
+		m.FreeText = countersignv1.FreeText_FREE_TEXT_UNSPECIFIED
+	}
 }
 
 // compareBytes orders two messages by their deterministic wire form, the

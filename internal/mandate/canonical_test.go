@@ -85,6 +85,11 @@ func TestHashIdentifiesThePolicy(t *testing.T) {
 			"  - scope: payee\n    duration: 7d\n    max_calls: 3\n  - scope: agent\n    duration: 24h\n    max_amount: {amount_minor: 2500000, currency: USD}\n"},
 		{"idempotency order", "  - action_kind: refund\n  - action_kind: payout\n    window: 24h\n", "  - action_kind: payout\n    window: 24h\n  - action_kind: refund\n"},
 	}
+	t.Run("same/free_text allow is the default", func(t *testing.T) {
+		if a, b := mustHash(t, strings.Replace(validYAML, "free_text: hold\n", "", 1)), mustHash(t, edit(t, "free_text: hold", "free_text: allow")); a != b {
+			t.Errorf("free_text: allow hashed %s, no free_text %s; an existing mandate must keep its hash", b, a)
+		}
+	})
 	for _, tc := range same {
 		t.Run("same/"+tc.name, func(t *testing.T) {
 			if h := mustHash(t, edit(t, tc.old, tc.new)); h != base {
@@ -103,6 +108,8 @@ func TestHashIdentifiesThePolicy(t *testing.T) {
 		{"advisory gate order matters", "gates: [first_payee]", "gates: [first_payee, night_time]"},
 		{"reversible", "    reversible: true\n", ""},
 		{"payee", "[ba_1001, ba_1002]", "[ba_1001, ba_1003]"},
+		{"free_text", "free_text: hold", "free_text: refuse"},
+		{"free_text against the default", "free_text: hold", "free_text: allow"},
 	}
 	for _, tc := range different {
 		t.Run("different/"+tc.name, func(t *testing.T) {
@@ -222,6 +229,7 @@ func TestToYAMLRoundTrip(t *testing.T) {
 		"duration: 7d\n",
 		`api_version: "2024-06-20"`, // quoted, or it would read back as a date
 		"approval_ttl: 1h\n",
+		"free_text: hold\n",
 	} {
 		if !strings.Contains(string(y), want) {
 			t.Errorf("ToYAML lacks %q:\n%s", want, y)

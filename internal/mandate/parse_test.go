@@ -45,6 +45,7 @@ func TestParseValid(t *testing.T) {
 		{"api version", m.GetProvenance().GetApiVersion(), "2024-06-20"},
 		{"advisory", m.GetAdvisory().GetGates()[0], "first_payee"},
 		{"approval ttl", m.GetApprovalTtl().AsDuration(), time.Hour},
+		{"free text", m.GetFreeText(), countersignv1.FreeText_FREE_TEXT_HOLD},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
@@ -209,6 +210,12 @@ func TestParseRejects(t *testing.T) {
 			line: 25, field: "windows[1].duration", contains: "less than or equal to 2678400s"},
 		{name: "approval ttl too long", old: "approval_ttl: 1h", new: "approval_ttl: 30d",
 			line: 39, field: "approval_ttl", contains: "less than or equal to 604800s"},
+		{name: "free_text not a policy", old: "free_text: hold", new: "free_text: deny",
+			line: 40, col: 12, field: "free_text", contains: `must be one of allow, refuse, hold, got "deny"`},
+		{name: "free_text not a string", old: "free_text: hold", new: "free_text: [hold]",
+			line: 40, field: "free_text", contains: "must be one of allow, refuse, hold"},
+		{name: "free_text unspecified spelt out", old: "free_text: hold", new: "free_text: unspecified",
+			line: 40, field: "free_text", contains: "must be one of allow, refuse, hold"},
 		{name: "negative window", old: "duration: 24h", new: "duration: -24h",
 			line: 22, field: "windows[0].duration", contains: "greater than 0s"},
 		{name: "advisory gate name", old: "gates: [first_payee]", new: "gates: [First-Payee]",
@@ -342,6 +349,7 @@ func TestValidateWithoutSource(t *testing.T) {
 	bad.Grants[0].MaxAmountMinor = 0
 	bad.Idempotency[0].Window = bad.Idempotency[1].Window
 	bad.ValidFrom.Nanos = 1
+	bad.FreeText = 7
 	err = Validate(bad)
 	var verr *Error
 	if !errors.As(err, &verr) {
@@ -354,7 +362,7 @@ func TestValidateWithoutSource(t *testing.T) {
 		}
 		fields[p.Field] = true
 	}
-	for _, f := range []string{"grants[0].max_amount_minor", "idempotency[0].window", "valid_from"} {
+	for _, f := range []string{"grants[0].max_amount_minor", "idempotency[0].window", "valid_from", "free_text"} {
 		if !fields[f] {
 			t.Errorf("no problem for %s in %v", f, err)
 		}

@@ -41,4 +41,5 @@ advisory:
   enabled: true
   gates: [first_payee]
 approval_ttl: 1h
+free_text: hold
 `

@@ -59,9 +59,25 @@ type Action struct {
 	// refund's reason, metadata/notes) and explicit defaults do not belong
 	// here: each adapter's README says where every member stands.
 	Extra map[string]string
+	// Labels are the request's label members (DESIGN §3: they move no
+	// money and stay out of the key), by the member's name as the rail
+	// reads it (Stripe metadata[ticket], description; Razorpay
+	// notes.ticket, receipt), Countersign's stamp excluded. They are not in
+	// the SIK, but an owner's approval covers them: the same action with
+	// other labels is not the request the owner approved.
+	Labels map[string]Label
 	// Distinct is the caller's explicit reason to make a second identical
 	// action (header x-countersign-distinct), logged verbatim in the audit.
 	Distinct string
+}
+
+// Label is one label member's value. FreeText is false only for a member
+// whose value is one of a fixed set the rail documents (a Stripe refund's
+// reason): every other label is text the model composed, which a mandate
+// may refuse or hold (free_text).
+type Label struct {
+	Value    string
+	FreeText bool
 }
 
 // Parsed is what Parse recognised.

@@ -130,6 +130,70 @@ func (WindowScope) EnumDescriptor() ([]byte, []int) {
 	return file_countersign_v1_mandate_proto_rawDescGZIP(), []int{1}
 }
 
+// FreeText says what a mandate lets leave in a request's free-text label
+// members (Stripe metadata[...], description, statement_descriptor,
+// transfer_group; Razorpay notes, receipt, reference_id, narration; an MCP
+// tool's metadata and ignored arguments): text the rail records or shows
+// but that moves no money, and so stays out of the semantic key.
+// Countersign's own stamp (countersign_sik) is not free text.
+type FreeText int32
+
+const (
+	// Allow (the default): free text passes as it is, bound to the owner's
+	// approval when the request is held.
+	FreeText_FREE_TEXT_UNSPECIFIED FreeText = 0
+	// Free text passes as it is (the same as unspecified).
+	FreeText_FREE_TEXT_ALLOW FreeText = 1
+	// A request carrying any free-text label member is blocked.
+	FreeText_FREE_TEXT_REFUSE FreeText = 2
+	// A request carrying any free-text label member is held until the owner,
+	// who sees the text, approves that exact request.
+	FreeText_FREE_TEXT_HOLD FreeText = 3
+)
+
+// Enum value maps for FreeText.
+var (
+	FreeText_name = map[int32]string{
+		0: "FREE_TEXT_UNSPECIFIED",
+		1: "FREE_TEXT_ALLOW",
+		2: "FREE_TEXT_REFUSE",
+		3: "FREE_TEXT_HOLD",
+	}
+	FreeText_value = map[string]int32{
+		"FREE_TEXT_UNSPECIFIED": 0,
+		"FREE_TEXT_ALLOW":       1,
+		"FREE_TEXT_REFUSE":      2,
+		"FREE_TEXT_HOLD":        3,
+	}
+)
+
+func (x FreeText) Enum() *FreeText {
+	p := new(FreeText)
+	*p = x
+	return p
+}
+
+func (x FreeText) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FreeText) Descriptor() protoreflect.EnumDescriptor {
+	return file_countersign_v1_mandate_proto_enumTypes[2].Descriptor()
+}
+
+func (FreeText) Type() protoreflect.EnumType {
+	return &file_countersign_v1_mandate_proto_enumTypes[2]
+}
+
+func (x FreeText) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FreeText.Descriptor instead.
+func (FreeText) EnumDescriptor() ([]byte, []int) {
+	return file_countersign_v1_mandate_proto_rawDescGZIP(), []int{2}
+}
+
 // Mandate is an owner's grant of spending authority to one agent on one rail
 // account. It is immutable once created (new policy means a new mandate),
 // revocable one way, and identified by the SHA-256 of its canonical form,
@@ -174,7 +238,10 @@ type Mandate struct {
 	// Optional advisory gate (G5) settings.
 	Advisory *AdvisorySettings `protobuf:"bytes,16,opt,name=advisory,proto3" json:"advisory,omitempty"`
 	// How long an approval of a held request stays usable; unset uses the server default.
-	ApprovalTtl   *durationpb.Duration `protobuf:"bytes,17,opt,name=approval_ttl,json=approvalTtl,proto3" json:"approval_ttl,omitempty"`
+	ApprovalTtl *durationpb.Duration `protobuf:"bytes,17,opt,name=approval_ttl,json=approvalTtl,proto3" json:"approval_ttl,omitempty"`
+	// What free text may leave in the request's label members; unspecified
+	// means allow.
+	FreeText      FreeText `protobuf:"varint,18,opt,name=free_text,json=freeText,proto3,enum=countersign.v1.FreeText" json:"free_text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -326,6 +393,13 @@ func (x *Mandate) GetApprovalTtl() *durationpb.Duration {
 		return x.ApprovalTtl
 	}
 	return nil
+}
+
+func (x *Mandate) GetFreeText() FreeText {
+	if x != nil {
+		return x.FreeText
+	}
+	return FreeText_FREE_TEXT_UNSPECIFIED
 }
 
 // Grant permits one action kind within fixed per-action bounds.
@@ -671,7 +745,7 @@ var File_countersign_v1_mandate_proto protoreflect.FileDescriptor
 
 const file_countersign_v1_mandate_proto_rawDesc = "" +
 	"\n" +
-	"\x1ccountersign/v1/mandate.proto\x12\x0ecountersign.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1acountersign/v1/types.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc0\f\n" +
+	"\x1ccountersign/v1/mandate.proto\x12\x0ecountersign.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1acountersign/v1/types.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x81\r\n" +
 	"\aMandate\x124\n" +
 	"\x04rail\x18\x01 \x01(\x0e2\x14.countersign.v1.RailB\n" +
 	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x04rail\x12-\n" +
@@ -700,7 +774,8 @@ const file_countersign_v1_mandate_proto_rawDesc = "" +
 	"provenance\x18\x0f \x01(\v2\x1a.countersign.v1.ProvenanceR\n" +
 	"provenance\x12<\n" +
 	"\badvisory\x18\x10 \x01(\v2 .countersign.v1.AdvisorySettingsR\badvisory\x12L\n" +
-	"\fapproval_ttl\x18\x11 \x01(\v2\x19.google.protobuf.DurationB\x0e\xbaH\v\xaa\x01\b\"\x04\b\x80\xf5$*\x00R\vapprovalTtl:\xcd\x04\xbaH\xc9\x04\x1a\\\n" +
+	"\fapproval_ttl\x18\x11 \x01(\v2\x19.google.protobuf.DurationB\x0e\xbaH\v\xaa\x01\b\"\x04\b\x80\xf5$*\x00R\vapprovalTtl\x12?\n" +
+	"\tfree_text\x18\x12 \x01(\x0e2\x18.countersign.v1.FreeTextB\b\xbaH\x05\x82\x01\x02\x10\x01R\bfreeText:\xcd\x04\xbaH\xc9\x04\x1a\\\n" +
 	"\x10mandate.validity\x12$valid_until must be after valid_from\x1a\"this.valid_until > this.valid_from\x1a\x95\x01\n" +
 	"\x1fmandate.budgets_unique_currency\x12\x1fat most one budget per currency\x1aQthis.budgets.all(b, this.budgets.filter(c, c.currency == b.currency).size() == 1)\x1a\x98\x01\n" +
 	"\x1cmandate.grants_unique_action\x12!at most one grant per action kind\x1aUthis.grants.all(g, this.grants.filter(h, h.action_kind == g.action_kind).size() == 1)\x1a\xb5\x01\n" +
@@ -752,7 +827,12 @@ const file_countersign_v1_mandate_proto_rawDesc = "" +
 	"\vWindowScope\x12\x1c\n" +
 	"\x18WINDOW_SCOPE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12WINDOW_SCOPE_AGENT\x10\x01\x12\x16\n" +
-	"\x12WINDOW_SCOPE_PAYEE\x10\x02BEZCgithub.com/countersign/countersign/gen/countersign/v1;countersignv1b\x06proto3"
+	"\x12WINDOW_SCOPE_PAYEE\x10\x02*d\n" +
+	"\bFreeText\x12\x19\n" +
+	"\x15FREE_TEXT_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fFREE_TEXT_ALLOW\x10\x01\x12\x14\n" +
+	"\x10FREE_TEXT_REFUSE\x10\x02\x12\x12\n" +
+	"\x0eFREE_TEXT_HOLD\x10\x03BEZCgithub.com/countersign/countersign/gen/countersign/v1;countersignv1b\x06proto3"
 
 var (
 	file_countersign_v1_mandate_proto_rawDescOnce sync.Once
@@ -766,49 +846,51 @@ func file_countersign_v1_mandate_proto_rawDescGZIP() []byte {
 	return file_countersign_v1_mandate_proto_rawDescData
 }
 
-var file_countersign_v1_mandate_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_countersign_v1_mandate_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_countersign_v1_mandate_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_countersign_v1_mandate_proto_goTypes = []any{
 	(MandateMode)(0),              // 0: countersign.v1.MandateMode
 	(WindowScope)(0),              // 1: countersign.v1.WindowScope
-	(*Mandate)(nil),               // 2: countersign.v1.Mandate
-	(*Grant)(nil),                 // 3: countersign.v1.Grant
-	(*Window)(nil),                // 4: countersign.v1.Window
-	(*IdempotencySetting)(nil),    // 5: countersign.v1.IdempotencySetting
-	(*Provenance)(nil),            // 6: countersign.v1.Provenance
-	(*AdvisorySettings)(nil),      // 7: countersign.v1.AdvisorySettings
-	nil,                           // 8: countersign.v1.Provenance.McpToolDescriptionHashesEntry
-	(Rail)(0),                     // 9: countersign.v1.Rail
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
-	(*Money)(nil),                 // 11: countersign.v1.Money
-	(*durationpb.Duration)(nil),   // 12: google.protobuf.Duration
-	(ActionKind)(0),               // 13: countersign.v1.ActionKind
+	(FreeText)(0),                 // 2: countersign.v1.FreeText
+	(*Mandate)(nil),               // 3: countersign.v1.Mandate
+	(*Grant)(nil),                 // 4: countersign.v1.Grant
+	(*Window)(nil),                // 5: countersign.v1.Window
+	(*IdempotencySetting)(nil),    // 6: countersign.v1.IdempotencySetting
+	(*Provenance)(nil),            // 7: countersign.v1.Provenance
+	(*AdvisorySettings)(nil),      // 8: countersign.v1.AdvisorySettings
+	nil,                           // 9: countersign.v1.Provenance.McpToolDescriptionHashesEntry
+	(Rail)(0),                     // 10: countersign.v1.Rail
+	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(*Money)(nil),                 // 12: countersign.v1.Money
+	(*durationpb.Duration)(nil),   // 13: google.protobuf.Duration
+	(ActionKind)(0),               // 14: countersign.v1.ActionKind
 }
 var file_countersign_v1_mandate_proto_depIdxs = []int32{
-	9,  // 0: countersign.v1.Mandate.rail:type_name -> countersign.v1.Rail
-	10, // 1: countersign.v1.Mandate.valid_from:type_name -> google.protobuf.Timestamp
-	10, // 2: countersign.v1.Mandate.valid_until:type_name -> google.protobuf.Timestamp
+	10, // 0: countersign.v1.Mandate.rail:type_name -> countersign.v1.Rail
+	11, // 1: countersign.v1.Mandate.valid_from:type_name -> google.protobuf.Timestamp
+	11, // 2: countersign.v1.Mandate.valid_until:type_name -> google.protobuf.Timestamp
 	0,  // 3: countersign.v1.Mandate.mode:type_name -> countersign.v1.MandateMode
-	3,  // 4: countersign.v1.Mandate.grants:type_name -> countersign.v1.Grant
-	11, // 5: countersign.v1.Mandate.budgets:type_name -> countersign.v1.Money
-	4,  // 6: countersign.v1.Mandate.windows:type_name -> countersign.v1.Window
-	11, // 7: countersign.v1.Mandate.fee_budget:type_name -> countersign.v1.Money
-	5,  // 8: countersign.v1.Mandate.idempotency:type_name -> countersign.v1.IdempotencySetting
-	6,  // 9: countersign.v1.Mandate.provenance:type_name -> countersign.v1.Provenance
-	7,  // 10: countersign.v1.Mandate.advisory:type_name -> countersign.v1.AdvisorySettings
-	12, // 11: countersign.v1.Mandate.approval_ttl:type_name -> google.protobuf.Duration
-	13, // 12: countersign.v1.Grant.action_kind:type_name -> countersign.v1.ActionKind
-	1,  // 13: countersign.v1.Window.scope:type_name -> countersign.v1.WindowScope
-	12, // 14: countersign.v1.Window.duration:type_name -> google.protobuf.Duration
-	11, // 15: countersign.v1.Window.max_amount:type_name -> countersign.v1.Money
-	13, // 16: countersign.v1.IdempotencySetting.action_kind:type_name -> countersign.v1.ActionKind
-	12, // 17: countersign.v1.IdempotencySetting.window:type_name -> google.protobuf.Duration
-	8,  // 18: countersign.v1.Provenance.mcp_tool_description_hashes:type_name -> countersign.v1.Provenance.McpToolDescriptionHashesEntry
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	4,  // 4: countersign.v1.Mandate.grants:type_name -> countersign.v1.Grant
+	12, // 5: countersign.v1.Mandate.budgets:type_name -> countersign.v1.Money
+	5,  // 6: countersign.v1.Mandate.windows:type_name -> countersign.v1.Window
+	12, // 7: countersign.v1.Mandate.fee_budget:type_name -> countersign.v1.Money
+	6,  // 8: countersign.v1.Mandate.idempotency:type_name -> countersign.v1.IdempotencySetting
+	7,  // 9: countersign.v1.Mandate.provenance:type_name -> countersign.v1.Provenance
+	8,  // 10: countersign.v1.Mandate.advisory:type_name -> countersign.v1.AdvisorySettings
+	13, // 11: countersign.v1.Mandate.approval_ttl:type_name -> google.protobuf.Duration
+	2,  // 12: countersign.v1.Mandate.free_text:type_name -> countersign.v1.FreeText
+	14, // 13: countersign.v1.Grant.action_kind:type_name -> countersign.v1.ActionKind
+	1,  // 14: countersign.v1.Window.scope:type_name -> countersign.v1.WindowScope
+	13, // 15: countersign.v1.Window.duration:type_name -> google.protobuf.Duration
+	12, // 16: countersign.v1.Window.max_amount:type_name -> countersign.v1.Money
+	14, // 17: countersign.v1.IdempotencySetting.action_kind:type_name -> countersign.v1.ActionKind
+	13, // 18: countersign.v1.IdempotencySetting.window:type_name -> google.protobuf.Duration
+	9,  // 19: countersign.v1.Provenance.mcp_tool_description_hashes:type_name -> countersign.v1.Provenance.McpToolDescriptionHashesEntry
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_countersign_v1_mandate_proto_init() }
@@ -822,7 +904,7 @@ func file_countersign_v1_mandate_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_countersign_v1_mandate_proto_rawDesc), len(file_countersign_v1_mandate_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -3061,8 +3061,16 @@ type Approval struct {
 	// (RFC 8785) of the intent's action, whose SHA-256 is
 	// request_fingerprint. Amounts in it are minor units.
 	CanonicalRequest string `protobuf:"bytes,19,opt,name=canonical_request,json=canonicalRequest,proto3" json:"canonical_request,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The held request's label members (free text and other members that move
+	// no money, outside the semantic key), by the member's name as the rail
+	// reads it (metadata[ticket], notes.ticket, description), Countersign's
+	// stamp excluded. The approval covers these exact labels: the same action
+	// with other labels is not the approved request and is held again.
+	Labels map[string]string `protobuf:"bytes,20,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Lower-case hex SHA-256 of the canonical JSON (RFC 8785) of labels.
+	LabelsDigest  string `protobuf:"bytes,21,opt,name=labels_digest,json=labelsDigest,proto3" json:"labels_digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Approval) Reset() {
@@ -3224,6 +3232,20 @@ func (x *Approval) GetHeldBy() *GateResult {
 func (x *Approval) GetCanonicalRequest() string {
 	if x != nil {
 		return x.CanonicalRequest
+	}
+	return ""
+}
+
+func (x *Approval) GetLabels() map[string]string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
+func (x *Approval) GetLabelsDigest() string {
+	if x != nil {
+		return x.LabelsDigest
 	}
 	return ""
 }
@@ -5529,7 +5551,7 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"\n" +
 	"transition\x18\x01 \x01(\v2\x1b.countersign.v1.AuditRecordR\n" +
 	"transition\x12.\n" +
-	"\x06intent\x18\x02 \x01(\v2\x16.countersign.v1.IntentR\x06intent\"\xa9\x06\n" +
+	"\x06intent\x18\x02 \x01(\v2\x16.countersign.v1.IntentR\x06intent\"\xc7\a\n" +
 	"\bApproval\x12\x1f\n" +
 	"\vapproval_id\x18\x01 \x01(\tR\n" +
 	"approvalId\x123\n" +
@@ -5555,7 +5577,12 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"\x04note\x18\x10 \x01(\tR\x04note\x12(\n" +
 	"\x04rail\x18\x11 \x01(\x0e2\x14.countersign.v1.RailR\x04rail\x123\n" +
 	"\aheld_by\x18\x12 \x01(\v2\x1a.countersign.v1.GateResultR\x06heldBy\x12+\n" +
-	"\x11canonical_request\x18\x13 \x01(\tR\x10canonicalRequest\"\xcb\x01\n" +
+	"\x11canonical_request\x18\x13 \x01(\tR\x10canonicalRequest\x12<\n" +
+	"\x06labels\x18\x14 \x03(\v2$.countersign.v1.Approval.LabelsEntryR\x06labels\x12#\n" +
+	"\rlabels_digest\x18\x15 \x01(\tR\flabelsDigest\x1a9\n" +
+	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xcb\x01\n" +
 	"\x14ListApprovalsRequest\x12'\n" +
 	"\tpage_size\x18\x01 \x01(\x05B\n" +
 	"\xbaH\a\x1a\x05\x18\xe8\a(\x00R\bpageSize\x12'\n" +
@@ -5805,7 +5832,7 @@ func file_countersign_v1_owner_proto_rawDescGZIP() []byte {
 }
 
 var file_countersign_v1_owner_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_countersign_v1_owner_proto_msgTypes = make([]protoimpl.MessageInfo, 73)
+var file_countersign_v1_owner_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
 var file_countersign_v1_owner_proto_goTypes = []any{
 	(AgentState)(0),                          // 0: countersign.v1.AgentState
 	(CredentialScope)(0),                     // 1: countersign.v1.CredentialScope
@@ -5887,24 +5914,25 @@ var file_countersign_v1_owner_proto_goTypes = []any{
 	(*ListDeadLettersResponse)(nil),          // 77: countersign.v1.ListDeadLettersResponse
 	(*ReplayDeadLetterRequest)(nil),          // 78: countersign.v1.ReplayDeadLetterRequest
 	(*ReplayDeadLetterResponse)(nil),         // 79: countersign.v1.ReplayDeadLetterResponse
-	(*timestamppb.Timestamp)(nil),            // 80: google.protobuf.Timestamp
-	(*Mandate)(nil),                          // 81: countersign.v1.Mandate
-	(WindowScope)(0),                         // 82: countersign.v1.WindowScope
-	(*durationpb.Duration)(nil),              // 83: google.protobuf.Duration
-	(*Money)(nil),                            // 84: countersign.v1.Money
-	(IntentState)(0),                         // 85: countersign.v1.IntentState
-	(*Intent)(nil),                           // 86: countersign.v1.Intent
-	(*Attempt)(nil),                          // 87: countersign.v1.Attempt
-	(*AuditRecord)(nil),                      // 88: countersign.v1.AuditRecord
-	(ReconcileOutcome)(0),                    // 89: countersign.v1.ReconcileOutcome
-	(ActionKind)(0),                          // 90: countersign.v1.ActionKind
-	(*GateResult)(nil),                       // 91: countersign.v1.GateResult
-	(Rail)(0),                                // 92: countersign.v1.Rail
+	nil,                                      // 80: countersign.v1.Approval.LabelsEntry
+	(*timestamppb.Timestamp)(nil),            // 81: google.protobuf.Timestamp
+	(*Mandate)(nil),                          // 82: countersign.v1.Mandate
+	(WindowScope)(0),                         // 83: countersign.v1.WindowScope
+	(*durationpb.Duration)(nil),              // 84: google.protobuf.Duration
+	(*Money)(nil),                            // 85: countersign.v1.Money
+	(IntentState)(0),                         // 86: countersign.v1.IntentState
+	(*Intent)(nil),                           // 87: countersign.v1.Intent
+	(*Attempt)(nil),                          // 88: countersign.v1.Attempt
+	(*AuditRecord)(nil),                      // 89: countersign.v1.AuditRecord
+	(ReconcileOutcome)(0),                    // 90: countersign.v1.ReconcileOutcome
+	(ActionKind)(0),                          // 91: countersign.v1.ActionKind
+	(*GateResult)(nil),                       // 92: countersign.v1.GateResult
+	(Rail)(0),                                // 93: countersign.v1.Rail
 }
 var file_countersign_v1_owner_proto_depIdxs = []int32{
 	0,   // 0: countersign.v1.Agent.state:type_name -> countersign.v1.AgentState
-	80,  // 1: countersign.v1.Agent.create_time:type_name -> google.protobuf.Timestamp
-	80,  // 2: countersign.v1.Agent.revoke_time:type_name -> google.protobuf.Timestamp
+	81,  // 1: countersign.v1.Agent.create_time:type_name -> google.protobuf.Timestamp
+	81,  // 2: countersign.v1.Agent.revoke_time:type_name -> google.protobuf.Timestamp
 	7,   // 3: countersign.v1.CreateAgentRequest.agent:type_name -> countersign.v1.Agent
 	7,   // 4: countersign.v1.CreateAgentResponse.agent:type_name -> countersign.v1.Agent
 	7,   // 5: countersign.v1.ListAgentsResponse.agents:type_name -> countersign.v1.Agent
@@ -5912,153 +5940,154 @@ var file_countersign_v1_owner_proto_depIdxs = []int32{
 	7,   // 7: countersign.v1.RevokeAgentResponse.agent:type_name -> countersign.v1.Agent
 	1,   // 8: countersign.v1.Credential.scope:type_name -> countersign.v1.CredentialScope
 	2,   // 9: countersign.v1.Credential.state:type_name -> countersign.v1.CredentialState
-	80,  // 10: countersign.v1.Credential.create_time:type_name -> google.protobuf.Timestamp
-	80,  // 11: countersign.v1.Credential.expire_time:type_name -> google.protobuf.Timestamp
-	80,  // 12: countersign.v1.Credential.revoke_time:type_name -> google.protobuf.Timestamp
-	80,  // 13: countersign.v1.Credential.last_use_time:type_name -> google.protobuf.Timestamp
+	81,  // 10: countersign.v1.Credential.create_time:type_name -> google.protobuf.Timestamp
+	81,  // 11: countersign.v1.Credential.expire_time:type_name -> google.protobuf.Timestamp
+	81,  // 12: countersign.v1.Credential.revoke_time:type_name -> google.protobuf.Timestamp
+	81,  // 13: countersign.v1.Credential.last_use_time:type_name -> google.protobuf.Timestamp
 	1,   // 14: countersign.v1.IssueCredentialRequest.scope:type_name -> countersign.v1.CredentialScope
-	80,  // 15: countersign.v1.IssueCredentialRequest.expire_time:type_name -> google.protobuf.Timestamp
+	81,  // 15: countersign.v1.IssueCredentialRequest.expire_time:type_name -> google.protobuf.Timestamp
 	16,  // 16: countersign.v1.IssueCredentialResponse.credential:type_name -> countersign.v1.Credential
 	16,  // 17: countersign.v1.ListCredentialsResponse.credentials:type_name -> countersign.v1.Credential
 	16,  // 18: countersign.v1.RevokeCredentialResponse.credential:type_name -> countersign.v1.Credential
-	81,  // 19: countersign.v1.MandateRecord.mandate:type_name -> countersign.v1.Mandate
+	82,  // 19: countersign.v1.MandateRecord.mandate:type_name -> countersign.v1.Mandate
 	3,   // 20: countersign.v1.MandateRecord.state:type_name -> countersign.v1.MandateState
-	80,  // 21: countersign.v1.MandateRecord.create_time:type_name -> google.protobuf.Timestamp
-	80,  // 22: countersign.v1.MandateRecord.revoke_time:type_name -> google.protobuf.Timestamp
-	81,  // 23: countersign.v1.CreateMandateRequest.mandate:type_name -> countersign.v1.Mandate
+	81,  // 21: countersign.v1.MandateRecord.create_time:type_name -> google.protobuf.Timestamp
+	81,  // 22: countersign.v1.MandateRecord.revoke_time:type_name -> google.protobuf.Timestamp
+	82,  // 23: countersign.v1.CreateMandateRequest.mandate:type_name -> countersign.v1.Mandate
 	23,  // 24: countersign.v1.CreateMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
 	23,  // 25: countersign.v1.GetMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
 	3,   // 26: countersign.v1.ListMandatesRequest.state:type_name -> countersign.v1.MandateState
 	23,  // 27: countersign.v1.ListMandatesResponse.mandates:type_name -> countersign.v1.MandateRecord
 	23,  // 28: countersign.v1.RevokeMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
 	34,  // 29: countersign.v1.GetMandateUsageResponse.usage:type_name -> countersign.v1.MandateUsage
-	80,  // 30: countersign.v1.MandateUsage.as_of:type_name -> google.protobuf.Timestamp
+	81,  // 30: countersign.v1.MandateUsage.as_of:type_name -> google.protobuf.Timestamp
 	35,  // 31: countersign.v1.MandateUsage.budgets:type_name -> countersign.v1.MandateBudgetUsage
 	36,  // 32: countersign.v1.MandateUsage.windows:type_name -> countersign.v1.MandateWindowUsage
 	37,  // 33: countersign.v1.MandateUsage.fee_budget:type_name -> countersign.v1.MandateFeeUsage
-	82,  // 34: countersign.v1.MandateWindowUsage.scope:type_name -> countersign.v1.WindowScope
-	83,  // 35: countersign.v1.MandateWindowUsage.duration:type_name -> google.protobuf.Duration
-	84,  // 36: countersign.v1.MandateWindowUsage.max_amount:type_name -> countersign.v1.Money
-	84,  // 37: countersign.v1.MandateWindowUsage.amount:type_name -> countersign.v1.Money
-	80,  // 38: countersign.v1.MandateWindowUsage.window_start_time:type_name -> google.protobuf.Timestamp
-	80,  // 39: countersign.v1.MandateWindowUsage.next_release_time:type_name -> google.protobuf.Timestamp
-	84,  // 40: countersign.v1.MandateFeeUsage.limit:type_name -> countersign.v1.Money
-	85,  // 41: countersign.v1.ListIntentsRequest.state:type_name -> countersign.v1.IntentState
-	86,  // 42: countersign.v1.ListIntentsResponse.intents:type_name -> countersign.v1.Intent
-	86,  // 43: countersign.v1.GetIntentResponse.intent:type_name -> countersign.v1.Intent
-	87,  // 44: countersign.v1.GetIntentResponse.attempts:type_name -> countersign.v1.Attempt
-	88,  // 45: countersign.v1.GetIntentResponse.transitions:type_name -> countersign.v1.AuditRecord
+	83,  // 34: countersign.v1.MandateWindowUsage.scope:type_name -> countersign.v1.WindowScope
+	84,  // 35: countersign.v1.MandateWindowUsage.duration:type_name -> google.protobuf.Duration
+	85,  // 36: countersign.v1.MandateWindowUsage.max_amount:type_name -> countersign.v1.Money
+	85,  // 37: countersign.v1.MandateWindowUsage.amount:type_name -> countersign.v1.Money
+	81,  // 38: countersign.v1.MandateWindowUsage.window_start_time:type_name -> google.protobuf.Timestamp
+	81,  // 39: countersign.v1.MandateWindowUsage.next_release_time:type_name -> google.protobuf.Timestamp
+	85,  // 40: countersign.v1.MandateFeeUsage.limit:type_name -> countersign.v1.Money
+	86,  // 41: countersign.v1.ListIntentsRequest.state:type_name -> countersign.v1.IntentState
+	87,  // 42: countersign.v1.ListIntentsResponse.intents:type_name -> countersign.v1.Intent
+	87,  // 43: countersign.v1.GetIntentResponse.intent:type_name -> countersign.v1.Intent
+	88,  // 44: countersign.v1.GetIntentResponse.attempts:type_name -> countersign.v1.Attempt
+	89,  // 45: countersign.v1.GetIntentResponse.transitions:type_name -> countersign.v1.AuditRecord
 	42,  // 46: countersign.v1.GetIntentResponse.findings:type_name -> countersign.v1.IntentFinding
 	43,  // 47: countersign.v1.GetIntentResponse.stored_answer:type_name -> countersign.v1.StoredRailAnswer
-	89,  // 48: countersign.v1.IntentFinding.outcome:type_name -> countersign.v1.ReconcileOutcome
-	80,  // 49: countersign.v1.IntentFinding.find_time:type_name -> google.protobuf.Timestamp
+	90,  // 48: countersign.v1.IntentFinding.outcome:type_name -> countersign.v1.ReconcileOutcome
+	81,  // 49: countersign.v1.IntentFinding.find_time:type_name -> google.protobuf.Timestamp
 	4,   // 50: countersign.v1.StoredRailAnswer.source:type_name -> countersign.v1.StoredRailAnswerSource
-	85,  // 51: countersign.v1.WatchIntentsRequest.states:type_name -> countersign.v1.IntentState
-	88,  // 52: countersign.v1.WatchIntentsResponse.transition:type_name -> countersign.v1.AuditRecord
-	86,  // 53: countersign.v1.WatchIntentsResponse.intent:type_name -> countersign.v1.Intent
+	86,  // 51: countersign.v1.WatchIntentsRequest.states:type_name -> countersign.v1.IntentState
+	89,  // 52: countersign.v1.WatchIntentsResponse.transition:type_name -> countersign.v1.AuditRecord
+	87,  // 53: countersign.v1.WatchIntentsResponse.intent:type_name -> countersign.v1.Intent
 	5,   // 54: countersign.v1.Approval.state:type_name -> countersign.v1.ApprovalState
-	90,  // 55: countersign.v1.Approval.action_kind:type_name -> countersign.v1.ActionKind
-	84,  // 56: countersign.v1.Approval.amount:type_name -> countersign.v1.Money
-	91,  // 57: countersign.v1.Approval.gates:type_name -> countersign.v1.GateResult
-	80,  // 58: countersign.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
-	80,  // 59: countersign.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
-	80,  // 60: countersign.v1.Approval.decide_time:type_name -> google.protobuf.Timestamp
-	92,  // 61: countersign.v1.Approval.rail:type_name -> countersign.v1.Rail
-	91,  // 62: countersign.v1.Approval.held_by:type_name -> countersign.v1.GateResult
-	5,   // 63: countersign.v1.ListApprovalsRequest.state:type_name -> countersign.v1.ApprovalState
-	46,  // 64: countersign.v1.ListApprovalsResponse.approvals:type_name -> countersign.v1.Approval
-	46,  // 65: countersign.v1.GetApprovalResponse.approval:type_name -> countersign.v1.Approval
-	53,  // 66: countersign.v1.GetApprovalResponse.live:type_name -> countersign.v1.ApprovalLive
-	46,  // 67: countersign.v1.WatchApprovalsResponse.approval:type_name -> countersign.v1.Approval
-	80,  // 68: countersign.v1.ApprovalLive.as_of:type_name -> google.protobuf.Timestamp
-	84,  // 69: countersign.v1.ApprovalLive.refundable:type_name -> countersign.v1.Money
-	84,  // 70: countersign.v1.ApprovalLive.rail_refundable:type_name -> countersign.v1.Money
-	84,  // 71: countersign.v1.ApprovalLive.ledger_outstanding:type_name -> countersign.v1.Money
-	34,  // 72: countersign.v1.ApprovalLive.mandate_usage:type_name -> countersign.v1.MandateUsage
-	46,  // 73: countersign.v1.ApproveApprovalResponse.approval:type_name -> countersign.v1.Approval
-	46,  // 74: countersign.v1.RejectApprovalResponse.approval:type_name -> countersign.v1.Approval
-	88,  // 75: countersign.v1.ListAuditRecordsResponse.audit_records:type_name -> countersign.v1.AuditRecord
-	83,  // 76: countersign.v1.VerifyAuditRequest.max_unsealed_age:type_name -> google.protobuf.Duration
-	80,  // 77: countersign.v1.VerifyAuditResponse.oldest_unsealed_time:type_name -> google.protobuf.Timestamp
-	62,  // 78: countersign.v1.VerifyAuditResponse.problems:type_name -> countersign.v1.AuditProblem
-	88,  // 79: countersign.v1.GetAuditInclusionProofResponse.record:type_name -> countersign.v1.AuditRecord
-	63,  // 80: countersign.v1.GetAuditInclusionProofResponse.checkpoint:type_name -> countersign.v1.AuditCheckpoint
-	63,  // 81: countersign.v1.GetAuditConsistencyProofResponse.from:type_name -> countersign.v1.AuditCheckpoint
-	63,  // 82: countersign.v1.GetAuditConsistencyProofResponse.to:type_name -> countersign.v1.AuditCheckpoint
-	80,  // 83: countersign.v1.Webhook.create_time:type_name -> google.protobuf.Timestamp
-	68,  // 84: countersign.v1.CreateWebhookRequest.webhook:type_name -> countersign.v1.Webhook
-	68,  // 85: countersign.v1.CreateWebhookResponse.webhook:type_name -> countersign.v1.Webhook
-	68,  // 86: countersign.v1.ListWebhooksResponse.webhooks:type_name -> countersign.v1.Webhook
-	6,   // 87: countersign.v1.DeadLetter.state:type_name -> countersign.v1.DeadLetterState
-	80,  // 88: countersign.v1.DeadLetter.create_time:type_name -> google.protobuf.Timestamp
-	80,  // 89: countersign.v1.DeadLetter.dead_time:type_name -> google.protobuf.Timestamp
-	80,  // 90: countersign.v1.DeadLetter.replay_time:type_name -> google.protobuf.Timestamp
-	6,   // 91: countersign.v1.ListDeadLettersRequest.state:type_name -> countersign.v1.DeadLetterState
-	75,  // 92: countersign.v1.ListDeadLettersResponse.dead_letters:type_name -> countersign.v1.DeadLetter
-	75,  // 93: countersign.v1.ReplayDeadLetterResponse.dead_letter:type_name -> countersign.v1.DeadLetter
-	8,   // 94: countersign.v1.OwnerService.CreateAgent:input_type -> countersign.v1.CreateAgentRequest
-	10,  // 95: countersign.v1.OwnerService.ListAgents:input_type -> countersign.v1.ListAgentsRequest
-	12,  // 96: countersign.v1.OwnerService.GetAgent:input_type -> countersign.v1.GetAgentRequest
-	14,  // 97: countersign.v1.OwnerService.RevokeAgent:input_type -> countersign.v1.RevokeAgentRequest
-	17,  // 98: countersign.v1.OwnerService.IssueCredential:input_type -> countersign.v1.IssueCredentialRequest
-	19,  // 99: countersign.v1.OwnerService.ListCredentials:input_type -> countersign.v1.ListCredentialsRequest
-	21,  // 100: countersign.v1.OwnerService.RevokeCredential:input_type -> countersign.v1.RevokeCredentialRequest
-	24,  // 101: countersign.v1.OwnerService.CreateMandate:input_type -> countersign.v1.CreateMandateRequest
-	26,  // 102: countersign.v1.OwnerService.GetMandate:input_type -> countersign.v1.GetMandateRequest
-	28,  // 103: countersign.v1.OwnerService.ListMandates:input_type -> countersign.v1.ListMandatesRequest
-	30,  // 104: countersign.v1.OwnerService.RevokeMandate:input_type -> countersign.v1.RevokeMandateRequest
-	32,  // 105: countersign.v1.OwnerService.GetMandateUsage:input_type -> countersign.v1.GetMandateUsageRequest
-	38,  // 106: countersign.v1.OwnerService.ListIntents:input_type -> countersign.v1.ListIntentsRequest
-	40,  // 107: countersign.v1.OwnerService.GetIntent:input_type -> countersign.v1.GetIntentRequest
-	44,  // 108: countersign.v1.OwnerService.WatchIntents:input_type -> countersign.v1.WatchIntentsRequest
-	47,  // 109: countersign.v1.OwnerService.ListApprovals:input_type -> countersign.v1.ListApprovalsRequest
-	49,  // 110: countersign.v1.OwnerService.GetApproval:input_type -> countersign.v1.GetApprovalRequest
-	51,  // 111: countersign.v1.OwnerService.WatchApprovals:input_type -> countersign.v1.WatchApprovalsRequest
-	54,  // 112: countersign.v1.OwnerService.ApproveApproval:input_type -> countersign.v1.ApproveApprovalRequest
-	56,  // 113: countersign.v1.OwnerService.RejectApproval:input_type -> countersign.v1.RejectApprovalRequest
-	58,  // 114: countersign.v1.OwnerService.ListAuditRecords:input_type -> countersign.v1.ListAuditRecordsRequest
-	60,  // 115: countersign.v1.OwnerService.VerifyAudit:input_type -> countersign.v1.VerifyAuditRequest
-	64,  // 116: countersign.v1.OwnerService.GetAuditInclusionProof:input_type -> countersign.v1.GetAuditInclusionProofRequest
-	66,  // 117: countersign.v1.OwnerService.GetAuditConsistencyProof:input_type -> countersign.v1.GetAuditConsistencyProofRequest
-	76,  // 118: countersign.v1.OwnerService.ListDeadLetters:input_type -> countersign.v1.ListDeadLettersRequest
-	78,  // 119: countersign.v1.OwnerService.ReplayDeadLetter:input_type -> countersign.v1.ReplayDeadLetterRequest
-	69,  // 120: countersign.v1.OwnerService.CreateWebhook:input_type -> countersign.v1.CreateWebhookRequest
-	71,  // 121: countersign.v1.OwnerService.ListWebhooks:input_type -> countersign.v1.ListWebhooksRequest
-	73,  // 122: countersign.v1.OwnerService.DeleteWebhook:input_type -> countersign.v1.DeleteWebhookRequest
-	9,   // 123: countersign.v1.OwnerService.CreateAgent:output_type -> countersign.v1.CreateAgentResponse
-	11,  // 124: countersign.v1.OwnerService.ListAgents:output_type -> countersign.v1.ListAgentsResponse
-	13,  // 125: countersign.v1.OwnerService.GetAgent:output_type -> countersign.v1.GetAgentResponse
-	15,  // 126: countersign.v1.OwnerService.RevokeAgent:output_type -> countersign.v1.RevokeAgentResponse
-	18,  // 127: countersign.v1.OwnerService.IssueCredential:output_type -> countersign.v1.IssueCredentialResponse
-	20,  // 128: countersign.v1.OwnerService.ListCredentials:output_type -> countersign.v1.ListCredentialsResponse
-	22,  // 129: countersign.v1.OwnerService.RevokeCredential:output_type -> countersign.v1.RevokeCredentialResponse
-	25,  // 130: countersign.v1.OwnerService.CreateMandate:output_type -> countersign.v1.CreateMandateResponse
-	27,  // 131: countersign.v1.OwnerService.GetMandate:output_type -> countersign.v1.GetMandateResponse
-	29,  // 132: countersign.v1.OwnerService.ListMandates:output_type -> countersign.v1.ListMandatesResponse
-	31,  // 133: countersign.v1.OwnerService.RevokeMandate:output_type -> countersign.v1.RevokeMandateResponse
-	33,  // 134: countersign.v1.OwnerService.GetMandateUsage:output_type -> countersign.v1.GetMandateUsageResponse
-	39,  // 135: countersign.v1.OwnerService.ListIntents:output_type -> countersign.v1.ListIntentsResponse
-	41,  // 136: countersign.v1.OwnerService.GetIntent:output_type -> countersign.v1.GetIntentResponse
-	45,  // 137: countersign.v1.OwnerService.WatchIntents:output_type -> countersign.v1.WatchIntentsResponse
-	48,  // 138: countersign.v1.OwnerService.ListApprovals:output_type -> countersign.v1.ListApprovalsResponse
-	50,  // 139: countersign.v1.OwnerService.GetApproval:output_type -> countersign.v1.GetApprovalResponse
-	52,  // 140: countersign.v1.OwnerService.WatchApprovals:output_type -> countersign.v1.WatchApprovalsResponse
-	55,  // 141: countersign.v1.OwnerService.ApproveApproval:output_type -> countersign.v1.ApproveApprovalResponse
-	57,  // 142: countersign.v1.OwnerService.RejectApproval:output_type -> countersign.v1.RejectApprovalResponse
-	59,  // 143: countersign.v1.OwnerService.ListAuditRecords:output_type -> countersign.v1.ListAuditRecordsResponse
-	61,  // 144: countersign.v1.OwnerService.VerifyAudit:output_type -> countersign.v1.VerifyAuditResponse
-	65,  // 145: countersign.v1.OwnerService.GetAuditInclusionProof:output_type -> countersign.v1.GetAuditInclusionProofResponse
-	67,  // 146: countersign.v1.OwnerService.GetAuditConsistencyProof:output_type -> countersign.v1.GetAuditConsistencyProofResponse
-	77,  // 147: countersign.v1.OwnerService.ListDeadLetters:output_type -> countersign.v1.ListDeadLettersResponse
-	79,  // 148: countersign.v1.OwnerService.ReplayDeadLetter:output_type -> countersign.v1.ReplayDeadLetterResponse
-	70,  // 149: countersign.v1.OwnerService.CreateWebhook:output_type -> countersign.v1.CreateWebhookResponse
-	72,  // 150: countersign.v1.OwnerService.ListWebhooks:output_type -> countersign.v1.ListWebhooksResponse
-	74,  // 151: countersign.v1.OwnerService.DeleteWebhook:output_type -> countersign.v1.DeleteWebhookResponse
-	123, // [123:152] is the sub-list for method output_type
-	94,  // [94:123] is the sub-list for method input_type
-	94,  // [94:94] is the sub-list for extension type_name
-	94,  // [94:94] is the sub-list for extension extendee
-	0,   // [0:94] is the sub-list for field type_name
+	91,  // 55: countersign.v1.Approval.action_kind:type_name -> countersign.v1.ActionKind
+	85,  // 56: countersign.v1.Approval.amount:type_name -> countersign.v1.Money
+	92,  // 57: countersign.v1.Approval.gates:type_name -> countersign.v1.GateResult
+	81,  // 58: countersign.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
+	81,  // 59: countersign.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
+	81,  // 60: countersign.v1.Approval.decide_time:type_name -> google.protobuf.Timestamp
+	93,  // 61: countersign.v1.Approval.rail:type_name -> countersign.v1.Rail
+	92,  // 62: countersign.v1.Approval.held_by:type_name -> countersign.v1.GateResult
+	80,  // 63: countersign.v1.Approval.labels:type_name -> countersign.v1.Approval.LabelsEntry
+	5,   // 64: countersign.v1.ListApprovalsRequest.state:type_name -> countersign.v1.ApprovalState
+	46,  // 65: countersign.v1.ListApprovalsResponse.approvals:type_name -> countersign.v1.Approval
+	46,  // 66: countersign.v1.GetApprovalResponse.approval:type_name -> countersign.v1.Approval
+	53,  // 67: countersign.v1.GetApprovalResponse.live:type_name -> countersign.v1.ApprovalLive
+	46,  // 68: countersign.v1.WatchApprovalsResponse.approval:type_name -> countersign.v1.Approval
+	81,  // 69: countersign.v1.ApprovalLive.as_of:type_name -> google.protobuf.Timestamp
+	85,  // 70: countersign.v1.ApprovalLive.refundable:type_name -> countersign.v1.Money
+	85,  // 71: countersign.v1.ApprovalLive.rail_refundable:type_name -> countersign.v1.Money
+	85,  // 72: countersign.v1.ApprovalLive.ledger_outstanding:type_name -> countersign.v1.Money
+	34,  // 73: countersign.v1.ApprovalLive.mandate_usage:type_name -> countersign.v1.MandateUsage
+	46,  // 74: countersign.v1.ApproveApprovalResponse.approval:type_name -> countersign.v1.Approval
+	46,  // 75: countersign.v1.RejectApprovalResponse.approval:type_name -> countersign.v1.Approval
+	89,  // 76: countersign.v1.ListAuditRecordsResponse.audit_records:type_name -> countersign.v1.AuditRecord
+	84,  // 77: countersign.v1.VerifyAuditRequest.max_unsealed_age:type_name -> google.protobuf.Duration
+	81,  // 78: countersign.v1.VerifyAuditResponse.oldest_unsealed_time:type_name -> google.protobuf.Timestamp
+	62,  // 79: countersign.v1.VerifyAuditResponse.problems:type_name -> countersign.v1.AuditProblem
+	89,  // 80: countersign.v1.GetAuditInclusionProofResponse.record:type_name -> countersign.v1.AuditRecord
+	63,  // 81: countersign.v1.GetAuditInclusionProofResponse.checkpoint:type_name -> countersign.v1.AuditCheckpoint
+	63,  // 82: countersign.v1.GetAuditConsistencyProofResponse.from:type_name -> countersign.v1.AuditCheckpoint
+	63,  // 83: countersign.v1.GetAuditConsistencyProofResponse.to:type_name -> countersign.v1.AuditCheckpoint
+	81,  // 84: countersign.v1.Webhook.create_time:type_name -> google.protobuf.Timestamp
+	68,  // 85: countersign.v1.CreateWebhookRequest.webhook:type_name -> countersign.v1.Webhook
+	68,  // 86: countersign.v1.CreateWebhookResponse.webhook:type_name -> countersign.v1.Webhook
+	68,  // 87: countersign.v1.ListWebhooksResponse.webhooks:type_name -> countersign.v1.Webhook
+	6,   // 88: countersign.v1.DeadLetter.state:type_name -> countersign.v1.DeadLetterState
+	81,  // 89: countersign.v1.DeadLetter.create_time:type_name -> google.protobuf.Timestamp
+	81,  // 90: countersign.v1.DeadLetter.dead_time:type_name -> google.protobuf.Timestamp
+	81,  // 91: countersign.v1.DeadLetter.replay_time:type_name -> google.protobuf.Timestamp
+	6,   // 92: countersign.v1.ListDeadLettersRequest.state:type_name -> countersign.v1.DeadLetterState
+	75,  // 93: countersign.v1.ListDeadLettersResponse.dead_letters:type_name -> countersign.v1.DeadLetter
+	75,  // 94: countersign.v1.ReplayDeadLetterResponse.dead_letter:type_name -> countersign.v1.DeadLetter
+	8,   // 95: countersign.v1.OwnerService.CreateAgent:input_type -> countersign.v1.CreateAgentRequest
+	10,  // 96: countersign.v1.OwnerService.ListAgents:input_type -> countersign.v1.ListAgentsRequest
+	12,  // 97: countersign.v1.OwnerService.GetAgent:input_type -> countersign.v1.GetAgentRequest
+	14,  // 98: countersign.v1.OwnerService.RevokeAgent:input_type -> countersign.v1.RevokeAgentRequest
+	17,  // 99: countersign.v1.OwnerService.IssueCredential:input_type -> countersign.v1.IssueCredentialRequest
+	19,  // 100: countersign.v1.OwnerService.ListCredentials:input_type -> countersign.v1.ListCredentialsRequest
+	21,  // 101: countersign.v1.OwnerService.RevokeCredential:input_type -> countersign.v1.RevokeCredentialRequest
+	24,  // 102: countersign.v1.OwnerService.CreateMandate:input_type -> countersign.v1.CreateMandateRequest
+	26,  // 103: countersign.v1.OwnerService.GetMandate:input_type -> countersign.v1.GetMandateRequest
+	28,  // 104: countersign.v1.OwnerService.ListMandates:input_type -> countersign.v1.ListMandatesRequest
+	30,  // 105: countersign.v1.OwnerService.RevokeMandate:input_type -> countersign.v1.RevokeMandateRequest
+	32,  // 106: countersign.v1.OwnerService.GetMandateUsage:input_type -> countersign.v1.GetMandateUsageRequest
+	38,  // 107: countersign.v1.OwnerService.ListIntents:input_type -> countersign.v1.ListIntentsRequest
+	40,  // 108: countersign.v1.OwnerService.GetIntent:input_type -> countersign.v1.GetIntentRequest
+	44,  // 109: countersign.v1.OwnerService.WatchIntents:input_type -> countersign.v1.WatchIntentsRequest
+	47,  // 110: countersign.v1.OwnerService.ListApprovals:input_type -> countersign.v1.ListApprovalsRequest
+	49,  // 111: countersign.v1.OwnerService.GetApproval:input_type -> countersign.v1.GetApprovalRequest
+	51,  // 112: countersign.v1.OwnerService.WatchApprovals:input_type -> countersign.v1.WatchApprovalsRequest
+	54,  // 113: countersign.v1.OwnerService.ApproveApproval:input_type -> countersign.v1.ApproveApprovalRequest
+	56,  // 114: countersign.v1.OwnerService.RejectApproval:input_type -> countersign.v1.RejectApprovalRequest
+	58,  // 115: countersign.v1.OwnerService.ListAuditRecords:input_type -> countersign.v1.ListAuditRecordsRequest
+	60,  // 116: countersign.v1.OwnerService.VerifyAudit:input_type -> countersign.v1.VerifyAuditRequest
+	64,  // 117: countersign.v1.OwnerService.GetAuditInclusionProof:input_type -> countersign.v1.GetAuditInclusionProofRequest
+	66,  // 118: countersign.v1.OwnerService.GetAuditConsistencyProof:input_type -> countersign.v1.GetAuditConsistencyProofRequest
+	76,  // 119: countersign.v1.OwnerService.ListDeadLetters:input_type -> countersign.v1.ListDeadLettersRequest
+	78,  // 120: countersign.v1.OwnerService.ReplayDeadLetter:input_type -> countersign.v1.ReplayDeadLetterRequest
+	69,  // 121: countersign.v1.OwnerService.CreateWebhook:input_type -> countersign.v1.CreateWebhookRequest
+	71,  // 122: countersign.v1.OwnerService.ListWebhooks:input_type -> countersign.v1.ListWebhooksRequest
+	73,  // 123: countersign.v1.OwnerService.DeleteWebhook:input_type -> countersign.v1.DeleteWebhookRequest
+	9,   // 124: countersign.v1.OwnerService.CreateAgent:output_type -> countersign.v1.CreateAgentResponse
+	11,  // 125: countersign.v1.OwnerService.ListAgents:output_type -> countersign.v1.ListAgentsResponse
+	13,  // 126: countersign.v1.OwnerService.GetAgent:output_type -> countersign.v1.GetAgentResponse
+	15,  // 127: countersign.v1.OwnerService.RevokeAgent:output_type -> countersign.v1.RevokeAgentResponse
+	18,  // 128: countersign.v1.OwnerService.IssueCredential:output_type -> countersign.v1.IssueCredentialResponse
+	20,  // 129: countersign.v1.OwnerService.ListCredentials:output_type -> countersign.v1.ListCredentialsResponse
+	22,  // 130: countersign.v1.OwnerService.RevokeCredential:output_type -> countersign.v1.RevokeCredentialResponse
+	25,  // 131: countersign.v1.OwnerService.CreateMandate:output_type -> countersign.v1.CreateMandateResponse
+	27,  // 132: countersign.v1.OwnerService.GetMandate:output_type -> countersign.v1.GetMandateResponse
+	29,  // 133: countersign.v1.OwnerService.ListMandates:output_type -> countersign.v1.ListMandatesResponse
+	31,  // 134: countersign.v1.OwnerService.RevokeMandate:output_type -> countersign.v1.RevokeMandateResponse
+	33,  // 135: countersign.v1.OwnerService.GetMandateUsage:output_type -> countersign.v1.GetMandateUsageResponse
+	39,  // 136: countersign.v1.OwnerService.ListIntents:output_type -> countersign.v1.ListIntentsResponse
+	41,  // 137: countersign.v1.OwnerService.GetIntent:output_type -> countersign.v1.GetIntentResponse
+	45,  // 138: countersign.v1.OwnerService.WatchIntents:output_type -> countersign.v1.WatchIntentsResponse
+	48,  // 139: countersign.v1.OwnerService.ListApprovals:output_type -> countersign.v1.ListApprovalsResponse
+	50,  // 140: countersign.v1.OwnerService.GetApproval:output_type -> countersign.v1.GetApprovalResponse
+	52,  // 141: countersign.v1.OwnerService.WatchApprovals:output_type -> countersign.v1.WatchApprovalsResponse
+	55,  // 142: countersign.v1.OwnerService.ApproveApproval:output_type -> countersign.v1.ApproveApprovalResponse
+	57,  // 143: countersign.v1.OwnerService.RejectApproval:output_type -> countersign.v1.RejectApprovalResponse
+	59,  // 144: countersign.v1.OwnerService.ListAuditRecords:output_type -> countersign.v1.ListAuditRecordsResponse
+	61,  // 145: countersign.v1.OwnerService.VerifyAudit:output_type -> countersign.v1.VerifyAuditResponse
+	65,  // 146: countersign.v1.OwnerService.GetAuditInclusionProof:output_type -> countersign.v1.GetAuditInclusionProofResponse
+	67,  // 147: countersign.v1.OwnerService.GetAuditConsistencyProof:output_type -> countersign.v1.GetAuditConsistencyProofResponse
+	77,  // 148: countersign.v1.OwnerService.ListDeadLetters:output_type -> countersign.v1.ListDeadLettersResponse
+	79,  // 149: countersign.v1.OwnerService.ReplayDeadLetter:output_type -> countersign.v1.ReplayDeadLetterResponse
+	70,  // 150: countersign.v1.OwnerService.CreateWebhook:output_type -> countersign.v1.CreateWebhookResponse
+	72,  // 151: countersign.v1.OwnerService.ListWebhooks:output_type -> countersign.v1.ListWebhooksResponse
+	74,  // 152: countersign.v1.OwnerService.DeleteWebhook:output_type -> countersign.v1.DeleteWebhookResponse
+	124, // [124:153] is the sub-list for method output_type
+	95,  // [95:124] is the sub-list for method input_type
+	95,  // [95:95] is the sub-list for extension type_name
+	95,  // [95:95] is the sub-list for extension extendee
+	0,   // [0:95] is the sub-list for field type_name
 }
 
 func init() { file_countersign_v1_owner_proto_init() }
@@ -6076,7 +6105,7 @@ func file_countersign_v1_owner_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_countersign_v1_owner_proto_rawDesc), len(file_countersign_v1_owner_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   73,
+			NumMessages:   74,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

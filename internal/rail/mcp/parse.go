@@ -241,15 +241,25 @@ func (ad *adapter) action(name string, t Tool, args object, req rail.Request) (r
 		if limit := maxMetadataKeys[ad.rail] - 1; len(md) > limit {
 			return rail.Action{}, malformed(field(t.Metadata), "%d keys; at most %d, as Countersign adds %s", len(md), limit, sik.StampKey)
 		}
+		for k, v := range md {
+			text, ok := asString(v)
+			if !ok {
+				text = string(bytes.TrimSpace(v))
+			}
+			rail.AddLabel(&a.Labels, t.Metadata+"."+k, text, true)
+		}
 	}
 
 	// An ignored argument changes nothing, but it is still a scalar: an
-	// object or null may mean something at the server.
+	// object or null may mean something at the server. It is a label, and
+	// free text: the server, not Countersign, decides what it accepts.
 	for _, e := range t.Ignored {
 		if raw, ok := args[e]; ok {
-			if _, err := scalar(raw); err != nil {
+			v, err := scalar(raw)
+			if err != nil {
 				return rail.Action{}, malformed(field(e), "%v", err)
 			}
+			rail.AddLabel(&a.Labels, e, v, true)
 		}
 	}
 	extra := map[string]string{}

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/sik"
@@ -247,6 +248,9 @@ func EqualAction(a, b rail.Action) bool {
 		return false
 	}
 	a.AmountMinor, b.AmountMinor = nil, nil
+	// Labels are not the action (they are out of the key); each adapter's
+	// own tests check them, and CheckParsed checks their shape.
+	a.Labels, b.Labels = nil, nil
 	return reflect.DeepEqual(a, b)
 }
 
@@ -287,6 +291,19 @@ func CheckParsed(p rail.Parsed, err error) error {
 		if len(a.Currency) != 3 || strings.ToUpper(a.Currency) != a.Currency || strings.Trim(a.Currency, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") != "" {
 			return fmt.Errorf("currency %q is not three upper-case letters", a.Currency)
 		}
+	}
+	// Labels name members, never Countersign's stamp (ext_proc writes it),
+	// and their canonical form is what an approval records.
+	for name, l := range a.Labels {
+		if name == "" || strings.Contains(name, sik.StampKey) {
+			return fmt.Errorf("label %q is empty or is the stamp", name)
+		}
+		if !utf8.ValidString(name) || !utf8.ValidString(l.Value) {
+			return fmt.Errorf("label %q is not valid UTF-8", name)
+		}
+	}
+	if c := rail.CanonicalLabels(a.Labels); !strings.HasPrefix(c, "{") {
+		return fmt.Errorf("canonical labels %q", c)
 	}
 	// The action must be keyable: sik.Key refuses what the ledger cannot hold.
 	amount := int64(0)

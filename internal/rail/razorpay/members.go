@@ -121,35 +121,48 @@ func narration(v string) error {
 }
 
 // read places every member of the body (in name order, so the error is
-// deterministic) and returns the scalar ones as strings.
-func (s spec) read(kind sik.Kind, f fields) (map[string]string, error) {
+// deterministic) and returns the scalar ones as strings, and the label
+// members (notes as notes.<key>, the stamp excluded): all free text.
+func (s spec) read(kind sik.Kind, f fields) (map[string]string, map[string]rail.Label, error) {
 	names := make([]string, 0, len(f))
 	for k := range f {
 		names = append(names, k)
 	}
 	sort.Strings(names)
 	out := map[string]string{}
+	var labels map[string]rail.Label
 	for _, name := range names {
 		raw := f[name]
 		m, ok := s.members[name]
 		if !ok {
 			if why, refused := s.refused[name]; refused {
-				return nil, malformed(name, "refused: %s", why)
+				return nil, nil, malformed(name, "refused: %s", why)
 			}
-			return nil, malformed(name, "is not a member of a Razorpay %s that Countersign knows, so it is refused", kind)
+			return nil, nil, malformed(name, "is not a member of a Razorpay %s that Countersign knows, so it is refused", kind)
 		}
 		v, err := m.value(name, raw)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if m.valid != nil {
 			if err := m.valid(v); err != nil {
-				return nil, malformed(name, "%v", err)
+				return nil, nil, malformed(name, "%v", err)
 			}
 		}
 		out[name] = v
+		if m.role != roleLabel {
+			continue
+		}
+		if m.json != jsonNotes {
+			rail.AddLabel(&labels, name, v, true)
+			continue
+		}
+		notes, _ := readNotes(raw) // checked by value
+		for k, nv := range notes {
+			rail.AddLabel(&labels, "notes."+k, nv, true)
+		}
 	}
-	return out, nil
+	return out, labels, nil
 }
 
 // value reads raw as the member's JSON kind. null is refused (omit the
@@ -205,6 +218,19 @@ func checkNotes(raw json.RawMessage) error {
 		}
 	}
 	return nil
+}
+
+// readNotes returns checked notes as strings, the stamp excluded.
+func readNotes(raw json.RawMessage) (map[string]string, error) {
+	if err := checkNotes(raw); err != nil || string(raw) == "null" {
+		return nil, err
+	}
+	var notes map[string]string
+	if err := json.Unmarshal(raw, &notes); err != nil {
+		return nil, malformed("notes", "must be an object of key-value pairs")
+	}
+	delete(notes, sik.StampKey)
+	return notes, nil
 }
 
 // extra is the key's Extra: every roleKey member's effective value, an

@@ -144,7 +144,7 @@ func parseAction(kind sik.Kind, segs []string, query string, req rail.Request) (
 		return rail.Action{}, err
 	}
 	sp := specs[kind]
-	f, err := sp.read(kind, body)
+	f, labels, err := sp.read(kind, body)
 	if err != nil {
 		return rail.Action{}, err
 	}
@@ -152,7 +152,7 @@ func parseAction(kind sik.Kind, segs []string, query string, req rail.Request) (
 	if err := sik.CheckDistinct(distinct); err != nil {
 		return rail.Action{}, malformed(headerDistinct, "%s", err)
 	}
-	a := rail.Action{Kind: kind, Distinct: distinct, Extra: sp.extra(f)}
+	a := rail.Action{Kind: kind, Distinct: distinct, Extra: sp.extra(f), Labels: labels}
 	if v, ok := f["amount"]; ok {
 		n, err := amount(v)
 		if err != nil {

@@ -36,6 +36,9 @@ type member struct {
 	// keyDefault keys the effective value even when it is the default
 	// (payout method: absent and "standard" are both keyed "standard").
 	keyDefault bool
+	// closed marks a roleLabel member whose value is one of a fixed set
+	// (a refund's reason): a label, but not free text.
+	closed bool
 }
 
 // spec is one action's members.
@@ -80,7 +83,7 @@ var specs = map[sik.Kind]spec{
 			"charge":                 subject,
 			"amount":                 amountM,
 			"currency":               currency,
-			"reason":                 {role: roleLabel, valid: rail.OneOf("duplicate", "fraudulent", "requested_by_customer")},
+			"reason":                 {role: roleLabel, closed: true, valid: rail.OneOf("duplicate", "fraudulent", "requested_by_customer")},
 			"refund_application_fee": {role: roleKey, valid: boolean, dflt: "false"},
 			"reverse_transfer":       {role: roleKey, valid: boolean, dflt: "false"},
 		},
@@ -139,51 +142,57 @@ func boolean(v string) error {
 
 // read places every pair of the body: a table member (sent once, plainly,
 // non-empty, valid), metadata[key], expand[], or the stamp. Anything else
-// is refused, naming the member.
-func (s spec) read(kind sik.Kind, pairs []pair) (map[string]string, error) {
-	fields := map[string]string{}
+// is refused, naming the member. labels are the label members and
+// metadata (the stamp excluded); expand[] shapes only the answer and is
+// recorded nowhere, so it is not one.
+func (s spec) read(kind sik.Kind, pairs []pair) (fields map[string]string, labels map[string]rail.Label, err error) {
+	fields = map[string]string{}
 	seen := map[string]bool{}
 	metadata, expand := 0, 0
 	for _, p := range pairs {
 		if p.name == "expand[]" {
 			if expand++; expand > maxExpand {
-				return nil, malformed("expand", "more than %d fields", maxExpand)
+				return nil, nil, malformed("expand", "more than %d fields", maxExpand)
 			}
 			if rail.OneOf(s.expandable...)(p.value) != nil {
-				return nil, malformed("expand", "%q is not a field a %s can expand", p.value, kind)
+				return nil, nil, malformed("expand", "%q is not a field a %s can expand", p.value, kind)
 			}
 			continue
 		}
 		if seen[p.name] {
-			return nil, malformed(baseName(p.name), "%q sent twice; it must be sent once", p.name)
+			return nil, nil, malformed(baseName(p.name), "%q sent twice; it must be sent once", p.name)
 		}
 		seen[p.name] = true
 		if key, ok := metadataKey(p.name); ok {
 			if err := checkMetadata(key, p.value); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if key != sik.StampKey { // the stamp is Countersign's: ext_proc overwrites it
 				if metadata++; metadata > maxMetadataKeys-1 {
-					return nil, malformed("metadata", "more than %d keys; Countersign adds %s", maxMetadataKeys-1, sik.StampKey)
+					return nil, nil, malformed("metadata", "more than %d keys; Countersign adds %s", maxMetadataKeys-1, sik.StampKey)
 				}
+				rail.AddLabel(&labels, p.name, p.value, true)
 			}
 			continue
 		}
 		m, ok := s.members[p.name]
 		if !ok {
-			return nil, s.unknown(kind, p.name)
+			return nil, nil, s.unknown(kind, p.name)
 		}
 		if p.value == "" {
-			return nil, malformed(p.name, "is empty; omit it or give a value")
+			return nil, nil, malformed(p.name, "is empty; omit it or give a value")
 		}
 		if m.valid != nil {
 			if err := m.valid(p.value); err != nil {
-				return nil, malformed(p.name, "%v", err)
+				return nil, nil, malformed(p.name, "%v", err)
 			}
 		}
 		fields[p.name] = p.value
+		if m.role == roleLabel {
+			rail.AddLabel(&labels, p.name, p.value, !m.closed)
+		}
 	}
-	return fields, nil
+	return fields, labels, nil
 }
 
 // unknown names why a member is refused.

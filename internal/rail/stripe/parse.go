@@ -216,7 +216,7 @@ func parseAction(kind sik.Kind, query string, req rail.Request) (rail.Action, er
 		return rail.Action{}, err
 	}
 	sp := specs[kind]
-	f, err := sp.read(kind, pairs)
+	f, labels, err := sp.read(kind, pairs)
 	if err != nil {
 		return rail.Action{}, err
 	}
@@ -224,7 +224,7 @@ func parseAction(kind sik.Kind, query string, req rail.Request) (rail.Action, er
 	if err := sik.CheckDistinct(distinct); err != nil {
 		return rail.Action{}, malformed(headerDistinct, "%s", err)
 	}
-	a := rail.Action{Kind: kind, Distinct: distinct, Extra: sp.extra(f)}
+	a := rail.Action{Kind: kind, Distinct: distinct, Extra: sp.extra(f), Labels: labels}
 	if a.AmountMinor, err = amount(f, kind != sik.KindRefund); err != nil {
 		return rail.Action{}, err
 	}

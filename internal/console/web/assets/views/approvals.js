@@ -98,6 +98,7 @@ export function approvalsView(el) {
         ['Expires', when(a.expireTime)],
         ['Approval', a.approvalId],
       ]),
+      labelsList(a),
       ctx,
       h('details', {},
         h('summary', {}, 'Exact request (fingerprint ', h('code', {}, (a.requestFingerprint || '').slice(0, 16) + '…'), ')'),
@@ -109,6 +110,19 @@ export function approvalsView(el) {
         h('button', { type: 'button', class: 'reject danger', onclick: act('reject') }, 'Reject'),
         h('button', { type: 'button', class: 'secondary refresh-context', onclick: () => want(a, ctx, true) }, 'Refresh balance')),
       err);
+  }
+
+  // labelsList shows the free text and other labels the held request
+  // carries (metadata, notes, description, …): approving covers exactly
+  // these, so they are shown whole, as inert text (h() makes text nodes),
+  // never as markup. The same action with other labels is a new hold.
+  function labelsList(a) {
+    const names = Object.keys(a.labels || {}).sort();
+    if (!names.length) return h('p', { class: 'hint labels none' }, 'No free text or other labels: the request carries none.');
+    return h('section', { class: 'labels', 'aria-label': 'Labels' },
+      h('h3', {}, 'Text this request sends (approved with it)'),
+      h('dl', { class: 'labels' }, ...names.flatMap(k => [h('dt', {}, h('code', {}, k)), h('dd', {}, h('pre', { class: 'label-value' }, a.labels[k]))])),
+      h('p', { class: 'hint' }, 'Labels SHA-256: ', h('code', {}, a.labelsDigest || '')));
   }
 
   // Live context (GetApproval: a rail read for a refund) is fetched only

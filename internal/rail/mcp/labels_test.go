@@ -1,0 +1,36 @@
+package mcp
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/countersign/countersign/internal/rail"
+)
+
+// A tool's metadata argument (by key, the stamp excluded) and its ignored
+// arguments are labels, all free text: the server decides what they take.
+func TestLabels(t *testing.T) {
+	text := func(v string) rail.Label { return rail.Label{Value: v, FreeText: true} }
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		req  rail.Request
+		want map[string]rail.Label
+	}{
+		{"none", StripeDefaults(), call("create_refund", `{"payment_intent":"pi_1","amount":1500}`), nil},
+		{"stripe reason", StripeDefaults(), call("create_refund", `{"payment_intent":"pi_1","amount":1500,"reason":"duplicate"}`),
+			map[string]rail.Label{"reason": text("duplicate")}},
+		{"razorpay notes and receipt", RazorpayDefaults(), call("create_refund", `{"payment_id":"pay_1","amount":100,"receipt":"R1","notes":{"ticket":"T-77","countersign_sik":"x","n":7}}`),
+			map[string]rail.Label{"receipt": text("R1"), "notes.ticket": text("T-77"), "notes.n": text("7")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := mustNew(t, tc.cfg)().Parse(tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(p.Action.Labels, tc.want) {
+				t.Errorf("Labels = %v, want %v", p.Action.Labels, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,39 @@
+package stripe
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/countersign/countersign/internal/rail"
+)
+
+// Every label member is reported with its value (the approval covers it)
+// and whether it is free text (the mandate's free_text applies); the stamp
+// and expand[] are not labels.
+func TestLabels(t *testing.T) {
+	text := func(v string) rail.Label { return rail.Label{Value: v, FreeText: true} }
+	for _, tc := range []struct {
+		name string
+		req  rail.Request
+		want map[string]rail.Label
+	}{
+		{"none", post("/v1/refunds", "payment_intent=pi_1&amount=100"), nil},
+		{"stamp and expand are not labels", post("/v1/refunds", "payment_intent=pi_1&metadata[countersign_sik]=x&expand[]=charge"), nil},
+		{"refund reason is a closed label, metadata free text", post("/v1/refunds", "payment_intent=pi_1&reason=duplicate&metadata[ticket]=T-77"),
+			map[string]rail.Label{"reason": {Value: "duplicate"}, "metadata[ticket]": text("T-77")}},
+		{"payout description and statement descriptor", post("/v1/payouts", "amount=5&currency=usd&destination=ba_1&description=weekly&statement_descriptor=ACME"),
+			map[string]rail.Label{"description": text("weekly"), "statement_descriptor": text("ACME")}},
+		{"transfer group", post("/v1/transfers", "amount=5&currency=usd&destination=acct_1&transfer_group=ORDER_9&description=d"),
+			map[string]rail.Label{"transfer_group": text("ORDER_9"), "description": text("d")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := New().Parse(tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(p.Action.Labels, tc.want) {
+				t.Errorf("Labels = %v, want %v", p.Action.Labels, tc.want)
+			}
+		})
+	}
+}
