@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/testing/freeport"
 	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
@@ -67,15 +67,15 @@ func envoySocket(t *testing.T) string {
 	return "unix:" + filepath.Join(dir, "envoy.sock")
 }
 
-// freeAddr returns a loopback address with a port nobody listens on.
+// freeAddr returns a loopback address nobody listens on, below the
+// ephemeral range (internal/testing/freeport says why).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // proc is a started binary whose output is kept for failure messages.

@@ -24,6 +24,7 @@ import (
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/testing/envoystandin"
+	"github.com/countersign/countersign/internal/testing/freeport"
 	"github.com/countersign/countersign/internal/testing/mockrail"
 	"github.com/countersign/countersign/internal/testing/pgtest"
 	"github.com/countersign/countersign/internal/testing/wait"
@@ -322,14 +323,15 @@ func (s *Stack) Close() {
 	_ = os.RemoveAll(s.dir)
 }
 
+// freeAddr is a loopback address nobody listens on, below the ephemeral
+// range (internal/testing/freeport says why); the process started on it
+// fails to start, and says so, if it was taken meanwhile.
 func freeAddr() string {
-	var lc net.ListenConfig
-	l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		return "127.0.0.1:0"
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 func (s *Stack) ownerCtx(ctx context.Context) context.Context {

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -26,6 +25,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/testing/freeport"
 	"github.com/countersign/countersign/internal/testing/mockrail"
 	"github.com/countersign/countersign/internal/testing/pgproxy"
 	"github.com/countersign/countersign/internal/testing/wait"
@@ -109,15 +109,15 @@ func (r *rig) writeFile(name, content string) string {
 	return p
 }
 
-// freeAddr is a loopback address nobody listens on.
+// freeAddr is a loopback address nobody listens on, below the ephemeral
+// range (internal/testing/freeport says why).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeport.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return addr
 }
 
 // tail keeps the last bytes a process wrote, for failure messages.
