@@ -95,8 +95,8 @@ func toMandateUsage(hash string, m *countersignv1.Mandate, now time.Time, c ledg
 		if w.Currency != "" {
 			u.Amount = &countersignv1.Money{AmountMinor: w.AmountMinor, Currency: w.Currency}
 		}
-		if w.Oldest != nil {
-			u.NextReleaseTime = timestamppb.New(w.Oldest.Add(mw.GetDuration().AsDuration()))
+		if w.FirstPosted != nil {
+			u.NextReleaseTime = timestamppb.New(w.FirstPosted.Add(mw.GetDuration().AsDuration()))
 		}
 		out.Windows = append(out.Windows, u)
 	}

@@ -54,7 +54,7 @@ func TestToMandateUsage(t *testing.T) {
 		{"nothing counted", ledger.UsageCounts{Windows: []ledger.WindowCount{{WindowQuery: ledger.WindowQuery{Key: "agt_1", Since: now.Add(-time.Hour), Currency: "USD"}}}},
 			0, 0, 100, 30, time.Time{}},
 		{"held and spent", ledger.UsageCounts{Budgets: []ledger.BudgetCount{{Currency: "USD", Held: 30, Spent: 20}}, FeeSpent: 40,
-			Windows: []ledger.WindowCount{{WindowQuery: ledger.WindowQuery{Key: "agt_1", Since: now.Add(-time.Hour), Currency: "USD"}, Calls: 2, AmountMinor: 7, Oldest: &oldest}}},
+			Windows: []ledger.WindowCount{{WindowQuery: ledger.WindowQuery{Key: "agt_1", Since: now.Add(-time.Hour), Currency: "USD"}, Calls: 2, AmountMinor: 7, FirstPosted: &oldest}}},
 			30, 20, 50, 0, oldest.Add(time.Hour)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,8 +10,10 @@ import (
 )
 
 // WindowSpec says what the ledger counts for one of the mandate's sliding
-// windows: the mandate's actions of Key decided at or after Since whose
-// budget hold is reserved or posted.
+// windows: the mandate's actions of Key whose budget hold is reserved (in
+// flight or unknown, whenever decided) or posted with its rail answer
+// recorded at or after Since, so that no span of Duration on the rail's
+// clock holds more than the limit.
 type WindowSpec struct {
 	Scope    countersignv1.WindowScope
 	Duration time.Duration

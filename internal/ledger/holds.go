@@ -76,9 +76,11 @@ const (
 	lockUsageSQL = `SELECT 1 FROM mandate_usage WHERE mandate_hash = $1 FOR UPDATE`
 )
 
-// WindowUsage counts the held and posted holds of a mandate since a time,
-// for one agent (byPayee false) or one payee key (byPayee true), in
-// currency for the amount ("" counts the calls only).
+// WindowUsage counts a mandate's holds in a window starting at since: the
+// held ones (in flight or unknown) always, the posted ones whose answer was
+// recorded at or after since (migration 00019), for one agent (byPayee
+// false) or one payee key (byPayee true), in currency for the amount (""
+// counts the calls only).
 func (tx *Tx) WindowUsage(ctx context.Context, hash string, byPayee bool, key string, since time.Time, currency string) (calls, amount int64, err error) {
 	err = tx.tx.QueryRow(ctx, `SELECT calls, amount_minor FROM `+windowUsageSQL,
 		hash, byPayee, key, since, currency).Scan(&calls, &amount)

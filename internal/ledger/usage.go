@@ -24,9 +24,10 @@ type UsageQuery struct {
 	Fee bool
 }
 
-// WindowQuery is one sliding window's count: the mandate's non-voided
-// holds of Key (the agent, or a payee key when ByPayee) created at or
-// after Since; AmountMinor counts Currency only ("" counts calls only).
+// WindowQuery is one sliding window's count: the mandate's holds of Key
+// (the agent, or a payee key when ByPayee) still held, or posted at or
+// after Since (countersign_window_usage, migration 00019); AmountMinor
+// counts Currency only ("" counts calls only).
 type WindowQuery struct {
 	// Index is the caller's (the window's index in the mandate).
 	Index    int
@@ -40,8 +41,11 @@ type WindowQuery struct {
 type WindowCount struct {
 	WindowQuery
 	Calls, AmountMinor int64
-	// Oldest is the creation time of the oldest hold counted; nil when none.
-	Oldest *time.Time
+	// FirstPosted is the earliest settled_at of the posted holds counted:
+	// the first to leave the window, at FirstPosted + its duration. Nil
+	// when nothing counts or every hold counted is still held (in flight
+	// or unknown: it leaves a window's length after its answer).
+	FirstPosted *time.Time
 }
 
 // BudgetCount is one budget's held and spent amounts (0 when no hold
@@ -118,7 +122,8 @@ func (s *Store) MandateUsage(ctx context.Context, q UsageQuery) (UsageCounts, er
 	return out, nil
 }
 
-// windowCount is WindowUsage and the time of the oldest hold it counts.
+// windowCount is WindowUsage and the answer time of the first posted hold
+// it counts.
 func (tx *Tx) windowCount(ctx context.Context, hash string, w WindowQuery) (WindowCount, error) {
 	c := WindowCount{WindowQuery: w}
 	var err error
@@ -128,13 +133,13 @@ func (tx *Tx) windowCount(ctx context.Context, hash string, w WindowQuery) (Wind
 	if c.Calls == 0 {
 		return c, nil
 	}
-	// The same holds countersign_window_usage counts (non-voided, of the
-	// key, at or after since), through the same partial indexes.
-	q := `SELECT min(created_at) FROM budget_holds WHERE mandate_hash = $1 AND agent_id = $2 AND state <> 'voided' AND created_at >= $3`
+	// The posted holds countersign_window_usage counts (of the key,
+	// settled at or after since), through the same partial indexes.
+	q := `SELECT min(settled_at) FROM budget_holds WHERE mandate_hash = $1 AND agent_id = $2 AND state = 'posted' AND settled_at >= $3`
 	if w.ByPayee {
-		q = `SELECT min(created_at) FROM budget_holds WHERE mandate_hash = $1 AND payee_key = $2 AND state <> 'voided' AND created_at >= $3`
+		q = `SELECT min(settled_at) FROM budget_holds WHERE mandate_hash = $1 AND payee_key = $2 AND state = 'posted' AND settled_at >= $3`
 	}
-	err = tx.tx.QueryRow(ctx, q, hash, w.Key, w.Since).Scan(&c.Oldest)
+	err = tx.tx.QueryRow(ctx, q, hash, w.Key, w.Since).Scan(&c.FirstPosted)
 	return c, err
 }
 

@@ -13,13 +13,13 @@ import (
 // gate's own count (WindowUsage) and the direct count of every hold, for
 // windows starting before, inside and after a minute's holds; a payee
 // window without a key lists exactly the payee keys something counts
-// against; the oldest counted hold is the oldest hold the direct count
-// counts.
+// against; the first counted hold to leave is the posted one answered
+// first.
 func TestMandateUsageCountsAsTheGate(t *testing.T) {
 	ctx := context.Background()
 	f := newWindowFixture(t)
 	const m = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
-	base := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	base := future()
 	holds := []testHold{
 		{m, "agt_1", "ba_a", "USD", 100, base.Add(10 * time.Second)},
 		{m, "agt_1", "ba_a", "USD", 200, base.Add(50 * time.Second)},
@@ -27,16 +27,23 @@ func TestMandateUsageCountsAsTheGate(t *testing.T) {
 		{m, "agt_1", "ba_c", "USD", 400, base.Add(5 * time.Minute)},
 		{m, "agt_2", "ba_a", "USD", 500, base.Add(5 * time.Minute)}, // another agent
 	}
-	var seqs []int
-	for _, h := range holds {
+	// Each decided an hour before its answer, at the time listed; a
+	// window counts a posted hold by its answer.
+	for i, h := range holds {
+		answered := h.At
+		h.At = h.At.Add(-time.Hour)
 		seq, err := f.insert(ctx, h)
 		if err != nil {
 			t.Fatal(err)
 		}
-		seqs = append(seqs, seq)
-	}
-	if err := f.settle(ctx, seqs[3], "voided"); err != nil { // ba_c no longer counts
-		t.Fatal(err)
+		if i == 3 { // ba_c no longer counts
+			err = f.settle(ctx, seq, "voided")
+		} else {
+			err = f.settleAt(ctx, seq, "posted", answered)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, tc := range []struct {
 		name      string
@@ -77,13 +84,13 @@ func TestMandateUsageCountsAsTheGate(t *testing.T) {
 					col = "payee_key"
 					payees = append(payees, w.Key)
 				}
-				var oldest *time.Time
-				if err := f.s.pool.QueryRow(ctx, `SELECT min(created_at) FROM budget_holds WHERE mandate_hash = $1 AND `+col+
-					` = $2 AND created_at >= $3 AND state <> 'voided'`, m, w.Key, tc.since).Scan(&oldest); err != nil {
+				var first *time.Time
+				if err := f.s.pool.QueryRow(ctx, `SELECT min(settled_at) FROM budget_holds WHERE mandate_hash = $1 AND `+col+
+					` = $2 AND settled_at >= $3 AND state = 'posted'`, m, w.Key, tc.since).Scan(&first); err != nil {
 					t.Fatal(err)
 				}
-				if (oldest == nil) != (w.Oldest == nil) || (oldest != nil && !oldest.Equal(*w.Oldest)) {
-					t.Errorf("%s: oldest %v, want %v", wq, w.Oldest, oldest)
+				if (first == nil) != (w.FirstPosted == nil) || (first != nil && !first.Equal(*w.FirstPosted)) {
+					t.Errorf("%s: first posted %v, want %v", wq, w.FirstPosted, first)
 				}
 			}
 			if !slices.Equal(payees, tc.wantPayee) {
@@ -99,7 +106,7 @@ func TestMandateUsageCountsAsTheGate(t *testing.T) {
 	}
 	// A named key is reported even when nothing counts against it.
 	got, err = f.s.MandateUsage(ctx, UsageQuery{Hash: m, Windows: []WindowQuery{{ByPayee: true, Key: "ba_none", Since: base}}})
-	if err != nil || len(got.Windows) != 1 || got.Windows[0].Calls != 0 || got.Windows[0].Oldest != nil {
+	if err != nil || len(got.Windows) != 1 || got.Windows[0].Calls != 0 || got.Windows[0].FirstPosted != nil {
 		t.Fatalf("usage of an unused key = %+v, %v", got, err)
 	}
 }

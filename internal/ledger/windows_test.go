@@ -13,15 +13,25 @@ import (
 	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
-// directWindowSQL counts every hold in the window, as the ledger did
-// before migration 00014: what the bucketed count must equal.
+// directWindowSQL counts every hold in the window by the rule of
+// migration 00019, without the minute counters: what the bucketed count
+// must equal. A held hold always counts; a posted one from its answer
+// (settled_at) for a window's length; a voided one never.
 func directWindowSQL(byPayee bool) string {
 	col := "agent_id"
 	if byPayee {
 		col = "payee_key"
 	}
 	return `SELECT count(*), COALESCE(sum(amount_minor) FILTER (WHERE currency = $4), 0)
-		FROM budget_holds WHERE mandate_hash = $1 AND ` + col + ` = $2 AND created_at >= $3 AND state <> 'voided'`
+		FROM budget_holds WHERE mandate_hash = $1 AND ` + col + ` = $2
+		  AND (state = 'held' OR (state = 'posted' AND settled_at >= $3))`
+}
+
+// future is a minute an hour ahead: the settled_at a test names is kept
+// only when it is later than the clock (the guard never lets a hold's
+// answer be earlier than the statement recording it).
+func future() time.Time {
+	return time.Now().UTC().Add(time.Hour).Truncate(time.Minute)
 }
 
 // windowFixture is an intent whose holds a test writes directly, with the
@@ -62,10 +72,21 @@ func (f windowFixture) insert(ctx context.Context, h testHold) (int, error) {
 
 // settle moves hold seq to state (posted or voided), through the guard.
 func (f windowFixture) settle(ctx context.Context, seq int, state string) error {
-	tag, err := f.s.pool.Exec(ctx, `UPDATE budget_holds SET state = $3 WHERE rail_account = $1 AND sik = $2 AND hold_seq = $4`,
-		f.it.RailAccount, f.it.SIK, state, seq)
-	if err == nil && tag.RowsAffected() != 1 {
-		err = fmt.Errorf("settle %d: %d rows", seq, tag.RowsAffected())
+	return f.settleAt(ctx, seq, state, time.Time{})
+}
+
+// settleAt is settle naming the settled_at, which the guard keeps when it
+// is later than the clock (at from future()).
+func (f windowFixture) settleAt(ctx context.Context, seq int, state string, at time.Time) error {
+	var named *time.Time
+	if !at.IsZero() {
+		named = &at
+	}
+	var got time.Time
+	err := f.s.pool.QueryRow(ctx, `UPDATE budget_holds SET state = $3, settled_at = $5 WHERE rail_account = $1 AND sik = $2 AND hold_seq = $4
+		RETURNING settled_at`, f.it.RailAccount, f.it.SIK, state, seq, named).Scan(&got)
+	if err == nil && named != nil && !got.Equal(at) {
+		err = fmt.Errorf("settle %d at %s: settled at %s", seq, at, got)
 	}
 	return err
 }
@@ -139,12 +160,15 @@ func (f windowFixture) check(ctx context.Context, q windowQuery) error {
 }
 
 // bucketsMatchHolds compares window_buckets with the non-voided holds
-// grouped by minute: the triggers keep them equal, row for row.
+// grouped by counter: the held ones in the open one ('infinity'), the
+// posted ones by their answer's minute. The triggers keep them equal, row
+// for row.
 func bucketsMatchHolds(ctx context.Context, s *Store) error {
 	var diff int64
 	err := s.pool.QueryRow(ctx, `
 		WITH want AS (
-			SELECT mandate_hash, by_payee, key, countersign_window_bucket(created_at) AS bucket, currency,
+			SELECT mandate_hash, by_payee, key,
+			       CASE WHEN state = 'held' THEN timestamptz 'infinity' ELSE countersign_window_bucket(settled_at) END AS bucket, currency,
 			       count(*) AS calls, sum(amount_minor)::bigint AS amount_minor
 			FROM budget_holds h CROSS JOIN LATERAL (VALUES (false, h.agent_id, h.window_agent), (true, h.payee_key, h.window_payee)) k (by_payee, key, counted)
 			WHERE state <> 'voided' AND k.counted GROUP BY 1, 2, 3, 4, 5),
@@ -157,14 +181,16 @@ func bucketsMatchHolds(ctx context.Context, s *Store) error {
 }
 
 // TestWindowCountMatchesCountingEveryHold: for random holds (born held,
-// some posted, some voided) at random times, chosen often on or next to a
-// minute's edge, and random window starts (on a minute, exactly at a hold,
-// at a bucket's end), the bucketed count equals counting every hold, for
-// agent and payee windows, in either currency and none.
+// some posted, some voided) decided and answered at random times, chosen
+// often on or next to a minute's edge, and random window starts (on a
+// minute, exactly at a hold or an answer, at a bucket's end), the bucketed
+// count equals counting every hold by the rule (held always, posted from
+// its answer), for agent and payee windows, in either currency and none;
+// the counters equal the holds grouped by counter, row for row.
 func TestWindowCountMatchesCountingEveryHold(t *testing.T) {
 	f := newWindowFixture(t)
 	ctx := context.Background()
-	base := time.Date(2026, 3, 8, 9, 0, 0, 0, time.UTC)
+	base := future()
 	n := 0
 	// An instant within [base, base+5m), drawn from edges and from anywhere.
 	instant := func(t *rapid.T, label string) time.Time {
@@ -187,6 +213,7 @@ func TestWindowCountMatchesCountingEveryHold(t *testing.T) {
 		agents, payees, currencies := []string{"agent_a", "agent_b"}, []string{"acct_p1", "acct_p2"}, []string{"USD", "EUR"}
 		var holds []testHold
 		var open []int
+		var answers []time.Time
 		for i, nh := 0, rapid.IntRange(0, 30).Draw(rt, "holds"); i < nh; i++ {
 			h := testHold{Mandate: mandate, Agent: rapid.SampledFrom(agents).Draw(rt, "agent"),
 				Payee: rapid.SampledFrom(payees).Draw(rt, "payee"), Currency: rapid.SampledFrom(currencies).Draw(rt, "currency"),
@@ -202,13 +229,20 @@ func TestWindowCountMatchesCountingEveryHold(t *testing.T) {
 			}
 			holds = append(holds, h)
 			open = append(open, seq)
-			// Settle an open hold now and then: voided uncounts it, posted keeps it.
+			// Settle an open hold now and then: voided uncounts it, posted
+			// moves it from the open counter to its answer's minute, at an
+			// instant of its own or a twin of another hold's.
 			if len(open) > 0 && rapid.IntRange(0, 2).Draw(rt, "settle") == 0 {
 				j := rapid.IntRange(0, len(open)-1).Draw(rt, "which")
 				state := rapid.SampledFrom([]string{"voided", "posted"}).Draw(rt, "state")
-				if err := f.settle(ctx, open[j], state); err != nil {
+				at := instant(rt, "settled")
+				if rapid.IntRange(0, 3).Draw(rt, "settled_twin") == 0 {
+					at = rapid.SampledFrom(holds).Draw(rt, "settled_as").At
+				}
+				if err := f.settleAt(ctx, open[j], state, at); err != nil {
 					rt.Fatal(err)
 				}
+				answers = append(answers, at)
 				open = append(open[:j], open[j+1:]...)
 			}
 		}
@@ -220,6 +254,8 @@ func TestWindowCountMatchesCountingEveryHold(t *testing.T) {
 			switch {
 			case len(holds) > 0 && rapid.Bool().Draw(rt, "at_a_hold"):
 				since = rapid.SampledFrom(holds).Draw(rt, "hold").At
+			case len(answers) > 0 && rapid.Bool().Draw(rt, "at_an_answer"):
+				since = rapid.SampledFrom(answers).Draw(rt, "answer")
 			case rapid.IntRange(0, 9).Draw(rt, "far") == 0:
 				since = base.Add(time.Duration(rapid.IntRange(-90, 90).Draw(rt, "far_minutes")) * time.Minute)
 			default:
@@ -250,14 +286,20 @@ func TestWindowCountAtTheMinutesEdges(t *testing.T) {
 	f := newWindowFixture(t)
 	ctx := context.Background()
 	mandate := fmt.Sprintf("%064x", 7)
-	m := time.Date(2026, 3, 8, 9, 30, 0, 0, time.UTC)
+	m := future().Add(30 * time.Minute)
 	mid := m.Add(17*time.Second + 250*time.Microsecond)
+	// Posted holds answered at the edges (decided long before: a window
+	// counts a posted hold by its answer).
 	for i, at := range []time.Time{
 		m.Add(-time.Microsecond), m, m.Add(time.Microsecond),
 		mid.Add(-time.Microsecond), mid, mid.Add(time.Microsecond),
 		m.Add(time.Minute - time.Microsecond), m.Add(time.Minute), m.Add(2 * time.Minute), m.Add(61 * time.Minute),
 	} {
-		if _, err := f.insert(ctx, testHold{Mandate: mandate, Agent: "agent_a", Payee: "acct_p1", Currency: "USD", Amount: int64(1) << i, At: at}); err != nil {
+		seq, err := f.insert(ctx, testHold{Mandate: mandate, Agent: "agent_a", Payee: "acct_p1", Currency: "USD", Amount: int64(1) << i, At: m.Add(-2 * time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.settleAt(ctx, seq, "posted", at); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -342,6 +384,10 @@ func TestWindowCountOfPlacedHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	want(2, 400)
+	// A posted hold's answer time never moves either.
+	if _, err := s.pool.Exec(ctx, `UPDATE budget_holds SET settled_at = settled_at - interval '1 hour' WHERE sik = $1`, its[2].SIK); err == nil || !strings.Contains(err.Error(), "immutable") {
+		t.Errorf("moving a posted hold's settled_at: %v, want it refused as immutable", err)
+	}
 	// Voiding a voided hold again changes nothing: it is not uncounted twice.
 	if _, err := s.pool.Exec(ctx, `UPDATE budget_holds SET state = 'voided' WHERE sik = $1`, its[1].SIK); err != nil {
 		t.Fatal(err)
@@ -349,7 +395,7 @@ func TestWindowCountOfPlacedHolds(t *testing.T) {
 	want(2, 400)
 	// What a hold is counted under never changes.
 	for _, set := range []string{"agent_id = 'agent_b'", "payee_key = 'pi_2'", "subject = 'pi_2'", "created_at = created_at - interval '1 hour'",
-		"window_agent = false", "window_payee = false"} {
+		"window_agent = false", "window_payee = false", "settled_at = now()"} {
 		if _, err := s.pool.Exec(ctx, `UPDATE budget_holds SET `+set+` WHERE sik = $1`, its[0].SIK); err == nil || !strings.Contains(err.Error(), "immutable") {
 			t.Errorf("UPDATE budget_holds SET %s: %v, want it refused as immutable", set, err)
 		}
@@ -404,8 +450,9 @@ func TestHoldsOfAMandateWithoutWindowsKeepNoCounters(t *testing.T) {
 }
 
 // TestWindowBucketsMigrationCountsExistingHolds: 00014's Up fills the
-// buckets from the holds written before it, voided ones left out, and its
-// Down leaves the schema of 00013.
+// buckets from the holds written before it, voided ones left out, 00019's
+// Up counts them again by its rule (held open, posted by answer), and the
+// Downs leave the schema of 00013.
 func TestWindowBucketsMigrationCountsExistingHolds(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t)
@@ -435,8 +482,13 @@ func TestWindowBucketsMigrationCountsExistingHolds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if i%4 == 0 {
+		switch i % 4 {
+		case 0:
 			if err := f.settle(ctx, seq, "voided"); err != nil {
+				t.Fatal(err)
+			}
+		case 1:
+			if err := f.settle(ctx, seq, "posted"); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -453,7 +505,7 @@ func TestWindowBucketsMigrationCountsExistingHolds(t *testing.T) {
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM window_buckets`).Scan(&rows); err != nil || rows == 0 {
 		t.Fatalf("%d bucket rows after the backfill, %v", rows, err)
 	}
-	for _, since := range []time.Time{base, base.Add(50 * time.Second), base.Add(3 * time.Minute)} {
+	for _, since := range []time.Time{base, base.Add(50 * time.Second), base.Add(3 * time.Minute), time.Now().Add(-time.Minute), time.Now().Add(time.Minute)} {
 		if err := f.check(ctx, windowQuery{Mandate: mandate, ByPayee: true, Key: "acct_p2", Since: since, Currency: "EUR"}); err != nil {
 			t.Fatal(err)
 		}
@@ -482,6 +534,13 @@ func TestWindowCountOfAFullHour(t *testing.T) {
 		FROM generate_series(1, 5000) i`, f.it.RailAccount, f.it.SIK, mandate, now); err != nil {
 		t.Fatal(err)
 	}
+	// Answered over the hour before now (an hour ahead: the guard keeps a
+	// named answer time only when it is later than the clock).
+	now = future().Add(time.Hour)
+	if _, err := f.s.pool.Exec(ctx, `UPDATE budget_holds SET state = 'posted', settled_at = $3::timestamptz - (hold_seq * interval '719 milliseconds')
+		WHERE rail_account = $1 AND sik = $2`, f.it.RailAccount, f.it.SIK, now); err != nil {
+		t.Fatal(err)
+	}
 	since := now.Add(-time.Hour)
 	var oldCalls, oldAmount, calls, amount int64
 	if err := f.s.pool.QueryRow(ctx, directWindowSQL(false), mandate, "agent_a", since, "USD").Scan(&oldCalls, &oldAmount); err != nil {
@@ -492,5 +551,80 @@ func TestWindowCountOfAFullHour(t *testing.T) {
 	}
 	if oldCalls != 5000 || calls != oldCalls || amount != oldAmount {
 		t.Fatalf("bucketed %d calls, %d; every hold %d calls, %d; want 5000 calls and the same amount", calls, amount, oldCalls, oldAmount)
+	}
+}
+
+// TestWindowCountsAPostedHoldUntilItsAnswerPlusTheWindow: the window
+// boundary race (e2e/attack finding 9). A hold decided at d whose rail
+// answer is recorded at d+3s counts in a window starting after d, until
+// its answer leaves the window; while held it counts in every window,
+// however old; voided, in none. Counting from created_at (the rule before
+// 00019) leaves it out of the window starting at d+1s, and lets the N+1th
+// action reach the rail less than a window after the first.
+func TestWindowCountsAPostedHoldUntilItsAnswerPlusTheWindow(t *testing.T) {
+	f := newWindowFixture(t)
+	ctx := context.Background()
+	mandate := fmt.Sprintf("%064x", 19)
+	d := future()
+	answer := d.Add(3 * time.Second)
+	posted, err := f.insert(ctx, testHold{Mandate: mandate, Agent: "agent_a", Payee: "pi_1", Currency: "USD", Amount: 100, At: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	voided, err := f.insert(ctx, testHold{Mandate: mandate, Agent: "agent_a", Payee: "pi_1", Currency: "USD", Amount: 1000, At: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func(since time.Time) (calls, amount int64) {
+		t.Helper()
+		for _, q := range []windowQuery{
+			{Mandate: mandate, Key: "agent_a", Since: since, Currency: "USD"},
+			{Mandate: mandate, ByPayee: true, Key: "pi_1", Since: since, Currency: "USD"},
+		} {
+			c, a, err := f.usage(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.check(ctx, q); err != nil {
+				t.Fatal(err)
+			}
+			calls, amount = c, a
+		}
+		return calls, amount
+	}
+	// In flight: counted by windows starting long after its decision.
+	for _, since := range []time.Time{d.Add(time.Second), d.Add(time.Hour), d.Add(24 * time.Hour)} {
+		if c, a := count(since); c != 2 || a != 1100 {
+			t.Fatalf("held, window since %s: %d calls, %d; want 2, 1100", since.Sub(d), c, a)
+		}
+	}
+	if err := f.settleAt(ctx, posted, "posted", answer); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.settle(ctx, voided, "voided"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		since time.Time
+		calls int64
+	}{
+		{d.Add(-time.Second), 1},
+		{d.Add(time.Second), 1}, // after the decision, before the answer: counted (the old rule: 0)
+		{answer.Add(-time.Microsecond), 1},
+		{answer, 1},
+		{answer.Add(time.Microsecond), 0},
+		{answer.Add(time.Minute), 0},
+	} {
+		if c, a := count(tc.since); c != tc.calls || a != 100*tc.calls {
+			t.Errorf("posted at +3s, window since %s: %d calls, %d; want %d", tc.since.Sub(d), c, a, tc.calls)
+		}
+	}
+	if err := bucketsMatchHolds(ctx, f.s); err != nil {
+		t.Fatal(err)
+	}
+	// The owner's figure leaves it at the same time: answer + duration.
+	u, err := f.s.MandateUsage(ctx, UsageQuery{Hash: mandate, Windows: []WindowQuery{{Key: "agent_a", Since: d.Add(time.Second), Currency: "USD"}}})
+	if err != nil || len(u.Windows) != 1 || u.Windows[0].Calls != 1 || u.Windows[0].FirstPosted == nil || !u.Windows[0].FirstPosted.Equal(answer) {
+		t.Fatalf("usage = %+v, %v; want 1 call, first posted at the answer %s", u, err, answer)
 	}
 }

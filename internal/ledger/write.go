@@ -243,8 +243,9 @@ func (w *Write) LockMandateUsage(hash string) {
 }
 
 // AssertWindow asserts that the mandate's holds of key (an agent, or a
-// payee when byPayee) since since number at most maxCalls and sum, in
-// currency, to at most maxAmount.
+// payee when byPayee) in the window starting at since (WindowUsage's
+// count) number at most maxCalls and sum, in currency, to at most
+// maxAmount.
 func (w *Write) AssertWindow(hash string, byPayee bool, key string, since time.Time, currency string, maxCalls, maxAmount int64, what string) {
 	w.b.Queue(`SELECT countersign_assert(calls <= $6 AND amount_minor <= $7, $8) FROM `+windowUsageSQL,
 		hash, byPayee, key, since, currency, maxCalls, maxAmount, what)

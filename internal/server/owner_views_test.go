@@ -114,11 +114,11 @@ func TestMandateUsageIsWhatTheGateCounts(t *testing.T) {
 		t.Errorf("windows = %v, want %v", got, want)
 	}
 	asOf, _ := time.Parse(time.RFC3339Nano, u.Usage.AsOf)
+	// Every use is still in flight: none leaves before its answer, so no
+	// window has a release time yet.
 	for _, w := range u.Usage.Windows {
 		start, _ := time.Parse(time.RFC3339Nano, w.WindowStartTime)
-		release, err := time.Parse(time.RFC3339Nano, w.NextReleaseTime)
-		if w.Duration != "3600s" || !start.Equal(asOf.Add(-time.Hour)) || err != nil ||
-			release.Before(before.Add(time.Hour).Add(-time.Second)) || release.After(asOf.Add(time.Hour)) {
+		if w.Duration != "3600s" || !start.Equal(asOf.Add(-time.Hour)) || w.NextReleaseTime != "" {
 			t.Errorf("window %s %s: duration %s, start %s, next release %s (as of %s)", w.Scope, w.Key, w.Duration, w.WindowStartTime, w.NextReleaseTime, u.Usage.AsOf)
 		}
 	}
@@ -159,9 +159,16 @@ func TestMandateUsageIsWhatTheGateCounts(t *testing.T) {
 	if got := u.windows(); !equalMaps(got, want) {
 		t.Errorf("windows for ba_nobody = %v, want %v", got, want)
 	}
+	// The applied refund leaves the agent's window an hour after its
+	// answer was recorded: after this test began, before an hour from now.
+	asOf, _ = time.Parse(time.RFC3339Nano, u.Usage.AsOf)
 	for _, w := range u.Usage.Windows {
-		if w.Key == "ba_nobody" && w.NextReleaseTime != "" {
+		release, err := time.Parse(time.RFC3339Nano, w.NextReleaseTime)
+		switch {
+		case w.Key == "ba_nobody" && w.NextReleaseTime != "":
 			t.Errorf("an empty window has a release time: %+v", w)
+		case w.Key != "ba_nobody" && (err != nil || release.Before(before.Add(time.Hour)) || release.After(asOf.Add(time.Hour))):
+			t.Errorf("window %s %s: next release %s, want the refund's answer + 1h (as of %s)", w.Scope, w.Key, w.NextReleaseTime, u.Usage.AsOf)
 		}
 	}
 

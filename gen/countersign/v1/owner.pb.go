@@ -2246,8 +2246,9 @@ type MandateWindowUsage struct {
 	Amount *Money `protobuf:"bytes,8,opt,name=amount,proto3" json:"amount,omitempty"`
 	// Start of the window now: as_of - duration.
 	WindowStartTime *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=window_start_time,json=windowStartTime,proto3" json:"window_start_time,omitempty"`
-	// When the oldest use counted now leaves the window (its hold's time +
-	// duration), and the counts drop by it; absent when nothing counts.
+	// When the first use counted now leaves the window (its recorded answer's
+	// time + duration), and the counts drop by it; absent when nothing counts
+	// or every use counted is still in flight (it leaves a duration after its answer).
 	NextReleaseTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=next_release_time,json=nextReleaseTime,proto3" json:"next_release_time,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
