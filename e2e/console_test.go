@@ -108,7 +108,8 @@ func TestConsoleInChromium(t *testing.T) {
 	run("the held request appears live", 30*time.Second,
 		chromedp.WaitVisible(card, chromedp.ByQuery),
 		waitText(card+` .amount`, " USD"),
-		waitText(card+` .refundable`, "USD"))
+		waitText(card+` .refundable`, "USD"),
+		waitText(card+` .live-context`, "As of"))
 	shot("approvals")
 
 	// Approve it in the browser; the identical request then passes once.
@@ -152,6 +153,9 @@ func TestConsoleInChromium(t *testing.T) {
 	var injected int
 	run("the hostile request appears", 30*time.Second,
 		chromedp.WaitVisible(card, chromedp.ByQuery),
+		// Its live context loads after the card shows and moves what is
+		// below it: wait for it before clicking by position.
+		waitText(card+` .live-context`, "As of"),
 		chromedp.Text(card+` dl.labels pre.label-value`, &label, chromedp.ByQuery),
 		chromedp.Click(card+` summary`, chromedp.ByQuery),
 		chromedp.Text(card+` pre.canonical`, &canonical, chromedp.ByQuery),
@@ -210,7 +214,8 @@ func TestConsoleInChromium(t *testing.T) {
 	// the rail never sees it.
 	run("back to the console", 30*time.Second,
 		chromedp.Navigate(base+"/console/#/approvals"),
-		chromedp.WaitVisible(card, chromedp.ByQuery))
+		chromedp.WaitVisible(card, chromedp.ByQuery),
+		waitText(card+` .live-context`, "As of"))
 	run("reject without a reason", 20*time.Second,
 		chromedp.Click(card+` button.reject`, chromedp.ByQuery),
 		waitText(card+` [role=alert]`, "Say why"))
@@ -249,6 +254,7 @@ func TestConsoleInChromium(t *testing.T) {
 	}
 	shot("credential-issued")
 	run("revoke the credential", 30*time.Second,
+		waitText(`#credentials`, "active"), // the list is read again after the issue
 		chromedp.Click(`#credentials button.danger`, chromedp.ByQuery),
 		waitText(`#credentials`, "revoked"))
 	revoked := curlRequest(t, holdLine)
@@ -313,6 +319,7 @@ func TestConsoleInChromium(t *testing.T) {
 		chromedp.WaitVisible(`#mandates tbody tr[data-rail-account=acct_dev_razorpay] a`, chromedp.ByQuery),
 		chromedp.Click(`#mandates tbody tr[data-rail-account=acct_dev_razorpay] a`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#revoke-mandate`, chromedp.ByQuery),
+		waitText(`#usage`, "As of"), // usage loads above the form and moves it
 		chromedp.SendKeys(`#revoke-mandate input[name=reason]`, "demo over", chromedp.ByQuery),
 		chromedp.Click(`#revoke-mandate button[type=submit]`, chromedp.ByQuery),
 		waitText(`#view dl`, "revoked"),
