@@ -13,7 +13,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
@@ -81,18 +80,10 @@ func checkEndpoint(raw string) error {
 	if err != nil || u.Host == "" {
 		return fmt.Errorf("console: OIDC endpoint %q is not an absolute URL", raw)
 	}
-	if u.Scheme == "https" || (u.Scheme == "http" && loopback(u.Hostname())) {
+	if u.Scheme == "https" || (u.Scheme == "http" && ownerauth.LoopbackHost(u.Hostname())) {
 		return nil
 	}
 	return fmt.Errorf("console: OIDC endpoint %q must be https (plain http only to a loopback host)", raw)
-}
-
-func loopback(h string) bool {
-	if h == "localhost" {
-		return true
-	}
-	a, err := netip.ParseAddr(h)
-	return err == nil && a.Unmap().IsLoopback()
 }
 
 func defaultClient() *http.Client {

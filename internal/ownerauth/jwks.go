@@ -210,7 +210,7 @@ func checkJWKSURL(raw string) error {
 	switch u.Scheme {
 	case "https":
 	case "http":
-		if !loopbackHost(u.Hostname()) {
+		if !LoopbackHost(u.Hostname()) {
 			return fmt.Errorf("owner-jwks-url must be https (plain http only to a loopback host), got %q", raw)
 		}
 	default:
@@ -222,7 +222,10 @@ func checkJWKSURL(raw string) error {
 	return nil
 }
 
-func loopbackHost(h string) bool {
+// LoopbackHost reports whether h (a URL's host name) is localhost or a
+// loopback address: the only hosts an issuer endpoint may be reached at over
+// plain http.
+func LoopbackHost(h string) bool {
 	if h == "localhost" {
 		return true
 	}
@@ -239,7 +242,7 @@ func defaultHTTPClient() *http.Client {
 			if len(via) >= 5 {
 				return errors.New("too many redirects")
 			}
-			if req.URL.Scheme != "https" && !loopbackHost(req.URL.Hostname()) {
+			if req.URL.Scheme != "https" && !LoopbackHost(req.URL.Hostname()) {
 				return fmt.Errorf("redirect to %s refused: not https", req.URL.Redacted())
 			}
 			return nil
