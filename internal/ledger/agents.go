@@ -82,15 +82,7 @@ func (s *Store) IssueCredential(ctx context.Context, agentID string, scope crede
 
 // RevokeCredential revokes a credential, one way. Revoking twice is a no-op.
 func (s *Store) RevokeCredential(ctx context.Context, id string) error {
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE credentials SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1`, id)
-	if err != nil {
-		return classify(fmt.Errorf("ledger: revoke credential: %w", err))
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: credential %s", ErrNotFound, id)
-	}
-	return nil
+	return s.revokeOnce(ctx, "credentials", "credential", id)
 }
 
 // RevokeAgent revokes an agent, one way. Its credentials stop working with it.

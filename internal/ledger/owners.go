@@ -125,13 +125,19 @@ func (s *Store) ListOwnerTokens(ctx context.Context, ownerID string) ([]OwnerTok
 
 // RevokeOwnerToken revokes a token, one way. Revoking twice is a no-op.
 func (s *Store) RevokeOwnerToken(ctx context.Context, id string) error {
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE owner_tokens SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1`, id)
+	return s.revokeOnce(ctx, "owner_tokens", "owner token", id)
+}
+
+// revokeOnce sets revoked_at of row id of table (one of this package's
+// own table names, never input) if it is not set yet: revocation is one
+// way, and revoking twice is a no-op. An unknown id is ErrNotFound.
+func (s *Store) revokeOnce(ctx context.Context, table, what, id string) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE `+table+` SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1`, id)
 	if err != nil {
-		return classify(fmt.Errorf("ledger: revoke owner token: %w", err))
+		return classify(fmt.Errorf("ledger: revoke %s: %w", what, err))
 	}
 	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: owner token %s", ErrNotFound, id)
+		return fmt.Errorf("%w: %s %s", ErrNotFound, what, id)
 	}
 	return nil
 }

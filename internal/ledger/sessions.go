@@ -73,15 +73,7 @@ func (s *Store) LookupOwnerSession(ctx context.Context, hash [32]byte) (OwnerSes
 
 // RevokeOwnerSession revokes a session, one way. Revoking twice is a no-op.
 func (s *Store) RevokeOwnerSession(ctx context.Context, id string) error {
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE owner_sessions SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1`, id)
-	if err != nil {
-		return classify(fmt.Errorf("ledger: revoke owner session: %w", err))
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: owner session %s", ErrNotFound, id)
-	}
-	return nil
+	return s.revokeOnce(ctx, "owner_sessions", "owner session", id)
 }
 
 // ConsoleKey returns the 32-byte key named name that every replica shares,
