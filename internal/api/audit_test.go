@@ -244,6 +244,11 @@ func TestOwnerAuditProofs(t *testing.T) {
 		Currency: "USD", Canonical: "{}", AgentID: mine}, k.SIK); err != nil {
 		t.Fatal(err)
 	}
+	// Its birth and its answer: two records, so the next checkpoint is two
+	// larger and first.Records+1 is a size no checkpoint has.
+	if _, err := store.Commit(ctx, ledger.AttemptResult{Key: k, Seq: 1, Outcome: ledger.OutcomeApplied, EntityID: "re_a", Reason: "applied"}); err != nil {
+		t.Fatal(err)
+	}
 	late, err := s.ListAuditRecords(as("own_a"), &countersignv1.ListAuditRecordsRequest{RailAccount: acct, Sik: sk})
 	if err != nil || len(late.GetAuditRecords()) == 0 {
 		t.Fatalf("list the new intent: %v, %v", late, err)

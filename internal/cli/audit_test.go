@@ -52,7 +52,7 @@ func TestAuditKeygen(t *testing.T) {
 }
 
 // auditLedger is a migrated ledger with two of own_a's intents on
-// acct_cli_audit (6 records), an audit key pair, and another key's verifier.
+// acct_cli_audit (2 records: each is born IN_FLIGHT, one record), an audit key pair, and another key's verifier.
 func auditLedger(t *testing.T) (url string, store *ledger.Store, key, pub, otherPub string) {
 	t.Helper()
 	ctx := context.Background()
@@ -92,15 +92,15 @@ func auditLedger(t *testing.T) (url string, store *ledger.Store, key, pub, other
 func TestAuditSealAndVerify(t *testing.T) {
 	url, _, key, pub, otherPub := auditLedger(t)
 	if r := runCLI(t, "", "audit", "verify", "--database-url", url, "--audit-verifier-key", pub); r.err != nil ||
-		!strings.Contains(r.out, "1 rail accounts, 0 sealed records, 6 unsealed, 0 checkpoints, 0 problems") {
+		!strings.Contains(r.out, "1 rail accounts, 0 sealed records, 2 unsealed, 0 checkpoints, 0 problems") {
 		t.Fatalf("verify before sealing: %v\n%s", r.err, r.out)
 	}
 	if r := runCLI(t, "", "audit", "seal", "--database-url", url, "--audit-signing-key", key); r.err != nil ||
-		!strings.Contains(r.out, "sealed 6 records of 1 rail accounts") {
+		!strings.Contains(r.out, "sealed 2 records of 1 rail accounts") {
 		t.Fatalf("seal: %v\n%s", r.err, r.out)
 	}
 	r := runCLI(t, "", "audit", "verify", "--database-url", url, "--audit-verifier-key", pub)
-	if r.err != nil || !strings.Contains(r.out, "1 rail accounts, 6 sealed records, 0 unsealed, 1 checkpoints, 0 problems") {
+	if r.err != nil || !strings.Contains(r.out, "1 rail accounts, 2 sealed records, 0 unsealed, 1 checkpoints, 0 problems") {
 		t.Fatalf("verify after sealing: %v\n%s", r.err, r.out)
 	}
 	// Without the verifier key it says signatures went unchecked; with
@@ -109,13 +109,13 @@ func TestAuditSealAndVerify(t *testing.T) {
 		t.Fatalf("verify without a key: %v\n%s", r.err, r.out)
 	}
 	if r := runCLI(t, "", "audit", "verify", "--database-url", url, "--audit-verifier-key", otherPub); !errorsIs(r.err, errAuditBroken) ||
-		!strings.Contains(r.out, "PROBLEM acct_cli_audit untrusted-signer: checkpoint of size 6") {
+		!strings.Contains(r.out, "PROBLEM acct_cli_audit untrusted-signer: checkpoint of size 2") {
 		t.Fatalf("verify with another key: %v\n%s", r.err, r.out)
 	}
 	// A sealed record edited by hand is named.
-	editAudit(t, url, `UPDATE audit_records SET detail = 'refund voided' WHERE leaf_index = 3`)
+	editAudit(t, url, `UPDATE audit_records SET detail = 'refund voided' WHERE leaf_index = 1`)
 	r = runCLI(t, "", "audit", "verify", "--database-url", url, "--audit-verifier-key", pub)
-	if !errorsIs(r.err, errAuditBroken) || !regexp.MustCompile(`PROBLEM acct_cli_audit altered: record \d+ \(leaf 3\)`).MatchString(r.out) {
+	if !errorsIs(r.err, errAuditBroken) || !regexp.MustCompile(`PROBLEM acct_cli_audit altered: record \d+ \(leaf 1\)`).MatchString(r.out) {
 		t.Fatalf("verify after an edit: %v\n%s", r.err, r.out)
 	}
 	if r := runCLI(t, "", "audit", "verify", "--database-url", url, "--rail-account", "acct_elsewhere", "--audit-verifier-key", pub); r.err != nil ||
@@ -175,7 +175,7 @@ func TestAuditProofCommands(t *testing.T) {
 		t.Fatal(r.err)
 	}
 	recs, err := store.OwnerAuditRecords(ctx, "own_a", ledger.AuditFilter{}, 0, 100)
-	if err != nil || len(recs) != 6 {
+	if err != nil || len(recs) != 2 {
 		t.Fatalf("records %v, %v", recs, err)
 	}
 	owner := []string{"--server", addr, "--owner-token", "tok_a"}
@@ -185,7 +185,7 @@ func TestAuditProofCommands(t *testing.T) {
 	for _, rec := range recs {
 		r := inclusion(rec.ID, "--audit-verifier-key", pub)
 		if r.err != nil || !strings.HasPrefix(r.out, fmt.Sprintf("ok: record %d (intent %s", rec.ID, rec.SIK)) ||
-			!strings.Contains(r.out, fmt.Sprintf("is leaf %d of countersign/audit/acct_cli_audit at tree size 6", *rec.LeafIndex)) {
+			!strings.Contains(r.out, fmt.Sprintf("is leaf %d of countersign/audit/acct_cli_audit at tree size 2", *rec.LeafIndex)) {
 			t.Fatalf("inclusion of %d: %v\n%s%s", rec.ID, r.err, r.out, r.errOut)
 		}
 	}
@@ -201,9 +201,9 @@ func TestAuditProofCommands(t *testing.T) {
 	if r := runCLI(t, "", "audit", "seal", "--database-url", url, "--audit-signing-key", key); r.err != nil {
 		t.Fatal(r.err)
 	}
-	consistency := append([]string{"audit", "consistency", "--rail-account", "acct_cli_audit", "--from", "6"}, owner...)
+	consistency := append([]string{"audit", "consistency", "--rail-account", "acct_cli_audit", "--from", "2"}, owner...)
 	if r := runCLI(t, "", append(consistency, "--audit-verifier-key", pub)...); r.err != nil ||
-		!strings.Contains(r.out, "ok: the log of acct_cli_audit at tree size 9 extends it at tree size 6") {
+		!strings.Contains(r.out, "ok: the log of acct_cli_audit at tree size 3 extends it at tree size 2") {
 		t.Fatalf("consistency: %v\n%s%s", r.err, r.out, r.errOut)
 	}
 	if r := runCLI(t, "", append(consistency, "--audit-verifier-key", otherPub)...); !errorsIs(r.err, errProofFailed) || !strings.HasPrefix(r.out, "FAIL: older checkpoint") {

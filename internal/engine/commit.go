@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/countersign/countersign/internal/intent"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/quota"
 	"github.com/countersign/countersign/internal/rail"
@@ -148,8 +149,11 @@ func (e *Engine) commit(ctx context.Context, ref IntentRef, resp rail.Response, 
 		}
 		return ledger.Intent{}, rail.Classification{}, fmt.Errorf("%w %q", ErrUnknownAccount, ref.RailAccount)
 	}
-	it, err = e.ledger.Intent(ctx, key)
-	if err != nil {
+	if s := ref.seen; rep == nil && s != nil && s.Key == key && s.State == intent.InFlight && s.AttemptCount == ref.AttemptSeq {
+		// The response path's own mark read it (the action is immutable;
+		// the commit asserts the state still holds): no second read.
+		it = *s
+	} else if it, err = e.ledger.Intent(ctx, key); err != nil {
 		return ledger.Intent{}, rail.Classification{}, err
 	}
 	if rep != nil && it.AgentID != rep.AgentID {
@@ -222,7 +226,14 @@ func ActionOf(it ledger.Intent) (rail.Action, error) {
 }
 
 // MarkStamped records that the attempt's request body now carries its
-// stamp; ext_proc calls it before letting the request leave.
-func (e *Engine) MarkStamped(ctx context.Context, ref IntentRef) error {
-	return e.ledger.MarkBodyStamped(ctx, ledger.Key{RailAccount: ref.RailAccount, SIK: ref.SIK}, ref.AttemptSeq)
+// stamp; ext_proc calls it before letting the request leave. It returns
+// ref marked stamped and carrying the intent as the mark found it, which
+// the commit of the attempt's answer starts from instead of reading it.
+func (e *Engine) MarkStamped(ctx context.Context, ref IntentRef) (IntentRef, error) {
+	it, err := e.ledger.MarkBodyStamped(ctx, ledger.Key{RailAccount: ref.RailAccount, SIK: ref.SIK}, ref.AttemptSeq)
+	if err != nil {
+		return ref, err
+	}
+	ref.BodyStamped, ref.seen = true, &it
+	return ref, nil
 }

@@ -125,6 +125,13 @@ type IntentRef struct {
 	// attempt (set on a native Decide's ALLOW only; the ledger keeps its
 	// hash).
 	CommitToken string
+
+	// seen is the intent as MarkStamped found it (IN_FLIGHT on this
+	// attempt): the response path's commit starts from it instead of
+	// reading the intent again; the commit's first statement asserts it
+	// still holds. Only MarkStamped sets it, so no caller of the native
+	// API can hand the commit an intent of its own making.
+	seen *ledger.Intent
 }
 
 // Ledger is what the engine needs from the ledger.
@@ -138,7 +145,7 @@ type Ledger interface {
 	Intent(ctx context.Context, k ledger.Key) (ledger.Intent, error)
 	GetIntent(ctx context.Context, k ledger.Key) (ledger.Intent, []ledger.Attempt, error)
 	Commit(ctx context.Context, r ledger.AttemptResult) (ledger.Intent, error)
-	MarkBodyStamped(ctx context.Context, k ledger.Key, seq int) error
+	MarkBodyStamped(ctx context.Context, k ledger.Key, seq int) (ledger.Intent, error)
 	AgentOwner(ctx context.Context, agentID string) (string, error)
 }
 

@@ -70,8 +70,8 @@ func (l *scriptedLedger) AgentOwner(context.Context, string) (string, error) {
 	return "", errors.New("scriptedLedger: no owner lookups expected")
 }
 
-func (l *scriptedLedger) MarkBodyStamped(context.Context, ledger.Key, int) error {
-	return errors.New("scriptedLedger: no attempts")
+func (l *scriptedLedger) MarkBodyStamped(context.Context, ledger.Key, int) (ledger.Intent, error) {
+	return ledger.Intent{}, errors.New("scriptedLedger: no attempts")
 }
 
 func (l *scriptedLedger) RecordDecision(_ context.Context, d ledger.Decision) (int64, error) {

@@ -414,3 +414,78 @@ func TestAppliedActionUnderAnotherNameIsReplayed(t *testing.T) {
 		t.Fatalf("the same refund named by its charge = %s %s (%s); want the replay of the applied one", dup.Verdict, dup.ReasonCode, dup.Reason)
 	}
 }
+
+// readCountingLedger counts the response path's reads of an intent.
+type readCountingLedger struct {
+	*ledger.Store
+	reads int
+}
+
+func (l *readCountingLedger) Intent(ctx context.Context, k ledger.Key) (ledger.Intent, error) {
+	l.reads++
+	return l.Store.Intent(ctx, k)
+}
+
+// TestStampedCommitStartsFromTheMark: the response path's commit starts
+// from the intent its body-stamp mark returned (no read of its own), and
+// when the intent moved after the mark (its lease lapsed to UNKNOWN), the
+// commit's assertion sends it to the locking commit, which records the
+// late answer without moving the intent.
+func TestStampedCommitStartsFromTheMark(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	l := &readCountingLedger{Store: r.store}
+	r.e.ledger = l
+	answer := func(ref IntentRef) rail.Response {
+		return rail.Response{Status: 200, Headers: map[string]string{"content-type": "application/json"},
+			Body: []byte(`{"id":"re_mark","object":"refund","amount":1000,"currency":"usd","status":"succeeded","payment_intent":"pi_1","metadata":{"countersign_sik":"` + ref.BodyValue + `"}}`)}
+	}
+
+	out := r.e.Decide(ctx, r.refund())
+	if out.Verdict != Allow {
+		t.Fatalf("decide = %s %s", out.Verdict, out.Reason)
+	}
+	ref, err := r.e.MarkStamped(ctx, *out.Intent)
+	if err != nil || !ref.BodyStamped || ref.seen == nil || ref.seen.State != intent.InFlight {
+		t.Fatalf("mark = %+v, %v", ref, err)
+	}
+	it, c, err := r.e.Commit(ctx, ref, answer(ref))
+	if err != nil || it.State != intent.Applied || c.EntityID != "re_mark" {
+		t.Fatalf("commit = %s %+v, %v", it.State, c, err)
+	}
+	if l.reads != 0 {
+		t.Fatalf("the commit read the intent %d times; the mark had read it", l.reads)
+	}
+
+	// A mark, then the lease lapses before the answer arrives.
+	req := r.refund()
+	req.Body = []byte("payment_intent=pi_1&amount=2000")
+	out = r.e.Decide(ctx, req)
+	if out.Verdict != Allow {
+		t.Fatalf("decide = %s %s", out.Verdict, out.Reason)
+	}
+	ref, err = r.e.MarkStamped(ctx, *out.Intent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := ledger.Key{RailAccount: ref.RailAccount, SIK: ref.SIK}
+	if err := r.store.InTx(ctx, func(tx *ledger.Tx) error {
+		cur, err := tx.LockIntent(ctx, k)
+		if err != nil {
+			return err
+		}
+		later := time.Hour
+		_, err = tx.Transition(ctx, cur, intent.LeaseExpired, ledger.TransitionOpts{Reason: "lease lapsed in the test", ReconcileIn: &later})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	it, _, err = r.e.Commit(ctx, ref, answer(ref))
+	if err != nil || it.State != intent.Unknown {
+		t.Fatalf("commit after the intent moved = %s, %v; want it left UNKNOWN for the reconciler", it.State, err)
+	}
+	got, atts := r.attempts(t, &ref)
+	if got.State != intent.Unknown || len(atts) != 1 || atts[0].Response == nil || atts[0].Response.Status != 200 {
+		t.Fatalf("after a late answer: %s, attempts %+v", got.State, atts)
+	}
+}

@@ -273,11 +273,11 @@ func (l tracedLedger) Commit(ctx context.Context, r ledger.AttemptResult) (ledge
 	return it, err
 }
 
-func (l tracedLedger) MarkBodyStamped(ctx context.Context, k ledger.Key, seq int) error {
+func (l tracedLedger) MarkBodyStamped(ctx context.Context, k ledger.Key, seq int) (ledger.Intent, error) {
 	ctx, span := l.span(ctx, "MarkBodyStamped")
-	err := l.Ledger.MarkBodyStamped(ctx, k, seq)
+	it, err := l.Ledger.MarkBodyStamped(ctx, k, seq)
 	end(span, err)
-	return err
+	return it, err
 }
 
 func (l tracedLedger) AgentOwner(ctx context.Context, agentID string) (string, error) {

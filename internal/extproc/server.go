@@ -28,7 +28,7 @@ type Committer interface {
 	Commit(ctx context.Context, ref engine.IntentRef, resp rail.Response) (ledger.Intent, rail.Classification, error)
 	// MarkStamped durably records that the request body carries its stamp,
 	// before the request may leave.
-	MarkStamped(ctx context.Context, ref engine.IntentRef) error
+	MarkStamped(ctx context.Context, ref engine.IntentRef) (engine.IntentRef, error)
 }
 
 // Server implements envoy.service.ext_proc.v3.ExternalProcessor.
@@ -179,7 +179,8 @@ func (s *Server) requestBody(x *exchange, b *extprocv3.HttpBody) *extprocv3.Proc
 		s.stoppedHere(x)
 		return immediate(http.StatusBadRequest, msg, "countersign_body_unstampable")
 	}
-	if err := s.committer.MarkStamped(context.Background(), x.ref); err != nil {
+	marked, err := s.committer.MarkStamped(context.Background(), x.ref)
+	if err != nil {
 		// Without the durable mark the reconciler could not tell a stamped
 		// request from one that never left: it does not leave.
 		s.log.Error("could not record the body stamp; stopping the request", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK, "err", err)
@@ -189,7 +190,7 @@ func (s *Server) requestBody(x *exchange, b *extprocv3.HttpBody) *extprocv3.Proc
 		x.committed = true
 		return immediate(http.StatusServiceUnavailable, []byte(`{"error":{"type":"countersign_refusal","code":"ledger_unavailable","message":"Countersign could not record the request before it left; it was not sent."}}`), "countersign_stamp_unrecorded")
 	}
-	x.ref.BodyStamped = true
+	x.ref = marked // stamped, and carrying the intent as the mark found it
 	// In buffered mode the headers may be mutated with the body.
 	set := []*corev3.HeaderValueOption{setHeader("content-length", strconv.Itoa(len(body)))}
 	if len(b.GetBody()) == 0 && !strings.Contains(x.ref.BodyField, "[") {

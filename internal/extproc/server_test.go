@@ -38,11 +38,12 @@ type commit struct {
 	resp rail.Response
 }
 
-func (r *recorder) MarkStamped(context.Context, engine.IntentRef) error {
+func (r *recorder) MarkStamped(_ context.Context, ref engine.IntentRef) (engine.IntentRef, error) {
 	r.mu.Lock()
 	r.stamped++
 	r.mu.Unlock()
-	return nil
+	ref.BodyStamped = true
+	return ref, nil
 }
 
 func (r *recorder) Commit(_ context.Context, ref engine.IntentRef, resp rail.Response) (ledger.Intent, rail.Classification, error) {

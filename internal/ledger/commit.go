@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/countersign/countersign/internal/intent"
@@ -278,21 +279,27 @@ func (s *Store) ExpireLeases(ctx context.Context, limit int, delay time.Duration
 // lapsed may already have been proven absent and retried; letting it go
 // now would be a second rail effect (ErrAttemptNotLive, and ext_proc
 // stops the request). The lease expiry writes the attempt row too, so the
-// two serialise on it.
-func (s *Store) MarkBodyStamped(ctx context.Context, k Key, seq int) error {
-	tag, err := s.pool.Exec(ctx, `UPDATE attempts a SET body_stamped = true
+// two serialise on it. It returns the intent as the mark found it, which
+// the commit of the attempt's answer may start from (AttemptResult.Seen)
+// instead of reading it again.
+func (s *Store) MarkBodyStamped(ctx context.Context, k Key, seq int) (Intent, error) {
+	it, err := scanIntent(s.pool.QueryRow(ctx, `WITH marked AS (
+		UPDATE attempts a SET body_stamped = true
 		FROM intents i
 		WHERE a.rail_account = $1 AND a.sik = $2 AND a.attempt_seq = $3
 		  AND a.outcome = 'pending' AND a.lease_expires_at > now()
 		  AND i.rail_account = a.rail_account AND i.sik = a.sik
-		  AND i.state = 'IN_FLIGHT' AND i.attempt_count = a.attempt_seq`, k.RailAccount, k.SIK, seq)
-	if err != nil {
-		return classify(err)
+		  AND i.state = 'IN_FLIGHT' AND i.attempt_count = a.attempt_seq
+		RETURNING 1)
+		SELECT `+intentColumns+` FROM intents WHERE rail_account = $1 AND sik = $2 AND EXISTS (SELECT 1 FROM marked)`,
+		k.RailAccount, k.SIK, seq))
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return Intent{}, fmt.Errorf("%w: attempt %s#%d", ErrAttemptNotLive, k, seq)
+	case err != nil:
+		return Intent{}, classify(err)
 	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: attempt %s#%d", ErrAttemptNotLive, k, seq)
-	}
-	return nil
+	return it, nil
 }
 
 // isCheckViolation: the database refused a write as the state machine or a

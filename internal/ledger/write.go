@@ -75,7 +75,9 @@ func (w *Write) NewIntent(p NewIntent, reason string, path ...intent.Event) (*In
 		Canonical: p.Canonical, AgentID: p.AgentID}
 	if slices.Equal(path, firstAttempt) && reason == "" {
 		// Born at the end of its first path, one row version instead of
-		// three; the audit trigger writes the record of each edge (I6).
+		// three, with one audit record of its birth ('' → IN_FLIGHT by
+		// ATTEMPT_STARTED): no transaction can see it PROPOSED or
+		// AUTHORIZED, and that path is the only one (migration 00020).
 		w.b.Queue(`
 			INSERT INTO intents (rail_account, sik, state, last_event, attempt_count, rail, action, subject, amount_minor,
 			                     currency, payee, distinct_reason, canonical, agent_id)
@@ -157,10 +159,12 @@ func (w *Write) StartAttempt(s AttemptStart) (*Attempt, error) {
 	return a, nil
 }
 
-// AddAlias records that a request with alias resolved to k.
+// AddAlias records that a request with alias resolved to k. The write was
+// decided on the alias being unseen: if another decision recorded it
+// since, Apply fails with ErrIntentExists and writes nothing (a plain
+// INSERT, not ON CONFLICT: no speculative insertion to log on every ALLOW).
 func (w *Write) AddAlias(k Key, alias string) {
-	w.b.Queue(`INSERT INTO intent_aliases (rail_account, alias, sik) VALUES ($1, $2, $3)
-		ON CONFLICT (rail_account, alias) DO NOTHING`, k.RailAccount, alias, k.SIK)
+	w.b.Queue(`INSERT INTO intent_aliases (rail_account, alias, sik) VALUES ($1, $2, $3)`, k.RailAccount, alias, k.SIK)
 }
 
 // RecordDecision writes the decision; *id is its row after Apply.
@@ -322,7 +326,7 @@ func (s *Store) apply(ctx context.Context, op string, w *Write) (err error) {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) {
 			switch {
-			case pgErr.Code == "23505" && pgErr.TableName == "intents":
+			case pgErr.Code == "23505" && (pgErr.TableName == "intents" || pgErr.TableName == "intent_aliases"):
 				return ErrIntentExists
 			case pgErr.Code == "CSG01":
 				return &GuardError{What: pgErr.Message}

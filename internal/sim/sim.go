@@ -622,8 +622,9 @@ func (w *world) decide(ctx context.Context, p *pipe) error {
 // request may leave, then written into the body.
 func (w *world) stamp(ctx context.Context, p *pipe) error {
 	body, err := extproc.StampBody(p.body, p.ref.BodyField, p.ref.BodyValue)
+	marked := p.ref
 	if err == nil {
-		err = w.eng.MarkStamped(ctx, p.ref)
+		marked, err = w.eng.MarkStamped(ctx, p.ref)
 	}
 	if err != nil {
 		delete(w.pipes, p)
@@ -631,7 +632,7 @@ func (w *world) stamp(ctx context.Context, p *pipe) error {
 		w.answer(p.t, http.StatusServiceUnavailable, "stamp_failed", "countersign")
 		return nil
 	}
-	p.body, p.ref.BodyStamped = body, true
+	p.body, p.ref = body, marked
 	w.after(w.latency(), &event{kind: evRail, p: p, inc: p.inc})
 	return nil
 }
