@@ -102,6 +102,12 @@ func TestBench(t *testing.T) {
 		who := pick(hotMandate)
 		return func(ctx context.Context, lane, i int) (timing, error) { return c.block(ctx, lane, i, who(i)) }
 	}
+	// The protocol floor's server, and its own client.
+	nullProc := r.null()
+	nc := newClient(nullProc)
+	nullOp := func(ctx context.Context, lane, i int) (timing, error) {
+		return nc.allow(ctx, lane, i, spread[0], hooks{})
+	}
 	// Warm the pool and the caches once, at the widest concurrency.
 	warm := drive(64, time.Second, r.payments(3000, 100000), 3000, allowOp(false))
 	if warm.errors > 0 {
@@ -113,10 +119,21 @@ func TestBench(t *testing.T) {
 	// Payments for each cell are made beforehand, four times what the
 	// fastest cell of its kind so far would use (a cell that runs out ends
 	// early, and says so).
-	best := map[string]float64{"ALLOW": 1000, "BLOCK": 1000}
+	best := map[string]float64{"ALLOW": 1000, "BLOCK": 1000, "NULL": 5000}
 	for _, n := range concurrencies {
 		f := r.floor(n, cell)
 		floors = append(floors, f)
+		// The protocol floor at n callers (its operations name no payment
+		// the rail has: nothing reads them).
+		limit := max(2000, int(4*best["NULL"]*cell.Seconds()))
+		nf := drive(n, cell, 1<<30, limit, nullOp)
+		nf.kind, nf.floorPerSecond, nf.capped = "NULL", f.tps, nf.ops == limit
+		best["NULL"] = max(best["NULL"], nf.perSecond)
+		cells = append(cells, nf)
+		if nf.errors > 0 {
+			t.Errorf("protocol floor, %s: %d of %d operations failed; first: %v", callersText(n), nf.errors, nf.ops, nf.firstErr)
+		}
+		t.Logf("protocol floor, %s: %d operations, %.0f/s, Check p50 %s, whole p50 %s", callersText(n), nf.ops, nf.perSecond, ms(nf.check.p50), ms(nf.whole.p50))
 		for _, kind := range []string{"ALLOW", "BLOCK"} {
 			for _, hotMandate := range []bool{false, true} {
 				limit := max(2000, int(4*best[kind]*cell.Seconds()))
@@ -143,6 +160,7 @@ func TestBench(t *testing.T) {
 		t.Errorf("the ledger holds %d APPLIED intents; the run made %d ALLOWs", applied, want)
 	}
 	load.stop()
+	nullProc.stop()
 
 	rep := report{
 		date: began.UTC().Format("2006-01-02"), machine: machine(r.pgVersion), took: time.Since(began).Round(time.Second), loadBefore: loadBefore,
