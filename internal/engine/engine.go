@@ -138,6 +138,7 @@ type IntentRef struct {
 type Ledger interface {
 	LookupCredential(ctx context.Context, hash [32]byte) (ledger.Principal, error)
 	ReadForDecision(ctx context.Context, r ledger.DecisionRead) (ledger.DecisionFacts, error)
+	NewWrite() *ledger.Write
 	Apply(ctx context.Context, w *ledger.Write) error
 	AppliedAttempt(ctx context.Context, it ledger.Intent) (ledger.Attempt, error)
 	RecordDecision(ctx context.Context, d ledger.Decision) (int64, error)
@@ -476,7 +477,7 @@ func (e *Engine) recordChecked(ctx context.Context, req Request, p *ledger.Princ
 	if out.Intent != nil {
 		d.RailAccount, d.SIK, d.AttemptSeq = out.Intent.RailAccount, out.Intent.SIK, out.Intent.AttemptSeq
 	}
-	w := ledger.NewWrite()
+	w := e.ledger.NewWrite()
 	w.CheckPrincipal(facts.Principal.Credential.ID)
 	w.CheckMandate(facts.Principal.Agent.ID, t.acct.ID, facts.Mandate.Hash, e.now())
 	if t.alias != "" {

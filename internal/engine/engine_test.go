@@ -70,6 +70,8 @@ func (l *scriptedLedger) AgentOwner(context.Context, string) (string, error) {
 	return "", errors.New("scriptedLedger: no owner lookups expected")
 }
 
+func (l *scriptedLedger) NewWrite() *ledger.Write { return ledger.NewWrite() }
+
 func (l *scriptedLedger) MarkBodyStamped(context.Context, ledger.Key, int) (ledger.Intent, error) {
 	return ledger.Intent{}, errors.New("scriptedLedger: no attempts")
 }

@@ -107,7 +107,7 @@ func (e *Engine) fresh(ctx context.Context, pr *proposal) (out Outcome, done boo
 		v.Approval = ledger.ApprovalSpec{MandateHash: pr.facts.Mandate.Hash, TTL: m.GetApprovalTtl().AsDuration(), Gates: v.Gates, Labels: in.Labels}
 	}
 
-	w := ledger.NewWrite()
+	w := e.ledger.NewWrite()
 	// What the gates relied on about who asks: share locks, which decisions
 	// never wait on each other for (only a revocation waits, and then every
 	// later decision sees it); taken first, they also make the foreign-key

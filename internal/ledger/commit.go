@@ -172,14 +172,14 @@ func seenCommit(r AttemptResult) (*Write, *Intent, bool) {
 		return nil, nil, false
 	}
 	w := NewWrite()
-	w.b.Queue(`SELECT countersign_assert(count(*) = 1, 'the intent moved since it was read') FROM (
+	w.assert(`(SELECT count(*) = 1 FROM (
 		SELECT 1 FROM intents WHERE rail_account = $1 AND sik = $2 AND state = 'IN_FLIGHT' AND attempt_count = $3
-		FOR UPDATE) seen`, r.RailAccount, r.SIK, r.Seq)
-	w.b.Queue(`WITH answered AS (`+respSQL+` RETURNING 1)
+		FOR UPDATE) seen)`, `the intent moved since it was read`, r.RailAccount, r.SIK, r.Seq)
+	w.queue(`WITH answered AS (`+respSQL+` RETURNING 1)
 		SELECT countersign_assert(count(*) = 1, 'the attempt does not exist') FROM answered`, respArgs...)
 	out := &Intent{}
-	w.b.Queue(sql, args...).QueryRow(scanInto(out))
-	w.b.Queue(settleAttemptSQL, it.RailAccount, it.SIK, it.AttemptCount, o.attemptOutcome, o.entityID)
+	w.queue(sql, args...).QueryRow(scanInto(out))
+	w.queue(settleAttemptSQL, it.RailAccount, it.SIK, it.AttemptCount, o.attemptOutcome, o.entityID)
 	return w, out, true
 }
 

@@ -62,6 +62,10 @@ type Store struct {
 	pooled bool
 	// observe, when set, is told of every write transaction (WithTxObserver).
 	observe TxObserver
+	// rows are rows this store saw committed that are never deleted (a
+	// mandate's usage row, its budget row in a currency): a Write from
+	// NewWrite relies on them instead of inserting them again.
+	rows *knownRows
 }
 
 // TxObserver is told how long one write transaction (InTx or Apply, all
@@ -168,7 +172,7 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: pool: %w", err)
 	}
-	return &Store{pool: pool, pooled: pooled}, nil
+	return &Store{pool: pool, pooled: pooled, rows: &knownRows{}}, nil
 }
 
 // setsExecMode reports whether databaseURL chooses pgx's query exec mode

@@ -6,7 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"regexp"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -27,16 +31,111 @@ import (
 // after LockMandateUsage and before the budget hold, so that the lock that
 // makes decisions take turns is held only while PostgreSQL runs the end of
 // the batch and commits.
+//
+// The leading assertions (those queued before anything else: who asks, the
+// mandate, the request unseen, the usage rows present) are one statement,
+// the batch's first, which also pins synchronous_commit: they read nothing
+// another statement of the batch writes, and each is a statement's worth
+// of work PostgreSQL would otherwise start and end on every decision.
 type Write struct {
-	b pgx.Batch
+	b       pgx.Batch
+	started bool     // the first statement is queued
+	lead    []string // leading assertions: SELECT-list items, parameters numbered after leadArgs
+	leadArg []any
+	// rows, when set, are the rows its store knows exist; made and relied
+	// name the rows this Write creates and the ones it counts on.
+	rows         *knownRows
+	made, relied []string
 }
 
 // NewWrite starts a decision's writes. Like InTx, the transaction commits
 // with synchronous_commit on whatever the server's default (I2).
-func NewWrite() *Write {
-	w := &Write{}
-	w.b.Queue(`SELECT set_config('synchronous_commit', 'on', true)`)
-	return w
+func NewWrite() *Write { return &Write{} }
+
+// NewWrite is NewWrite relying on the rows this store saw committed that
+// are never deleted (a mandate's usage row, its budget rows): it does not
+// insert them again, and asserts what it relies on (if one is missing
+// after all, Apply refuses with a *GuardError and the store forgets it).
+func (s *Store) NewWrite() *Write { return &Write{rows: s.rows} }
+
+// knownRows is a set of row names; only ever added to, but for a row a
+// Write found missing.
+type knownRows struct{ m sync.Map }
+
+func usageRowName(hash string) string            { return "usage/" + hash }
+func budgetRowName(hash, currency string) string { return "budget/" + hash + "/" + currency }
+
+// known says whether w may rely on the row named n, noting that it does.
+func (w *Write) known(n string) bool {
+	if w.rows == nil {
+		return false
+	}
+	if _, ok := w.rows.m.Load(n); !ok {
+		w.made = append(w.made, n)
+		return false
+	}
+	w.relied = append(w.relied, n)
+	return true
+}
+
+// settled records what w's Apply taught: the rows it made exist; the rows
+// it relied on are forgotten when it failed (one may be missing).
+func (w *Write) settled(err error) {
+	if w.rows == nil {
+		return
+	}
+	if err == nil {
+		for _, n := range w.made {
+			w.rows.m.Store(n, struct{}{})
+		}
+		return
+	}
+	for _, n := range w.relied {
+		w.rows.m.Delete(n)
+	}
+}
+
+// queue queues a statement after the first one.
+func (w *Write) queue(sql string, args ...any) *pgx.QueuedQuery {
+	w.start()
+	return w.b.Queue(sql, args...)
+}
+
+// start queues the first statement: synchronous_commit, then the leading
+// assertions in the order they were made.
+func (w *Write) start() {
+	if w.started {
+		return
+	}
+	w.started = true
+	w.b.Queue(`SELECT `+strings.Join(append([]string{`set_config('synchronous_commit', 'on', true)`}, w.lead...), ", "), w.leadArg...)
+}
+
+// assert asserts cond (a boolean SQL expression with parameters $1…$n for
+// args), refusing with what. Made before anything else is queued, it joins
+// the first statement; after, it is a statement of its own. what is a
+// constant of this package.
+func (w *Write) assert(cond, what string, args ...any) {
+	item := `countersign_assert(` + cond + `, '` + what + `')`
+	if w.started {
+		w.b.Queue(`SELECT `+item, args...)
+		return
+	}
+	w.lead = append(w.lead, renumber(item, len(w.leadArg)))
+	w.leadArg = append(w.leadArg, args...)
+}
+
+var paramRE = regexp.MustCompile(`\$([0-9]+)`)
+
+// renumber shifts the parameters $1…$n of sql by offset.
+func renumber(sql string, offset int) string {
+	if offset == 0 {
+		return sql
+	}
+	return paramRE.ReplaceAllStringFunc(sql, func(p string) string {
+		n, _ := strconv.Atoi(p[1:]) // the pattern matched digits only
+		return "$" + strconv.Itoa(n+offset)
+	})
 }
 
 // NewIntent is an intent to create.
@@ -78,7 +177,7 @@ func (w *Write) NewIntent(p NewIntent, reason string, path ...intent.Event) (*In
 		// three, with one audit record of its birth ('' → IN_FLIGHT by
 		// ATTEMPT_STARTED): no transaction can see it PROPOSED or
 		// AUTHORIZED, and that path is the only one (migration 00020).
-		w.b.Queue(`
+		w.queue(`
 			INSERT INTO intents (rail_account, sik, state, last_event, attempt_count, rail, action, subject, amount_minor,
 			                     currency, payee, distinct_reason, canonical, agent_id)
 			VALUES ($1, $2, 'IN_FLIGHT', 'ATTEMPT_STARTED', 1, $3, $4, $5, $6, $7, $8, $9, $10, NULLIF($11, ''))
@@ -88,7 +187,7 @@ func (w *Write) NewIntent(p NewIntent, reason string, path ...intent.Event) (*In
 		out.State, out.LastEvent, out.AttemptCount = intent.InFlight, string(intent.AttemptStarted), 1
 		return out, nil
 	}
-	w.b.Queue(`
+	w.queue(`
 		INSERT INTO intents (rail_account, sik, state, last_event, rail, action, subject, amount_minor,
 		                     currency, payee, distinct_reason, canonical, agent_id)
 		VALUES ($1, $2, 'PROPOSED', 'PROPOSED', $3, $4, $5, $6, $7, $8, $9, $10, NULLIF($11, ''))
@@ -110,7 +209,7 @@ func (w *Write) NewIntent(p NewIntent, reason string, path ...intent.Event) (*In
 		if intent.StartsAttempt(ev) {
 			it.AttemptCount++
 		}
-		w.b.Queue(sql, args...).QueryRow(scanInto(out))
+		w.queue(sql, args...).QueryRow(scanInto(out))
 	}
 	*out = it
 	return out, nil
@@ -153,7 +252,7 @@ func (w *Write) StartAttempt(s AttemptStart) (*Attempt, error) {
 	}
 	a := &Attempt{Key: s.Key, Seq: s.Seq, Stamp: s.Stamp, StampGeneration: s.StampGeneration, Outcome: "pending",
 		LeaseOwner: s.LeaseOwner, Request: s.Request, ViaEnvoy: s.ViaEnvoy}
-	w.b.Queue(insertAttemptSQL, attemptArgs(*a, ttl, headers, s.ViaEnvoy, s.CommitTokenHash)...).QueryRow(func(row pgx.Row) error {
+	w.queue(insertAttemptSQL, attemptArgs(*a, ttl, headers, s.ViaEnvoy, s.CommitTokenHash)...).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&a.LeaseExpiresAt, &a.StartedAt)
 	})
 	return a, nil
@@ -164,7 +263,7 @@ func (w *Write) StartAttempt(s AttemptStart) (*Attempt, error) {
 // since, Apply fails with ErrIntentExists and writes nothing (a plain
 // INSERT, not ON CONFLICT: no speculative insertion to log on every ALLOW).
 func (w *Write) AddAlias(k Key, alias string) {
-	w.b.Queue(`INSERT INTO intent_aliases (rail_account, alias, sik) VALUES ($1, $2, $3)`, k.RailAccount, alias, k.SIK)
+	w.queue(`INSERT INTO intent_aliases (rail_account, alias, sik) VALUES ($1, $2, $3)`, k.RailAccount, alias, k.SIK)
 }
 
 // RecordDecision writes the decision; *id is its row after Apply.
@@ -174,7 +273,7 @@ func (w *Write) RecordDecision(d Decision) (*int64, error) {
 		return nil, err
 	}
 	id := new(int64)
-	w.b.Queue(insertDecisionSQL, args...).QueryRow(func(row pgx.Row) error { return row.Scan(id) })
+	w.queue(insertDecisionSQL, args...).QueryRow(func(row pgx.Row) error { return row.Scan(id) })
 	return id, nil
 }
 
@@ -184,7 +283,7 @@ func (w *Write) OpenApproval(it Intent, v ApprovalSpec) error {
 	if err != nil {
 		return err
 	}
-	w.b.Queue(openApprovalSQL, args...)
+	w.queue(openApprovalSQL, args...)
 	return nil
 }
 
@@ -192,21 +291,21 @@ func (w *Write) OpenApproval(it Intent, v ApprovalSpec) error {
 // are still live: a revocation (an UPDATE of either row) waits for this
 // decision, and a decision after it sees it.
 func (w *Write) AssertPrincipal(credentialID string) {
-	w.b.Queue(`SELECT countersign_assert(count(*) = 1, 'the credential or its agent was revoked or expired') FROM (
+	w.assert(`(SELECT count(*) = 1 FROM (
 		SELECT 1 FROM credentials c JOIN agents a ON a.id = c.agent_id
 		WHERE c.id = $1 AND c.revoked_at IS NULL AND c.expires_at > now() AND a.status = 'active'
-		FOR SHARE OF c, a) live`, credentialID)
+		FOR SHARE OF c, a) live)`, `the credential or its agent was revoked or expired`, credentialID)
 }
 
 // AssertMandate share-locks the agent's active mandate on railAccount and
 // asserts it is still hash: not revoked, its account still held by its
 // owner, and not superseded by a newer one.
 func (w *Write) AssertMandate(agentID, railAccount, hash string, at time.Time) {
-	w.b.Queue(`SELECT countersign_assert(count(*) = 1 AND bool_and(hash = $3), 'the mandate was revoked or replaced') FROM (
+	w.assert(`(SELECT count(*) = 1 AND bool_and(hash = $3) FROM (
 		SELECT hash FROM mandates m
 		WHERE agent_id = $1 AND rail_account = $2 AND revoked_at IS NULL
 		  AND valid_from <= $4 AND $4 < valid_until AND `+heldByOwner+`
-		ORDER BY created_at DESC, hash LIMIT 1 FOR SHARE) active`, agentID, railAccount, hash, at)
+		ORDER BY created_at DESC, hash LIMIT 1 FOR SHARE) active)`, `the mandate was revoked or replaced`, agentID, railAccount, hash, at)
 }
 
 // CheckPrincipal asserts, without a lock, that the credential and its
@@ -214,36 +313,39 @@ func (w *Write) AssertMandate(agentID, railAccount, hash string, at time.Time) {
 // made on facts remembered from an earlier decision rather than read now.
 // A revocation committed before this transaction's statement is seen.
 func (w *Write) CheckPrincipal(credentialID string) {
-	w.b.Queue(`SELECT countersign_assert(EXISTS (
+	w.assert(`EXISTS (
 		SELECT 1 FROM credentials c JOIN agents a ON a.id = c.agent_id
-		WHERE c.id = $1 AND c.revoked_at IS NULL AND c.expires_at > now() AND a.status = 'active'),
-		'the credential or its agent was revoked or expired')`, credentialID)
+		WHERE c.id = $1 AND c.revoked_at IS NULL AND c.expires_at > now() AND a.status = 'active')`,
+		`the credential or its agent was revoked or expired`, credentialID)
 }
 
 // CheckMandate is AssertMandate without the lock, for the same decisions
 // as CheckPrincipal.
 func (w *Write) CheckMandate(agentID, railAccount, hash string, at time.Time) {
-	w.b.Queue(`SELECT countersign_assert(count(*) = 1 AND bool_and(hash = $3), 'the mandate was revoked or replaced') FROM (
+	w.assert(`(SELECT count(*) = 1 AND bool_and(hash = $3) FROM (
 		SELECT hash FROM mandates m
 		WHERE agent_id = $1 AND rail_account = $2 AND revoked_at IS NULL
 		  AND valid_from <= $4 AND $4 < valid_until AND `+heldByOwner+`
-		ORDER BY created_at DESC, hash LIMIT 1) active`, agentID, railAccount, hash, at)
+		ORDER BY created_at DESC, hash LIMIT 1) active)`, `the mandate was revoked or replaced`, agentID, railAccount, hash, at)
 }
 
 // AssertNoAlias asserts the request alias names no intent yet: a decision
 // made without reading it (on remembered facts) is one of a request not
 // seen before, or it is not made.
 func (w *Write) AssertNoAlias(railAccount, alias string) {
-	w.b.Queue(`SELECT countersign_assert(NOT EXISTS (
-		SELECT 1 FROM intent_aliases WHERE rail_account = $1 AND alias = $2), 'the request was seen before')`, railAccount, alias)
+	w.assert(`NOT EXISTS (SELECT 1 FROM intent_aliases WHERE rail_account = $1 AND alias = $2)`, `the request was seen before`, railAccount, alias)
 }
 
 // LockMandateUsage serialises, from here to the commit, the decisions of
 // one mandate (B1): what the assertions after it count cannot change until
 // this transaction ends.
 func (w *Write) LockMandateUsage(hash string) {
-	w.b.Queue(usageRowSQL, hash)
-	w.b.Queue(lockUsageSQL, hash)
+	if w.known(usageRowName(hash)) {
+		w.queue(`SELECT countersign_assert(count(*) = 1, 'the mandate has no usage row') FROM (`+lockUsageSQL+`) u`, hash)
+		return
+	}
+	w.queue(usageRowSQL, hash)
+	w.queue(lockUsageSQL, hash)
 }
 
 // AssertWindow asserts that the mandate's holds of key (an agent, or a
@@ -251,21 +353,21 @@ func (w *Write) LockMandateUsage(hash string) {
 // count) number at most maxCalls and sum, in currency, to at most
 // maxAmount.
 func (w *Write) AssertWindow(hash string, byPayee bool, key string, since time.Time, currency string, maxCalls, maxAmount int64, what string) {
-	w.b.Queue(`SELECT countersign_assert(calls <= $6 AND amount_minor <= $7, $8) FROM `+windowUsageSQL,
+	w.queue(`SELECT countersign_assert(calls <= $6 AND amount_minor <= $7, $8) FROM `+windowUsageSQL,
 		hash, byPayee, key, since, currency, maxCalls, maxAmount, what)
 }
 
 // AssertSubjectActions asserts the mandate holds at most max actions on
 // subject.
 func (w *Write) AssertSubjectActions(hash, subject string, maxActions int64) {
-	w.b.Queue(`SELECT countersign_assert(count(*) <= $3, 'the recurrence limit has no room left')
+	w.queue(`SELECT countersign_assert(count(*) <= $3, 'the recurrence limit has no room left')
 		FROM budget_holds WHERE mandate_hash = $1 AND subject = $2 AND state <> 'voided'`, hash, subject, maxActions)
 }
 
 // AssertFeeSpent asserts the fees reported on the mandate's actions are at
 // most maxFee.
 func (w *Write) AssertFeeSpent(hash string, maxFee int64) {
-	w.b.Queue(`SELECT countersign_assert(COALESCE((SELECT fee_spent_minor FROM mandate_usage WHERE mandate_hash = $1), 0) <= $2,
+	w.queue(`SELECT countersign_assert(COALESCE((SELECT fee_spent_minor FROM mandate_usage WHERE mandate_hash = $1), 0) <= $2,
 		'the fee budget is exhausted')`, hash, maxFee)
 }
 
@@ -273,7 +375,7 @@ func (w *Write) AssertFeeSpent(hash string, maxFee int64) {
 // payment (whatever their mandates): the outstanding amount asserted after
 // it counts every other refund of the subject that committed before.
 func (w *Write) LockSubject(railAccount, subject string) {
-	w.b.Queue(lockSubjectSQL, railAccount, subject)
+	w.queue(lockSubjectSQL, railAccount, subject)
 }
 
 // lockSubjectSQL takes a transaction-scoped advisory lock named for the
@@ -284,7 +386,7 @@ const lockSubjectSQL = `SELECT pg_advisory_xact_lock(hashtextextended('countersi
 // AssertOutstanding asserts the other intents on subject that the rail may
 // not show yet (Outstanding) sum to at most maxMinor.
 func (w *Write) AssertOutstanding(railAccount, subject, except string, maxMinor int64) {
-	w.b.Queue(`SELECT countersign_assert(COALESCE(sum(amount_minor), 0) <= $4, 'more of the subject is being refunded than the rail showed')
+	w.queue(`SELECT countersign_assert(COALESCE(sum(amount_minor), 0) <= $4, 'more of the subject is being refunded than the rail showed')
 		FROM intents WHERE rail_account = $1 AND subject = $2 AND sik <> $3 AND state IN ('IN_FLIGHT', 'UNKNOWN', 'RECONCILING')`,
 		railAccount, subject, except, maxMinor)
 }
@@ -293,17 +395,17 @@ func (w *Write) AssertOutstanding(railAccount, subject, except string, maxMinor 
 // to at most maxUsed (for a decision that places no hold, whose room the
 // budget row's CHECK does not check).
 func (w *Write) AssertBudget(hash, currency string, maxUsed int64) {
-	w.b.Queue(`SELECT countersign_assert(COALESCE((SELECT held_minor + spent_minor FROM mandate_budgets
+	w.queue(`SELECT countersign_assert(COALESCE((SELECT held_minor + spent_minor FROM mandate_budgets
 		WHERE mandate_hash = $1 AND currency = $2), 0) <= $3, 'the budget has no room left')`, hash, currency, maxUsed)
 }
 
 // PlaceHold reserves an allowed intent's amount under its mandate; the
 // budget row's CHECK refuses an overrun (B1).
 func (w *Write) PlaceHold(it Intent, h HoldSpec) {
-	if h.BudgetMinor > 0 {
-		w.b.Queue(budgetRowSQL, h.MandateHash, h.Currency, h.BudgetMinor)
+	if h.BudgetMinor > 0 && !w.known(budgetRowName(h.MandateHash, h.Currency)) {
+		w.queue(budgetRowSQL, h.MandateHash, h.Currency, h.BudgetMinor)
 	}
-	w.b.Queue(insertHoldSQL, holdArgs(it, h)...)
+	w.queue(insertHoldSQL, holdArgs(it, h)...)
 }
 
 // Apply sends w as one transaction. It returns ErrIntentExists when its
@@ -317,7 +419,8 @@ func (s *Store) Apply(ctx context.Context, w *Write) error {
 // apply is Apply reporting its transaction to the observer as op.
 func (s *Store) apply(ctx context.Context, op string, w *Write) (err error) {
 	start := time.Now()
-	defer func() { s.observed(op, start, err) }()
+	defer func() { w.settled(err); s.observed(op, start, err) }()
+	w.start()
 	for attempt := 1; ; attempt++ {
 		err := s.pool.SendBatch(ctx, &w.b).Close()
 		if err == nil {
@@ -332,6 +435,9 @@ func (s *Store) apply(ctx context.Context, op string, w *Write) (err error) {
 				return &GuardError{What: pgErr.Message}
 			case pgErr.Code == "23514" && pgErr.ConstraintName == "budget_never_exceeded":
 				return &GuardError{What: "the budget has no room left"}
+			case pgErr.Code == "23514" && pgErr.ConstraintName == "" && strings.HasPrefix(pgErr.Message, "no budget row for mandate") && len(w.relied) > 0:
+				// A budget row relied on is missing (countersign_hold_guard).
+				return &GuardError{What: pgErr.Message}
 			}
 		}
 		if !retryable(err) || attempt >= maxTxAttempts {

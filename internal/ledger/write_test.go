@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"golang.org/x/mod/sumdb/note"
@@ -121,5 +122,92 @@ func TestFreshWriteOfASeenAliasWritesNothing(t *testing.T) {
 	var sik string
 	if err := s.pool.QueryRow(ctx, `SELECT sik FROM intent_aliases WHERE alias = $1`, testSIK(99)).Scan(&sik); err != nil || sik != first.SIK {
 		t.Fatalf("the alias names %q (%v), want the first write's %s", sik, err, first.SIK)
+	}
+}
+
+func TestRenumberShiftsParameters(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"x = $1", "x = $1"},
+		{"a = $1 AND b = $2 AND c = $10", "a = $4 AND b = $5 AND c = $13"},
+		{"no parameters", "no parameters"},
+	} {
+		off := 3
+		if tc.in == "x = $1" {
+			off = 0
+		}
+		if got := renumber(tc.in, off); got != tc.want {
+			t.Errorf("renumber(%q, %d) = %q, want %q", tc.in, off, got, tc.want)
+		}
+	}
+}
+
+// TestWriteReliesOnRowsItsStoreSawCommitted: a store's Write inserts a
+// mandate's usage and budget rows the first time only; later ones lock and
+// rely on them, two statements fewer. One that finds a relied-on row
+// missing writes nothing and is refused as a *GuardError (the engine then
+// decides with locks), and the store inserts what it relied on again next
+// time.
+func TestWriteReliesOnRowsItsStoreSawCommitted(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	hash := fmt.Sprintf("%064x", 77)
+	write := func(n int) (*Write, error) {
+		p := proposal(n)
+		w := s.NewWrite()
+		it, err := w.NewIntent(p.NewIntent, "", intent.GatesPassed, intent.AttemptStarted)
+		if err != nil {
+			return nil, err
+		}
+		a := p.AttemptStart
+		a.Seq = it.AttemptCount
+		if _, err := w.StartAttempt(a); err != nil {
+			return nil, err
+		}
+		w.LockMandateUsage(hash)
+		w.PlaceHold(*it, HoldSpec{MandateHash: hash, AgentID: "agent_a", PayeeKey: "pi_1", Currency: "USD", AmountMinor: 100, BudgetMinor: 100000})
+		return w, s.Apply(ctx, w)
+	}
+	first, err := write(70)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := write(71)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.b.Len() != first.b.Len()-2 {
+		t.Fatalf("the second write has %d statements, the first %d; want two fewer", second.b.Len(), first.b.Len())
+	}
+	// The usage row goes, as only someone editing the database by hand could.
+	if _, err := s.pool.Exec(ctx, `DELETE FROM mandate_usage WHERE mandate_hash = $1`, hash); err != nil {
+		t.Fatal(err)
+	}
+	var guard *GuardError
+	if _, err := write(72); !errors.As(err, &guard) {
+		t.Fatalf("a write relying on a missing usage row = %v, want a *GuardError", err)
+	}
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM intents WHERE sik = $1`, proposal(72).SIK).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("the refused write left %d intents (%v)", n, err)
+	}
+	fourth, err := write(73)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fourth.b.Len() != first.b.Len() {
+		t.Fatalf("after the refusal a write has %d statements, want %d (what it relied on inserted again)", fourth.b.Len(), first.b.Len())
+	}
+	if fifth, err := write(74); err != nil || fifth.b.Len() != first.b.Len()-2 {
+		t.Fatalf("then a write has %d statements (%v), want %d", fifth.b.Len(), err, first.b.Len()-2)
+	}
+	// Likewise the budget row: the hold's guard finds it missing.
+	if _, err := s.pool.Exec(ctx, `DELETE FROM mandate_budgets WHERE mandate_hash = $1`, hash); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := write(75); !errors.As(err, &guard) {
+		t.Fatalf("a write relying on a missing budget row = %v, want a *GuardError", err)
+	}
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM mandate_usage WHERE mandate_hash = $1`, hash).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d usage rows (%v), want the one inserted again", n, err)
 	}
 }
