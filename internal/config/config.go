@@ -68,6 +68,9 @@ type Config struct {
 	// ReconcileDelay is the minimum wait before the first reconciliation
 	// query (the rails have no read-your-writes).
 	ReconcileDelay time.Duration
+	// MaxPendingApprovals bounds the requests of one agent waiting for its
+	// owner's approval: past it, a request the gates would hold is refused.
+	MaxPendingApprovals int
 	// ReconcileInterval is how often the reconciler looks for work; 0 turns
 	// the in-process reconciler off.
 	ReconcileInterval time.Duration
@@ -139,6 +142,7 @@ func Defaults() Config {
 		ReadinessInterval:    time.Second,
 		LeaseTTL:             30 * time.Second,
 		ReconcileDelay:       2 * time.Second,
+		MaxPendingApprovals:  50,
 		ReconcileInterval:    time.Second,
 		ReconcileMaxAttempts: 6,
 		ReconcileClaimTTL:    2 * time.Minute,
@@ -173,6 +177,7 @@ func (c *Config) BindEngine(fs *pflag.FlagSet) {
 	fs.StringVar(&c.LeaseOwner, "lease-owner", c.LeaseOwner, "name of this process in attempt and reconcile leases (default: host name and pid)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "how long an allowed attempt may stay unanswered before it is reconciled")
 	fs.DurationVar(&c.ReconcileDelay, "reconcile-delay", c.ReconcileDelay, "minimum wait before the first reconciliation query of an ambiguous attempt")
+	fs.IntVar(&c.MaxPendingApprovals, "max-pending-approvals", c.MaxPendingApprovals, "requests of one agent that may wait for the owner's approval at once; past it, a request that would be held is refused")
 	fs.IntVar(&c.ReconcileMaxAttempts, "reconcile-max-attempts", c.ReconcileMaxAttempts, "inconclusive reconciliations before an intent is quarantined")
 	fs.DurationVar(&c.ReconcileClaimTTL, "reconcile-claim-ttl", c.ReconcileClaimTTL, "how long one intent's reconciliation (its listing to the last page) may take; a reconciler that dies holds its claims this long")
 	fs.BoolVar(&c.ExtProcInPath, "ext-proc-in-path", c.ExtProcInPath, "Envoy runs Countersign's ext_proc filter (failing closed) after ext_authz; false for ext_authz-only deployments such as Istio CUSTOM")
@@ -338,6 +343,9 @@ func (c Config) ValidateEngine() error {
 	}
 	if c.ReconcileDelay < 0 {
 		errs = append(errs, fmt.Errorf("reconcile-delay (%s) must not be negative", EnvName("reconcile-delay")))
+	}
+	if c.MaxPendingApprovals < 1 || c.MaxPendingApprovals > 100000 {
+		errs = append(errs, fmt.Errorf("max-pending-approvals (%s) must be between 1 and 100000, got %d", EnvName("max-pending-approvals"), c.MaxPendingApprovals))
 	}
 	if c.ReconcileClaimTTL < time.Second {
 		errs = append(errs, fmt.Errorf("reconcile-claim-ttl (%s) must be at least 1s, got %s", EnvName("reconcile-claim-ttl"), c.ReconcileClaimTTL))

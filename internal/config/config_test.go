@@ -106,6 +106,7 @@ func TestValidate(t *testing.T) {
 		{"fast readiness", func(c *Config) { c.ReadinessInterval = time.Millisecond }, "readiness-interval"},
 		{"pool too big", func(c *Config) { c.DBMaxConns = 5000 }, "db-max-conns"},
 		{"short claim", func(c *Config) { c.ReconcileClaimTTL = 10 * time.Millisecond }, "reconcile-claim-ttl (COUNTERSIGN_RECONCILE_CLAIM_TTL) must be at least 1s"},
+		{"no pending approvals", func(c *Config) { c.MaxPendingApprovals = 0 }, "max-pending-approvals (COUNTERSIGN_MAX_PENDING_APPROVALS) must be between 1 and 100000, got 0"},
 		{"webhook networks", func(c *Config) { c.WebhookAllowNetworks = " 10.20.0.0/16, 127.0.0.1 ,fd00::/8" }, ""},
 		// The Envoy-facing listener: its ALLOW carries the rail key.
 		{"default envoy socket", func(c *Config) {

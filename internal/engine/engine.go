@@ -177,6 +177,10 @@ type Options struct {
 	// Failures limits failed credential attempts per source and per
 	// presented credential (nil: no limit).
 	Failures *quota.Failures
+	// MaxPendingApprovals bounds the requests of one agent waiting for its
+	// owner's approval at once: past it, a request the gates would hold is
+	// refused (0: no bound).
+	MaxPendingApprovals int
 	// ExtProcInPath says Envoy runs Countersign's ext_proc filter (failing
 	// closed) after ext_authz, so an allowed request leaves only after its
 	// body stamp was recorded. False for ext_authz-only deployments

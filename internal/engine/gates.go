@@ -24,6 +24,8 @@ type gateRun struct {
 	advisors []gate.Advisor
 	mandates *mandateCache
 	tracer   trace.Tracer
+	// maxPending bounds the agent's approvals pending at once (0: none).
+	maxPending int
 }
 
 // mandateCache keeps decoded mandates by hash: a mandate never changes, so
@@ -85,7 +87,8 @@ func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (v
 		return verdict{}, err
 	}
 	v := g.evaluate(ctx, in)
-	v.Approval = ledger.ApprovalSpec{MandateHash: rec.Hash, TTL: m.GetApprovalTtl().AsDuration(), Gates: v.Gates, Labels: in.Labels}
+	v.Approval = ledger.ApprovalSpec{MandateHash: rec.Hash, TTL: m.GetApprovalTtl().AsDuration(), Gates: v.Gates, Labels: in.Labels,
+		MaxPending: g.maxPending}
 	if v.Verdict != Allow {
 		return v, nil
 	}

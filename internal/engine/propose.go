@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/countersign/countersign/internal/chaos"
 	"github.com/countersign/countersign/internal/gate"
@@ -121,6 +122,12 @@ func (e *Engine) propose(ctx context.Context, pr *proposal) Outcome {
 	switch {
 	case errors.Is(err, errGateBlocked):
 		return e.answer(pr.acct, pr.req, res, rail.Stamped{})
+	case errors.Is(err, ledger.ErrTooManyPendingApprovals):
+		// Held, but the agent already has as many requests waiting for
+		// its owner as it may: refused, and nothing written (an existing
+		// intent stays as it was), so it may be sent again once the owner
+		// has decided some.
+		return e.answer(pr.acct, pr.req, decided{gates: tooManyPending(res.gates, pr.principal.Agent.ID, e.opts.MaxPendingApprovals)}, rail.Stamped{})
 	case errors.Is(err, ledger.ErrForeignIntent):
 		return refuseForeign(pr.acct, pr.req)
 	case err != nil:
@@ -286,5 +293,22 @@ func (pr *proposal) attemptStart(o Options, stamp string) ledger.AttemptStart {
 
 // gateRun is the ladder's view of pr.
 func (e *Engine) gateRun(pr *proposal) gateRun {
-	return gateRun{proposal: pr, advisors: e.opts.Advisors, mandates: &e.mandates, tracer: e.tracer}
+	return gateRun{proposal: pr, advisors: e.opts.Advisors, mandates: &e.mandates, tracer: e.tracer, maxPending: e.opts.MaxPendingApprovals}
+}
+
+// ReasonTooManyPendingApprovals refuses a request the gates would hold
+// while its agent already has as many waiting for the owner as it may.
+const ReasonTooManyPendingApprovals = "too_many_pending_approvals"
+
+// tooManyPending is the refusal of a request that would have been held
+// (held: the ladder's HOLD, when it ran) past the agent's bound.
+func tooManyPending(held *verdict, agentID string, max int) *verdict {
+	reason := fmt.Sprintf("Agent %s already has %d requests waiting for its owner's approval, the most it may; "+
+		"this one was not held. Send it again once the owner has approved, rejected or let some of them expire.", agentID, max)
+	v := &verdict{Verdict: Block, ReasonCode: ReasonTooManyPendingApprovals, Reason: reason}
+	if held != nil {
+		v.Gates = append(v.Gates, held.Gates...)
+	}
+	v.Gates = append(v.Gates, ledger.GateRecord{Gate: gate.GateLimits, Verdict: string(Block), ReasonCode: ReasonTooManyPendingApprovals, Reason: reason})
+	return v
 }

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -488,4 +489,45 @@ func TestStampedCommitStartsFromTheMark(t *testing.T) {
 	if got.State != intent.Unknown || len(atts) != 1 || atts[0].Response == nil || atts[0].Response.Status != 200 {
 		t.Fatalf("after a late answer: %s, attempts %+v", got.State, atts)
 	}
+}
+
+// TestHeldRequestsAreBounded: an agent under an approval_required mandate
+// holds at most MaxPendingApprovals requests waiting for its owner; the
+// next one is refused (too_many_pending_approvals) and leaves no intent,
+// so it may be sent again later; the same held request again is still
+// held, not refused; and the owner's decision makes room for one more.
+func TestHeldRequestsAreBounded(t *testing.T) {
+	r := newRig(t, func(m *countersignv1.Mandate) { m.Mode = countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED })
+	r.e.opts.MaxPendingApprovals = 2
+	ctx := context.Background()
+	refund := func(amount int) Request {
+		req := r.refund()
+		req.Body = []byte("payment_intent=pi_1&amount=" + strconv.Itoa(amount))
+		return req
+	}
+	expect(t, r.e.Decide(ctx, refund(100)), Hold, "approval_required")
+	expect(t, r.e.Decide(ctx, refund(200)), Hold, "approval_required")
+	third := r.e.Decide(ctx, refund(300))
+	expect(t, third, Block, ReasonTooManyPendingApprovals)
+	if !strings.Contains(third.Reason, "2 requests waiting for its owner's approval") || !strings.Contains(string(third.Body), ReasonTooManyPendingApprovals) {
+		t.Fatalf("refusal = %q, body %s", third.Reason, third.Body)
+	}
+	if third.Intent != nil {
+		t.Fatalf("the refused request names intent %+v", third.Intent)
+	}
+	rows := r.approvalRows(t)
+	if len(rows) != 2 {
+		t.Fatalf("approvals %+v, want the two held", rows)
+	}
+	// The first again: held still, its approval kept (no new one), not
+	// refused at the bound.
+	expect(t, r.e.Decide(ctx, refund(100)), Hold, "approval_required")
+	if again := r.approvalRows(t); len(again) != 2 || again[0] != rows[0] {
+		t.Fatalf("approvals after the held request again = %+v, want %+v", again, rows)
+	}
+	if _, err := r.store.Reject(ctx, rows[0].owner, rows[0].id, "not this one"); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, r.e.Decide(ctx, refund(300)), Hold, "approval_required")
+	expect(t, r.e.Decide(ctx, refund(400)), Block, ReasonTooManyPendingApprovals)
 }

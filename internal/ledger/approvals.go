@@ -95,7 +95,23 @@ type ApprovalSpec struct {
 	// Labels is the canonical JSON of the held request's labels ("" is
 	// none, "{}").
 	Labels string
+	// MaxPending, when above 0, bounds the agent's approvals pending at
+	// once: opening one more fails with ErrTooManyPendingApprovals.
+	MaxPending int
 }
+
+// ErrTooManyPendingApprovals means an approval would open while the
+// agent already has ApprovalSpec.MaxPending pending.
+var ErrTooManyPendingApprovals = errors.New("ledger: the agent has too many approvals pending")
+
+// lockAgentApprovalsSQL makes the openings of one agent's approvals take
+// turns (a transaction-scoped advisory lock: no row, no WAL), so that the
+// count after it is exact.
+const lockAgentApprovalsSQL = `SELECT pg_advisory_xact_lock(hashtextextended('countersign.approvals/' || $1, 0))`
+
+// pendingApprovalsSQL counts an agent's approvals still waiting for a
+// decision (one whose time ran out is not waiting, even unmarked).
+const pendingApprovalsSQL = `SELECT count(*) FROM approvals WHERE agent_id = $1 AND state = 'pending' AND expires_at > now()`
 
 // OpenApproval creates the pending approval of a HELD intent: it keeps a
 // live one that covers the same labels, and reopens an expired one. A live
@@ -109,6 +125,21 @@ func (tx *Tx) OpenApproval(ctx context.Context, it Intent, v ApprovalSpec) error
 	}
 	if _, err := tx.tx.Exec(ctx, supersedeApprovalSQL, it.RailAccount, it.SIK, args[len(args)-1]); err != nil {
 		return err
+	}
+	if v.MaxPending > 0 {
+		if _, err := tx.tx.Exec(ctx, lockAgentApprovalsSQL, it.AgentID); err != nil {
+			return err
+		}
+		var kept bool
+		var pending int
+		if err := tx.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM approvals WHERE rail_account = $1 AND sik = $2 AND state IN ('pending', 'approved')),
+			(`+renumber(pendingApprovalsSQL, 2)+`)`, it.RailAccount, it.SIK, it.AgentID).Scan(&kept, &pending); err != nil {
+			return err
+		}
+		if !kept && pending >= v.MaxPending {
+			// The live approval it keeps is no new one; anything else opens one.
+			return fmt.Errorf("%w (%d)", ErrTooManyPendingApprovals, pending)
+		}
 	}
 	_, err = tx.tx.Exec(ctx, openApprovalSQL, args...)
 	return err

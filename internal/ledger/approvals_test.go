@@ -161,3 +161,85 @@ func TestApprovalLabelsAreItsBinding(t *testing.T) {
 		t.Fatalf("rewriting an approval's labels: %v, want the guard's refusal", err)
 	}
 }
+
+// TestPendingApprovalsAreBounded: with ApprovalSpec.MaxPending, an agent
+// holds at most that many approvals pending; one more is refused with
+// ErrTooManyPendingApprovals and writes nothing, keeping a live approval
+// opens none (and is never refused), and an owner's decision makes room.
+// Concurrent openings take turns, so the bound is exact.
+func TestPendingApprovalsAreBounded(t *testing.T) {
+	ctx := context.Background()
+	f := newOutboxFixture(t, "own_bound")
+	const max = 3
+	hold := func(n int) error {
+		p := proposal(n)
+		p.AgentID = f.agent.ID
+		return f.s.InTx(ctx, func(tx *Tx) error {
+			it, created, err := tx.CreateIntent(ctx, p.NewIntent)
+			if err != nil {
+				return err
+			}
+			if created {
+				if it, err = tx.Transition(ctx, it, intent.GatesHeld, TransitionOpts{Reason: "needs approval"}); err != nil {
+					return err
+				}
+			} else if it, err = tx.LockIntent(ctx, p.Key); err != nil {
+				return err
+			}
+			return tx.OpenApproval(ctx, it, ApprovalSpec{MaxPending: max})
+		})
+	}
+	pending := func() int {
+		t.Helper()
+		var n int
+		if err := f.s.pool.QueryRow(ctx, pendingApprovalsSQL, f.agent.ID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// Ten at once: exactly max open.
+	errs := make(chan error, 10)
+	for i := range 10 {
+		go func() { errs <- hold(200 + i) }()
+	}
+	refused := 0
+	for range 10 {
+		switch err := <-errs; {
+		case errors.Is(err, ErrTooManyPendingApprovals):
+			refused++
+		case err != nil:
+			t.Fatal(err)
+		}
+	}
+	if refused != 10-max || pending() != max {
+		t.Fatalf("%d refused, %d pending; want %d refused, %d pending", refused, pending(), 10-max, max)
+	}
+	var intents int
+	if err := f.s.pool.QueryRow(ctx, `SELECT count(*) FROM intents WHERE agent_id = $1`, f.agent.ID).Scan(&intents); err != nil || intents != max {
+		t.Fatalf("%d intents (%v): a refused opening must leave none behind", intents, err)
+	}
+	// The same request again keeps its approval: not refused at the bound.
+	as, err := f.s.ListApprovals(ctx, f.owner, "", "", "", 100)
+	if err != nil || len(as) != max {
+		t.Fatalf("approvals %v, %v", as, err)
+	}
+	var again int
+	for i := range 10 {
+		if proposal(200+i).SIK == as[0].SIK {
+			again = 200 + i
+		}
+	}
+	if err := hold(again); err != nil {
+		t.Fatalf("the held request again: %v", err)
+	}
+	// The owner rejects one: room for one more, and only one.
+	if _, err := f.s.Reject(ctx, f.owner, as[0].ID, "no"); err != nil {
+		t.Fatal(err)
+	}
+	if err := hold(300); err != nil {
+		t.Fatalf("after a rejection: %v", err)
+	}
+	if err := hold(301); !errors.Is(err, ErrTooManyPendingApprovals) {
+		t.Fatalf("past the bound again: %v", err)
+	}
+}

@@ -277,11 +277,18 @@ func (w *Write) RecordDecision(d Decision) (*int64, error) {
 	return id, nil
 }
 
-// OpenApproval opens the pending approval of a HELD intent.
+// OpenApproval opens the pending approval of a new HELD intent; with
+// v.MaxPending, only while the agent has fewer pending (the agent's
+// openings take turns, so the bound is exact): else Apply refuses with a
+// *GuardError, and the locking path (Tx.OpenApproval) says why.
 func (w *Write) OpenApproval(it Intent, v ApprovalSpec) error {
 	args, err := approvalArgs(it, v)
 	if err != nil {
 		return err
+	}
+	if v.MaxPending > 0 {
+		w.queue(lockAgentApprovalsSQL, it.AgentID)
+		w.queue(`SELECT countersign_assert((`+pendingApprovalsSQL+`) < $2, 'the agent has too many approvals pending')`, it.AgentID, v.MaxPending)
 	}
 	w.queue(openApprovalSQL, args...)
 	return nil

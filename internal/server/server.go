@@ -115,7 +115,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 	failQuota := quota.Options{Rate: cfg.AuthFailureRate, Burst: cfg.AuthFailureBurst}
 	eng := engine.New(store, engine.Options{Rails: rs, LeaseOwner: cfg.LeaseOwner, LeaseTTL: cfg.LeaseTTL,
 		ReconcileDelay: cfg.ReconcileDelay, Advisors: []gate.Advisor{gate.NewPayee{}},
-		Failures: quota.NewFailures(failQuota, failQuota), ExtProcInPath: cfg.ExtProcInPath,
+		Failures: quota.NewFailures(failQuota, failQuota), ExtProcInPath: cfg.ExtProcInPath, MaxPendingApprovals: cfg.MaxPendingApprovals,
 		Tracer: o.tracer, DecisionLog: cfg.DecisionLog}, log, m)
 	rec := reconcile.New(store, rs, reconcile.Options{
 		Owner: cfg.LeaseOwner, Delay: cfg.ReconcileDelay, MaxAttempts: cfg.ReconcileMaxAttempts, ClaimTTL: cfg.ReconcileClaimTTL,
