@@ -144,8 +144,6 @@ func (e *Engine) fresh(ctx context.Context, pr *proposal) (out Outcome, done boo
 			return e.ledgerFailed(acct, req, "attempt", err), true
 		}
 		d.ReasonCode, d.Reason, d.AttemptSeq, d.Gates = ReasonAllowed, "attempt allowed", attempt.Seq, stored(v.Gates)
-	} else if err := w.OpenApproval(*it, v.Approval); err != nil {
-		return e.ledgerFailed(acct, req, "approval", err), true
 	}
 	decisionID, err := w.RecordDecision(*d)
 	if err != nil {
@@ -158,6 +156,15 @@ func (e *Engine) fresh(ctx context.Context, pr *proposal) (out Outcome, done boo
 		assertHeadroom(w, pr, m, in, v.Verdict == Allow)
 		if v.Verdict == Allow {
 			w.PlaceHold(*it, *g.holdSpec(pr.facts.Mandate.Hash, m, in.Action))
+		}
+	}
+	// A HOLD's approval opens after the mandate's and the subject's locks,
+	// in the locking path's order (its ladder takes those, then
+	// OpenApproval the agent's approvals lock): never the other way round,
+	// or a held request sent again and a new one would deadlock.
+	if v.Verdict == Hold {
+		if err := w.OpenApproval(*it, v.Approval); err != nil {
+			return e.ledgerFailed(acct, req, "approval", err), true
 		}
 	}
 	err = e.ledger.Apply(ctx, w)

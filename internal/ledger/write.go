@@ -429,7 +429,15 @@ func (s *Store) apply(ctx context.Context, op string, w *Write) (err error) {
 	defer func() { w.settled(err); s.observed(op, start, err) }()
 	w.start()
 	for attempt := 1; ; attempt++ {
-		err := s.pool.SendBatch(ctx, &w.b).Close()
+		// A batch of its own each attempt: pgx keeps on each queued query
+		// the statement it prepared, which a failed batch may have dropped
+		// (a retried deadlock then failed as "prepared statement does not
+		// exist", and the decision was denied).
+		b := &pgx.Batch{}
+		for _, q := range w.b.QueuedQueries {
+			b.QueuedQueries = append(b.QueuedQueries, &pgx.QueuedQuery{SQL: q.SQL, Arguments: q.Arguments, Fn: q.Fn})
+		}
+		err := s.pool.SendBatch(ctx, b).Close()
 		if err == nil {
 			return nil
 		}
