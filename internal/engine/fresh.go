@@ -113,7 +113,7 @@ func (e *Engine) fresh(ctx context.Context, pr *proposal) (out Outcome, done boo
 	// never wait on each other for (only a revocation waits, and then every
 	// later decision sees it); taken first, they also make the foreign-key
 	// checks of the inserts below free.
-	w.AssertPrincipal(p.Credential.ID)
+	w.AssertPrincipal(p.Credential.ID, p.Agent.ID)
 	if m != nil {
 		w.AssertMandate(p.Agent.ID, acct.ID, pr.facts.Mandate.Hash, pr.now)
 	}

@@ -82,20 +82,64 @@ func (s *Store) IssueCredential(ctx context.Context, agentID string, scope crede
 
 // RevokeCredential revokes a credential, one way. Revoking twice is a no-op.
 func (s *Store) RevokeCredential(ctx context.Context, id string) error {
-	return s.revokeOnce(ctx, "credentials", "credential", id)
+	return s.revokeOfAgent(ctx, "credential", id, `SELECT agent_id FROM credentials WHERE id = $1`,
+		`UPDATE credentials SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1`)
 }
 
 // RevokeAgent revokes an agent, one way. Its credentials stop working with it.
 func (s *Store) RevokeAgent(ctx context.Context, id string) error {
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE agents SET status = 'revoked', revoked_at = COALESCE(revoked_at, now()) WHERE id = $1`, id)
-	if err != nil {
-		return classify(fmt.Errorf("ledger: revoke agent: %w", err))
+	return s.revokeOfAgent(ctx, "agent", id, `SELECT $1::text`,
+		`UPDATE agents SET status = 'revoked', revoked_at = COALESCE(revoked_at, now()) WHERE id = $1`)
+}
+
+// The revocation lock of an agent: every decision of the agent holds it
+// shared from its first statement to its commit; a revocation of the
+// agent, its credential or its mandate takes it exclusively before its
+// UPDATE. Advisory locks queue in order, so a waiting revocation holds
+// back the decisions that come after it; the share row locks decisions
+// take on those rows do not (a new share lock is granted beside the old
+// ones while an UPDATE waits), so without this an agent deciding fast
+// enough kept its owner's revocation waiting for as long as it kept on.
+var (
+	agentLockShared    = agentLock("pg_advisory_xact_lock_shared", "$1")
+	agentLockExclusive = agentLock("pg_advisory_xact_lock", "$1")
+)
+
+// agentLock is the call of fn (an advisory lock function) on the
+// revocation lock of the agent whose id is the SQL expression agent.
+func agentLock(fn, agent string) string {
+	return fn + `(hashtextextended('countersign.agent/' || ` + agent + `, 0))`
+}
+
+// revokeOfAgent runs a revocation (update, of the row with id) after the
+// exclusive revocation lock of the agent agentOf names, in one
+// transaction; ErrNotFound when agentOf finds nothing or update changes
+// no row.
+func (s *Store) revokeOfAgent(ctx context.Context, what, id, agentOf, update string) error {
+	err := s.inTx(ctx, OpRevoke, func(tx *Tx) error {
+		var agent string
+		switch err := tx.tx.QueryRow(ctx, agentOf, id).Scan(&agent); {
+		case errors.Is(err, pgx.ErrNoRows):
+			return fmt.Errorf("%w: %s %s", ErrNotFound, what, id)
+		case err != nil:
+			return err
+		}
+		if _, err := tx.tx.Exec(ctx, `SELECT `+agentLockExclusive, agent); err != nil {
+			return err
+		}
+		tag, err := tx.tx.Exec(ctx, update, id)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("%w: %s %s", ErrNotFound, what, id)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return classify(fmt.Errorf("ledger: revoke %s: %w", what, err))
 	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("%w: agent %s", ErrNotFound, id)
-	}
-	return nil
+	return err
 }
 
 // LookupCredential resolves a credential hash to its credential and agent,

@@ -93,6 +93,8 @@ const (
 	OpWebhookDelete     = "webhook_delete"
 	OpDeadLetterReplay  = "dead_letter_replay"
 	OpRailAccountRevoke = "rail_account_revoke"
+	// OpRevoke is the revocation of an agent, a credential or a mandate.
+	OpRevoke = "revoke"
 )
 
 // WithTxObserver returns a handle on the same pool whose write

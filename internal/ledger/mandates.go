@@ -148,13 +148,22 @@ func (s *Store) RevokeMandate(ctx context.Context, hash, reason string) (revoked
 	if reason == "" {
 		return false, errors.New("ledger: revoke mandate: a reason is required")
 	}
-	tag, err := s.pool.Exec(ctx, `
-		UPDATE mandates SET revoked_at = now(), revoke_reason = $2
-		WHERE hash = $1 AND revoked_at IS NULL`, hash, reason)
+	// After the agent's revocation lock (agentLockExclusive): decisions
+	// that began before wait for nothing; later ones wait for this.
+	err = s.inTx(ctx, OpRevoke, func(tx *Tx) error {
+		if _, err := tx.tx.Exec(ctx, `SELECT `+agentLock("pg_advisory_xact_lock", "agent_id")+` FROM mandates WHERE hash = $1`, hash); err != nil {
+			return err
+		}
+		tag, err := tx.tx.Exec(ctx, `
+			UPDATE mandates SET revoked_at = now(), revoke_reason = $2
+			WHERE hash = $1 AND revoked_at IS NULL`, hash, reason)
+		revoked = err == nil && tag.RowsAffected() == 1
+		return err
+	})
 	if err != nil {
 		return false, classify(fmt.Errorf("ledger: revoke mandate: %w", err))
 	}
-	if tag.RowsAffected() == 1 {
+	if revoked {
 		return true, nil
 	}
 	if _, err := s.GetMandate(ctx, hash); err != nil {

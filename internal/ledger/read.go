@@ -110,6 +110,11 @@ func (s *Store) ReadForDecision(ctx context.Context, r DecisionRead) (DecisionFa
 // they are now: a revocation (an UPDATE of either row) waits for this
 // transaction, and this transaction sees one committed before it.
 func (tx *Tx) LivePrincipal(ctx context.Context, credentialID string) (Principal, error) {
+	// The agent's revocation lock, shared, first (see agentLock): behind
+	// a revocation already waiting, never ahead of it.
+	if _, err := tx.tx.Exec(ctx, `SELECT `+agentLock("pg_advisory_xact_lock_shared", "agent_id")+` FROM credentials WHERE id = $1`, credentialID); err != nil {
+		return Principal{}, err
+	}
 	p, err := scanPrincipal(tx.tx.QueryRow(ctx, principalSelect+`
 		WHERE c.id = $1 FOR SHARE OF c, a`, credentialID))
 	if errors.Is(err, pgx.ErrNoRows) {

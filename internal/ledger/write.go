@@ -125,6 +125,18 @@ func (w *Write) assert(cond, what string, args ...any) {
 	w.leadArg = append(w.leadArg, args...)
 }
 
+// lock takes a lock (a SELECT-list item with parameters $1…$n for args):
+// in the first statement, before the assertions after it, when nothing
+// else is queued yet; else a statement of its own.
+func (w *Write) lock(item string, args ...any) {
+	if w.started {
+		w.b.Queue(`SELECT `+item, args...)
+		return
+	}
+	w.lead = append(w.lead, renumber(item, len(w.leadArg)))
+	w.leadArg = append(w.leadArg, args...)
+}
+
 var paramRE = regexp.MustCompile(`\$([0-9]+)`)
 
 // renumber shifts the parameters $1…$n of sql by offset.
@@ -297,7 +309,13 @@ func (w *Write) OpenApproval(it Intent, v ApprovalSpec) error {
 // AssertPrincipal share-locks the credential and its agent and asserts both
 // are still live: a revocation (an UPDATE of either row) waits for this
 // decision, and a decision after it sees it.
-func (w *Write) AssertPrincipal(credentialID string) {
+//
+// It first takes the agent's revocation lock in shared mode
+// (agentLockShared): a revocation waiting for it makes every later
+// decision of the agent queue behind it, so an agent's stream of
+// decisions can never keep its owner's revocation waiting.
+func (w *Write) AssertPrincipal(credentialID, agentID string) {
+	w.lock(agentLockShared, agentID)
 	w.assert(`(SELECT count(*) = 1 FROM (
 		SELECT 1 FROM credentials c JOIN agents a ON a.id = c.agent_id
 		WHERE c.id = $1 AND c.revoked_at IS NULL AND c.expires_at > now() AND a.status = 'active'

@@ -5,10 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"golang.org/x/mod/sumdb/note"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/countersign/countersign/internal/credential"
 	"github.com/countersign/countersign/internal/intent"
+	"github.com/countersign/countersign/internal/testing/wait"
 )
 
 // TestFreshWriteIsBornInFlight: the one-round-trip write of a new intent
@@ -249,5 +254,112 @@ func TestApplyRetriesADeadlockedWrite(t *testing.T) {
 	var n int64
 	if err := s.pool.QueryRow(ctx, `SELECT sum(fee_spent_minor) FROM mandate_usage WHERE mandate_hash IN ($1, $2)`, a, b).Scan(&n); err != nil || n != 8 {
 		t.Fatalf("every write committed once: sum %d (%v), want 8", n, err)
+	}
+}
+
+// TestRevocationIsNotStarvedByDecisions: a mandate revocation waits for the
+// decision already holding the agent's locks, and a decision that starts
+// after the revocation began waits behind it and then sees the mandate
+// revoked. (Decisions used to share-lock the mandate row only: a new share
+// lock is granted beside the old ones while an UPDATE waits, so an agent
+// deciding fast enough kept its owner's revocation waiting indefinitely,
+// and the decisions that overtook it were allowed.)
+func TestRevocationIsNotStarvedByDecisions(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	agent, err := s.CreateAgent(ctx, "own_starve", "bot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred, err := s.IssueCredential(ctx, agent.ID, credential.ScopeExecute, time.Now().Add(time.Hour), [32]byte{9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GrantRailAccount(ctx, "acct_starve", "own_starve"); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Truncate(time.Second)
+	m := testMandate(t, agent.ID, "acct_starve", now.Add(-time.Hour), now.Add(time.Hour), "starve")
+	m.OwnerID = "own_starve"
+	if _, err := s.CreateMandate(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	// The test holds a lock the first decision waits for, mid-batch, with
+	// its share locks taken.
+	// Connections of the test's own: the store's pool is busy with the
+	// three transactions under test.
+	mon, err := pgx.Connect(ctx, s.pool.Config().ConnConfig.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mon.Close(ctx)
+	gateConn, err := pgx.Connect(ctx, s.pool.Config().ConnConfig.ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gateConn.Close(ctx)
+	gate, err := gateConn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = gate.Rollback(ctx) }()
+	if _, err := gate.Exec(ctx, `SELECT pg_advisory_xact_lock(4242)`); err != nil {
+		t.Fatal(err)
+	}
+	decide := func(wait bool) error {
+		w := s.NewWrite()
+		w.AssertPrincipal(cred.ID, agent.ID)
+		w.AssertMandate(agent.ID, "acct_starve", m.Hash, time.Now())
+		if wait {
+			w.queue(`SELECT pg_advisory_xact_lock(4242)`)
+		}
+		w.queue(`SELECT 1`)
+		return s.Apply(ctx, w)
+	}
+	waiting := func(n int) func() bool {
+		return func() bool {
+			var k int
+			err := mon.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&k)
+			return err == nil && k >= n
+		}
+	}
+	first, revoke, second := make(chan error, 1), make(chan error, 1), make(chan error, 1)
+	go func() { first <- decide(true) }()
+	if !wait.Until(10*time.Second, waiting(1)) {
+		t.Fatal("the first decision never waited")
+	}
+	go func() { _, err := s.RevokeMandate(ctx, m.Hash, "the owner stops it"); revoke <- err }()
+	if !wait.Until(10*time.Second, waiting(2)) {
+		t.Fatal("the revocation never waited for the first decision")
+	}
+	go func() { second <- decide(false) }()
+	var early error
+	overtook := false
+	if !wait.Until(10*time.Second, func() bool {
+		select {
+		case early = <-second:
+			overtook = true
+			return true
+		default:
+			return waiting(3)()
+		}
+	}) {
+		t.Fatal("the second decision neither finished nor waited")
+	}
+	if overtook {
+		t.Fatalf("a decision begun after the revocation finished before it (%v): the revocation can be starved", early)
+	}
+	if err := gate.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("the decision begun before the revocation: %v", err)
+	}
+	if err := <-revoke; err != nil {
+		t.Fatal(err)
+	}
+	var guard *GuardError
+	if err := <-second; !errors.As(err, &guard) {
+		t.Fatalf("the decision begun after the revocation = %v, want a *GuardError (the mandate revoked)", err)
 	}
 }
