@@ -111,6 +111,13 @@ func newRig(t *testing.T, shape ...func(*countersignv1.Mandate)) *rig {
 	return &rig{e: e, store: store, secret: secret, mandateHash: rec.Hash, url: url, mock: mock, railURL: ts.URL}
 }
 
+// refundOf is a refund of amount minor units of USD on pi_1.
+func (r *rig) refundOf(amount int) Request {
+	req := r.refund()
+	req.Body = []byte("payment_intent=pi_1&amount=" + strconv.Itoa(amount))
+	return req
+}
+
 // refund is the same refund of 10.00 USD on pi_1 every time.
 func (r *rig) refund() Request {
 	return Request{Source: SourceExtAuthz, RequestID: "req", Credential: r.secret, Method: "POST", Host: "api.stripe.com",
@@ -501,11 +508,7 @@ func TestHeldRequestsAreBounded(t *testing.T) {
 	r := newRig(t, func(m *countersignv1.Mandate) { m.Mode = countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED })
 	r.e.opts.MaxPendingApprovals = 2
 	ctx := context.Background()
-	refund := func(amount int) Request {
-		req := r.refund()
-		req.Body = []byte("payment_intent=pi_1&amount=" + strconv.Itoa(amount))
-		return req
-	}
+	refund := r.refundOf
 	expect(t, r.e.Decide(ctx, refund(100)), Hold, "approval_required")
 	expect(t, r.e.Decide(ctx, refund(200)), Hold, "approval_required")
 	third := r.e.Decide(ctx, refund(300))
@@ -547,11 +550,7 @@ func TestHeldRequestsSentAgainDoNotDeadlock(t *testing.T) {
 	})
 	r.e.opts.MaxPendingApprovals = 100000
 	ctx := context.Background()
-	refund := func(amount int) Request {
-		req := r.refund()
-		req.Body = []byte("payment_intent=pi_1&amount=" + strconv.Itoa(amount))
-		return req
-	}
+	refund := r.refundOf
 	expect(t, r.e.Decide(ctx, refund(7)), Hold, "approval_required")
 	conn, err := pgx.Connect(ctx, r.url)
 	if err != nil {

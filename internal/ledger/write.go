@@ -116,16 +116,11 @@ func (w *Write) start() {
 // the first statement; after, it is a statement of its own. what is a
 // constant of this package.
 func (w *Write) assert(cond, what string, args ...any) {
-	item := `countersign_assert(` + cond + `, '` + what + `')`
-	if w.started {
-		w.b.Queue(`SELECT `+item, args...)
-		return
-	}
-	w.lead = append(w.lead, renumber(item, len(w.leadArg)))
-	w.leadArg = append(w.leadArg, args...)
+	w.lock(`countersign_assert(`+cond+`, '`+what+`')`, args...)
 }
 
-// lock takes a lock (a SELECT-list item with parameters $1…$n for args):
+// lock adds a leading item (a lock or an assertion: a SELECT-list item
+// with parameters $1…$n for args):
 // in the first statement, before the assertions after it, when nothing
 // else is queued yet; else a statement of its own.
 func (w *Write) lock(item string, args ...any) {
