@@ -628,3 +628,74 @@ func TestWindowCountsAPostedHoldUntilItsAnswerPlusTheWindow(t *testing.T) {
 		t.Fatalf("usage = %+v, %v; want 1 call, first posted at the answer %s", u, err, answer)
 	}
 }
+
+// TestWindowCountReadsOnlyItsOwnScopesIndex: a window's count runs under
+// the lock that makes a mandate's decisions take turns, so its cost must
+// not grow with the mandate's holds. Before 00022 the agent's and the
+// payee's indexes of posted holds had one shape and one predicate; with no
+// statistics yet (a new ledger) the planner tied them and counted an
+// agent's window through the payee's index, whose only usable prefix is the
+// mandate: every posted hold of the mandate read on every decision. Here,
+// 5,000 posted holds and no ANALYZE: each scope's count reads a handful of
+// pages, and through its own index.
+func TestWindowCountReadsOnlyItsOwnScopesIndex(t *testing.T) {
+	f := newWindowFixture(t)
+	ctx := context.Background()
+	mandate := fmt.Sprintf("%064x", 22)
+	now := time.Now()
+	if _, err := f.s.pool.Exec(ctx, `
+		INSERT INTO budget_holds (rail_account, sik, hold_seq, mandate_hash, agent_id, payee_key, subject, currency, amount_minor, budgeted, created_at)
+		SELECT $1, $2, i, $3, 'agent_a', 'acct_p1', 'pi_1', 'USD', 100, false, $4::timestamptz - (i * interval '719 milliseconds')
+		FROM generate_series(1, 5000) i`, f.it.RailAccount, f.it.SIK, mandate, now); err != nil {
+		t.Fatal(err)
+	}
+	answered := future().Add(time.Hour)
+	if _, err := f.s.pool.Exec(ctx, `UPDATE budget_holds SET state = 'posted', settled_at = $3::timestamptz - (hold_seq * interval '719 milliseconds')
+		WHERE rail_account = $1 AND sik = $2`, f.it.RailAccount, f.it.SIK, answered); err != nil {
+		t.Fatal(err)
+	}
+	// A window starting in the middle of the holds' hour: the holds of its
+	// own minute, from its start on, are counted one by one.
+	since := answered.Add(-30*time.Minute - 17*time.Second)
+	for _, q := range []windowQuery{
+		{Mandate: mandate, Key: "agent_a", Since: since, Currency: "USD"},
+		{Mandate: mandate, ByPayee: true, Key: "acct_p1", Since: since, Currency: "USD"},
+	} {
+		if err := f.check(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+		var plan []map[string]any
+		if err := f.s.pool.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT calls, amount_minor FROM `+windowUsageSQL,
+			q.Mandate, q.ByPayee, q.Key, q.Since, q.Currency).Scan(&plan); err != nil {
+			t.Fatal(err)
+		}
+		root := plan[0]["Plan"].(map[string]any)
+		indexes := map[string]bool{}
+		var hits float64 // pages of budget_holds and its indexes
+		var walk func(n map[string]any)
+		walk = func(n map[string]any) {
+			if rel, _ := n["Relation Name"].(string); rel == "budget_holds" {
+				name, _ := n["Index Name"].(string)
+				indexes[name] = true
+				hits += n["Shared Hit Blocks"].(float64) + n["Shared Read Blocks"].(float64)
+			}
+			kids, _ := n["Plans"].([]any)
+			for _, k := range kids {
+				walk(k.(map[string]any))
+			}
+		}
+		walk(root)
+		want := "holds_posted_agent"
+		if q.ByPayee {
+			want = "holds_posted_payee"
+		}
+		if len(indexes) != 1 || !indexes[want] {
+			t.Errorf("%s: counted through %v, want only %s", q, indexes, want)
+		}
+		// The minute's holds fit in a few pages of each index; the
+		// mandate's 5,000 do not.
+		if hits > 12 {
+			t.Errorf("%s: read %.0f pages of holds, want at most 12 (the count must not read the mandate's every hold)", q, hits)
+		}
+	}
+}
