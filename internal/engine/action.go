@@ -132,7 +132,8 @@ func (e *Engine) account(req Request) (*rails.Account, bool) {
 // referent at the rail; the key; the gates and the durable attempt in one
 // round trip (fresh), or, for an intent that exists or a fact that moved
 // since it was read, the deciding transaction that takes its locks first
-// (propose).
+// (propose). On facts remembered unread (remembered.go), a request sent
+// before and anything fresh could not write are decided again on a read.
 func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t target, facts ledger.DecisionFacts) Outcome {
 	acct, a := t.acct, t.action
 	// A request seen before is answered from the ledger, without reading
@@ -156,13 +157,12 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t ta
 	if out, ok := e.early(req, p, acct, a, facts); !ok {
 		return out
 	}
-	if facts.Remembered {
-		// Past the limits that need no I/O, the decision needs what only a
-		// read gives: whether this request was seen before (answered from
-		// its intent, the rail not read again). Remembered facts decide
-		// early refusals only.
+	if facts.Remembered && e.aliases.has(t.alias) {
+		// Sent before: whether its intent answers it, without the rail
+		// read, is for a read of the ledger to say.
 		return readAgain
 	}
+	e.aliases.add(t.alias)
 
 	rctx, cancel := context.WithTimeout(ctx, e.opts.ResolveTimeout)
 	ref, err := e.resolve(rctx, acct, a)
@@ -239,6 +239,13 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t ta
 	if facts.Aliased == nil {
 		if out, done := e.fresh(ctx, pr); done {
 			return e.withToken(out, token)
+		}
+		if facts.Remembered {
+			// The ledger refused what was remembered (a revocation, a newer
+			// mandate, the request or its action seen before): decided
+			// again on facts read now. The locking transaction never runs
+			// on remembered facts.
+			return readAgain
 		}
 	}
 	return e.withToken(e.propose(ctx, pr), token)

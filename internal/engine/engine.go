@@ -205,6 +205,7 @@ type Engine struct {
 	now      func() time.Time
 	mandates mandateCache
 	facts    remembered
+	aliases  *seenAliases
 	tracer   trace.Tracer
 }
 
@@ -227,7 +228,7 @@ func New(l Ledger, opts Options, log *slog.Logger, m *metrics.Metrics) *Engine {
 	if opts.Tracer != nil {
 		l = tracedLedger{Ledger: l, tracer: tracer}
 	}
-	return &Engine{ledger: l, opts: opts, log: log, metrics: m, now: now, tracer: tracer}
+	return &Engine{ledger: l, opts: opts, log: log, metrics: m, now: now, aliases: newSeenAliases(), tracer: tracer}
 }
 
 // Reason codes of the answers the engine gives today.

@@ -588,3 +588,74 @@ func TestHeldRequestsSentAgainDoNotDeadlock(t *testing.T) {
 		t.Fatalf("PostgreSQL found %d deadlocks among held requests", n)
 	}
 }
+
+// factReadCountingLedger counts the decisions' reads of the ledger.
+type factReadCountingLedger struct {
+	*ledger.Store
+	reads atomic.Int64
+}
+
+func (l *factReadCountingLedger) ReadForDecision(ctx context.Context, r ledger.DecisionRead) (ledger.DecisionFacts, error) {
+	l.reads.Add(1)
+	return l.Store.ReadForDecision(ctx, r)
+}
+
+// TestAllowOnRememberedFactsReadsNothingFirst: after one decision of the
+// agent on the account, a new action is decided on the principal and
+// mandate the engine remembers (its rail read and its write, no read of
+// the ledger first); a request the engine sent before is decided on a read
+// (answered from its intent); one the engine forgot goes to the write,
+// which refuses the existing intent, and is decided again on a read with
+// the same answer; and a revocation refuses the very next decision for the
+// revocation, though the remembered facts said the credential was live.
+func TestAllowOnRememberedFactsReadsNothingFirst(t *testing.T) {
+	ctx := context.Background()
+	r := newRig(t)
+	l := &factReadCountingLedger{Store: r.store}
+	r.e.ledger = l
+	step := func(what string, amount int, wantCode string, wantReads int64) Outcome {
+		t.Helper()
+		out := r.e.Decide(ctx, r.refundOf(amount))
+		if out.ReasonCode != wantCode {
+			t.Fatalf("%s: %s %s (%s), want %s", what, out.Verdict, out.ReasonCode, out.Reason, wantCode)
+		}
+		if n := l.reads.Load(); n != wantReads {
+			t.Fatalf("%s: %d reads of the ledger in all, want %d", what, n, wantReads)
+		}
+		return out
+	}
+	step("the first decision", 100, ReasonAllowed, 1)
+	second := step("a new action on remembered facts", 200, ReasonAllowed, 1)
+	step("the same request again", 200, ReasonDuplicateInFlight, 2)
+	r.e.aliases = newSeenAliases() // as if another process had decided it
+	dup := step("the same request, forgotten by the engine", 200, ReasonDuplicateInFlight, 3)
+	if dup.Intent == nil || dup.Intent.SIK != second.Intent.SIK {
+		t.Fatalf("the forgotten duplicate names intent %v, want %s", dup.Intent, second.Intent.SIK)
+	}
+
+	hash, err := credential.Hash(r.secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := r.store.LookupCredential(ctx, hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step("a new action on facts remembered live", 300, ReasonAllowed, 3)
+	if err := r.store.RevokeCredential(ctx, p.Credential.ID); err != nil {
+		t.Fatal(err)
+	}
+	step("a new action after the revocation", 400, ReasonCredentialRevoked, 4)
+	conn, err := pgx.Connect(ctx, r.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var intents int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM intents WHERE amount_minor = 400`).Scan(&intents); err != nil {
+		t.Fatal(err)
+	}
+	if intents != 0 {
+		t.Fatalf("the refused action left %d intents", intents)
+	}
+}

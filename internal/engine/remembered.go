@@ -1,28 +1,33 @@
 package engine
 
 import (
+	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/countersign/countersign/internal/ledger"
 )
 
 // remembered keeps, per presented credential and rail account, the
-// principal and mandate a decision read, so that a refusal by the early
-// limits (a refund above the mandate's maximum: the agent's cheapest
-// attack, and a loop's commonest mistake) is one batch, its write, instead
-// of a read and then a write. It is memory, not trust: the write checks the
-// facts in its own transaction (the credential and agent live, the mandate
-// still the agent's newest in force, the request alias unseen) and, if any
-// moved, writes nothing and the decision is made again on facts read now.
-// So a revocation still stops the very next decision, and what remembered
-// facts can cost is one wasted batch, never a wrong answer. A decision that
-// goes past the early limits reads (whether the request was seen before
-// must be known before the rail is read).
+// principal and mandate a decision read, so that the next decisions of the
+// agent on the account read nothing before they decide: a refusal by the
+// early limits (a refund above the mandate's maximum: the agent's cheapest
+// attack, and a loop's commonest mistake) is one batch, its write, and a
+// new action is its rail read and one batch, the fresh write. It is memory,
+// not trust: every write made on remembered facts checks them in its own
+// transaction (the credential and agent live, the mandate still the
+// agent's newest in force, the request's alias and intent new) and, if any
+// moved, writes nothing, and the decision is made again on facts read now
+// (never by the locking transaction on remembered facts). So a revocation
+// still stops the very next decision, and what remembered facts can cost
+// is one wasted batch and rail read, never a wrong answer.
 //
 // Only facts that name a live principal and a mandate are kept (a refusal
 // for their absence is read each time), and only for requests that read
-// nothing else (no payee history).
+// nothing else (no payee history). A request this engine has decided
+// before (seenAliases) is decided on a read, which answers a duplicate
+// from its intent without reading the rail again.
 type remembered struct {
 	mu      sync.Mutex
 	entries map[rememberedKey]rememberedFacts
@@ -74,4 +79,39 @@ func (r *remembered) forget(k rememberedKey) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.entries, k)
+}
+
+// seenAliases is a lossy memory of the request aliases this engine has
+// taken past the early limits, so that a request sent again (an agent's
+// retry, a loop) is decided on a read of the ledger, which answers it from
+// its intent without reading the rail, rather than on remembered facts. It
+// is a fixed table of hashes (no allocation, bounded memory whatever the
+// agent sends) and may be wrong both ways without changing an answer: a
+// collision sends a new request to the read it would have made anyway, and
+// a forgotten alias (overwritten, or decided by another process) sends a
+// duplicate to the rail read and the fresh write, whose insert of the
+// existing alias or intent refuses, and the decision is made again on a
+// read.
+type seenAliases struct {
+	seed  maphash.Seed
+	slots [seenSlots]atomic.Uint64
+}
+
+// seenSlots is the table's size: the aliases of the last few seconds of
+// decisions at thousands per second (512 KiB, untouched until used).
+const seenSlots = 1 << 16
+
+func newSeenAliases() *seenAliases { return &seenAliases{seed: maphash.MakeSeed()} }
+
+// sum is alias's hash, never 0 (an empty slot).
+func (s *seenAliases) sum(alias string) uint64 { return maphash.String(s.seed, alias) | 1 }
+
+func (s *seenAliases) add(alias string) {
+	h := s.sum(alias)
+	s.slots[h%seenSlots].Store(h)
+}
+
+func (s *seenAliases) has(alias string) bool {
+	h := s.sum(alias)
+	return s.slots[h%seenSlots].Load() == h
 }

@@ -357,7 +357,17 @@ func TestTracesAndDecisionLogFollowEachDecision(t *testing.T) {
 		if attr(decide, "countersign.verdict") != "HOLD" || attr(decide, "countersign.reason_code") != "approval_required" {
 			t.Errorf("countersign.decide attributes %v", decide.Attributes)
 		}
-		gates := spans.child(t, decide, "countersign.gates")
+		// Decided first on the facts remembered from the agent's last
+		// decision (the mandate before this one): the ledger refused that
+		// write (a newer mandate), and the decision was made again on a
+		// read. The gates that answered are the last to start.
+		var gates tracetest.SpanStub
+		for _, c := range spans.children(decide) {
+			if c.Name == "countersign.gates" && c.StartTime.After(gates.StartTime) {
+				gates = c
+			}
+		}
+		spans.child(t, decide, "ledger.ReadForDecision")
 		if attr(gates, "countersign.verdict") != "HOLD" || attr(gates, "countersign.gate.G3_limits.verdict") != "HOLD" ||
 			attr(gates, "countersign.gate.G1_scope.verdict") != "ALLOW" {
 			t.Errorf("countersign.gates attributes %v", gates.Attributes)
