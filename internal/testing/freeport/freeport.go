@@ -5,8 +5,9 @@
 // from which every outgoing connection and every ":0" listener of the tests
 // running beside this one takes its port: a port picked there can be taken
 // again before the started process binds it. Drawn at random and checked
-// free, a port here can only meet another Addr's, a few chances in ten
-// thousand per pair.
+// free, and never handed out twice by one process (two draws of one test
+// once met: a few chances in ten thousand per pair, and a test draws
+// several), a port here can only meet another test binary's.
 package freeport
 
 import (
@@ -15,6 +16,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"sync"
 )
 
 const (
@@ -22,10 +24,24 @@ const (
 	count = 12000 // up to 31999, below 32768
 )
 
-// Addr returns "127.0.0.1:<port>" for a port nobody listens on now.
+// given holds the ports this process has handed out: a test binds them
+// later, so until then they look free.
+var given = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// Addr returns "127.0.0.1:<port>" for a port nobody listens on now and
+// that this process has not returned before.
 func Addr() (string, error) {
+	given.Lock()
+	defer given.Unlock()
 	for range 100 {
-		addr := fmt.Sprintf("127.0.0.1:%d", low+rand.IntN(count)) //nolint:gosec // a test port, not a secret
+		port := low + rand.IntN(count) //nolint:gosec // a test port, not a secret
+		if given.ports[port] {
+			continue
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		var lc net.ListenConfig
 		l, err := lc.Listen(context.Background(), "tcp", addr)
 		if err != nil {
@@ -34,6 +50,7 @@ func Addr() (string, error) {
 		if err := l.Close(); err != nil {
 			return "", err
 		}
+		given.ports[port] = true
 		return addr, nil
 	}
 	return "", errors.New("freeport: no free port below the ephemeral range after 100 draws")

@@ -54,3 +54,19 @@ func TestAddrSkipsAPortInUse(t *testing.T) {
 		}
 	}
 }
+
+// One process never gets the same port twice, though the first is not yet
+// bound when the next is drawn.
+func TestAddrNeverRepeatsInAProcess(t *testing.T) {
+	seen := map[string]bool{}
+	for range 3000 {
+		addr, err := Addr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[addr] {
+			t.Fatalf("Addr() returned %s twice", addr)
+		}
+		seen[addr] = true
+	}
+}
