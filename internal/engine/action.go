@@ -133,7 +133,8 @@ func (e *Engine) account(req Request) (*rails.Account, bool) {
 // round trip (fresh), or, for an intent that exists or a fact that moved
 // since it was read, the deciding transaction that takes its locks first
 // (propose). On facts remembered unread (remembered.go), a request sent
-// before and anything fresh could not write are decided again on a read.
+// before, and one whose fresh write found those facts moved, are decided
+// again on a read.
 func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t target, facts ledger.DecisionFacts) Outcome {
 	acct, a := t.acct, t.action
 	// A request seen before is answered from the ledger, without reading
@@ -157,12 +158,12 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t ta
 	if out, ok := e.early(req, p, acct, a, facts); !ok {
 		return out
 	}
-	if facts.Remembered && e.aliases.has(t.alias) {
+	if facts.Remembered && e.aliases.has(p.Agent.ID, t.alias) {
 		// Sent before: whether its intent answers it, without the rail
 		// read, is for a read of the ledger to say.
 		return readAgain
 	}
-	e.aliases.add(t.alias)
+	e.aliases.add(p.Agent.ID, t.alias)
 
 	rctx, cancel := context.WithTimeout(ctx, e.opts.ResolveTimeout)
 	ref, err := e.resolve(rctx, acct, a)
@@ -240,15 +241,18 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t ta
 		if out, done := e.fresh(ctx, pr); done {
 			return e.withToken(out, token)
 		}
-		if facts.Remembered {
+		if facts.Remembered && !pr.factsHeld {
 			// The ledger refused what was remembered (a revocation, a newer
-			// mandate, the request or its action seen before): decided
-			// again on facts read now. The locking transaction never runs
-			// on remembered facts.
+			// mandate), or fresh wrote nothing for another reason before
+			// checking them: decided again on facts read now. The locking
+			// transaction runs on remembered facts only once a write has
+			// found them current.
 			return readAgain
 		}
 	}
-	return e.withToken(e.propose(ctx, pr), token)
+	out = e.propose(ctx, pr)
+	out.locked = true
+	return e.withToken(out, token)
 }
 
 func (e *Engine) withToken(out Outcome, token string) Outcome {

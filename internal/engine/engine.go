@@ -97,9 +97,13 @@ type Outcome struct {
 	Replayed bool
 
 	// reread: the decision, made on remembered facts, needs facts read now
-	// (it goes past the early limits, or its write found them moved);
-	// nothing was written, and decide makes it again. Never an answer.
+	// (a request sent before, or its write found them moved); nothing was
+	// written, and decide makes it again. Never an answer.
 	reread bool
+	// locked: the locking transaction decided it, on facts it took its
+	// own locks on (LivePrincipal, the ladder's reads): recorded as a
+	// decision on facts read, though remembered ones led to it.
+	locked bool
 }
 
 // readAgain is the outcome of a decision that needs facts read now.
@@ -336,14 +340,21 @@ func (e *Engine) decideOnce(ctx context.Context, req Request, t target, remember
 		out.AgentID = principal.Agent.ID // who asked, for the decision's span and log
 	}
 	if out.reread {
-		return out // past the early limits: decided again with a read
+		// Decided again with a read. Remembered facts that sent it there
+		// are forgotten, so a revoked agent's next requests are refused on
+		// a read before any rail read (the read remembers them again while
+		// they stand).
+		if facts.Remembered {
+			e.facts.forget(key)
+		}
+		return out
 	}
 	if out.ReasonCode == ReasonLedgerUnavailable || out.ReasonCode == ReasonCancelled {
 		// Nothing durable can be promised about this answer; log it.
 		e.log.Warn("deny without a ledger record", "request_id", req.RequestID, "reason_code", out.ReasonCode)
 		return out
 	}
-	if facts.Remembered {
+	if facts.Remembered && !out.locked {
 		out = e.recordChecked(ctx, req, principal, out, t, facts)
 		if out.reread {
 			e.facts.forget(key) // they moved

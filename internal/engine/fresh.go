@@ -36,6 +36,11 @@ type proposal struct {
 	// its description hash as Countersign read it from the server ("" when
 	// not read: no pins, no tool).
 	tool, toolHash string
+	// factsHeld: fresh's write was refused, but only after its first
+	// statement asserted, under their locks, the principal and mandate it
+	// decided on (an intent that exists, or a count): those facts are
+	// current, even when they were remembered rather than read.
+	factsHeld bool
 }
 
 // early runs, before any rail read, the limits that need neither the
@@ -172,6 +177,7 @@ func (e *Engine) fresh(ctx context.Context, pr *proposal) (out Outcome, done boo
 	switch {
 	case errors.Is(err, ledger.ErrIntentExists), errors.As(err, &guard):
 		e.log.Debug("fresh decision refused by the ledger; deciding with locks", "request_id", req.RequestID, "err", err)
+		pr.factsHeld = guard == nil || !guard.Moved()
 		return Outcome{}, false
 	case err != nil:
 		return e.ledgerFailed(acct, req, "decision write", err), true

@@ -18,10 +18,11 @@ import (
 // not trust: every write made on remembered facts checks them in its own
 // transaction (the credential and agent live, the mandate still the
 // agent's newest in force, the request's alias and intent new) and, if any
-// moved, writes nothing, and the decision is made again on facts read now
-// (never by the locking transaction on remembered facts). So a revocation
-// still stops the very next decision, and what remembered facts can cost
-// is one wasted batch and rail read, never a wrong answer.
+// moved, writes nothing, the facts are forgotten and the decision is made
+// again on facts read now (the locking transaction runs on them only once
+// a write has found them current). So a revocation still stops the very
+// next decision, and what remembered facts can cost is one wasted batch
+// and rail read, never a wrong answer.
 //
 // Only facts that name a live principal and a mandate are kept (a refusal
 // for their absence is read each time), and only for requests that read
@@ -81,8 +82,8 @@ func (r *remembered) forget(k rememberedKey) {
 	delete(r.entries, k)
 }
 
-// seenAliases is a lossy memory of the request aliases this engine has
-// taken past the early limits, so that a request sent again (an agent's
+// seenAliases is a lossy memory of the request aliases, per agent, this
+// engine has taken past the early limits, so that a request sent again (an agent's
 // retry, a loop) is decided on a read of the ledger, which answers it from
 // its intent without reading the rail, rather than on remembered facts. It
 // is a fixed table of hashes (no allocation, bounded memory whatever the
@@ -103,15 +104,24 @@ const seenSlots = 1 << 16
 
 func newSeenAliases() *seenAliases { return &seenAliases{seed: maphash.MakeSeed()} }
 
-// sum is alias's hash, never 0 (an empty slot).
-func (s *seenAliases) sum(alias string) uint64 { return maphash.String(s.seed, alias) | 1 }
+// sum is the hash of alias as agent sent it, never 0 (an empty slot). The
+// agent is in it so that what one agent sent says nothing, not even by
+// timing, about another's requests.
+func (s *seenAliases) sum(agent, alias string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(s.seed)
+	_, _ = h.WriteString(agent)
+	_ = h.WriteByte(0)
+	_, _ = h.WriteString(alias)
+	return h.Sum64() | 1
+}
 
-func (s *seenAliases) add(alias string) {
-	h := s.sum(alias)
+func (s *seenAliases) add(agent, alias string) {
+	h := s.sum(agent, alias)
 	s.slots[h%seenSlots].Store(h)
 }
 
-func (s *seenAliases) has(alias string) bool {
-	h := s.sum(alias)
+func (s *seenAliases) has(agent, alias string) bool {
+	h := s.sum(agent, alias)
 	return s.slots[h%seenSlots].Load() == h
 }

@@ -135,9 +135,10 @@ func (tx *Tx) windowCount(ctx context.Context, hash string, w WindowQuery) (Wind
 	}
 	// The posted holds countersign_window_usage counts (of the key,
 	// settled at or after since), through the same partial indexes.
-	q := `SELECT min(settled_at) FROM budget_holds WHERE mandate_hash = $1 AND agent_id = $2 AND state = 'posted' AND settled_at >= $3`
+	// Each names its scope, as the indexes' predicates do (00022).
+	q := `SELECT min(settled_at) FROM budget_holds WHERE mandate_hash = $1 AND agent_id = $2 AND state = 'posted' AND window_agent AND settled_at >= $3`
 	if w.ByPayee {
-		q = `SELECT min(settled_at) FROM budget_holds WHERE mandate_hash = $1 AND payee_key = $2 AND state = 'posted' AND settled_at >= $3`
+		q = `SELECT min(settled_at) FROM budget_holds WHERE mandate_hash = $1 AND payee_key = $2 AND state = 'posted' AND window_payee AND settled_at >= $3`
 	}
 	err = tx.tx.QueryRow(ctx, q, hash, w.Key, w.Since).Scan(&c.FirstPosted)
 	return c, err

@@ -172,6 +172,19 @@ type GuardError struct{ What string }
 
 func (e *GuardError) Error() string { return "ledger: what the decision relied on changed: " + e.What }
 
+// Moved reports whether the write was refused because who asks or the
+// mandate it relied on moved (a revocation, a newer mandate:
+// AssertPrincipal, AssertMandate and their Check forms), not a count.
+func (e *GuardError) Moved() bool {
+	return strings.HasSuffix(e.What, guardPrincipal) || strings.HasSuffix(e.What, guardMandate)
+}
+
+// The assertions' messages that Moved recognises.
+const (
+	guardPrincipal = `the credential or its agent was revoked or expired`
+	guardMandate   = `the mandate was revoked or replaced`
+)
+
 // NewIntent creates p's intent and moves it along path (from PROPOSED),
 // each edge checked in Go and by the trigger, each audited; reason is the
 // last edge's. The returned intent is as it will be after the last edge.
@@ -314,7 +327,7 @@ func (w *Write) AssertPrincipal(credentialID, agentID string) {
 	w.assert(`(SELECT count(*) = 1 FROM (
 		SELECT 1 FROM credentials c JOIN agents a ON a.id = c.agent_id
 		WHERE c.id = $1 AND c.revoked_at IS NULL AND c.expires_at > now() AND a.status = 'active'
-		FOR SHARE OF c, a) live)`, `the credential or its agent was revoked or expired`, credentialID)
+		FOR SHARE OF c, a) live)`, guardPrincipal, credentialID)
 }
 
 // AssertMandate share-locks the agent's active mandate on railAccount and
@@ -325,7 +338,7 @@ func (w *Write) AssertMandate(agentID, railAccount, hash string, at time.Time) {
 		SELECT hash FROM mandates m
 		WHERE agent_id = $1 AND rail_account = $2 AND revoked_at IS NULL
 		  AND valid_from <= $4 AND $4 < valid_until AND `+heldByOwner+`
-		ORDER BY created_at DESC, hash LIMIT 1 FOR SHARE) active)`, `the mandate was revoked or replaced`, agentID, railAccount, hash, at)
+		ORDER BY created_at DESC, hash LIMIT 1 FOR SHARE) active)`, guardMandate, agentID, railAccount, hash, at)
 }
 
 // CheckPrincipal asserts, without a lock, that the credential and its
@@ -336,7 +349,7 @@ func (w *Write) CheckPrincipal(credentialID string) {
 	w.assert(`EXISTS (
 		SELECT 1 FROM credentials c JOIN agents a ON a.id = c.agent_id
 		WHERE c.id = $1 AND c.revoked_at IS NULL AND c.expires_at > now() AND a.status = 'active')`,
-		`the credential or its agent was revoked or expired`, credentialID)
+		guardPrincipal, credentialID)
 }
 
 // CheckMandate is AssertMandate without the lock, for the same decisions
@@ -346,7 +359,7 @@ func (w *Write) CheckMandate(agentID, railAccount, hash string, at time.Time) {
 		SELECT hash FROM mandates m
 		WHERE agent_id = $1 AND rail_account = $2 AND revoked_at IS NULL
 		  AND valid_from <= $4 AND $4 < valid_until AND `+heldByOwner+`
-		ORDER BY created_at DESC, hash LIMIT 1) active)`, `the mandate was revoked or replaced`, agentID, railAccount, hash, at)
+		ORDER BY created_at DESC, hash LIMIT 1) active)`, guardMandate, agentID, railAccount, hash, at)
 }
 
 // AssertNoAlias asserts the request alias names no intent yet: a decision

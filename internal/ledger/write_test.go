@@ -363,3 +363,37 @@ func TestRevocationIsNotStarvedByDecisions(t *testing.T) {
 		t.Fatalf("the decision begun after the revocation = %v, want a *GuardError (the mandate revoked)", err)
 	}
 }
+
+// TestGuardErrorSaysWhetherTheFactsMoved: a write refused by its
+// assertion about who asks or about the mandate (the engine then decides
+// again on a read) is told apart from one refused by a count (the engine
+// then decides under its locks on the same facts).
+func TestGuardErrorSaysWhetherTheFactsMoved(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	mandate := fmt.Sprintf("%064x", 7)
+	for _, tc := range []struct {
+		name  string
+		queue func(w *Write)
+		moved bool
+	}{
+		{"principal", func(w *Write) { w.AssertPrincipal("crd_none", "agt_none") }, true},
+		{"principal, unlocked", func(w *Write) { w.CheckPrincipal("crd_none") }, true},
+		{"mandate", func(w *Write) { w.AssertMandate("agt_none", "acct_1", mandate, time.Now()) }, true},
+		{"mandate, unlocked", func(w *Write) { w.CheckMandate("agt_none", "acct_1", mandate, time.Now()) }, true},
+		{"window", func(w *Write) {
+			w.AssertWindow(mandate, false, "agt_none", time.Now().Add(-time.Hour), "USD", -1, 0, "the window has no room left")
+		}, false},
+		{"budget", func(w *Write) { w.AssertBudget(mandate, "USD", -1) }, false},
+	} {
+		w := NewWrite()
+		tc.queue(w)
+		var guard *GuardError
+		if err := s.Apply(ctx, w); !errors.As(err, &guard) {
+			t.Fatalf("%s: Apply = %v, want a GuardError", tc.name, err)
+		}
+		if guard.Moved() != tc.moved {
+			t.Errorf("%s: %q Moved() = %v, want %v", tc.name, guard.What, guard.Moved(), tc.moved)
+		}
+	}
+}
