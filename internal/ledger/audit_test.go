@@ -176,6 +176,15 @@ func TestVerifyNamesEachTampering(t *testing.T) {
 			proposeN(t, s, 206, 1)
 			tamper(t, s, `DELETE FROM audit_records WHERE leaf_index IS NULL AND to_state = 'IN_FLIGHT'`)
 		}, AuditPathBroken, "later records are missing"},
+		{"forged birth still unsealed", func(t *testing.T, s *Store) {
+			// The birth record rewritten to say the intent was born applied.
+			proposeN(t, s, 207, 1)
+			tamper(t, s, `UPDATE audit_records SET event = 'RAIL_APPLIED' WHERE leaf_index IS NULL AND from_state = ''`)
+		}, AuditIllegalTransition, "an intent is born PROPOSED"},
+		{"forged transition still unsealed", func(t *testing.T, s *Store) {
+			proposeN(t, s, 208, 1)
+			tamper(t, s, `UPDATE audit_records SET event = 'FOUND_APPLIED' WHERE leaf_index IS NULL AND to_state = 'AUTHORIZED'`)
+		}, AuditIllegalTransition, "PROPOSED → AUTHORIZED by FOUND_APPLIED, which the intent state machine does not allow"},
 		{"removed checkpoint", func(t *testing.T, s *Store) {
 			tamper(t, s, `DELETE FROM audit_checkpoints WHERE tree_size = 15`)
 		}, AuditBeyondCheckpoint, "outside the latest checkpoint (size 9)"},

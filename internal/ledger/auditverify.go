@@ -13,6 +13,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/countersign/countersign/internal/audit"
+	"github.com/countersign/countersign/internal/intent"
 )
 
 // AuditProblemKind names what a verification found wrong.
@@ -45,6 +46,8 @@ const (
 	AuditInconsistent AuditProblemKind = "inconsistent"
 	// An intent's records do not form a continuous path of its states.
 	AuditPathBroken AuditProblemKind = "path-broken"
+	// A record is not a birth or a transition the state machine allows.
+	AuditIllegalTransition AuditProblemKind = "illegal-transition"
 	// Records have waited for sealing longer than the bound.
 	AuditStaleUnsealed AuditProblemKind = "stale-unsealed"
 )
@@ -344,9 +347,15 @@ func verifyAccount(ctx context.Context, tx pgx.Tx, acct string, opts AuditVerify
 		switch {
 		case !seen && r.FromState != "":
 			problem(AuditPathBroken, r.ID, leafOf(r), 0, r.SIK, "intent %s: its first record (%d) starts from %s, not from its birth (earlier records are missing)", r.SIK, r.ID, r.FromState)
+		case !seen && !legalBirth(r):
+			problem(AuditIllegalTransition, r.ID, leafOf(r), 0, r.SIK, "intent %s: its birth record (%d) is '' → %s by %s (attempt %d); an intent is born PROPOSED, or IN_FLIGHT by its first attempt's start",
+				r.SIK, r.ID, r.ToState, r.Event, r.AttemptSeq)
 		case seen && r.FromState != prev.ToState:
 			problem(AuditPathBroken, r.ID, leafOf(r), 0, r.SIK, "intent %s: record %d goes from %s, but the record before it (%d) ends at %s (a record between them is missing or out of order)",
 				r.SIK, r.ID, r.FromState, prev.ID, prev.ToState)
+		case seen && !legalEdge(r):
+			problem(AuditIllegalTransition, r.ID, leafOf(r), 0, r.SIK, "intent %s: record %d moves %s → %s by %s, which the intent state machine does not allow",
+				r.SIK, r.ID, r.FromState, r.ToState, r.Event)
 		}
 		last[r.SIK] = r
 	}
@@ -361,6 +370,27 @@ func verifyAccount(ctx context.Context, tx pgx.Tx, acct string, opts AuditVerify
 		}
 	}
 	return nil
+}
+
+// legalBirth reports whether r is one of the two records an intent's
+// birth writes (migrations 00011 and 00020; the intent guard allows no
+// other insert): '' → PROPOSED by PROPOSED, or '' → IN_FLIGHT by
+// ATTEMPT_STARTED on attempt 1.
+func legalBirth(r AuditRecord) bool {
+	switch {
+	case r.ToState == string(intent.Proposed) && r.Event == string(intent.Proposed): // the birth's event is named after its state
+		return r.AttemptSeq == 0
+	case r.ToState == string(intent.InFlight) && r.Event == string(intent.AttemptStarted):
+		return r.AttemptSeq == 1
+	}
+	return false
+}
+
+// legalEdge reports whether r is a transition of the state machine (the
+// intent guard refuses every other change of state).
+func legalEdge(r AuditRecord) bool {
+	to, err := intent.Transition(intent.State(r.FromState), intent.Event(r.Event))
+	return err == nil && string(to) == r.ToState
 }
 
 func leafOf(r AuditRecord) int64 {

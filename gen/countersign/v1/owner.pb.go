@@ -4205,7 +4205,8 @@ type AuditProblem struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// What kind of problem: altered, reordered, missing, beyond-checkpoint,
 	// root-mismatch, stored-hashes, bad-signature, untrusted-signer,
-	// malformed-checkpoint, inconsistent, path-broken or stale-unsealed.
+	// malformed-checkpoint, inconsistent, path-broken, illegal-transition or
+	// stale-unsealed.
 	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
 	// Record concerned, if one is (0 otherwise).
 	RecordId int64 `protobuf:"varint,2,opt,name=record_id,json=recordId,proto3" json:"record_id,omitempty"`
