@@ -304,7 +304,8 @@ const ReasonTooManyPendingApprovals = "too_many_pending_approvals"
 // (held: the ladder's HOLD, when it ran) past the agent's bound.
 func tooManyPending(held *verdict, agentID string, max int) *verdict {
 	reason := fmt.Sprintf("Agent %s already has %d requests waiting for its owner's approval, the most it may; "+
-		"this one was not held. Send it again once the owner has approved, rejected or let some of them expire.", agentID, max)
+		"no approval was opened for this request (an intent it already has stays as it was). "+
+		"Send it again once the owner has approved, rejected or let some of them expire.", agentID, max)
 	v := &verdict{Verdict: Block, ReasonCode: ReasonTooManyPendingApprovals, Reason: reason}
 	if held != nil {
 		v.Gates = append(v.Gates, held.Gates...)
