@@ -114,6 +114,20 @@ func newRig(t *testing.T, shape ...func(*countersignv1.Mandate)) *rig {
 	return &rig{e: e, store: store, secret: secret, mandateHash: rec.Hash, url: url, mock: mock, railURL: ts.URL}
 }
 
+// principal is the rig's agent and credential as the ledger holds them.
+func (r *rig) principal(t *testing.T) ledger.Principal {
+	t.Helper()
+	hash, err := credential.Hash(r.secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := r.store.LookupCredential(context.Background(), hash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // refundOf is a refund of amount minor units of USD on pi_1.
 func (r *rig) refundOf(amount int) Request {
 	req := r.refund()
@@ -292,14 +306,7 @@ func TestRevocationBetweenReadAndWriteRefuses(t *testing.T) {
 		t.Run(what, func(t *testing.T) {
 			r := newRig(t)
 			ctx := context.Background()
-			hash, err := credential.Hash(r.secret)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p, err := r.store.LookupCredential(ctx, hash)
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := r.principal(t)
 			l := &revokingLedger{Store: r.store, revoke: func() error {
 				if what == "agent" {
 					return r.store.RevokeAgent(ctx, p.Agent.ID)
@@ -688,14 +695,7 @@ func TestAllowOnRememberedFactsReadsNothingFirst(t *testing.T) {
 		t.Fatalf("the forgotten duplicate names intent %v, want %s", dup.Intent, second.Intent.SIK)
 	}
 
-	hash, err := credential.Hash(r.secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := r.store.LookupCredential(ctx, hash)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := r.principal(t)
 	step("a new action on facts remembered live", 300, ReasonAllowed, 2, 5)
 	if err := r.store.RevokeCredential(ctx, p.Credential.ID); err != nil {
 		t.Fatal(err)

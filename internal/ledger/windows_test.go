@@ -520,6 +520,27 @@ func TestWindowBucketsMigrationCountsExistingHolds(t *testing.T) {
 	}
 }
 
+// postAnHour writes 5,000 holds of 1.00 USD of agent_a (payee acct_p1)
+// under mandate, one every 719 ms back from now, and posts them, answered
+// over the hour before the time it returns (an hour ahead: the guard keeps
+// a named answer time only when it is later than the clock).
+func (f windowFixture) postAnHour(t *testing.T, mandate string) time.Time {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := f.s.pool.Exec(ctx, `
+		INSERT INTO budget_holds (rail_account, sik, hold_seq, mandate_hash, agent_id, payee_key, subject, currency, amount_minor, budgeted, created_at)
+		SELECT $1, $2, i, $3, 'agent_a', 'acct_p1', 'pi_1', 'USD', 100, false, $4::timestamptz - (i * interval '719 milliseconds')
+		FROM generate_series(1, 5000) i`, f.it.RailAccount, f.it.SIK, mandate, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	answered := future().Add(time.Hour)
+	if _, err := f.s.pool.Exec(ctx, `UPDATE budget_holds SET state = 'posted', settled_at = $3::timestamptz - (hold_seq * interval '719 milliseconds')
+		WHERE rail_account = $1 AND sik = $2`, f.it.RailAccount, f.it.SIK, answered); err != nil {
+		t.Fatal(err)
+	}
+	return answered
+}
+
 // TestWindowCountOfAFullHour: 5000 holds over the last hour, a hot
 // mandate's window, counted from the minute counters equal counting every
 // hold, calls and amount.
@@ -527,20 +548,7 @@ func TestWindowCountOfAFullHour(t *testing.T) {
 	f := newWindowFixture(t)
 	ctx := context.Background()
 	mandate := fmt.Sprintf("%064x", 13)
-	now := time.Now()
-	if _, err := f.s.pool.Exec(ctx, `
-		INSERT INTO budget_holds (rail_account, sik, hold_seq, mandate_hash, agent_id, payee_key, subject, currency, amount_minor, budgeted, created_at)
-		SELECT $1, $2, i, $3, 'agent_a', 'acct_p1', 'pi_1', 'USD', 100, false, $4::timestamptz - (i * interval '719 milliseconds')
-		FROM generate_series(1, 5000) i`, f.it.RailAccount, f.it.SIK, mandate, now); err != nil {
-		t.Fatal(err)
-	}
-	// Answered over the hour before now (an hour ahead: the guard keeps a
-	// named answer time only when it is later than the clock).
-	now = future().Add(time.Hour)
-	if _, err := f.s.pool.Exec(ctx, `UPDATE budget_holds SET state = 'posted', settled_at = $3::timestamptz - (hold_seq * interval '719 milliseconds')
-		WHERE rail_account = $1 AND sik = $2`, f.it.RailAccount, f.it.SIK, now); err != nil {
-		t.Fatal(err)
-	}
+	now := f.postAnHour(t, mandate)
 	since := now.Add(-time.Hour)
 	var oldCalls, oldAmount, calls, amount int64
 	if err := f.s.pool.QueryRow(ctx, directWindowSQL(false), mandate, "agent_a", since, "USD").Scan(&oldCalls, &oldAmount); err != nil {
@@ -642,18 +650,7 @@ func TestWindowCountReadsOnlyItsOwnScopesIndex(t *testing.T) {
 	f := newWindowFixture(t)
 	ctx := context.Background()
 	mandate := fmt.Sprintf("%064x", 22)
-	now := time.Now()
-	if _, err := f.s.pool.Exec(ctx, `
-		INSERT INTO budget_holds (rail_account, sik, hold_seq, mandate_hash, agent_id, payee_key, subject, currency, amount_minor, budgeted, created_at)
-		SELECT $1, $2, i, $3, 'agent_a', 'acct_p1', 'pi_1', 'USD', 100, false, $4::timestamptz - (i * interval '719 milliseconds')
-		FROM generate_series(1, 5000) i`, f.it.RailAccount, f.it.SIK, mandate, now); err != nil {
-		t.Fatal(err)
-	}
-	answered := future().Add(time.Hour)
-	if _, err := f.s.pool.Exec(ctx, `UPDATE budget_holds SET state = 'posted', settled_at = $3::timestamptz - (hold_seq * interval '719 milliseconds')
-		WHERE rail_account = $1 AND sik = $2`, f.it.RailAccount, f.it.SIK, answered); err != nil {
-		t.Fatal(err)
-	}
+	answered := f.postAnHour(t, mandate)
 	// A window starting in the middle of the holds' hour: the holds of its
 	// own minute, from its start on, are counted one by one.
 	since := answered.Add(-30*time.Minute - 17*time.Second)
