@@ -374,8 +374,8 @@ func verifyAccount(ctx context.Context, tx pgx.Tx, acct string, opts AuditVerify
 
 // legalBirth reports whether r is one of the two records an intent's
 // birth writes (migrations 00011 and 00020; the intent guard allows no
-// other insert): '' → PROPOSED by PROPOSED, or '' → IN_FLIGHT by
-// ATTEMPT_STARTED on attempt 1.
+// other insert): from no state to PROPOSED by PROPOSED, or to IN_FLIGHT
+// by ATTEMPT_STARTED on attempt 1.
 func legalBirth(r AuditRecord) bool {
 	switch {
 	case r.ToState == string(intent.Proposed) && r.Event == string(intent.Proposed): // the birth's event is named after its state
