@@ -91,8 +91,8 @@ func (r *remembered) forget(k rememberedKey) {
 // collision sends a new request to the read it would have made anyway, and
 // a forgotten alias (overwritten, or decided by another process) sends a
 // duplicate to the rail read and the fresh write, whose insert of the
-// existing alias or intent refuses, and the decision is made again on a
-// read.
+// existing alias or intent refuses, and the locking transaction answers it
+// from its intent.
 type seenAliases struct {
 	seed  maphash.Seed
 	slots [seenSlots]atomic.Uint64
