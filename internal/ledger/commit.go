@@ -167,7 +167,9 @@ func seenCommit(r AttemptResult) (*Write, *Intent, bool) {
 	if err != nil {
 		return nil, nil, false
 	}
-	respSQL, respArgs, err := responseStatement(r)
+	// The answer and the attempt's settlement in one statement (the
+	// answer's entity is the one an applied settlement names).
+	respSQL, respArgs, err := answerStatement(r, o.attemptOutcome)
 	if err != nil {
 		return nil, nil, false
 	}
@@ -179,7 +181,6 @@ func seenCommit(r AttemptResult) (*Write, *Intent, bool) {
 		SELECT countersign_assert(count(*) = 1, 'the attempt does not exist') FROM answered`, respArgs...)
 	out := &Intent{}
 	w.queue(sql, args...).QueryRow(scanInto(out))
-	w.queue(settleAttemptSQL, it.RailAccount, it.SIK, it.AttemptCount, o.attemptOutcome, o.entityID)
 	return w, out, true
 }
 
@@ -202,6 +203,15 @@ func (tx *Tx) recordResponse(ctx context.Context, r AttemptResult) error {
 // attempt (whatever the intent's state: a late answer is kept for the
 // reconciler).
 func responseStatement(r AttemptResult) (string, []any, error) {
+	return answerStatement(r, "")
+}
+
+// answerStatement is responseStatement that, when outcome is not "", also
+// settles the attempt as settleAttemptSQL would (an unsettled attempt
+// only): the answer and the settlement in one row version of the attempt
+// (it carries the request and the answer: a second version is a second
+// copy of both in the WAL) and one trigger call instead of two.
+func answerStatement(r AttemptResult, outcome string) (string, []any, error) {
 	var status any
 	var headers []byte
 	var body []byte
@@ -217,6 +227,13 @@ func responseStatement(r AttemptResult) (string, []any, error) {
 	if r.FeeMinor > 0 {
 		fee = r.FeeMinor
 	}
+	args := []any{r.RailAccount, r.SIK, r.Seq, status, headers, body, r.TransportError, r.EntityID, fee, r.BodyStamped}
+	settle := ""
+	if outcome != "" {
+		settle = `,
+		       outcome = CASE WHEN outcome IN ` + unsettledOutcomes + ` THEN $11 ELSE outcome END`
+		args = append(args, outcome)
+	}
 	return `
 		UPDATE attempts SET response_status = COALESCE($4, response_status),
 		       response_headers = COALESCE($5, response_headers),
@@ -225,9 +242,8 @@ func responseStatement(r AttemptResult) (string, []any, error) {
 		       body_stamped = body_stamped OR $10,
 		       entity_id = COALESCE(entity_id, NULLIF($8, '')),
 		       fee_minor = COALESCE(fee_minor, $9),
-		       finished_at = COALESCE(finished_at, now())
-		WHERE rail_account = $1 AND sik = $2 AND attempt_seq = $3`,
-		[]any{r.RailAccount, r.SIK, r.Seq, status, headers, body, r.TransportError, r.EntityID, fee, r.BodyStamped}, nil
+		       finished_at = COALESCE(finished_at, now())` + settle + `
+		WHERE rail_account = $1 AND sik = $2 AND attempt_seq = $3`, args, nil
 }
 
 // ExpireLeases turns every IN_FLIGHT intent whose attempt lease has expired

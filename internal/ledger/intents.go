@@ -240,7 +240,10 @@ const settleAttemptSQL = `
 			UPDATE attempts SET outcome = $4, finished_at = COALESCE(finished_at, now()),
 			       entity_id = COALESCE(entity_id, NULLIF($5, ''))
 			WHERE rail_account = $1 AND sik = $2 AND attempt_seq = $3
-			  AND outcome IN ('pending', 'in_progress', 'ambiguous', 'lease_expired')`
+			  AND outcome IN ` + unsettledOutcomes
+
+// unsettledOutcomes are the attempt outcomes a settlement may replace.
+const unsettledOutcomes = `('pending', 'in_progress', 'ambiguous', 'lease_expired')`
 
 // transitionStatement is the UPDATE that applies ev to it (the edge
 // checked in Go first; the trigger checks it again).

@@ -368,3 +368,55 @@ func TestFoundEntityIsKeptForDuplicates(t *testing.T) {
 		t.Fatalf("findings = %+v, %v", fs, err)
 	}
 }
+
+// TestSeenCommitWritesTheAttemptOnce: the one-round-trip commit keeps the
+// rail's answer and settles the attempt in one statement, one row version
+// of an attempt that carries the request and the answer, for each outcome
+// it takes; the attempt ends as the locking commit would leave it.
+func TestSeenCommitWritesTheAttemptOnce(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	for i, tc := range []struct {
+		outcome RailOutcome
+		entity  string
+		want    string
+	}{
+		{OutcomeApplied, "re_once", "applied"},
+		{OutcomeRejected, "", "rejected"},
+		{OutcomeAmbiguous, "", "ambiguous"},
+	} {
+		p := proposal(40 + i)
+		res, err := startFirst(ctx, s, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := AttemptResult{Key: p.Key, Seq: 1, Outcome: tc.outcome, EntityID: tc.entity, FeeMinor: 30, Seen: &res.Intent, Reason: "test",
+			Response: &HTTPMessage{Status: 200, Headers: map[string]string{"content-type": "application/json"}, Body: []byte(`{"id":"x"}`)}}
+		w, _, ok := seenCommit(r)
+		if !ok {
+			t.Fatalf("%s: no one-round-trip commit", tc.outcome)
+		}
+		attempts := 0
+		for _, q := range w.b.QueuedQueries {
+			if strings.Contains(q.SQL, "UPDATE attempts") {
+				attempts++
+			}
+		}
+		if attempts != 1 {
+			t.Errorf("%s: %d statements update the attempt, want 1", tc.outcome, attempts)
+		}
+		if _, err := s.Commit(ctx, r); err != nil {
+			t.Fatalf("%s: commit: %v", tc.outcome, err)
+		}
+		var outcome, entity string
+		var status, fee int64
+		var finished bool
+		if err := s.pool.QueryRow(ctx, `SELECT outcome, COALESCE(entity_id, ''), response_status, fee_minor, finished_at IS NOT NULL
+			FROM attempts WHERE rail_account = $1 AND sik = $2 AND attempt_seq = 1`, p.RailAccount, p.SIK).Scan(&outcome, &entity, &status, &fee, &finished); err != nil {
+			t.Fatal(err)
+		}
+		if outcome != tc.want || entity != tc.entity || status != 200 || fee != 30 || !finished {
+			t.Errorf("%s: attempt outcome %q entity %q status %d fee %d finished %v", tc.outcome, outcome, entity, status, fee, finished)
+		}
+	}
+}
