@@ -208,9 +208,9 @@ func responseStatement(r AttemptResult) (string, []any, error) {
 
 // answerStatement is responseStatement that, when outcome is not "", also
 // settles the attempt as settleAttemptSQL would (an unsettled attempt
-// only): the answer and the settlement in one row version of the attempt
-// (it carries the request and the answer: a second version is a second
-// copy of both in the WAL) and one trigger call instead of two.
+// only): one statement and one guard-trigger call instead of two. (The
+// WAL is about the same either way: PostgreSQL logs a second update of a
+// row on its page as the bytes that changed.)
 func answerStatement(r AttemptResult, outcome string) (string, []any, error) {
 	var status any
 	var headers []byte
