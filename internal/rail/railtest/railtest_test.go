@@ -141,3 +141,24 @@ func TestCursorPage(t *testing.T) {
 		t.Errorf("OffsetPage past the end = %v", got)
 	}
 }
+
+// TestStampLabelIsTheStampAlone: the fuzz targets' check refuses a label
+// that is where a rail carries the stamp, and only that; an agent's key
+// that merely contains the stamp's name is a label like any other.
+func TestStampLabelIsTheStampAlone(t *testing.T) {
+	for name, want := range map[string]bool{
+		"metadata[countersign_sik]":  true,
+		"notes.countersign_sik":      true,
+		"metadata.countersign_sik":   true,
+		"metadata[0countersign_sik]": false,
+		"metadata[countersign_sik0]": false,
+		"notes.a.countersign_sik":    false,
+		"notes.countersign_sik.a":    false,
+		"countersign_sik":            false,
+		"description":                false,
+	} {
+		if got := isStampLabel(name); got != want {
+			t.Errorf("isStampLabel(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

@@ -295,7 +295,7 @@ func CheckParsed(p rail.Parsed, err error) error {
 	// Labels name members, never Countersign's stamp (ext_proc writes it),
 	// and their canonical form is what an approval records.
 	for name, l := range a.Labels {
-		if name == "" || strings.Contains(name, sik.StampKey) {
+		if name == "" || isStampLabel(name) {
 			return fmt.Errorf("label %q is empty or is the stamp", name)
 		}
 		if !utf8.ValidString(name) || !utf8.ValidString(l.Value) {
@@ -675,4 +675,18 @@ func runResolve(t *testing.T, newAdapter func() rail.Adapter, a rail.Action) {
 			t.Fatalf("Resolve error = %v, want ErrReferent", err)
 		}
 	})
+}
+
+// isStampLabel says whether a label's name is where a rail carries the
+// stamp: metadata[countersign_sik] (Stripe's form), or an object argument's
+// countersign_sik member (Razorpay's notes, an MCP tool's metadata
+// argument). Another key that merely contains the stamp's name, such as
+// metadata[0countersign_sik] or notes.a.countersign_sik, is the agent's own
+// key and a label like any other.
+func isStampLabel(name string) bool {
+	if name == sik.StripeBodyField {
+		return true
+	}
+	parent, key, ok := strings.Cut(name, ".")
+	return ok && key == sik.StampKey && parent != "" && !strings.ContainsAny(parent, "[]")
 }
