@@ -5,13 +5,14 @@
 package extproc
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
 	"slices"
 	"strings"
+
+	"github.com/countersign/countersign/internal/rail"
 )
 
 // ErrBodyStamp means the body could not carry the stamp.
@@ -35,7 +36,7 @@ func StampBody(body []byte, field, value string) ([]byte, error) {
 			return nil, fmt.Errorf("%w: field %q has an empty key", ErrBodyStamp, field)
 		}
 		top := map[string]json.RawMessage{}
-		if len(bytes.TrimSpace(body)) > 0 {
+		if len(rail.TrimJSONSpace(body)) > 0 {
 			// An empty body (a Razorpay full refund) becomes {"notes":{…}}.
 			if err := decodeObject(body, &top); err != nil {
 				return nil, fmt.Errorf("%w: body is not a JSON object", ErrBodyStamp)

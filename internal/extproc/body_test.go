@@ -49,6 +49,15 @@ func TestStampBody(t *testing.T) {
 					t.Fatalf("json = %s", out)
 				}
 			}},
+		{name: "json whitespace alone is an empty body", body: " \n\t\r", field: "notes.countersign_sik", value: "S",
+			check: func(t *testing.T, out []byte) {
+				if string(out) != `{"notes":{"countersign_sik":"S"}}` {
+					t.Fatalf("json = %s", out)
+				}
+			}},
+		// A form feed is not JSON's space: the body is not JSON (the rail
+		// would not read it as empty), so it is refused, not replaced.
+		{name: "a form feed is not an empty body", body: "\f", field: "notes.countersign_sik", value: "S", wantErr: true},
 		{name: "json array refused", body: `[1]`, field: "notes.countersign_sik", value: "S", wantErr: true},
 		{name: "notes not an object", body: `{"notes":"x"}`, field: "notes.countersign_sik", value: "S", wantErr: true},
 		{name: "bad form", body: "a=%zz", field: "metadata[countersign_sik]", value: "S", wantErr: true},

@@ -139,6 +139,8 @@ var stripeMalformed = []railtest.MalformedCase{
 	{Name: "nested_duplicate", Req: call("list_customers", `{"a":{"b":1,"b":2}}`), Field: "params.arguments.a.b"},
 	{Name: "uppercase_method_alone", Req: post(`{"jsonrpc":"2.0","id":1,"Method":"tools/call"}`), Field: "Method"},
 	{Name: "unknown_member", Req: post(`{"jsonrpc":"2.0","id":1,"method":"ping","extra":1}`), Field: "extra"},
+	{Name: "body_led_by_form_feed", Req: post("\f" + callBody("1", "create_refund", `{"payment_intent":"pi_1","amount":100}`)), Field: "body"},
+	{Name: "body_trailed_by_vertical_tab", Req: post(callBody("1", "create_refund", `{"payment_intent":"pi_1","amount":100}`) + "\v"), Field: "body"},
 	{Name: "jsonrpc_1", Req: post(`{"jsonrpc":"1.0","id":1,"method":"ping"}`), Field: "jsonrpc"},
 	{Name: "jsonrpc_missing", Req: post(`{"id":1,"method":"ping"}`), Field: "jsonrpc"},
 	{Name: "method_not_string", Req: post(`{"jsonrpc":"2.0","id":1,"method":7}`), Field: "method"},

@@ -1,6 +1,7 @@
 package mcp
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/countersign/countersign/internal/rail"
@@ -9,8 +10,8 @@ import (
 
 // FuzzParse: Parse never panics; an error is ErrUnrecognised or
 // ErrMalformed; an action has a clean non-empty subject and a non-negative
-// amount (railtest.CheckParsed); and a parsed action survives the body
-// stamp unchanged.
+// amount (railtest.CheckParsed); an accepted action is valid JSON; and a
+// parsed action survives the body stamp unchanged.
 func FuzzParse(f *testing.F) {
 	add := func(r rail.Request) { f.Add(r.Method, r.Path, r.Headers["content-type"], r.Body) }
 	for _, tc := range stripeActions {
@@ -41,6 +42,11 @@ func FuzzParse(f *testing.F) {
 			}
 			if err != nil || p.Kind != rail.KindAction {
 				continue
+			}
+			// An accepted call is plain JSON, which the server reads the
+			// same way (no space JSON does not skip around it).
+			if !json.Valid(body) {
+				t.Fatalf("accepted invalid JSON %q", body)
 			}
 			st, err := ad.Stamp(p.Action, stampA, 1)
 			if err != nil {

@@ -1,7 +1,6 @@
 package mcp
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"mime"
@@ -104,7 +103,7 @@ func decodeMessage(req rail.Request) (object, error) {
 	if err != nil || mt != "application/json" {
 		return nil, malformed("content-type", "%q: MCP messages are POSTed as application/json", req.Headers[headerContentType])
 	}
-	body := bytes.TrimSpace(req.Body)
+	body := rail.TrimJSONSpace(req.Body)
 	if len(body) == 0 {
 		return nil, malformed("body", "empty; a JSON-RPC message is required")
 	}
@@ -244,7 +243,7 @@ func (ad *adapter) action(name string, t Tool, args object, req rail.Request) (r
 		for k, v := range md {
 			text, ok := asString(v)
 			if !ok {
-				text = string(bytes.TrimSpace(v))
+				text = string(rail.TrimJSONSpace(v))
 			}
 			rail.AddLabel(&a.Labels, t.Metadata+"."+k, text, true)
 		}
@@ -303,7 +302,7 @@ func (t Tool) declares(arg string) bool {
 // integer literal as written. Null, objects, arrays and fractions are
 // refused: their meaning at the server is not Countersign's to guess.
 func scalar(raw json.RawMessage) (string, error) {
-	s := string(bytes.TrimSpace(raw))
+	s := string(rail.TrimJSONSpace(raw))
 	if v, ok := asString(raw); ok {
 		if !utf8.ValidString(v) {
 			return "", fmt.Errorf("not valid UTF-8")

@@ -175,7 +175,7 @@ func parseAction(kind sik.Kind, segs []string, query string, req rail.Request) (
 // decodeBody checks the content type and reads the body as one JSON
 // object. An empty body is an empty object (a full refund).
 func decodeBody(req rail.Request) (fields, error) {
-	body := bytes.TrimSpace(req.Body)
+	body := rail.TrimJSONSpace(req.Body)
 	ct := req.Headers["content-type"]
 	// Razorpay reads a body as JSON only when it is declared JSON; an
 	// untyped or form body would carry parameters this parse does not see.
