@@ -3,7 +3,6 @@ package mcp
 import (
 	"encoding/json"
 	"fmt"
-	"mime"
 	"net/http"
 	"slices"
 	"strings"
@@ -47,8 +46,15 @@ func (ad *adapter) Parse(req rail.Request) (rail.Parsed, error) {
 	if path != ad.endpoint {
 		return rail.Parsed{}, unrecognised(req)
 	}
+	if err := headers.Check(req.Headers); err != nil {
+		return rail.Parsed{}, err
+	}
 	switch req.Method {
 	case http.MethodGet:
+		if len(req.Body) > 0 {
+			// A server that read it would read what Countersign did not.
+			return rail.Parsed{}, malformed("body", "a GET carries no body")
+		}
 		return rail.Parsed{Kind: rail.KindRead}, nil
 	case http.MethodPost:
 	default:
@@ -93,15 +99,22 @@ func (ad *adapter) Parse(req rail.Request) (rail.Parsed, error) {
 	return rail.Parsed{}, fmt.Errorf("%w: MCP method %q is not one Countersign knows", rail.ErrUnrecognised, name)
 }
 
+// headers are the rules every rail shares (rail.HeaderPolicy): the
+// method-override family and a compressed body are refused whatever the
+// method. MCP names no headers of its own that change what a tool does.
+var headers = rail.HeaderPolicy{}
+
 func unrecognised(req rail.Request) error {
 	return fmt.Errorf("%w: mcp %s %q", rail.ErrUnrecognised, req.Method, req.Path)
 }
 
 // decodeMessage reads the body as one JSON-RPC 2.0 message object.
 func decodeMessage(req rail.Request) (object, error) {
-	mt, _, err := mime.ParseMediaType(req.Headers[headerContentType])
-	if err != nil || mt != "application/json" {
-		return nil, malformed("content-type", "%q: MCP messages are POSTed as application/json", req.Headers[headerContentType])
+	// Only UTF-8: a server that decodes the body in the charset it names
+	// (the TypeScript SDK does, through iconv) would read, in UTF-7, JSON
+	// that Countersign reads as the inside of a string.
+	if err := rail.CheckMediaType(req.Headers[headerContentType], "application/json"); err != nil {
+		return nil, malformed("content-type", "%v; MCP messages are POSTed as application/json", err)
 	}
 	body := rail.TrimJSONSpace(req.Body)
 	if len(body) == 0 {

@@ -234,6 +234,9 @@ func checkJSON(body []byte) error {
 			if !started || len(stack) > 0 {
 				return malformed("body", "truncated JSON")
 			}
+			if err := rail.CheckEscapes(body); err != nil {
+				return malformed("body", "%v", err)
+			}
 			return nil
 		}
 		if err != nil {
