@@ -19,8 +19,8 @@ func TrimJSONSpace(body []byte) []byte {
 	return bytes.Trim(body, jsonSpace)
 }
 
-// ErrLoneSurrogate: a \u escape names half of a UTF-16 surrogate pair
-// without the other half.
+// ErrLoneSurrogate is CheckEscapes's refusal: a \u escape names half of a
+// UTF-16 surrogate pair without the other half.
 var ErrLoneSurrogate = errors.New("a \\u escape names half of a UTF-16 surrogate pair without the other; JSON readers disagree on it")
 
 // CheckEscapes refuses a JSON text that escapes a lone UTF-16 surrogate
