@@ -109,8 +109,9 @@ var ErrLeaseLost = errors.New("ledger: reconcile lease lost")
 
 // RecordFinding stores a finding and settles the intent: found → APPLIED,
 // absent after exhaustive paging → CONFIRMED_NOT_APPLIED (the database
-// refuses it otherwise), inconclusive → UNKNOWN, or QUARANTINED once the
-// intent has been reconciled MaxReconciles times.
+// refuses it otherwise, and when the rail answered an attempt of the
+// intent applied: then QUARANTINED), inconclusive → UNKNOWN, or
+// QUARANTINED once the intent has been reconciled MaxReconciles times.
 func (s *Store) RecordFinding(ctx context.Context, f Finding) (Intent, error) {
 	var out Intent
 	err := s.inTx(ctx, OpReconcileFinding, func(tx *Tx) error {
@@ -137,8 +138,21 @@ func (s *Store) RecordFinding(ctx context.Context, f Finding) (Intent, error) {
 			out, err = tx.transition(ctx, it, intent.FoundApplied, transitionOpts{
 				reason: "found at the rail: " + f.EntityID, attemptOutcome: "applied", entityID: f.EntityID})
 		case FindingAbsent:
-			out, err = tx.transition(ctx, it, intent.ConfirmedAbsent, transitionOpts{
-				reason: fmt.Sprintf("absent after %d pages read to the end", f.Pages)})
+			// The rail's own answer may have come after the lease expired
+			// (it is kept on the attempt and moves nothing): a listing that
+			// missed the entity does not overrule it. A person settles it.
+			var seq int
+			var entity string
+			switch err = tx.tx.QueryRow(ctx, `SELECT attempt_seq, entity_id FROM attempts
+				WHERE rail_account = $1 AND sik = $2 AND entity_id IS NOT NULL ORDER BY attempt_seq LIMIT 1`,
+				f.RailAccount, f.SIK).Scan(&seq, &entity); {
+			case err == nil:
+				out, err = tx.transition(ctx, it, intent.Quarantine, transitionOpts{
+					reason: fmt.Sprintf("reconciliation found no entity after %d pages, but the rail answered attempt %d applied (entity %s); check the rail before resolving", f.Pages, seq, entity)})
+			case errors.Is(err, pgx.ErrNoRows):
+				out, err = tx.transition(ctx, it, intent.ConfirmedAbsent, transitionOpts{
+					reason: fmt.Sprintf("absent after %d pages read to the end", f.Pages)})
+			}
 		case FindingInconclusive:
 			if f.MaxReconciles > 0 && it.ReconcileCount >= f.MaxReconciles {
 				out, err = tx.transition(ctx, it, intent.Quarantine, transitionOpts{

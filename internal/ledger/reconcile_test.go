@@ -1,0 +1,76 @@
+package ledger
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/internal/intent"
+)
+
+// TestAnAppliedAnswerOutweighsAnAbsentListing: the rail's "applied" for
+// the attempt being reconciled arrives after its lease expired (kept on
+// the attempt, no state change); a listing that then misses the entity
+// does not settle the intent as not applied (which would void its hold
+// and allow a retry of an action the rail applied): it is quarantined, and
+// the database refuses CONFIRMED_NOT_APPLIED whatever the writer.
+func TestAnAppliedAnswerOutweighsAnAbsentListing(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	p := proposal(41)
+	if _, err := startFirst(ctx, s, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeAmbiguous, Reason: "timeout"}); err != nil {
+		t.Fatal(err)
+	}
+	work, err := s.ClaimReconcile(ctx, "rec", time.Minute, 10, &p.Key)
+	if err != nil || len(work) != 1 {
+		t.Fatalf("claim = %+v, %v", work, err)
+	}
+	// The rail's answer, late: kept on the attempt, the intent stays with
+	// its reconciler.
+	it, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeApplied, EntityID: "re_late",
+		Response: &HTTPMessage{Status: 200, Body: []byte(`{"id":"re_late"}`)}})
+	if err != nil || it.State != intent.Reconciling {
+		t.Fatalf("late applied = %+v, %v", it, err)
+	}
+
+	// The database refuses the state outright, even with an exhaustive
+	// finding in place.
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }() // a failing check must not leave the intent locked
+	if _, err := tx.Exec(ctx, `INSERT INTO reconciliation_findings (rail_account, sik, attempt_seq, outcome, pages, pagination_exhausted)
+		VALUES ($1, $2, 1, 'confirmed_absent', 1, true)`, p.RailAccount, p.SIK); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.Exec(ctx, `UPDATE intents SET state = 'CONFIRMED_NOT_APPLIED', last_event = 'CONFIRMED_ABSENT' WHERE rail_account = $1 AND sik = $2`, p.RailAccount, p.SIK)
+	if err == nil || !strings.Contains(err.Error(), "answered attempt 1 applied (entity re_late)") {
+		t.Fatalf("CONFIRMED_NOT_APPLIED over an applied answer: %v", err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	it, err = s.RecordFinding(ctx, Finding{Key: p.Key, AttemptSeq: 1, Outcome: FindingAbsent, Pages: 2, PaginationExhausted: true, Owner: "rec"})
+	if err != nil || it.State != intent.Quarantined || !strings.Contains(it.Reason, "re_late") {
+		t.Fatalf("absent finding over an applied answer = %+v, %v; want QUARANTINED naming re_late", it, err)
+	}
+	// Without an answer, the same finding proves absence, as before.
+	q := proposal(42)
+	if _, err := startFirst(ctx, s, q); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, AttemptResult{Key: q.Key, Seq: 1, Outcome: OutcomeAmbiguous, Reason: "timeout"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ClaimReconcile(ctx, "rec", time.Minute, 10, &q.Key); err != nil {
+		t.Fatal(err)
+	}
+	if it, err := s.RecordFinding(ctx, Finding{Key: q.Key, AttemptSeq: 1, Outcome: FindingAbsent, Pages: 2, PaginationExhausted: true, Owner: "rec"}); err != nil || it.State != intent.ConfirmedNotApplied {
+		t.Fatalf("absent finding = %+v, %v", it, err)
+	}
+}
