@@ -201,7 +201,9 @@ func (tx *Tx) recordResponse(ctx context.Context, r AttemptResult) error {
 
 // responseStatement is the UPDATE that keeps the rail's answer on its
 // attempt (whatever the intent's state: a late answer is kept for the
-// reconciler).
+// reconciler). The first answer stays: the rail answers an attempt once,
+// and a later report (a native caller's, whose token outlives the
+// attempt's settling) must not rewrite what is replayed to a duplicate.
 func responseStatement(r AttemptResult) (string, []any, error) {
 	return answerStatement(r, "")
 }
@@ -235,10 +237,10 @@ func answerStatement(r AttemptResult, outcome string) (string, []any, error) {
 		args = append(args, outcome)
 	}
 	return `
-		UPDATE attempts SET response_status = COALESCE($4, response_status),
-		       response_headers = COALESCE($5, response_headers),
-		       response_body = COALESCE($6, response_body),
-		       transport_error = COALESCE(NULLIF($7, ''), transport_error),
+		UPDATE attempts SET response_status = COALESCE(response_status, $4),
+		       response_headers = CASE WHEN response_status IS NULL THEN $5 ELSE response_headers END,
+		       response_body = CASE WHEN response_status IS NULL THEN $6 ELSE response_body END,
+		       transport_error = CASE WHEN response_status IS NULL THEN COALESCE(transport_error, NULLIF($7, '')) ELSE transport_error END,
 		       body_stamped = body_stamped OR $10,
 		       entity_id = COALESCE(entity_id, NULLIF($8, '')),
 		       fee_minor = COALESCE(fee_minor, $9),
