@@ -83,7 +83,7 @@ func TestAnAttemptsAnswerIsWrittenOnce(t *testing.T) {
 	ctx := context.Background()
 	p, agentID := reportedProposal(t, s, 43, "cct_once")
 	first := AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeApplied, EntityID: "re_1",
-		Response: &HTTPMessage{Status: 200, Headers: map[string]string{"request-id": "req_1"}, Body: []byte(`{"id":"re_1"}`)},
+		Response:   &HTTPMessage{Status: 200, Headers: map[string]string{"request-id": "req_1"}, Body: []byte(`{"id":"re_1"}`)},
 		ReportedBy: reporter(agentID, "cct_once")}
 	it, err := s.Commit(ctx, first)
 	if err != nil || it.State != intent.Applied {
