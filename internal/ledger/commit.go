@@ -201,9 +201,15 @@ func (tx *Tx) recordResponse(ctx context.Context, r AttemptResult) error {
 
 // responseStatement is the UPDATE that keeps the rail's answer on its
 // attempt (whatever the intent's state: a late answer is kept for the
-// reconciler). The first answer stays: the rail answers an attempt once,
-// and a later report (a native caller's, whose token outlives the
-// attempt's settling) must not rewrite what is replayed to a duplicate.
+// reconciler). Once the attempt is settled its answer stays (answerOpen):
+// a later report (a native caller's, whose token outlives the settling)
+// must not rewrite what is replayed to a duplicate.
+// answerOpen says, in an UPDATE of attempts (old values), whether a
+// response may still be written: none is kept yet, or the attempt is
+// unanswered or still in progress at the rail (a 409 "in progress" is
+// followed by the real answer). $4 is the new response's status.
+const answerOpen = `(response_status IS NULL OR ($4::integer IS NOT NULL AND outcome IN ('pending', 'in_progress')))`
+
 func responseStatement(r AttemptResult) (string, []any, error) {
 	return answerStatement(r, "")
 }
@@ -237,9 +243,9 @@ func answerStatement(r AttemptResult, outcome string) (string, []any, error) {
 		args = append(args, outcome)
 	}
 	return `
-		UPDATE attempts SET response_status = COALESCE(response_status, $4),
-		       response_headers = CASE WHEN response_status IS NULL THEN $5 ELSE response_headers END,
-		       response_body = CASE WHEN response_status IS NULL THEN $6 ELSE response_body END,
+		UPDATE attempts SET response_status = CASE WHEN ` + answerOpen + ` THEN COALESCE($4, response_status) ELSE response_status END,
+		       response_headers = CASE WHEN ` + answerOpen + ` THEN COALESCE($5, response_headers) ELSE response_headers END,
+		       response_body = CASE WHEN ` + answerOpen + ` THEN COALESCE($6, response_body) ELSE response_body END,
 		       transport_error = CASE WHEN response_status IS NULL THEN COALESCE(transport_error, NULLIF($7, '')) ELSE transport_error END,
 		       body_stamped = body_stamped OR $10,
 		       entity_id = COALESCE(entity_id, NULLIF($8, '')),

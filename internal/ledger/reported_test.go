@@ -100,6 +100,24 @@ func TestAnAttemptsAnswerIsWrittenOnce(t *testing.T) {
 		a.Response.Headers["request-id"] != "req_1" || a.TransportError != "" {
 		t.Fatalf("applied attempt after a second report = %+v, %v; want the first answer", a, err)
 	}
+	// An answer that settles nothing yet (the rail's "in progress") is
+	// replaced by the answer that settles the attempt.
+	q, qAgent := reportedProposal(t, s, 44, "cct_busy")
+	busy := AttemptResult{Key: q.Key, Seq: 1, Outcome: OutcomeInProgress, ReportedBy: reporter(qAgent, "cct_busy"),
+		Response: &HTTPMessage{Status: 409, Body: []byte(`{"error":{"code":"idempotency_key_in_use"}}`)}}
+	if it, err := s.Commit(ctx, busy); err != nil || it.State != intent.InFlight {
+		t.Fatalf("in progress = %+v, %v", it, err)
+	}
+	done := busy
+	done.Outcome, done.EntityID = OutcomeApplied, "re_2"
+	done.Response = &HTTPMessage{Status: 200, Body: []byte(`{"id":"re_2"}`)}
+	it, err = s.Commit(ctx, done)
+	if err != nil || it.State != intent.Applied {
+		t.Fatalf("applied after in progress = %+v, %v", it, err)
+	}
+	if a, err := s.AppliedAttempt(ctx, it); err != nil || a.Response == nil || a.Response.Status != 200 || string(a.Response.Body) != `{"id":"re_2"}` {
+		t.Fatalf("applied attempt after in progress = %+v, %v; want the 200", a, err)
+	}
 }
 
 func with(r AttemptResult, rep *Reporter) AttemptResult {
