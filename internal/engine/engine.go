@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -272,6 +273,16 @@ func (e *Engine) DecideAction(ctx context.Context, req Request, railAccount stri
 	if !ok {
 		out := refuse(req, ReasonRouteUnknown, fmt.Sprintf("Rail account %q is not configured.", railAccount), http.StatusForbidden)
 		return e.decide(ctx, req, target{refusal: &out})
+	}
+	for k := range a.Extra {
+		// Countersign's own markers in a key ("amount": "full" for a
+		// refund without an amount, "countersign.…"): a native caller
+		// that sent one could make an action with an amount be read back
+		// (ActionOf) as a full refund, whose answer is not checked for it.
+		if k == "amount" || strings.HasPrefix(k, "countersign.") {
+			out := refuseRail(acct, req, ReasonInvalidAction, fmt.Sprintf("extra field %q is Countersign's own; send the amount as amount_minor and leave it out of extra.", k), http.StatusBadRequest)
+			return e.decide(ctx, req, target{acct: acct, refusal: &out})
+		}
 	}
 	return e.decide(ctx, req, e.actionTarget(req, acct, a))
 }

@@ -717,3 +717,24 @@ func TestAllowOnRememberedFactsReadsNothingFirst(t *testing.T) {
 		t.Fatalf("the refused action left %d intents", intents)
 	}
 }
+
+// TestNativeExtraCannotCarryCountersignsMarkers: a native action's extra
+// fields may not be the key's own markers ("amount": "full" would make an
+// action with an amount read back as a full refund).
+func TestNativeExtraCannotCarryCountersignsMarkers(t *testing.T) {
+	r := newRig(t)
+	amount := int64(500)
+	for _, k := range []string{"amount", "countersign.alias"} {
+		out := r.e.DecideAction(context.Background(), Request{Source: SourceDecide, RequestID: "native-" + k, Credential: r.secret}, "acct_1",
+			rail.Action{Kind: sik.KindRefund, Subject: "pi_1", AmountMinor: &amount, Extra: map[string]string{k: "full"}})
+		if out.Verdict != Block || out.ReasonCode != ReasonInvalidAction || !strings.Contains(out.Reason, k) {
+			t.Errorf("extra %q: %s %s: %s", k, out.Verdict, out.ReasonCode, out.Reason)
+		}
+	}
+	// Another extra field is the action's, as before.
+	out := r.e.DecideAction(context.Background(), Request{Source: SourceDecide, RequestID: "native-reason", Credential: r.secret}, "acct_1",
+		rail.Action{Kind: sik.KindRefund, Subject: "pi_1", AmountMinor: &amount, Extra: map[string]string{"reason": "requested_by_customer"}})
+	if out.ReasonCode == ReasonInvalidAction {
+		t.Fatalf("extra reason refused: %s", out.Reason)
+	}
+}
