@@ -98,5 +98,53 @@ func (tx *Tx) lateApplied(ctx context.Context, it Intent, r AttemptResult) (Inte
 	default:
 		return it, nil
 	}
-	return tx.transition(ctx, it, intent.Quarantine, transitionOpts{reason: reason})
+	held, err := tx.holdAgain(ctx, it.Key)
+	if err != nil {
+		return it, err
+	}
+	return tx.transition(ctx, it, intent.Quarantine, transitionOpts{reason: reason + held})
+}
+
+// holdAgain re-places the hold of an intent whose every hold was voided
+// (it was settled as not applied) but that the rail says applied: money
+// that left counts against the mandate again while a person looks. The new
+// hold copies the voided one and counts in the windows at once (a held hold
+// always does). It is budgeted only if the budget can still take it: the
+// budget may have been spent since, and the rail's answer must be recorded
+// whatever it costs the budget (B1's CHECK would refuse the whole commit);
+// the returned text, for the quarantine's reason, says which it was.
+func (tx *Tx) holdAgain(ctx context.Context, k Key) (string, error) {
+	var amount int64
+	var currency string
+	var budgeted, fits bool
+	err := tx.tx.QueryRow(ctx, `
+		SELECT h.amount_minor, h.currency, h.budgeted,
+		       COALESCE((SELECT b.budget_minor - b.held_minor - b.spent_minor >= h.amount_minor FROM mandate_budgets b
+		                 WHERE b.mandate_hash = h.mandate_hash AND b.currency = h.currency FOR UPDATE), false)
+		FROM budget_holds h
+		WHERE h.rail_account = $1 AND h.sik = $2 AND h.state = 'voided'
+		  AND NOT EXISTS (SELECT 1 FROM budget_holds o WHERE o.rail_account = $1 AND o.sik = $2 AND o.state <> 'voided')
+		ORDER BY h.hold_seq DESC LIMIT 1`, k.RailAccount, k.SIK).Scan(&amount, &currency, &budgeted, &fits)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		// No hold, or one still held or posted: nothing was given back.
+		return "", nil
+	case err != nil:
+		return "", err
+	}
+	if _, err := tx.tx.Exec(ctx, `
+		INSERT INTO budget_holds (rail_account, sik, hold_seq, mandate_hash, agent_id, payee_key, subject, currency, amount_minor, budgeted,
+		                          window_agent, window_payee, created_at)
+		SELECT rail_account, sik, hold_seq + 1, mandate_hash, agent_id, payee_key, subject, currency, amount_minor, $3,
+		       window_agent, window_payee, created_at
+		FROM budget_holds WHERE rail_account = $1 AND sik = $2 ORDER BY hold_seq DESC LIMIT 1`,
+		k.RailAccount, k.SIK, budgeted && fits); err != nil {
+		return "", err
+	}
+	switch {
+	case budgeted && !fits:
+		return fmt.Sprintf("; its voided hold of %d %s is held again, but outside the budget, which can no longer take it: the mandate's budget is overrun by up to that much", amount, currency), nil
+	default:
+		return fmt.Sprintf("; its voided hold of %d %s is held again", amount, currency), nil
+	}
 }

@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/countersign/countersign/internal/intent"
 )
@@ -250,4 +252,121 @@ func TestCommitTokenNeverChanges(t *testing.T) {
 		p.RailAccount, p.SIK, h[:]); err == nil {
 		t.Fatal("the database let an attempt's commit token change")
 	}
+}
+
+// TestLateAppliedHoldsItsAmountAgain: an intent settled as not applied has
+// its hold voided; when the rail then says it applied, the quarantine must
+// count that money against the mandate again (in the budget when it still
+// fits, in the windows always), or the agent could spend it twice.
+func TestLateAppliedHoldsItsAmountAgain(t *testing.T) {
+	ctx := context.Background()
+	const budget, amount = 1000, 1000
+	hold := func(s *Store, it Intent, mandate string) {
+		t.Helper()
+		if err := s.InTx(ctx, func(tx *Tx) error {
+			return tx.PlaceHold(ctx, it, HoldSpec{MandateHash: mandate, AgentID: "agent_a", PayeeKey: "pi_1",
+				Currency: "USD", AmountMinor: amount, BudgetMinor: budget})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	budgetOf := func(s *Store, mandate string) BudgetState {
+		t.Helper()
+		b, err := s.Budgets(ctx, mandate)
+		if err != nil || len(b) != 1 {
+			t.Fatalf("budgets = %+v, %v", b, err)
+		}
+		return b[0]
+	}
+	windowCalls := func(s *Store, mandate string) int64 {
+		t.Helper()
+		var calls int64
+		if err := s.InTx(ctx, func(tx *Tx) (err error) {
+			calls, _, err = tx.WindowUsage(ctx, mandate, false, "agent_a", time.Now().Add(-time.Hour), "USD")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return calls
+	}
+	late := func(s *Store, k Key) Intent {
+		t.Helper()
+		it, err := s.Commit(ctx, AttemptResult{Key: k, Seq: 1, Outcome: OutcomeApplied, EntityID: "re_late",
+			Response: &HTTPMessage{Status: 200, Body: []byte(`{"id":"re_late"}`)}})
+		if err != nil || it.State != intent.Quarantined {
+			t.Fatalf("late applied = %+v, %v; want QUARANTINED", it, err)
+		}
+		return it
+	}
+	settleAbsent := func(s *Store, k Key) {
+		t.Helper()
+		if _, err := s.Commit(ctx, AttemptResult{Key: k, Seq: 1, Outcome: OutcomeAmbiguous, Reason: "timeout"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ClaimReconcile(ctx, "rec", time.Minute, 10, &k); err != nil {
+			t.Fatal(err)
+		}
+		if it, err := s.RecordFinding(ctx, Finding{Key: k, AttemptSeq: 1, Outcome: FindingAbsent, Pages: 1, PaginationExhausted: true, Owner: "rec"}); err != nil || it.State != intent.ConfirmedNotApplied {
+			t.Fatalf("absent finding = %+v, %v", it, err)
+		}
+	}
+
+	t.Run("after CONFIRMED_NOT_APPLIED, within the budget", func(t *testing.T) {
+		s := openTest(t)
+		mandate := fmt.Sprintf("%064x", 51)
+		p := proposal(51)
+		res, err := startFirst(ctx, s, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hold(s, res.Intent, mandate)
+		settleAbsent(s, p.Key)
+		if b := budgetOf(s, mandate); b.Held != 0 || windowCalls(s, mandate) != 0 {
+			t.Fatalf("after the absent finding: %+v, %d calls; want nothing held", b, windowCalls(s, mandate))
+		}
+		it := late(s, p.Key)
+		if b := budgetOf(s, mandate); b.Held != amount || b.Spent != 0 {
+			t.Fatalf("budget after the late applied = %+v; want %d held again", b, amount)
+		}
+		if n := windowCalls(s, mandate); n != 1 {
+			t.Fatalf("window after the late applied counts %d calls, want 1", n)
+		}
+		if !strings.Contains(it.Reason, "held again") || strings.Contains(it.Reason, "outside the budget") {
+			t.Fatalf("reason %q", it.Reason)
+		}
+		// A second late answer holds nothing more.
+		late(s, p.Key)
+		if b := budgetOf(s, mandate); b.Held != amount {
+			t.Fatalf("budget after a second late applied = %+v", b)
+		}
+	})
+	t.Run("after FAILED_TERMINAL, the budget spent since", func(t *testing.T) {
+		s := openTest(t)
+		mandate := fmt.Sprintf("%064x", 52)
+		p, q := proposal(52), proposal(53)
+		res, err := startFirst(ctx, s, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hold(s, res.Intent, mandate)
+		if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeRejected, Reason: "r", Response: &HTTPMessage{Status: 400}}); err != nil {
+			t.Fatal(err)
+		}
+		// The budget the rejection gave back is taken by another intent.
+		other, err := startFirst(ctx, s, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hold(s, other.Intent, mandate)
+		it := late(s, p.Key)
+		if b := budgetOf(s, mandate); b.Held != amount {
+			t.Fatalf("budget after the late applied = %+v; want only the other intent's %d held (B1)", b, amount)
+		}
+		if n := windowCalls(s, mandate); n != 2 {
+			t.Fatalf("window counts %d calls, want both intents' 2", n)
+		}
+		if !strings.Contains(it.Reason, "outside the budget") {
+			t.Fatalf("reason %q does not say the budget could not take it", it.Reason)
+		}
+	})
 }
