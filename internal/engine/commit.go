@@ -9,13 +9,16 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/countersign/countersign/internal/intent"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/quota"
 	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/rails"
 	"github.com/countersign/countersign/internal/sik"
 )
 
@@ -134,13 +137,9 @@ func (e *Engine) commit(ctx context.Context, ref IntentRef, resp rail.Response, 
 	if rep != nil && ref.RailAccount == "" {
 		return ledger.Intent{}, rail.Classification{}, ledger.NotFoundIntent(key)
 	}
-	var acct interface {
-		Classify(rail.Action, rail.Response) rail.Classification
-	}
+	var acct *rails.Account
 	if e.opts.Rails != nil {
-		if a, ok := e.opts.Rails.ByID(ref.RailAccount); ok {
-			acct = a.Adapter
-		}
+		acct, _ = e.opts.Rails.ByID(ref.RailAccount)
 	}
 	if acct == nil {
 		if rep != nil {
@@ -175,10 +174,13 @@ func (e *Engine) commit(ctx context.Context, ref IntentRef, resp rail.Response, 
 	if err != nil {
 		return ledger.Intent{}, rail.Classification{}, err
 	}
-	c = acct.Classify(a, resp)
+	c = acct.Adapter.Classify(a, resp)
 	if ref.BodyStamped {
 		// A 2xx carrying another entity's stamp is not this request's.
 		c = c.CheckStamp(ref.BodyValue)
+	}
+	if rep != nil && c.Outcome == rail.Applied {
+		c, resp = e.confirmReported(ctx, acct, a, it, ref, c, resp)
 	}
 	r := ledger.AttemptResult{Key: key, Seq: ref.AttemptSeq, EntityID: c.EntityID, FeeMinor: c.FeeMinor,
 		Reason: c.Reason, ReconcileDelay: e.opts.ReconcileDelay, BodyStamped: ref.BodyStamped, ReportedBy: rep, Seen: &it}
@@ -204,6 +206,61 @@ func (e *Engine) commit(ctx context.Context, ref IntentRef, resp rail.Response, 
 	}
 	out, err := e.ledger.Commit(ctx, r)
 	return out, c, err
+}
+
+// reportedSinceSlack widens the creation-time bound of the listing that
+// confirms a reported "applied", as the reconciler's does.
+const reportedSinceSlack = 24 * time.Hour
+
+// confirmReported checks at the rail an "applied" that a native caller
+// reported, before it may make the intent APPLIED (which posts the hold,
+// tells the owner's webhook and is replayed to a duplicate, a sibling
+// agent's among them). The caller chose every byte of the answer it
+// reports, so only the rail's own listing of the action's subject counts:
+// it must show the entity the caller named carrying this attempt's stamp,
+// with the action's amount and currency. The answer kept is then the
+// entity as the rail lists it (for a rail whose stored answer is replayed
+// as it is). Anything less is ambiguous: the intent goes to reconciliation,
+// which settles it from the rail, and the entity the caller named stays on
+// the attempt, so that a listing that later misses it quarantines the
+// intent rather than proving it absent.
+func (e *Engine) confirmReported(ctx context.Context, acct *rails.Account, a rail.Action, it ledger.Intent, ref IntentRef,
+	c rail.Classification, resp rail.Response) (rail.Classification, rail.Response) {
+	unconfirmed := func(format string, args ...any) rail.Classification {
+		return rail.Classification{Outcome: rail.Ambiguous, EntityID: c.EntityID,
+			Reason: fmt.Sprintf("the caller reported it applied as %q, but %s; reconciliation settles it from the rail",
+				c.EntityID, fmt.Sprintf(format, args...))}
+	}
+	if !ref.BodyStamped || ref.BodyValue == "" {
+		return unconfirmed("it did not confirm that the request carried the body stamp, so the rail cannot show the entity is this attempt's"), resp
+	}
+	lctx, cancel := context.WithTimeout(ctx, e.opts.ResolveTimeout)
+	defer cancel()
+	f, err := acct.Adapter.Find(lctx, acct.Client, a, ref.BodyValue, it.CreatedAt.Add(-reportedSinceSlack))
+	switch {
+	case err != nil:
+		return unconfirmed("the rail's listing could not be read (%v)", err), resp
+	case f.Match == nil:
+		return unconfirmed("the rail lists no entity carrying this attempt's stamp (%d pages read)", f.Pages), resp
+	case f.Match.ID != c.EntityID:
+		return unconfirmed("the entity carrying this attempt's stamp is %q", f.Match.ID), resp
+	case a.AmountMinor != nil && f.Match.AmountMinor != *a.AmountMinor:
+		return unconfirmed("the rail lists it for %d, not the %d decided", f.Match.AmountMinor, *a.AmountMinor), resp
+	case a.Currency != "" && !strings.EqualFold(f.Match.Currency, a.Currency):
+		return unconfirmed("the rail lists it in %q, not %q", f.Match.Currency, a.Currency), resp
+	}
+	if _, reshapes := acct.Adapter.(rail.Replayer); reshapes {
+		// The stored answer is the MCP server's JSON-RPC message, re-shaped
+		// for each duplicate; the listing is the underlying rail's entity.
+		// Its entity, amount and stamp are confirmed above.
+		return c, resp
+	}
+	listed := rail.Response{Status: http.StatusOK, Headers: map[string]string{"content-type": "application/json"}, Body: f.Match.Raw}
+	lc := acct.Adapter.Classify(a, listed)
+	if lc.Outcome != rail.Applied || lc.EntityID != c.EntityID {
+		return unconfirmed("the rail's own listing of it does not read as applied (%s)", lc.Reason), resp
+	}
+	return lc, listed
 }
 
 // ActionOf rebuilds the rail action an intent stands for from its row and

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -502,26 +504,139 @@ func TestCommitTokenOfStaleAttemptRefused(t *testing.T) {
 }
 
 // TestReportedAppliedAfterConfirmedAbsentQuarantines: an "applied" for an
-// attempt the ledger has proven absent contradicts it; the intent stops
-// for a person instead of being retried.
+// attempt the ledger has proven absent contradicts it; when the rail shows
+// it, the intent stops for a person instead of being retried. The caller's
+// word alone, which the rail does not bear out, changes nothing.
 func TestReportedAppliedAfterConfirmedAbsentQuarantines(t *testing.T) {
 	h := railHarness(t, noReconcileDelay)
 	const amount = 400
 	allowed := h.confirmAbsent(t, amount)
-	req := &countersignv1.CommitRequest{RailAccount: "acct_bench", Sik: allowed.GetIntent().GetSik(), AttemptSeq: 1,
-		CommitToken: allowed.GetCommitToken(), BodyStamped: true,
-		Outcome: &countersignv1.CommitRequest_Response{Response: &countersignv1.HttpResponse{HttpStatus: 200,
-			Headers: map[string]string{"content-type": "application/json"},
-			Body: []byte(`{"id":"re_late","object":"refund","status":"succeeded","amount":400,"currency":"usd","payment_intent":"pi_bench",` +
-				`"metadata":{"countersign_sik":"` + allowed.GetStamps()["idempotency-key"] + `"}}`)}}}
-	cr, err := h.decisions().Commit(as(h.secret), req)
+	sik := allowed.GetIntent().GetSik()
+	stamp := allowed.GetStamps()["idempotency-key"]
+	forged := reportedApplied(allowed, `{"id":"re_late","object":"refund","status":"succeeded","amount":400,"currency":"usd","payment_intent":"pi_bench",`+
+		`"metadata":{"countersign_sik":"`+stamp+`"}}`)
+	cr, err := h.decisions().Commit(as(h.secret), forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := cr.GetIntent().GetState(); st != countersignv1.IntentState_INTENT_STATE_CONFIRMED_NOT_APPLIED {
+		t.Fatalf("a forged late applied moved the intent to %s", st)
+	}
+	// The request really reaches the rail after all (the agent sent it
+	// late): the rail's answer, reported, is borne out by its listing.
+	status, body, err := h.sendStamped(context.Background(), allowed, amount)
+	if err != nil || status != http.StatusOK {
+		t.Fatalf("send = %d %s, %v", status, body, err)
+	}
+	cr, err = h.decisions().Commit(as(h.secret), reportedApplied(allowed, string(body)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st := cr.GetIntent().GetState(); st != countersignv1.IntentState_INTENT_STATE_QUARANTINED {
-		t.Fatalf("late applied after CONFIRMED_NOT_APPLIED = %s, want QUARANTINED", st)
+		t.Fatalf("late applied the rail bears out, after CONFIRMED_NOT_APPLIED = %s, want QUARANTINED", st)
 	}
 	if r := h.decide(t, refund("pi_bench", amount, "")); r.GetVerdict() == countersignv1.Verdict_VERDICT_ALLOW || r.GetReasonCode() != "intent_quarantined" {
 		t.Fatalf("retry of a quarantined intent = %s %s", r.GetVerdict(), r.GetReasonCode())
 	}
+	if it, _ := h.intentState(t, sik); it.State != intent.Quarantined {
+		t.Fatalf("intent %s", it.State)
+	}
+}
+
+// reportedApplied is a Commit of attempt allowed with a 200 and body, the
+// body stamp confirmed.
+func reportedApplied(allowed *countersignv1.DecideResponse, body string) *countersignv1.CommitRequest {
+	return &countersignv1.CommitRequest{RailAccount: "acct_bench", Sik: allowed.GetIntent().GetSik(), AttemptSeq: allowed.GetAttemptSeq(),
+		CommitToken: allowed.GetCommitToken(), BodyStamped: true,
+		Outcome: &countersignv1.CommitRequest_Response{Response: &countersignv1.HttpResponse{HttpStatus: 200,
+			Headers: map[string]string{"content-type": "application/json"}, Body: []byte(body)}}}
+}
+
+// TestReportedAppliedIsConfirmedAtTheRail: the agent chooses every byte of
+// the answer it reports. A well-formed "applied" (the right object, amount,
+// subject and stamp) for a refund it never sent must not make the intent
+// APPLIED, which would post its hold, tell the owner's webhook and replay
+// the forgery to a sibling's duplicate. Only the rail's own listing makes
+// a reported answer applied, and the answer kept is the rail's.
+func TestReportedAppliedIsConfirmedAtTheRail(t *testing.T) {
+	h := railHarness(t, noReconcileDelay)
+	ctx := context.Background()
+	send := func(t *testing.T, allowed *countersignv1.DecideResponse, amount int64) []byte {
+		t.Helper()
+		status, body, err := h.sendStamped(ctx, allowed, amount)
+		if err != nil || status != http.StatusOK {
+			t.Fatalf("send = %d %s, %v", status, body, err)
+		}
+		return body
+	}
+	commit := func(t *testing.T, req *countersignv1.CommitRequest) *countersignv1.CommitResponse {
+		t.Helper()
+		cr, err := h.decisions().Commit(as(h.secret), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cr
+	}
+	unconfirmed := func(t *testing.T, cr *countersignv1.CommitResponse, amount int64, why string) {
+		t.Helper()
+		if st := cr.GetIntent().GetState(); st != countersignv1.IntentState_INTENT_STATE_UNKNOWN || !strings.Contains(cr.GetIntent().GetLastReason(), why) {
+			t.Fatalf("unconfirmed applied = %s %q; want UNKNOWN saying %q", st, cr.GetIntent().GetLastReason(), why)
+		}
+		if o := cr.GetAttempt().GetOutcome(); o != countersignv1.AttemptOutcome_ATTEMPT_OUTCOME_AMBIGUOUS {
+			t.Fatalf("attempt outcome %s", o)
+		}
+		if r := h.decide(t, refund("pi_bench", amount, "")); r.GetVerdict() == countersignv1.Verdict_VERDICT_ALLOW || r.GetReasonCode() == "duplicate_applied" {
+			t.Fatalf("a duplicate of an unconfirmed intent = %s %s %s", r.GetVerdict(), r.GetReasonCode(), r.GetStoredResponse().GetBody())
+		}
+	}
+	stampOf := func(a *countersignv1.DecideResponse) string { return a.GetStamps()["idempotency-key"] }
+
+	t.Run("a refund never sent", func(t *testing.T) {
+		const amount = 510
+		allowed := h.allow(t, amount)
+		cr := commit(t, reportedApplied(allowed, `{"id":"re_forged","object":"refund","status":"succeeded","amount":510,"currency":"usd",`+
+			`"payment_intent":"pi_bench","metadata":{"countersign_sik":"`+stampOf(allowed)+`"}}`))
+		unconfirmed(t, cr, amount, "the rail lists no entity carrying this attempt's stamp")
+		if n := len(h.mock.Journal().EffectsOn("pi_bench")); n != 0 {
+			t.Fatalf("rail effects = %d", n)
+		}
+	})
+	t.Run("another entity named", func(t *testing.T) {
+		const amount = 520
+		allowed := h.allow(t, amount)
+		body := send(t, allowed, amount)
+		var real struct{ ID string }
+		if err := json.Unmarshal(body, &real); err != nil || real.ID == "" {
+			t.Fatalf("rail answer %s: %v", body, err)
+		}
+		cr := commit(t, reportedApplied(allowed, strings.Replace(string(body), real.ID, "re_someone_elses", 1)))
+		unconfirmed(t, cr, amount, fmt.Sprintf("the entity carrying this attempt's stamp is %q", real.ID))
+	})
+	t.Run("the stamp not confirmed", func(t *testing.T) {
+		const amount = 530
+		allowed := h.allow(t, amount)
+		req := reportedApplied(allowed, string(send(t, allowed, amount)))
+		req.BodyStamped = false
+		unconfirmed(t, commit(t, req), amount, "did not confirm that the request carried the body stamp")
+	})
+	t.Run("a real refund, its answer embellished", func(t *testing.T) {
+		const amount = 540
+		allowed := h.allow(t, amount)
+		body := send(t, allowed, amount)
+		var m map[string]any
+		if err := json.Unmarshal(body, &m); err != nil {
+			t.Fatal(err)
+		}
+		m["description"] = "FORGED: refund approved by the finance team"
+		forged, _ := json.Marshal(m)
+		cr := commit(t, reportedApplied(allowed, string(forged)))
+		if st := cr.GetIntent().GetState(); st != countersignv1.IntentState_INTENT_STATE_APPLIED || cr.GetIntent().GetRailEntityId() != m["id"] {
+			t.Fatalf("a confirmed applied = %s %s", st, cr.GetIntent().GetRailEntityId())
+		}
+		dup := h.decide(t, refund("pi_bench", amount, ""))
+		stored := string(dup.GetStoredResponse().GetBody())
+		if dup.GetReasonCode() != "duplicate_applied" || !strings.Contains(stored, m["id"].(string)) || strings.Contains(stored, "FORGED") {
+			t.Fatalf("duplicate = %s, replaying %s; want the rail's own entity", dup.GetReasonCode(), stored)
+		}
+	})
 }

@@ -69,7 +69,7 @@ func TestDecisionServiceRoundTrip(t *testing.T) {
 		t.Fatalf("ALLOW without a commit token: %v", resp)
 	}
 	cr, err := client.Commit(ctx, &countersignv1.CommitRequest{RailAccount: "acct_bench", Sik: resp.GetIntent().GetSik(), AttemptSeq: 1,
-		CommitToken: resp.GetCommitToken(), Outcome: &countersignv1.CommitRequest_Response{Response: &countersignv1.HttpResponse{HttpStatus: int32(railResp.StatusCode),
+		CommitToken: resp.GetCommitToken(), BodyStamped: true, Outcome: &countersignv1.CommitRequest_Response{Response: &countersignv1.HttpResponse{HttpStatus: int32(railResp.StatusCode),
 			Headers: map[string]string{"content-type": "application/json"}, Body: body}}})
 	if err != nil {
 		t.Fatal(err)

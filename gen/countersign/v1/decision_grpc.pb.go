@@ -47,11 +47,15 @@ type DecisionServiceClient interface {
 	// Commit records the rail's answer to an attempt and moves the intent on.
 	// Only the agent whose Decide started the attempt may report it, with that
 	// attempt's commit_token, and only while it is the intent's latest attempt
-	// (PERMISSION_DENIED otherwise). A reported answer never on its own makes
-	// the intent sendable again: a definite rejection reported here sends the
-	// intent to reconciliation (UNKNOWN), which settles it from the rail's own
-	// listing; a reported "applied" that contradicts how the intent was
-	// settled quarantines it for a person.
+	// (PERMISSION_DENIED otherwise). A reported answer never on its own settles
+	// the intent: a definite rejection reported here sends the intent to
+	// reconciliation (UNKNOWN), which settles it from the rail's own listing;
+	// a reported "applied" is checked at once against that listing, which must
+	// show the named entity carrying the attempt's body stamp (body_stamped
+	// must be set) with the decided amount and currency, and the answer kept
+	// is the entity as the rail lists it; an "applied" the listing does not
+	// bear out goes to reconciliation too. A confirmed "applied" that
+	// contradicts how the intent was settled quarantines it for a person.
 	Commit(ctx context.Context, in *CommitRequest, opts ...grpc.CallOption) (*CommitResponse, error)
 	// Reconcile settles ambiguous intents by querying the rail: one intent, or
 	// a batch of those due. Owners only: an agent credential is refused, and
@@ -132,11 +136,15 @@ type DecisionServiceServer interface {
 	// Commit records the rail's answer to an attempt and moves the intent on.
 	// Only the agent whose Decide started the attempt may report it, with that
 	// attempt's commit_token, and only while it is the intent's latest attempt
-	// (PERMISSION_DENIED otherwise). A reported answer never on its own makes
-	// the intent sendable again: a definite rejection reported here sends the
-	// intent to reconciliation (UNKNOWN), which settles it from the rail's own
-	// listing; a reported "applied" that contradicts how the intent was
-	// settled quarantines it for a person.
+	// (PERMISSION_DENIED otherwise). A reported answer never on its own settles
+	// the intent: a definite rejection reported here sends the intent to
+	// reconciliation (UNKNOWN), which settles it from the rail's own listing;
+	// a reported "applied" is checked at once against that listing, which must
+	// show the named entity carrying the attempt's body stamp (body_stamped
+	// must be set) with the decided amount and currency, and the answer kept
+	// is the entity as the rail lists it; an "applied" the listing does not
+	// bear out goes to reconciliation too. A confirmed "applied" that
+	// contradicts how the intent was settled quarantines it for a person.
 	Commit(context.Context, *CommitRequest) (*CommitResponse, error)
 	// Reconcile settles ambiguous intents by querying the rail: one intent, or
 	// a batch of those due. Owners only: an agent credential is refused, and
