@@ -2,10 +2,12 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -139,7 +141,7 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t ta
 	acct, a := t.acct, t.action
 	// A request seen before is answered from the ledger, without reading
 	// the rail again, whenever its intent's state settles the answer.
-	if it := facts.Aliased; it != nil && answersFromLedger(it.State) {
+	if it := facts.Aliased; it != nil && answersFromLedger(it.State) && e.windowCurrent(*it) {
 		// Only to a caller the scope gate admits on this account, and only
 		// about an intent of its own owner (tenancy.go).
 		if out, ok := e.admitToLedgerAnswer(ctx, req, p, acct, a.Kind, *it, facts); !ok {
@@ -367,6 +369,31 @@ func aliasOf(account string, a rail.Action) (string, error) {
 	k.Extra["countersign.alias"] = "request"
 	s, err := sik.Key(k)
 	return string(s), err
+}
+
+// windowCurrent reports whether the idempotency window folded into an
+// intent's key (idempotencyWindow) is the current one. A request as sent
+// has one alias in every window, but an identical payout in a later window
+// is a new action: its alias must not answer it from the earlier window's
+// intent. A key that cannot be read is not current either: the request
+// then takes the whole path, which keys it afresh.
+func (e *Engine) windowCurrent(it ledger.Intent) bool {
+	var k struct {
+		Window string `json:"window"`
+	}
+	if err := json.Unmarshal([]byte(it.Canonical), &k); err != nil {
+		return false
+	}
+	if k.Window == "" {
+		return true
+	}
+	length, bucket, ok := strings.Cut(k.Window, "@")
+	w, err := time.ParseDuration(length)
+	n, nerr := strconv.ParseInt(bucket, 10, 64)
+	if !ok || err != nil || nerr != nil || w <= 0 {
+		return false
+	}
+	return e.now().UnixNano()/int64(w) == n
 }
 
 // answersFromLedger reports whether an intent in state s answers a new

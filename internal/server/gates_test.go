@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/results"
 	"github.com/countersign/countersign/internal/testing/mockrail"
 )
@@ -232,12 +233,18 @@ func TestIdempotencyWindowFoldsIntoTheKey(t *testing.T) {
 	if first.GetVerdict() != countersignv1.Verdict_VERDICT_ALLOW {
 		t.Fatalf("first payout: %s %s", first.GetReasonCode(), first.GetReason())
 	}
+	// The first payout applied: the request's alias then answers a
+	// duplicate from the ledger, but only within the first one's window.
+	if _, err := h.store.Commit(context.Background(), ledger.AttemptResult{Key: ledger.Key{RailAccount: "acct_bench", SIK: first.GetIntent().GetSik()},
+		Seq: 1, Outcome: ledger.OutcomeApplied, EntityID: "po_first", Response: &ledger.HTTPMessage{Status: 200, Body: []byte(`{"id":"po_first"}`)}}); err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		r := payout()
 		if r.GetIntent().GetSik() == first.GetIntent().GetSik() {
-			// Same window: the in-flight duplicate.
-			if r.GetReasonCode() != "duplicate_in_flight" {
+			// Same window: the applied duplicate.
+			if r.GetReasonCode() != "duplicate_applied" {
 				t.Fatalf("same-window payout: %s", r.GetReasonCode())
 			}
 		} else {
