@@ -148,15 +148,22 @@ func (e *Engine) commit(ctx context.Context, ref IntentRef, resp rail.Response, 
 		}
 		return ledger.Intent{}, rail.Classification{}, fmt.Errorf("%w %q", ErrUnknownAccount, ref.RailAccount)
 	}
-	if s := ref.seen; rep == nil && s != nil && s.Key == key && s.State == intent.InFlight && s.AttemptCount == ref.AttemptSeq {
+	switch s := ref.seen; {
+	case rep != nil:
+		// A reported answer is heard only from the agent the attempt's
+		// token was issued to, with that token: before anything is done
+		// for it, a read of the rail's listing among them.
+		if it, err = e.ledger.CheckReporter(ctx, ledger.AttemptResult{Key: key, Seq: ref.AttemptSeq, ReportedBy: rep}); err != nil {
+			return ledger.Intent{}, rail.Classification{}, err
+		}
+	case s != nil && s.Key == key && s.State == intent.InFlight && s.AttemptCount == ref.AttemptSeq:
 		// The response path's own mark read it (the action is immutable;
 		// the commit asserts the state still holds): no second read.
 		it = *s
-	} else if it, err = e.ledger.Intent(ctx, key); err != nil {
-		return ledger.Intent{}, rail.Classification{}, err
-	}
-	if rep != nil && it.AgentID != rep.AgentID {
-		return ledger.Intent{}, rail.Classification{}, ledger.NotFoundIntent(key)
+	default:
+		if it, err = e.ledger.Intent(ctx, key); err != nil {
+			return ledger.Intent{}, rail.Classification{}, err
+		}
 	}
 	if ref.BodyStamped && ref.BodyValue == "" {
 		// A native caller says it sent the body stamp: it is the attempt's.
@@ -227,9 +234,11 @@ const reportedSinceSlack = 24 * time.Hour
 func (e *Engine) confirmReported(ctx context.Context, acct *rails.Account, a rail.Action, it ledger.Intent, ref IntentRef,
 	c rail.Classification, resp rail.Response) (rail.Classification, rail.Response) {
 	unconfirmed := func(format string, args ...any) rail.Classification {
+		// The reason becomes the intent's, which every agent of its owner
+		// that sends the same request is shown: it quotes nothing the
+		// caller chose (the entity it named stays on the attempt).
 		return rail.Classification{Outcome: rail.Ambiguous, EntityID: c.EntityID,
-			Reason: fmt.Sprintf("the caller reported it applied as %q, but %s; reconciliation settles it from the rail",
-				c.EntityID, fmt.Sprintf(format, args...))}
+			Reason: fmt.Sprintf("the caller reported it applied, but %s; reconciliation settles it from the rail", fmt.Sprintf(format, args...))}
 	}
 	if !ref.BodyStamped || ref.BodyValue == "" {
 		return unconfirmed("it did not confirm that the request carried the body stamp, so the rail cannot show the entity is this attempt's"), resp

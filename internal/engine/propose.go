@@ -288,7 +288,15 @@ func (pr *proposal) attemptStart(o Options, stamp string) ledger.AttemptStart {
 	req := pr.req
 	return ledger.AttemptStart{Key: pr.key, Stamp: stamp, LeaseOwner: o.LeaseOwner, LeaseTTL: o.LeaseTTL,
 		Request:  ledger.HTTPMessage{Method: req.Method, Path: req.Path, Headers: req.Headers, Body: req.Body},
-		ViaEnvoy: req.Source == SourceExtAuthz && o.ExtProcInPath, CommitTokenHash: pr.tokenHash}
+		ViaEnvoy: req.Source == SourceExtAuthz && o.ExtProcInPath, CommitTokenHash: pr.tokenHash, CommitAgent: pr.tokenAgent()}
+}
+
+// tokenAgent is the agent pr's commit token is issued to ("" when none is).
+func (pr *proposal) tokenAgent() string {
+	if pr.tokenHash == nil {
+		return ""
+	}
+	return pr.principal.Agent.ID
 }
 
 // gateRun is the ladder's view of pr.

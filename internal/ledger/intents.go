@@ -166,7 +166,8 @@ func (tx *Tx) StartAttempt(ctx context.Context, it Intent, s AttemptStart) (Inte
 	}
 	a := Attempt{Key: it.Key, Seq: it.AttemptCount, Stamp: s.Stamp, StampGeneration: it.StampGeneration,
 		Outcome: "pending", LeaseOwner: s.LeaseOwner, Request: s.Request, ViaEnvoy: s.ViaEnvoy}
-	err = tx.tx.QueryRow(ctx, insertAttemptSQL, attemptArgs(a, ttl, headers, s.ViaEnvoy, s.CommitTokenHash)...).Scan(&a.LeaseExpiresAt, &a.StartedAt)
+	sql, args := insertAttempt(a, ttl, headers, s)
+	err = tx.tx.QueryRow(ctx, sql, args...).Scan(&a.LeaseExpiresAt, &a.StartedAt)
 	return it, a, err
 }
 
@@ -185,15 +186,23 @@ func (tx *Tx) RecordDecision(ctx context.Context, d Decision) (int64, error) {
 	return insertDecision(ctx, tx.tx, d)
 }
 
-const insertAttemptSQL = `
+// insertAttempt is the statement and arguments that write attempt a. Only
+// a native attempt names the agent its commit token is issued to (an
+// Envoy attempt has neither), so the statement of one without stays the
+// one that schemas before that column take.
+func insertAttempt(a Attempt, ttl time.Duration, headers []byte, s AttemptStart) (string, []any) {
+	args := []any{a.RailAccount, a.SIK, a.Seq, a.Stamp, int32(a.StampGeneration), a.LeaseOwner, ttl.Microseconds(),
+		a.Request.Method, a.Request.Path, headers, a.Request.Body, s.ViaEnvoy, s.CommitTokenHash}
+	columns, values := "", ""
+	if s.CommitAgent != "" {
+		columns, values = ", commit_agent", ", $14"
+		args = append(args, s.CommitAgent)
+	}
+	return `
 		INSERT INTO attempts (rail_account, sik, attempt_seq, stamp, stamp_generation, lease_owner, lease_expires_at,
-		                      request_method, request_path, request_headers, request_body, via_envoy, commit_token_hash)
-		VALUES ($1, $2, $3, $4, $5, $6, now() + $7::bigint * interval '1 microsecond', $8, $9, $10, $11, $12, $13)
-		RETURNING lease_expires_at, started_at`
-
-func attemptArgs(a Attempt, ttl time.Duration, headers []byte, viaEnvoy bool, tokenHash []byte) []any {
-	return []any{a.RailAccount, a.SIK, a.Seq, a.Stamp, int32(a.StampGeneration), a.LeaseOwner, ttl.Microseconds(),
-		a.Request.Method, a.Request.Path, headers, a.Request.Body, viaEnvoy, tokenHash}
+		                      request_method, request_path, request_headers, request_body, via_envoy, commit_token_hash` + columns + `)
+		VALUES ($1, $2, $3, $4, $5, $6, now() + $7::bigint * interval '1 microsecond', $8, $9, $10, $11, $12, $13` + values + `)
+		RETURNING lease_expires_at, started_at`, args
 }
 
 type transitionOpts struct {

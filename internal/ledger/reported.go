@@ -26,26 +26,53 @@ type Reporter struct {
 	TokenHash [32]byte
 }
 
-// checkReporter admits a reported commit only from the intent's own agent
-// (any other caller is told the intent does not exist) with the token of
-// the intent's latest attempt.
+// checkReporter admits a reported commit only for the intent's latest
+// attempt, from the agent its commit token was issued to (the intent's
+// own agent, or a sibling that retried it), with that token. A caller that
+// is neither the intent's agent nor the attempt's is told the intent does
+// not exist.
 func (tx *Tx) checkReporter(ctx context.Context, it Intent, r AttemptResult) error {
-	if it.AgentID == "" || it.AgentID != r.ReportedBy.AgentID {
+	return reporterRefusal(ctx, tx.tx, it, r)
+}
+
+// CheckReporter is checkReporter on the intent as it is now, without its
+// lock: the native Commit runs it before anything it would do for a
+// reported answer (a read of the rail's listing among them), and Commit
+// checks again under the lock. It returns the intent.
+func (s *Store) CheckReporter(ctx context.Context, r AttemptResult) (Intent, error) {
+	it, err := s.Intent(ctx, r.Key)
+	if err != nil {
+		return Intent{}, err
+	}
+	if r.ReportedBy == nil {
+		return Intent{}, errors.New("ledger: CheckReporter of an answer with no reporter")
+	}
+	return it, classify(reporterRefusal(ctx, s.pool, it, r))
+}
+
+func reporterRefusal(ctx context.Context, q rowQuerier, it Intent, r AttemptResult) error {
+	var stored []byte
+	var holder *string
+	err := q.QueryRow(ctx, `SELECT commit_token_hash, commit_agent FROM attempts
+		WHERE rail_account = $1 AND sik = $2 AND attempt_seq = $3`, r.RailAccount, r.SIK, r.Seq).Scan(&stored, &holder)
+	found := err == nil
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return err
+	}
+	agent := r.ReportedBy.AgentID
+	ownAttempt := holder != nil && *holder == agent
+	if !ownAttempt && (it.AgentID == "" || it.AgentID != agent) {
 		return notFoundIntent(r.Key)
 	}
-	if r.Seq != it.AttemptCount {
-		return fmt.Errorf("%w: attempt %d is not the latest attempt (%d) of intent %s", ErrCommitRefused, r.Seq, it.AttemptCount, r.Key)
-	}
-	var stored []byte
-	err := tx.tx.QueryRow(ctx, `SELECT commit_token_hash FROM attempts
-		WHERE rail_account = $1 AND sik = $2 AND attempt_seq = $3`, r.RailAccount, r.SIK, r.Seq).Scan(&stored)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	case r.Seq != it.AttemptCount:
+		return fmt.Errorf("%w: attempt %d is not the latest attempt (%d) of intent %s", ErrCommitRefused, r.Seq, it.AttemptCount, r.Key)
+	case !found:
 		return fmt.Errorf("%w: intent %s has no attempt %d", ErrCommitRefused, r.Key, r.Seq)
-	case err != nil:
-		return err
 	case len(stored) != len(r.ReportedBy.TokenHash):
 		return fmt.Errorf("%w: attempt %d of intent %s is reported only by the proxy that sent it", ErrCommitRefused, r.Seq, r.Key)
+	case holder != nil && !ownAttempt:
+		return fmt.Errorf("%w: attempt %d of intent %s was issued to another agent, which alone reports it", ErrCommitRefused, r.Seq, r.Key)
 	case subtle.ConstantTimeCompare(stored, r.ReportedBy.TokenHash[:]) != 1:
 		return fmt.Errorf("%w: the commit token is not the one issued with attempt %d of intent %s", ErrCommitRefused, r.Seq, r.Key)
 	}
@@ -65,10 +92,14 @@ func NotFoundIntent(k Key) error { return notFoundIntent(k) }
 // request may still be at the rail), and a proven-not-applied state would
 // let the action be sent again: the intent goes to reconciliation, which
 // settles it from the rail's own listing.
+//
+// The reason names no word of the rejection: it is text the caller chose
+// (the body it reports), and an intent's reason is shown to every agent of
+// its owner that sends the same request. The answer stays on the attempt.
 func (tx *Tx) reportedRejection(ctx context.Context, it Intent, r AttemptResult) (Intent, error) {
 	delay := r.ReconcileDelay
 	return tx.transition(ctx, it, intent.RailAmbiguous, transitionOpts{
-		reason:         fmt.Sprintf("the caller reported a definite rejection (%s); reconciliation confirms it from the rail before any new attempt", r.Reason),
+		reason:         "the caller reported a definite rejection; reconciliation confirms it from the rail before any new attempt",
 		attemptOutcome: "ambiguous", reconcileIn: &delay})
 }
 

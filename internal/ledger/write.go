@@ -257,6 +257,9 @@ type AttemptStart struct {
 	Request         HTTPMessage
 	ViaEnvoy        bool
 	CommitTokenHash []byte
+	// CommitAgent is the agent the commit token is issued to: the only
+	// caller that may report the attempt's answer.
+	CommitAgent string
 }
 
 // StartAttempt writes the IN_FLIGHT attempt (the intent's AttemptStarted
@@ -272,7 +275,8 @@ func (w *Write) StartAttempt(s AttemptStart) (*Attempt, error) {
 	}
 	a := &Attempt{Key: s.Key, Seq: s.Seq, Stamp: s.Stamp, StampGeneration: s.StampGeneration, Outcome: "pending",
 		LeaseOwner: s.LeaseOwner, Request: s.Request, ViaEnvoy: s.ViaEnvoy}
-	w.queue(insertAttemptSQL, attemptArgs(*a, ttl, headers, s.ViaEnvoy, s.CommitTokenHash)...).QueryRow(func(row pgx.Row) error {
+	sql, args := insertAttempt(*a, ttl, headers, s)
+	w.queue(sql, args...).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&a.LeaseExpiresAt, &a.StartedAt)
 	})
 	return a, nil
