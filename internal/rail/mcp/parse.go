@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -283,7 +284,7 @@ func (ad *adapter) action(name string, t Tool, args object, req rail.Request) (r
 			}
 			continue
 		}
-		v, err := scalar(raw)
+		v, err := keyScalar(raw)
 		if err != nil {
 			return rail.Action{}, malformed(field(e), "%v", err)
 		}
@@ -311,9 +312,9 @@ func (t Tool) declares(arg string) bool {
 	return slices.Contains(t.Extra, arg) || slices.Contains(t.Ignored, arg)
 }
 
-// scalar renders an Extra argument: a string as itself, a boolean or an
-// integer literal as written. Null, objects, arrays and fractions are
-// refused: their meaning at the server is not Countersign's to guess.
+// scalar renders an argument: a string as itself, a boolean or an integer
+// literal as written. Null, objects, arrays and fractions are refused:
+// their meaning at the server is not Countersign's to guess.
 func scalar(raw json.RawMessage) (string, error) {
 	s := string(rail.TrimJSONSpace(raw))
 	if v, ok := asString(raw); ok {
@@ -328,10 +329,54 @@ func scalar(raw json.RawMessage) (string, error) {
 	case "null":
 		return "", fmt.Errorf("null; omit it instead")
 	}
-	if validID(raw) { // an integer literal
+	if integerLiteral(s) {
 		return s, nil
 	}
 	return "", fmt.Errorf("%.40s is not a string, boolean or integer", s)
+}
+
+// keyScalar is scalar for an Extra argument, whose rendering enters the
+// key. The key holds the rendering, not the JSON type, so one rendering
+// must stand for one value at the server, and one value have one
+// rendering:
+//   - a string that reads as a boolean or an integer is refused ("false"
+//     is true to a server that tests the value's truth, while the literal
+//     false keys alike);
+//   - an integer must be one a JavaScript server reads exactly (|n| <
+//     2^53: beyond, two literals are one number there but two keys here),
+//     and not -0 (0 there, another key here).
+func keyScalar(raw json.RawMessage) (string, error) {
+	v, err := scalar(raw)
+	switch {
+	case err != nil:
+		return "", err
+	case len(rail.TrimJSONSpace(raw)) > 0 && rail.TrimJSONSpace(raw)[0] == '"':
+		if v == "true" || v == "false" || integerLiteral(v) {
+			return "", fmt.Errorf("the string %.40q reads as a JSON literal; send the literal itself", v)
+		}
+	case v == "-0":
+		return "", fmt.Errorf("-0 is 0 to the server; send 0")
+	case integerLiteral(v):
+		if n, err := strconv.ParseInt(v, 10, 64); err != nil || n > maxAmount || n < -maxAmount {
+			return "", fmt.Errorf("%.40s is beyond what a JavaScript server reads exactly (|n| < 2^53)", v)
+		}
+	}
+	return v, nil
+}
+
+// integerLiteral reports whether s is a JSON integer literal: an optional
+// minus, then 0 or digits without a leading zero.
+func integerLiteral(s string) bool {
+	s = strings.TrimPrefix(s, "-")
+	if s == "" || len(s) > 1 && s[0] == '0' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // isID reports whether s is a plausible rail id (Stripe pi_…, Razorpay

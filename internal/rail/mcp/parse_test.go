@@ -43,6 +43,15 @@ func TestParse(t *testing.T) {
 		{"boolean_and_integer_extras", at(call("create_payout", `{"destination":"ba_1","amount":5000,"currency":"eur","method":"instant","instant":true}`)),
 			rail.Parsed{Kind: rail.KindAction, Action: rail.Action{Kind: sik.KindPayout, Subject: "ba_1", Payee: "ba_1", AmountMinor: ptr(5000), Currency: "EUR",
 				Extra: map[string]string{"method": "instant", "instant": "true"}}}},
+		{"integer_and_false_extras", at(call("create_payout", `{"destination":"ba_1","amount":5000,"currency":"eur","method":-5,"instant":false}`)),
+			rail.Parsed{Kind: rail.KindAction, Action: rail.Action{Kind: sik.KindPayout, Subject: "ba_1", Payee: "ba_1", AmountMinor: ptr(5000), Currency: "EUR",
+				Extra: map[string]string{"method": "-5", "instant": "false"}}}},
+		{"largest_exact_integer_extra", at(call("create_payout", `{"destination":"ba_1","amount":5000,"currency":"eur","instant":9007199254740991}`)),
+			rail.Parsed{Kind: rail.KindAction, Action: rail.Action{Kind: sik.KindPayout, Subject: "ba_1", Payee: "ba_1", AmountMinor: ptr(5000), Currency: "EUR",
+				Extra: map[string]string{"method": "standard", "instant": "9007199254740991"}}}},
+		{"ignored_argument_may_read_as_a_literal", at(call("create_payout", `{"destination":"ba_1","amount":5000,"currency":"eur","description":"123"}`)),
+			rail.Parsed{Kind: rail.KindAction, Action: rail.Action{Kind: sik.KindPayout, Subject: "ba_1", Payee: "ba_1", AmountMinor: ptr(5000), Currency: "EUR",
+				Extra: map[string]string{"method": "standard"}}}},
 		{"transfer", at(call("create_transfer", `{"destination":"acct_1","amount":2500,"currency":"eur","metadata":{"k":"v"}}`)),
 			rail.Parsed{Kind: rail.KindAction, Action: rail.Action{Kind: sik.KindTransfer, Subject: "acct_1", Payee: "acct_1", AmountMinor: ptr(2500), Currency: "EUR"}}},
 		{"read_only_tool", at(call("list_payouts", `{}`)), rail.Parsed{Kind: rail.KindRead}},
@@ -82,6 +91,16 @@ func TestParseRefuses(t *testing.T) {
 		{"amount_exponent", at(call("create_payout", `{"destination":"ba_1","amount":5E3,"currency":"usd"}`)), rail.ErrMalformed, "params.arguments.amount"},
 		{"amount_above_2_53", at(call("create_payout", `{"destination":"ba_1","amount":9007199254740992,"currency":"usd"}`)), rail.ErrMalformed, "out of range"},
 		{"extra_array", at(call("create_payout", `{"destination":"ba_1","amount":1,"currency":"usd","method":["instant"]}`)), rail.ErrMalformed, "params.arguments.method"},
+		// An Extra's rendering is its key: a string that reads as a literal
+		// would key alike with the literal, which a server reads otherwise.
+		{"extra_string_false", at(call("create_payout", `{"destination":"ba_1","amount":1,"currency":"usd","instant":"false"}`)), rail.ErrMalformed, `params.arguments.instant: the string "false" reads as a JSON literal`},
+		{"extra_string_true", at(call("create_payout", `{"destination":"ba_1","amount":1,"currency":"usd","instant":"true"}`)), rail.ErrMalformed, "reads as a JSON literal"},
+		{"extra_string_integer", at(call("create_payout", `{"destination":"ba_1","amount":1,"currency":"usd","method":"-12"}`)), rail.ErrMalformed, "params.arguments.method"},
+		// …and two literals that are one value at the server must not key
+		// apart.
+		{"extra_negative_zero", at(call("create_payout", `{"destination":"ba_1","amount":1,"currency":"usd","instant":-0}`)), rail.ErrMalformed, "-0 is 0 to the server"},
+		{"extra_beyond_2_53", at(call("create_payout", `{"destination":"ba_1","amount":1,"currency":"usd","instant":9007199254740993}`)), rail.ErrMalformed, "reads exactly"},
+		{"extra_below_minus_2_53", at(call("create_payout", `{"destination":"ba_1","amount":1,"currency":"usd","instant":-9007199254740993}`)), rail.ErrMalformed, "reads exactly"},
 		{"kelvin_sign_twin_key", at(call("create_payout", "{\"destination\":\"ba_1\",\"amount\":1,\"currency\":\"usd\",\"metadata\":{\"kind\":\"a\",\"\u212aind\":\"b\"}}")),
 			rail.ErrMalformed, "servers that ignore case read them as one"},
 		{"long_s_twin_top_level", at(post("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"\u017fomething\":1,\"Something\":2}")), rail.ErrMalformed, "sent twice"},
