@@ -230,6 +230,14 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t ta
 	var token string
 	var tokenHash []byte
 	if req.Source == SourceDecide {
+		// Its word about the answer counts only once the rail's listing
+		// shows the body stamp (confirmReported): a call that cannot
+		// carry one could never be confirmed, and would end quarantined
+		// whatever the rail did.
+		if st, err := acct.Adapter.Stamp(a, s, 0); err != nil || st.BodyField == "" {
+			return refuseRail(acct, req, ReasonInvalidAction, "Countersign cannot confirm a native caller's answer to this call: it has no argument that carries the body stamp, "+
+				"so the rail's listing could never show the entity is this call's. Send it through Envoy, whose response path Countersign reads itself.", http.StatusBadRequest)
+		}
 		if token, tokenHash, err = newCommitToken(); err != nil {
 			e.log.Error("commit token failed; denying", "request_id", req.RequestID, "err", err)
 			return refuseRail(acct, req, ReasonInternal, "Countersign failed internally; no money moved.", http.StatusServiceUnavailable)

@@ -186,8 +186,8 @@ func (e *Engine) commit(ctx context.Context, ref IntentRef, resp rail.Response, 
 		// A 2xx carrying another entity's stamp is not this request's.
 		c = c.CheckStamp(ref.BodyValue)
 	}
-	if rep != nil && c.Outcome == rail.Applied {
-		c, resp = e.confirmReported(ctx, acct, a, it, ref, c, resp)
+	if rep != nil {
+		c, resp = e.reported(ctx, acct, a, it, ref, c, resp)
 	}
 	r := ledger.AttemptResult{Key: key, Seq: ref.AttemptSeq, EntityID: c.EntityID, FeeMinor: c.FeeMinor,
 		Reason: c.Reason, ReconcileDelay: e.opts.ReconcileDelay, BodyStamped: ref.BodyStamped, ReportedBy: rep, Seen: &it}
@@ -219,29 +219,61 @@ func (e *Engine) commit(ctx context.Context, ref IntentRef, resp rail.Response, 
 // confirms a reported "applied", as the reconciler's does.
 const reportedSinceSlack = 24 * time.Hour
 
-// confirmReported checks at the rail an "applied" that a native caller
-// reported, before it may make the intent APPLIED (which posts the hold,
-// tells the owner's webhook and is replayed to a duplicate, a sibling
-// agent's among them). The caller chose every byte of the answer it
-// reports, so only the rail's own listing of the action's subject counts:
-// it must show the entity the caller named carrying this attempt's stamp,
-// with the action's amount and currency. The answer kept is then the
-// entity as the rail lists it (for a rail whose stored answer is replayed
-// as it is). Anything less is ambiguous: the intent goes to reconciliation,
-// which settles it from the rail, and the entity the caller named stays on
-// the attempt, so that a listing that later misses it quarantines the
-// intent rather than proving it absent.
-func (e *Engine) confirmReported(ctx context.Context, acct *rails.Account, a rail.Action, it ledger.Intent, ref IntentRef,
+// reported is what a native caller's answer is taken for. The caller chose
+// every byte of it, so:
+//   - its reason names no word of it: an intent's reason is shown to every
+//     agent of its owner that sends the same request, and one agent must
+//     not write into another's context (the answer itself stays on the
+//     attempt, for the owner);
+//   - an "applied" counts only once the rail's own listing bears it out
+//     (confirmReported): it posts the hold, tells the owner's webhook and
+//     is replayed to a duplicate, a sibling agent's among them.
+func (e *Engine) reported(ctx context.Context, acct *rails.Account, a rail.Action, it ledger.Intent, ref IntentRef,
 	c rail.Classification, resp rail.Response) (rail.Classification, rail.Response) {
+	switch c.Outcome {
+	case rail.Applied:
+		return e.confirmReported(ctx, acct, a, it, ref, resp)
+	case rail.InProgress:
+		c.Reason = "the caller reported the request still in progress at the rail"
+	case rail.Rejected, rail.FingerprintMismatch:
+		c.Reason = "the caller reported a definite refusal"
+	default:
+		c.Reason = "the caller reported no definite answer"
+	}
+	return c, resp
+}
+
+// confirmReported checks at the rail an "applied" that a native caller
+// reported. The rail's listing of the action's subject must show an entity
+// carrying this attempt's stamp, with the action's amount and currency:
+// then it is applied as that entity (whatever id the caller named), and the
+// answer kept is the entity as the rail lists it. Anything less is
+// ambiguous, with no entity: the intent goes to reconciliation, which
+// settles it from the rail.
+//
+// The listing is read only where the answer can move the intent: while it
+// is IN_FLIGHT on this attempt, or once it was settled as not applied (a
+// confirmed "applied" then quarantines it), and there twice at once, then
+// once a minute, per attempt. A commit token outlives its attempt, and every read
+// spends the owner's rail rate limit, which the reconciler and the other
+// agents share.
+func (e *Engine) confirmReported(ctx context.Context, acct *rails.Account, a rail.Action, it ledger.Intent, ref IntentRef,
+	resp rail.Response) (rail.Classification, rail.Response) {
 	unconfirmed := func(format string, args ...any) rail.Classification {
-		// The reason becomes the intent's, which every agent of its owner
-		// that sends the same request is shown: it quotes nothing the
-		// caller chose (the entity it named stays on the attempt).
-		return rail.Classification{Outcome: rail.Ambiguous, EntityID: c.EntityID,
+		return rail.Classification{Outcome: rail.Ambiguous,
 			Reason: fmt.Sprintf("the caller reported it applied, but %s; reconciliation settles it from the rail", fmt.Sprintf(format, args...))}
 	}
-	if !ref.BodyStamped || ref.BodyValue == "" {
+	live := it.State == intent.InFlight && it.AttemptCount == ref.AttemptSeq
+	settledAbsent := (it.State == intent.FailedTerminal || it.State == intent.ConfirmedNotApplied) && it.AttemptCount == ref.AttemptSeq
+	switch {
+	case !live && !settledAbsent:
+		return unconfirmed("the intent is %s, which a reported answer does not move", it.State), resp
+	case !ref.BodyStamped || ref.BodyValue == "":
 		return unconfirmed("it did not confirm that the request carried the body stamp, so the rail cannot show the entity is this attempt's"), resp
+	case settledAbsent:
+		if ok, _ := e.lateConfirms.Allow(fmt.Sprintf("%s#%d", it.Key, ref.AttemptSeq)); !ok {
+			return unconfirmed("this attempt's answer was checked at the rail twice in the last minute"), resp
+		}
 	}
 	lctx, cancel := context.WithTimeout(ctx, e.opts.ResolveTimeout)
 	defer cancel()
@@ -251,24 +283,22 @@ func (e *Engine) confirmReported(ctx context.Context, acct *rails.Account, a rai
 		return unconfirmed("the rail's listing could not be read (%v)", err), resp
 	case f.Match == nil:
 		return unconfirmed("the rail lists no entity carrying this attempt's stamp (%d pages read)", f.Pages), resp
-	case f.Match.ID != c.EntityID:
-		return unconfirmed("the entity carrying this attempt's stamp is %q", f.Match.ID), resp
 	case a.AmountMinor != nil && f.Match.AmountMinor != *a.AmountMinor:
-		return unconfirmed("the rail lists it for %d, not the %d decided", f.Match.AmountMinor, *a.AmountMinor), resp
+		return unconfirmed("the rail lists %s for %d, not the %d decided", f.Match.ID, f.Match.AmountMinor, *a.AmountMinor), resp
 	case a.Currency != "" && !strings.EqualFold(f.Match.Currency, a.Currency):
-		return unconfirmed("the rail lists it in %q, not %q", f.Match.Currency, a.Currency), resp
-	}
-	if _, reshapes := acct.Adapter.(rail.Replayer); reshapes {
-		// The stored answer is the MCP server's JSON-RPC message, re-shaped
-		// for each duplicate; the listing is the underlying rail's entity.
-		// Its entity, amount and stamp are confirmed above.
-		return c, resp
+		return unconfirmed("the rail lists %s in %q, not %q", f.Match.ID, f.Match.Currency, a.Currency), resp
 	}
 	listed := rail.Response{Status: http.StatusOK, Headers: map[string]string{"content-type": "application/json"}, Body: f.Match.Raw}
-	lc := acct.Adapter.Classify(a, listed)
-	if lc.Outcome != rail.Applied || lc.EntityID != c.EntityID {
-		return unconfirmed("the rail's own listing of it does not read as applied (%s)", lc.Reason), resp
+	if la, ok := acct.Adapter.(rail.ListedAnswerer); ok {
+		if listed, err = la.ListedAnswer(*f.Match); err != nil {
+			return unconfirmed("its answer could not be rebuilt from the rail's listing (%v)", err), resp
+		}
 	}
+	lc := acct.Adapter.Classify(a, listed)
+	if lc.Outcome != rail.Applied || lc.EntityID != f.Match.ID {
+		return unconfirmed("the rail's own listing of %s does not read as applied (%s)", f.Match.ID, lc.Reason), resp
+	}
+	lc.Reason = "applied at the rail, as its listing shows"
 	return lc, listed
 }
 

@@ -212,7 +212,10 @@ type Engine struct {
 	mandates mandateCache
 	facts    remembered
 	aliases  *seenAliases
-	tracer   trace.Tracer
+	// lateConfirms spaces the rail reads that confirm a reported "applied"
+	// of an intent settled as not applied, per attempt.
+	lateConfirms *quota.Limiter
+	tracer       trace.Tracer
 }
 
 // New returns an engine over l.
@@ -234,7 +237,8 @@ func New(l Ledger, opts Options, log *slog.Logger, m *metrics.Metrics) *Engine {
 	if opts.Tracer != nil {
 		l = tracedLedger{Ledger: l, tracer: tracer}
 	}
-	return &Engine{ledger: l, opts: opts, log: log, metrics: m, now: now, aliases: newSeenAliases(), tracer: tracer}
+	return &Engine{ledger: l, opts: opts, log: log, metrics: m, now: now, aliases: newSeenAliases(), tracer: tracer,
+		lateConfirms: quota.NewLimiter(quota.Options{Rate: 1.0 / 60, Burst: 2, Now: now})}
 }
 
 // Reason codes of the answers the engine gives today.

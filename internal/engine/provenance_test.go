@@ -89,15 +89,23 @@ func (s *toolServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 type mcpRig struct {
-	e      *Engine
-	secret string
-	tools  *toolServer
+	e       *Engine
+	secret  string
+	tools   *toolServer
+	mockURL string
 }
 
 // newMCPRig is an engine over a real ledger, a mock Stripe rail holding
 // pi_1, and a payment MCP server account (rail stripe, preset stripe) whose
 // agent's mandate grants refunds and pins create_refund's description.
 func newMCPRig(t *testing.T, pins map[string]string) *mcpRig {
+	t.Helper()
+	return newMCPRigWith(t, pins, "metadata")
+}
+
+// newMCPRigWith is newMCPRig whose create_refund tool takes the metadata
+// argument named metadata ("": none, as Stripe's toolkit ships it).
+func newMCPRigWith(t *testing.T, pins map[string]string, metadata string) *mcpRig {
 	t.Helper()
 	ctx := context.Background()
 	mock, err := mockrail.New(mockrail.WithPayments(mockrail.Payment{Rail: mockrail.Stripe, ID: "pi_1", Amount: 1 << 40, Currency: "usd"}))
@@ -114,7 +122,7 @@ func newMCPRig(t *testing.T, pins map[string]string) *mcpRig {
 	}
 	rs, err := rails.New(rails.File{Rails: []rails.AccountConfig{{Account: "acct_mcp", Rail: "stripe",
 		Hosts: []string{"mcp.stripe.local"}, BaseURL: ts.URL, KeyFile: keyFile,
-		MCP: &rails.MCPConfig{Preset: "stripe", Metadata: "metadata", BaseURL: mcpTS.URL}}}},
+		MCP: &rails.MCPConfig{Preset: "stripe", Metadata: metadata, BaseURL: mcpTS.URL}}}},
 		rails.Adapters{sik.RailStripe: func() rail.Adapter { return stripe.New() }}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +171,7 @@ func newMCPRig(t *testing.T, pins map[string]string) *mcpRig {
 	}
 	e := New(store, Options{Rails: rs, LeaseOwner: "engine-test", LeaseTTL: time.Minute, ResolveTimeout: 500 * time.Millisecond},
 		slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.New())
-	return &mcpRig{e: e, secret: secret, tools: tools}
+	return &mcpRig{e: e, secret: secret, tools: tools, mockURL: ts.URL}
 }
 
 // call is a tools/call of tool through Envoy, refunding amount of pi_1.

@@ -111,6 +111,11 @@ func (s *Store) Commit(ctx context.Context, r AttemptResult) (Intent, error) {
 			out, err = tx.transition(ctx, it, intent.RailAmbiguous, transitionOpts{
 				reason: r.Reason, attemptOutcome: "ambiguous", reconcileIn: &delay})
 		case OutcomeFingerprintMismatch:
+			if r.ReportedBy != nil {
+				// The caller's word: a person is asked only on the rail's.
+				out, err = tx.reportedRejection(ctx, it, r)
+				break
+			}
 			// Our fingerprint drifted: a bug. The keyed request may still
 			// have applied, so the intent is held for a person, never
 			// retried under a rotated key.

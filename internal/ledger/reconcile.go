@@ -141,20 +141,11 @@ func (s *Store) RecordFinding(ctx context.Context, f Finding) (Intent, error) {
 			// The rail's own answer may have come after the lease expired
 			// (it is kept on the attempt and moves nothing): a listing that
 			// missed the entity does not overrule it. A person settles it.
-			// A native caller's report is its word, not the rail's (its
-			// "applied" was not borne out when it came, or it would not be
-			// here): quarantined all the same, but its entity, text the
-			// caller chose, is not quoted into the intent's reason, which
-			// the owner's other agents are shown.
 			var seq int
 			var entity string
-			var reported bool
-			switch err = tx.tx.QueryRow(ctx, `SELECT attempt_seq, entity_id, commit_token_hash IS NOT NULL FROM attempts
+			switch err = tx.tx.QueryRow(ctx, `SELECT attempt_seq, entity_id FROM attempts
 				WHERE rail_account = $1 AND sik = $2 AND entity_id IS NOT NULL ORDER BY attempt_seq LIMIT 1`,
-				f.RailAccount, f.SIK).Scan(&seq, &entity, &reported); {
-			case err == nil && reported:
-				out, err = tx.transition(ctx, it, intent.Quarantine, transitionOpts{
-					reason: fmt.Sprintf("reconciliation found no entity after %d pages, but the caller reported attempt %d applied; check the rail before resolving", f.Pages, seq)})
+				f.RailAccount, f.SIK).Scan(&seq, &entity); {
 			case err == nil:
 				out, err = tx.transition(ctx, it, intent.Quarantine, transitionOpts{
 					reason: fmt.Sprintf("reconciliation found no entity after %d pages, but the rail answered attempt %d applied (entity %s); check the rail before resolving", f.Pages, seq, entity)})

@@ -87,7 +87,9 @@ func notFoundIntent(k Key) error { return fmt.Errorf("%w: intent %s", ErrNotFoun
 // refuse to show an intent (another agent's).
 func NotFoundIntent(k Key) error { return notFoundIntent(k) }
 
-// reportedRejection records a definite rejection that a caller reported.
+// reportedRejection records a definite refusal that a caller reported (a
+// rejection, or a fingerprint mismatch, which from the rail itself would
+// quarantine the intent).
 // The caller's word does not prove the attempt had no effect (the real
 // request may still be at the rail), and a proven-not-applied state would
 // let the action be sent again: the intent goes to reconciliation, which

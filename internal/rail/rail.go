@@ -288,6 +288,15 @@ type ToolDescriber interface {
 	DescribeTool(ctx context.Context, c Client, tool string) (hash string, err error)
 }
 
+// ListedAnswerer is implemented by adapters whose answer to a call is not
+// the rail's entity itself (an MCP server's JSON-RPC message): ListedAnswer is
+// the answer to the call that created e, built from the entity as the rail
+// lists it, so that it classifies, is stored and is replayed like the
+// server's own.
+type ListedAnswerer interface {
+	ListedAnswer(e Entity) (Response, error)
+}
+
 // Replayer is implemented by adapters whose stored answer must be re-shaped
 // for a duplicate request (an MCP response carries the new call's id).
 type Replayer interface {

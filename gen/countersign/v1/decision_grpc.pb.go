@@ -41,6 +41,9 @@ type DecisionServiceClient interface {
 	// On ALLOW a durable IN_FLIGHT attempt is committed before the answer is
 	// sent; the caller must then call the rail with the returned stamps and
 	// report the outcome with Commit, presenting the returned commit_token.
+	// A call with no place for the body stamp (an MCP tool without a metadata
+	// argument) is refused here: Commit could never confirm its answer; send
+	// it through Envoy.
 	// A refusal (HOLD or BLOCK) is an answer, not an error; a missing, unknown,
 	// expired or revoked credential is UNAUTHENTICATED.
 	Decide(ctx context.Context, in *DecideRequest, opts ...grpc.CallOption) (*DecideResponse, error)
@@ -48,14 +51,18 @@ type DecisionServiceClient interface {
 	// Only the agent whose Decide started the attempt may report it, with that
 	// attempt's commit_token, and only while it is the intent's latest attempt
 	// (PERMISSION_DENIED otherwise). A reported answer never on its own settles
-	// the intent: a definite rejection reported here sends the intent to
-	// reconciliation (UNKNOWN), which settles it from the rail's own listing;
-	// a reported "applied" is checked at once against that listing, which must
-	// show the named entity carrying the attempt's body stamp (body_stamped
-	// must be set) with the decided amount and currency, and the answer kept
-	// is the entity as the rail lists it; an "applied" the listing does not
-	// bear out goes to reconciliation too. A confirmed "applied" that
-	// contradicts how the intent was settled quarantines it for a person.
+	// the intent: a definite refusal reported here (a rejection, an
+	// idempotency mismatch) sends the intent to reconciliation (UNKNOWN), which
+	// settles it from the rail's own listing; a reported "applied" is checked
+	// at once against that listing, which must show an entity carrying the
+	// attempt's body stamp (body_stamped must be set) with the decided amount
+	// and currency: the intent is then applied as that entity, and the answer
+	// kept (and replayed to a duplicate) is built from the rail's listing;
+	// an "applied" the listing does not bear out goes to reconciliation too.
+	// The listing is read only while the answer can move the intent. A
+	// confirmed "applied" that contradicts how the intent was settled
+	// quarantines it for a person. No text of a reported answer enters the
+	// intent's reason, which other agents of the owner are shown.
 	Commit(ctx context.Context, in *CommitRequest, opts ...grpc.CallOption) (*CommitResponse, error)
 	// Reconcile settles ambiguous intents by querying the rail: one intent, or
 	// a batch of those due. Owners only: an agent credential is refused, and
@@ -130,6 +137,9 @@ type DecisionServiceServer interface {
 	// On ALLOW a durable IN_FLIGHT attempt is committed before the answer is
 	// sent; the caller must then call the rail with the returned stamps and
 	// report the outcome with Commit, presenting the returned commit_token.
+	// A call with no place for the body stamp (an MCP tool without a metadata
+	// argument) is refused here: Commit could never confirm its answer; send
+	// it through Envoy.
 	// A refusal (HOLD or BLOCK) is an answer, not an error; a missing, unknown,
 	// expired or revoked credential is UNAUTHENTICATED.
 	Decide(context.Context, *DecideRequest) (*DecideResponse, error)
@@ -137,14 +147,18 @@ type DecisionServiceServer interface {
 	// Only the agent whose Decide started the attempt may report it, with that
 	// attempt's commit_token, and only while it is the intent's latest attempt
 	// (PERMISSION_DENIED otherwise). A reported answer never on its own settles
-	// the intent: a definite rejection reported here sends the intent to
-	// reconciliation (UNKNOWN), which settles it from the rail's own listing;
-	// a reported "applied" is checked at once against that listing, which must
-	// show the named entity carrying the attempt's body stamp (body_stamped
-	// must be set) with the decided amount and currency, and the answer kept
-	// is the entity as the rail lists it; an "applied" the listing does not
-	// bear out goes to reconciliation too. A confirmed "applied" that
-	// contradicts how the intent was settled quarantines it for a person.
+	// the intent: a definite refusal reported here (a rejection, an
+	// idempotency mismatch) sends the intent to reconciliation (UNKNOWN), which
+	// settles it from the rail's own listing; a reported "applied" is checked
+	// at once against that listing, which must show an entity carrying the
+	// attempt's body stamp (body_stamped must be set) with the decided amount
+	// and currency: the intent is then applied as that entity, and the answer
+	// kept (and replayed to a duplicate) is built from the rail's listing;
+	// an "applied" the listing does not bear out goes to reconciliation too.
+	// The listing is read only while the answer can move the intent. A
+	// confirmed "applied" that contradicts how the intent was settled
+	// quarantines it for a person. No text of a reported answer enters the
+	// intent's reason, which other agents of the owner are shown.
 	Commit(context.Context, *CommitRequest) (*CommitResponse, error)
 	// Reconcile settles ambiguous intents by querying the rail: one intent, or
 	// a batch of those due. Owners only: an agent credential is refused, and

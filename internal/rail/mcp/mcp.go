@@ -373,6 +373,21 @@ func (ad *adapter) RefuseRequest(req rail.Request, _ int, code, message string) 
 
 // Replay implements rail.Replayer: the stored answer of the applied call,
 // re-addressed to the duplicate call's id.
+// ListedAnswer implements rail.ListedAnswerer: a JSON-RPC result whose one
+// text item is the entity as the underlying rail lists it, the shape of
+// the shipped servers' answers (its id is replaced for each duplicate).
+func (ad *adapter) ListedAnswer(e rail.Entity) (rail.Response, error) {
+	if !json.Valid(e.Raw) {
+		return rail.Response{}, fmt.Errorf("mcp: the listed entity %s is not JSON", e.ID)
+	}
+	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 0,
+		"result": map[string]any{"content": []map[string]string{{"type": "text", "text": string(e.Raw)}}}})
+	if err != nil {
+		return rail.Response{}, err
+	}
+	return rail.Response{Status: http.StatusOK, Headers: map[string]string{"content-type": "application/json"}, Body: body}, nil
+}
+
 func (ad *adapter) Replay(req rail.Request, stored rail.Response) ([]byte, error) {
 	return ReplayFor(RequestID(req.Body), stored)
 }
