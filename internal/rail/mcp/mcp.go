@@ -93,6 +93,13 @@ type Tool struct {
 	// that omitted and explicit default are one action (Razorpay speed
 	// "normal").
 	Defaults map[string]string
+	// Values are, per Extra argument, the only values it may take, as
+	// rendered in the key (Razorpay speed: "normal", "optimum"). An Extra
+	// without an entry takes any string, boolean or integer: then two
+	// values a lenient server reads alike ("normal", "Normal") are two
+	// actions to Countersign, and an agent could repeat one under the other
+	// without a distinct reason. List them for every Extra you can.
+	Values map[string][]string
 	// Ignored are arguments accepted that change nothing about the money
 	// (Razorpay receipt). Any argument not named in this Tool is refused.
 	Ignored []string
@@ -226,9 +233,20 @@ func (t Tool) validate(name string) []error {
 	for _, i := range t.Ignored {
 		claim("ignored", i)
 	}
-	for k := range t.Defaults {
+	for k, d := range t.Defaults {
 		if roles[k] != "extra" {
 			bad("default for %q, which is not an extra argument", k)
+		}
+		if vs, ok := t.Values[k]; ok && !slices.Contains(vs, d) {
+			bad("default %q for %q is not one of its values %q", d, k, vs)
+		}
+	}
+	for k, vs := range t.Values {
+		if roles[k] != "extra" {
+			bad("values for %q, which is not an extra argument", k)
+		}
+		if len(vs) == 0 {
+			bad("values for %q: none listed", k)
 		}
 	}
 	return errs

@@ -175,6 +175,16 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		{"default_for_non_extra", func(c *Config) {
 			c.Tools = map[string]Tool{"t": {Kind: sik.KindRefund, Subject: "p", Defaults: map[string]string{"speed": "normal"}}}
 		}, `default for "speed"`},
+		{"values_for_non_extra", func(c *Config) {
+			c.Tools = map[string]Tool{"t": {Kind: sik.KindRefund, Subject: "p", Values: map[string][]string{"speed": {"normal"}}}}
+		}, `values for "speed"`},
+		{"values_empty", func(c *Config) {
+			c.Tools = map[string]Tool{"t": {Kind: sik.KindRefund, Subject: "p", Extra: []string{"speed"}, Values: map[string][]string{"speed": {}}}}
+		}, "none listed"},
+		{"default_not_a_value", func(c *Config) {
+			c.Tools = map[string]Tool{"t": {Kind: sik.KindRefund, Subject: "p", Extra: []string{"speed"}, Defaults: map[string]string{"speed": "normal"},
+				Values: map[string][]string{"speed": {"optimum"}}}}
+		}, `default "normal" for "speed" is not one of its values`},
 		{"kind_stamped_two_ways", func(c *Config) {
 			c.Tools = map[string]Tool{"a": refund, "b": {Kind: sik.KindRefund, Subject: "charge", Metadata: "metadata"}}
 		}, "stamp different arguments"},

@@ -288,6 +288,9 @@ func (ad *adapter) action(name string, t Tool, args object, req rail.Request) (r
 		if err != nil {
 			return rail.Action{}, malformed(field(e), "%v", err)
 		}
+		if vs, ok := t.Values[e]; ok && !slices.Contains(vs, v) {
+			return rail.Action{}, malformed(field(e), "%.40q is not one of %q", v, vs)
+		}
 		if v == "" {
 			v = t.Defaults[e]
 		}

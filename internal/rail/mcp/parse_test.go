@@ -137,3 +137,36 @@ func TestFoldKey(t *testing.T) {
 		}
 	}
 }
+
+// TestExtraTakesOnlyItsValues: an Extra with listed values takes only those,
+// exactly: a lenient server may read "Normal" as "normal", which would key
+// as another action; omitted is the default.
+func TestExtraTakesOnlyItsValues(t *testing.T) {
+	ad := mustNew(t, RazorpayDefaults())()
+	at := func(args string) rail.Request {
+		r := call("create_refund", args)
+		r.Path = DefaultEndpoint
+		return r
+	}
+	for _, tc := range []struct {
+		args, speed, refused string
+	}{
+		{`{"payment_id":"pay_1","amount":100}`, "normal", ""},
+		{`{"payment_id":"pay_1","amount":100,"speed":"normal"}`, "normal", ""},
+		{`{"payment_id":"pay_1","amount":100,"speed":"optimum"}`, "optimum", ""},
+		{`{"payment_id":"pay_1","amount":100,"speed":"Normal"}`, "", `params.arguments.speed: "Normal" is not one of ["normal" "optimum"]`},
+		{`{"payment_id":"pay_1","amount":100,"speed":"instant"}`, "", "is not one of"},
+		{`{"payment_id":"pay_1","amount":100,"speed":true}`, "", "is not one of"},
+		{`{"payment_id":"pay_1","amount":100,"speed":1}`, "", "is not one of"},
+	} {
+		got, err := ad.Parse(at(tc.args))
+		switch {
+		case tc.refused != "":
+			if !errors.Is(err, rail.ErrMalformed) || !strings.Contains(err.Error(), tc.refused) {
+				t.Errorf("%s: %+v, %v; want refused naming %q", tc.args, got, err, tc.refused)
+			}
+		case err != nil || got.Action.Extra["speed"] != tc.speed:
+			t.Errorf("%s: %+v, %v; want speed %q", tc.args, got.Action.Extra, err, tc.speed)
+		}
+	}
+}
