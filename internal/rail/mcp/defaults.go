@@ -110,7 +110,7 @@ func RazorpayDefaults() Config {
 			"create_refund": {
 				Kind: sik.KindRefund, Subject: "payment_id", Amount: "amount", AmountRequired: true,
 				Metadata: "notes", Extra: []string{"speed"}, Defaults: map[string]string{"speed": "normal"},
-				Values: map[string][]string{"speed": {"normal", "optimum"}},
+				Values:  map[string][]string{"speed": {"normal", "optimum"}},
 				Ignored: []string{"receipt"},
 			},
 		},
