@@ -342,7 +342,7 @@ func TestExhaustedBudgetBlocksBeforeItHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, `INSERT INTO mandate_budgets (mandate_hash, currency, budget_minor, held_minor) VALUES ($1, 'USD', 1000, 1000)`, r.mandateHash); err != nil {
+	if _, err := conn.Exec(ctx, `INSERT INTO mandate_budgets (mandate_hash, currency, budget_minor, reserved_minor) VALUES ($1, 'USD', 1000, 1000)`, r.mandateHash); err != nil {
 		t.Fatal(err)
 	}
 	out := r.e.Decide(ctx, r.refund())

@@ -95,7 +95,7 @@ const windowUsageSQL = `countersign_window_usage($1, $2, $3, $4, $5)`
 
 // BudgetUsage reads the held and spent amounts of a mandate's budget.
 func (tx *Tx) BudgetUsage(ctx context.Context, hash, currency string) (held, spent int64, err error) {
-	err = tx.tx.QueryRow(ctx, `SELECT held_minor, spent_minor FROM mandate_budgets WHERE mandate_hash = $1 AND currency = $2`,
+	err = tx.tx.QueryRow(ctx, `SELECT `+budgetHeldSpent+` FROM `+budgetRows+` WHERE b.mandate_hash = $1 AND b.currency = $2`,
 		hash, currency).Scan(&held, &spent)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, 0, nil
@@ -158,6 +158,16 @@ func (tx *Tx) PlaceHold(ctx context.Context, it Intent, h HoldSpec) error {
 	return err
 }
 
+// budgetRows and budgetHeldSpent read a budget's held and spent amounts:
+// its row keeps what is reserved (held and posted), and what is spent is
+// counted apart, over a few rows (migration 00025), so held is the one less
+// the sum of the others, read in one statement.
+const (
+	budgetRows = `mandate_budgets b CROSS JOIN LATERAL (SELECT COALESCE(sum(spent_minor), 0)::bigint AS spent_minor FROM mandate_budget_spent
+		WHERE mandate_hash = b.mandate_hash AND currency = b.currency) s`
+	budgetHeldSpent = `b.reserved_minor - s.spent_minor, s.spent_minor`
+)
+
 const budgetRowSQL = `INSERT INTO mandate_budgets (mandate_hash, currency, budget_minor) VALUES ($1, $2, $3)
 			ON CONFLICT (mandate_hash, currency) DO NOTHING`
 
@@ -180,8 +190,8 @@ type BudgetState struct {
 
 // Budgets lists a mandate's budget rows.
 func (s *Store) Budgets(ctx context.Context, hash string) ([]BudgetState, error) {
-	rows, err := s.pool.Query(ctx, `SELECT currency, budget_minor, held_minor, spent_minor FROM mandate_budgets
-		WHERE mandate_hash = $1 ORDER BY currency`, hash)
+	rows, err := s.pool.Query(ctx, `SELECT b.currency, b.budget_minor, `+budgetHeldSpent+` FROM `+budgetRows+`
+		WHERE b.mandate_hash = $1 ORDER BY b.currency`, hash)
 	if err != nil {
 		return nil, classify(err)
 	}

@@ -152,7 +152,7 @@ func (tx *Tx) holdAgain(ctx context.Context, k Key) (string, error) {
 	var budgeted, fits bool
 	err := tx.tx.QueryRow(ctx, `
 		SELECT h.amount_minor, h.currency, h.budgeted,
-		       COALESCE((SELECT b.budget_minor - b.held_minor - b.spent_minor >= h.amount_minor FROM mandate_budgets b
+		       COALESCE((SELECT b.budget_minor - b.reserved_minor >= h.amount_minor FROM mandate_budgets b
 		                 WHERE b.mandate_hash = h.mandate_hash AND b.currency = h.currency FOR UPDATE), false)
 		FROM budget_holds h
 		WHERE h.rail_account = $1 AND h.sik = $2 AND h.state = 'voided'

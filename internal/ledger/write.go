@@ -432,7 +432,7 @@ func (w *Write) AssertOutstanding(railAccount, subject, except string, maxMinor 
 // to at most maxUsed (for a decision that places no hold, whose room the
 // budget row's CHECK does not check).
 func (w *Write) AssertBudget(hash, currency string, maxUsed int64) {
-	w.queue(`SELECT countersign_assert(COALESCE((SELECT held_minor + spent_minor FROM mandate_budgets
+	w.queue(`SELECT countersign_assert(COALESCE((SELECT reserved_minor FROM mandate_budgets
 		WHERE mandate_hash = $1 AND currency = $2), 0) <= $3, 'the budget has no room left')`, hash, currency, maxUsed)
 }
 
