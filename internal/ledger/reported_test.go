@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/intent"
+	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
 // reportedProposal is proposal(n) by a real agent, with the hash of token
@@ -369,4 +370,89 @@ func TestLateAppliedHoldsItsAmountAgain(t *testing.T) {
 			t.Fatalf("reason %q does not say the budget could not take it", it.Reason)
 		}
 	})
+}
+
+// TestBudgetSplitMigrationKeepsHeldAndSpent: migration 00025 moves a
+// budget's spent amount out of its row; a ledger that had posted, held and
+// voided holds reads the same held and spent amounts after it, posting then
+// counts apart, and its Down puts the row back as it was.
+func TestBudgetSplitMigrationKeepsHeldAndSpent(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	p, db, err := provider(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := p.DownTo(ctx, 24); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, url, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mandate := fmt.Sprintf("%064x", 25)
+	settle := func(k Key, state string) {
+		t.Helper()
+		if _, err := s.pool.Exec(ctx, `UPDATE budget_holds SET state = $3 WHERE rail_account = $1 AND sik = $2`, k.RailAccount, k.SIK, state); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var keys []Key
+	for i, amount := range []int64{100, 200, 400} {
+		res, err := startFirst(ctx, s, proposal(250+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.InTx(ctx, func(tx *Tx) error {
+			return tx.PlaceHold(ctx, res.Intent, HoldSpec{MandateHash: mandate, AgentID: "agent_a", PayeeKey: "pi_1", Currency: "USD", AmountMinor: amount, BudgetMinor: 1000})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, res.Intent.Key)
+	}
+	settle(keys[0], "posted")
+	settle(keys[2], "voided")
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.pool.Reset() // cached plans were made against the old schema
+	want := func(held, spent int64) {
+		t.Helper()
+		b, err := s.Budgets(ctx, mandate)
+		if err != nil || len(b) != 1 || b[0].Held != held || b[0].Spent != spent || b[0].Budget != 1000 {
+			t.Fatalf("budgets = %+v, %v; want %d held, %d spent of 1000", b, err, held, spent)
+		}
+		var h, sp int64
+		if err := s.InTx(ctx, func(tx *Tx) (err error) { h, sp, err = tx.BudgetUsage(ctx, mandate, "USD"); return err }); err != nil || h != held || sp != spent {
+			t.Fatalf("BudgetUsage = %d, %d, %v; want %d, %d", h, sp, err, held, spent)
+		}
+	}
+	want(200, 100)
+	settle(keys[1], "posted")
+	want(0, 300)
+	// The reservation is what B1 bounds: 700 more fits, 701 does not.
+	for _, tc := range []struct {
+		amount int64
+		fits   bool
+	}{{701, false}, {700, true}} {
+		res, err := startFirst(ctx, s, proposal(260+int(tc.amount%10)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.InTx(ctx, func(tx *Tx) error {
+			return tx.PlaceHold(ctx, res.Intent, HoldSpec{MandateHash: mandate, AgentID: "agent_a", PayeeKey: "pi_1", Currency: "USD", AmountMinor: tc.amount, BudgetMinor: 1000})
+		})
+		if (err == nil) != tc.fits {
+			t.Fatalf("a hold of %d over 300 spent of 1000: %v", tc.amount, err)
+		}
+	}
+	if _, err := p.DownTo(ctx, 24); err != nil {
+		t.Fatal(err)
+	}
+	var held, spent int64
+	if err := db.QueryRowContext(ctx, `SELECT held_minor, spent_minor FROM mandate_budgets WHERE mandate_hash = $1`, mandate).Scan(&held, &spent); err != nil || held != 700 || spent != 300 {
+		t.Fatalf("after Down: %d held, %d spent, %v; want 700, 300", held, spent, err)
+	}
 }
