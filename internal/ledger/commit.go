@@ -101,7 +101,7 @@ func (s *Store) Commit(ctx context.Context, r AttemptResult) (Intent, error) {
 				reason: "applied by the rail", attemptOutcome: "applied", entityID: r.EntityID})
 		case OutcomeRejected:
 			if r.ReportedBy != nil {
-				out, err = tx.reportedRejection(ctx, it, r)
+				out, err = tx.reportedRefusal(ctx, it, r)
 				break
 			}
 			out, err = tx.transition(ctx, it, intent.RailRejected, transitionOpts{
@@ -113,7 +113,7 @@ func (s *Store) Commit(ctx context.Context, r AttemptResult) (Intent, error) {
 		case OutcomeFingerprintMismatch:
 			if r.ReportedBy != nil {
 				// The caller's word: a person is asked only on the rail's.
-				out, err = tx.reportedRejection(ctx, it, r)
+				out, err = tx.reportedRefusal(ctx, it, r)
 				break
 			}
 			// Our fingerprint drifted: a bug. The keyed request may still

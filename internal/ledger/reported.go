@@ -87,7 +87,7 @@ func notFoundIntent(k Key) error { return fmt.Errorf("%w: intent %s", ErrNotFoun
 // refuse to show an intent (another agent's).
 func NotFoundIntent(k Key) error { return notFoundIntent(k) }
 
-// reportedRejection records a definite refusal that a caller reported (a
+// reportedRefusal records a definite refusal that a caller reported (a
 // rejection, or a fingerprint mismatch, which from the rail itself would
 // quarantine the intent).
 // The caller's word does not prove the attempt had no effect (the real
@@ -98,7 +98,7 @@ func NotFoundIntent(k Key) error { return notFoundIntent(k) }
 // The reason names no word of the rejection: it is text the caller chose
 // (the body it reports), and an intent's reason is shown to every agent of
 // its owner that sends the same request. The answer stays on the attempt.
-func (tx *Tx) reportedRejection(ctx context.Context, it Intent, r AttemptResult) (Intent, error) {
+func (tx *Tx) reportedRefusal(ctx context.Context, it Intent, r AttemptResult) (Intent, error) {
 	delay := r.ReconcileDelay
 	return tx.transition(ctx, it, intent.RailAmbiguous, transitionOpts{
 		reason:         "the caller reported a definite rejection; reconciliation confirms it from the rail before any new attempt",
