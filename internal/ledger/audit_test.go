@@ -14,7 +14,6 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/countersign/countersign/internal/audit"
-	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
 func testSigner(t *testing.T, name string) (note.Signer, note.Verifier) {
@@ -536,12 +535,7 @@ func checkChains(t *testing.T, url string, want int) {
 // 00011's Down chains the records written since its Up.
 func TestMigrationCarriesChainedRecordsIntoTheLog(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	p, db, err := provider(url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	url, p, _ := migrationTest(t)
 	phase := func(f func(s *Store)) {
 		t.Helper()
 		s, err := Open(ctx, url, Options{})

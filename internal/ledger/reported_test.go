@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/intent"
-	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
 // reportedProposal is proposal(n) by a real agent, with the hash of token
@@ -378,12 +377,7 @@ func TestLateAppliedHoldsItsAmountAgain(t *testing.T) {
 // counts apart, and its Down puts the row back as it was.
 func TestBudgetSplitMigrationKeepsHeldAndSpent(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	p, db, err := provider(url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	url, p, db := migrationTest(t)
 	if _, err := p.DownTo(ctx, 24); err != nil {
 		t.Fatal(err)
 	}

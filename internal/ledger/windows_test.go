@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"pgregory.net/rapid"
-
-	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
 // directWindowSQL counts every hold in the window by the rule of
@@ -455,12 +453,7 @@ func TestHoldsOfAMandateWithoutWindowsKeepNoCounters(t *testing.T) {
 // Downs leave the schema of 00013.
 func TestWindowBucketsMigrationCountsExistingHolds(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	p, db, err := provider(url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	url, p, db := migrationTest(t)
 	if _, err := p.DownTo(ctx, 13); err != nil {
 		t.Fatal(err)
 	}
