@@ -148,12 +148,13 @@ func (e *Engine) commit(ctx context.Context, ref IntentRef, resp rail.Response, 
 		}
 		return ledger.Intent{}, rail.Classification{}, fmt.Errorf("%w %q", ErrUnknownAccount, ref.RailAccount)
 	}
+	var stamp string // the attempt's, for a reported answer
 	switch s := ref.seen; {
 	case rep != nil:
 		// A reported answer is heard only from the agent the attempt's
 		// token was issued to, with that token: before anything is done
 		// for it, a read of the rail's listing among them.
-		if it, err = e.ledger.CheckReporter(ctx, ledger.AttemptResult{Key: key, Seq: ref.AttemptSeq, ReportedBy: rep}); err != nil {
+		if it, stamp, err = e.ledger.CheckReporter(ctx, ledger.AttemptResult{Key: key, Seq: ref.AttemptSeq, ReportedBy: rep}); err != nil {
 			return ledger.Intent{}, rail.Classification{}, err
 		}
 	case s != nil && s.Key == key && s.State == intent.InFlight && s.AttemptCount == ref.AttemptSeq:
@@ -166,16 +167,9 @@ func (e *Engine) commit(ctx context.Context, ref IntentRef, resp rail.Response, 
 		}
 	}
 	if ref.BodyStamped && ref.BodyValue == "" {
-		// A native caller says it sent the body stamp: it is the attempt's.
-		_, attempts, err := e.ledger.GetIntent(ctx, key)
-		if err != nil {
-			return ledger.Intent{}, rail.Classification{}, err
-		}
-		for _, at := range attempts {
-			if at.Seq == ref.AttemptSeq {
-				ref.BodyValue = at.Stamp
-			}
-		}
+		// A native caller says it sent the body stamp: it is the attempt's
+		// (ext_proc names the one it wrote).
+		ref.BodyValue = stamp
 	}
 	a, err := ActionOf(it)
 	if err != nil {

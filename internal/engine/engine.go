@@ -151,7 +151,7 @@ type Ledger interface {
 	Intent(ctx context.Context, k ledger.Key) (ledger.Intent, error)
 	GetIntent(ctx context.Context, k ledger.Key) (ledger.Intent, []ledger.Attempt, error)
 	Commit(ctx context.Context, r ledger.AttemptResult) (ledger.Intent, error)
-	CheckReporter(ctx context.Context, r ledger.AttemptResult) (ledger.Intent, error)
+	CheckReporter(ctx context.Context, r ledger.AttemptResult) (ledger.Intent, string, error)
 	MarkBodyStamped(ctx context.Context, k ledger.Key, seq int) (ledger.Intent, error)
 	AgentOwner(ctx context.Context, agentID string) (string, error)
 }

@@ -66,8 +66,8 @@ func (l *scriptedLedger) Commit(context.Context, ledger.AttemptResult) (ledger.I
 	return ledger.Intent{}, errors.New("scriptedLedger: no commits")
 }
 
-func (l *scriptedLedger) CheckReporter(context.Context, ledger.AttemptResult) (ledger.Intent, error) {
-	return ledger.Intent{}, errors.New("scriptedLedger: no reported commits")
+func (l *scriptedLedger) CheckReporter(context.Context, ledger.AttemptResult) (ledger.Intent, string, error) {
+	return ledger.Intent{}, "", errors.New("scriptedLedger: no reported commits")
 }
 
 func (l *scriptedLedger) AgentOwner(context.Context, string) (string, error) {

@@ -32,51 +32,60 @@ type Reporter struct {
 // is neither the intent's agent nor the attempt's is told the intent does
 // not exist.
 func (tx *Tx) checkReporter(ctx context.Context, it Intent, r AttemptResult) error {
-	return reporterRefusal(ctx, tx.tx, it, r)
+	_, err := reporterRefusal(ctx, tx.tx, it, r)
+	return err
 }
 
 // CheckReporter is checkReporter on the intent as it is now, without its
 // lock: the native Commit runs it before anything it would do for a
 // reported answer (a read of the rail's listing among them), and Commit
-// checks again under the lock. It returns the intent.
-func (s *Store) CheckReporter(ctx context.Context, r AttemptResult) (Intent, error) {
+// checks again under the lock. It returns the intent and the attempt's
+// stamp (the body stamp the caller was given).
+func (s *Store) CheckReporter(ctx context.Context, r AttemptResult) (Intent, string, error) {
 	it, err := s.Intent(ctx, r.Key)
 	if err != nil {
-		return Intent{}, err
+		return Intent{}, "", err
 	}
 	if r.ReportedBy == nil {
-		return Intent{}, errors.New("ledger: CheckReporter of an answer with no reporter")
+		return Intent{}, "", errors.New("ledger: CheckReporter of an answer with no reporter")
 	}
-	return it, classify(reporterRefusal(ctx, s.pool, it, r))
+	stamp, err := reporterRefusal(ctx, s.pool, it, r)
+	if err != nil {
+		return Intent{}, "", classify(err)
+	}
+	return it, stamp, nil
 }
 
-func reporterRefusal(ctx context.Context, q rowQuerier, it Intent, r AttemptResult) error {
+// reporterRefusal is why r's reporter may not report it (nil if it may),
+// and the attempt's stamp.
+func reporterRefusal(ctx context.Context, q rowQuerier, it Intent, r AttemptResult) (string, error) {
 	var stored []byte
 	var holder *string
-	err := q.QueryRow(ctx, `SELECT commit_token_hash, commit_agent FROM attempts
-		WHERE rail_account = $1 AND sik = $2 AND attempt_seq = $3`, r.RailAccount, r.SIK, r.Seq).Scan(&stored, &holder)
+	var stamp string
+	err := q.QueryRow(ctx, `SELECT commit_token_hash, commit_agent, stamp FROM attempts
+		WHERE rail_account = $1 AND sik = $2 AND attempt_seq = $3`, r.RailAccount, r.SIK, r.Seq).Scan(&stored, &holder, &stamp)
 	found := err == nil
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return err
+		return "", err
 	}
 	agent := r.ReportedBy.AgentID
 	ownAttempt := holder != nil && *holder == agent
 	if !ownAttempt && (it.AgentID == "" || it.AgentID != agent) {
-		return notFoundIntent(r.Key)
+		return "", notFoundIntent(r.Key)
 	}
 	switch {
 	case r.Seq != it.AttemptCount:
-		return fmt.Errorf("%w: attempt %d is not the latest attempt (%d) of intent %s", ErrCommitRefused, r.Seq, it.AttemptCount, r.Key)
+		return "", fmt.Errorf("%w: attempt %d is not the latest attempt (%d) of intent %s", ErrCommitRefused, r.Seq, it.AttemptCount, r.Key)
 	case !found:
-		return fmt.Errorf("%w: intent %s has no attempt %d", ErrCommitRefused, r.Key, r.Seq)
+		return "", fmt.Errorf("%w: intent %s has no attempt %d", ErrCommitRefused, r.Key, r.Seq)
 	case len(stored) != len(r.ReportedBy.TokenHash):
-		return fmt.Errorf("%w: attempt %d of intent %s is reported only by the proxy that sent it", ErrCommitRefused, r.Seq, r.Key)
+		return "", fmt.Errorf("%w: attempt %d of intent %s is reported only by the proxy that sent it", ErrCommitRefused, r.Seq, r.Key)
 	case holder != nil && !ownAttempt:
-		return fmt.Errorf("%w: attempt %d of intent %s was issued to another agent, which alone reports it", ErrCommitRefused, r.Seq, r.Key)
+		return "", fmt.Errorf("%w: attempt %d of intent %s was issued to another agent, which alone reports it", ErrCommitRefused, r.Seq, r.Key)
 	case subtle.ConstantTimeCompare(stored, r.ReportedBy.TokenHash[:]) != 1:
-		return fmt.Errorf("%w: the commit token is not the one issued with attempt %d of intent %s", ErrCommitRefused, r.Seq, r.Key)
+		return "", fmt.Errorf("%w: the commit token is not the one issued with attempt %d of intent %s", ErrCommitRefused, r.Seq, r.Key)
 	}
-	return nil
+	return stamp, nil
 }
 
 // notFoundIntent is the one answer for an intent that does not exist and
