@@ -151,22 +151,28 @@ func (tx *Tx) lateApplied(ctx context.Context, it Intent, r AttemptResult) (Inte
 // (it was settled as not applied) but that the rail says applied: money
 // that left counts against the mandate again while a person looks. The new
 // hold copies the voided one and counts in the windows at once (a held hold
-// always does). It is budgeted only if the budget can still take it: the
-// budget may have been spent since, and the rail's answer must be recorded
-// whatever it costs the budget (B1's CHECK would refuse the whole commit);
-// the returned text, for the quarantine's reason, says which it was.
+// always does). It is reserved in the budget even if the budget was taken
+// since: the rail's answer must be recorded whatever it costs, and the
+// money did leave. Such a hold alone may take the reservation past the
+// budget (beyond_budget, migration 00026); while it is past, no other hold
+// fits, and voided holds give back only what is left over. The returned
+// text, for the quarantine's reason, says by how much the budget is
+// overrun, if at all.
 func (tx *Tx) holdAgain(ctx context.Context, k Key) (string, error) {
-	var amount int64
+	var amount, overrun int64
 	var currency string
-	var budgeted, fits bool
+	var budgeted bool
 	err := tx.tx.QueryRow(ctx, `
-		SELECT h.amount_minor, h.currency, h.budgeted,
-		       COALESCE((SELECT b.budget_minor - b.reserved_minor >= h.amount_minor FROM mandate_budgets b
-		                 WHERE b.mandate_hash = h.mandate_hash AND b.currency = h.currency FOR UPDATE), false)
+		INSERT INTO budget_holds (rail_account, sik, hold_seq, mandate_hash, agent_id, payee_key, subject, currency, amount_minor, budgeted,
+		                          window_agent, window_payee, created_at, beyond_budget)
+		SELECT rail_account, sik, hold_seq + 1, mandate_hash, agent_id, payee_key, subject, currency, amount_minor, budgeted,
+		       window_agent, window_payee, created_at, true
 		FROM budget_holds h
 		WHERE h.rail_account = $1 AND h.sik = $2 AND h.state = 'voided'
 		  AND NOT EXISTS (SELECT 1 FROM budget_holds o WHERE o.rail_account = $1 AND o.sik = $2 AND o.state <> 'voided')
-		ORDER BY h.hold_seq DESC LIMIT 1`, k.RailAccount, k.SIK).Scan(&amount, &currency, &budgeted, &fits)
+		ORDER BY h.hold_seq DESC LIMIT 1
+		RETURNING amount_minor, currency, budgeted`,
+		k.RailAccount, k.SIK).Scan(&amount, &currency, &budgeted)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		// No hold, or one still held or posted: nothing was given back.
@@ -174,19 +180,16 @@ func (tx *Tx) holdAgain(ctx context.Context, k Key) (string, error) {
 	case err != nil:
 		return "", err
 	}
-	if _, err := tx.tx.Exec(ctx, `
-		INSERT INTO budget_holds (rail_account, sik, hold_seq, mandate_hash, agent_id, payee_key, subject, currency, amount_minor, budgeted,
-		                          window_agent, window_payee, created_at)
-		SELECT rail_account, sik, hold_seq + 1, mandate_hash, agent_id, payee_key, subject, currency, amount_minor, $3,
-		       window_agent, window_payee, created_at
-		FROM budget_holds WHERE rail_account = $1 AND sik = $2 ORDER BY hold_seq DESC LIMIT 1`,
-		k.RailAccount, k.SIK, budgeted && fits); err != nil {
-		return "", err
+	if budgeted {
+		if err := tx.tx.QueryRow(ctx, `SELECT b.overrun_minor FROM mandate_budgets b JOIN budget_holds h
+			ON b.mandate_hash = h.mandate_hash AND b.currency = h.currency
+			WHERE h.rail_account = $1 AND h.sik = $2 AND h.beyond_budget AND h.state = 'held'`, k.RailAccount, k.SIK).Scan(&overrun); err != nil {
+			return "", err
+		}
 	}
-	switch {
-	case budgeted && !fits:
-		return fmt.Sprintf("; its voided hold of %d %s is held again, but outside the budget, which can no longer take it: the mandate's budget is overrun by up to that much", amount, currency), nil
-	default:
-		return fmt.Sprintf("; its voided hold of %d %s is held again", amount, currency), nil
+	if overrun > 0 {
+		return fmt.Sprintf("; its voided hold of %d %s is held again, though the budget was taken since: the mandate's budget is overrun by %d %s, and no new hold fits until that much is given back",
+			amount, currency, overrun, currency), nil
 	}
+	return fmt.Sprintf("; its voided hold of %d %s is held again", amount, currency), nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/intent"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // reportedProposal is proposal(n) by a real agent, with the hash of token
@@ -340,10 +341,10 @@ func TestLateAppliedHoldsItsAmountAgain(t *testing.T) {
 			t.Fatalf("budget after a second late applied = %+v", b)
 		}
 	})
-	t.Run("after FAILED_TERMINAL, the budget spent since", func(t *testing.T) {
+	t.Run("after FAILED_TERMINAL, the budget taken since", func(t *testing.T) {
 		s := openTest(t)
 		mandate := fmt.Sprintf("%064x", 52)
-		p, q := proposal(52), proposal(53)
+		p, q, r := proposal(52), proposal(53), proposal(54)
 		res, err := startFirst(ctx, s, p)
 		if err != nil {
 			t.Fatal(err)
@@ -359,14 +360,69 @@ func TestLateAppliedHoldsItsAmountAgain(t *testing.T) {
 		}
 		hold(s, other.Intent, mandate)
 		it := late(s, p.Key)
-		if b := budgetOf(s, mandate); b.Held != amount {
-			t.Fatalf("budget after the late applied = %+v; want only the other intent's %d held (B1)", b, amount)
+		// Both intents' money may have left: both count, past the budget.
+		if b := budgetOf(s, mandate); b.Held != 2*amount || b.Spent != 0 {
+			t.Fatalf("budget after the late applied = %+v; want both intents' %d held", b, 2*amount)
 		}
 		if n := windowCalls(s, mandate); n != 2 {
 			t.Fatalf("window counts %d calls, want both intents' 2", n)
 		}
-		if !strings.Contains(it.Reason, "outside the budget") {
-			t.Fatalf("reason %q does not say the budget could not take it", it.Reason)
+		if want := fmt.Sprintf("overrun by %d USD", amount); !strings.Contains(it.Reason, want) {
+			t.Fatalf("reason %q does not say %q", it.Reason, want)
+		}
+		// The other intent is settled as not applied: its hold is voided,
+		// but what it gives back only pays the overrun. Before, the late
+		// hold was outside the budget, the void left the budget empty, and
+		// a third intent's hold fit: three budgets' worth could leave.
+		if _, err := s.Commit(ctx, AttemptResult{Key: q.Key, Seq: 1, Outcome: OutcomeRejected, Reason: "r", Response: &HTTPMessage{Status: 400}}); err != nil {
+			t.Fatal(err)
+		}
+		if b := budgetOf(s, mandate); b.Held != amount {
+			t.Fatalf("budget after the void = %+v; want the late hold's %d held", b, amount)
+		}
+		third, err := startFirst(ctx, s, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.InTx(ctx, func(tx *Tx) error {
+			return tx.PlaceHold(ctx, third.Intent, HoldSpec{MandateHash: mandate, AgentID: "agent_a", PayeeKey: "pi_1",
+				Currency: "USD", AmountMinor: 1, BudgetMinor: budget})
+		})
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.ConstraintName != "budget_never_exceeded" {
+			t.Fatalf("a hold of 1 on the full budget: err = %v, want budget_never_exceeded", err)
+		}
+	})
+	t.Run("a late hold past the budget, then given back", func(t *testing.T) {
+		s := openTest(t)
+		mandate := fmt.Sprintf("%064x", 55)
+		p, q := proposal(55), proposal(56)
+		res, err := startFirst(ctx, s, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hold(s, res.Intent, mandate)
+		if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeRejected, Reason: "r", Response: &HTTPMessage{Status: 400}}); err != nil {
+			t.Fatal(err)
+		}
+		other, err := startFirst(ctx, s, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hold(s, other.Intent, mandate)
+		late(s, p.Key)
+		var overrun int64
+		if err := s.pool.QueryRow(ctx, `SELECT overrun_minor FROM mandate_budgets WHERE mandate_hash = $1`, mandate).Scan(&overrun); err != nil || overrun != amount {
+			t.Fatalf("overrun = %d, %v; want %d", overrun, err, amount)
+		}
+		// Only a voided hold placed again may go past the budget: the
+		// database refuses the flag on any other.
+		_, err = s.pool.Exec(ctx, `INSERT INTO budget_holds (rail_account, sik, hold_seq, mandate_hash, agent_id, payee_key, subject, currency,
+			amount_minor, budgeted, window_agent, window_payee, beyond_budget)
+			SELECT rail_account, sik, hold_seq + 1, mandate_hash, agent_id, payee_key, subject, currency, 1, true, false, false, true
+			FROM budget_holds WHERE rail_account = $1 AND sik = $2`, q.Key.RailAccount, q.Key.SIK)
+		if err == nil || !strings.Contains(err.Error(), "only a voided hold placed again") {
+			t.Fatalf("a beyond-budget hold with no voided one before it: err = %v", err)
 		}
 	})
 }
@@ -448,5 +504,55 @@ func TestBudgetSplitMigrationKeepsHeldAndSpent(t *testing.T) {
 	var held, spent int64
 	if err := db.QueryRowContext(ctx, `SELECT held_minor, spent_minor FROM mandate_budgets WHERE mandate_hash = $1`, mandate).Scan(&held, &spent); err != nil || held != 700 || spent != 300 {
 		t.Fatalf("after Down: %d held, %d spent, %v; want 700, 300", held, spent, err)
+	}
+}
+
+// TestBudgetOverrunMigration: migration 00026's Down refuses to drop an
+// overrun the old row cannot express, and goes down once there is none.
+func TestBudgetOverrunMigration(t *testing.T) {
+	ctx := context.Background()
+	url, p, db := migrationTest(t)
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, url, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mandate := fmt.Sprintf("%064x", 26)
+	res, err := startFirst(ctx, s, proposal(261))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.InTx(ctx, func(tx *Tx) error {
+		return tx.PlaceHold(ctx, res.Intent, HoldSpec{MandateHash: mandate, AgentID: "agent_a", PayeeKey: "pi_1", Currency: "USD", AmountMinor: 400, BudgetMinor: 1000})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The CHECK ties the overrun to the reservation: neither moves alone.
+	for _, q := range []string{
+		`UPDATE mandate_budgets SET overrun_minor = 5 WHERE mandate_hash = $1`,
+		`UPDATE mandate_budgets SET reserved_minor = budget_minor + 5 WHERE mandate_hash = $1`,
+	} {
+		if _, err := db.ExecContext(ctx, q, mandate); err == nil || !strings.Contains(err.Error(), "budget_never_exceeded") {
+			t.Fatalf("%s: err = %v, want budget_never_exceeded", q, err)
+		}
+	}
+	if _, err := db.ExecContext(ctx, `UPDATE mandate_budgets SET reserved_minor = budget_minor + 5, overrun_minor = 5 WHERE mandate_hash = $1`, mandate); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, 25); err == nil || !strings.Contains(err.Error(), "cannot be undone") {
+		t.Fatalf("Down over an overrun budget: err = %v", err)
+	}
+	if _, err := db.ExecContext(ctx, `UPDATE mandate_budgets SET reserved_minor = 400, overrun_minor = 0 WHERE mandate_hash = $1`, mandate); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, 25); err != nil {
+		t.Fatal(err)
+	}
+	var reserved int64
+	if err := db.QueryRowContext(ctx, `SELECT reserved_minor FROM mandate_budgets WHERE mandate_hash = $1`, mandate).Scan(&reserved); err != nil || reserved != 400 {
+		t.Fatalf("after Down: %d reserved, %v; want 400", reserved, err)
 	}
 }
