@@ -158,7 +158,9 @@ func (f windowFixture) check(ctx context.Context, q windowQuery) error {
 }
 
 // bucketsMatchHolds compares window_buckets with the non-voided holds
-// grouped by counter: the held ones in the open one ('infinity'), the
+// grouped by counter: the held ones in the open one ('infinity', split in
+// 16 by the place of the SIK's last character in the base32 alphabet,
+// written out here rather than read from the migration's function), the
 // posted ones by their answer's minute. The triggers keep them equal, row
 // for row.
 func bucketsMatchHolds(ctx context.Context, s *Store) error {
@@ -167,10 +169,11 @@ func bucketsMatchHolds(ctx context.Context, s *Store) error {
 		WITH want AS (
 			SELECT mandate_hash, by_payee, key,
 			       CASE WHEN state = 'held' THEN timestamptz 'infinity' ELSE countersign_window_bucket(settled_at) END AS bucket, currency,
+			       CASE WHEN state = 'held' THEN (strpos('ABCDEFGHIJKLMNOPQRSTUVWXYZ234567', right(sik, 1)) - 1) % 16 ELSE 0 END AS shard,
 			       count(*) AS calls, sum(amount_minor)::bigint AS amount_minor
 			FROM budget_holds h CROSS JOIN LATERAL (VALUES (false, h.agent_id, h.window_agent), (true, h.payee_key, h.window_payee)) k (by_payee, key, counted)
-			WHERE state <> 'voided' AND k.counted GROUP BY 1, 2, 3, 4, 5),
-		have AS (SELECT mandate_hash, by_payee, key, bucket, currency, calls, amount_minor FROM window_buckets WHERE calls <> 0 OR amount_minor <> 0)
+			WHERE state <> 'voided' AND k.counted GROUP BY 1, 2, 3, 4, 5, 6),
+		have AS (SELECT mandate_hash, by_payee, key, bucket, currency, shard, calls, amount_minor FROM window_buckets WHERE calls <> 0 OR amount_minor <> 0)
 		SELECT (SELECT count(*) FROM (TABLE want EXCEPT TABLE have) a) + (SELECT count(*) FROM (TABLE have EXCEPT TABLE want) b)`).Scan(&diff)
 	if err == nil && diff != 0 {
 		err = fmt.Errorf("window_buckets differs from the holds in %d rows", diff)
@@ -687,5 +690,71 @@ func TestWindowCountReadsOnlyItsOwnScopesIndex(t *testing.T) {
 		if hits > 12 {
 			t.Errorf("%s: read %.0f pages of holds, want at most 12 (the count must not read the mandate's every hold)", q, hits)
 		}
+	}
+}
+
+// TestOpenCounterSpreadsOverShards: the open counter of held holds is
+// split over rows by SIK (migration 00027), so a decision and an APPLIED
+// commit of different intents rarely meet on one row. Holds of many
+// intents land on several rows, every change finds the row its hold was
+// added to (the trigger refuses one that does not), and a window still
+// counts every hold.
+func TestOpenCounterSpreadsOverShards(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	mandate := fmt.Sprintf("%064x", 27)
+	const n = 48
+	var keys []Key
+	for i := range n {
+		res, err := startFirst(ctx, s, proposal(2700+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.InTx(ctx, func(tx *Tx) error {
+			return tx.PlaceHold(ctx, res.Intent, HoldSpec{MandateHash: mandate, AgentID: "agent_a", PayeeKey: "pi_1", Currency: "USD", AmountMinor: 100})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, res.Intent.Key)
+	}
+	var rows int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM window_buckets WHERE mandate_hash = $1 AND NOT by_payee AND bucket = 'infinity'`, mandate).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows < 4 {
+		t.Fatalf("%d holds of distinct intents share %d open counter rows; want them spread", n, rows)
+	}
+	usage := func(want int64) {
+		t.Helper()
+		for _, byPayee := range []bool{false, true} {
+			key := map[bool]string{false: "agent_a", true: "pi_1"}[byPayee]
+			var calls, amount int64
+			if err := s.InTx(ctx, func(tx *Tx) (err error) {
+				calls, amount, err = tx.WindowUsage(ctx, mandate, byPayee, key, time.Now().Add(-time.Hour), "USD")
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if calls != want || amount != 100*want {
+				t.Fatalf("window of %s counts %d calls, %d minor; want %d, %d", key, calls, amount, want, 100*want)
+			}
+		}
+		if err := bucketsMatchHolds(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	usage(n)
+	for i, k := range keys {
+		state := "posted"
+		if i%3 == 0 {
+			state = "voided"
+		}
+		if _, err := s.pool.Exec(ctx, `UPDATE budget_holds SET state = $3 WHERE rail_account = $1 AND sik = $2`, k.RailAccount, k.SIK, state); err != nil {
+			t.Fatalf("settling hold %d as %s: %v", i, state, err)
+		}
+	}
+	usage(n - n/3)
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM window_buckets WHERE mandate_hash = $1 AND bucket = 'infinity' AND (calls <> 0 OR amount_minor <> 0)`, mandate).Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("%d open counter rows still count something after every hold settled, %v", rows, err)
 	}
 }
