@@ -54,7 +54,8 @@ func (r report) markdown() string {
 		fmt.Fprintf(&b, " One-minute load average as the run began: %s (other work on the machine shares its cores).", r.loadBefore)
 	}
 	b.WriteString("\n\n")
-	fmt.Fprintf(&b, "One run, one process: the load generator, a `countersign serve` built from this tree (default settings), "+
+	fmt.Fprintf(&b, "One run, one process: the load generator, a `countersign serve` built from this tree (default settings, but for the per-agent limit on rail reads, turned off: "+
+		"one hot agent sends far more new refunds a second than its default 20 rail reads), "+
 		"the mock rail and PostgreSQL (fsync and `synchronous_commit` on) share the machine. Every operation is a new refund on a payment of its own. "+
 		"**ALLOW** is Envoy's ext_authz `Check` (credential, the referent read at the mock rail, the gates, the budget hold and the window, "+
 		"the intent, its durable `IN_FLIGHT` attempt and their audit records) and then the ext_proc exchange Envoy has around the rail call: request headers, "+

@@ -6,6 +6,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -71,6 +72,14 @@ type Config struct {
 	// MaxPendingApprovals bounds the requests of one agent waiting for its
 	// owner's approval: past it, a request the gates would hold is refused.
 	MaxPendingApprovals int
+	// AgentRailReadRate and AgentRailReadBurst bound the rail reads one
+	// agent's requests cause on one rail account (resolving a referent,
+	// reading an MCP tool's description, confirming a reported "applied"):
+	// a token bucket of AgentRailReadBurst reads refilled at
+	// AgentRailReadRate a second, per agent and account, in this process.
+	// A rate of 0 turns the limit off.
+	AgentRailReadRate  float64
+	AgentRailReadBurst int
 	// ReconcileInterval is how often the reconciler looks for work; 0 turns
 	// the in-process reconciler off.
 	ReconcileInterval time.Duration
@@ -128,6 +137,20 @@ type Config struct {
 	OwnerAuthorizationURL, OwnerTokenURL string
 }
 
+// The default limit on the rail reads one agent's requests cause on one
+// rail account. A rail account's rate limit is account-wide and shared with
+// the owner's own systems (checkout, the reconciler, other agents): Stripe's
+// live mode allows about 100 requests a second, reads included. 20 a second
+// is a fifth of that, so one agent cannot take the account's limit from
+// the rest, and is far above what an agent a person supervises sends; a
+// burst of 40 lets a batch through without a refusal. Stripe's test mode
+// allows about 25 a second: lower it there, or where many agents (or many
+// processes: the buckets are per process) share one account.
+const (
+	DefaultAgentRailReadRate  = 20
+	DefaultAgentRailReadBurst = 40
+)
+
 // Defaults are the values a setting has when nothing sets it.
 func Defaults() Config {
 	return Config{
@@ -158,6 +181,8 @@ func Defaults() Config {
 		AuthFailureRate:      0.1,
 		AuthFailureBurst:     10,
 		ConsoleSessionTTL:    8 * time.Hour,
+		AgentRailReadRate:    DefaultAgentRailReadRate,
+		AgentRailReadBurst:   DefaultAgentRailReadBurst,
 	}
 }
 
@@ -202,6 +227,8 @@ func (c *Config) BindServe(fs *pflag.FlagSet) {
 	fs.StringVar(&c.OwnerAllowedSubjects, "owner-allowed-subjects", c.OwnerAllowedSubjects, "comma-separated subject claim values admitted as owners (OIDC needs this and/or owner-allowed-groups)")
 	fs.StringVar(&c.OwnerAllowedGroups, "owner-allowed-groups", c.OwnerAllowedGroups, "comma-separated groups whose members are admitted as owners (read from owner-groups-claim)")
 	fs.StringVar(&c.OwnerGroupsClaim, "owner-groups-claim", c.OwnerGroupsClaim, "top-level JWT claim listing the subject's groups (array of strings or one string)")
+	fs.Float64Var(&c.AgentRailReadRate, "agent-rail-read-rate", c.AgentRailReadRate, "rail reads a second one agent's requests may cause on one rail account (resolving what a request names, MCP tool descriptions); past it, such requests are refused with 429 and Retry-After (0: no limit)")
+	fs.IntVar(&c.AgentRailReadBurst, "agent-rail-read-burst", c.AgentRailReadBurst, "rail reads one agent's requests may cause at once on one rail account")
 	fs.Float64Var(&c.OwnerQuotaRate, "owner-quota-rate", c.OwnerQuotaRate, "owner API calls per second per source and per owner (0: no quota)")
 	fs.IntVar(&c.OwnerQuotaBurst, "owner-quota-burst", c.OwnerQuotaBurst, "owner API calls allowed at once per source and per owner")
 	fs.Float64Var(&c.AuthFailureRate, "auth-failure-rate", c.AuthFailureRate, "failed credential attempts forgiven per second, per source and per credential (0: never block)")
@@ -364,6 +391,16 @@ func (c Config) Validate() error {
 	errs := []error{c.ValidateEngine()}
 	if c.OwnerQuotaRate < 0 || c.AuthFailureRate < 0 {
 		errs = append(errs, fmt.Errorf("owner-quota-rate and auth-failure-rate (%s, %s) must not be negative", EnvName("owner-quota-rate"), EnvName("auth-failure-rate")))
+	}
+	switch {
+	case c.AgentRailReadRate < 0 || math.IsNaN(c.AgentRailReadRate) || math.IsInf(c.AgentRailReadRate, 0):
+		errs = append(errs, fmt.Errorf("agent-rail-read-rate (%s) must be a number of reads a second, 0 or more (0 turns the limit off), got %v",
+			EnvName("agent-rail-read-rate"), c.AgentRailReadRate))
+	case c.AgentRailReadBurst < 0:
+		errs = append(errs, fmt.Errorf("agent-rail-read-burst (%s) must not be negative, got %d", EnvName("agent-rail-read-burst"), c.AgentRailReadBurst))
+	case c.AgentRailReadRate > 0 && c.AgentRailReadBurst < 1:
+		errs = append(errs, fmt.Errorf("agent-rail-read-burst (%s) must be at least 1 while agent-rail-read-rate (%s) is set; set the rate to 0 to turn the limit off",
+			EnvName("agent-rail-read-burst"), EnvName("agent-rail-read-rate")))
 	}
 	if c.OwnerQuotaBurst < 1 || c.AuthFailureBurst < 1 {
 		errs = append(errs, fmt.Errorf("owner-quota-burst and auth-failure-burst (%s, %s) must be at least 1", EnvName("owner-quota-burst"), EnvName("auth-failure-burst")))

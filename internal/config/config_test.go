@@ -1,6 +1,7 @@
 package config
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -108,6 +109,15 @@ func TestValidate(t *testing.T) {
 		{"short claim", func(c *Config) { c.ReconcileClaimTTL = 10 * time.Millisecond }, "reconcile-claim-ttl (COUNTERSIGN_RECONCILE_CLAIM_TTL) must be at least 1s"},
 		{"no pending approvals", func(c *Config) { c.MaxPendingApprovals = 0 }, "max-pending-approvals (COUNTERSIGN_MAX_PENDING_APPROVALS) must be between 1 and 100000, got 0"},
 		{"webhook networks", func(c *Config) { c.WebhookAllowNetworks = " 10.20.0.0/16, 127.0.0.1 ,fd00::/8" }, ""},
+		// The per-agent limit on rail reads.
+		{"agent rail reads off", func(c *Config) { c.AgentRailReadRate, c.AgentRailReadBurst = 0, 0 }, ""},
+		{"negative agent rail read rate", func(c *Config) { c.AgentRailReadRate = -1 },
+			"agent-rail-read-rate (COUNTERSIGN_AGENT_RAIL_READ_RATE) must be a number of reads a second, 0 or more (0 turns the limit off), got -1"},
+		{"agent rail read rate not a number", func(c *Config) { c.AgentRailReadRate = math.NaN() }, "agent-rail-read-rate (COUNTERSIGN_AGENT_RAIL_READ_RATE) must be a number"},
+		{"negative agent rail read burst", func(c *Config) { c.AgentRailReadBurst = -5 },
+			"agent-rail-read-burst (COUNTERSIGN_AGENT_RAIL_READ_BURST) must not be negative, got -5"},
+		{"agent rail read rate without a burst", func(c *Config) { c.AgentRailReadBurst = 0 },
+			"agent-rail-read-burst (COUNTERSIGN_AGENT_RAIL_READ_BURST) must be at least 1 while agent-rail-read-rate (COUNTERSIGN_AGENT_RAIL_READ_RATE) is set"},
 		// The Envoy-facing listener: its ALLOW carries the rail key.
 		{"default envoy socket", func(c *Config) {
 			if c.EnvoyAddr != "unix:"+DefaultEnvoySocket {
@@ -301,6 +311,63 @@ func TestDecisionLogIsOnUnlessTurnedOff(t *testing.T) {
 			}
 			if cfg.DecisionLog != tc.want {
 				t.Fatalf("DecisionLog = %v, want %v", cfg.DecisionLog, tc.want)
+			}
+		})
+	}
+}
+
+// TestAgentRailReadLimit: the limit on the rail reads one agent's requests
+// cause is on by default (20 a second, 40 at once), set by
+// COUNTERSIGN_AGENT_RAIL_READ_RATE/_BURST (or the flags), turned off by a
+// rate of 0, and a value that is not a number is refused naming the
+// variable.
+func TestAgentRailReadLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		env       map[string]string
+		rate      float64
+		burst     int
+		resolve   string // a Resolve error naming this, or "" for none
+		validates string // a Validate error naming this, or "" for valid
+	}{
+		{name: "default", rate: 20, burst: 40},
+		{name: "environment", env: map[string]string{"COUNTERSIGN_AGENT_RAIL_READ_RATE": "2.5", "COUNTERSIGN_AGENT_RAIL_READ_BURST": "5"}, rate: 2.5, burst: 5},
+		{name: "turned off", env: map[string]string{"COUNTERSIGN_AGENT_RAIL_READ_RATE": "0"}, rate: 0, burst: 40},
+		{name: "flag beats environment", args: []string{"--agent-rail-read-rate=100"}, env: map[string]string{"COUNTERSIGN_AGENT_RAIL_READ_RATE": "1"}, rate: 100, burst: 40},
+		{name: "negative rate", env: map[string]string{"COUNTERSIGN_AGENT_RAIL_READ_RATE": "-1"}, rate: -1, burst: 40,
+			validates: "agent-rail-read-rate (COUNTERSIGN_AGENT_RAIL_READ_RATE) must be a number of reads a second, 0 or more"},
+		{name: "negative burst", env: map[string]string{"COUNTERSIGN_AGENT_RAIL_READ_BURST": "-1"}, rate: 20, burst: -1,
+			validates: "agent-rail-read-burst (COUNTERSIGN_AGENT_RAIL_READ_BURST) must not be negative"},
+		{name: "rate not a number", env: map[string]string{"COUNTERSIGN_AGENT_RAIL_READ_RATE": "lots"}, resolve: "COUNTERSIGN_AGENT_RAIL_READ_RATE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Defaults()
+			cfg.DatabaseURL = "postgres://u@127.0.0.1/db"
+			fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+			cfg.BindServe(fs)
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			err := Resolve(fs, env(tc.env))
+			if tc.resolve != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.resolve) {
+					t.Fatalf("Resolve error = %v, want mention of %q", err, tc.resolve)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.AgentRailReadRate != tc.rate || cfg.AgentRailReadBurst != tc.burst {
+				t.Fatalf("rate, burst = %v, %d; want %v, %d", cfg.AgentRailReadRate, cfg.AgentRailReadBurst, tc.rate, tc.burst)
+			}
+			err = cfg.Validate()
+			switch {
+			case tc.validates == "" && err != nil:
+				t.Fatalf("Validate() = %v, want valid", err)
+			case tc.validates != "" && (err == nil || !strings.Contains(err.Error(), tc.validates)):
+				t.Fatalf("Validate() = %v, want %q", err, tc.validates)
 			}
 		})
 	}

@@ -167,10 +167,16 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t ta
 	}
 	e.aliases.add(p.Agent.ID, t.alias)
 
+	// The read is this agent's to pay for (railreads.go): past its bucket
+	// it is not sent, and the request is refused for it.
+	reads := e.meter(acct.Client, p.Agent.ID, acct)
 	rctx, cancel := context.WithTimeout(ctx, e.opts.ResolveTimeout)
-	ref, err := e.resolve(rctx, acct, a)
+	ref, err := e.resolve(rctx, acct, reads.client(), a)
 	cancel()
+	wait, limited := reads.limited()
 	switch {
+	case limited:
+		return e.railReadsRefused(acct, req, p.Agent.ID, wait)
 	case errors.Is(err, rail.ErrReferent):
 		return refuseRail(acct, req, ReasonReferentUnresolved, err.Error(), http.StatusForbidden)
 	case err != nil:
@@ -204,7 +210,7 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t ta
 	}
 	// G6's fact that needs I/O: the pinned tool's description as the MCP
 	// server lists it now.
-	toolHash, refused := e.describeTool(ctx, req, acct, t.tool, m)
+	toolHash, refused := e.describeTool(ctx, req, p.Agent.ID, acct, t.tool, m)
 	if refused != nil {
 		return *refused
 	}

@@ -181,7 +181,7 @@ func (e *Engine) commit(ctx context.Context, ref IntentRef, resp rail.Response, 
 		c = c.CheckStamp(ref.BodyValue)
 	}
 	if rep != nil {
-		c, resp = e.reported(ctx, acct, a, it, ref, c, resp)
+		c, resp = e.reported(ctx, acct, rep.AgentID, a, it, ref, c, resp)
 	}
 	r := ledger.AttemptResult{Key: key, Seq: ref.AttemptSeq, EntityID: c.EntityID, FeeMinor: c.FeeMinor,
 		Reason: c.Reason, ReconcileDelay: e.opts.ReconcileDelay, BodyStamped: ref.BodyStamped, ReportedBy: rep, Seen: &it}
@@ -222,11 +222,11 @@ const reportedSinceSlack = 24 * time.Hour
 //   - an "applied" counts only once the rail's own listing bears it out
 //     (confirmReported): it posts the hold, tells the owner's webhook and
 //     is replayed to a duplicate, a sibling agent's among them.
-func (e *Engine) reported(ctx context.Context, acct *rails.Account, a rail.Action, it ledger.Intent, ref IntentRef,
+func (e *Engine) reported(ctx context.Context, acct *rails.Account, agentID string, a rail.Action, it ledger.Intent, ref IntentRef,
 	c rail.Classification, resp rail.Response) (rail.Classification, rail.Response) {
 	switch c.Outcome {
 	case rail.Applied:
-		return e.confirmReported(ctx, acct, a, it, ref, resp)
+		return e.confirmReported(ctx, acct, agentID, a, it, ref, resp)
 	case rail.InProgress:
 		c.Reason = "the caller reported the request still in progress at the rail"
 	case rail.Rejected, rail.FingerprintMismatch:
@@ -250,8 +250,10 @@ func (e *Engine) reported(ctx context.Context, acct *rails.Account, a rail.Actio
 // confirmed "applied" then quarantines it), and there twice at once, then
 // once a minute, per attempt. A commit token outlives its attempt, and every read
 // spends the owner's rail rate limit, which the reconciler and the other
-// agents share.
-func (e *Engine) confirmReported(ctx context.Context, acct *rails.Account, a rail.Action, it ledger.Intent, ref IntentRef,
+// agents share. The listing's pages are the reporting agent's (agentID)
+// reads, from the bucket its Decides draw on (railreads.go): past it, the
+// answer is left to reconciliation, whose pace is Countersign's own.
+func (e *Engine) confirmReported(ctx context.Context, acct *rails.Account, agentID string, a rail.Action, it ledger.Intent, ref IntentRef,
 	resp rail.Response) (rail.Classification, rail.Response) {
 	unconfirmed := func(format string, args ...any) rail.Classification {
 		return rail.Classification{Outcome: rail.Ambiguous,
@@ -271,8 +273,12 @@ func (e *Engine) confirmReported(ctx context.Context, acct *rails.Account, a rai
 	}
 	lctx, cancel := context.WithTimeout(ctx, e.opts.ResolveTimeout)
 	defer cancel()
-	f, err := acct.Adapter.Find(lctx, acct.Client, a, ref.BodyValue, it.CreatedAt.Add(-reportedSinceSlack))
+	reads := e.meter(acct.Client, agentID, acct)
+	f, err := acct.Adapter.Find(lctx, reads.client(), a, ref.BodyValue, it.CreatedAt.Add(-reportedSinceSlack))
+	_, limited := reads.limited()
 	switch {
+	case limited:
+		return unconfirmed("the reporting agent's reads at rail account %s are used up for now (%s)", acct.ID, ReasonRailReadsLimited), resp
 	case err != nil:
 		return unconfirmed("the rail's listing could not be read (%v)", err), resp
 	case f.Match == nil:

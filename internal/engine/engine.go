@@ -192,6 +192,13 @@ type Options struct {
 	// body stamp was recorded. False for ext_authz-only deployments
 	// (Istio CUSTOM).
 	ExtProcInPath bool
+	// RailReadRate and RailReadBurst bound the rail reads one agent's
+	// requests cause on one rail account (railreads.go): a token bucket of
+	// RailReadBurst reads (at least 1), refilled at RailReadRate a second.
+	// A request whose read finds it empty is refused (rail_reads_limited,
+	// 429). A zero rate turns the limit off.
+	RailReadRate  float64
+	RailReadBurst int
 	// Tracer traces decisions and commits (nil: no spans).
 	Tracer trace.TracerProvider
 	// DecisionLog writes one structured log line per decision.
@@ -215,7 +222,10 @@ type Engine struct {
 	// lateConfirms spaces the rail reads that confirm a reported "applied"
 	// of an intent settled as not applied, per attempt.
 	lateConfirms *quota.Limiter
-	tracer       trace.Tracer
+	// railReads limits the rail reads each agent's requests cause, per
+	// rail account (Options.RailReadRate).
+	railReads *quota.Limiter
+	tracer    trace.Tracer
 }
 
 // New returns an engine over l.
@@ -238,7 +248,8 @@ func New(l Ledger, opts Options, log *slog.Logger, m *metrics.Metrics) *Engine {
 		l = tracedLedger{Ledger: l, tracer: tracer}
 	}
 	return &Engine{ledger: l, opts: opts, log: log, metrics: m, now: now, aliases: newSeenAliases(), tracer: tracer,
-		lateConfirms: quota.NewLimiter(quota.Options{Rate: 1.0 / 60, Burst: 2, Now: now})}
+		lateConfirms: quota.NewLimiter(quota.Options{Rate: 1.0 / 60, Burst: 2, Now: now}),
+		railReads:    quota.NewLimiter(quota.Options{Rate: opts.RailReadRate, Burst: opts.RailReadBurst, Now: now})}
 }
 
 // Reason codes of the answers the engine gives today.

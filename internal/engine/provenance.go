@@ -29,8 +29,9 @@ const spanDescribeTool = "rail.describe_tool"
 // agent's own account of the tool (a native ProvenanceClaim, whatever its
 // tools/list showed it) is never used: a hostile agent would assert the
 // pinned hash. A failed read refuses the request (fail closed, F1); out is
-// set then. No pins, no tool or no MCP account: nothing is read.
-func (e *Engine) describeTool(ctx context.Context, req Request, acct *rails.Account, tool string, m *countersignv1.Mandate) (hash string, out *Outcome) {
+// set then. No pins, no tool or no MCP account: nothing is read. The read
+// is agentID's to pay for, as the referent's is (railreads.go).
+func (e *Engine) describeTool(ctx context.Context, req Request, agentID string, acct *rails.Account, tool string, m *countersignv1.Mandate) (hash string, out *Outcome) {
 	d, isMCP := acct.Adapter.(rail.ToolDescriber)
 	if !isMCP || tool == "" || len(m.GetProvenance().GetMcpToolDescriptionHashes()) == 0 {
 		return "", nil
@@ -42,9 +43,14 @@ func (e *Engine) describeTool(ctx context.Context, req Request, acct *rails.Acco
 	defer cancel()
 	rctx, span := e.tracer.Start(rctx, spanDescribeTool, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attrRailAccount.String(acct.ID)))
-	hash, err := d.DescribeTool(rctx, acct.ToolClient, tool)
+	reads := e.meter(acct.ToolClient, agentID, acct)
+	hash, err := d.DescribeTool(rctx, reads.client(), tool)
 	telemetry.End(span, err)
+	wait, limited := reads.limited()
 	switch {
+	case limited:
+		o := e.railReadsRefused(acct, req, agentID, wait)
+		return "", &o
 	case err == nil:
 		return hash, nil
 	case errors.Is(err, mcp.ErrToolNotListed):

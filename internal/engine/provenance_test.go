@@ -92,6 +92,7 @@ type mcpRig struct {
 	e       *Engine
 	secret  string
 	tools   *toolServer
+	mock    *mockrail.Server
 	mockURL string
 }
 
@@ -171,7 +172,7 @@ func newMCPRigWith(t *testing.T, pins map[string]string, metadata string) *mcpRi
 	}
 	e := New(store, Options{Rails: rs, LeaseOwner: "engine-test", LeaseTTL: time.Minute, ResolveTimeout: 500 * time.Millisecond},
 		slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.New())
-	return &mcpRig{e: e, secret: secret, tools: tools, mockURL: ts.URL}
+	return &mcpRig{e: e, secret: secret, tools: tools, mock: mock, mockURL: ts.URL}
 }
 
 // call is a tools/call of tool through Envoy, refunding amount of pi_1.

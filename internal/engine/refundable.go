@@ -49,7 +49,7 @@ func (e *Engine) Refundable(ctx context.Context, it ledger.Intent) (RefundableNo
 		return RefundableNow{}, err
 	}
 	rctx, cancel := context.WithTimeout(ctx, e.opts.ResolveTimeout)
-	ref, err := e.resolve(rctx, acct, a)
+	ref, err := e.resolve(rctx, acct, acct.Client, a)
 	cancel()
 	if err != nil {
 		return RefundableNow{}, fmt.Errorf("rail read of %s: %w", it.Subject, err)

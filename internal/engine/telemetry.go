@@ -179,11 +179,12 @@ func (g gateRun) evaluate(ctx context.Context, in gate.Input) verdict {
 	return v
 }
 
-// resolve reads the action's referent at the rail (read-only), in a span.
-func (e *Engine) resolve(ctx context.Context, acct *rails.Account, a rail.Action) (rail.Referent, error) {
+// resolve reads the action's referent at the rail (read-only) through c,
+// in a span.
+func (e *Engine) resolve(ctx context.Context, acct *rails.Account, c rail.Client, a rail.Action) (rail.Referent, error) {
 	ctx, span := e.tracer.Start(ctx, spanResolve, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attrRailAccount.String(acct.ID), attrRail.String(string(acct.Rail)), attrAction.String(string(a.Kind))))
-	ref, err := acct.Adapter.Resolve(ctx, acct.Client, a)
+	ref, err := acct.Adapter.Resolve(ctx, c, a)
 	telemetry.End(span, err)
 	return ref, err
 }

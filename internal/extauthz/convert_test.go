@@ -244,3 +244,21 @@ func TestReplayIsLabelledAsWhatItIs(t *testing.T) {
 		t.Errorf("refusal says %q, want BLOCK", got)
 	}
 }
+
+// TestRateLimitedDenyCarriesRetryAfter: a refusal for the agent's rail
+// reads reaches the agent as the 429 it is, with Retry-After.
+func TestRateLimitedDenyCarriesRetryAfter(t *testing.T) {
+	out := engine.Outcome{Verdict: engine.Block, ReasonCode: engine.ReasonRailReadsLimited, Reason: "no money moved; retry after 3s",
+		HTTPStatus: 429, Body: []byte(`{"error":{"code":"rail_reads_limited"}}`), ResponseHeaders: map[string]string{"retry-after": "3"}}
+	resp := ToCheckResponse(out)
+	d := resp.GetDeniedResponse()
+	if codes.Code(resp.GetStatus().GetCode()) != codes.PermissionDenied || d.GetStatus().GetCode() != 429 {
+		t.Fatalf("status %v, denied status %v; want PERMISSION_DENIED and 429", resp.GetStatus(), d.GetStatus())
+	}
+	if got := headerValue(d.GetHeaders(), "retry-after"); got != "3" {
+		t.Errorf("retry-after = %q, want 3", got)
+	}
+	if got := headerValue(d.GetHeaders(), "x-countersign-reason"); got != engine.ReasonRailReadsLimited {
+		t.Errorf("reason header = %q", got)
+	}
+}

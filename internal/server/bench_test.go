@@ -76,10 +76,17 @@ type harnessOption struct {
 	log    *slog.Logger
 }
 
+// unlimitedRailReads turns off the per-agent limit on rail reads (on by
+// default, config.DefaultAgentRailReadRate) for a test whose one agent
+// sends hundreds of new requests at once to load something else: the
+// budget, a window, a revocation race. TestRailReadsAreLimitedPerAgent
+// tests the limit itself.
+var unlimitedRailReads = harnessOption{cfg: func(c *config.Config) { c.AgentRailReadRate = 0 }}
+
 // bareRailHarness is railHarness without any mandate.
-func bareRailHarness(b testing.TB) *allowHarness {
+func bareRailHarness(b testing.TB, opts ...harnessOption) *allowHarness {
 	b.Helper()
-	return railHarnessOn(b, pgtest.NewDatabase(b))
+	return railHarnessOn(b, pgtest.NewDatabase(b), opts...)
 }
 
 // railHarnessOn is bareRailHarness over the migrated database at url.
