@@ -43,26 +43,34 @@ type proposal struct {
 	factsHeld bool
 }
 
-// early runs, before any rail read, the limits that need neither the
-// referent nor the ledger's counts (per-action bounds; a window or budget
-// the action alone overruns): what they refuse costs no read at the rail.
-// Counts only add and the referent only narrows, so what fails here fails
-// the ladder too. A mandate that does not apply is left to the scope gate,
-// whose reason says why.
+// early runs, before any rail read, what needs neither the referent nor
+// the ledger's counts: the part of the scope gate that asks whether a
+// mandate in force grants the action's kind at all (gate.
+// CheckMandateApplies), then the per-action bounds and any window or
+// budget the action alone overruns. What it refuses costs no read at the
+// rail, so an agent whose mandate was revoked, or that never had one,
+// cannot spend the owner's rail rate limit either. Counts only add and the
+// referent only narrows, so what fails here fails the ladder too. Facts
+// that say no mandate applies were read now, never remembered (decideOnce
+// remembers only a mandate in force).
 func (e *Engine) early(req Request, p *ledger.Principal, acct *rails.Account, a rail.Action, facts ledger.DecisionFacts) (Outcome, bool) {
 	now := e.now()
-	if !facts.MandateFound || !facts.Mandate.ActiveAt(now) || a.AmountMinor == nil {
-		return Outcome{}, true
-	}
-	m, err := e.mandates.get(facts.Mandate)
-	if err != nil {
-		return Outcome{}, true // the ladder reports it
-	}
 	in := principalInput(now, p, acct)
-	in.Action = gate.Action{Kind: a.Kind, Subject: a.Subject, AmountMinor: *a.AmountMinor, Currency: a.Currency, Payee: a.Payee}
-	withMandate(&in, facts.Mandate, m)
-	r := gate.CheckLimits(gate.Uncounted(in))
-	if r.Verdict != gate.Block {
+	in.Action = gate.Action{Kind: a.Kind, Subject: a.Subject, Currency: a.Currency, Payee: a.Payee}
+	if facts.MandateFound {
+		m, err := e.mandates.get(facts.Mandate)
+		if err != nil {
+			return Outcome{}, true // the ladder reports it
+		}
+		withMandate(&in, facts.Mandate, m)
+	}
+	r, ok := gate.CheckMandateApplies(in)
+	if ok && facts.MandateFound && a.AmountMinor != nil {
+		in.Action.AmountMinor = *a.AmountMinor
+		r = gate.CheckLimits(gate.Uncounted(in))
+		ok = r.Verdict != gate.Block
+	}
+	if ok {
 		return Outcome{}, true
 	}
 	out := refuseRail(acct, req, r.ReasonCode, r.Reason, http.StatusForbidden)

@@ -17,6 +17,7 @@ import (
 	"github.com/countersign/countersign/internal/credential"
 	"github.com/countersign/countersign/internal/gate"
 	"github.com/countersign/countersign/internal/intent"
+	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/mandate"
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/rail/mcp"
@@ -323,5 +324,72 @@ func TestReportedAppliedListingIsTheAgents(t *testing.T) {
 	}
 	if n := railReads(r.mock); n != reads {
 		t.Fatalf("%d rail reads after the report, %d before: the rail was listed", n, reads)
+	}
+}
+
+// TestNoMandateInForceReadsNoRail: an agent with no mandate on the account,
+// or whose mandate the owner revoked, is refused by the scope gate before
+// any read at the rail (early), so it cannot spend the owner's rail rate
+// limit with requests that could never be allowed. The first request after
+// a revocation may still read once, on the facts remembered from before it
+// (the decision's write then finds the revocation and decides again).
+func TestNoMandateInForceReadsNoRail(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	refund := func(secret, id string, amount int) Outcome {
+		req := r.refundOf(amount)
+		req.Credential, req.RequestID = secret, id
+		return r.e.Decide(ctx, req)
+	}
+
+	owner, err := r.store.AgentOwner(ctx, r.principal(t).Agent.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare, err := r.store.CreateAgent(ctx, owner, "no mandate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, hash, err := credential.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.store.IssueCredential(ctx, bare.ID, credential.ScopeExecute, time.Now().Add(time.Hour), hash); err != nil {
+		t.Fatal(err)
+	}
+	reads := railReads(r.mock)
+	for i := range 5 {
+		if out := refund(secret, "req-bare-"+strconv.Itoa(i), 100+i); out.Verdict != Block || out.ReasonCode != gate.ReasonMandateMissing {
+			t.Fatalf("refund %d of an agent without a mandate = %s %s: %s", i, out.Verdict, out.ReasonCode, out.Reason)
+		}
+	}
+	if n := railReads(r.mock); n != reads {
+		t.Fatalf("an agent without a mandate caused %d rail reads", n-reads)
+	}
+
+	if out := refund(r.secret, "req-live", 200); out.Verdict != Allow {
+		t.Fatalf("refund under the mandate = %s %s: %s", out.Verdict, out.ReasonCode, out.Reason)
+	}
+	var m ledger.MandateRecord
+	if err := r.store.InTx(ctx, func(tx *ledger.Tx) (err error) {
+		m, err = tx.LatestMandate(ctx, r.principal(t).Agent.ID, "acct_1", time.Now())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if revoked, err := r.store.RevokeMandate(ctx, m.Hash, "test"); err != nil || !revoked {
+		t.Fatalf("revoke = %v, %v", revoked, err)
+	}
+	if out := refund(r.secret, "req-after", 201); out.ReasonCode != gate.ReasonMandateRevoked {
+		t.Fatalf("first refund after the revocation = %s %s: %s", out.Verdict, out.ReasonCode, out.Reason)
+	}
+	reads = railReads(r.mock)
+	for i := range 5 {
+		if out := refund(r.secret, "req-revoked-"+strconv.Itoa(i), 300+i); out.Verdict != Block || out.ReasonCode != gate.ReasonMandateRevoked {
+			t.Fatalf("refund %d under the revoked mandate = %s %s: %s", i, out.Verdict, out.ReasonCode, out.Reason)
+		}
+	}
+	if n := railReads(r.mock); n != reads {
+		t.Fatalf("refunds under a revoked mandate caused %d rail reads", n-reads)
 	}
 }

@@ -15,32 +15,13 @@ func CheckScope(in Input) Result {
 	if r, ok := checkPrincipal(in); !ok {
 		return r
 	}
+	if r, ok := checkMandate(in); !ok {
+		return r
+	}
 	m, a := in.Mandate, in.Action
-	if m == nil {
-		return block(GateScope, ReasonMandateMissing, "Agent %s has no mandate on rail account %s, so it may not move money there.", in.Agent.ID, in.RailAccount)
-	}
 	name := mandateName(in)
-	if in.MandateRevoked {
-		return block(GateScope, ReasonMandateRevoked, "The owner revoked %s; ask the owner for a new mandate.", name)
-	}
-	from, until, problem := validity(m)
-	switch {
-	case problem != "":
-		return block(GateScope, ReasonMandateInvalid, "%s %s, so nothing may be done under it.", name, problem)
-	case in.Now.Before(from):
-		return block(GateScope, ReasonMandateNotYetValid, "%s is valid only from %s; it is %s now.", name, stamp(from), stamp(in.Now))
-	case !in.Now.Before(until):
-		return block(GateScope, ReasonMandateExpired, "%s expired at %s; ask the owner for a new mandate.", name, stamp(until))
-	case m.GetAgentId() != in.Agent.ID:
-		return block(GateScope, ReasonMandateWrongAgent, "%s is for agent %s, not agent %s.", name, m.GetAgentId(), in.Agent.ID)
-	case m.GetRailAccount() != in.RailAccount || m.GetRail() != railKinds[in.Rail]:
-		return block(GateScope, ReasonMandateWrongRailAccount, "%s is for %s account %s, not %s account %s.",
-			name, m.GetRail(), m.GetRailAccount(), orNone(string(in.Rail)), in.RailAccount)
-	}
 	g := grantFor(m, a.Kind)
 	switch {
-	case g == nil:
-		return block(GateScope, ReasonActionNotGranted, "%s does not grant %s actions.", name, orNone(string(a.Kind)))
 	case !slices.Contains(g.GetCurrencies(), a.Currency):
 		return block(GateScope, ReasonCurrencyNotGranted, "%s grants %s only in %v, not in %s.", name, a.Kind, g.GetCurrencies(), orNone(a.Currency))
 	case g.GetReversible() && !a.Reversible:
@@ -57,6 +38,49 @@ func CheckScope(in Input) Result {
 		return result(GateScope, Allow, ReasonApproved, "Credential %s may only propose, and %s.", in.Credential.ID, why)
 	}
 	return pass(GateScope, "Credential %s and %s are valid and grant %s in %s.", in.Credential.ID, name, a.Kind, a.Currency)
+}
+
+// CheckMandateApplies is the part of G1 that needs neither the referent
+// nor the ledger's counts: the credential, the agent, and a mandate in
+// force for this agent on this account that grants the action's kind. It
+// refuses (a BLOCK) what CheckScope refuses for the same reasons, so the
+// engine runs it before any read at the rail: a request that cannot be
+// allowed costs no rail read. ok is false with the BLOCK it found.
+func CheckMandateApplies(in Input) (r Result, ok bool) {
+	if r, ok := checkPrincipal(in); !ok {
+		return r, false
+	}
+	return checkMandate(in)
+}
+
+// checkMandate checks that a mandate in force, for this agent on this
+// account, grants the action's kind.
+func checkMandate(in Input) (Result, bool) {
+	m, a := in.Mandate, in.Action
+	if m == nil {
+		return block(GateScope, ReasonMandateMissing, "Agent %s has no mandate on rail account %s, so it may not move money there.", in.Agent.ID, in.RailAccount), false
+	}
+	name := mandateName(in)
+	if in.MandateRevoked {
+		return block(GateScope, ReasonMandateRevoked, "The owner revoked %s; ask the owner for a new mandate.", name), false
+	}
+	from, until, problem := validity(m)
+	switch {
+	case problem != "":
+		return block(GateScope, ReasonMandateInvalid, "%s %s, so nothing may be done under it.", name, problem), false
+	case in.Now.Before(from):
+		return block(GateScope, ReasonMandateNotYetValid, "%s is valid only from %s; it is %s now.", name, stamp(from), stamp(in.Now)), false
+	case !in.Now.Before(until):
+		return block(GateScope, ReasonMandateExpired, "%s expired at %s; ask the owner for a new mandate.", name, stamp(until)), false
+	case m.GetAgentId() != in.Agent.ID:
+		return block(GateScope, ReasonMandateWrongAgent, "%s is for agent %s, not agent %s.", name, m.GetAgentId(), in.Agent.ID), false
+	case m.GetRailAccount() != in.RailAccount || m.GetRail() != railKinds[in.Rail]:
+		return block(GateScope, ReasonMandateWrongRailAccount, "%s is for %s account %s, not %s account %s.",
+			name, m.GetRail(), m.GetRailAccount(), orNone(string(in.Rail)), in.RailAccount), false
+	case grantFor(m, a.Kind) == nil:
+		return block(GateScope, ReasonActionNotGranted, "%s does not grant %s actions.", name, orNone(string(a.Kind))), false
+	}
+	return Result{}, true
 }
 
 // checkPrincipal checks the clock, the credential and the agent.
