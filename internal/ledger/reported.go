@@ -122,9 +122,13 @@ func (tx *Tx) reportedRefusal(ctx context.Context, it Intent, r AttemptResult) (
 // to the attempt being reconciled (lease expired, then the answer came) is
 // no contradiction: it is kept on the attempt and the reconciler finds it.
 func (tx *Tx) lateApplied(ctx context.Context, it Intent, r AttemptResult) (Intent, error) {
+	newer := it.AttemptCount > r.Seq
 	reason := fmt.Sprintf("the rail reported attempt %d applied (entity %q) after the intent was settled as %s at attempt %d; check the rail before resolving",
 		r.Seq, r.EntityID, it.State, it.AttemptCount)
-	newer := it.AttemptCount > r.Seq
+	if newer {
+		reason = fmt.Sprintf("the rail reported attempt %d applied (entity %q) after attempt %d was sent in its place (%s): both may have applied; check the rail before resolving",
+			r.Seq, r.EntityID, it.AttemptCount, it.State)
+	}
 	switch {
 	case it.State == intent.FailedTerminal, it.State == intent.ConfirmedNotApplied:
 	case newer && it.State == intent.InFlight:
@@ -140,7 +144,7 @@ func (tx *Tx) lateApplied(ctx context.Context, it Intent, r AttemptResult) (Inte
 	default:
 		return it, nil
 	}
-	held, err := tx.holdAgain(ctx, it.Key)
+	held, err := tx.holdAgain(ctx, it.Key, newer)
 	if err != nil {
 		return it, err
 	}
@@ -157,22 +161,26 @@ func (tx *Tx) lateApplied(ctx context.Context, it Intent, r AttemptResult) (Inte
 // budget (beyond_budget, migration 00026); while it is past, no other hold
 // fits, and voided holds give back only what is left over. The returned
 // text, for the quarantine's reason, says by how much the budget is
-// overrun, if at all.
-func (tx *Tx) holdAgain(ctx context.Context, k Key) (string, error) {
+// overrun, if at all. alongside is for an answer to an attempt that a
+// newer one replaced: the newer attempt's hold stands for the newer
+// attempt's money, and the late one's is placed again beside it (both may
+// have applied); otherwise only an intent whose every hold was voided gets
+// one.
+func (tx *Tx) holdAgain(ctx context.Context, k Key, alongside bool) (string, error) {
 	var amount, overrun int64
 	var currency string
 	var budgeted bool
 	err := tx.tx.QueryRow(ctx, `
 		INSERT INTO budget_holds (rail_account, sik, hold_seq, mandate_hash, agent_id, payee_key, subject, currency, amount_minor, budgeted,
 		                          window_agent, window_payee, created_at, beyond_budget)
-		SELECT rail_account, sik, hold_seq + 1, mandate_hash, agent_id, payee_key, subject, currency, amount_minor, budgeted,
-		       window_agent, window_payee, created_at, true
+		SELECT rail_account, sik, (SELECT max(hold_seq) + 1 FROM budget_holds WHERE rail_account = $1 AND sik = $2),
+		       mandate_hash, agent_id, payee_key, subject, currency, amount_minor, budgeted, window_agent, window_payee, created_at, true
 		FROM budget_holds h
 		WHERE h.rail_account = $1 AND h.sik = $2 AND h.state = 'voided'
-		  AND NOT EXISTS (SELECT 1 FROM budget_holds o WHERE o.rail_account = $1 AND o.sik = $2 AND o.state <> 'voided')
+		  AND ($3 OR NOT EXISTS (SELECT 1 FROM budget_holds o WHERE o.rail_account = $1 AND o.sik = $2 AND o.state <> 'voided'))
 		ORDER BY h.hold_seq DESC LIMIT 1
 		RETURNING amount_minor, currency, budgeted`,
-		k.RailAccount, k.SIK).Scan(&amount, &currency, &budgeted)
+		k.RailAccount, k.SIK, alongside).Scan(&amount, &currency, &budgeted)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		// No hold, or one still held or posted: nothing was given back.

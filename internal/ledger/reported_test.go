@@ -257,8 +257,8 @@ func TestCommitTokenNeverChanges(t *testing.T) {
 
 // TestLateAppliedHoldsItsAmountAgain: an intent settled as not applied has
 // its hold voided; when the rail then says it applied, the quarantine must
-// count that money against the mandate again (in the budget when it still
-// fits, in the windows always), or the agent could spend it twice.
+// count that money against the mandate again (in the windows, and in the
+// budget even past it), or the agent could spend it twice.
 func TestLateAppliedHoldsItsAmountAgain(t *testing.T) {
 	ctx := context.Background()
 	const budget, amount = 1000, 1000
@@ -391,6 +391,51 @@ func TestLateAppliedHoldsItsAmountAgain(t *testing.T) {
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.ConstraintName != "budget_never_exceeded" {
 			t.Fatalf("a hold of 1 on the full budget: err = %v, want budget_never_exceeded", err)
+		}
+	})
+	t.Run("while a newer attempt is in flight", func(t *testing.T) {
+		// Attempt 1 rejected (its hold voided), the intent reopened with a
+		// new hold, attempt 2 sent; then the rail says attempt 1 applied.
+		// Both may have: the late one's hold is placed beside the live one.
+		s := openTest(t)
+		mandate := fmt.Sprintf("%064x", 57)
+		p := proposal(57)
+		spec := HoldSpec{MandateHash: mandate, AgentID: "agent_a", PayeeKey: "pi_1", Currency: "USD", AmountMinor: amount, BudgetMinor: budget}
+		res, err := startFirst(ctx, s, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hold(s, res.Intent, mandate)
+		if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeRejected, Reason: "r", Response: &HTTPMessage{Status: 400}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.InTx(ctx, func(tx *Tx) error {
+			it, err := tx.LockIntent(ctx, p.Key)
+			if err != nil {
+				return err
+			}
+			if it, err = tx.Transition(ctx, it, intent.Reopened, TransitionOpts{BumpGeneration: true}); err != nil {
+				return err
+			}
+			if err := tx.PlaceHold(ctx, it, spec); err != nil {
+				return err
+			}
+			as := p.AttemptStart
+			as.Stamp = p.SIK + "-1"
+			_, _, err = tx.StartAttempt(ctx, it, as)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		it := late(s, p.Key)
+		if b := budgetOf(s, mandate); b.Held != 2*amount {
+			t.Fatalf("budget after attempt 1's late applied = %+v; want both attempts' %d held", b, 2*amount)
+		}
+		if n := windowCalls(s, mandate); n != 2 {
+			t.Fatalf("window counts %d calls, want both attempts' 2", n)
+		}
+		if !strings.Contains(it.Reason, "both may have applied") {
+			t.Fatalf("reason %q", it.Reason)
 		}
 	})
 	t.Run("a late hold past the budget, then given back", func(t *testing.T) {
@@ -554,5 +599,69 @@ func TestBudgetOverrunMigration(t *testing.T) {
 	var reserved int64
 	if err := db.QueryRowContext(ctx, `SELECT reserved_minor FROM mandate_budgets WHERE mandate_hash = $1`, mandate).Scan(&reserved); err != nil || reserved != 400 {
 		t.Fatalf("after Down: %d reserved, %v; want 400", reserved, err)
+	}
+}
+
+// TestBudgetOverrunMigrationReservesOldLateHolds: a hold the old rule
+// placed again outside a budget that could no longer take it (budgeted
+// false, after a voided budgeted hold of its intent) is reserved by
+// migration 00026, past the budget, so it is not spent a second time.
+func TestBudgetOverrunMigrationReservesOldLateHolds(t *testing.T) {
+	ctx := context.Background()
+	url, p, db := migrationTest(t)
+	if _, err := p.DownTo(ctx, 25); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, url, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mandate := fmt.Sprintf("%064x", 2601)
+	var keys []Key
+	for i := range 2 {
+		res, err := startFirst(ctx, s, proposal(2601+i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.InTx(ctx, func(tx *Tx) error {
+			return tx.PlaceHold(ctx, res.Intent, HoldSpec{MandateHash: mandate, AgentID: "agent_a", PayeeKey: "pi_1", Currency: "USD", AmountMinor: 1000, BudgetMinor: 1000})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, res.Intent.Key)
+		if i == 0 {
+			if _, err := db.ExecContext(ctx, `UPDATE budget_holds SET state = 'voided' WHERE rail_account = $1 AND sik = $2`, res.Intent.RailAccount, res.Intent.SIK); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The first intent's hold placed again as the old holdAgain did when
+	// the budget (taken by the second) could not take it; and a hold that
+	// was never budgeted (a mandate with no budget) stays as it is.
+	if _, err := db.ExecContext(ctx, `INSERT INTO budget_holds (rail_account, sik, hold_seq, mandate_hash, agent_id, payee_key, subject, currency,
+		amount_minor, budgeted, window_agent, window_payee, created_at)
+		SELECT rail_account, sik, 2, mandate_hash, agent_id, payee_key, subject, currency, amount_minor, false, window_agent, window_payee, created_at
+		FROM budget_holds WHERE rail_account = $1 AND sik = $2`, keys[0].RailAccount, keys[0].SIK); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 26); err != nil {
+		t.Fatal(err)
+	}
+	var reserved, overrun int64
+	var budgeted, beyond bool
+	if err := db.QueryRowContext(ctx, `SELECT b.reserved_minor, b.overrun_minor, h.budgeted, h.beyond_budget FROM mandate_budgets b, budget_holds h
+		WHERE b.mandate_hash = $1 AND h.rail_account = $2 AND h.sik = $3 AND h.hold_seq = 2`, mandate, keys[0].RailAccount, keys[0].SIK).Scan(&reserved, &overrun, &budgeted, &beyond); err != nil {
+		t.Fatal(err)
+	}
+	if reserved != 2000 || overrun != 1000 || !budgeted || !beyond {
+		t.Fatalf("after 00026: reserved %d, overrun %d, the late hold budgeted %v beyond %v; want 2000, 1000, true, true", reserved, overrun, budgeted, beyond)
+	}
+	// The second intent's hold voided gives back only the overrun.
+	if _, err := db.ExecContext(ctx, `UPDATE budget_holds SET state = 'voided' WHERE rail_account = $1 AND sik = $2`, keys[1].RailAccount, keys[1].SIK); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.QueryRowContext(ctx, `SELECT reserved_minor, overrun_minor FROM mandate_budgets WHERE mandate_hash = $1`, mandate).Scan(&reserved, &overrun); err != nil || reserved != 1000 || overrun != 0 {
+		t.Fatalf("after the void: reserved %d, overrun %d, %v; want 1000, 0", reserved, overrun, err)
 	}
 }

@@ -15,7 +15,28 @@
 -- and a voided hold gives back only what is left after the overrun.
 ALTER TABLE budget_holds ADD COLUMN beyond_budget boolean NOT NULL DEFAULT false;
 ALTER TABLE mandate_budgets ADD COLUMN overrun_minor bigint NOT NULL DEFAULT 0,
-    DROP CONSTRAINT budget_never_exceeded,
+    DROP CONSTRAINT budget_never_exceeded;
+
+-- The holds the old rule placed outside the budget come in now: a hold
+-- still held, not budgeted, of an intent whose earlier hold was budgeted
+-- and voided, is one placed again that the budget could not take. Each is
+-- reserved, past the budget if need be. The hold guard forbids changing a
+-- hold's budgeted flag, so it is off for this one statement; no hold is
+-- written meanwhile.
+LOCK TABLE budget_holds IN SHARE ROW EXCLUSIVE MODE;
+ALTER TABLE budget_holds DISABLE TRIGGER budget_holds_guard;
+WITH outside AS (
+    UPDATE budget_holds h SET budgeted = true, beyond_budget = true
+    WHERE h.state = 'held' AND NOT h.budgeted
+      AND EXISTS (SELECT 1 FROM budget_holds v WHERE v.rail_account = h.rail_account AND v.sik = h.sik
+                    AND v.hold_seq < h.hold_seq AND v.state = 'voided' AND v.budgeted)
+    RETURNING h.mandate_hash, h.currency, h.amount_minor)
+UPDATE mandate_budgets b SET reserved_minor = b.reserved_minor + o.amount_minor
+FROM (SELECT mandate_hash, currency, sum(amount_minor) AS amount_minor FROM outside GROUP BY 1, 2) o
+WHERE b.mandate_hash = o.mandate_hash AND b.currency = o.currency;
+ALTER TABLE budget_holds ENABLE TRIGGER budget_holds_guard;
+UPDATE mandate_budgets SET overrun_minor = GREATEST(0, reserved_minor - budget_minor);
+ALTER TABLE mandate_budgets
     ADD CONSTRAINT budget_never_exceeded CHECK (overrun_minor = GREATEST(0, reserved_minor - budget_minor));
 
 -- +goose StatementBegin
