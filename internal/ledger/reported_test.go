@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/countersign/countersign/internal/intent"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/countersign/countersign/internal/intent"
 )
 
 // reportedProposal is proposal(n) by a real agent, with the hash of token
@@ -465,7 +466,7 @@ func TestLateAppliedHoldsItsAmountAgain(t *testing.T) {
 		_, err = s.pool.Exec(ctx, `INSERT INTO budget_holds (rail_account, sik, hold_seq, mandate_hash, agent_id, payee_key, subject, currency,
 			amount_minor, budgeted, window_agent, window_payee, beyond_budget)
 			SELECT rail_account, sik, hold_seq + 1, mandate_hash, agent_id, payee_key, subject, currency, 1, true, false, false, true
-			FROM budget_holds WHERE rail_account = $1 AND sik = $2`, q.Key.RailAccount, q.Key.SIK)
+			FROM budget_holds WHERE rail_account = $1 AND sik = $2`, q.RailAccount, q.SIK)
 		if err == nil || !strings.Contains(err.Error(), "only a voided hold placed again") {
 			t.Fatalf("a beyond-budget hold with no voided one before it: err = %v", err)
 		}
