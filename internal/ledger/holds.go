@@ -106,7 +106,7 @@ func (tx *Tx) BudgetUsage(ctx context.Context, hash, currency string) (held, spe
 // FeeSpent sums the fees the rail reported on the mandate's applied actions.
 func (tx *Tx) FeeSpent(ctx context.Context, hash string) (int64, error) {
 	var fee int64
-	err := tx.tx.QueryRow(ctx, `SELECT fee_spent_minor FROM mandate_usage WHERE mandate_hash = $1`, hash).Scan(&fee)
+	err := tx.tx.QueryRow(ctx, `SELECT COALESCE(sum(fee_minor), 0)::bigint FROM mandate_fee_spent WHERE mandate_hash = $1`, hash).Scan(&fee)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}

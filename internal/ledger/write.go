@@ -404,7 +404,7 @@ func (w *Write) AssertSubjectActions(hash, subject string, maxActions int64) {
 // AssertFeeSpent asserts the fees reported on the mandate's actions are at
 // most maxFee.
 func (w *Write) AssertFeeSpent(hash string, maxFee int64) {
-	w.queue(`SELECT countersign_assert(COALESCE((SELECT fee_spent_minor FROM mandate_usage WHERE mandate_hash = $1), 0) <= $2,
+	w.queue(`SELECT countersign_assert(COALESCE((SELECT sum(fee_minor) FROM mandate_fee_spent WHERE mandate_hash = $1), 0) <= $2,
 		'the fee budget is exhausted')`, hash, maxFee)
 }
 

@@ -236,7 +236,8 @@ func TestApplyRetriesADeadlockedWrite(t *testing.T) {
 		w.queue(lockUsageSQL, first)
 		w.queue(`SELECT pg_sleep(0.3)`)
 		w.queue(lockUsageSQL, second)
-		w.queue(`UPDATE mandate_usage SET fee_spent_minor = fee_spent_minor + 1 WHERE mandate_hash = $1`, first)
+		w.queue(`INSERT INTO mandate_fee_spent AS f (mandate_hash, shard, fee_minor) VALUES ($1, 0, 1)
+			ON CONFLICT (mandate_hash, shard) DO UPDATE SET fee_minor = f.fee_minor + 1`, first)
 		return s.Apply(ctx, w)
 	}
 	// Four pairs at once, so that retries meet connections of the pool
@@ -252,7 +253,7 @@ func TestApplyRetriesADeadlockedWrite(t *testing.T) {
 		}
 	}
 	var n int64
-	if err := s.pool.QueryRow(ctx, `SELECT sum(fee_spent_minor) FROM mandate_usage WHERE mandate_hash IN ($1, $2)`, a, b).Scan(&n); err != nil || n != 8 {
+	if err := s.pool.QueryRow(ctx, `SELECT sum(fee_minor) FROM mandate_fee_spent WHERE mandate_hash IN ($1, $2)`, a, b).Scan(&n); err != nil || n != 8 {
 		t.Fatalf("every write committed once: sum %d (%v), want 8", n, err)
 	}
 }
@@ -394,6 +395,63 @@ func TestGuardErrorSaysWhetherTheFactsMoved(t *testing.T) {
 		}
 		if guard.Moved() != tc.moved {
 			t.Errorf("%s: %q Moved() = %v, want %v", tc.name, guard.What, guard.Moved(), tc.moved)
+		}
+	}
+}
+
+// TestFeeCommitDoesNotTakeTheMandatesTurn: an APPLIED commit that carries
+// a fee counts it apart (migration 00028), so it neither waits for the
+// decision holding its mandate's usage lock nor deadlocks with it; the fee
+// still counts in FeeSpent and in the fee budget's assertion.
+func TestFeeCommitDoesNotTakeTheMandatesTurn(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	mandate := fmt.Sprintf("%064x", 28)
+	p := proposal(2800)
+	res, err := startFirst(ctx, s, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.InTx(ctx, func(tx *Tx) error {
+		return tx.PlaceHold(ctx, res.Intent, HoldSpec{MandateHash: mandate, AgentID: "agent_a", PayeeKey: "pi_1", Currency: "USD", AmountMinor: 1000})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, usageRowSQL, mandate); err != nil {
+		t.Fatal(err)
+	}
+	// A decision under the mandate holds its turn until released.
+	decision, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = decision.Rollback(ctx) }()
+	if _, err := decision.Exec(ctx, lockUsageSQL, mandate); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	it, err := s.Commit(cctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeApplied, EntityID: "re_fee", FeeMinor: 30, Seen: &res.Intent,
+		Response: &HTTPMessage{Status: 200, Headers: map[string]string{"content-type": "application/json"}, Body: []byte(`{"id":"re_fee"}`)}})
+	if err != nil || it.State != intent.Applied {
+		t.Fatalf("a commit with a fee while a decision held the mandate's turn: %v, %v", it.State, err)
+	}
+	if err := decision.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var fee int64
+	if err := s.InTx(ctx, func(tx *Tx) (err error) { fee, err = tx.FeeSpent(ctx, mandate); return err }); err != nil || fee != 30 {
+		t.Fatalf("FeeSpent = %d, %v; want 30", fee, err)
+	}
+	for _, tc := range []struct {
+		max  int64
+		fits bool
+	}{{30, true}, {29, false}} {
+		w := NewWrite()
+		w.AssertFeeSpent(mandate, tc.max)
+		var g *GuardError
+		if err := s.Apply(ctx, w); (err == nil) != tc.fits || (err != nil && !errors.As(err, &g)) {
+			t.Fatalf("AssertFeeSpent(%d) with 30 spent: %v", tc.max, err)
 		}
 	}
 }
