@@ -113,7 +113,7 @@ func Load(path string, adapters Adapters, hc *http.Client) (*Registry, error) {
 // New builds a registry from a parsed configuration.
 func New(f File, adapters Adapters, hc *http.Client) (*Registry, error) {
 	if hc == nil {
-		hc = &http.Client{Timeout: 15 * time.Second}
+		hc = defaultHTTPClient()
 	}
 	r := &Registry{byID: map[string]*Account{}, byHost: map[string]*Account{}}
 	var errs []error
@@ -245,6 +245,28 @@ func (r *Registry) Accounts() []*Account {
 		return nil
 	}
 	return r.order
+}
+
+// Idle connections kept to the rails (MaxIdleConnsPerHost per rail host).
+// http.DefaultTransport keeps 2 per host, so with more than 2 decisions
+// reading one rail at once, every other read opened a new connection (in
+// production a TCP and TLS handshake to the rail, before the answer) and
+// left one behind in TIME_WAIT. 64 covers the decisions one process runs at
+// once (its ledger pool is 32) with room for the reconciler's listings.
+const (
+	railIdleConnsPerHost = 64
+	railIdleConns        = 256
+	railTimeout          = 15 * time.Second
+)
+
+// defaultHTTPClient is the client of the rail reads when the caller names
+// none: http.DefaultTransport's settings (proxy from the environment,
+// dial and TLS handshake timeouts, HTTP/2 where the rail offers it) with
+// enough idle connections kept for concurrent decisions.
+func defaultHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost, t.MaxIdleConns = railIdleConnsPerHost, railIdleConns
+	return &http.Client{Timeout: railTimeout, Transport: t}
 }
 
 // httpClient is the production rail.Client: the rail's base URL plus its key.
