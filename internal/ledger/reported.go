@@ -125,9 +125,22 @@ func (tx *Tx) lateApplied(ctx context.Context, it Intent, r AttemptResult) (Inte
 	newer := it.AttemptCount > r.Seq
 	reason := fmt.Sprintf("the rail reported attempt %d applied (entity %q) after the intent was settled as %s at attempt %d; check the rail before resolving",
 		r.Seq, r.EntityID, it.State, it.AttemptCount)
+	// Attempts of one stamp are one request to the rail, which applies it
+	// at most once (a retry after a proof of absence keeps the stamp): the
+	// live attempt's hold stands for the late one's money too. Attempts of
+	// different stamps may both have applied.
+	alongside := false
 	if newer {
-		reason = fmt.Sprintf("the rail reported attempt %d applied (entity %q) after attempt %d was sent in its place (%s): both may have applied; check the rail before resolving",
+		var err error
+		if alongside, err = tx.stampsDiffer(ctx, it.Key, r.Seq, it.AttemptCount); err != nil {
+			return it, err
+		}
+		reason = fmt.Sprintf("the rail reported attempt %d applied (entity %q) after attempt %d was sent in its place (%s), under the same stamp, so the rail applies only one of them; check the rail before resolving",
 			r.Seq, r.EntityID, it.AttemptCount, it.State)
+		if alongside {
+			reason = fmt.Sprintf("the rail reported attempt %d applied (entity %q) after attempt %d was sent in its place (%s) under a new stamp: both may have applied; check the rail before resolving",
+				r.Seq, r.EntityID, it.AttemptCount, it.State)
+		}
 	}
 	switch {
 	case it.State == intent.FailedTerminal, it.State == intent.ConfirmedNotApplied:
@@ -144,11 +157,19 @@ func (tx *Tx) lateApplied(ctx context.Context, it Intent, r AttemptResult) (Inte
 	default:
 		return it, nil
 	}
-	held, err := tx.holdAgain(ctx, it.Key, newer)
+	held, err := tx.holdAgain(ctx, it.Key, alongside)
 	if err != nil {
 		return it, err
 	}
 	return tx.transition(ctx, it, intent.Quarantine, transitionOpts{reason: reason + held})
+}
+
+// stampsDiffer says whether attempts a and b of k carry different stamps.
+func (tx *Tx) stampsDiffer(ctx context.Context, k Key, a, b int) (bool, error) {
+	var differ bool
+	err := tx.tx.QueryRow(ctx, `SELECT count(DISTINCT stamp) > 1 FROM attempts WHERE rail_account = $1 AND sik = $2 AND attempt_seq IN ($3, $4)`,
+		k.RailAccount, k.SIK, a, b).Scan(&differ)
+	return differ, err
 }
 
 // holdAgain re-places the hold of an intent whose every hold was voided
@@ -162,10 +183,10 @@ func (tx *Tx) lateApplied(ctx context.Context, it Intent, r AttemptResult) (Inte
 // fits, and voided holds give back only what is left over. The returned
 // text, for the quarantine's reason, says by how much the budget is
 // overrun, if at all. alongside is for an answer to an attempt that a
-// newer one replaced: the newer attempt's hold stands for the newer
-// attempt's money, and the late one's is placed again beside it (both may
-// have applied); otherwise only an intent whose every hold was voided gets
-// one.
+// newer one of another stamp replaced: the newer attempt's hold stands for
+// the newer attempt's money, and the late one's is placed again beside it
+// (both may have applied); otherwise only an intent whose every hold was
+// voided gets one.
 func (tx *Tx) holdAgain(ctx context.Context, k Key, alongside bool) (string, error) {
 	var amount, overrun int64
 	var currency string

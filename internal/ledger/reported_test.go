@@ -439,6 +439,44 @@ func TestLateAppliedHoldsItsAmountAgain(t *testing.T) {
 			t.Fatalf("reason %q", it.Reason)
 		}
 	})
+	t.Run("while a retry of the same stamp is in flight", func(t *testing.T) {
+		// Settled absent, retried under the same stamp (the rail applies
+		// one request of a stamp at most once), then the rail says the
+		// first attempt applied: one effect, whose hold the retry's stands
+		// for. No second hold, and the reason does not say both applied.
+		s := openTest(t)
+		mandate := fmt.Sprintf("%064x", 58)
+		p := proposal(58)
+		res, err := startFirst(ctx, s, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hold(s, res.Intent, mandate)
+		settleAbsent(s, p.Key)
+		if err := s.InTx(ctx, func(tx *Tx) error {
+			it, err := tx.LockIntent(ctx, p.Key)
+			if err != nil {
+				return err
+			}
+			if it, err = tx.Transition(ctx, it, intent.RetryAuthorized, TransitionOpts{Reason: "retry"}); err != nil {
+				return err
+			}
+			if err := tx.PlaceHold(ctx, it, HoldSpec{MandateHash: mandate, AgentID: "agent_a", PayeeKey: "pi_1", Currency: "USD", AmountMinor: amount, BudgetMinor: budget}); err != nil {
+				return err
+			}
+			_, _, err = tx.StartAttempt(ctx, it, p.AttemptStart)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		it := late(s, p.Key)
+		if b := budgetOf(s, mandate); b.Held != amount {
+			t.Fatalf("budget after attempt 1's late applied = %+v; want the retry's %d held, once", b, amount)
+		}
+		if !strings.Contains(it.Reason, "same stamp") || strings.Contains(it.Reason, "both may have applied") {
+			t.Fatalf("reason %q", it.Reason)
+		}
+	})
 	t.Run("a late hold past the budget, then given back", func(t *testing.T) {
 		s := openTest(t)
 		mandate := fmt.Sprintf("%064x", 55)

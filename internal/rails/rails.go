@@ -115,6 +115,11 @@ func New(f File, adapters Adapters, hc *http.Client) (*Registry, error) {
 	if hc == nil {
 		hc = defaultHTTPClient()
 	}
+	if hc.CheckRedirect == nil {
+		c := *hc
+		c.CheckRedirect = noRedirects
+		hc = &c
+	}
 	r := &Registry{byID: map[string]*Account{}, byHost: map[string]*Account{}}
 	var errs []error
 	for i, c := range f.Rails {
@@ -266,8 +271,15 @@ const (
 func defaultHTTPClient() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConnsPerHost, t.MaxIdleConns = railIdleConnsPerHost, railIdleConns
-	return &http.Client{Timeout: railTimeout, Transport: t}
+	return &http.Client{Timeout: railTimeout, Transport: t, CheckRedirect: noRedirects}
 }
+
+// noRedirects answers a rail's redirect with the redirect itself, which the
+// adapters read as a failed read (fail closed). Following it would send the
+// request again, with the rail's key when only the port or the scheme
+// changed (Go drops Authorization only for another host name), and would
+// take another server's answer for the rail's.
+func noRedirects(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // httpClient is the production rail.Client: the rail's base URL plus its key.
 type httpClient struct {

@@ -125,3 +125,42 @@ func TestConcurrentReadsReuseConnections(t *testing.T) {
 		t.Fatalf("%d rounds of %d concurrent reads opened %d connections; want them reused (at most %d)", rounds, concurrent, n, 2*concurrent)
 	}
 }
+
+// TestRailRedirectIsNotFollowed: a rail's redirect is answered as it is
+// (the adapters read it as a failed read). Followed, it would carry the
+// rail's key to another port or scheme of the same host (Go drops
+// Authorization only for another host name), and another server's answer
+// would be taken for the rail's. Also when the caller brings its own
+// client.
+func TestRailRedirectIsNotFollowed(t *testing.T) {
+	var reached atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		reached.Add(1)
+		_, _ = w.Write([]byte(`{"id":"pi_1","amount":100000}`))
+	}))
+	defer other.Close()
+	railSrv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+"/v1/payment_intents/pi_1", http.StatusFound)
+	}))
+	defer railSrv.Close()
+	key := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(key, []byte("sk_test_x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	adapters := Adapters{sik.RailStripe: func() rail.Adapter { return stripe.New() }}
+	for name, hc := range map[string]*http.Client{"default client": nil, "caller's client": {}} {
+		r, err := New(File{Rails: []AccountConfig{{Account: "acct_1", Rail: "stripe", Hosts: []string{"api.stripe.com"}, BaseURL: railSrv.URL, KeyFile: key}}}, adapters, hc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ := r.ByID("acct_1")
+		resp, err := a.Client.Do(context.Background(), http.MethodGet, "/v1/payment_intents/pi_1", nil, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusFound || reached.Load() != 0 {
+			t.Fatalf("%s: status %d, the redirect's target reached %d times; want the 302 itself", name, resp.StatusCode, reached.Load())
+		}
+	}
+}
