@@ -18,8 +18,10 @@ ALTER TABLE mandate_budgets ADD COLUMN overrun_minor bigint NOT NULL DEFAULT 0,
     DROP CONSTRAINT budget_never_exceeded;
 
 -- The holds the old rule placed outside the budget come in now: a hold
--- still held, not budgeted, of an intent whose earlier hold was budgeted
--- and voided, is one placed again that the budget could not take. Each is
+-- still held, not budgeted, of an intent whose earlier hold under the same
+-- mandate and currency was budgeted and voided, is one placed again that
+-- the budget could not take (a retry under a newer mandate without a
+-- budget is not: its mandate differs, or has no budget row). Each is
 -- reserved, past the budget if need be. The hold guard forbids changing a
 -- hold's budgeted flag, so it is off for this one statement; no hold is
 -- written meanwhile.
@@ -29,7 +31,9 @@ WITH outside AS (
     UPDATE budget_holds h SET budgeted = true, beyond_budget = true
     WHERE h.state = 'held' AND NOT h.budgeted
       AND EXISTS (SELECT 1 FROM budget_holds v WHERE v.rail_account = h.rail_account AND v.sik = h.sik
-                    AND v.hold_seq < h.hold_seq AND v.state = 'voided' AND v.budgeted)
+                    AND v.hold_seq < h.hold_seq AND v.state = 'voided' AND v.budgeted
+                    AND v.mandate_hash = h.mandate_hash AND v.currency = h.currency)
+      AND EXISTS (SELECT 1 FROM mandate_budgets b WHERE b.mandate_hash = h.mandate_hash AND b.currency = h.currency)
     RETURNING h.mandate_hash, h.currency, h.amount_minor)
 UPDATE mandate_budgets b SET reserved_minor = b.reserved_minor + o.amount_minor
 FROM (SELECT mandate_hash, currency, sum(amount_minor) AS amount_minor FROM outside GROUP BY 1, 2) o
