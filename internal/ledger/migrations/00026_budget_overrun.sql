@@ -60,10 +60,13 @@ BEGIN
         IF NEW.state <> 'held' OR NEW.settled_at IS NOT NULL THEN
             RAISE EXCEPTION 'a budget hold is born held' USING ERRCODE = 'check_violation';
         END IF;
-        IF NEW.beyond_budget AND NOT EXISTS (SELECT 1 FROM budget_holds h WHERE h.rail_account = NEW.rail_account AND h.sik = NEW.sik
-                                                 AND h.hold_seq < NEW.hold_seq AND h.state = 'voided') THEN
-            RAISE EXCEPTION 'budget hold %/%#%: only a voided hold placed again may go beyond the budget', NEW.rail_account, NEW.sik, NEW.hold_seq
-                USING ERRCODE = 'check_violation';
+        -- Nested, so that an ordinary hold runs no query for it.
+        IF NEW.beyond_budget THEN
+            IF NOT EXISTS (SELECT 1 FROM budget_holds h WHERE h.rail_account = NEW.rail_account AND h.sik = NEW.sik
+                             AND h.hold_seq < NEW.hold_seq AND h.state = 'voided') THEN
+                RAISE EXCEPTION 'budget hold %/%#%: only a voided hold placed again may go beyond the budget', NEW.rail_account, NEW.sik, NEW.hold_seq
+                    USING ERRCODE = 'check_violation';
+            END IF;
         END IF;
         IF NEW.budgeted THEN
             UPDATE mandate_budgets SET reserved_minor = reserved_minor + NEW.amount_minor,
