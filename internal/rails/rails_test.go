@@ -70,8 +70,8 @@ func TestMCPBaseURL(t *testing.T) {
 // TestConcurrentReadsReuseConnections: reads of one rail by many decisions
 // at once reuse their connections. With http.DefaultTransport's two idle
 // connections per host, every read past the second opened a new one (a
-// TLS handshake to the rail in production): 10 rounds of 16 concurrent
-// reads opened over a hundred connections.
+// TLS handshake to the rail in production): 12 rounds of 16 concurrent
+// reads opened over 150 connections.
 func TestConcurrentReadsReuseConnections(t *testing.T) {
 	var opened atomic.Int64
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -95,7 +95,7 @@ func TestConcurrentReadsReuseConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, _ := r.ByID("acct_1")
-	const rounds, concurrent = 10, 16
+	const rounds, concurrent = 12, 16
 	for range rounds {
 		var wg sync.WaitGroup
 		errs := make(chan error, concurrent)
@@ -119,10 +119,12 @@ func TestConcurrentReadsReuseConnections(t *testing.T) {
 			}
 		}
 	}
-	// One connection per concurrent read, and a few more where a read
-	// began before a finished one's connection was back in the pool.
-	if n := opened.Load(); n > 2*concurrent {
-		t.Fatalf("%d rounds of %d concurrent reads opened %d connections; want them reused (at most %d)", rounds, concurrent, n, 2*concurrent)
+	// One connection per concurrent read, and more where a read began
+	// before a finished one's connection was back in the pool (the
+	// transport then dials, and keeps the extra one idle): on a busy
+	// machine a round or two may, but never every round.
+	if limit := int64(5 * concurrent); opened.Load() > limit {
+		t.Fatalf("%d rounds of %d concurrent reads opened %d connections; want them reused (at most %d)", rounds, concurrent, opened.Load(), limit)
 	}
 }
 
