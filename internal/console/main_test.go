@@ -21,6 +21,7 @@ import (
 	"github.com/countersign/countersign/internal/ownerauth"
 	"github.com/countersign/countersign/internal/quota"
 	"github.com/countersign/countersign/internal/testing/pgtest"
+	"github.com/countersign/countersign/internal/testing/testclock"
 )
 
 func TestMain(m *testing.M) {
@@ -28,24 +29,6 @@ func TestMain(m *testing.M) {
 		_, err := ledger.Migrate(ctx, url, nil)
 		return err
 	}), pgtest.IgnoreServerGoroutines())
-}
-
-// clock is a clock the test moves by hand.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
 }
 
 // rig is a console over a real ledger, with a stand-in for the REST
@@ -56,7 +39,7 @@ type rig struct {
 	auth    *ownerauth.Authenticator
 	con     *console.Console
 	srv     *httptest.Server
-	clock   *clock
+	clock   *testclock.Clock
 	ownerID string
 	token   string // the owner's token (cso_…)
 
@@ -79,7 +62,7 @@ func newRig(t *testing.T, ro rigOptions) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(store.Close)
-	r := &rig{t: t, store: store, clock: &clock{t: time.Now()}}
+	r := &rig{t: t, store: store, clock: testclock.New(time.Now())}
 	cfg := ownerauth.Config{}
 	if ro.oidc != nil {
 		cfg = *ro.oidc

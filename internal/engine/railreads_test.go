@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,27 +21,8 @@ import (
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/rail/mcp"
 	"github.com/countersign/countersign/internal/testing/mockrail"
+	"github.com/countersign/countersign/internal/testing/testclock"
 )
-
-// fakeClock is a clock a test moves by hand.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Now()} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // limitRailReads is e rebuilt, over the same ledger and rails, with the
 // rail read limit of rate reads a second and burst at once, on clock.
@@ -127,7 +107,7 @@ func rowCounts(t *testing.T, url string) map[string]int {
 // back; once the clock has refilled the bucket the agent is served again.
 func TestAgentsRailReadsAreLimited(t *testing.T) {
 	r := newRig(t)
-	clock := newFakeClock()
+	clock := testclock.New(time.Now())
 	r.e = limitRailReads(r.e, 0.5, 3, clock.Now)
 	ctx := context.Background()
 	refund := func(secret, id string, amount int) Outcome {
@@ -195,11 +175,11 @@ func TestAgentsRailReadsAreLimited(t *testing.T) {
 	}
 
 	// Not yet refilled, then refilled.
-	clock.advance(time.Second)
+	clock.Advance(time.Second)
 	if out := refund(r.secret, "req-early", 201); out.ReasonCode != ReasonRailReadsLimited || out.ResponseHeaders["retry-after"] != "1" {
 		t.Fatalf("after 1 s = %s retry-after %q: %s; want still limited, 1 s to go", out.ReasonCode, out.ResponseHeaders["retry-after"], out.Reason)
 	}
-	clock.advance(time.Second)
+	clock.Advance(time.Second)
 	if out := refund(r.secret, "req-later", 202); out.Verdict != Allow {
 		t.Fatalf("after the bucket refilled = %s %s: %s", out.Verdict, out.ReasonCode, out.Reason)
 	}
@@ -215,7 +195,7 @@ func TestAgentsRailReadsAreLimited(t *testing.T) {
 // bucket is then still exactly as full as its one resolve left it.
 func TestLedgerAnswersAndEarlyRefusalsSpendNoRailReads(t *testing.T) {
 	r := newRig(t, func(m *countersignv1.Mandate) { m.Grants[0].MaxAmountMinor = 5000 })
-	clock := newFakeClock()
+	clock := testclock.New(time.Now())
 	r.e = limitRailReads(r.e, 0.001, 2, clock.Now)
 	ctx := context.Background()
 	first := r.e.Decide(ctx, r.refund())
@@ -272,7 +252,7 @@ func (r *mcpRig) toolLists() int {
 // (as the MCP server's JSON-RPC error for the call, with Retry-After).
 func TestToolDescriptionReadsAreTheAgents(t *testing.T) {
 	r := newMCPRig(t, map[string]string{"create_refund": mcp.DescriptionHash(honestRefundDesc)})
-	clock := newFakeClock()
+	clock := testclock.New(time.Now())
 	r.e = limitRailReads(r.e, 0.001, 3, clock.Now)
 	ctx := context.Background()
 	if out := r.e.Decide(ctx, r.call(1, "create_refund", 2500)); out.Verdict != Allow {
@@ -303,7 +283,7 @@ func TestToolDescriptionReadsAreTheAgents(t *testing.T) {
 // reconciliation (UNKNOWN), never to APPLIED on the caller's word.
 func TestReportedAppliedListingIsTheAgents(t *testing.T) {
 	r := newMCPRig(t, nil)
-	clock := newFakeClock()
+	clock := testclock.New(time.Now())
 	r.e = limitRailReads(r.e, 0.001, 1, clock.Now)
 	ctx := context.Background()
 	out := r.e.Decide(ctx, r.nativeCall(1, 700))

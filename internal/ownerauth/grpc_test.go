@@ -26,6 +26,7 @@ import (
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/ownerauth"
 	"github.com/countersign/countersign/internal/quota"
+	"github.com/countersign/countersign/internal/testing/testclock"
 )
 
 // echoOwner answers with the owner the guard put in the context.
@@ -108,7 +109,7 @@ func retryOf(err error) time.Duration {
 }
 
 // tokenFixture is an authenticator over live tokens of two owners.
-func tokenFixture(t *testing.T, clk *fakeClock) (a *ownerauth.Authenticator, alice, bob string) {
+func tokenFixture(t *testing.T, clk *testclock.Clock) (a *ownerauth.Authenticator, alice, bob string) {
 	t.Helper()
 	store := &fakeTokens{}
 	alice = store.add(t, ledger.OwnerToken{ID: "otk_alice", OwnerID: "own_alice", ExpiresAt: clk.Now().Add(24 * time.Hour)})

@@ -24,6 +24,7 @@ import (
 
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/ownerauth"
+	"github.com/countersign/countersign/internal/testing/testclock"
 )
 
 const (
@@ -34,25 +35,7 @@ const (
 // testOwners are the subjects the tests' issuer signs for that are owners.
 var testOwners = []string{"alice", "alice@example.test", "bob"}
 
-// fakeClock is a clock the test moves by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *fakeClock { return &fakeClock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+func newClock() *testclock.Clock { return testclock.New(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)) }
 
 // signingKey is one of the test issuer's keys.
 type signingKey struct {

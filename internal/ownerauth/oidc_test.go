@@ -14,10 +14,11 @@ import (
 	"github.com/go-jose/go-jose/v4"
 
 	"github.com/countersign/countersign/internal/ownerauth"
+	"github.com/countersign/countersign/internal/testing/testclock"
 )
 
 // newOIDC returns an authenticator whose JWKS comes from a URL or a file.
-func newOIDC(t *testing.T, clk *fakeClock, source string, body []byte, mutate func(*ownerauth.Config)) *ownerauth.Authenticator {
+func newOIDC(t *testing.T, clk *testclock.Clock, source string, body []byte, mutate func(*ownerauth.Config)) *ownerauth.Authenticator {
 	t.Helper()
 	cfg := ownerauth.Config{Issuer: testIssuer, Audience: testAudience, AllowedSubjects: testOwners, Now: clk.Now}
 	switch source {

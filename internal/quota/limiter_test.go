@@ -6,27 +6,11 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/countersign/countersign/internal/testing/testclock"
 )
 
-// fakeClock is a clock the test moves by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newClock() *fakeClock { return &fakeClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
+func newClock() *testclock.Clock { return testclock.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)) }
 
 func TestAllowSpendsTheBurstThenRefillsAtTheRate(t *testing.T) {
 	clk := newClock()

@@ -13,6 +13,8 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"pgregory.net/rapid"
+
+	"github.com/countersign/countersign/internal/testing/testclock"
 )
 
 var testNames = ServiceNames("countersign-injector", testNamespace)
@@ -20,15 +22,7 @@ var testNames = ServiceNames("countersign-injector", testNamespace)
 // testPolicy is DefaultPolicy; the clock is what moves.
 var testPolicy = DefaultPolicy
 
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Add(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
-
-func newManager(t *testing.T, f *fakeAPI, clk *clock) *Manager {
+func newManager(t *testing.T, f *fakeAPI, clk *testclock.Clock) *Manager {
 	c, _ := f.client(t)
 	return &Manager{Kube: c, Namespace: testNamespace, SecretName: testSecret, WebhookConfig: testWebhook,
 		DNSNames: testNames, Policy: testPolicy, Now: clk.Now}
@@ -80,7 +74,7 @@ func serial(t *testing.T, m *Manager) string {
 // leaf between them, trusted by both webhooks, over a real TLS handshake.
 func TestReplicasShareOneCertificate(t *testing.T) {
 	f := newFakeAPI(t)
-	clk := &clock{now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	clk := testclock.New(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 	a, b := newManager(t, f, clk), newManager(t, f, clk)
 	var wg sync.WaitGroup
 	errs := make([]error, 6)
@@ -142,7 +136,7 @@ func TestReplicasShareOneCertificate(t *testing.T) {
 // fails keeps the last good leaf in service.
 func TestFailsClosedWithoutTheAPIServer(t *testing.T) {
 	f := newFakeAPI(t)
-	clk := &clock{now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	clk := testclock.New(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 	m := newManager(t, f, clk)
 	f.mu.Lock()
 	f.down = true
@@ -163,7 +157,7 @@ func TestFailsClosedWithoutTheAPIServer(t *testing.T) {
 	f.mu.Lock()
 	f.down = true
 	f.mu.Unlock()
-	clk.Add(testPolicy.LeafValidity - testPolicy.LeafRenewBefore + time.Hour)
+	clk.Advance(testPolicy.LeafValidity - testPolicy.LeafRenewBefore + time.Hour)
 	if err := m.Sync(context.Background()); err == nil {
 		t.Fatal("sync succeeded with the API server down")
 	}
@@ -176,7 +170,7 @@ func TestFailsClosedWithoutTheAPIServer(t *testing.T) {
 // change, so the API server needs no patch.
 func TestLeafRenewedUnderTheSameCA(t *testing.T) {
 	f := newFakeAPI(t)
-	clk := &clock{now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	clk := testclock.New(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 	m := newManager(t, f, clk)
 	if err := m.Sync(context.Background()); err != nil {
 		t.Fatal(err)
@@ -185,14 +179,14 @@ func TestLeafRenewedUnderTheSameCA(t *testing.T) {
 	bundle := string(f.secretData()[KeyCABundle])
 	patches, _ := f.counts()
 
-	clk.Add(testPolicy.LeafValidity - testPolicy.LeafRenewBefore - time.Hour)
+	clk.Advance(testPolicy.LeafValidity - testPolicy.LeafRenewBefore - time.Hour)
 	if err := m.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if serial(t, m) != first {
 		t.Fatal("the leaf was renewed before its renewal time")
 	}
-	clk.Add(2 * time.Hour)
+	clk.Advance(2 * time.Hour)
 	if err := m.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +210,7 @@ func TestLeafRenewedUnderTheSameCA(t *testing.T) {
 func TestCARotatesWithOverlap(t *testing.T) {
 	f := newFakeAPI(t)
 	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	clk := &clock{now: start}
+	clk := testclock.New(start)
 	m := newManager(t, f, clk)
 	sync := func() material {
 		t.Helper()
@@ -236,7 +230,7 @@ func TestCARotatesWithOverlap(t *testing.T) {
 		return string(leaf.AuthorityKeyId)
 	}
 
-	clk.now = oldCA.NotAfter.Add(-2*testPolicy.LeafValidity + time.Hour)
+	clk.Set(oldCA.NotAfter.Add(-2*testPolicy.LeafValidity + time.Hour))
 	mat = sync()
 	if len(mat.cas) != 2 {
 		t.Fatalf("two leaf lifetimes before the CA expires the bundle holds %d CAs, want 2", len(mat.cas))
@@ -246,7 +240,7 @@ func TestCARotatesWithOverlap(t *testing.T) {
 	}
 	newCA := mat.cas[1].cert
 
-	clk.now = oldCA.NotAfter.Add(-testPolicy.LeafValidity + time.Hour)
+	clk.Set(oldCA.NotAfter.Add(-testPolicy.LeafValidity + time.Hour))
 	mat = sync()
 	if issuer() != string(newCA.SubjectKeyId) {
 		t.Fatal("with less than a leaf lifetime left on the old CA, the leaf is not the new CA's")
@@ -255,7 +249,7 @@ func TestCARotatesWithOverlap(t *testing.T) {
 		t.Fatalf("the old CA left the bundle before it expired (%d CAs)", len(mat.cas))
 	}
 
-	clk.now = oldCA.NotAfter.Add(time.Hour)
+	clk.Set(oldCA.NotAfter.Add(time.Hour))
 	mat = sync()
 	if len(mat.cas) != 1 || !mat.cas[0].cert.Equal(newCA) {
 		t.Fatalf("after the old CA expired the bundle holds %d CAs", len(mat.cas))
@@ -269,7 +263,7 @@ func TestCARotatesWithOverlap(t *testing.T) {
 func TestRotationNeverCutsOffAReplica(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		f := newFakeAPI(t)
-		clk := &clock{now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+		clk := testclock.New(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 		// A CA of four leaf lifetimes, so a run sees it replaced.
 		short := Policy{CAValidity: 4 * testPolicy.LeafValidity, LeafValidity: testPolicy.LeafValidity, LeafRenewBefore: testPolicy.LeafRenewBefore}
 		ms := []*Manager{newManager(t, f, clk), newManager(t, f, clk), newManager(t, f, clk)}
@@ -283,7 +277,7 @@ func TestRotationNeverCutsOffAReplica(t *testing.T) {
 		// crosses at least one CA replacement (a CA lives 360 days).
 		steps := rapid.IntRange(80, 120).Draw(rt, "steps")
 		for range steps {
-			clk.Add(5*24*time.Hour + time.Duration(rapid.Int64Range(0, int64(10*24*time.Hour)).Draw(rt, "jump")))
+			clk.Advance(5*24*time.Hour + time.Duration(rapid.Int64Range(0, int64(10*24*time.Hour)).Draw(rt, "jump")))
 			i := rapid.IntRange(0, len(ms)-1).Draw(rt, "replica")
 			if err := ms[i].Sync(context.Background()); err != nil {
 				rt.Fatal(err)
@@ -312,7 +306,7 @@ func TestRotationNeverCutsOffAReplica(t *testing.T) {
 // with good material, not served.
 func TestJunkSecretIsReplaced(t *testing.T) {
 	f := newFakeAPI(t)
-	clk := &clock{now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	clk := testclock.New(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 	other, err := newAuthority(clk.Now(), testPolicy.CAValidity)
 	if err != nil {
 		t.Fatal(err)
@@ -345,7 +339,7 @@ func TestJunkSecretIsReplaced(t *testing.T) {
 // the patch's name test (422) and is read again, not patched blindly.
 func TestPatchReadsAgainWhenWebhooksMove(t *testing.T) {
 	f := newFakeAPI(t)
-	clk := &clock{now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)}
+	clk := testclock.New(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
 	f.beforePatch = func(cfg *admissionregistrationv1.MutatingWebhookConfiguration) {
 		cfg.Webhooks = append([]admissionregistrationv1.MutatingWebhook{{Name: "someone-else.example.com"}}, cfg.Webhooks...)
 	}
