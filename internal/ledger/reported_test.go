@@ -313,15 +313,51 @@ func TestLateAppliedHoldsItsAmountAgain(t *testing.T) {
 		}
 	}
 
-	t.Run("after CONFIRMED_NOT_APPLIED, within the budget", func(t *testing.T) {
+	// begin opens a ledger with intent n started and its hold placed
+	// under a mandate of its own.
+	begin := func(n int) (*Store, string, testProposal) {
+		t.Helper()
 		s := openTest(t)
-		mandate := fmt.Sprintf("%064x", 51)
-		p := proposal(51)
+		mandate, p := fmt.Sprintf("%064x", n), proposal(n)
 		res, err := startFirst(ctx, s, p)
 		if err != nil {
 			t.Fatal(err)
 		}
 		hold(s, res.Intent, mandate)
+		return s, mandate, p
+	}
+	reject := func(s *Store, k Key) {
+		t.Helper()
+		if _, err := s.Commit(ctx, AttemptResult{Key: k, Seq: 1, Outcome: OutcomeRejected, Reason: "r", Response: &HTTPMessage{Status: 400}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// resend moves the settled intent along ev, holds its amount again and
+	// starts attempt 2 with stamp.
+	resend := func(s *Store, p testProposal, mandate string, ev intent.Event, o TransitionOpts, stamp string) {
+		t.Helper()
+		if err := s.InTx(ctx, func(tx *Tx) error {
+			it, err := tx.LockIntent(ctx, p.Key)
+			if err != nil {
+				return err
+			}
+			if it, err = tx.Transition(ctx, it, ev, o); err != nil {
+				return err
+			}
+			if err := tx.PlaceHold(ctx, it, HoldSpec{MandateHash: mandate, AgentID: "agent_a", PayeeKey: "pi_1", Currency: "USD", AmountMinor: amount, BudgetMinor: budget}); err != nil {
+				return err
+			}
+			as := p.AttemptStart
+			as.Stamp = stamp
+			_, _, err = tx.StartAttempt(ctx, it, as)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("after CONFIRMED_NOT_APPLIED, within the budget", func(t *testing.T) {
+		s, mandate, p := begin(51)
 		settleAbsent(s, p.Key)
 		if b := budgetOf(s, mandate); b.Held != 0 || windowCalls(s, mandate) != 0 {
 			t.Fatalf("after the absent finding: %+v, %d calls; want nothing held", b, windowCalls(s, mandate))
@@ -343,17 +379,9 @@ func TestLateAppliedHoldsItsAmountAgain(t *testing.T) {
 		}
 	})
 	t.Run("after FAILED_TERMINAL, the budget taken since", func(t *testing.T) {
-		s := openTest(t)
-		mandate := fmt.Sprintf("%064x", 52)
-		p, q, r := proposal(52), proposal(53), proposal(54)
-		res, err := startFirst(ctx, s, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hold(s, res.Intent, mandate)
-		if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeRejected, Reason: "r", Response: &HTTPMessage{Status: 400}}); err != nil {
-			t.Fatal(err)
-		}
+		s, mandate, p := begin(52)
+		q, r := proposal(53), proposal(54)
+		reject(s, p.Key)
 		// The budget the rejection gave back is taken by another intent.
 		other, err := startFirst(ctx, s, q)
 		if err != nil {
@@ -375,9 +403,7 @@ func TestLateAppliedHoldsItsAmountAgain(t *testing.T) {
 		// but what it gives back only pays the overrun. Before, the late
 		// hold was outside the budget, the void left the budget empty, and
 		// a third intent's hold fit: three budgets' worth could leave.
-		if _, err := s.Commit(ctx, AttemptResult{Key: q.Key, Seq: 1, Outcome: OutcomeRejected, Reason: "r", Response: &HTTPMessage{Status: 400}}); err != nil {
-			t.Fatal(err)
-		}
+		reject(s, q.Key)
 		if b := budgetOf(s, mandate); b.Held != amount {
 			t.Fatalf("budget after the void = %+v; want the late hold's %d held", b, amount)
 		}
@@ -398,36 +424,9 @@ func TestLateAppliedHoldsItsAmountAgain(t *testing.T) {
 		// Attempt 1 rejected (its hold voided), the intent reopened with a
 		// new hold, attempt 2 sent; then the rail says attempt 1 applied.
 		// Both may have: the late one's hold is placed beside the live one.
-		s := openTest(t)
-		mandate := fmt.Sprintf("%064x", 57)
-		p := proposal(57)
-		spec := HoldSpec{MandateHash: mandate, AgentID: "agent_a", PayeeKey: "pi_1", Currency: "USD", AmountMinor: amount, BudgetMinor: budget}
-		res, err := startFirst(ctx, s, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hold(s, res.Intent, mandate)
-		if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeRejected, Reason: "r", Response: &HTTPMessage{Status: 400}}); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.InTx(ctx, func(tx *Tx) error {
-			it, err := tx.LockIntent(ctx, p.Key)
-			if err != nil {
-				return err
-			}
-			if it, err = tx.Transition(ctx, it, intent.Reopened, TransitionOpts{BumpGeneration: true}); err != nil {
-				return err
-			}
-			if err := tx.PlaceHold(ctx, it, spec); err != nil {
-				return err
-			}
-			as := p.AttemptStart
-			as.Stamp = p.SIK + "-1"
-			_, _, err = tx.StartAttempt(ctx, it, as)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
+		s, mandate, p := begin(57)
+		reject(s, p.Key)
+		resend(s, p, mandate, intent.Reopened, TransitionOpts{BumpGeneration: true}, p.SIK+"-1")
 		it := late(s, p.Key)
 		if b := budgetOf(s, mandate); b.Held != 2*amount {
 			t.Fatalf("budget after attempt 1's late applied = %+v; want both attempts' %d held", b, 2*amount)
@@ -444,31 +443,9 @@ func TestLateAppliedHoldsItsAmountAgain(t *testing.T) {
 		// one request of a stamp at most once), then the rail says the
 		// first attempt applied: one effect, whose hold the retry's stands
 		// for. No second hold, and the reason does not say both applied.
-		s := openTest(t)
-		mandate := fmt.Sprintf("%064x", 58)
-		p := proposal(58)
-		res, err := startFirst(ctx, s, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hold(s, res.Intent, mandate)
+		s, mandate, p := begin(58)
 		settleAbsent(s, p.Key)
-		if err := s.InTx(ctx, func(tx *Tx) error {
-			it, err := tx.LockIntent(ctx, p.Key)
-			if err != nil {
-				return err
-			}
-			if it, err = tx.Transition(ctx, it, intent.RetryAuthorized, TransitionOpts{Reason: "retry"}); err != nil {
-				return err
-			}
-			if err := tx.PlaceHold(ctx, it, HoldSpec{MandateHash: mandate, AgentID: "agent_a", PayeeKey: "pi_1", Currency: "USD", AmountMinor: amount, BudgetMinor: budget}); err != nil {
-				return err
-			}
-			_, _, err = tx.StartAttempt(ctx, it, p.AttemptStart)
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
+		resend(s, p, mandate, intent.RetryAuthorized, TransitionOpts{Reason: "retry"}, p.AttemptStart.Stamp)
 		it := late(s, p.Key)
 		if b := budgetOf(s, mandate); b.Held != amount {
 			t.Fatalf("budget after attempt 1's late applied = %+v; want the retry's %d held, once", b, amount)
@@ -478,17 +455,9 @@ func TestLateAppliedHoldsItsAmountAgain(t *testing.T) {
 		}
 	})
 	t.Run("a late hold past the budget, then given back", func(t *testing.T) {
-		s := openTest(t)
-		mandate := fmt.Sprintf("%064x", 55)
-		p, q := proposal(55), proposal(56)
-		res, err := startFirst(ctx, s, p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		hold(s, res.Intent, mandate)
-		if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeRejected, Reason: "r", Response: &HTTPMessage{Status: 400}}); err != nil {
-			t.Fatal(err)
-		}
+		s, mandate, p := begin(55)
+		q := proposal(56)
+		reject(s, p.Key)
 		other, err := startFirst(ctx, s, q)
 		if err != nil {
 			t.Fatal(err)
