@@ -269,7 +269,10 @@ const (
 // dial and TLS handshake timeouts, HTTP/2 where the rail offers it) with
 // enough idle connections kept for concurrent decisions.
 func defaultHTTPClient() *http.Client {
-	t := http.DefaultTransport.(*http.Transport).Clone()
+	t := &http.Transport{Proxy: http.ProxyFromEnvironment, ForceAttemptHTTP2: true}
+	if d, ok := http.DefaultTransport.(*http.Transport); ok {
+		t = d.Clone()
+	}
 	t.MaxIdleConnsPerHost, t.MaxIdleConns = railIdleConnsPerHost, railIdleConns
 	return &http.Client{Timeout: railTimeout, Transport: t, CheckRedirect: noRedirects}
 }
