@@ -445,7 +445,7 @@ func TestLateAppliedHoldsItsAmountAgain(t *testing.T) {
 		// for. No second hold, and the reason does not say both applied.
 		s, mandate, p := begin(58)
 		settleAbsent(s, p.Key)
-		resend(s, p, mandate, intent.RetryAuthorized, TransitionOpts{Reason: "retry"}, p.AttemptStart.Stamp)
+		resend(s, p, mandate, intent.RetryAuthorized, TransitionOpts{Reason: "retry"}, p.Stamp)
 		it := late(s, p.Key)
 		if b := budgetOf(s, mandate); b.Held != amount {
 			t.Fatalf("budget after attempt 1's late applied = %+v; want the retry's %d held, once", b, amount)
