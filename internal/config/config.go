@@ -120,6 +120,10 @@ type Config struct {
 	AuditSigningKey string
 	// AuditSealInterval is how often the sequencer seals new audit records.
 	AuditSealInterval time.Duration
+	// PruneInterval is how often the ledger forgets what nothing can use
+	// any more (ledger.Prune: window counters past every window, long
+	// expired owner sessions); 0 turns it off.
+	PruneInterval time.Duration
 	// TrustedProxies lists (comma-separated CIDR prefixes or addresses)
 	// the proxies whose X-Forwarded-For is believed when quotas name a
 	// caller's source; empty (the default): no forwarding header is.
@@ -174,6 +178,7 @@ func Defaults() Config {
 		MaxRequestBytes:      65536,
 		OutboxInterval:       time.Second,
 		AuditSealInterval:    time.Second,
+		PruneInterval:        time.Hour,
 		OwnerSubjectClaim:    "sub",
 		OwnerGroupsClaim:     ownerauth.DefaultGroupsClaim,
 		OwnerQuotaRate:       10,
@@ -218,6 +223,7 @@ func (c *Config) BindServe(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.OutboxInterval, "outbox-interval", c.OutboxInterval, "how often the webhook dispatcher delivers events (0 turns it off)")
 	fs.StringVar(&c.WebhookAllowNetworks, "webhook-allow-networks", c.WebhookAllowNetworks, "comma-separated CIDR prefixes of non-public networks webhooks may reach (loopback, private and link-local addresses are refused otherwise)")
 	fs.StringVar(&c.AuditSigningKey, "audit-signing-key", c.AuditSigningKey, "file holding the audit log's note signer key (countersign audit keygen); without it this process does not seal audit records")
+	fs.DurationVar(&c.PruneInterval, "prune-interval", c.PruneInterval, "how often the ledger deletes window counters no window can count and owner sessions expired over a day (0 turns it off)")
 	fs.DurationVar(&c.AuditSealInterval, "audit-seal-interval", c.AuditSealInterval, "how often the sequencer seals new audit records into the signed log (with audit-signing-key)")
 	fs.StringVar(&c.OwnerIssuer, "owner-issuer", c.OwnerIssuer, "OIDC issuer of owner JWTs (exact iss); empty: OIDC off, static owner tokens only")
 	fs.StringVar(&c.OwnerAudience, "owner-audience", c.OwnerAudience, "audience an owner JWT must list in aud")
@@ -417,6 +423,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := c.TrustedProxyNetworks(); err != nil {
 		errs = append(errs, fmt.Errorf("trusted-proxies (%s): %w", EnvName("trusted-proxies"), err))
+	}
+	if c.PruneInterval < 0 {
+		errs = append(errs, fmt.Errorf("prune-interval (%s) must not be negative", EnvName("prune-interval")))
 	}
 	if c.ReconcileInterval < 0 {
 		errs = append(errs, fmt.Errorf("reconcile-interval (%s) must not be negative", EnvName("reconcile-interval")))

@@ -137,6 +137,13 @@ func TestValidate(t *testing.T) {
 		{"envoy socket path too long", func(c *Config) { c.EnvoyAddr = "unix:/" + strings.Repeat("d", 120) }, "the system allows about 104"},
 		{"bad webhook network", func(c *Config) { c.WebhookAllowNetworks = "10.20.0.0/16,intranet" }, `webhook-allow-networks (COUNTERSIGN_WEBHOOK_ALLOW_NETWORKS): "intranet" is neither`},
 		{"trusted proxies", func(c *Config) { c.TrustedProxies = "10.0.0.0/8, 192.0.2.7" }, ""},
+		{"prune hourly by default", func(c *Config) {
+			if c.PruneInterval != time.Hour {
+				t.Errorf("default prune-interval = %s, want 1h", c.PruneInterval)
+			}
+		}, ""},
+		{"prune off", func(c *Config) { c.PruneInterval = 0 }, ""},
+		{"negative prune interval", func(c *Config) { c.PruneInterval = -time.Minute }, "prune-interval (COUNTERSIGN_PRUNE_INTERVAL) must not be negative"},
 		{"audit seal interval too short", func(c *Config) { c.AuditSealInterval = time.Millisecond }, "audit-seal-interval (COUNTERSIGN_AUDIT_SEAL_INTERVAL) must be between 10ms and 1h"},
 		{"audit signing key missing", func(c *Config) { c.AuditSigningKey = "/nonexistent/audit.key" }, "audit-signing-key (COUNTERSIGN_AUDIT_SIGNING_KEY): audit signing key: open /nonexistent/audit.key"},
 		{"audit signing key is a verifier key", func(c *Config) {

@@ -257,6 +257,14 @@ func (s *Server) Start(ctx context.Context) error {
 		s.log.Warn("audit sealing is off: no --audit-signing-key, so this process seals no audit records into the signed log " +
 			"(records are still written; another process with the key, or `countersign audit seal`, may seal them)")
 	}
+	if s.cfg.PruneInterval > 0 {
+		m := newPruneMetrics(s.metrics.Registry)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			runPruner(bg, s.store, s.cfg.PruneInterval, s.log, m)
+		}()
+	}
 	if s.cfg.ReconcileInterval > 0 {
 		s.wg.Add(1)
 		go func() {
