@@ -76,7 +76,7 @@ func TestDeepValidationReachesEveryAny(t *testing.T) {
 		"envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
 		"envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
 	}
-	if got := res.types(); !slices.Equal(got, want) {
+	if got := res.Types(); !slices.Equal(got, want) {
 		t.Errorf("unpacked types\n got %q\nwant %q", got, want)
 	}
 	// Two levels of Any: a per-route config inside the connection manager.

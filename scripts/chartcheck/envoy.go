@@ -1,12 +1,10 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
 
-	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -16,17 +14,8 @@ import (
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
-	"google.golang.org/protobuf/types/descriptorpb"
-	"google.golang.org/protobuf/types/known/anypb"
-	"sigs.k8s.io/yaml"
 
-	// Every extension type the bootstrap packs in an Any must be in the
-	// global registry to be resolved (as in envoy/validate_test.go).
-	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
-
+	"github.com/countersign/countersign/internal/envoyconfig"
 	"github.com/countersign/countersign/internal/rails"
 )
 
@@ -54,16 +43,11 @@ type envoyInfo struct {
 // JSON, proto3 JSON with unknown fields an error), validates it into every
 // typed Any, and checks what the chart's pod relies on.
 func checkEnvoyBootstrap(r *result, data string, accounts map[string]rails.AccountConfig) *envoyInfo {
-	js, err := yaml.YAMLToJSON([]byte(data))
-	if !r.ok(invEnvoy, err == nil, "bootstrap: yaml: %v", err) {
-		return nil
-	}
-	b := &bootstrapv3.Bootstrap{}
-	err = protojson.UnmarshalOptions{}.Unmarshal(js, b)
+	b, err := envoyconfig.ParseBootstrap([]byte(data))
 	if !r.ok(invEnvoy, err == nil, "bootstrap does not parse as an Envoy v3 Bootstrap: %v", err) {
 		return nil
 	}
-	err = validateDeep(b)
+	_, err = envoyconfig.ValidateDeep(b)
 	if !r.ok(invEnvoy, err == nil, "bootstrap fails validation: %v", err) {
 		return nil
 	}
@@ -241,101 +225,4 @@ func isLoopback(a *corev3.Address) bool {
 	}
 	ip, err := netip.ParseAddr(a.GetSocketAddress().GetAddress())
 	return err == nil && ip.IsLoopback()
-}
-
-// validateDeep validates m with its generated rules and then every message
-// packed in a google.protobuf.Any beneath it, at any depth, refusing
-// deprecated fields and enum values: envoy/validate_test.go's walk, which
-// plain ValidateAll does not do (it stops at an Any).
-func validateDeep(m proto.Message) error {
-	w := &walker{}
-	w.validate("", m)
-	w.message("", m.ProtoReflect())
-	return errors.Join(w.errs...)
-}
-
-type walker struct{ errs []error }
-
-func (w *walker) fail(path, format string, args ...any) {
-	if path == "" {
-		path = "(root)"
-	}
-	w.errs = append(w.errs, fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...)))
-}
-
-func (w *walker) validate(path string, m proto.Message) {
-	v, ok := m.(interface{ ValidateAll() error })
-	if !ok {
-		w.fail(path, "%s has no generated validation", m.ProtoReflect().Descriptor().FullName())
-		return
-	}
-	if err := v.ValidateAll(); err != nil {
-		w.fail(path, "%v", err)
-	}
-}
-
-func (w *walker) message(path string, m protoreflect.Message) {
-	if m.Descriptor().FullName() == "google.protobuf.Any" {
-		w.any(path, m)
-		return
-	}
-	if len(m.GetUnknown()) > 0 {
-		w.fail(path, "%s carries fields this API version does not know", m.Descriptor().FullName())
-	}
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		fp := string(fd.Name())
-		if path != "" {
-			fp = path + "." + fp
-		}
-		if opts, ok := fd.Options().(*descriptorpb.FieldOptions); ok && opts.GetDeprecated() {
-			w.fail(fp, "field %s is deprecated", fd.FullName())
-		}
-		switch {
-		case fd.IsList():
-			l := v.List()
-			for i := range l.Len() {
-				w.value(fmt.Sprintf("%s[%d]", fp, i), fd, l.Get(i))
-			}
-		case fd.IsMap():
-			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
-				w.value(fmt.Sprintf("%s[%s]", fp, k.String()), fd.MapValue(), mv)
-				return true
-			})
-		default:
-			w.value(fp, fd, v)
-		}
-		return true
-	})
-}
-
-func (w *walker) value(path string, fd protoreflect.FieldDescriptor, v protoreflect.Value) {
-	switch fd.Kind() {
-	case protoreflect.MessageKind, protoreflect.GroupKind:
-		w.message(path, v.Message())
-	case protoreflect.EnumKind:
-		ev := fd.Enum().Values().ByNumber(v.Enum())
-		if ev == nil {
-			w.fail(path, "%d is not a value of %s", v.Enum(), fd.Enum().FullName())
-			return
-		}
-		if opts, ok := ev.Options().(*descriptorpb.EnumValueOptions); ok && opts.GetDeprecated() {
-			w.fail(path, "enum value %s is deprecated", ev.FullName())
-		}
-	}
-}
-
-func (w *walker) any(path string, m protoreflect.Message) {
-	a, ok := m.Interface().(*anypb.Any)
-	if !ok {
-		w.fail(path, "google.protobuf.Any of unexpected Go type %T", m.Interface())
-		return
-	}
-	inner, err := a.UnmarshalNew()
-	if err != nil {
-		w.fail(path, "typed config %q cannot be resolved or unmarshalled: %v", a.GetTypeUrl(), err)
-		return
-	}
-	ip := fmt.Sprintf("%s<%s>", path, inner.ProtoReflect().Descriptor().Name())
-	w.validate(ip, inner)
-	w.message(ip, inner.ProtoReflect())
 }
