@@ -86,7 +86,7 @@ func TestDashboardQueriesExportedMetrics(t *testing.T) {
 	}
 
 	// Bounded labels: no identifier from a request is a label value.
-	labels := []string{"source", "verdict", "reason_code", "op", "outcome", "result"}
+	labels := []string{"source", "verdict", "reason_code", "op", "outcome", "result", "table"}
 	for name, f := range fams {
 		if !strings.HasPrefix(name, "countersign_") {
 			continue
