@@ -22,6 +22,9 @@ import (
 type fakeMCP struct {
 	rail  atomic.Value // the mock rail's base URL
 	calls atomic.Int32
+	// dropKey: the server sends its own requests without the caller's
+	// idempotency key (as Stripe's toolkit does).
+	dropKey bool
 }
 
 func (f *fakeMCP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -53,7 +56,7 @@ func (f *fakeMCP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rr, _ := http.NewRequest(http.MethodPost, f.rail.Load().(string)+"/v1/refunds", strings.NewReader(form.Encode()))
 	rr.Header.Set("Authorization", r.Header.Get("Authorization"))
 	rr.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	if k := r.Header.Get("Idempotency-Key"); k != "" {
+	if k := r.Header.Get("Idempotency-Key"); k != "" && !f.dropKey {
 		rr.Header.Set("Idempotency-Key", k)
 	}
 	resp, err := http.DefaultClient.Do(rr)

@@ -118,6 +118,9 @@ type envOptions struct {
 	// metadata argument) reachable through the proxy as host mcp.local,
 	// guarded as rail account acct_e2e_mcp.
 	mcpUpstream string
+	// mcpNoMetadata configures the MCP account's tools without a metadata
+	// argument: no place for the body stamp.
+	mcpNoMetadata bool
 }
 
 const mcpAccount = "acct_e2e_mcp"
@@ -193,8 +196,8 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
     hosts: [mcp.stripe.local]
     base_url: %s
     key_file: %s
-    mcp: {preset: stripe, metadata: metadata}
-`, mcpAccount, mockURL, write("mcp.key", stripeKey)))
+    mcp: {preset: stripe%s}
+`, mcpAccount, mockURL, write("mcp.key", stripeKey), map[bool]string{false: ", metadata: metadata", true: ""}[o.mcpNoMetadata]))
 
 	auditKey, auditPub, _, err := audit.WriteKeyPair(dir, "e2e.audit")
 	if err != nil {

@@ -321,15 +321,18 @@ func ActionOf(it ledger.Intent) (rail.Action, error) {
 	return a, nil
 }
 
-// MarkStamped records that the attempt's request body now carries its
-// stamp; ext_proc calls it before letting the request leave. It returns
-// ref marked stamped and carrying the intent as the mark found it, which
-// the commit of the attempt's answer starts from instead of reading it.
-func (e *Engine) MarkStamped(ctx context.Context, ref IntentRef) (IntentRef, error) {
-	it, err := e.ledger.MarkBodyStamped(ctx, ledger.Key{RailAccount: ref.RailAccount, SIK: ref.SIK}, ref.AttemptSeq)
+// MarkSent records, while the attempt is live, that its request leaves
+// with its body stamp (stamped) or without (no body, or no place for the
+// stamp: then no listing can prove it absent); ext_proc calls it before
+// letting the request leave, and stops the request on an error. It
+// returns ref, marked stamped if it was, carrying the intent as the mark
+// found it, which the commit of the attempt's answer starts from instead
+// of reading it.
+func (e *Engine) MarkSent(ctx context.Context, ref IntentRef, stamped bool) (IntentRef, error) {
+	it, err := e.ledger.MarkSent(ctx, ledger.Key{RailAccount: ref.RailAccount, SIK: ref.SIK}, ref.AttemptSeq, stamped)
 	if err != nil {
 		return ref, err
 	}
-	ref.BodyStamped, ref.seen = true, &it
+	ref.BodyStamped, ref.seen = stamped, &it
 	return ref, nil
 }

@@ -131,10 +131,10 @@ type IntentRef struct {
 	// hash).
 	CommitToken string
 
-	// seen is the intent as MarkStamped found it (IN_FLIGHT on this
+	// seen is the intent as MarkSent found it (IN_FLIGHT on this
 	// attempt): the response path's commit starts from it instead of
 	// reading the intent again; the commit's first statement asserts it
-	// still holds. Only MarkStamped sets it, so no caller of the native
+	// still holds. Only MarkSent sets it, so no caller of the native
 	// API can hand the commit an intent of its own making.
 	seen *ledger.Intent
 }
@@ -152,7 +152,7 @@ type Ledger interface {
 	GetIntent(ctx context.Context, k ledger.Key) (ledger.Intent, []ledger.Attempt, error)
 	Commit(ctx context.Context, r ledger.AttemptResult) (ledger.Intent, error)
 	CheckReporter(ctx context.Context, r ledger.AttemptResult) (ledger.Intent, string, error)
-	MarkBodyStamped(ctx context.Context, k ledger.Key, seq int) (ledger.Intent, error)
+	MarkSent(ctx context.Context, k ledger.Key, seq int, stamped bool) (ledger.Intent, error)
 	AgentOwner(ctx context.Context, agentID string) (string, error)
 }
 

@@ -214,7 +214,12 @@ func TestUnknownIsReconciledBeforeARetry(t *testing.T) {
 	if first.Verdict != Allow {
 		t.Fatalf("first = %s %s", first.ReasonCode, first.Reason)
 	}
-	if it, _, err := r.e.Commit(ctx, *first.Intent, rail.Response{TransportErr: errors.New("timeout")}); err != nil || it.State != intent.Unknown {
+	// It left stamped (ext_proc's mark), so a listing can prove it absent.
+	sent, err := r.e.MarkSent(ctx, *first.Intent, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if it, _, err := r.e.Commit(ctx, sent, rail.Response{TransportErr: errors.New("timeout")}); err != nil || it.State != intent.Unknown {
 		t.Fatalf("commit of a timeout = %s, %v", it.State, err)
 	}
 	if out := r.e.Decide(ctx, r.refund()); out.Verdict == Allow || out.ReasonCode != ReasonReconciling {
@@ -464,7 +469,7 @@ func TestStampedCommitStartsFromTheMark(t *testing.T) {
 	if out.Verdict != Allow {
 		t.Fatalf("decide = %s %s", out.Verdict, out.Reason)
 	}
-	ref, err := r.e.MarkStamped(ctx, *out.Intent)
+	ref, err := r.e.MarkSent(ctx, *out.Intent, true)
 	if err != nil || !ref.BodyStamped || ref.seen == nil || ref.seen.State != intent.InFlight {
 		t.Fatalf("mark = %+v, %v", ref, err)
 	}
@@ -483,7 +488,7 @@ func TestStampedCommitStartsFromTheMark(t *testing.T) {
 	if out.Verdict != Allow {
 		t.Fatalf("decide = %s %s", out.Verdict, out.Reason)
 	}
-	ref, err = r.e.MarkStamped(ctx, *out.Intent)
+	ref, err = r.e.MarkSent(ctx, *out.Intent, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -274,9 +274,9 @@ func (l tracedLedger) Commit(ctx context.Context, r ledger.AttemptResult) (ledge
 	return it, err
 }
 
-func (l tracedLedger) MarkBodyStamped(ctx context.Context, k ledger.Key, seq int) (ledger.Intent, error) {
-	ctx, span := l.span(ctx, "MarkBodyStamped")
-	it, err := l.Ledger.MarkBodyStamped(ctx, k, seq)
+func (l tracedLedger) MarkSent(ctx context.Context, k ledger.Key, seq int, stamped bool) (ledger.Intent, error) {
+	ctx, span := l.span(ctx, "MarkSent")
+	it, err := l.Ledger.MarkSent(ctx, k, seq, stamped)
 	end(span, err)
 	return it, err
 }

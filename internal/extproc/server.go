@@ -26,9 +26,9 @@ import (
 // Committer records the rail's answer to an attempt (engine.Engine).
 type Committer interface {
 	Commit(ctx context.Context, ref engine.IntentRef, resp rail.Response) (ledger.Intent, rail.Classification, error)
-	// MarkStamped durably records that the request body carries its stamp,
-	// before the request may leave.
-	MarkStamped(ctx context.Context, ref engine.IntentRef) (engine.IntentRef, error)
+	// MarkSent durably records, while the attempt is live, that its
+	// request leaves with its body stamp or without, before it may leave.
+	MarkSent(ctx context.Context, ref engine.IntentRef, stamped bool) (engine.IntentRef, error)
 }
 
 // Server implements envoy.service.ext_proc.v3.ExternalProcessor.
@@ -124,14 +124,20 @@ func intentOf(req *extprocv3.ProcessingRequest) (engine.IntentRef, bool) {
 func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
 	switch r := req.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
-		// Headers that end the stream: the request has no body, and no body
-		// phase follows; it may leave only if the decided body was empty.
-		if x.hasIntent && r.RequestHeaders.GetEndOfStream() {
-			if refusal := s.checkDecidedBody(x, nil, true); refusal != nil {
-				return refusal
-			}
+		cont := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}}
+		if !x.hasIntent || !r.RequestHeaders.GetEndOfStream() {
+			return cont
 		}
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}}
+		// Headers that end the stream: the request has no body, and no body
+		// phase follows; it may leave only if the decided body was empty,
+		// and only without the body stamp (there is no body to write it in).
+		if refusal := s.checkDecidedBody(x, nil, true); refusal != nil {
+			return refusal
+		}
+		if refusal := s.markSent(x, false); refusal != nil {
+			return refusal
+		}
+		return cont
 	case *extprocv3.ProcessingRequest_RequestBody:
 		return s.requestBody(x, r.RequestBody)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
@@ -170,6 +176,11 @@ func (s *Server) requestBody(x *exchange, b *extprocv3.HttpBody) *extprocv3.Proc
 		return refusal
 	}
 	if x.ref.BodyField == "" {
+		// No place for the stamp (an MCP tool without a metadata argument):
+		// it leaves unstamped, marked so, while its attempt is live.
+		if refusal := s.markSent(x, false); refusal != nil {
+			return refusal
+		}
 		return cont
 	}
 	body, err := StampBody(b.GetBody(), x.ref.BodyField, x.ref.BodyValue)
@@ -179,18 +190,9 @@ func (s *Server) requestBody(x *exchange, b *extprocv3.HttpBody) *extprocv3.Proc
 		s.stoppedHere(x)
 		return immediate(http.StatusBadRequest, msg, "countersign_body_unstampable")
 	}
-	marked, err := s.committer.MarkStamped(context.Background(), x.ref)
-	if err != nil {
-		// Without the durable mark the reconciler could not tell a stamped
-		// request from one that never left: it does not leave.
-		s.log.Error("could not record the body stamp; stopping the request", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK, "err", err)
-		// Nothing to commit: the request never left, and an attempt that is
-		// no longer live (its lease lapsed, a newer one replaced it) has
-		// been settled without it; a live one lapses to the reconciler.
-		x.committed = true
-		return immediate(http.StatusServiceUnavailable, []byte(`{"error":{"type":"countersign_refusal","code":"ledger_unavailable","message":"Countersign could not record the request before it left; it was not sent."}}`), "countersign_stamp_unrecorded")
+	if refusal := s.markSent(x, true); refusal != nil {
+		return refusal
 	}
-	x.ref = marked // stamped, and carrying the intent as the mark found it
 	// In buffered mode the headers may be mutated with the body.
 	set := []*corev3.HeaderValueOption{setHeader("content-length", strconv.Itoa(len(body)))}
 	if len(b.GetBody()) == 0 && !strings.Contains(x.ref.BodyField, "[") {
@@ -203,6 +205,30 @@ func (s *Server) requestBody(x *exchange, b *extprocv3.HttpBody) *extprocv3.Proc
 			BodyMutation:   &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}},
 		},
 	}}}
+}
+
+// markSent records, before an allowed request leaves, whether it carries
+// its body stamp, in the statement that checks its attempt is still live
+// (engine.MarkSent); x.ref is then marked and carries the intent as the
+// mark found it. Every request with an intent leaves through it: the
+// reconciler takes an attempt through Envoy that was never marked for one
+// that never left, and a listing proves only a stamped one absent. On an
+// error the request is stopped.
+func (s *Server) markSent(x *exchange, stamped bool) *extprocv3.ProcessingResponse {
+	marked, err := s.committer.MarkSent(context.Background(), x.ref, stamped)
+	if err != nil {
+		// Without the durable mark the reconciler could not tell a request
+		// that left from one that never did: it does not leave.
+		s.log.Error("could not record the request before it left; stopping it", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK,
+			"stamped", stamped, "err", err)
+		// Nothing to commit: the request never left, and an attempt that is
+		// no longer live (its lease lapsed, a newer one replaced it) has
+		// been settled without it; a live one lapses to the reconciler.
+		x.committed = true
+		return immediate(http.StatusServiceUnavailable, []byte(`{"error":{"type":"countersign_refusal","code":"ledger_unavailable","message":"Countersign could not record the request before it left; it was not sent."}}`), "countersign_stamp_unrecorded")
+	}
+	x.ref = marked
+	return nil
 }
 
 // checkDecidedBody lets an allowed request's body leave only if it is,

@@ -3,9 +3,11 @@ package extproc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -29,7 +31,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type recorder struct {
 	mu      sync.Mutex
 	commits []commit
-	stamped int
+	// marks are the stamped flags of MarkSent, in order; markErr, if
+	// set, is every MarkSent's answer.
+	marks   []bool
+	markErr error
 	done    chan struct{}
 }
 
@@ -38,11 +43,14 @@ type commit struct {
 	resp rail.Response
 }
 
-func (r *recorder) MarkStamped(_ context.Context, ref engine.IntentRef) (engine.IntentRef, error) {
+func (r *recorder) MarkSent(_ context.Context, ref engine.IntentRef, stamped bool) (engine.IntentRef, error) {
 	r.mu.Lock()
-	r.stamped++
-	r.mu.Unlock()
-	ref.BodyStamped = true
+	defer r.mu.Unlock()
+	r.marks = append(r.marks, stamped)
+	if r.markErr != nil {
+		return ref, r.markErr
+	}
+	ref.BodyStamped = stamped
 	return ref, nil
 }
 
@@ -148,8 +156,8 @@ func TestProcessStampsAndCommits(t *testing.T) {
 		t.Fatalf("stream end = %v", err)
 	}
 	c := rec.commits[0]
-	if rec.stamped != 1 {
-		t.Fatalf("the stamp was marked %d times before the request left, want 1", rec.stamped)
+	if !slices.Equal(rec.marks, []bool{true}) {
+		t.Fatalf("marks before the request left = %v, want one, stamped", rec.marks)
 	}
 	if len(rec.commits) != 1 || c.resp.Status != 200 || string(c.resp.Body) != `{"id":"re_1"}` || c.ref.SIK != ref.SIK || !c.ref.BodyStamped {
 		t.Fatalf("commits = %+v", rec.commits)
@@ -271,8 +279,8 @@ func TestOnlyTheDecidedBodyLeaves(t *testing.T) {
 			}
 			rec.mu.Lock()
 			defer rec.mu.Unlock()
-			if rec.stamped != 0 {
-				t.Error("a refused body was marked stamped")
+			if len(rec.marks) != 0 {
+				t.Errorf("a refused body was marked sent: %v", rec.marks)
 			}
 			// Ambiguous, not rejected: the reconciler proves the absence
 			// and the retry keeps the stamp (a rejection would reopen
@@ -282,5 +290,81 @@ func TestOnlyTheDecidedBodyLeaves(t *testing.T) {
 			}
 			_ = st.CloseSend()
 		})
+	}
+}
+
+// TestUnstampedRequestsAreMarkedBeforeTheyLeave: an allowed request that
+// cannot carry the body stamp (its headers end the stream, so there is no
+// body to write it in; or its rail has no place for it, an MCP tool
+// without a metadata argument) leaves only after its attempt is marked
+// sent unstamped, in the statement that checks the attempt is live; if
+// that mark fails, it does not leave. Unmarked, the reconciler took such
+// a request for one that never left and settled an ambiguous answer as
+// not applied, though the rail had applied it (its listing cannot show an
+// unstamped request): the refund was paid twice.
+func TestUnstampedRequestsAreMarkedBeforeTheyLeave(t *testing.T) {
+	empty := *ref
+	empty.BodySHA256 = extauthz.BodyDigest(nil)
+	fieldless := *ref
+	fieldless.BodyField, fieldless.BodyValue = "", ""
+	cases := []struct {
+		name  string
+		ref   *engine.IntentRef
+		body  bool // a body phase follows the headers
+		cont  func(*extprocv3.ProcessingResponse) bool
+		phase string
+	}{
+		{"headers end the stream", &empty, false, func(r *extprocv3.ProcessingResponse) bool { return r.GetRequestHeaders() != nil }, "request headers"},
+		{"no place for the stamp", &fieldless, true, func(r *extprocv3.ProcessingResponse) bool {
+			return r.GetRequestBody() != nil && r.GetRequestBody().GetResponse().GetBodyMutation() == nil
+		}, "request body"},
+	}
+	for _, tc := range cases {
+		for _, fail := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/mark fails=%v", tc.name, fail), func(t *testing.T) {
+				rec := &recorder{done: make(chan struct{}, 4)}
+				if fail {
+					rec.markErr = ledger.ErrAttemptNotLive
+				}
+				client := dial(t, rec)
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				st, err := client.Process(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { _ = st.CloseSend() }()
+				phases := []*extprocv3.ProcessingRequest{{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+					Headers: headers(":method", "POST", ":path", "/v1/refunds"), EndOfStream: !tc.body}}}}
+				if tc.body {
+					phases = append(phases, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{
+						Body: []byte(decidedBody), EndOfStream: true}}})
+				}
+				var last *extprocv3.ProcessingResponse
+				for _, p := range phases {
+					p.MetadataContext = mdOf(tc.ref)
+					if err := st.Send(p); err != nil {
+						t.Fatal(err)
+					}
+					if last, err = st.Recv(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				rec.mu.Lock()
+				defer rec.mu.Unlock()
+				if !slices.Equal(rec.marks, []bool{false}) {
+					t.Fatalf("marks = %v; want one, unstamped, before the %s phase answered", rec.marks, tc.phase)
+				}
+				if fail {
+					if im := last.GetImmediateResponse(); im == nil || im.GetStatus().GetCode() != 503 {
+						t.Fatalf("the mark failed, but the %s phase answered %v; want the request stopped (an immediate 503)", tc.phase, last)
+					}
+					return
+				}
+				if !tc.cont(last) {
+					t.Fatalf("the %s phase answered %v; want the request to continue as it came", tc.phase, last)
+				}
+			})
+		}
 	}
 }

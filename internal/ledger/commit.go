@@ -301,8 +301,12 @@ func (s *Store) ExpireLeases(ctx context.Context, limit int, delay time.Duration
 	return n, classify(err)
 }
 
-// MarkBodyStamped records, before the request may leave, that its body
-// carries the stamp (ext_proc calls it as it writes the stamp). Only the
+// MarkSent records, before the request may leave through Envoy, whether
+// its body carries the stamp (ext_proc calls it as it writes the stamp, or
+// lets a request with no place for one go): stamped, a listing can show
+// the attempt absent; not, none can (LeftUnstamped), and reconciliation
+// never settles it as not applied. A mark is never undone: an attempt let
+// go both ways is refused (attempts_stamped_or_not) and stopped. Only the
 // live attempt may leave: its intent IN_FLIGHT on this very attempt, the
 // attempt unanswered and its lease unexpired. An attempt whose lease
 // lapsed may already have been proven absent and retried; letting it go
@@ -311,9 +315,9 @@ func (s *Store) ExpireLeases(ctx context.Context, limit int, delay time.Duration
 // two serialise on it. It returns the intent as the mark found it, which
 // the commit of the attempt's answer may start from (AttemptResult.Seen)
 // instead of reading it again.
-func (s *Store) MarkBodyStamped(ctx context.Context, k Key, seq int) (Intent, error) {
+func (s *Store) MarkSent(ctx context.Context, k Key, seq int, stamped bool) (Intent, error) {
 	it, err := scanIntent(s.pool.QueryRow(ctx, `WITH marked AS (
-		UPDATE attempts a SET body_stamped = true
+		UPDATE attempts a SET body_stamped = a.body_stamped OR $4, left_unstamped = a.left_unstamped OR NOT $4
 		FROM intents i
 		WHERE a.rail_account = $1 AND a.sik = $2 AND a.attempt_seq = $3
 		  AND a.outcome = 'pending' AND a.lease_expires_at > now()
@@ -321,7 +325,7 @@ func (s *Store) MarkBodyStamped(ctx context.Context, k Key, seq int) (Intent, er
 		  AND i.state = 'IN_FLIGHT' AND i.attempt_count = a.attempt_seq
 		RETURNING 1)
 		SELECT `+intentColumns+` FROM intents WHERE rail_account = $1 AND sik = $2 AND EXISTS (SELECT 1 FROM marked)`,
-		k.RailAccount, k.SIK, seq))
+		k.RailAccount, k.SIK, seq, stamped))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Intent{}, fmt.Errorf("%w: attempt %s#%d", ErrAttemptNotLive, k, seq)

@@ -67,11 +67,14 @@ type Attempt struct {
 	Response        *HTTPMessage
 	TransportError  string
 	BodyStamped     bool
-	ViaEnvoy        bool
-	EntityID        string
-	FeeMinor        int64
-	StartedAt       time.Time
-	FinishedAt      *time.Time
+	// LeftUnstamped: ext_proc let the request leave without a body
+	// stamp (no body, or no place for one): no listing can show it absent.
+	LeftUnstamped bool
+	ViaEnvoy      bool
+	EntityID      string
+	FeeMinor      int64
+	StartedAt     time.Time
+	FinishedAt    *time.Time
 	// FoundEntity is the entity as the rail listed it when reconciliation
 	// found this attempt applied: the rail's own JSON, carrying the
 	// attempt's stamp. Read only for the applying attempt handed to a
@@ -301,7 +304,7 @@ func (tx *Tx) leaseExpired(ctx context.Context, k Key, seq int) (bool, error) {
 
 const attemptColumns = `rail_account, sik, attempt_seq, stamp, stamp_generation, outcome, lease_owner, lease_expires_at,
 	request_method, request_path, request_headers, request_body, response_status, response_headers, response_body,
-	COALESCE(transport_error, ''), body_stamped, via_envoy, COALESCE(entity_id, ''), COALESCE(fee_minor, 0), started_at, finished_at`
+	COALESCE(transport_error, ''), body_stamped, left_unstamped, via_envoy, COALESCE(entity_id, ''), COALESCE(fee_minor, 0), started_at, finished_at`
 
 func scanAttempt(row pgx.Row) (Attempt, error) {
 	var a Attempt
@@ -311,7 +314,7 @@ func scanAttempt(row pgx.Row) (Attempt, error) {
 	var respBody []byte
 	err := row.Scan(&a.RailAccount, &a.SIK, &a.Seq, &a.Stamp, &gen, &a.Outcome, &a.LeaseOwner, &a.LeaseExpiresAt,
 		&a.Request.Method, &a.Request.Path, &reqHeaders, &a.Request.Body, &status, &respHeaders, &respBody,
-		&a.TransportError, &a.BodyStamped, &a.ViaEnvoy, &a.EntityID, &a.FeeMinor, &a.StartedAt, &a.FinishedAt)
+		&a.TransportError, &a.BodyStamped, &a.LeftUnstamped, &a.ViaEnvoy, &a.EntityID, &a.FeeMinor, &a.StartedAt, &a.FinishedAt)
 	if err != nil {
 		return a, err
 	}

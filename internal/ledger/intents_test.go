@@ -28,7 +28,9 @@ func proposal(n int) testProposal {
 	k := Key{RailAccount: "acct_test", SIK: testSIK(n)}
 	return testProposal{Key: k,
 		NewIntent: NewIntent{Key: k, Rail: "stripe", Action: "refund", Subject: "pi_1", AmountMinor: 1000, Currency: "USD", Canonical: `{"v":1}`},
-		AttemptStart: AttemptStart{Key: k, Stamp: k.SIK + "-0", LeaseOwner: "test", LeaseTTL: time.Minute,
+		// Through Envoy (with ext_proc): never marked sent, it never left,
+		// and a listing may prove it absent.
+		AttemptStart: AttemptStart{Key: k, Stamp: k.SIK + "-0", LeaseOwner: "test", LeaseTTL: time.Minute, ViaEnvoy: true,
 			Request: HTTPMessage{Method: "POST", Path: "/v1/refunds", Headers: map[string]string{"content-type": "application/x-www-form-urlencoded"}, Body: []byte("payment_intent=pi_1&amount=1000")}},
 	}
 }

@@ -74,3 +74,70 @@ func TestAnAppliedAnswerOutweighsAnAbsentListing(t *testing.T) {
 		t.Fatalf("absent finding = %+v, %v", it, err)
 	}
 }
+
+// TestOnlyAnAttemptAListingCanShowIsProvenAbsent: a listing shows only
+// the body stamp, so CONFIRMED_NOT_APPLIED (which voids the hold and lets
+// the action be sent again) needs an attempt that either left stamped or,
+// through Envoy, was never let leave. The database refuses it, whatever the
+// writer, for an attempt ext_proc let leave unstamped (MarkSent(false)) and
+// for a native attempt whose caller never said it carried the stamp; the
+// intent stays with its reconciler. A mark is never undone.
+func TestOnlyAnAttemptAListingCanShowIsProvenAbsent(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	cases := []struct {
+		name     string
+		viaEnvoy bool
+		sent     *bool // MarkSent's stamped, nil: never marked
+		reported bool  // the native caller's commit says it carried the stamp
+		provable bool
+	}{
+		{"through Envoy, never let leave", true, nil, false, true},
+		{"through Envoy, left stamped", true, ptr(true), false, true},
+		{"through Envoy, left unstamped", true, ptr(false), false, false},
+		{"native, stamp not confirmed", false, nil, false, false},
+		{"native, stamp confirmed", false, nil, true, true},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := proposal(700 + i)
+			p.ViaEnvoy = tc.viaEnvoy
+			if _, err := startFirst(ctx, s, p); err != nil {
+				t.Fatal(err)
+			}
+			if tc.sent != nil {
+				if _, err := s.MarkSent(ctx, p.Key, 1, *tc.sent); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.MarkSent(ctx, p.Key, 1, !*tc.sent); err == nil {
+					t.Fatal("an attempt marked sent one way was marked the other")
+				}
+			}
+			if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeAmbiguous, Reason: "timeout", BodyStamped: tc.reported}); err != nil {
+				t.Fatal(err)
+			}
+			_, ats, err := s.GetIntent(ctx, p.Key)
+			if err != nil || len(ats) != 1 || ats[0].LeftUnstamped != (tc.sent != nil && !*tc.sent) ||
+				ats[0].BodyStamped != (tc.reported || tc.sent != nil && *tc.sent) {
+				t.Fatalf("attempts = %+v, %v", ats, err)
+			}
+			if _, err := s.ClaimReconcile(ctx, "rec", time.Minute, 10, &p.Key); err != nil {
+				t.Fatal(err)
+			}
+			it, err := s.RecordFinding(ctx, Finding{Key: p.Key, AttemptSeq: 1, Outcome: FindingAbsent, Pages: 1, PaginationExhausted: true, Owner: "rec"})
+			switch {
+			case tc.provable && (err != nil || it.State != intent.ConfirmedNotApplied):
+				t.Fatalf("absent finding = %s, %v; want CONFIRMED_NOT_APPLIED", it.State, err)
+			case !tc.provable && (err == nil || !strings.Contains(err.Error(), "without its body stamp")):
+				t.Fatalf("absent finding = %s, %v; want the database to refuse it", it.State, err)
+			}
+			if !tc.provable {
+				if it, err := s.Intent(ctx, p.Key); err != nil || it.State != intent.Reconciling {
+					t.Fatalf("after the refused finding the intent is %s, %v; want it still RECONCILING", it.State, err)
+				}
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

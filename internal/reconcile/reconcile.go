@@ -184,13 +184,17 @@ func (w *Worker) one(ctx context.Context, wk ledger.ReconcileWork) (Result, erro
 		case !found.Exhausted:
 			// Absence on a page is not absence.
 			f.Outcome, f.Detail = ledger.FindingInconclusive, fmt.Sprintf("no match in %d pages, but the listing was not read to the end", found.Pages)
-		case !at.BodyStamped && !at.ViaEnvoy:
+		case !at.BodyStamped && (at.LeftUnstamped || !at.ViaEnvoy):
 			// The rails show only the body stamp on their entities; a
-			// request that may have gone without it (a native caller that
-			// did not confirm the stamp) cannot be proven absent by
-			// listing. A person settles it (it ends QUARANTINED). Through
-			// Envoy, an unstamped request never left: ext_proc marks the
-			// stamp before letting it go and fails closed.
+			// request that may have gone without it (one ext_proc let
+			// leave with no body or no place for the stamp, or a native
+			// caller that did not confirm the stamp) cannot be proven
+			// absent by listing. A person settles it (it ends QUARANTINED).
+			// Through Envoy, a request never marked sent never left:
+			// ext_proc marks every request (stamped or not) before letting
+			// it go, and stops it if the mark fails. The database refuses
+			// CONFIRMED_NOT_APPLIED in these cases whatever the writer
+			// (migration 00029).
 			f.Outcome, f.Detail = ledger.FindingInconclusive, fmt.Sprintf("no match in %d pages, but the request was never confirmed to carry the body stamp, so absence proves nothing", found.Pages)
 		default:
 			f.Outcome, f.PaginationExhausted = ledger.FindingAbsent, true

@@ -624,7 +624,7 @@ func (w *world) stamp(ctx context.Context, p *pipe) error {
 	body, err := extproc.StampBody(p.body, p.ref.BodyField, p.ref.BodyValue)
 	marked := p.ref
 	if err == nil {
-		marked, err = w.eng.MarkStamped(ctx, p.ref)
+		marked, err = w.eng.MarkSent(ctx, p.ref, true)
 	}
 	if err != nil {
 		delete(w.pipes, p)
