@@ -174,7 +174,10 @@ func TestConsoleInChromium(t *testing.T) {
 
 	// A reason with a right-to-left override (which would make the rest of
 	// the line read reversed on the owner's screen) is refused at the gate,
-	// and the page writes any such character as a visible escape.
+	// and the page writes any such character as a visible escape: tag
+	// characters, variation selectors, the soft hyphen and Hangul fillers
+	// too, which browsers draw as nothing (text after "T-77" the owner
+	// would approve unseen), and every space but the plain one.
 	bidi := curlRequest(t, holdLine)
 	bidi.Header.Set("X-Countersign-Distinct", "second \u202eDSU 00.1 fo dnufer")
 	if status, h, body := send(t, bidi); h.Get("X-Countersign-Verdict") != "BLOCK" || !strings.Contains(body, "U+202E") {
@@ -183,9 +186,9 @@ func TestConsoleInChromium(t *testing.T) {
 	var shown string
 	run("invisible characters in the page", 10*time.Second, chromedp.Evaluate(`(async () => {
 		const d = await import('/console/assets/dom.js');
-		return d.h('p', {}, 'a\u202eb\u200bc\u2066d\u0007e').textContent;
+		return d.h('p', {}, 'a\u202eb\u200bc\u2066d\u0007e\u{E0034}f\u{E0104}g\u00adh\u3164i\u00a0j\u2029k\ue000l').textContent;
 	})()`, &shown, func(p *cdpruntime.EvaluateParams) *cdpruntime.EvaluateParams { return p.WithAwaitPromise(true) }))
-	if shown != `a\u{202E}b\u{200B}c\u{2066}d\u{7}e` {
+	if shown != `a\u{202E}b\u{200B}c\u{2066}d\u{7}e\u{E0034}f\u{E0104}g\u{AD}h\u{3164}i\u{A0}j\u{2029}k\u{E000}l` {
 		t.Fatalf("the page shows invisible characters as %q", shown)
 	}
 

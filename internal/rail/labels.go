@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"sort"
 
 	"github.com/countersign/countersign/internal/sik"
@@ -49,10 +50,20 @@ func FreeTextMembers(labels map[string]Label) []string {
 	return out
 }
 
-// AddLabel records name=value in *labels, allocating the map.
-func AddLabel(labels *map[string]Label, name, value string, freeText bool) {
+// AddLabel records name=value in *labels, allocating the map. A label is
+// shown to the owner (an approval binds it), so a name or value holding a
+// character that is not seen (sik.Hidden) is refused: the error says which
+// and where, for the parser to refuse the request with.
+func AddLabel(labels *map[string]Label, name, value string, freeText bool) error {
+	if err := sik.CheckShown(name); err != nil {
+		return fmt.Errorf("the name %q %w", name, err)
+	}
+	if err := sik.CheckShown(value); err != nil {
+		return err
+	}
 	if *labels == nil {
 		*labels = map[string]Label{}
 	}
 	(*labels)[name] = Label{Value: value, FreeText: freeText}
+	return nil
 }

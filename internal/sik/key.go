@@ -117,9 +117,39 @@ func CheckDistinct(s string) error {
 	return nil
 }
 
-// invisible is a control or format character (Unicode Cc, Cf): line
-// breaks, bidirectional overrides and isolates, zero-width characters.
-func invisible(r rune) bool { return unicode.Is(unicode.Cc, r) || unicode.Is(unicode.Cf, r) }
+// invisible is what a distinct reason, one line, may not hold: every
+// control character (line breaks too) and every Hidden one.
+func invisible(r rune) bool { return unicode.Is(unicode.Cc, r) || Hidden(r) }
+
+// Hidden reports whether r changes or hides how text reads without being
+// seen: a control character other than tab, line feed and carriage
+// return; a format character (bidirectional overrides and isolates,
+// zero-width characters, the soft hyphen, tag characters); a private-use
+// character; a line or paragraph separator; a variation selector; or any
+// other default-ignorable code point (Hangul fillers, U+034F, …). Browsers
+// draw most of these as nothing, so text an owner approves could carry, in
+// them, what the owner never saw (a card number after "T-77").
+func Hidden(r rune) bool {
+	switch r {
+	case '\t', '\n', '\r':
+		return false
+	}
+	return unicode.In(r, unicode.Cc, unicode.Cf, unicode.Co, unicode.Zl, unicode.Zp,
+		unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point)
+}
+
+// CheckShown says why s cannot be shown to an owner as it is written
+// (valid UTF-8 without a Hidden character), or nil.
+func CheckShown(s string) error {
+	if !utf8.ValidString(s) {
+		return errors.New("is not valid UTF-8")
+	}
+	if i := strings.IndexFunc(s, Hidden); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(s[i:])
+		return fmt.Errorf("holds the invisible character U+%04X at byte %d; what Countersign shows its owner must read as it is written", r, i)
+	}
+	return nil
+}
 
 func isCurrency(s string) bool {
 	if len(s) != 3 {

@@ -1,10 +1,13 @@
 package mcp
 
 import (
+	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/rail/railtest"
 )
 
 // A tool's metadata argument (by key, the stamp excluded) and its ignored
@@ -32,5 +35,30 @@ func TestLabels(t *testing.T) {
 				t.Errorf("Labels = %v, want %v", p.Action.Labels, tc.want)
 			}
 		})
+	}
+}
+
+// TestHiddenLabelTextIsRefused: a tool's metadata (a value or a key) or an
+// ignored argument holding a character that is not seen
+// (railtest.HiddenText) is refused, naming it; text that reads as written
+// is kept.
+func TestHiddenLabelTextIsRefused(t *testing.T) {
+	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	for kind, s := range railtest.HiddenText {
+		for _, args := range []string{
+			`{"payment_id":"pay_1","amount":100,"notes":{"ticket":` + q(s) + `}}`,
+			`{"payment_id":"pay_1","amount":100,"notes":{` + q(s) + `:"T-77"}}`,
+			`{"payment_id":"pay_1","amount":100,"receipt":` + q(s) + `}`,
+		} {
+			if _, err := mustNew(t, RazorpayDefaults())().Parse(call("create_refund", args)); err == nil || !strings.Contains(err.Error(), "invisible character U+") {
+				t.Errorf("%s: Parse(%s) = %v; want a refusal naming the invisible character", kind, args, err)
+			}
+		}
+	}
+	for kind, s := range railtest.ShownText {
+		p, err := mustNew(t, RazorpayDefaults())().Parse(call("create_refund", `{"payment_id":"pay_1","amount":100,"notes":{"ticket":`+q(s)+`}}`))
+		if err != nil || p.Action.Labels["notes.ticket"].Value != s {
+			t.Errorf("%s: Parse = %+v, %v; want the label kept", kind, p.Action.Labels, err)
+		}
 	}
 }

@@ -259,7 +259,9 @@ func (ad *adapter) action(name string, t Tool, args object, req rail.Request) (r
 			if !ok {
 				text = string(rail.TrimJSONSpace(v))
 			}
-			rail.AddLabel(&a.Labels, t.Metadata+"."+k, text, true)
+			if err := rail.AddLabel(&a.Labels, t.Metadata+"."+k, text, true); err != nil {
+				return rail.Action{}, malformed(field(t.Metadata), "%v", err)
+			}
 		}
 	}
 
@@ -272,7 +274,9 @@ func (ad *adapter) action(name string, t Tool, args object, req rail.Request) (r
 			if err != nil {
 				return rail.Action{}, malformed(field(e), "%v", err)
 			}
-			rail.AddLabel(&a.Labels, e, v, true)
+			if err := rail.AddLabel(&a.Labels, e, v, true); err != nil {
+				return rail.Action{}, malformed(field(e), "%v", err)
+			}
 		}
 	}
 	extra := map[string]string{}

@@ -1,10 +1,13 @@
 package razorpay
 
 import (
+	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/rail/railtest"
 )
 
 // Every label member is reported, notes by key; all are free text; the
@@ -32,5 +35,29 @@ func TestLabels(t *testing.T) {
 				t.Errorf("Labels = %v, want %v", p.Action.Labels, tc.want)
 			}
 		})
+	}
+}
+
+// TestHiddenLabelTextIsRefused: a receipt or a note (its value or its key)
+// holding a character that is not seen (railtest.HiddenText) is refused,
+// naming it; text that reads as written is kept.
+func TestHiddenLabelTextIsRefused(t *testing.T) {
+	q := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	for kind, s := range railtest.HiddenText {
+		for _, body := range []string{
+			`{"amount":100,"receipt":` + q(s) + `}`,
+			`{"amount":100,"notes":{"ticket":` + q(s) + `}}`,
+			`{"amount":100,"notes":{` + q(s) + `:"T-77"}}`,
+		} {
+			if _, err := New().Parse(post(refundPath, body)); err == nil || !strings.Contains(err.Error(), "invisible character U+") {
+				t.Errorf("%s: Parse(%s) = %v; want a refusal naming the invisible character", kind, body, err)
+			}
+		}
+	}
+	for kind, s := range railtest.ShownText {
+		p, err := New().Parse(post(refundPath, `{"amount":100,"notes":{"ticket":`+q(s)+`}}`))
+		if err != nil || p.Action.Labels["notes.ticket"].Value != s {
+			t.Errorf("%s: Parse = %+v, %v; want the label kept", kind, p.Action.Labels, err)
+		}
 	}
 }

@@ -154,12 +154,16 @@ func (s spec) read(kind sik.Kind, f fields) (map[string]string, map[string]rail.
 			continue
 		}
 		if m.json != jsonNotes {
-			rail.AddLabel(&labels, name, v, true)
+			if err := rail.AddLabel(&labels, name, v, true); err != nil {
+				return nil, nil, malformed(name, "%v", err)
+			}
 			continue
 		}
 		notes, _ := readNotes(raw) // checked by value
 		for k, nv := range notes {
-			rail.AddLabel(&labels, "notes."+k, nv, true)
+			if err := rail.AddLabel(&labels, "notes."+k, nv, true); err != nil {
+				return nil, nil, malformed(name, "%v", err)
+			}
 		}
 	}
 	return out, labels, nil

@@ -1,10 +1,13 @@
 package stripe
 
 import (
+	"net/url"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/rail/railtest"
 )
 
 // Every label member is reported with its value (the approval covers it)
@@ -35,5 +38,32 @@ func TestLabels(t *testing.T) {
 				t.Errorf("Labels = %v, want %v", p.Action.Labels, tc.want)
 			}
 		})
+	}
+}
+
+// TestHiddenLabelTextIsRefused: metadata or a description holding a
+// character that is not seen (railtest.HiddenText) is refused, naming it:
+// an owner approving "T-77" must not approve a card number written in tag
+// characters after it. Text that reads as written is kept.
+func TestHiddenLabelTextIsRefused(t *testing.T) {
+	for kind, s := range railtest.HiddenText {
+		for _, req := range []rail.Request{
+			post("/v1/refunds", "payment_intent=pi_1&metadata[ticket]="+url.QueryEscape(s)),
+			post("/v1/refunds", "payment_intent=pi_1&metadata["+url.QueryEscape(s)+"]=T-77"),
+			post("/v1/payouts", "amount=5&currency=usd&destination=ba_1&description="+url.QueryEscape(s)),
+		} {
+			_, err := New().Parse(req)
+			if err == nil {
+				t.Errorf("%s: Parse(%q) accepted it", kind, req.Body)
+			} else if !strings.Contains(err.Error(), "invisible character U+") && !strings.Contains(err.Error(), "must be a plain value") {
+				t.Errorf("%s: Parse(%q) = %v; want a refusal naming the invisible character", kind, req.Body, err)
+			}
+		}
+	}
+	for kind, s := range railtest.ShownText {
+		p, err := New().Parse(post("/v1/refunds", "payment_intent=pi_1&metadata[ticket]="+url.QueryEscape(s)))
+		if err != nil || p.Action.Labels["metadata[ticket]"].Value != s {
+			t.Errorf("%s: Parse = %+v, %v; want the label kept", kind, p.Action.Labels, err)
+		}
 	}
 }

@@ -171,7 +171,9 @@ func (s spec) read(kind sik.Kind, pairs []pair) (fields map[string]string, label
 				if metadata++; metadata > maxMetadataKeys-1 {
 					return nil, nil, malformed("metadata", "more than %d keys; Countersign adds %s", maxMetadataKeys-1, sik.StampKey)
 				}
-				rail.AddLabel(&labels, p.name, p.value, true)
+				if err := rail.AddLabel(&labels, p.name, p.value, true); err != nil {
+					return nil, nil, malformed(baseName(p.name), "%v", err)
+				}
 			}
 			continue
 		}
@@ -189,7 +191,9 @@ func (s spec) read(kind sik.Kind, pairs []pair) (fields map[string]string, label
 		}
 		fields[p.name] = p.value
 		if m.role == roleLabel {
-			rail.AddLabel(&labels, p.name, p.value, !m.closed)
+			if err := rail.AddLabel(&labels, p.name, p.value, !m.closed); err != nil {
+				return nil, nil, malformed(p.name, "%v", err)
+			}
 		}
 	}
 	return fields, labels, nil

@@ -23,15 +23,23 @@ export function h(tag, attrs, ...children) {
   return el;
 }
 
-// invisible matches characters that change how text around them reads
-// without being seen: bidirectional overrides and isolates, zero-width
-// characters and control characters (but tab and newline). An agent could
-// use them to make "refund of 499.00 USD" read as something else.
-const invisible = /[\u0000-\u0008\u000B-\u001F\u007F-\u009F\u061C\u200B-\u200F\u202A-\u202E\u2060-\u2069\uFEFF]/g;
+// invisible matches characters that change how text around them reads,
+// or hide text, without being seen: control characters (but tab and
+// newline), format characters (bidirectional overrides and isolates,
+// zero-width characters, the soft hyphen, tag characters), private-use
+// characters, line and paragraph separators, every other default-ignorable
+// code point (variation selectors, Hangul fillers), which browsers draw as
+// nothing, and every space but the plain one. An agent could use them to
+// make "refund of 499.00 USD" read as something else, or to write, after
+// "T-77", a card number its owner approves without seeing. The server
+// refuses most of them in what it shows (sik.Hidden); the page escapes
+// them whatever it is given.
+const invisible = /[\p{Cc}\p{Cf}\p{Co}\p{Zl}\p{Zp}\p{Zs}\p{Default_Ignorable_Code_Point}]/gu;
 
 // visible writes every invisible character as a \u{…} escape.
 export function visible(s) {
-  return s.replace(invisible, (ch) => '\\u{' + ch.codePointAt(0).toString(16).toUpperCase() + '}');
+  return s.replace(invisible, (ch) => (ch === ' ' || ch === '\t' || ch === '\n')
+    ? ch : '\\u{' + ch.codePointAt(0).toString(16).toUpperCase() + '}');
 }
 
 function append(el, children) {
