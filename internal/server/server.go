@@ -158,9 +158,9 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 	guard := &ownerauth.Guard{Auth: authn, Peers: peers, Sources: quota.NewLimiter(ownerQuota), Owners: quota.NewLimiter(ownerQuota),
 		Failures: ownerFailures, ToStatus: api.ToStatus,
 		Methods: []string{countersignv1.DecisionService_Reconcile_FullMethodName}}
-	gs := grpc.NewServer(grpc.StatsHandler(grpcTracing(o.tracer)),
+	gs := grpc.NewServer(append(apiLimits(cfg), grpc.StatsHandler(grpcTracing(o.tracer)),
 		grpc.ChainUnaryInterceptor(guard.Unary(), api.ValidationInterceptor(validator)),
-		grpc.ChainStreamInterceptor(guard.Stream(), api.StreamValidationInterceptor(validator)))
+		grpc.ChainStreamInterceptor(guard.Stream(), api.StreamValidationInterceptor(validator)))...)
 	countersignv1.RegisterDecisionServiceServer(gs, api.NewDecisionServer(eng, store, rec).WithPeers(peers))
 	countersignv1.RegisterOwnerServiceServer(gs, api.NewOwnerServer(store, ownerauth.OwnerID).WithWebhookAddresses(webhooks).WithAuditVerifier(auditVerifier).WithRefundables(eng))
 	hs := health.NewServer()
@@ -235,7 +235,8 @@ func (s *Server) Start(ctx context.Context) error {
 		_ = s.gatewayLis.Close()
 		return err
 	}
-	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	s.http = &http.Server{Handler: boundBodies(mux, apiMaxMessage(s.cfg)), ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes: httpMaxHeaderBytes, IdleTimeout: httpIdleTimeout}
 
 	if s.cfg.OutboxInterval > 0 {
 		d := &outbox.Dispatcher{Store: s.store, Owner: s.cfg.LeaseOwner, Log: s.log, Metrics: outbox.NewMetrics(s.metrics.Registry),

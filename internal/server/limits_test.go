@@ -1,0 +1,152 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/testing/pgtest"
+)
+
+// TestListenersBoundWhatAnUnknownCallerMakesThemHold: with no credential
+// at all (the agent in the pod, or a cluster neighbour on the HTTP port),
+// a caller cannot make Countersign hold a large message or body before it
+// is known who asks, nor hold a connection with a body it never finishes.
+// Before, a 96 MiB REST body grew the heap by 480 MiB (past the sidecar's
+// limit), 48 owner-API calls of 4 MiB by 276 MiB, and 500 stalled bodies
+// held 500 connections for ever.
+func TestListenersBoundWhatAnUnknownCallerMakesThemHold(t *testing.T) {
+	defer func(d time.Duration) { httpBodyTimeout = d }(httpBodyTimeout)
+	httpBodyTimeout = 300 * time.Millisecond
+	h := start(t, pgtest.NewDatabase(t))
+	big := strings.Repeat("x", apiMessageFloor+1)
+
+	// gRPC: the message is refused by its declared length, unread.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := countersignv1.NewOwnerServiceClient(h.conn).CreateAgent(ctx, &countersignv1.CreateAgentRequest{Agent: &countersignv1.Agent{DisplayName: big}})
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "larger than max") {
+		t.Fatalf("a %d-byte owner message = %v; want ResourceExhausted, larger than max", len(big), err)
+	}
+
+	// REST, declared length: 413 before the body is read.
+	resp, err := http.Post(h.http+"/v1/agents", "application/json", strings.NewReader(`{"displayName":"`+big+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Fatalf("a declared %d-byte REST body = %d %s; want 413", len(big), resp.StatusCode, b)
+	}
+	// REST, chunked (no declared length): refused once the bound is read.
+	resp, err = http.Post(h.http+"/v1/agents", "application/json", io.MultiReader(strings.NewReader(`{"displayName":"`+big), strings.NewReader(`"}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode == http.StatusOK || !strings.Contains(string(b), "too large") {
+		t.Fatalf("a chunked %d-byte REST body = %d %s; want a refusal, too large", len(big), resp.StatusCode, b)
+	}
+
+	// A body stalled after its headers: the connection is dropped once the
+	// body deadline passes.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(h.http, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/agents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"displayName\":")
+	if err := conn.SetReadDeadline(time.Now().Add(15 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	rest, err := io.ReadAll(bufio.NewReader(conn))
+	if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("a body stalled after its headers still held its connection after %s", time.Since(start))
+	}
+	t.Logf("stalled body: connection ended after %s with %q, %v", time.Since(start).Round(time.Millisecond), firstLine(rest), err)
+}
+
+// TestWatchStreamOutlivesTheBodyDeadline: a request without a body (a
+// REST watch stream) is not bound by the body deadline: it stays open past
+// it and still delivers.
+func TestWatchStreamOutlivesTheBodyDeadline(t *testing.T) {
+	defer func(d time.Duration) { httpBodyTimeout = d }(httpBodyTimeout)
+	httpBodyTimeout = 200 * time.Millisecond
+	h := bareRailHarness(t)
+	m := mandateFor(h)
+	m.Mode = countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED
+	applyMandateTo(t, h, m)
+	req, err := http.NewRequest(http.MethodGet, "http://"+h.httpAddr+"/v1/approvals:watch", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+h.ownerToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("watch = %d %s", resp.StatusCode, b)
+	}
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	// The stream must stay open past several body deadlines...
+	outlived := time.After(5 * httpBodyTimeout)
+	for waiting := true; waiting; {
+		select {
+		case _, ok := <-lines:
+			if !ok {
+				t.Fatal("the watch stream ended within five body deadlines")
+			}
+		case <-outlived:
+			waiting = false
+		}
+	}
+	// ...and then still deliver the approval of a held request.
+	held := h.decide(t, refund("pi_bench", 4200, ""))
+	if held.GetVerdict() != countersignv1.Verdict_VERDICT_HOLD {
+		t.Fatalf("decide = %s %s; want HOLD", held.GetVerdict(), held.GetReasonCode())
+	}
+	deadline := time.After(15 * time.Second)
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatal("the watch stream ended")
+			}
+			if strings.Contains(l, held.GetIntent().GetSik()) {
+				return
+			}
+		case <-deadline:
+			t.Fatal("the watch stream delivered no approval of the held request within 15s")
+		}
+	}
+}
+
+func firstLine(b []byte) string {
+	s, _, _ := strings.Cut(string(b), "\r\n")
+	return s
+}
