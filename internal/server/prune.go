@@ -41,33 +41,16 @@ func newPruneMetrics(reg prometheus.Registerer) pruneMetrics {
 // blocks it: what it deletes nothing writes or counts any more. Every
 // replica prunes; each deletes what the others left.
 func runPruner(ctx context.Context, store pruner, interval time.Duration, log *slog.Logger, m pruneMetrics) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	failing := false
-	for {
+	every(ctx, interval, "pruning the ledger", log, m.failures, func(ctx context.Context) error {
 		p, err := store.Prune(ctx)
-		switch {
-		case err != nil && ctx.Err() == nil:
-			m.failures.Inc()
-			if !failing {
-				log.Warn("pruning the ledger failed; retrying every interval", "err", err, "interval", interval)
-			}
-			failing = true
-		case err == nil:
-			if failing {
-				log.Info("pruning the ledger recovered")
-			}
-			failing = false
-			m.rows.WithLabelValues("window_buckets").Add(float64(p.WindowBuckets))
-			m.rows.WithLabelValues("owner_sessions").Add(float64(p.OwnerSessions))
-			if p != (ledger.Pruned{}) {
-				log.Info("ledger pruned", "window_buckets", p.WindowBuckets, "owner_sessions", p.OwnerSessions)
-			}
+		if err != nil {
+			return err
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+		m.rows.WithLabelValues("window_buckets").Add(float64(p.WindowBuckets))
+		m.rows.WithLabelValues("owner_sessions").Add(float64(p.OwnerSessions))
+		if p != (ledger.Pruned{}) {
+			log.Info("ledger pruned", "window_buckets", p.WindowBuckets, "owner_sessions", p.OwnerSessions)
 		}
-	}
+		return nil
+	})
 }

@@ -2,12 +2,16 @@ package server
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/countersign/countersign/internal/config"
 	"github.com/countersign/countersign/internal/testing/pgtest"
@@ -54,5 +58,41 @@ func TestServePrunesTheLedger(t *testing.T) {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// TestEveryLogsAFailingStreakOnce: a background pass (sealing, pruning)
+// that fails is counted each time, logged once per streak and once when
+// it recovers, and tried again every interval until its context ends.
+func TestEveryLogsAFailingStreakOnce(t *testing.T) {
+	var logs syncBuffer
+	failures := prometheus.NewCounter(prometheus.CounterOpts{Name: "test_failures_total"})
+	ctx, cancel := context.WithCancel(context.Background())
+	var passes atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		every(ctx, time.Millisecond, "testing", slog.New(slog.NewTextHandler(&logs, nil)), failures, func(context.Context) error {
+			if n := passes.Add(1); n == 2 || n == 3 || n == 5 {
+				return errors.New("the ledger is away")
+			}
+			return nil
+		})
+	}()
+	if !wait.Until(10*time.Second, func() bool { return passes.Load() >= 7 }) {
+		t.Fatalf("%d passes in 10s at a 1ms interval", passes.Load())
+	}
+	cancel()
+	<-done
+	var m dto.Metric
+	if err := failures.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if n := m.GetCounter().GetValue(); n != 3 {
+		t.Errorf("failures = %v, want 3", n)
+	}
+	out := logs.String()
+	if f, r := strings.Count(out, "testing failed; retrying every interval"), strings.Count(out, "testing recovered"); f != 2 || r != 2 {
+		t.Errorf("the log says failed %d and recovered %d times, want 2 and 2 (two streaks):\n%s", f, r, out)
 	}
 }

@@ -41,27 +41,41 @@ func newSequencerMetrics(reg prometheus.Registerer) sequencerMetrics {
 // this or another process sharing the ledger), on each account's log row.
 // A failure is logged once per streak and retried at the next tick.
 func runSequencer(ctx context.Context, store sealer, signer note.Signer, interval time.Duration, log *slog.Logger, m sequencerMetrics) {
+	every(ctx, interval, "audit sealing", log, m.failures, func(ctx context.Context) error {
+		rep, err := store.Seal(ctx, signer)
+		if err != nil {
+			return err
+		}
+		m.sealed.Add(float64(rep.Records))
+		if rep.Records > 0 {
+			log.Debug("audit records sealed", "records", rep.Records, "accounts", rep.Accounts)
+		}
+		return nil
+	})
+}
+
+// every runs pass at once and then every interval until ctx ends. A
+// failing pass is counted in failures and logged once per streak (what
+// "failed; retrying every interval"), and the recovery once; the next
+// tick tries again.
+func every(ctx context.Context, interval time.Duration, what string, log *slog.Logger, failures prometheus.Counter, pass func(context.Context) error) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	failing := false
 	for {
-		rep, err := store.Seal(ctx, signer)
+		err := pass(ctx)
 		switch {
 		case err != nil && ctx.Err() == nil:
-			m.failures.Inc()
+			failures.Inc()
 			if !failing {
-				log.Warn("audit sealing failed; retrying every interval", "err", err, "interval", interval)
+				log.Warn(what+" failed; retrying every interval", "err", err, "interval", interval)
 			}
 			failing = true
 		case err == nil:
 			if failing {
-				log.Info("audit sealing recovered")
+				log.Info(what + " recovered")
 			}
 			failing = false
-			m.sealed.Add(float64(rep.Records))
-			if rep.Records > 0 {
-				log.Debug("audit records sealed", "records", rep.Records, "accounts", rep.Accounts)
-			}
 		}
 		select {
 		case <-ctx.Done():
