@@ -141,7 +141,7 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t ta
 	acct, a := t.acct, t.action
 	// A request seen before is answered from the ledger, without reading
 	// the rail again, whenever its intent's state settles the answer.
-	if it := facts.Aliased; it != nil && answersFromLedger(it.State) && e.windowCurrent(*it) {
+	if it := facts.Aliased; it != nil && answersFromLedger(it.State) && e.windowCurrent(*it, facts.FamilyLatest) {
 		// Only to a caller the scope gate admits on this account, and only
 		// about an intent of its own owner (tenancy.go).
 		if out, ok := e.admitToLedgerAnswer(ctx, req, p, acct, a.Kind, *it, facts); !ok {
@@ -214,7 +214,14 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t ta
 	if refused != nil {
 		return *refused
 	}
-	key.Window = e.idempotencyWindow(m, a.Kind)
+	if window := idempotencyWindowOf(m, a.Kind); window > 0 {
+		if facts.Remembered {
+			// Which generation of its family the request is depends on the
+			// family's newest intent, which only a read tells.
+			return readAgain
+		}
+		key.Window = e.familyWindow(window, familyLatest(facts))
+	}
 	value := int64(0)
 	if a.AmountMinor != nil {
 		key.AmountMinor, value = *a.AmountMinor, *a.AmountMinor
@@ -250,7 +257,7 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t ta
 		}
 	}
 	pr := &proposal{req: req, principal: p, acct: acct, action: a, ref: ref, value: value, currency: key.Currency,
-		key: ledger.Key{RailAccount: acct.ID, SIK: string(s)}, s: s, canonical: string(canonical), alias: t.alias,
+		key: ledger.Key{RailAccount: acct.ID, SIK: string(s)}, s: s, canonical: string(canonical), alias: t.alias, family: family(key.Window, t.alias),
 		tokenHash: tokenHash, facts: facts, now: e.now(), tool: t.tool, toolHash: toolHash}
 	chaos.Point(chaos.BeforeWAL)
 	if facts.Aliased == nil {
@@ -385,13 +392,13 @@ func aliasOf(account string, a rail.Action) (string, error) {
 	return string(s), err
 }
 
-// windowCurrent reports whether the idempotency window folded into an
-// intent's key (idempotencyWindow) is the current one. A request as sent
-// has one alias in every window, but an identical payout in a later window
-// is a new action: its alias must not answer it from the earlier window's
-// intent. A key that cannot be read is not current either: the request
-// then takes the whole path, which keys it afresh.
-func (e *Engine) windowCurrent(it ledger.Intent) bool {
+// windowCurrent reports whether an aliased intent is the one a request
+// with its alias is now: always for an action without an idempotency
+// window; for one with, only the family's newest intent (latest), while it
+// is unresolved or younger than its window (familyWindow's rule). A key
+// whose window cannot be read is not current: the request then takes the
+// whole path, which keys it afresh.
+func (e *Engine) windowCurrent(it ledger.Intent, latest *ledger.Intent) bool {
 	var k struct {
 		Window string `json:"window"`
 	}
@@ -401,13 +408,8 @@ func (e *Engine) windowCurrent(it ledger.Intent) bool {
 	if k.Window == "" {
 		return true
 	}
-	length, bucket, ok := strings.Cut(k.Window, "@")
-	w, err := time.ParseDuration(length)
-	n, nerr := strconv.ParseInt(bucket, 10, 64)
-	if !ok || err != nil || nerr != nil || w <= 0 {
-		return false
-	}
-	return e.now().UnixNano()/int64(w) == n
+	w, _, ok := parseWindow(k.Window)
+	return ok && latest != nil && latest.Key == it.Key && e.sameAction(it, w)
 }
 
 // answersFromLedger reports whether an intent in state s answers a new
@@ -422,25 +424,104 @@ func answersFromLedger(s intent.State) bool {
 	return false
 }
 
-// idempotencyWindow folds the mandate's idempotency window for the action
-// kind into the key: identical payouts within one window are one payout,
-// the next window's is a new one. Refunds never take a window (DESIGN.md
-// §3): two identical refunds of one payment are one action whenever sent.
-// m is the active mandate the scope gate admitted under (mandates never
-// change, so reading it outside the deciding transaction is safe; the
-// gates re-read it inside).
-func (e *Engine) idempotencyWindow(m *countersignv1.Mandate, kind sik.Kind) string {
+// idempotencyWindowOf is the mandate's idempotency window for the action
+// kind, 0 for none: identical payouts (transfers, captures) within it are
+// one action. Refunds never take a window (DESIGN.md §3): two identical
+// refunds of one payment are one action whenever sent. m is the active
+// mandate the scope gate admitted under (mandates never change, so reading
+// it outside the deciding transaction is safe; the gates re-read it
+// inside).
+func idempotencyWindowOf(m *countersignv1.Mandate, kind sik.Kind) time.Duration {
 	if kind == sik.KindRefund || m == nil {
-		return ""
+		return 0
 	}
 	for _, s := range m.GetIdempotency() {
-		if kindName(s.GetActionKind()) != string(kind) || s.GetWindow().AsDuration() <= 0 {
-			continue
+		if kindName(s.GetActionKind()) == string(kind) && s.GetWindow().AsDuration() > 0 {
+			return s.GetWindow().AsDuration()
 		}
-		w := s.GetWindow().AsDuration()
-		return fmt.Sprintf("%s@%d", w, e.now().UnixNano()/int64(w))
 	}
-	return ""
+	return 0
+}
+
+// familyWindow is the window member of the key of a request under an
+// idempotency window w, given its family's newest intent (latest, nil for
+// none): the request is that intent while it is unresolved (it may still
+// move money, or has) or younger than w, and the family's next generation
+// otherwise ("<w>#<n>"). The window is a span after the family's last
+// action, not a slot of the clock: there is no boundary for an agent to
+// time a retry across. Deciders that read the same newest intent key the
+// same generation, so concurrent identical requests meet on one intent's
+// primary key.
+func (e *Engine) familyWindow(w time.Duration, latest *ledger.Intent) string {
+	next := 0
+	if latest != nil {
+		var k struct {
+			Window string `json:"window"`
+		}
+		_ = json.Unmarshal([]byte(latest.Canonical), &k)
+		if e.sameAction(*latest, w) {
+			return k.Window
+		}
+		if _, gen, ok := parseWindow(k.Window); ok {
+			next = gen + 1
+		}
+	}
+	return fmt.Sprintf("%s#%d", w, next)
+}
+
+// family is the family a new intent is born into: its alias, under an
+// idempotency window; none otherwise.
+func family(window, alias string) string {
+	if window == "" {
+		return ""
+	}
+	return alias
+}
+
+// familyLatest is the newest intent of a request's family, as read: the
+// newest intent born with the family, else the aliased one if it was keyed
+// under a window (born before families, it is its family's first).
+func familyLatest(facts ledger.DecisionFacts) *ledger.Intent {
+	if facts.FamilyLatest != nil {
+		return facts.FamilyLatest
+	}
+	if it := facts.Aliased; it != nil {
+		var k struct {
+			Window string `json:"window"`
+		}
+		if json.Unmarshal([]byte(it.Canonical), &k) == nil && k.Window != "" {
+			return it
+		}
+	}
+	return nil
+}
+
+// sameAction reports whether a request of intent it's family, under
+// window w, is it: while it is unresolved, or younger than w.
+func (e *Engine) sameAction(it ledger.Intent, w time.Duration) bool {
+	switch it.State {
+	case intent.Applied, intent.Blocked, intent.ConfirmedNotApplied, intent.FailedTerminal:
+		return e.now().Sub(it.CreatedAt) < w
+	}
+	return true
+}
+
+// parseWindow reads a key's window member "<length>#<generation>". A key
+// of a slot of the clock ("<length>@<slot>", before generations) has no
+// generation: its family's next one is 0.
+func parseWindow(s string) (w time.Duration, gen int, ok bool) {
+	if length, slot, isSlot := strings.Cut(s, "@"); isSlot {
+		w, err := time.ParseDuration(length)
+		_, serr := strconv.ParseInt(slot, 10, 64)
+		return w, -1, err == nil && serr == nil && w > 0
+	}
+	length, g, found := strings.Cut(s, "#")
+	w, err := time.ParseDuration(length)
+	n, nerr := strconv.Atoi(g)
+	if !found || err != nil || nerr != nil || w <= 0 || n < 0 {
+		return 0, 0, false
+	}
+	return w, n, true
 }
 
 // replayApplied answers a duplicate of an APPLIED intent from the ledger,

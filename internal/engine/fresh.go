@@ -29,6 +29,9 @@ type proposal struct {
 	s         sik.SIK
 	canonical string
 	alias     string
+	// family is the new intent's family (an action under an idempotency
+	// window: its alias); "" for none.
+	family    string
 	tokenHash []byte
 	facts     ledger.DecisionFacts
 	now       time.Time

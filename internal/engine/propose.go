@@ -280,7 +280,7 @@ func (pr *proposal) newIntent() ledger.NewIntent {
 	a := pr.action
 	return ledger.NewIntent{Key: pr.key, Rail: string(pr.acct.Rail), Action: string(a.Kind), Subject: a.Subject,
 		AmountMinor: pr.value, Currency: pr.currency, Payee: a.Payee, DistinctReason: a.Distinct,
-		Canonical: pr.canonical, AgentID: pr.principal.Agent.ID}
+		Canonical: pr.canonical, AgentID: pr.principal.Agent.ID, Family: pr.family}
 }
 
 // attemptStart is the attempt pr's request starts, stamped with stamp.

@@ -105,12 +105,11 @@ func scanIntent(row pgx.Row) (Intent, error) {
 func (tx *Tx) CreateIntent(ctx context.Context, p NewIntent) (it Intent, created bool, err error) {
 	it, err = scanIntent(tx.tx.QueryRow(ctx, `
 		INSERT INTO intents (rail_account, sik, state, last_event, rail, action, subject, amount_minor,
-		                     currency, payee, distinct_reason, canonical, agent_id)
-		VALUES ($1, $2, 'PROPOSED', 'PROPOSED', $3, $4, $5, $6, $7, $8, $9, $10, NULLIF($11, ''))
+		                     currency, payee, distinct_reason, canonical, agent_id`+familyColumn(p)+`)
+		VALUES ($1, $2, 'PROPOSED', 'PROPOSED', $3, $4, $5, $6, $7, $8, $9, $10, NULLIF($11, '')`+familyValue(p, 12)+`)
 		ON CONFLICT (rail_account, sik) DO NOTHING
 		RETURNING `+intentColumns,
-		p.RailAccount, p.SIK, p.Rail, p.Action, p.Subject, p.AmountMinor, p.Currency, p.Payee,
-		p.DistinctReason, p.Canonical, p.AgentID))
+		newIntentArgs(p)...))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Intent{}, false, nil
 	}

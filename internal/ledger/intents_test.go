@@ -422,3 +422,29 @@ func TestSeenCommitWritesTheAttemptOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestFamilyIsFixedAtBirth: an intent born into a family (an action under
+// an idempotency window) is found as the family's newest by the read a
+// decision makes, and its family can never be changed or cleared, which
+// would take it out of the count of what its family still has unresolved.
+func TestFamilyIsFixedAtBirth(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	family := testSIK(901)
+	older, newer := proposal(902), proposal(903)
+	for _, p := range []testProposal{older, newer} { // born in this order
+		p.Family = family
+		if _, err := startFirst(ctx, s, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := s.ReadForDecision(ctx, DecisionRead{RailAccount: older.RailAccount, Alias: family, At: time.Now()})
+	if err != nil || f.FamilyLatest == nil || f.FamilyLatest.SIK != newer.SIK {
+		t.Fatalf("FamilyLatest = %+v, %v; want the newer intent %s", f.FamilyLatest, err, newer.SIK)
+	}
+	for _, to := range []string{"NULL", "'" + testSIK(904) + "'"} {
+		if _, err := s.pool.Exec(ctx, `UPDATE intents SET family = `+to+` WHERE sik = $1`, newer.SIK); err == nil || !strings.Contains(err.Error(), "fixed at its birth") {
+			t.Errorf("setting the family to %s = %v; want it refused", to, err)
+		}
+	}
+}

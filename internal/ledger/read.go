@@ -22,7 +22,8 @@ type DecisionRead struct {
 	RailAccount    string
 	// At is the decision time, for the mandate's validity.
 	At time.Time
-	// Alias is the request's alias ("" reads none).
+	// Alias is the request's alias ("" reads none); it also names the
+	// request's family (FamilyLatest).
 	Alias string
 	// Payee, when set, is looked up for PayeePaidBefore.
 	Payee string
@@ -40,6 +41,9 @@ type DecisionFacts struct {
 	MandateFound bool
 	// Aliased is the intent the alias resolved to before; nil when none.
 	Aliased *Intent
+	// FamilyLatest is the newest intent whose family is the alias (an
+	// action under an idempotency window); nil when none.
+	FamilyLatest *Intent
 	// PayeePaidBefore: something on the account was applied to Payee.
 	PayeePaidBefore bool
 	// Remembered: the principal and mandate were not read for this
@@ -93,6 +97,18 @@ func (s *Store) ReadForDecision(ctx context.Context, r DecisionRead) (DecisionFa
 				return err
 			}
 			f.Aliased = &it
+			return nil
+		})
+		b.Queue(`SELECT `+intentColumns+` FROM intents WHERE rail_account = $1 AND family = $2
+			ORDER BY created_at DESC, sik LIMIT 1`, r.RailAccount, r.Alias).QueryRow(func(row pgx.Row) error {
+			it, err := scanIntent(row)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				return nil
+			case err != nil:
+				return err
+			}
+			f.FamilyLatest = &it
 			return nil
 		})
 	}

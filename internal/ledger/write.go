@@ -157,6 +157,10 @@ type NewIntent struct {
 	DistinctReason string
 	Canonical      string
 	AgentID        string
+	// Family is, for an action under an idempotency window, the alias of
+	// the request (the same for every identical request); "" otherwise.
+	// FamilyLatest finds the family's newest intent.
+	Family string
 }
 
 // firstAttempt is the path of a new intent whose gates passed.
@@ -199,21 +203,19 @@ func (w *Write) NewIntent(p NewIntent, reason string, path ...intent.Event) (*In
 		// AUTHORIZED, and that path is the only one (migration 00020).
 		w.queue(`
 			INSERT INTO intents (rail_account, sik, state, last_event, attempt_count, rail, action, subject, amount_minor,
-			                     currency, payee, distinct_reason, canonical, agent_id)
-			VALUES ($1, $2, 'IN_FLIGHT', 'ATTEMPT_STARTED', 1, $3, $4, $5, $6, $7, $8, $9, $10, NULLIF($11, ''))
+			                     currency, payee, distinct_reason, canonical, agent_id`+familyColumn(p)+`)
+			VALUES ($1, $2, 'IN_FLIGHT', 'ATTEMPT_STARTED', 1, $3, $4, $5, $6, $7, $8, $9, $10, NULLIF($11, '')`+familyValue(p, 12)+`)
 			RETURNING `+intentColumns,
-			p.RailAccount, p.SIK, p.Rail, p.Action, p.Subject, p.AmountMinor, p.Currency, p.Payee,
-			p.DistinctReason, p.Canonical, p.AgentID).QueryRow(scanInto(out))
+			newIntentArgs(p)...).QueryRow(scanInto(out))
 		out.State, out.LastEvent, out.AttemptCount = intent.InFlight, string(intent.AttemptStarted), 1
 		return out, nil
 	}
 	w.queue(`
 		INSERT INTO intents (rail_account, sik, state, last_event, rail, action, subject, amount_minor,
-		                     currency, payee, distinct_reason, canonical, agent_id)
-		VALUES ($1, $2, 'PROPOSED', 'PROPOSED', $3, $4, $5, $6, $7, $8, $9, $10, NULLIF($11, ''))
+		                     currency, payee, distinct_reason, canonical, agent_id`+familyColumn(p)+`)
+		VALUES ($1, $2, 'PROPOSED', 'PROPOSED', $3, $4, $5, $6, $7, $8, $9, $10, NULLIF($11, '')`+familyValue(p, 12)+`)
 		RETURNING `+intentColumns,
-		p.RailAccount, p.SIK, p.Rail, p.Action, p.Subject, p.AmountMinor, p.Currency, p.Payee,
-		p.DistinctReason, p.Canonical, p.AgentID).QueryRow(scanInto(out))
+		newIntentArgs(p)...).QueryRow(scanInto(out))
 	it := *out
 	for i, ev := range path {
 		o := transitionOpts{}
@@ -233,6 +235,32 @@ func (w *Write) NewIntent(p NewIntent, reason string, path ...intent.Event) (*In
 	}
 	*out = it
 	return out, nil
+}
+
+// familyColumn, familyValue and newIntentArgs write a new intent's family
+// only when it has one, so that an intent without one is written the same
+// on a ledger migrated before families (00030).
+func familyColumn(p NewIntent) string {
+	if p.Family == "" {
+		return ""
+	}
+	return ", family"
+}
+
+func familyValue(p NewIntent, n int) string {
+	if p.Family == "" {
+		return ""
+	}
+	return fmt.Sprintf(", $%d", n)
+}
+
+func newIntentArgs(p NewIntent) []any {
+	args := []any{p.RailAccount, p.SIK, p.Rail, p.Action, p.Subject, p.AmountMinor, p.Currency, p.Payee,
+		p.DistinctReason, p.Canonical, p.AgentID}
+	if p.Family != "" {
+		args = append(args, p.Family)
+	}
+	return args
 }
 
 func scanInto(dst *Intent) func(pgx.Row) error {

@@ -559,13 +559,15 @@ func (x *Window) GetMaxAmount() *Money {
 	return nil
 }
 
-// IdempotencySetting folds a time window into the semantic idempotency key of
-// one action kind: identical actions inside one window are the same action.
+// IdempotencySetting gives one action kind an idempotency window: an action
+// identical to the last one (the same request) is that action while the last
+// one is unresolved or younger than the window, and a new one only after.
 type IdempotencySetting struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Action kind the setting applies to.
 	ActionKind ActionKind `protobuf:"varint,1,opt,name=action_kind,json=actionKind,proto3,enum=countersign.v1.ActionKind" json:"action_kind,omitempty"`
-	// Window folded into the key. Must be unset for refunds: two identical
+	// The window, a span after the last identical action (not a slot of the
+	// clock). Must be unset for refunds: two identical
 	// refunds of one payment are the same action whether seconds or days
 	// apart, and only an explicit distinct reason makes a second one.
 	Window        *durationpb.Duration `protobuf:"bytes,2,opt,name=window,proto3" json:"window,omitempty"`
