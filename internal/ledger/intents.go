@@ -225,14 +225,19 @@ func (tx *Tx) transition(ctx context.Context, it Intent, ev intent.Event, o tran
 	if err != nil {
 		return it, err
 	}
-	out, err := scanIntent(tx.tx.QueryRow(ctx, sql, args...))
-	if err != nil {
-		return it, err
-	}
+	// The attempt first, then the intent, as the response path's commit
+	// does (seenCommit): the attempt's settlement counts its fee (the
+	// mandate's fee row of its shard), the intent's posts its hold (the
+	// spent row of its shard, the windows). Two commits taking those rows
+	// in opposite orders deadlocked when their SIKs shared a shard.
 	if o.attemptOutcome != "" {
 		if _, err := tx.tx.Exec(ctx, settleAttemptSQL, it.RailAccount, it.SIK, it.AttemptCount, o.attemptOutcome, o.entityID); err != nil {
 			return it, err
 		}
+	}
+	out, err := scanIntent(tx.tx.QueryRow(ctx, sql, args...))
+	if err != nil {
+		return it, err
 	}
 	return out, nil
 }
