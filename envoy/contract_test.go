@@ -222,7 +222,7 @@ func (c *contract) extProc(path string, x *extprocv3.ExternalProcessor) {
 		ResponseHeaderMode:  extprocv3.ProcessingMode_SEND,
 		RequestBodyMode:     extprocv3.ProcessingMode_BUFFERED,
 		ResponseBodyMode:    extprocv3.ProcessingMode_BUFFERED,
-		RequestTrailerMode:  extprocv3.ProcessingMode_SKIP,
+		RequestTrailerMode:  extprocv3.ProcessingMode_SEND,
 		ResponseTrailerMode: extprocv3.ProcessingMode_SKIP,
 	}
 	if !proto.Equal(x.GetProcessingMode(), want) {

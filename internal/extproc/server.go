@@ -61,6 +61,8 @@ type exchange struct {
 	status    int
 	headers   map[string]string
 	committed bool
+	// sent: the request was recorded as leaving (markSent).
+	sent bool
 }
 
 // Process handles one HTTP exchange. Envoy opens a stream per request and
@@ -157,6 +159,20 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 		}
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
 	case *extprocv3.ProcessingRequest_RequestTrailers:
+		// Trailers that end a request that had no body phase (HTTP/2: its
+		// headers did not end it, no data came): Envoy sends no body when
+		// nothing was buffered (ext_proc.cc, Filter::onTrailers), so this
+		// is the last message before it leaves, as with headers that end
+		// the stream. A request already recorded (its body phase) or
+		// stopped goes as it was answered.
+		if x.hasIntent && !x.sent && !x.committed {
+			if refusal := s.checkDecidedBody(x, nil, true); refusal != nil {
+				return refusal
+			}
+			if refusal := s.markSent(x, false); refusal != nil {
+				return refusal
+			}
+		}
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestTrailers{RequestTrailers: &extprocv3.TrailersResponse{}}}
 	case *extprocv3.ProcessingRequest_ResponseTrailers:
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{ResponseTrailers: &extprocv3.TrailersResponse{}}}
@@ -227,7 +243,7 @@ func (s *Server) markSent(x *exchange, stamped bool) *extprocv3.ProcessingRespon
 		x.committed = true
 		return immediate(http.StatusServiceUnavailable, []byte(`{"error":{"type":"countersign_refusal","code":"ledger_unavailable","message":"Countersign could not record the request before it left; it was not sent."}}`), "countersign_stamp_unrecorded")
 	}
-	x.ref = marked
+	x.ref, x.sent = marked, true
 	return nil
 }
 

@@ -318,6 +318,11 @@ func TestUnstampedRequestsAreMarkedBeforeTheyLeave(t *testing.T) {
 		{"no place for the stamp", &fieldless, true, func(r *extprocv3.ProcessingResponse) bool {
 			return r.GetRequestBody() != nil && r.GetRequestBody().GetResponse().GetBodyMutation() == nil
 		}, "request body"},
+		// HTTP/2: headers that do not end the stream, no data, trailers
+		// that do. Envoy sends no body phase then (found by an
+		// attacker's-eye review: with trailers skipped, the request left
+		// unrecorded and a listing could prove it absent).
+		{"trailers end it, no body", &empty, false, func(r *extprocv3.ProcessingResponse) bool { return r.GetRequestTrailers() != nil }, "request trailers"},
 	}
 	for _, tc := range cases {
 		for _, fail := range []bool{false, true} {
@@ -334,8 +339,13 @@ func TestUnstampedRequestsAreMarkedBeforeTheyLeave(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer func() { _ = st.CloseSend() }()
+				trailers := tc.phase == "request trailers"
 				phases := []*extprocv3.ProcessingRequest{{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
-					Headers: headers(":method", "POST", ":path", "/v1/refunds"), EndOfStream: !tc.body}}}}
+					Headers: headers(":method", "POST", ":path", "/v1/refunds"), EndOfStream: !tc.body && !trailers}}}}
+				if trailers {
+					phases = append(phases, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: &extprocv3.HttpTrailers{
+						Trailers: headers("x-trailer", "1")}}})
+				}
 				if tc.body {
 					phases = append(phases, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{
 						Body: []byte(decidedBody), EndOfStream: true}}})

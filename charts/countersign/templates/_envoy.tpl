@@ -125,7 +125,7 @@ static_resources:
                 response_header_mode: SEND
                 request_body_mode: BUFFERED
                 response_body_mode: BUFFERED
-                request_trailer_mode: SKIP
+                request_trailer_mode: SEND
                 response_trailer_mode: SKIP
               message_timeout: 5s
               metadata_options:
