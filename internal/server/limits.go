@@ -23,10 +23,20 @@ import (
 const (
 	// apiMessageFloor is the largest owner message or native Decide the API
 	// takes, unless --max-request-bytes needs more: the largest mandate (a
-	// thousand payees, every list at its bound) is a few hundred KiB.
-	apiMessageFloor = 1 << 20
-	// apiMaxStreams bounds the calls one connection may have in flight.
-	apiMaxStreams = 64
+	// thousand payees of 255 bytes, every list at its bound) is under 300
+	// KiB.
+	apiMessageFloor = 512 << 10
+	// apiMaxStreams bounds the calls one connection may have in flight,
+	// and apiMaxConns the connections the API listener serves at once
+	// (more wait to be accepted). A stalled message is held until its
+	// connection closes, so these three bound what unknown callers make
+	// the API listener hold: 16 × 8 × 512 KiB, 64 MiB (grpc-go grows a
+	// stream's window to the message it declares).
+	apiMaxStreams = 8
+	apiMaxConns   = 16
+	// apiHandshakeTimeout drops a connection that has not finished its
+	// HTTP/2 handshake, so that idle connections do not keep the slots.
+	apiHandshakeTimeout = 10 * time.Second
 	// httpIdleTimeout closes a kept-alive connection with no request.
 	httpIdleTimeout = 2 * time.Minute
 	// httpMaxHeaderBytes bounds a request's header block.
@@ -51,6 +61,7 @@ func apiLimits(cfg config.Config) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(apiMaxMessage(cfg)),
 		grpc.MaxConcurrentStreams(apiMaxStreams),
+		grpc.ConnectionTimeout(apiHandshakeTimeout),
 		// A client pinging more often than this is sent GOAWAY.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: httpIdleTimeout}),

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
@@ -149,4 +150,43 @@ func TestWatchStreamOutlivesTheBodyDeadline(t *testing.T) {
 func firstLine(b []byte) string {
 	s, _, _ := strings.Cut(string(b), "\r\n")
 	return s
+}
+
+// TestAPIListenerServesBoundedConnections: the API listener serves at most
+// apiMaxConns connections at once (with at most apiMaxStreams calls each,
+// of at most apiMaxMessage bytes: what unknown callers can make it hold is
+// bounded); a connection past them waits to be accepted, and is served as
+// soon as one closes.
+func TestAPIListenerServesBoundedConnections(t *testing.T) {
+	h := start(t, pgtest.NewDatabase(t))
+	addr := h.srv.GRPCAddr()
+	var held []net.Conn
+	for range apiMaxConns {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	call := func(within time.Duration) error {
+		conn := dialTest(t, addr)
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), within)
+		defer cancel()
+		_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
+	}
+	if err := call(2 * time.Second); status.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("a call past %d held connections = %v; want it to wait (DeadlineExceeded)", apiMaxConns, err)
+	}
+	held[0].Close()
+	held = held[1:]
+	if err := call(10 * time.Second); err != nil {
+		t.Fatalf("a call once a connection closed = %v; want it served", err)
+	}
 }

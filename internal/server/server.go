@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -61,6 +62,7 @@ type Server struct {
 	tracer  trace.TracerProvider
 	ready   *readiness
 	grpc    *grpc.Server
+	gateway *grpc.Server // the same services, for the REST gateway only
 	envoy   *grpc.Server // ext_authz and ext_proc only: its own listener (C1)
 	http    *http.Server
 
@@ -74,7 +76,7 @@ type Server struct {
 	auditSigner note.Signer
 
 	grpcLis, envoyLis, httpLis net.Listener
-	// gatewayLis is the REST gateway's in-process way into s.grpc: a call
+	// gatewayLis is the REST gateway's in-process way into s.gateway: a call
 	// on it is the gateway's own, so the HTTP peer it reports is believed
 	// (quota.Peers).
 	gatewayLis *quota.GatewayListener
@@ -158,16 +160,27 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 	guard := &ownerauth.Guard{Auth: authn, Peers: peers, Sources: quota.NewLimiter(ownerQuota), Owners: quota.NewLimiter(ownerQuota),
 		Failures: ownerFailures, ToStatus: api.ToStatus,
 		Methods: []string{countersignv1.DecisionService_Reconcile_FullMethodName}}
-	gs := grpc.NewServer(append(apiLimits(cfg), grpc.StatsHandler(grpcTracing(o.tracer)),
-		grpc.ChainUnaryInterceptor(guard.Unary(), api.ValidationInterceptor(validator)),
-		grpc.ChainStreamInterceptor(guard.Stream(), api.StreamValidationInterceptor(validator)))...)
-	countersignv1.RegisterDecisionServiceServer(gs, api.NewDecisionServer(eng, store, rec).WithPeers(peers))
-	countersignv1.RegisterOwnerServiceServer(gs, api.NewOwnerServer(store, ownerauth.OwnerID).WithWebhookAddresses(webhooks).WithAuditVerifier(auditVerifier).WithRefundables(eng))
+	// One set of services on two servers: gs on the API listener, which
+	// the agent reaches, bounded in what an unknown caller makes it hold
+	// (limits.go); gws on the REST gateway's in-process listener, whose one
+	// connection carries every REST call and watch stream at once (the
+	// HTTP listener bounds those).
 	hs := health.NewServer()
-	healthpb.RegisterHealthServer(gs, hs)
-	if cfg.GRPCReflection {
-		reflection.Register(gs)
+	decisions := api.NewDecisionServer(eng, store, rec).WithPeers(peers)
+	owners := api.NewOwnerServer(store, ownerauth.OwnerID).WithWebhookAddresses(webhooks).WithAuditVerifier(auditVerifier).WithRefundables(eng)
+	apiServer := func(limits ...grpc.ServerOption) *grpc.Server {
+		g := grpc.NewServer(append(limits, grpc.StatsHandler(grpcTracing(o.tracer)),
+			grpc.ChainUnaryInterceptor(guard.Unary(), api.ValidationInterceptor(validator)),
+			grpc.ChainStreamInterceptor(guard.Stream(), api.StreamValidationInterceptor(validator)))...)
+		countersignv1.RegisterDecisionServiceServer(g, decisions)
+		countersignv1.RegisterOwnerServiceServer(g, owners)
+		healthpb.RegisterHealthServer(g, hs)
+		if cfg.GRPCReflection {
+			reflection.Register(g)
+		}
+		return g
 	}
+	gs, gws := apiServer(apiLimits(cfg)...), apiServer(grpc.MaxRecvMsgSize(apiMaxMessage(cfg)))
 
 	// The Envoy-facing server answers nothing else: an ALLOW carries the
 	// rail key, so what can reach this listener is what can obtain it.
@@ -185,7 +198,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 	healthpb.RegisterHealthServer(es, hs)
 
 	s := &Server{
-		cfg: cfg, log: log, metrics: m, tracer: o.tracer, grpc: gs, envoy: es, errs: make(chan error, 3),
+		cfg: cfg, log: log, metrics: m, tracer: o.tracer, grpc: gs, gateway: gws, envoy: es, errs: make(chan error, 3),
 		store: store, rails: rs, reconciler: rec, auditSigner: auditSigner, webhooks: webhooks, peers: peers, console: con,
 		ready: &readiness{
 			prober: store, health: hs, metrics: m, log: log,
@@ -218,6 +231,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("http-addr %s: %w", s.cfg.HTTPAddr, err)
 	}
 	s.grpcLis, s.envoyLis, s.httpLis = gl, el, hl
+	gl = netutil.LimitListener(gl, apiMaxConns)
 	if _, unix := config.UnixPath(s.cfg.EnvoyAddr); !unix && s.cfg.EnvoyTLSCert == "" {
 		s.log.Warn("the Envoy listener is plain TCP (--"+config.UnsafeEnvoyTCPFlag+"): anything that can connect to it can obtain the rail keys",
 			"envoy_addr", el.Addr().String())
@@ -282,7 +296,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}()
 	go func() {
 		defer s.wg.Done()
-		if err := s.grpc.Serve(s.gatewayLis); err != nil {
+		if err := s.gateway.Serve(s.gatewayLis); err != nil {
 			s.errs <- fmt.Errorf("grpc (rest gateway): %w", err)
 		}
 	}()
@@ -377,7 +391,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.ready.health.SetServingStatus(svc, healthpb.HealthCheckResponse_NOT_SERVING)
 	}
 	herr := s.http.Shutdown(ctx)
-	for _, g := range []*grpc.Server{s.envoy, s.grpc} {
+	for _, g := range []*grpc.Server{s.envoy, s.grpc, s.gateway} {
 		done := make(chan struct{})
 		go func() { g.GracefulStop(); close(done) }()
 		select {

@@ -126,13 +126,16 @@ func invisible(r rune) bool { return unicode.Is(unicode.Cc, r) || Hidden(r) }
 // return; a format character (bidirectional overrides and isolates,
 // zero-width characters, the soft hyphen, tag characters); a private-use
 // character; a line or paragraph separator; a variation selector; or any
-// other default-ignorable code point (Hangul fillers, U+034F, …). Browsers
+// other default-ignorable code point (Hangul fillers, U+034F, …), and the
+// Braille blank. Browsers
 // draw most of these as nothing, so text an owner approves could carry, in
 // them, what the owner never saw (a card number after "T-77").
 func Hidden(r rune) bool {
 	switch r {
 	case '\t', '\n', '\r':
 		return false
+	case '\u2800': // Braille blank: an empty cell, however many
+		return true
 	}
 	return unicode.In(r, unicode.Cc, unicode.Cf, unicode.Co, unicode.Zl, unicode.Zp,
 		unicode.Variation_Selector, unicode.Other_Default_Ignorable_Code_Point)

@@ -27,6 +27,7 @@ var HiddenText = map[string]string{
 	"zero-width space":          "T-\u200b77",
 	"private use":               "T-77\ue000",
 	"escape":                    "T-77\x1b[8m4242",
+	"braille blank":             "T-77\u2800\u2800",
 }
 
 // ShownText holds label text that reads as it is written, which the

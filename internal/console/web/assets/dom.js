@@ -34,7 +34,7 @@ export function h(tag, attrs, ...children) {
 // "T-77", a card number its owner approves without seeing. The server
 // refuses most of them in what it shows (sik.Hidden); the page escapes
 // them whatever it is given.
-const invisible = /[\p{Cc}\p{Cf}\p{Co}\p{Zl}\p{Zp}\p{Zs}\p{Default_Ignorable_Code_Point}]/gu;
+const invisible = /[\p{Cc}\p{Cf}\p{Co}\p{Zl}\p{Zp}\p{Zs}\p{Default_Ignorable_Code_Point}\u2800]/gu;
 
 // visible writes every invisible character as a \u{…} escape.
 export function visible(s) {
