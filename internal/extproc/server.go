@@ -51,8 +51,12 @@ func (s *Server) WithTracing(tp trace.TracerProvider) *Server {
 	return s
 }
 
-// errResponseLost stands for a response that never came back through Envoy.
-var errResponseLost = errors.New("the rail's response was lost before it reached Countersign")
+// errResponseLost stands for a response that never came back through Envoy;
+// errBodyLost for one whose headers came but whose body did not.
+var (
+	errResponseLost = errors.New("the rail's response was lost before it reached Countersign")
+	errBodyLost     = errors.New("the rail's response body was lost before it reached Countersign")
+)
 
 // exchange is what one stream (one HTTP request through Envoy) has seen.
 type exchange struct {
@@ -82,9 +86,14 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		if x.hasIntent && !x.committed {
 			resp := rail.Response{TransportErr: errResponseLost}
 			if x.status != 0 {
-				// Headers arrived but the body did not: the adapter sees
-				// a response it cannot read and calls it ambiguous.
-				resp = rail.Response{Status: x.status, Headers: x.headers}
+				// Headers arrived but the body did not (the stream was
+				// reset, the rail stalled mid-body): ambiguous, whatever
+				// the status says. A 4xx's body can make it ambiguous or
+				// a fingerprint mismatch (Razorpay's GATEWAY_ERROR,
+				// Stripe's idempotency_error); read as a rejection
+				// without it, the intent would reopen under a new
+				// idempotency key while the rail may have applied it.
+				resp = rail.Response{Status: x.status, Headers: x.headers, TransportErr: errBodyLost}
 			}
 			s.commit(context.WithoutCancel(ctx), &x, resp)
 		}

@@ -23,6 +23,9 @@ import (
 	"github.com/countersign/countersign/internal/extauthz"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/rail/razorpay"
+	"github.com/countersign/countersign/internal/rail/stripe"
+	"github.com/countersign/countersign/internal/sik"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -375,6 +378,68 @@ func TestUnstampedRequestsAreMarkedBeforeTheyLeave(t *testing.T) {
 					t.Fatalf("the %s phase answered %v; want the request to continue as it came", tc.phase, last)
 				}
 			})
+		}
+	}
+}
+
+// TestAnswerWhoseBodyIsLostIsAmbiguous: the rail's response headers reach
+// ext_proc, then the stream ends before the body phase (the agent resets
+// its stream, or the rail stalls mid-body until the route times out): the
+// answer is committed ambiguous, whatever the status says. Committed as
+// the status alone, a 400 read as a rejection: an intent the rail may have
+// applied (Razorpay's GATEWAY_ERROR is no definite refusal) reopened under
+// a new idempotency key, and Stripe's idempotency_error never reached
+// quarantine (found by an attacker's-eye review).
+func TestAnswerWhoseBodyIsLostIsAmbiguous(t *testing.T) {
+	rec := &recorder{done: make(chan struct{}, 4)}
+	client := dial(t, rec)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := client.Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(r *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+		t.Helper()
+		r.MetadataContext = md()
+		if err := st.Send(r); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: headers(":method", "POST")}}})
+	if r := send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(decidedBody), EndOfStream: true}}}); r.GetImmediateResponse() != nil {
+		t.Fatalf("refused: %v", r)
+	}
+	send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: headers(":status", "400", "content-type", "application/json")}}})
+	if err := st.CloseSend(); err != nil { // filter destroyed: the body phase never comes
+		t.Fatal(err)
+	}
+	<-rec.done
+	rec.mu.Lock()
+	got := rec.commits[0].resp
+	rec.mu.Unlock()
+	if !errors.Is(got.TransportErr, errBodyLost) {
+		t.Fatalf("committed %d %q with transport error %v; want the body lost", got.Status, got.Body, got.TransportErr)
+	}
+
+	amt := int64(100)
+	a := rail.Action{Kind: sik.KindRefund, Subject: "pay_1", AmountMinor: &amt, Currency: "INR"}
+	whole := got
+	whole.Body = []byte(`{"error":{"code":"GATEWAY_ERROR","description":"Payment processing failed due to error at bank or wallet gateway"}}`)
+	whole.TransportErr = nil
+	rz := razorpay.New()
+	if c := rz.Classify(a, whole); c.Outcome != rail.Ambiguous {
+		t.Fatalf("the rail's whole answer (GATEWAY_ERROR) is %v; the premise is that it is ambiguous", c.Outcome)
+	}
+	sa := rail.Action{Kind: sik.KindRefund, Subject: "pi_1", AmountMinor: &amt, Currency: "USD"}
+	for name, c := range map[string]rail.Classification{"razorpay": rz.Classify(a, got), "stripe": stripe.New().Classify(sa, got)} {
+		if c.Outcome != rail.Ambiguous {
+			t.Errorf("%s: an answer whose body was lost is classified %v (%s), not ambiguous", name, c.Outcome, c.Reason)
 		}
 	}
 }
