@@ -104,16 +104,19 @@ func headers(kv ...string) *corev3.HeaderMap {
 	return m
 }
 
-func TestProcessStampsAndCommits(t *testing.T) {
-	rec := &recorder{done: make(chan struct{}, 4)}
+// exchangeWith opens one ext_proc stream to a server committing through
+// rec, and send, which sends a phase carrying the test's intent (ref) and
+// returns its answer.
+func exchangeWith(t *testing.T, rec *recorder) (extprocv3.ExternalProcessor_ProcessClient, func(*extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse) {
+	t.Helper()
 	client := dial(t, rec)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	t.Cleanup(cancel)
 	st, err := client.Process(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	send := func(r *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+	return st, func(r *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
 		t.Helper()
 		r.MetadataContext = md()
 		if err := st.Send(r); err != nil {
@@ -125,6 +128,11 @@ func TestProcessStampsAndCommits(t *testing.T) {
 		}
 		return resp
 	}
+}
+
+func TestProcessStampsAndCommits(t *testing.T) {
+	rec := &recorder{done: make(chan struct{}, 4)}
+	st, send := exchangeWith(t, rec)
 	if r := send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
 		Headers: headers(":method", "POST", ":path", "/v1/refunds", "content-type", "application/x-www-form-urlencoded")}}}); r.GetRequestHeaders() == nil {
 		t.Fatalf("request headers answer = %v", r)
@@ -392,25 +400,7 @@ func TestUnstampedRequestsAreMarkedBeforeTheyLeave(t *testing.T) {
 // quarantine (found by an attacker's-eye review).
 func TestAnswerWhoseBodyIsLostIsAmbiguous(t *testing.T) {
 	rec := &recorder{done: make(chan struct{}, 4)}
-	client := dial(t, rec)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := client.Process(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	send := func(r *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
-		t.Helper()
-		r.MetadataContext = md()
-		if err := st.Send(r); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := st.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
-	}
+	st, send := exchangeWith(t, rec)
 	send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: headers(":method", "POST")}}})
 	if r := send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(decidedBody), EndOfStream: true}}}); r.GetImmediateResponse() != nil {
 		t.Fatalf("refused: %v", r)

@@ -88,29 +88,9 @@ func (s *Store) ReadForDecision(ctx context.Context, r DecisionRead) (DecisionFa
 	if r.Alias != "" {
 		b.Queue(`SELECT `+intentColumns+` FROM intents
 			WHERE rail_account = $1 AND sik = (SELECT sik FROM intent_aliases WHERE rail_account = $1 AND alias = $2)`,
-			r.RailAccount, r.Alias).QueryRow(func(row pgx.Row) error {
-			it, err := scanIntent(row)
-			switch {
-			case errors.Is(err, pgx.ErrNoRows):
-				return nil
-			case err != nil:
-				return err
-			}
-			f.Aliased = &it
-			return nil
-		})
+			r.RailAccount, r.Alias).QueryRow(maybeIntent(&f.Aliased))
 		b.Queue(`SELECT `+intentColumns+` FROM intents WHERE rail_account = $1 AND family = $2
-			ORDER BY created_at DESC, sik LIMIT 1`, r.RailAccount, r.Alias).QueryRow(func(row pgx.Row) error {
-			it, err := scanIntent(row)
-			switch {
-			case errors.Is(err, pgx.ErrNoRows):
-				return nil
-			case err != nil:
-				return err
-			}
-			f.FamilyLatest = &it
-			return nil
-		})
+			ORDER BY created_at DESC, sik LIMIT 1`, r.RailAccount, r.Alias).QueryRow(maybeIntent(&f.FamilyLatest))
 	}
 	if r.Payee != "" {
 		b.Queue(`SELECT EXISTS (SELECT 1 FROM intents WHERE rail_account = $1 AND payee = $2 AND state = 'APPLIED')`,
@@ -120,6 +100,21 @@ func (s *Store) ReadForDecision(ctx context.Context, r DecisionRead) (DecisionFa
 		return DecisionFacts{}, classify(fmt.Errorf("ledger: read for decision: %w", err))
 	}
 	return f, nil
+}
+
+// maybeIntent scans a row into *dst, leaving it nil when there is none.
+func maybeIntent(dst **Intent) func(pgx.Row) error {
+	return func(row pgx.Row) error {
+		it, err := scanIntent(row)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return nil
+		case err != nil:
+			return err
+		}
+		*dst = &it
+		return nil
+	}
 }
 
 // LivePrincipal share-locks credential id and its agent and returns them as
