@@ -199,6 +199,8 @@ func TestBrokenCopiesAreCaught(t *testing.T) {
 		{name: "raw headers", at: authz, edit: set("encode_raw_headers", true), want: failsContract, errHas: "encode_raw_headers must be false"},
 		{name: "routing headers mutable", at: append(slices.Clone(authz), "decoder_header_mutation_rules"), edit: set("allow_all_routing", true), want: failsContract, errHas: "allow_all_routing"},
 		{name: "ext_proc before ext_authz", at: hcm, edit: swapFilters(0, 1), want: failsContract, errHas: "filter order"},
+		{name: "loopback trusted to set x-envoy headers", at: hcm, edit: set("internal_address_config", map[string]any{"cidr_ranges": []any{map[string]any{"address_prefix": "127.0.0.1", "prefix_len": 32}}}),
+			want: failsContract, errHas: "internal_address_config must be unset"},
 		{name: "router before ext_proc", at: hcm, edit: swapFilters(1, 2), want: failsContract, errHas: "filter order"},
 		{name: "streamed request body", at: append(slices.Clone(proc), "processing_mode"), edit: set("request_body_mode", "STREAMED"), want: failsContract, errHas: "request_body_mode:STREAMED"},
 		{name: "response body not sent", at: append(slices.Clone(proc), "processing_mode"), edit: set("response_body_mode", "NONE"), want: failsContract, errHas: "processing_mode must be"},

@@ -108,6 +108,10 @@ func checkEnvoyBootstrap(r *result, data string, accounts map[string]rails.Accou
 }
 
 func checkHCM(r *result, h *hcmv3.HttpConnectionManager, clusters map[string]*clusterv3.Cluster, accounts map[string]rails.AccountConfig, info *envoyInfo) {
+	// No address is trusted to set x-envoy-* request headers (retries,
+	// timeouts): envoy/contract_test.go says why.
+	r.ok(invEnvoy, h.GetInternalAddressConfig() == nil,
+		"internal_address_config must be unset: an address it names (the agent's loopback among them) may set x-envoy-* request headers such as x-envoy-retry-on")
 	// ext_authz, then ext_proc, then the router, each failing closed.
 	fs := h.GetHttpFilters()
 	var names []string
