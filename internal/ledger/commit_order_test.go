@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/countersign/countersign/internal/testing/pgtest"
+	"github.com/countersign/countersign/internal/testing/wait"
 )
 
 // TestCommitPathsTakeTheMandatesRowsInOneOrder: an APPLIED commit made on
@@ -64,19 +65,12 @@ func TestCommitPathsTakeTheMandatesRowsInOneOrder(t *testing.T) {
 	}
 	waiting := func(n int) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			var w int
-			if err := setup.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&w); err != nil {
-				t.Fatal(err)
-			}
-			if w >= n {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d transactions wait on a lock after 10s, want %d", w, n)
-			}
-			time.Sleep(10 * time.Millisecond)
+		var w int
+		if !wait.Until(10*time.Second, func() bool {
+			err := setup.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&w)
+			return err == nil && w >= n
+		}) {
+			t.Fatalf("%d transactions wait on a lock after 10s, want %d", w, n)
 		}
 	}
 	// A third transaction holds B's open window row, so that B's commit
