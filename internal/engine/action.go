@@ -64,6 +64,8 @@ func (t target) read(hash [32]byte, at time.Time) ledger.DecisionRead {
 	if t.action.Payee != "" && t.action.Kind != sik.KindRefund {
 		r.Payee = t.action.Payee
 	}
+	// Refunds never take an idempotency window: no family to read.
+	r.Family = t.action.Kind != sik.KindRefund
 	return r
 }
 
@@ -399,16 +401,14 @@ func aliasOf(account string, a rail.Action) (string, error) {
 // whose window cannot be read is not current: the request then takes the
 // whole path, which keys it afresh.
 func (e *Engine) windowCurrent(it ledger.Intent, latest *ledger.Intent) bool {
-	var k struct {
-		Window string `json:"window"`
-	}
-	if err := json.Unmarshal([]byte(it.Canonical), &k); err != nil {
+	window, err := windowMember(it)
+	if err != nil {
 		return false
 	}
-	if k.Window == "" {
+	if window == "" {
 		return true
 	}
-	w, _, ok := parseWindow(k.Window)
+	w, _, ok := parseWindow(window)
 	return ok && latest != nil && latest.Key == it.Key && e.sameAction(it, w)
 }
 
@@ -455,14 +455,11 @@ func idempotencyWindowOf(m *countersignv1.Mandate, kind sik.Kind) time.Duration 
 func (e *Engine) familyWindow(w time.Duration, latest *ledger.Intent) string {
 	next := 0
 	if latest != nil {
-		var k struct {
-			Window string `json:"window"`
-		}
-		_ = json.Unmarshal([]byte(latest.Canonical), &k)
+		window, _ := windowMember(*latest)
 		if e.sameAction(*latest, w) {
-			return k.Window
+			return window
 		}
-		if _, gen, ok := parseWindow(k.Window); ok {
+		if _, gen, ok := parseWindow(window); ok {
 			next = gen + 1
 		}
 	}
@@ -486,14 +483,20 @@ func familyLatest(facts ledger.DecisionFacts) *ledger.Intent {
 		return facts.FamilyLatest
 	}
 	if it := facts.Aliased; it != nil {
-		var k struct {
-			Window string `json:"window"`
-		}
-		if json.Unmarshal([]byte(it.Canonical), &k) == nil && k.Window != "" {
+		if window, err := windowMember(*it); err == nil && window != "" {
 			return it
 		}
 	}
 	return nil
+}
+
+// windowMember is the window member of an intent's key ("" for none).
+func windowMember(it ledger.Intent) (string, error) {
+	var k struct {
+		Window string `json:"window"`
+	}
+	err := json.Unmarshal([]byte(it.Canonical), &k)
+	return k.Window, err
 }
 
 // sameAction reports whether a request of intent it's family, under

@@ -438,7 +438,7 @@ func TestFamilyIsFixedAtBirth(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f, err := s.ReadForDecision(ctx, DecisionRead{RailAccount: older.RailAccount, Alias: family, At: time.Now()})
+	f, err := s.ReadForDecision(ctx, DecisionRead{RailAccount: older.RailAccount, Alias: family, Family: true, At: time.Now()})
 	if err != nil || f.FamilyLatest == nil || f.FamilyLatest.SIK != newer.SIK {
 		t.Fatalf("FamilyLatest = %+v, %v; want the newer intent %s", f.FamilyLatest, err, newer.SIK)
 	}

@@ -23,8 +23,10 @@ type DecisionRead struct {
 	// At is the decision time, for the mandate's validity.
 	At time.Time
 	// Alias is the request's alias ("" reads none); it also names the
-	// request's family (FamilyLatest).
-	Alias string
+	// request's family, whose newest intent is read (FamilyLatest) when
+	// Family is set: for an action that may take an idempotency window.
+	Alias  string
+	Family bool
 	// Payee, when set, is looked up for PayeePaidBefore.
 	Payee string
 }
@@ -89,8 +91,10 @@ func (s *Store) ReadForDecision(ctx context.Context, r DecisionRead) (DecisionFa
 		b.Queue(`SELECT `+intentColumns+` FROM intents
 			WHERE rail_account = $1 AND sik = (SELECT sik FROM intent_aliases WHERE rail_account = $1 AND alias = $2)`,
 			r.RailAccount, r.Alias).QueryRow(maybeIntent(&f.Aliased))
-		b.Queue(`SELECT `+intentColumns+` FROM intents WHERE rail_account = $1 AND family = $2
-			ORDER BY created_at DESC, sik LIMIT 1`, r.RailAccount, r.Alias).QueryRow(maybeIntent(&f.FamilyLatest))
+		if r.Family {
+			b.Queue(`SELECT `+intentColumns+` FROM intents WHERE rail_account = $1 AND family = $2
+				ORDER BY created_at DESC, sik LIMIT 1`, r.RailAccount, r.Alias).QueryRow(maybeIntent(&f.FamilyLatest))
+		}
 	}
 	if r.Payee != "" {
 		b.Queue(`SELECT EXISTS (SELECT 1 FROM intents WHERE rail_account = $1 AND payee = $2 AND state = 'APPLIED')`,
