@@ -18,7 +18,7 @@ import (
 func TestConcurrentIdenticalRefundsMoveMoneyOnce(t *testing.T) {
 	// Until the intent exists, each caller reads the payment at the rail:
 	// far more than one agent's default rail reads allow at once.
-	e := newRailEnv(t, envOptions{serveEnv: []string{unlimitedRailReads}})
+	e := newRailEnv(t, envOptions{serveEnv: []string{unlimitedRailReads, unlimitedDecisions}})
 	e.payment("stripe", "pi_conc_1", 10000, "usd")
 	const n = 200
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}, Timeout: 60 * time.Second}
@@ -76,7 +76,7 @@ func TestConcurrentIdenticalRefundsMoveMoneyOnce(t *testing.T) {
 // each behind its own egress proxy, receive the same refund from 100
 // concurrent callers split between them; the rail applies it once.
 func TestTwoProcessesRaceOnOneIntent(t *testing.T) {
-	e := newRailEnv(t, envOptions{serveEnv: []string{unlimitedRailReads}})
+	e := newRailEnv(t, envOptions{serveEnv: []string{unlimitedRailReads, unlimitedDecisions}})
 	second := e.secondCountersign()
 	e.payment("stripe", "pi_race", 10000, "usd")
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 100}, Timeout: 60 * time.Second}

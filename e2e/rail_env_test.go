@@ -125,11 +125,15 @@ type envOptions struct {
 
 const mcpAccount = "acct_e2e_mcp"
 
-// unlimitedRailReads, in envOptions.serveEnv, turns off the per-agent
-// limit on rail reads (on by default) for a test whose one agent sends
-// hundreds of new requests at once to race on something else; the limit
-// itself is internal/engine's and internal/server's to test.
-const unlimitedRailReads = "COUNTERSIGN_AGENT_RAIL_READ_RATE=0"
+// unlimitedRailReads and unlimitedDecisions, in envOptions.serveEnv, turn
+// off the per-agent limits on rail reads and on decisions (on by default)
+// for a test whose one agent sends hundreds of new requests at once to race
+// on something else; the limits themselves are internal/engine's and
+// internal/server's to test.
+const (
+	unlimitedRailReads = "COUNTERSIGN_AGENT_RAIL_READ_RATE=0"
+	unlimitedDecisions = "COUNTERSIGN_AGENT_DECISION_RATE=0"
+)
 
 func newRailEnv(t *testing.T, o envOptions) *railEnv {
 	t.Helper()

@@ -244,9 +244,11 @@ func (s *Stack) startGated(ctx context.Context, bin string) error {
 		"COUNTERSIGN_OWNER_QUOTA_BURST=100000",
 		// The scenarios measure the money gates: a retrying agent resends
 		// a flood of held or refused requests (each a rail read) within a
-		// second, past the per-agent limit on rail reads, which would then
-		// answer for the gates. That limit is tested on its own.
+		// second, past the per-agent limits on rail reads and on decisions,
+		// which would then answer for the gates. Those limits are tested on
+		// their own.
 		"COUNTERSIGN_AGENT_RAIL_READ_RATE=0",
+		"COUNTERSIGN_AGENT_DECISION_RATE=0",
 	)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {

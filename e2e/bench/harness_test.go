@@ -197,9 +197,10 @@ func (r *rig) serve(o serveOptions) *serveProc {
 		"COUNTERSIGN_OWNER_QUOTA_RATE=10000",
 		"COUNTERSIGN_OWNER_QUOTA_BURST=10000",
 		// The hot cells send hundreds of new refunds a second from one
-		// agent, each a rail read: the per-agent limit on rail reads
-		// (default 20 a second) would refuse most of them.
+		// agent, each a rail read: the per-agent limits on rail reads and
+		// on decisions (default 20 a second each) would refuse most of them.
 		"COUNTERSIGN_AGENT_RAIL_READ_RATE=0",
+		"COUNTERSIGN_AGENT_DECISION_RATE=0",
 	}
 	if o.quiet {
 		env = append(env, "COUNTERSIGN_RECONCILE_INTERVAL=0s", "COUNTERSIGN_OUTBOX_INTERVAL=0s", "COUNTERSIGN_READINESS_INTERVAL=1m")

@@ -80,6 +80,13 @@ type Config struct {
 	// A rate of 0 turns the limit off.
 	AgentRailReadRate  float64
 	AgentRailReadBurst int
+	// AgentDecisionRate and AgentDecisionBurst bound the decisions one
+	// agent may ask for (ext_authz checks and native Decide calls, whatever
+	// their verdict): a token bucket of AgentDecisionBurst decisions
+	// refilled at AgentDecisionRate a second, per agent, in this process.
+	// A rate of 0 turns the limit off.
+	AgentDecisionRate  float64
+	AgentDecisionBurst int
 	// ReconcileInterval is how often the reconciler looks for work; 0 turns
 	// the in-process reconciler off.
 	ReconcileInterval time.Duration
@@ -155,6 +162,20 @@ const (
 	DefaultAgentRailReadBurst = 40
 )
 
+// DefaultAgentDecisionRate and DefaultAgentDecisionBurst bound the
+// decisions one agent may ask for. Every decision costs a write to the
+// ledger every agent of the deployment shares (a refusal its decision
+// record, an ALLOW its intent, hold and attempt), so one agent that asks
+// as fast as it can would take the ledger's throughput and disk from the
+// rest. 20 a second matches the rail reads an agent's new requests may
+// cause (an agent cannot get more refunds through than that anyway) and
+// is far above what an agent a person supervises sends; a burst of 40 lets
+// a batch through.
+const (
+	DefaultAgentDecisionRate  = 20
+	DefaultAgentDecisionBurst = 40
+)
+
 // Defaults are the values a setting has when nothing sets it.
 func Defaults() Config {
 	return Config{
@@ -188,6 +209,8 @@ func Defaults() Config {
 		ConsoleSessionTTL:    8 * time.Hour,
 		AgentRailReadRate:    DefaultAgentRailReadRate,
 		AgentRailReadBurst:   DefaultAgentRailReadBurst,
+		AgentDecisionRate:    DefaultAgentDecisionRate,
+		AgentDecisionBurst:   DefaultAgentDecisionBurst,
 	}
 }
 
@@ -235,6 +258,8 @@ func (c *Config) BindServe(fs *pflag.FlagSet) {
 	fs.StringVar(&c.OwnerGroupsClaim, "owner-groups-claim", c.OwnerGroupsClaim, "top-level JWT claim listing the subject's groups (array of strings or one string)")
 	fs.Float64Var(&c.AgentRailReadRate, "agent-rail-read-rate", c.AgentRailReadRate, "rail reads a second one agent's requests may cause on one rail account (resolving what a request names, MCP tool descriptions); past it, such requests are refused with 429 and Retry-After (0: no limit)")
 	fs.IntVar(&c.AgentRailReadBurst, "agent-rail-read-burst", c.AgentRailReadBurst, "rail reads one agent's requests may cause at once on one rail account")
+	fs.Float64Var(&c.AgentDecisionRate, "agent-decision-rate", c.AgentDecisionRate, "decisions a second one agent may ask for, whatever their verdict; past it, its requests are refused with 429 and Retry-After, and at most one such refusal a second is recorded (0: no limit)")
+	fs.IntVar(&c.AgentDecisionBurst, "agent-decision-burst", c.AgentDecisionBurst, "decisions one agent may ask for at once")
 	fs.Float64Var(&c.OwnerQuotaRate, "owner-quota-rate", c.OwnerQuotaRate, "owner API calls per second per source and per owner (0: no quota)")
 	fs.IntVar(&c.OwnerQuotaBurst, "owner-quota-burst", c.OwnerQuotaBurst, "owner API calls allowed at once per source and per owner")
 	fs.Float64Var(&c.AuthFailureRate, "auth-failure-rate", c.AuthFailureRate, "failed credential attempts forgiven per second, per source and per credential (0: never block)")
@@ -392,22 +417,30 @@ func (c Config) ValidateEngine() error {
 	return errors.Join(errs...)
 }
 
+// agentLimit checks the token bucket of one per-agent limit, whose flags
+// are prefix-rate and prefix-burst, counting what.
+func agentLimit(prefix, what string, rate float64, burst int) error {
+	switch {
+	case rate < 0 || math.IsNaN(rate) || math.IsInf(rate, 0):
+		return fmt.Errorf("%s-rate (%s) must be a number of %s a second, 0 or more (0 turns the limit off), got %v",
+			prefix, EnvName(prefix+"-rate"), what, rate)
+	case burst < 0:
+		return fmt.Errorf("%s-burst (%s) must not be negative, got %d", prefix, EnvName(prefix+"-burst"), burst)
+	case rate > 0 && burst < 1:
+		return fmt.Errorf("%s-burst (%s) must be at least 1 while %s-rate (%s) is set; set the rate to 0 to turn the limit off",
+			prefix, EnvName(prefix+"-burst"), prefix, EnvName(prefix+"-rate"))
+	}
+	return nil
+}
+
 // Validate checks every setting of a serving command.
 func (c Config) Validate() error {
 	errs := []error{c.ValidateEngine()}
 	if c.OwnerQuotaRate < 0 || c.AuthFailureRate < 0 {
 		errs = append(errs, fmt.Errorf("owner-quota-rate and auth-failure-rate (%s, %s) must not be negative", EnvName("owner-quota-rate"), EnvName("auth-failure-rate")))
 	}
-	switch {
-	case c.AgentRailReadRate < 0 || math.IsNaN(c.AgentRailReadRate) || math.IsInf(c.AgentRailReadRate, 0):
-		errs = append(errs, fmt.Errorf("agent-rail-read-rate (%s) must be a number of reads a second, 0 or more (0 turns the limit off), got %v",
-			EnvName("agent-rail-read-rate"), c.AgentRailReadRate))
-	case c.AgentRailReadBurst < 0:
-		errs = append(errs, fmt.Errorf("agent-rail-read-burst (%s) must not be negative, got %d", EnvName("agent-rail-read-burst"), c.AgentRailReadBurst))
-	case c.AgentRailReadRate > 0 && c.AgentRailReadBurst < 1:
-		errs = append(errs, fmt.Errorf("agent-rail-read-burst (%s) must be at least 1 while agent-rail-read-rate (%s) is set; set the rate to 0 to turn the limit off",
-			EnvName("agent-rail-read-burst"), EnvName("agent-rail-read-rate")))
-	}
+	errs = append(errs, agentLimit("agent-rail-read", "reads", c.AgentRailReadRate, c.AgentRailReadBurst),
+		agentLimit("agent-decision", "decisions", c.AgentDecisionRate, c.AgentDecisionBurst))
 	if c.OwnerQuotaBurst < 1 || c.AuthFailureBurst < 1 {
 		errs = append(errs, fmt.Errorf("owner-quota-burst and auth-failure-burst (%s, %s) must be at least 1", EnvName("owner-quota-burst"), EnvName("auth-failure-burst")))
 	}

@@ -118,6 +118,14 @@ func TestValidate(t *testing.T) {
 			"agent-rail-read-burst (COUNTERSIGN_AGENT_RAIL_READ_BURST) must not be negative, got -5"},
 		{"agent rail read rate without a burst", func(c *Config) { c.AgentRailReadBurst = 0 },
 			"agent-rail-read-burst (COUNTERSIGN_AGENT_RAIL_READ_BURST) must be at least 1 while agent-rail-read-rate (COUNTERSIGN_AGENT_RAIL_READ_RATE) is set"},
+		// The per-agent limit on decisions.
+		{"agent decisions off", func(c *Config) { c.AgentDecisionRate, c.AgentDecisionBurst = 0, 0 }, ""},
+		{"agent decision rate infinite", func(c *Config) { c.AgentDecisionRate = math.Inf(1) },
+			"agent-decision-rate (COUNTERSIGN_AGENT_DECISION_RATE) must be a number of decisions a second, 0 or more (0 turns the limit off), got +Inf"},
+		{"negative agent decision burst", func(c *Config) { c.AgentDecisionBurst = -1 },
+			"agent-decision-burst (COUNTERSIGN_AGENT_DECISION_BURST) must not be negative, got -1"},
+		{"agent decision rate without a burst", func(c *Config) { c.AgentDecisionBurst = 0 },
+			"agent-decision-burst (COUNTERSIGN_AGENT_DECISION_BURST) must be at least 1 while agent-decision-rate (COUNTERSIGN_AGENT_DECISION_RATE) is set"},
 		// The Envoy-facing listener: its ALLOW carries the rail key.
 		{"default envoy socket", func(c *Config) {
 			if c.EnvoyAddr != "unix:"+DefaultEnvoySocket {

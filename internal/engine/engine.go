@@ -199,6 +199,11 @@ type Options struct {
 	// 429). A zero rate turns the limit off.
 	RailReadRate  float64
 	RailReadBurst int
+	// DecisionRate and DecisionBurst bound the decisions one agent may ask
+	// for (limits.go): a token bucket of DecisionBurst decisions (at least
+	// 1), refilled at DecisionRate a second. A zero rate turns it off.
+	DecisionRate  float64
+	DecisionBurst int
 	// Tracer traces decisions and commits (nil: no spans).
 	Tracer trace.TracerProvider
 	// DecisionLog writes one structured log line per decision.
@@ -225,7 +230,10 @@ type Engine struct {
 	// railReads limits the rail reads each agent's requests cause, per
 	// rail account (Options.RailReadRate).
 	railReads *quota.Limiter
-	tracer    trace.Tracer
+	// decisions limits the decisions each agent asks for; throttled
+	// bounds the records of the refusals past a limit (limits.go).
+	decisions, throttled *quota.Limiter
+	tracer               trace.Tracer
 }
 
 // New returns an engine over l.
@@ -249,7 +257,9 @@ func New(l Ledger, opts Options, log *slog.Logger, m *metrics.Metrics) *Engine {
 	}
 	return &Engine{ledger: l, opts: opts, log: log, metrics: m, now: now, aliases: newSeenAliases(), tracer: tracer,
 		lateConfirms: quota.NewLimiter(quota.Options{Rate: 1.0 / 60, Burst: 2, Now: now}),
-		railReads:    quota.NewLimiter(quota.Options{Rate: opts.RailReadRate, Burst: opts.RailReadBurst, Now: now})}
+		railReads:    quota.NewLimiter(quota.Options{Rate: opts.RailReadRate, Burst: opts.RailReadBurst, Now: now}),
+		decisions:    quota.NewLimiter(quota.Options{Rate: opts.DecisionRate, Burst: opts.DecisionBurst, Now: now}),
+		throttled:    quota.NewLimiter(quota.Options{Rate: throttledRecordRate, Burst: 1, Now: now})}
 }
 
 // Reason codes of the answers the engine gives today.
@@ -362,6 +372,11 @@ func (e *Engine) decideOnce(ctx context.Context, req Request, t target, remember
 		}
 		return f.Principal, f.PrincipalErr
 	})
+	if remember { // the first pass only: one request, one token
+		if refused, key, limited := e.limited(req, t, principal, out); limited {
+			return e.recordThrottled(ctx, req, principal, refused, key)
+		}
+	}
 	if ok {
 		out = e.run(ctx, req, principal, t, facts)
 		out.AgentID = principal.Agent.ID // who asked, for the decision's span and log

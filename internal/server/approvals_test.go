@@ -134,7 +134,7 @@ func TestConcurrentApproveAndRevoke(t *testing.T) {
 	if err := migrate(ctx, url); err != nil {
 		t.Fatal(err)
 	}
-	h := railHarnessOn(t, url, unlimitedRailReads)
+	h := railHarnessOn(t, url, unlimitedAgent)
 	db, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)

@@ -76,12 +76,13 @@ type harnessOption struct {
 	log    *slog.Logger
 }
 
-// unlimitedRailReads turns off the per-agent limit on rail reads (on by
-// default, config.DefaultAgentRailReadRate) for a test whose one agent
-// sends hundreds of new requests at once to load something else: the
-// budget, a window, a revocation race. TestRailReadsAreLimitedPerAgent
-// tests the limit itself.
-var unlimitedRailReads = harnessOption{cfg: func(c *config.Config) { c.AgentRailReadRate = 0 }}
+// unlimitedAgent turns off the per-agent limits on rail reads and on
+// decisions (on by default, config.DefaultAgentRailReadRate and
+// DefaultAgentDecisionRate) for a test whose one agent sends hundreds of new
+// requests at once to load something else: the budget, a window, a
+// revocation race. TestRailReadsAreLimitedPerAgent and
+// TestDecisionsAreLimitedPerAgent test the limits themselves.
+var unlimitedAgent = harnessOption{cfg: func(c *config.Config) { c.AgentRailReadRate, c.AgentDecisionRate = 0, 0 }}
 
 // bareRailHarness is railHarness without any mandate.
 func bareRailHarness(b testing.TB, opts ...harnessOption) *allowHarness {

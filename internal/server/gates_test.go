@@ -78,7 +78,7 @@ func concurrentRefunds(t *testing.T, h *allowHarness, n int, amount int64) map[c
 }
 
 func TestBudgetAdmitsExactlyWhatFits(t *testing.T) {
-	h := bareRailHarness(t, unlimitedRailReads)
+	h := bareRailHarness(t, unlimitedAgent)
 	m := mandateFor(h)
 	m.Budgets = []*countersignv1.Money{{AmountMinor: 100 * 250, Currency: "USD"}} // room for exactly 100 refunds of 250
 	hash := applyMandateTo(t, h, m)
@@ -108,7 +108,7 @@ func TestBudgetAdmitsExactlyWhatFits(t *testing.T) {
 }
 
 func TestSlidingWindowAdmitsExactlyWhatFits(t *testing.T) {
-	h := bareRailHarness(t, unlimitedRailReads)
+	h := bareRailHarness(t, unlimitedAgent)
 	m := mandateFor(h)
 	m.Windows = []*countersignv1.Window{{Scope: countersignv1.WindowScope_WINDOW_SCOPE_AGENT, Duration: durationpb.New(time.Hour), MaxCalls: 100}}
 	applyMandateTo(t, h, m)

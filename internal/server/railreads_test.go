@@ -107,7 +107,9 @@ func TestRailReadsAreLimitedPerAgent(t *testing.T) {
 // bucket holds plus what its rate refilled while the flood lasted; every
 // request beyond them is refused for it, and none of those read the rail.
 func TestRailReadLimitIsOnByDefault(t *testing.T) {
-	h := railHarness(t)
+	// The limit on decisions (TestDecisionLimitIsOnByDefault) is off, so
+	// every request of the flood reaches the rail-read bucket.
+	h := railHarness(t, harnessOption{cfg: func(c *config.Config) { c.AgentDecisionRate = 0 }})
 	const n = 200
 	var (
 		mu      sync.Mutex

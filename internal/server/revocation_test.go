@@ -29,7 +29,7 @@ import (
 func TestRevocationStopsTheVeryNextDecision(t *testing.T) {
 	for _, revoke := range []string{"credential", "agent", "mandate"} {
 		t.Run(revoke, func(t *testing.T) {
-			h := bareRailHarness(t, unlimitedRailReads)
+			h := bareRailHarness(t, unlimitedAgent)
 			m := mandateFor(h)
 			// Limits that accumulate: decisions take the mandate's lock.
 			m.Budgets = []*countersignv1.Money{{AmountMinor: 1 << 40, Currency: "USD"}}

@@ -119,6 +119,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 		ReconcileDelay: cfg.ReconcileDelay, Advisors: []gate.Advisor{gate.NewPayee{}},
 		Failures: quota.NewFailures(failQuota, failQuota), ExtProcInPath: cfg.ExtProcInPath, MaxPendingApprovals: cfg.MaxPendingApprovals,
 		RailReadRate: cfg.AgentRailReadRate, RailReadBurst: cfg.AgentRailReadBurst,
+		DecisionRate: cfg.AgentDecisionRate, DecisionBurst: cfg.AgentDecisionBurst,
 		Tracer: o.tracer, DecisionLog: cfg.DecisionLog}, log, m)
 	rec := reconcile.New(store, rs, reconcile.Options{
 		Owner: cfg.LeaseOwner, Delay: cfg.ReconcileDelay, MaxAttempts: cfg.ReconcileMaxAttempts, ClaimTTL: cfg.ReconcileClaimTTL,
