@@ -191,6 +191,7 @@ refuse "baseURLEnv is required in mode injector" "${inj[@]}" --set-json "rails=[
 refuse "baseURLEnv .STRIPE_API_BASE. is also" "${inj[@]}" --set-json "rails=[$(rail a one s ',"baseURLEnv":"STRIPE_API_BASE"'),$(rail b two t ',"baseURLEnv":"STRIPE_API_BASE"')]"
 refuse "baseURLEnv.: 'not' failed" "${inj[@]}" --set-json "rails=[$(rail a stripe s ',"baseURLEnv":"COUNTERSIGN_BASE"')]"
 refuse "migrations.mode must be hook" "${inj[@]}" --set migrations.mode=initContainer
+refuse "egress.upstream.tls may not be false in mode injector" "${inj[@]}" --set-json "rails=[$(rail a one s ',"baseURLEnv":"ONE_URL","mcp":{"preset":"stripe","endpoint":"/mcp"},"egress":{"name":"one","upstream":{"port":8080,"tls":false}}')]"
 refuse "injector.tls.secret.name is required" "${inj[@]}" --set injector.tls.mode=secret
 refuse "injector.tls.secret.caBundle is required" "${inj[@]}" --set injector.tls.mode=secret --set injector.tls.secret.name=tls
 refuse "caBundle must be base64 of a PEM certificate" "${inj[@]}" --set injector.tls.mode=secret --set injector.tls.secret.name=tls --set injector.tls.secret.caBundle=bm90IGEgY2VydA==

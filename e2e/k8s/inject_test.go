@@ -240,11 +240,14 @@ func registerWebhook(t *testing.T, ctx context.Context, kc kubernetes.Interface,
 	}
 }
 
-// agentPod is an ordinary agent pod: one container, nothing of ours.
+// agentPod is an ordinary agent pod: one container, nothing of ours, not
+// root (the injector refuses an agent that could rewrite the pod's
+// /etc/hosts).
 func agentPod(name string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: corev1.PodSpec{
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptrTo(true)},
 			Containers: []corev1.Container{{
 				Name:  "agent",
 				Image: "registry.example/agent:v1",

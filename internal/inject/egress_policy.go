@@ -60,9 +60,7 @@ func uidRefusals(c view, psc *corev1.PodSecurityContext, uid int64) []string {
 	case *user != uid:
 		out = append(out, fmt.Sprintf("%s runs as UID %d: the egress rules match the agent's UID %d only", at, *user, uid))
 	}
-	if nonRoot := first(sc.RunAsNonRoot, psc.RunAsNonRoot); nonRoot == nil || !*nonRoot {
-		out = append(out, at+": neither it nor the pod sets runAsNonRoot: true, which closed egress requires")
-	}
+	// runAsNonRoot is required with or without closed egress (preflight).
 	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
 		out = append(out, fmt.Sprintf("%s does not set allowPrivilegeEscalation: false: a setuid program could leave UID %d, for which egress is closed", at, uid))
 	}
@@ -94,20 +92,7 @@ func resolverRefusals(pod *corev1.Pod, e EgressConfig) []string {
 			}
 		}
 	}
-	const why = "the closed rail hosts are resolved with the pod's resolver, which the pod may then not choose (close CIDRs instead of host names to allow it)"
-	if pod.Spec.DNSPolicy == corev1.DNSNone {
-		out = append(out, "spec.dnsPolicy is None: "+why)
-	}
-	if d := pod.Spec.DNSConfig; d != nil {
-		if len(d.Nameservers) > 0 {
-			out = append(out, "spec.dnsConfig.nameservers is set: "+why)
-		}
-		for _, o := range d.Options {
-			if !slices.Contains(harmlessDNSOptions, o.Name) {
-				out = append(out, fmt.Sprintf("spec.dnsConfig.options has %q: %s", o.Name, why))
-			}
-		}
-	}
+	// The resolver itself the pod may not choose in any mode (resolvesRefusals).
 	return out
 }
 

@@ -157,20 +157,70 @@ func TestEgressPodRefusals(t *testing.T) {
 			}
 		})
 	}
-	// Resolver settings matter only for host names: with CIDRs alone, a
-	// pod may choose its own name servers.
+	// Without closed egress, none of the UID rules applies, but an agent
+	// may still not run as root (TestEveryModeRefusesWhatSteersTheSidecars).
+	pod := hardenedAgentPod()
+	pod.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: ptr(true)}
+	if resp := mutatePod(t, pod, testConfig()); !resp.Allowed || len(resp.Patch) == 0 {
+		t.Fatalf("without closed egress a pod of the image's (non-root) user is refused: %+v", resp.Result)
+	}
+}
+
+// TestEveryModeRefusesWhatSteersTheSidecars: the injected Envoy and
+// Countersign look up their upstreams and the ledger through the pod's
+// /etc/hosts and resolver, so with or without closed egress a pod may not
+// choose them (a hostAliases entry but a base URL host on 127.0.0.1, its
+// own name servers or search domains, a resolver option that changes an
+// answer), and no agent container may run as root, which could rewrite
+// the pod's /etc/hosts at run time.
+func TestEveryModeRefusesWhatSteersTheSidecars(t *testing.T) {
+	nonRoot := func() *corev1.Pod {
+		p := hardenedAgentPod()
+		p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: ptr(true)}
+		return p
+	}
 	cidrs := egressTestConfig()
 	cidrs.Egress.Hosts = nil
-	pod := hardenedAgentPod()
-	pod.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{"198.51.100.53"}, Options: []corev1.PodDNSConfigOption{{Name: "rotate"}}}
-	if resp := mutatePod(t, pod, cidrs); !resp.Allowed || len(resp.Patch) == 0 {
-		t.Fatalf("with CIDRs alone, own name servers are refused: %+v", resp.Result)
-	}
-	// Without closed egress, none of the UID rules applies.
-	pod = hardenedAgentPod()
-	pod.Spec.SecurityContext = nil
-	if resp := mutatePod(t, pod, testConfig()); !resp.Allowed || len(resp.Patch) == 0 {
-		t.Fatalf("without closed egress a pod of the image's user is refused: %+v", resp.Result)
+	for _, mode := range []struct {
+		name string
+		cfg  Config
+		base func() *corev1.Pod
+	}{{"open egress", testConfig(), nonRoot}, {"egress closed by CIDR", cidrs, hardenedAgentPod}, {"egress closed by host", egressTestConfig(), hardenedAgentPod}} {
+		name, cfg, base := mode.name, mode.cfg, mode.base
+		if resp := mutatePod(t, base(), cfg); !resp.Allowed {
+			t.Fatalf("%s: the pod is refused: %+v", name, resp.Result)
+		}
+		cases := []struct {
+			name string
+			edit func(p *corev1.Pod)
+			want string
+		}{
+			{"an upstream aliased", func(p *corev1.Pod) {
+				p.Spec.HostAliases = []corev1.HostAlias{{IP: "127.0.0.2", Hostnames: []string{"stripe-mcp.tools.svc.cluster.local"}}}
+			}, "spec.hostAliases[0] maps stripe-mcp.tools.svc.cluster.local to 127.0.0.2: the injected sidecars resolve"},
+			{"the ledger aliased to loopback", func(p *corev1.Pod) {
+				p.Spec.HostAliases = []corev1.HostAlias{{IP: "127.0.0.1", Hostnames: []string{"ledger.db.svc"}}}
+			}, "spec.hostAliases[0] maps ledger.db.svc to 127.0.0.1"},
+			{"own name servers", func(p *corev1.Pod) { p.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{"198.51.100.53"}} }, "spec.dnsConfig.nameservers is set"},
+			{"own search domains", func(p *corev1.Pod) { p.Spec.DNSConfig = &corev1.PodDNSConfig{Searches: []string{"attacker.example"}} }, "spec.dnsConfig.searches is set"},
+			{"dnsPolicy None", func(p *corev1.Pod) { p.Spec.DNSPolicy = corev1.DNSNone }, "spec.dnsPolicy is None"},
+			{"resolver option rotate", func(p *corev1.Pod) {
+				p.Spec.DNSConfig = &corev1.PodDNSConfig{Options: []corev1.PodDNSConfigOption{{Name: "rotate"}}}
+			}, `spec.dnsConfig.options has "rotate"`},
+			{"root agent", func(p *corev1.Pod) {
+				p.Spec.SecurityContext.RunAsNonRoot = nil
+				p.Spec.Containers[0].SecurityContext.RunAsNonRoot = nil
+			}, "(agent): neither it nor the pod sets runAsNonRoot: true; as root it could rewrite the pod's /etc/hosts"},
+			{"root init container", func(p *corev1.Pod) { p.Spec.InitContainers[0].SecurityContext.RunAsNonRoot = ptr(false) }, "(setup): neither it nor the pod sets runAsNonRoot"},
+		}
+		for _, tc := range cases {
+			pod := base()
+			tc.edit(pod)
+			resp := mutatePod(t, pod, cfg)
+			if resp.Allowed || resp.Result == nil || resp.Result.Code != 403 || !strings.Contains(resp.Result.Message, tc.want) {
+				t.Errorf("%s, %s: want a refusal saying %q, got allowed=%v %+v", name, tc.name, tc.want, resp.Allowed, resp.Result)
+			}
+		}
 	}
 }
 

@@ -222,15 +222,64 @@ func preflight(pod *corev1.Pod, cfg Config) []string {
 	for _, c := range pod.Spec.Containers {
 		out = append(out, portRefusals(c, cfg)...)
 	}
+	psc := pod.Spec.SecurityContext
+	if psc == nil {
+		psc = &corev1.PodSecurityContext{}
+	}
+	for _, c := range containers(pod) {
+		sc := c.sc
+		if sc == nil {
+			sc = &corev1.SecurityContext{}
+		}
+		if nonRoot := first(sc.RunAsNonRoot, psc.RunAsNonRoot); nonRoot == nil || !*nonRoot {
+			out = append(out, fmt.Sprintf("%s (%s): neither it nor the pod sets runAsNonRoot: true; as root it could rewrite the pod's /etc/hosts, "+
+				"which the injected sidecars read, and steer where Envoy and Countersign connect", c.field, c.name))
+		}
+	}
+	out = append(out, resolvesRefusals(pod, cfg)...)
+	return append(out, egressRefusals(pod, cfg)...)
+}
+
+// resolvesRefusals: the injected sidecars look up the names they connect
+// to (Envoy its upstreams, Countersign its ledger) through the pod's
+// /etc/hosts and resolver, so the pod spec may not choose either: no
+// hostAliases entry but the base URL hosts on 127.0.0.1 (the one the
+// injector adds itself), no resolver of its own, no search domains, and no
+// resolver option beyond those that change no answer. A plain-HTTP
+// upstream steered to the agent would receive the rail key; a ledger
+// steered to it would decide.
+func resolvesRefusals(pod *corev1.Pod, cfg Config) []string {
+	var out []string
 	hosts := aliasHosts(cfg)
 	for i, a := range pod.Spec.HostAliases {
 		for _, h := range a.Hostnames {
-			if slices.Contains(hosts, h) && a.IP != "127.0.0.1" {
+			switch {
+			case !slices.Contains(hosts, h):
+				out = append(out, fmt.Sprintf("spec.hostAliases[%d] maps %s to %s: the injected sidecars resolve their upstreams and the ledger through the pod's /etc/hosts, "+
+					"so the pod may add no name to it but a base URL host on 127.0.0.1", i, h, a.IP))
+			case a.IP != "127.0.0.1":
 				out = append(out, fmt.Sprintf("spec.hostAliases[%d] maps %s, a base URL host, to %s instead of Envoy's 127.0.0.1", i, h, a.IP))
 			}
 		}
 	}
-	return append(out, egressRefusals(pod, cfg)...)
+	const why = "the injected sidecars resolve their upstreams and the ledger with the pod's resolver, which the pod may then not choose"
+	if pod.Spec.DNSPolicy == corev1.DNSNone {
+		out = append(out, "spec.dnsPolicy is None: "+why)
+	}
+	if d := pod.Spec.DNSConfig; d != nil {
+		if len(d.Nameservers) > 0 {
+			out = append(out, "spec.dnsConfig.nameservers is set: "+why)
+		}
+		if len(d.Searches) > 0 {
+			out = append(out, "spec.dnsConfig.searches is set: "+why+" (a search domain is tried before a name with fewer dots than ndots)")
+		}
+		for _, o := range d.Options {
+			if !slices.Contains(harmlessDNSOptions, o.Name) {
+				out = append(out, fmt.Sprintf("spec.dnsConfig.options has %q: %s", o.Name, why))
+			}
+		}
+	}
+	return out
 }
 
 // aliasHosts are the base URLs' host names, sorted, each once.

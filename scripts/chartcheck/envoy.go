@@ -37,12 +37,15 @@ type envoyInfo struct {
 	// routed maps each Host value (domain) of a virtual host whose routes
 	// reach a rail to that rail's account.
 	routed map[string]string
+	// inAgentPod: this Envoy runs in the agent's pod (injector mode).
+	inAgentPod bool
 }
 
 // checkEnvoyBootstrap parses the bootstrap the way Envoy does (YAML to
 // JSON, proto3 JSON with unknown fields an error), validates it into every
-// typed Any, and checks what the chart's pod relies on.
-func checkEnvoyBootstrap(r *result, data string, accounts map[string]rails.AccountConfig) *envoyInfo {
+// typed Any, and checks what the chart's pod relies on. inAgentPod says
+// the Envoy runs in the agent's pod (injector mode).
+func checkEnvoyBootstrap(r *result, data string, accounts map[string]rails.AccountConfig, inAgentPod bool) *envoyInfo {
 	b, err := envoyconfig.ParseBootstrap([]byte(data))
 	if !r.ok(invEnvoy, err == nil, "bootstrap does not parse as an Envoy v3 Bootstrap: %v", err) {
 		return nil
@@ -51,7 +54,7 @@ func checkEnvoyBootstrap(r *result, data string, accounts map[string]rails.Accou
 	if !r.ok(invEnvoy, err == nil, "bootstrap fails validation: %v", err) {
 		return nil
 	}
-	info := &envoyInfo{routed: map[string]string{}}
+	info := &envoyInfo{routed: map[string]string{}, inAgentPod: inAgentPod}
 
 	if a := b.GetAdmin().GetAddress(); a != nil {
 		r.ok(invEnvoy, isLoopback(a), "admin must listen on loopback or a pipe, not %v", a)
@@ -154,7 +157,7 @@ func checkHCM(r *result, h *hcmv3.HttpConnectionManager, clusters map[string]*cl
 			where := fmt.Sprintf("virtual host %q route %d", vh.GetName(), i)
 			switch a := rt.GetAction().(type) {
 			case *routev3.Route_Route:
-				if acct := checkRailRoute(r, where, rt, a.Route, clusters, accounts); acct != "" {
+				if acct := checkRailRoute(r, where, rt, a.Route, clusters, accounts, info.inAgentPod); acct != "" {
 					routed[acct] = true
 					for _, d := range vh.GetDomains() {
 						info.routed[d] = acct
@@ -171,7 +174,7 @@ func checkHCM(r *result, h *hcmv3.HttpConnectionManager, clusters map[string]*cl
 	}
 }
 
-func checkRailRoute(r *result, where string, rt *routev3.Route, ra *routev3.RouteAction, clusters map[string]*clusterv3.Cluster, accounts map[string]rails.AccountConfig) string {
+func checkRailRoute(r *result, where string, rt *routev3.Route, ra *routev3.RouteAction, clusters map[string]*clusterv3.Cluster, accounts map[string]rails.AccountConfig, inAgentPod bool) string {
 	name, host := ra.GetCluster(), ra.GetHostRewriteLiteral()
 	r.ok(invEnvoy, name != "" && name != countersignCluster, "%s: a rail route names one rail cluster, got %q", where, name)
 	r.ok(invEnvoy, host != "", "%s: host_rewrite_literal must name the rail host", where)
@@ -201,8 +204,12 @@ func checkRailRoute(r *result, where string, rt *routev3.Route, ra *routev3.Rout
 		return acct.Account
 	}
 	ts := cl.GetTransportSocket()
-	if ts == nil && acct.MCP != nil {
-		return acct.Account // an in-cluster MCP server over plain HTTP
+	if ts == nil && acct.MCP != nil && !inAgentPod {
+		// An in-cluster MCP server over plain HTTP, from an Envoy of its
+		// own pod. In the agent's pod it is refused below: the agent can
+		// write the pod's /etc/hosts (as root) and its pod spec chooses the
+		// resolver, so the name could lead to the agent, with the rail key.
+		return acct.Account
 	}
 	tls := &tlsv3.UpstreamTlsContext{}
 	if !r.ok(invEnvoy, ts != nil && ts.GetTypedConfig().UnmarshalTo(tls) == nil, "%s: cluster %q must use TLS (UpstreamTlsContext)", where, name) {

@@ -527,7 +527,7 @@ func checkSidecarConfig(r *result, where string, flags map[string][]string, conf
 		if !r.ok(invSidecarEnvoy, ok, "%s: ConfigMap %s has no key %s", at, envoyCM, envoyKey) {
 			continue
 		}
-		info := checkEnvoyBootstrap(r, data, accounts)
+		info := checkEnvoyBootstrap(r, data, accounts, true)
 		if info == nil {
 			continue
 		}

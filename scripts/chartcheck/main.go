@@ -729,7 +729,7 @@ func checkEgressPod(r *result, name string, s podSpec, configMaps map[string]obj
 	if !r.ok(invEnvoy, ok && hasKey, "%s: ConfigMap %s with key %s (Envoy's bootstrap) is not rendered", where, volumes[vol].ConfigMap.Name, rel) {
 		return eg
 	}
-	info := checkEnvoyBootstrap(r, data, accounts)
+	info := checkEnvoyBootstrap(r, data, accounts, false)
 	if info == nil {
 		return eg
 	}

@@ -158,6 +158,9 @@ var injectorMutations = []mutation{
 		name, _, _ := strings.Cut(strings.TrimPrefix(inj.arg("--base-url"), "--base-url="), "=")
 		return setArg(d, "--base-url", name+"=http://nowhere.egress.local:15001")
 	}},
+	{"the sidecar Envoy reaching an MCP server over plain HTTP", invEnvoy, func(d []map[string]any) error {
+		return dropClusterTLS(d, "rail-stripe-mcp")
+	}},
 	{"the sidecar Envoy failing open", invEnvoy, func(d []map[string]any) error {
 		return editConfigMapData(d, "envoy.yaml", "failure_mode_allow: false", "failure_mode_allow: true")
 	}},
@@ -383,4 +386,36 @@ var injectorSelfMutations = []mutation{
 	{"self: a Secret the Role does not name", invWebhookTLS, func(d []map[string]any) error {
 		return setArg(d, "--tls-secret", "someone-else")
 	}},
+}
+
+// dropClusterTLS removes cluster's transport_socket from the rendered
+// envoy.yaml: its upstream is then reached over plain TCP.
+func dropClusterTLS(docs []map[string]any, cluster string) error {
+	for _, o := range docs {
+		if o["kind"] != "ConfigMap" {
+			continue
+		}
+		data, _ := o["data"].(map[string]any)
+		s, _ := data["envoy.yaml"].(string)
+		at := strings.Index(s, "- name: "+cluster+"\n")
+		if at < 0 {
+			continue
+		}
+		ts := strings.Index(s[at:], "\n    transport_socket:\n")
+		if ts < 0 {
+			return fmt.Errorf("cluster %s has no transport_socket", cluster)
+		}
+		start := at + ts + 1
+		end := start + len("    transport_socket:\n")
+		for end < len(s) && strings.HasPrefix(s[end:], "      ") {
+			if nl := strings.IndexByte(s[end:], '\n'); nl >= 0 {
+				end += nl + 1
+			} else {
+				end = len(s)
+			}
+		}
+		data["envoy.yaml"] = s[:start] + s[end:]
+		return nil
+	}
+	return fmt.Errorf("no envoy.yaml defines cluster %s", cluster)
 }

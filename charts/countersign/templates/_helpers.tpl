@@ -158,6 +158,9 @@ the Deployment, so every install and template run goes through it.
 {{- if and (not $r.mcp) (eq (toString $up.tls) "false") -}}
 {{- fail (printf "%s: egress.upstream.tls may be false only for an MCP account: a rail's REST API is reached over verified TLS" $where) -}}
 {{- end -}}
+{{- if and (eq $.Values.mode "injector") (eq (toString $up.tls) "false") -}}
+{{- fail (printf "%s: egress.upstream.tls may not be false in mode injector: Envoy runs in the agent's pod, whose /etc/hosts the agent can write (as root) and whose resolver its pod spec chooses, so a plain-HTTP upstream could be steered to the agent with the rail key; reach the MCP server over verified TLS" $where) -}}
+{{- end -}}
 {{- range $d := include "countersign.railDomains" (dict "root" $ "rail" $r) | fromYamlArray -}}
 {{- if hasKey $domains $d -}}
 {{- fail (printf "%s: Host %q is also accepted for %s" $where $d (get $domains $d)) -}}
