@@ -318,6 +318,10 @@ func (e *Engine) answer(acct *rails.Account, req Request, res decided, stamped r
 			headers[strings.ToLower(k)] = v
 		}
 		headers["authorization"] = acct.AuthHeader()
+		if mt := rail.BodyMediaType(stamped.BodyField); mt != "" {
+			// Set here too for deployments without ext_proc (Istio CUSTOM).
+			headers["content-type"] = mt
+		}
 		ref.AttemptSeq, ref.Stamp = res.attempt.Seq, res.attempt.Stamp
 		ref.BodyField, ref.BodyValue = stamped.BodyField, stamped.BodyValue
 		out = Outcome{Verdict: Allow, ReasonCode: ReasonAllowed,

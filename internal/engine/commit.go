@@ -66,7 +66,7 @@ func (e *Engine) Authenticate(ctx context.Context, c Caller) (ledger.Principal, 
 		}
 		return ledger.Principal{}, &quota.ExhaustedError{Scope: "failed credential attempts", RetryAfter: wait}
 	}
-	out, p, ok := e.authenticate(ctx, Request{Source: SourceDecide, RequestID: c.RequestID, Credential: c.Credential, Peer: c.Peer},
+	out, p, ok := e.authenticate(ctx, Request{Source: SourceDecide, RequestID: requestIDOf(c.RequestID), Credential: c.Credential, Peer: c.Peer},
 		func(hash [32]byte) (ledger.Principal, error) { return e.ledger.LookupCredential(ctx, hash) })
 	if ok {
 		return *p, nil

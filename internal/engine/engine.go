@@ -315,6 +315,7 @@ func (e *Engine) DecideAction(ctx context.Context, req Request, railAccount stri
 
 func (e *Engine) decide(ctx context.Context, req Request, t target) (out Outcome) {
 	start := time.Now() // latency is measured on the real clock
+	req.RequestID = requestIDOf(req.RequestID)
 	ctx, span := e.startDecision(ctx, req)
 	defer func() {
 		if r := recover(); r != nil {
@@ -562,8 +563,8 @@ func (e *Engine) recordChecked(ctx context.Context, req Request, p *ledger.Princ
 // decisionOf is the decision record of req, without its verdict.
 func (e *Engine) decisionOf(req Request, p *ledger.Principal, code, reason string) *ledger.Decision {
 	d := &ledger.Decision{
-		RequestID: req.RequestID, Source: string(req.Source), ReasonCode: code, Reason: reason,
-		Method: req.Method, Host: req.Host, Path: pathOnly(req.Path),
+		RequestID: req.RequestID, Source: string(req.Source), ReasonCode: code, Reason: clip(reason, maxReasonBytes),
+		Method: clip(req.Method, maxHostBytes), Host: clip(req.Host, maxHostBytes), Path: clip(pathOnly(req.Path), maxPathBytes),
 	}
 	if p != nil {
 		d.AgentID, d.CredentialID = p.Agent.ID, p.Credential.ID

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -135,7 +136,7 @@ func TestDecideDeniesEveryFailure(t *testing.T) {
 				defer cancel()
 			}
 			out := e.Decide(ctx, Request{
-				Source: SourceExtAuthz, RequestID: "req-" + tc.name, Credential: tc.cred,
+				Source: SourceExtAuthz, RequestID: "req-" + strings.ReplaceAll(tc.name, " ", "-"), Credential: tc.cred,
 				Method: http.MethodPost, Host: "api.stripe.com", Path: "/v1/refunds", BodyTruncated: tc.truncated,
 			})
 			if out.Verdict != Block {
@@ -155,7 +156,7 @@ func TestDecideDeniesEveryFailure(t *testing.T) {
 			}
 			if tc.wantRecord {
 				d := tc.ledger.recorded[0]
-				if d.Verdict != "BLOCK" || d.ReasonCode != tc.wantCode || d.RequestID != "req-"+tc.name {
+				if d.Verdict != "BLOCK" || d.ReasonCode != tc.wantCode || d.RequestID != "req-"+strings.ReplaceAll(tc.name, " ", "-") {
 					t.Fatalf("recorded decision %+v", d)
 				}
 				if out.DecisionID == 0 {

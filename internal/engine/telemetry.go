@@ -133,7 +133,7 @@ func (e *Engine) logDecision(ctx context.Context, sc trace.SpanContext, req Requ
 		attrs = append(attrs, slog.Int64("amount_minor", *t.action.AmountMinor))
 	}
 	if t.action.Currency != "" {
-		attrs = append(attrs, slog.String("currency", strings.ToUpper(t.action.Currency)))
+		attrs = append(attrs, slog.String("currency", clip(strings.ToUpper(t.action.Currency), 16)))
 	}
 	if out.DecisionID != 0 {
 		attrs = append(attrs, slog.Int64("decision_id", out.DecisionID))

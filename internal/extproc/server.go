@@ -218,11 +218,12 @@ func (s *Server) requestBody(x *exchange, b *extprocv3.HttpBody) *extprocv3.Proc
 	if refusal := s.markSent(x, true); refusal != nil {
 		return refusal
 	}
-	// In buffered mode the headers may be mutated with the body.
-	set := []*corev3.HeaderValueOption{setHeader("content-length", strconv.Itoa(len(body)))}
-	if len(b.GetBody()) == 0 && !strings.Contains(x.ref.BodyField, "[") {
-		// A body that was empty is now JSON.
-		set = append(set, setHeader("content-type", "application/json"))
+	// In buffered mode the headers may be mutated with the body. The
+	// stamped body leaves with the media type it is written in, whatever
+	// the agent sent (rail.BodyMediaType says why).
+	set := []*corev3.HeaderValueOption{
+		setHeader("content-length", strconv.Itoa(len(body))),
+		setHeader("content-type", rail.BodyMediaType(x.ref.BodyField)),
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{
 		Response: &extprocv3.CommonResponse{

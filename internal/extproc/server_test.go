@@ -433,3 +433,67 @@ func TestAnswerWhoseBodyIsLostIsAmbiguous(t *testing.T) {
 		}
 	}
 }
+
+// TestStampedBodyLeavesWithItsMediaType: whatever Content-Type the agent
+// sent (none, for a Razorpay body of spaces Countersign reads as a full
+// refund; "application/JSON", which Countersign's parser accepts), the
+// stamped body leaves with the media type it is written in, spelled as a
+// rail reads it. Before, both left as the agent typed them, and a rail
+// that reads JSON only under "application/json" read no parameters: a
+// full refund, without the stamp, which the reconciler then "proved"
+// absent.
+func TestStampedBodyLeavesWithItsMediaType(t *testing.T) {
+	jsonRef := *ref
+	jsonRef.BodyField = "notes.countersign_sik"
+	for _, tc := range []struct {
+		name, body, contentType, want string
+		ref                           engine.IntentRef
+	}{
+		{"razorpay body of spaces, no content type", "   ", "", "application/json", jsonRef},
+		{"razorpay json typed in capitals", `{"amount":100}`, "application/JSON", "application/json", jsonRef},
+		{"stripe form typed in capitals with a charset", decidedBody, "APPLICATION/X-WWW-FORM-URLENCODED; charset=utf-8", "application/x-www-form-urlencoded", *ref},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := tc.ref
+			r.BodySHA256 = extauthz.BodyDigest([]byte(tc.body))
+			client := dial(t, &recorder{done: make(chan struct{}, 4)})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			st, err := client.Process(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			send := func(req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
+				t.Helper()
+				req.MetadataContext = mdOf(&r)
+				if err := st.Send(req); err != nil {
+					t.Fatal(err)
+				}
+				resp, err := st.Recv()
+				if err != nil {
+					t.Fatal(err)
+				}
+				return resp
+			}
+			hs := []string{":method", "POST", ":path", "/v1/refunds"}
+			if tc.contentType != "" {
+				hs = append(hs, "content-type", tc.contentType)
+			}
+			send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: headers(hs...)}}})
+			resp := send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{
+				Body: []byte(tc.body), EndOfStream: true}}})
+			if resp.GetRequestBody().GetResponse().GetBodyMutation().GetBody() == nil {
+				t.Fatalf("the body was not stamped: %v", resp)
+			}
+			var got []string
+			for _, h := range resp.GetRequestBody().GetResponse().GetHeaderMutation().GetSetHeaders() {
+				if h.GetHeader().GetKey() == "content-type" {
+					got = append(got, string(h.GetHeader().GetRawValue()))
+				}
+			}
+			if len(got) != 1 || got[0] != tc.want {
+				t.Fatalf("content-type set to %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

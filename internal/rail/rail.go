@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/countersign/countersign/internal/sik"
@@ -219,6 +220,23 @@ type Stamped struct {
 	// metadata[countersign_sik], Razorpay notes.countersign_sik) for ext_proc.
 	BodyField string
 	BodyValue string
+}
+
+// BodyMediaType is the media type of a body stamped at field, spelled as
+// the rails read it: a form for a bracketed field (Stripe's metadata[…]),
+// JSON for a dotted one (Razorpay's notes.…, an MCP tool's argument); ""
+// for no field. An allowed request leaves with it, whatever Content-Type
+// the agent sent: a rail that reads a JSON body only under an exact
+// "application/json" reads none under "application/JSON" (or none at all),
+// and a Razorpay refund without parameters refunds the payment whole.
+func BodyMediaType(field string) string {
+	switch {
+	case field == "":
+		return ""
+	case strings.Contains(field, "["):
+		return "application/x-www-form-urlencoded"
+	}
+	return "application/json"
 }
 
 // Client performs read-only calls to the rail with the rail's secret key.

@@ -39,7 +39,10 @@ const (
 	apiHandshakeTimeout = 10 * time.Second
 	// httpIdleTimeout closes a kept-alive connection with no request.
 	httpIdleTimeout = 2 * time.Minute
-	// httpMaxHeaderBytes bounds a request's header block.
+	// httpMaxHeaderBytes bounds a request's header block, on the HTTP
+	// listener and (as gRPC's header list) on the API listener: grpc-go's
+	// own default is 16 MiB, held per stream before any interceptor knows
+	// who asks (8 streams on 16 connections: 2 GiB).
 	httpMaxHeaderBytes = 64 << 10
 )
 
@@ -60,6 +63,7 @@ func apiMaxMessage(cfg config.Config) int {
 func apiLimits(cfg config.Config) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(apiMaxMessage(cfg)),
+		grpc.MaxHeaderListSize(httpMaxHeaderBytes),
 		grpc.MaxConcurrentStreams(apiMaxStreams),
 		grpc.ConnectionTimeout(apiHandshakeTimeout),
 		// A client pinging more often than this is sent GOAWAY.

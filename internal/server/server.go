@@ -181,7 +181,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 		}
 		return g
 	}
-	gs, gws := apiServer(apiLimits(cfg)...), apiServer(grpc.MaxRecvMsgSize(apiMaxMessage(cfg)))
+	gs, gws := apiServer(apiLimits(cfg)...), apiServer(grpc.MaxRecvMsgSize(apiMaxMessage(cfg)), grpc.MaxHeaderListSize(httpMaxHeaderBytes))
 
 	// The Envoy-facing server answers nothing else: an ALLOW carries the
 	// rail key, so what can reach this listener is what can obtain it.

@@ -100,10 +100,21 @@ func (ad *adapter) Parse(req rail.Request) (rail.Parsed, error) {
 	return rail.Parsed{}, fmt.Errorf("%w: MCP method %q is not one Countersign knows", rail.ErrUnrecognised, name)
 }
 
-// headers are the rules every rail shares (rail.HeaderPolicy): the
+// headers are the rules every rail shares (rail.HeaderPolicy: the
 // method-override family and a compressed body are refused whatever the
-// method. MCP names no headers of its own that change what a tool does.
-var headers = rail.HeaderPolicy{}
+// method), and the rails' own: an MCP server may pass a Stripe-Account,
+// Stripe-Context or X-Razorpay-Account header on to the rail, which would
+// then act on an account Countersign does not guard (and reads nothing
+// of), so they are refused, as is every other header of the rails' names.
+// MCP names no headers of its own that change what a tool does.
+var headers = rail.HeaderPolicy{
+	Rules: map[string]rail.HeaderRule{
+		"stripe-account":     {Class: rail.HeaderRefused, Why: "an MCP server may pass it to Stripe, to act on a connected account, which Countersign does not guard"},
+		"stripe-context":     {Class: rail.HeaderRefused, Why: "an MCP server may pass it to Stripe, to act in another account's context, which Countersign does not guard"},
+		"x-razorpay-account": {Class: rail.HeaderRefused, Why: "an MCP server may pass it to Razorpay, to act on another merchant's account, which Countersign does not guard"},
+	},
+	Namespaces: []string{"stripe-", "x-stripe-", "x-razorpay-"},
+}
 
 func unrecognised(req rail.Request) error {
 	return fmt.Errorf("%w: mcp %s %q", rail.ErrUnrecognised, req.Method, req.Path)

@@ -1,0 +1,51 @@
+package engine
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"unicode/utf8"
+)
+
+// What a request puts into its decision record, its log lines and its
+// spans is bounded, whatever the agent sent: the request id it chose
+// (x-request-id, through Envoy or the native API) is kept only if it looks
+// like one, and the texts that quote its bytes (a parser's reason, the
+// path, the host) are cut. Without it one refusal of a request with a
+// 60 KiB amount wrote a 61 KB row, and a 1 MiB request id 1 MiB of WAL
+// and 2 MiB of logs, within any limit on how many decisions an agent asks
+// for.
+const (
+	maxRequestIDBytes = 128
+	maxReasonBytes    = 1024
+	maxPathBytes      = 2048
+	maxHostBytes      = 255
+	// requestIDChars are the bytes a kept request id may have.
+	requestIDChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:+/=@-"
+)
+
+// requestIDOf is raw if it is a plausible request id (1 to 128 bytes of
+// ASCII letters, digits and . _ : + / = @ -), and a fresh random one
+// (cs-…) otherwise.
+func requestIDOf(raw string) string {
+	if len(raw) >= 1 && len(raw) <= maxRequestIDBytes && strings.Trim(raw, requestIDChars) == "" {
+		return raw
+	}
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return "cs-" + hex.EncodeToString(b[:])
+}
+
+// clip is s cut to at most n bytes on a character boundary, ending in "…"
+// when it was cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const more = "…"
+	cut := n - len(more)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + more
+}
