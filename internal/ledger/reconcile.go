@@ -89,7 +89,11 @@ type Finding struct {
 	Outcome             FindingOutcome
 	Pages               int
 	PaginationExhausted bool
-	EntityID            string
+	// NeverSent says the attempt never left: through Envoy with ext_proc
+	// in the path, never marked sent, its lease expired (an absence
+	// without a listing; the database refuses it for any other attempt).
+	NeverSent bool
+	EntityID  string
 	// EntityBody is the found entity as the rail listed it (found_applied).
 	EntityBody []byte
 	Detail     string
@@ -128,9 +132,9 @@ func (s *Store) RecordFinding(ctx context.Context, f Finding) (Intent, error) {
 			return fmt.Errorf("%w: %s is %s", ErrLeaseLost, f.Key, it.State)
 		}
 		if _, err := tx.tx.Exec(ctx, `
-			INSERT INTO reconciliation_findings (rail_account, sik, attempt_seq, outcome, pages, pagination_exhausted, entity_id, detail, entity_body)
-			VALUES ($1, $2, $3, $4, $5, $6, NULLIF($7, ''), $8, $9)`,
-			f.RailAccount, f.SIK, f.AttemptSeq, string(f.Outcome), f.Pages, f.PaginationExhausted, f.EntityID, f.Detail, f.EntityBody); err != nil {
+			INSERT INTO reconciliation_findings (rail_account, sik, attempt_seq, outcome, pages, pagination_exhausted, entity_id, detail, entity_body, never_sent)
+			VALUES ($1, $2, $3, $4, $5, $6, NULLIF($7, ''), $8, $9, $10)`,
+			f.RailAccount, f.SIK, f.AttemptSeq, string(f.Outcome), f.Pages, f.PaginationExhausted, f.EntityID, f.Detail, f.EntityBody, f.NeverSent); err != nil {
 			return err
 		}
 		switch f.Outcome {

@@ -141,3 +141,74 @@ func TestOnlyAnAttemptAListingCanShowIsProvenAbsent(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestOnlyAnAttemptThatNeverLeftIsAbsentWithoutAListing: a finding that
+// an attempt never left (no page read) is accepted only for an attempt
+// through Envoy that ext_proc never marked sent and that is no longer
+// pending; for any other the database refuses it and the intent stays
+// RECONCILING.
+func TestOnlyAnAttemptThatNeverLeftIsAbsentWithoutAListing(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	cases := []struct {
+		name     string
+		viaEnvoy bool
+		sent     *bool // MarkSent's stamped, nil: never marked
+		reported bool  // the native caller's commit says it carried the stamp
+		ok       bool
+	}{
+		{"through Envoy, never let leave", true, nil, false, true},
+		{"through Envoy, left stamped", true, ptr(true), false, false},
+		{"through Envoy, left unstamped", true, ptr(false), false, false},
+		{"native, stamp confirmed", false, nil, true, false},
+		{"native, stamp not confirmed", false, nil, false, false},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := proposal(760 + i)
+			p.ViaEnvoy = tc.viaEnvoy
+			if _, err := startFirst(ctx, s, p); err != nil {
+				t.Fatal(err)
+			}
+			if tc.sent != nil {
+				if _, err := s.MarkSent(ctx, p.Key, 1, *tc.sent); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeAmbiguous, Reason: "timeout", BodyStamped: tc.reported}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.ClaimReconcile(ctx, "rec", time.Minute, 10, &p.Key); err != nil {
+				t.Fatal(err)
+			}
+			it, err := s.RecordFinding(ctx, Finding{Key: p.Key, AttemptSeq: 1, Outcome: FindingAbsent, PaginationExhausted: true, NeverSent: true, Owner: "rec"})
+			switch {
+			case tc.ok && (err != nil || it.State != intent.ConfirmedNotApplied):
+				t.Fatalf("never-sent finding = %s, %v; want CONFIRMED_NOT_APPLIED", it.State, err)
+			case !tc.ok && (err == nil || !strings.Contains(err.Error(), "never_sent")):
+				t.Fatalf("never-sent finding = %s, %v; want the database to refuse it", it.State, err)
+			}
+			if !tc.ok {
+				if it, err := s.Intent(ctx, p.Key); err != nil || it.State != intent.Reconciling {
+					t.Fatalf("after the refused finding the intent is %s, %v; want it still RECONCILING", it.State, err)
+				}
+			}
+		})
+	}
+	// Absence with no page and no claim that the attempt never left is
+	// still refused.
+	p := proposal(790)
+	p.ViaEnvoy = true
+	if _, err := startFirst(ctx, s, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeAmbiguous, Reason: "timeout"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ClaimReconcile(ctx, "rec", time.Minute, 10, &p.Key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RecordFinding(ctx, Finding{Key: p.Key, AttemptSeq: 1, Outcome: FindingAbsent, PaginationExhausted: true, Owner: "rec"}); err == nil {
+		t.Fatal("an absence read on no page was accepted")
+	}
+}

@@ -164,9 +164,16 @@ func (w *Worker) one(ctx context.Context, wk ledger.ReconcileWork) (Result, erro
 	f := ledger.Finding{Key: it.Key, AttemptSeq: at.Seq, Owner: w.opts.Owner, MaxReconciles: w.opts.MaxAttempts,
 		Retry: w.backoff(it.ReconcileCount)}
 	acct, ok := w.rails.ByID(it.RailAccount)
-	if !ok {
+	switch {
+	case NeverSent(at):
+		// No listing can show more than the ledger does: the request never
+		// left. Listing anyway cost the account's shared rate limit a read
+		// of every entity since the intent, per request an agent dropped.
+		f.Outcome, f.PaginationExhausted, f.NeverSent = ledger.FindingAbsent, true, true
+		f.Detail = fmt.Sprintf("attempt %d never left: ext_proc never marked it sent, and it is %s", at.Seq, at.Outcome)
+	case !ok:
 		f.Outcome, f.Detail = ledger.FindingInconclusive, fmt.Sprintf("rail account %s is not configured here", it.RailAccount)
-	} else {
+	default:
 		a, err := engine.ActionOf(it)
 		var found rail.Finding
 		if err == nil {
@@ -208,6 +215,16 @@ func (w *Worker) one(ctx context.Context, wk ledger.ReconcileWork) (Result, erro
 	w.log.Info("reconciled", "intent", it.String(), "attempt", at.Seq, "outcome", string(f.Outcome),
 		"state", string(out.State), "pages", f.Pages)
 	return Result{Key: it.Key, Outcome: f.Outcome, State: string(out.State), Pages: f.Pages, Entity: f.EntityID, Detail: f.Detail}, nil
+}
+
+// NeverSent reports whether at never left: an attempt allowed through
+// Envoy with ext_proc in the path that ext_proc never marked sent (it marks
+// every request it lets leave, stamped or not, in the statement that
+// checks the attempt is pending and its lease live) and that is no longer
+// pending (its lease expired, or ext_proc stopped it), so that no mark can
+// come.
+func NeverSent(at ledger.Attempt) bool {
+	return at.ViaEnvoy && !at.BodyStamped && !at.LeftUnstamped && at.Outcome != "pending" && at.Outcome != ""
 }
 
 // backoff spaces inconclusive passes: delay·2^n, at least a second, at

@@ -62,7 +62,7 @@ func TestFindingsFollowTheEvidence(t *testing.T) {
 		{"match on page 3", rail.Finding{Match: entity, Pages: 3}, nil, false, ledger.FindingApplied, false},
 		{"absent after every page", rail.Finding{Exhausted: true, Pages: 4}, nil, false, ledger.FindingAbsent, true},
 		{"absent, but the body stamp was never confirmed", rail.Finding{Exhausted: true, Pages: 4}, nil, true, ledger.FindingInconclusive, false},
-		{"absent, unstamped, through Envoy with ext_proc: it never left", rail.Finding{Exhausted: true, Pages: 1}, nil, true, ledger.FindingAbsent, true},
+
 		{"match without a confirmed body stamp", rail.Finding{Match: entity, Pages: 1}, nil, true, ledger.FindingApplied, false},
 		{"empty page, not read to the end", rail.Finding{Pages: 1}, nil, false, ledger.FindingInconclusive, false},
 		{"listing failed", rail.Finding{Pages: 2}, errors.New("503 from the rail"), false, ledger.FindingInconclusive, false},
@@ -114,5 +114,51 @@ func TestBackoffGrowsAndIsBounded(t *testing.T) {
 	w := New(&scripted{}, oneAccount{&rails.Account{}}, Options{Delay: 2 * time.Second}, slog.New(slog.DiscardHandler))
 	if w.backoff(0) != 2*time.Second || w.backoff(1) != 4*time.Second || w.backoff(30) != 5*time.Minute {
 		t.Fatalf("backoff = %s, %s, %s", w.backoff(0), w.backoff(1), w.backoff(30))
+	}
+}
+
+// TestNeverSentAttemptIsSettledWithoutAListing: an attempt through Envoy
+// (ext_proc in the path) that ext_proc never marked sent, and no longer
+// pending, is found absent without a read at the rail; one that is still
+// pending, was marked (stamped or not), or came another way is listed.
+func TestNeverSentAttemptIsSettledWithoutAListing(t *testing.T) {
+	never := ledger.Attempt{Seq: 1, Stamp: "STAMP", ViaEnvoy: true, Outcome: "lease_expired"}
+	cases := []struct {
+		name   string
+		at     func(a *ledger.Attempt)
+		listed bool
+	}{
+		{"never marked, its lease expired", func(*ledger.Attempt) {}, false},
+		{"never marked, stopped by ext_proc", func(a *ledger.Attempt) { a.Outcome = "ambiguous" }, false},
+		{"still pending: a mark may come", func(a *ledger.Attempt) { a.Outcome = "pending" }, true},
+		{"marked stamped", func(a *ledger.Attempt) { a.BodyStamped = true }, true},
+		{"marked unstamped", func(a *ledger.Attempt) { a.LeftUnstamped = true }, true},
+		{"native, not through Envoy", func(a *ledger.Attempt) { a.ViaEnvoy = false }, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			at := never
+			tc.at(&at)
+			ad := &listing{found: rail.Finding{Exhausted: true, Pages: 7}}
+			acct := &rails.Account{ID: "acct_1", Rail: sik.RailStripe, Adapter: ad}
+			l := &scripted{work: []ledger.ReconcileWork{{
+				Intent:  ledger.Intent{Key: ledger.Key{RailAccount: "acct_1", SIK: "S"}, Action: "payout", Subject: "ba_1", AmountMinor: 5, Currency: "USD", Canonical: `{"extra":{}}`, AttemptCount: 1},
+				Attempt: at,
+			}}}
+			w := New(l, oneAccount{acct}, Options{Owner: "me"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			if _, err := w.Pass(context.Background(), nil); err != nil {
+				t.Fatal(err)
+			}
+			f := l.finding
+			if listed := ad.stamp != ""; listed != tc.listed {
+				t.Fatalf("listed the rail: %v, want %v (finding %+v)", listed, tc.listed, f)
+			}
+			if !tc.listed && (f.Outcome != ledger.FindingAbsent || !f.NeverSent || !f.PaginationExhausted || f.Pages != 0) {
+				t.Fatalf("finding = %+v, want absent, never sent, no page", f)
+			}
+			if tc.listed && f.NeverSent {
+				t.Fatalf("finding = %+v: never sent for an attempt that may have left", f)
+			}
+		})
 	}
 }
