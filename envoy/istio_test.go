@@ -146,6 +146,22 @@ func checkIstio(values map[string]any, docs []map[string]any) error {
 		fail("no ServiceEntry for %s", railHost)
 	}
 
+	// The rail key rides on the gateway's connection to the rail: it must
+	// be TLS that accepts only the rail's certificate name.
+	pinned := false
+	for _, dr := range kinds["DestinationRule"] {
+		if str(dr, "spec", "host") != railHost {
+			continue
+		}
+		for _, pl := range list(dr, "spec", "trafficPolicy", "portLevelSettings") {
+			tls := get(pl, "tls")
+			pinned = pinned || str(tls, "mode") == "SIMPLE" && slices.Equal(list(tls, "subjectAltNames"), []any{railHost})
+		}
+	}
+	if !pinned {
+		fail("no DestinationRule for %s originates TLS that accepts only subjectAltNames [%s]", railHost, railHost)
+	}
+
 	covered := false
 	for _, ap := range kinds["AuthorizationPolicy"] {
 		n := str(ap, "metadata", "name")
@@ -255,6 +271,15 @@ func TestIstioBrokenCopiesAreCaught(t *testing.T) {
 		{"rail host not covered", func(_ map[string]any, d []map[string]any) {
 			get(list(list(policy(d), "rules")[0], "to")[0], "operation").(map[string]any)["hosts"] = []any{"api.razorpay.com"}
 		}, "no CUSTOM AuthorizationPolicy covers"},
+		{"the rail's certificate name not pinned", func(_ map[string]any, d []map[string]any) {
+			for _, doc := range d {
+				if str(doc, "kind") == "DestinationRule" && str(doc, "spec", "host") == railHost {
+					for _, pl := range list(doc, "spec", "trafficPolicy", "portLevelSettings") {
+						delete(get(pl, "tls").(map[string]any), "subjectAltNames")
+					}
+				}
+			}
+		}, "accepts only subjectAltNames"},
 		{"Countersign not on loopback", func(_ map[string]any, d []map[string]any) {
 			list(ofKind(d, "ServiceEntry"), "spec", "endpoints")[0].(map[string]any)["address"] = "10.0.0.7"
 		}, "is not loopback"},

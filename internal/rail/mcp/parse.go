@@ -196,6 +196,23 @@ func (ad *adapter) parseCall(msg object, query string, req rail.Request) (rail.P
 			return rail.Parsed{}, malformed("params."+k, "not understood on a money-moving tools/call (task-augmented calls are refused: Countersign must see the tool's result)")
 		}
 	}
+	if raw, ok := params["_meta"]; ok {
+		// Only a progress token: any other member is text the server
+		// receives on a money-moving call that no gate values or reads
+		// (a card number under free_text: refuse).
+		meta, ok := asObject(raw)
+		if !ok {
+			return rail.Parsed{}, malformed("params._meta", "must be an object")
+		}
+		for k, v := range meta {
+			if k != "progressToken" {
+				return rail.Parsed{}, malformed("params._meta."+k, "not understood on a money-moving tools/call (only progressToken)")
+			}
+			if !validID(v) {
+				return rail.Parsed{}, malformed("params._meta.progressToken", "must be a string or an integer")
+			}
+		}
+	}
 	args := object{}
 	if raw, ok := params["arguments"]; ok {
 		if args, ok = asObject(raw); !ok {
