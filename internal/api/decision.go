@@ -6,7 +6,9 @@ import (
 	"maps"
 	"strings"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
@@ -115,6 +117,11 @@ var actionKinds = map[countersignv1.ActionKind]sik.Kind{
 	countersignv1.ActionKind_ACTION_KIND_TRANSFER: sik.KindTransfer,
 }
 
+// MaxReportedBody bounds the body of a rail answer a native caller
+// reports: the rails answer a refund or payout in a few KiB, and the body
+// is stored on the attempt, in a ledger every agent shares.
+const MaxReportedBody = 64 << 10
+
 // Decide runs the gates and the ledger for one proposed action. The rail's
 // secret key is never in the answer (C1): stamps only.
 func (s *DecisionServer) Decide(ctx context.Context, req *countersignv1.DecideRequest) (*countersignv1.DecideResponse, error) {
@@ -218,8 +225,15 @@ func (s *DecisionServer) Commit(ctx context.Context, req *countersignv1.CommitRe
 	case *countersignv1.CommitRequest_TransportError:
 		resp = rail.Response{TransportErr: errors.New(transportErrors[o.TransportError])}
 	}
+	if len(resp.Body) > MaxReportedBody {
+		return nil, status.Errorf(codes.InvalidArgument, "a reported rail answer's body is %d bytes; at most %d are taken (the rails' answers are a few KiB)", len(resp.Body), MaxReportedBody)
+	}
 	it, _, err := s.engine.CommitReported(ctx, p, req.GetCommitToken(), ref, resp)
 	if err != nil {
+		var ex *quota.ExhaustedError
+		if errors.As(err, &ex) {
+			quota.SetRetryAfter(ctx, ex.RetryAfter)
+		}
 		return nil, ToStatus(err)
 	}
 	_, atts, err := s.intents.GetIntent(ctx, it.Key)

@@ -187,7 +187,9 @@ func (s *OwnerServer) RevokeAgent(ctx context.Context, req *countersignv1.Revoke
 	if err := s.store.RevokeAgent(ctx, req.GetAgentId()); err != nil {
 		return nil, ToStatus(err)
 	}
-	// Held requests of a revoked agent can never be approved into motion.
+	// Its approvals are voided: none can bring a held request into motion.
+	// Another agent of the owner sending the identical request needs an
+	// approval of its own, opened in its name (only it can use it).
 	if _, err := s.store.VoidApprovals(ctx, req.GetAgentId(), ""); err != nil {
 		return nil, ToStatus(err)
 	}

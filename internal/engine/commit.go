@@ -114,7 +114,15 @@ func AuthError(out Outcome) error { return authError(out) }
 // intent is ErrNotFound, as one that does not exist; a wrong, stale or
 // missing token is ledger.ErrCommitRefused. The caller's word is recorded
 // but never on its own makes the intent sendable again (see ledger.Commit).
+//
+// Every report takes a decision from the agent's bucket (limits.go): each
+// one writes to the ledger, and an answer the rail has not settled (a 409)
+// may be reported again and again while the attempt's lease lasts. A
+// report past the bucket is a *quota.ExhaustedError, recorded nowhere.
 func (e *Engine) CommitReported(ctx context.Context, p ledger.Principal, token string, ref IntentRef, resp rail.Response) (ledger.Intent, rail.Classification, error) {
+	if ok, wait := e.decisions.Allow(p.Agent.ID); !ok {
+		return ledger.Intent{}, rail.Classification{}, &quota.ExhaustedError{Scope: "decisions and reports of agent " + p.Agent.ID, RetryAfter: wait}
+	}
 	rep := &ledger.Reporter{AgentID: p.Agent.ID, TokenHash: sha256.Sum256([]byte(token))}
 	if token == "" {
 		// No token is never a match, whatever a row holds.

@@ -24,6 +24,7 @@ import (
 	"github.com/countersign/countersign/internal/quota"
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/rails"
+	"github.com/countersign/countersign/internal/sik"
 	"github.com/countersign/countersign/internal/telemetry"
 )
 
@@ -299,6 +300,24 @@ func (e *Engine) DecideAction(ctx context.Context, req Request, railAccount stri
 	if !ok {
 		out := refuse(req, ReasonRouteUnknown, fmt.Sprintf("Rail account %q is not configured.", railAccount), http.StatusForbidden)
 		return e.decide(ctx, req, target{refusal: &out})
+	}
+	// The payee is whom the action pays, which the gates (the payee
+	// allowlist, new_payee) and the owner's approval card judge: a payout's
+	// or transfer's destination, its subject; nobody for a refund. The
+	// parsers of requests through Envoy set it so; a native caller could
+	// name another (a payee the owner trusts, for a payout to its own
+	// account), and the request through Envoy, keyed the same, would then
+	// leave on that approval.
+	want := a.Subject
+	if a.Kind == sik.KindRefund {
+		want = ""
+	}
+	if a.Payee == "" {
+		a.Payee = want
+	}
+	if a.Payee != want {
+		out := refuseRail(acct, req, ReasonInvalidAction, fmt.Sprintf("payee %q is not whom this %s pays: a payout's or transfer's payee is its destination, its subject (%q), and a refund has none.", a.Payee, a.Kind, a.Subject), http.StatusBadRequest)
+		return e.decide(ctx, req, target{acct: acct, refusal: &out})
 	}
 	for k := range a.Extra {
 		// Countersign's own markers in a key ("amount": "full" for a

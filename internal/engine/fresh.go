@@ -120,7 +120,7 @@ func (e *Engine) fresh(ctx context.Context, pr *proposal) (out Outcome, done boo
 		return e.answer(acct, req, decided{gates: &v}, rail.Stamped{}), true
 	}
 	if m != nil {
-		v.Approval = ledger.ApprovalSpec{MandateHash: pr.facts.Mandate.Hash, TTL: m.GetApprovalTtl().AsDuration(), Gates: v.Gates, Labels: in.Labels,
+		v.Approval = ledger.ApprovalSpec{AgentID: pr.principal.Agent.ID, MandateHash: pr.facts.Mandate.Hash, TTL: m.GetApprovalTtl().AsDuration(), Gates: v.Gates, Labels: in.Labels,
 			MaxPending: e.opts.MaxPendingApprovals}
 	}
 

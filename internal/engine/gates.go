@@ -54,6 +54,12 @@ func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (v
 	if err != nil {
 		return verdict{}, err
 	}
+	if hasApproval && approval.AgentID != g.principal.Agent.ID {
+		// Another agent's: the owner approved that agent's request, under
+		// its mandate, and only it may use the approval (a sibling sending
+		// the identical request waits for an approval of its own).
+		hasApproval = false
+	}
 	approved := hasApproval && approval.State == "approved"
 	switch {
 	case approved:
@@ -87,7 +93,7 @@ func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (v
 		return verdict{}, err
 	}
 	v := g.evaluate(ctx, in)
-	v.Approval = ledger.ApprovalSpec{MandateHash: rec.Hash, TTL: m.GetApprovalTtl().AsDuration(), Gates: v.Gates, Labels: in.Labels,
+	v.Approval = ledger.ApprovalSpec{AgentID: g.principal.Agent.ID, MandateHash: rec.Hash, TTL: m.GetApprovalTtl().AsDuration(), Gates: v.Gates, Labels: in.Labels,
 		MaxPending: g.maxPending}
 	if v.Verdict != Allow {
 		return v, nil

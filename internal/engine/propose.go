@@ -9,6 +9,7 @@ import (
 	"github.com/countersign/countersign/internal/gate"
 	"github.com/countersign/countersign/internal/intent"
 	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/money"
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/sik"
 )
@@ -201,6 +202,21 @@ func (e *Engine) advance(ctx context.Context, tx *ledger.Tx, g gateRun, pr *prop
 			return err
 		}
 	case intent.Held:
+		if g.value != it.AmountMinor {
+			// Only a full refund is valued anew on each send (what is
+			// refundable now: its key says "full"). The owner was shown,
+			// and approves, the amount it had when it was held; released
+			// at another, the approval would move money the owner never
+			// saw (a review: 40.00 approved, 100.00 refunded once a
+			// merchant's refund failed and the balance grew back).
+			v := heldValueChanged(pr, it)
+			res.gates = &v
+			var err error
+			if res.intent, err = tx.Transition(ctx, it, intent.GatesBlocked, ledger.TransitionOpts{Reason: v.Reason}); err != nil {
+				return err
+			}
+			return tx.SettleApproval(ctx, it.Key, "approved", "void")
+		}
 		// The identical request again: if the owner approved it, the gates
 		// run again against the live limits (an approval never widens a
 		// mandate) and the approval is used once.
@@ -320,4 +336,20 @@ func tooManyPending(held *verdict, agentID string, max int) *verdict {
 	}
 	v.Gates = append(v.Gates, ledger.GateRecord{Gate: gate.GateLimits, Verdict: string(Block), ReasonCode: ReasonTooManyPendingApprovals, Reason: reason})
 	return v
+}
+
+// ReasonHeldValueChanged refuses a held full refund whose value (what is
+// refundable now) is no longer the amount it was held, and shown to the
+// owner, for.
+const ReasonHeldValueChanged = "held_value_changed"
+
+// heldValueChanged is the BLOCK of a held full refund that would now move
+// pr.value instead of the amount it was held for.
+func heldValueChanged(pr *proposal, it ledger.Intent) verdict {
+	conv := money.ForRail(string(pr.acct.Rail))
+	reason := fmt.Sprintf("intent %s was held for the owner at %s, the amount this full refund would then have moved; it would now move %s, "+
+		"which the owner was not shown, so it is refused and its approval voided. Send a refund of an explicit amount; it needs its own approval.",
+		it.SIK, conv.Format(it.AmountMinor, it.Currency), conv.Format(pr.value, it.Currency))
+	return verdict{Verdict: Block, ReasonCode: ReasonHeldValueChanged, Reason: reason,
+		Gates: []ledger.GateRecord{{Gate: gate.GateValue, Verdict: string(Block), ReasonCode: ReasonHeldValueChanged, Reason: reason}}}
 }

@@ -88,6 +88,11 @@ func scanApproval(row pgx.Row, extra ...any) (Approval, error) {
 
 // ApprovalSpec is the approval a HOLD opens.
 type ApprovalSpec struct {
+	// AgentID is the agent whose request is held: the one asking, which
+	// may be another agent of the owner than the intent's creator (a
+	// sibling sending the identical request). It is the approval's agent,
+	// the only one that may use it; "" is the intent's creator.
+	AgentID     string
 	MandateHash string
 	// TTL is how long the owner has to decide (0: a day).
 	TTL   time.Duration
@@ -127,13 +132,13 @@ func (tx *Tx) OpenApproval(ctx context.Context, it Intent, v ApprovalSpec) error
 		return err
 	}
 	if v.MaxPending > 0 {
-		if _, err := tx.tx.Exec(ctx, lockAgentApprovalsSQL, it.AgentID); err != nil {
+		if _, err := tx.tx.Exec(ctx, lockAgentApprovalsSQL, v.agent(it)); err != nil {
 			return err
 		}
 		var kept bool
 		var pending int
 		if err := tx.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM approvals WHERE rail_account = $1 AND sik = $2 AND state IN ('pending', 'approved')),
-			(`+renumber(pendingApprovalsSQL, 2)+`)`, it.RailAccount, it.SIK, it.AgentID).Scan(&kept, &pending); err != nil {
+			(`+renumber(pendingApprovalsSQL, 2)+`)`, it.RailAccount, it.SIK, v.agent(it)).Scan(&kept, &pending); err != nil {
 			return err
 		}
 		if !kept && pending >= v.MaxPending {
@@ -171,7 +176,15 @@ func approvalArgs(it Intent, v ApprovalSpec) ([]any, error) {
 	if labels == "" {
 		labels = "{}"
 	}
-	return []any{id, it.RailAccount, it.SIK, it.AgentID, v.MandateHash, Fingerprint(it.Canonical), gates, ttl.Microseconds(), labels}, nil
+	return []any{id, it.RailAccount, it.SIK, v.agent(it), v.MandateHash, Fingerprint(it.Canonical), gates, ttl.Microseconds(), labels}, nil
+}
+
+// agent is the agent whose request the approval holds.
+func (v ApprovalSpec) agent(it Intent) string {
+	if v.AgentID != "" {
+		return v.AgentID
+	}
+	return it.AgentID
 }
 
 // LiveApproval returns the pending or approved approval of an intent;

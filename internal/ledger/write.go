@@ -339,8 +339,8 @@ func (w *Write) OpenApproval(it Intent, v ApprovalSpec) error {
 		return err
 	}
 	if v.MaxPending > 0 {
-		w.queue(lockAgentApprovalsSQL, it.AgentID)
-		w.queue(`SELECT countersign_assert((`+pendingApprovalsSQL+`) < $2, 'the agent has too many approvals pending')`, it.AgentID, v.MaxPending)
+		w.queue(lockAgentApprovalsSQL, v.agent(it))
+		w.queue(`SELECT countersign_assert((`+pendingApprovalsSQL+`) < $2, 'the agent has too many approvals pending')`, v.agent(it), v.MaxPending)
 	}
 	w.queue(openApprovalSQL, args...)
 	return nil

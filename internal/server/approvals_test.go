@@ -3,15 +3,20 @@ package server
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc/metadata"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/api"
+	"github.com/countersign/countersign/internal/engine"
+	"github.com/countersign/countersign/internal/testing/mockrail"
 	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
@@ -193,4 +198,149 @@ func TestConcurrentApproveAndRevoke(t *testing.T) {
 		allowedBefore++
 	}
 	t.Logf("20 races: %d allowed before the revocation committed, %d blocked", allowedBefore, blocked)
+}
+
+// TestHeldFullRefundIsNotReleasedAtAnotherValue: a full refund is valued
+// anew on every send (what is refundable now), but the owner is shown, and
+// approves, the amount it was held at. When the refundable amount moved
+// between the hold and the re-send (here the merchant refunded part of the
+// payment at the rail; a refund that fails gives the balance back the
+// other way), the approved request is refused (held_value_changed) and its
+// approval voided, and nothing is refunded under it. Before, it was
+// released at the new value: a review's owner approved 40.00 and 100.00
+// left.
+func TestHeldFullRefundIsNotReleasedAtAnotherValue(t *testing.T) {
+	h := bareRailHarness(t, harnessOption{mock: []mockrail.Option{mockrail.WithPayments(
+		mockrail.Payment{Rail: mockrail.Stripe, ID: "pi_full", Amount: 10000, Currency: "usd"})}})
+	m := mandateFor(h)
+	m.Mode = countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED
+	applyMandateTo(t, h, m)
+	full := func() *countersignv1.DecideResponse {
+		return h.decide(t, &countersignv1.ProposedAction{ActionKind: countersignv1.ActionKind_ACTION_KIND_REFUND, Subject: "pi_full"})
+	}
+	if d := full(); d.GetVerdict() != countersignv1.Verdict_VERDICT_HOLD {
+		t.Fatalf("the full refund = %s %s, want HOLD", d.GetVerdict(), d.GetReasonCode())
+	}
+	ctx := context.Background()
+	l, err := owners(h).ListApprovals(ctx, &countersignv1.ListApprovalsRequest{State: countersignv1.ApprovalState_APPROVAL_STATE_PENDING})
+	if err != nil || len(l.GetApprovals()) != 1 {
+		t.Fatalf("pending approvals = %v, %v", l, err)
+	}
+	ap := l.GetApprovals()[0]
+	if got := ap.GetAmount().GetAmountMinor(); got != 10000 {
+		t.Fatalf("the owner is shown %d, want the 10000 refundable when it was held", got)
+	}
+	if _, err := owners(h).ApproveApproval(ctx, &countersignv1.ApproveApprovalRequest{ApprovalId: ap.GetApprovalId(),
+		RequestFingerprint: ap.GetRequestFingerprint()}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The merchant refunds 6000 itself: 4000 is refundable now.
+	form := url.Values{"payment_intent": {"pi_full"}, "amount": {"6000"}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.mockURL+"/v1/refunds", strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+mockrail.DefaultStripeKey)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the merchant's refund = %d", resp.StatusCode)
+	}
+
+	d := full()
+	if d.GetVerdict() != countersignv1.Verdict_VERDICT_BLOCK || d.GetReasonCode() != engine.ReasonHeldValueChanged ||
+		!strings.Contains(d.GetReason(), "100.00") || !strings.Contains(d.GetReason(), "40.00") {
+		t.Fatalf("the approved full refund re-sent at another value = %s %s: %s; want BLOCK %s naming both amounts",
+			d.GetVerdict(), d.GetReasonCode(), d.GetReason(), engine.ReasonHeldValueChanged)
+	}
+	for _, e := range h.mock.Journal().Effects {
+		if e.Kind == mockrail.KindRefund && e.Amount != 6000 {
+			t.Fatalf("a refund of %d left under the approval of 10000", e.Amount)
+		}
+	}
+	l, err = owners(h).ListApprovals(ctx, &countersignv1.ListApprovalsRequest{State: countersignv1.ApprovalState_APPROVAL_STATE_APPROVED})
+	if err != nil || len(l.GetApprovals()) != 0 {
+		t.Fatalf("approvals still approved after the refusal = %v, %v; want it voided", l.GetApprovals(), err)
+	}
+	if d := full(); d.GetVerdict() != countersignv1.Verdict_VERDICT_BLOCK {
+		t.Fatalf("the full refund once more = %s %s, want it refused", d.GetVerdict(), d.GetReasonCode())
+	}
+}
+
+// decideAs is h.decide with another agent's credential.
+func (h *allowHarness) decideAs(t *testing.T, secret string, a *countersignv1.ProposedAction) *countersignv1.DecideResponse {
+	t.Helper()
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+secret)
+	a.Rail, a.RailAccount = countersignv1.Rail_RAIL_STRIPE, "acct_bench"
+	resp, err := countersignv1.NewDecisionServiceClient(h.conn).Decide(ctx, &countersignv1.DecideRequest{Form: &countersignv1.DecideRequest_Action{Action: a}})
+	if err != nil {
+		t.Fatalf("Decide: %v", err)
+	}
+	return resp
+}
+
+// TestApprovalIsTheAgentsWhoseRequestIsHeld: the owner approves what one
+// agent asked, under its mandate. Another agent of the same owner sending
+// the identical request is not allowed on that approval (before, it was,
+// charged to its own mandate, while the owner saw the first agent's); once
+// the first agent is revoked (its approvals voided), the sibling's request
+// opens an approval in the sibling's own name and mandate (before, in the
+// revoked agent's), which moves it once the owner approves it.
+func TestApprovalIsTheAgentsWhoseRequestIsHeld(t *testing.T) {
+	h := bareRailHarness(t)
+	m := mandateFor(h)
+	m.Mode = countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED
+	applyMandateTo(t, h, m)
+	sibling, siblingID := newAgentCredential(t, h.store, h.ownerID, "sibling")
+	m2 := mandateFor(h)
+	m2.AgentId, m2.Mode = siblingID, countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED
+	siblingMandate := applyMandateTo(t, h, m2)
+	ctx := context.Background()
+	approve := func(a *countersignv1.Approval) {
+		t.Helper()
+		if _, err := owners(h).ApproveApproval(ctx, &countersignv1.ApproveApprovalRequest{ApprovalId: a.GetApprovalId(), RequestFingerprint: a.GetRequestFingerprint()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	held := h.decide(t, refund("pi_bench", 1500, ""))
+	if held.GetVerdict() != countersignv1.Verdict_VERDICT_HOLD {
+		t.Fatalf("the first agent's refund = %s", held.GetVerdict())
+	}
+	ap := pendingApproval(t, h, held.GetIntent().GetSik())
+	if ap.GetAgentId() != h.agentID {
+		t.Fatalf("the approval names agent %s, want the first agent %s", ap.GetAgentId(), h.agentID)
+	}
+	approve(ap)
+	if d := h.decideAs(t, sibling, refund("pi_bench", 1500, "")); d.GetVerdict() != countersignv1.Verdict_VERDICT_HOLD {
+		t.Fatalf("the sibling's identical request after the first agent's approval = %s %s; want HOLD", d.GetVerdict(), d.GetReasonCode())
+	}
+	if d := h.decide(t, refund("pi_bench", 1500, "")); d.GetVerdict() != countersignv1.Verdict_VERDICT_ALLOW {
+		t.Fatalf("the first agent's request on its approval = %s %s; want ALLOW", d.GetVerdict(), d.GetReasonCode())
+	}
+
+	// A held request of an agent that is then revoked.
+	held = h.decide(t, refund("pi_bench", 2500, ""))
+	if held.GetVerdict() != countersignv1.Verdict_VERDICT_HOLD {
+		t.Fatalf("the first agent's second refund = %s", held.GetVerdict())
+	}
+	if _, err := owners(h).RevokeAgent(ctx, &countersignv1.RevokeAgentRequest{AgentId: h.agentID}); err != nil {
+		t.Fatal(err)
+	}
+	if d := h.decideAs(t, sibling, refund("pi_bench", 2500, "")); d.GetVerdict() != countersignv1.Verdict_VERDICT_HOLD {
+		t.Fatalf("the sibling sending the revoked agent's held request = %s %s; want HOLD", d.GetVerdict(), d.GetReasonCode())
+	}
+	ap = pendingApproval(t, h, held.GetIntent().GetSik())
+	if ap.GetAgentId() != siblingID || ap.GetMandateHash() != siblingMandate {
+		t.Fatalf("the reopened approval names agent %s, mandate %.12s; want the sibling %s and its mandate %.12s", ap.GetAgentId(), ap.GetMandateHash(), siblingID, siblingMandate)
+	}
+	approve(ap)
+	if d := h.decideAs(t, sibling, refund("pi_bench", 2500, "")); d.GetVerdict() != countersignv1.Verdict_VERDICT_ALLOW {
+		t.Fatalf("the sibling's request on its own approval = %s %s; want ALLOW", d.GetVerdict(), d.GetReasonCode())
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -228,17 +229,20 @@ func TestAPIListenerRefusesLargeHeaders(t *testing.T) {
 	}
 	// The headers in frames of 16 KiB, then nothing: the message never
 	// comes. Written while the server's frames are read, as it may stop
-	// reading once it has refused them.
-	written := make(chan error, 1)
+	// reading once it has refused them; the framer's writes take turns.
+	var writing sync.Mutex
 	go func() {
 		hb := block.Bytes()
 		const chunk = 16 << 10
+		writing.Lock()
 		err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb[:chunk]})
+		writing.Unlock()
 		for off := chunk; err == nil && off < len(hb); off += chunk {
 			end := min(off+chunk, len(hb))
+			writing.Lock()
 			err = fr.WriteContinuation(1, end == len(hb), hb[off:end])
+			writing.Unlock()
 		}
-		written <- err
 	}()
 	if err := c.SetReadDeadline(time.Now().Add(30 * time.Second)); err != nil {
 		t.Fatal(err)
@@ -255,7 +259,10 @@ func TestAPIListenerRefusesLargeHeaders(t *testing.T) {
 		switch f := f.(type) {
 		case *http2.SettingsFrame:
 			if !f.IsAck() {
-				if err := fr.WriteSettingsAck(); err != nil {
+				writing.Lock()
+				err := fr.WriteSettingsAck()
+				writing.Unlock()
+				if err != nil {
 					return
 				}
 			}
