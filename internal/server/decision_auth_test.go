@@ -317,7 +317,9 @@ func TestForgedRejectionWhileAtRailLeavesOneRailEffect(t *testing.T) {
 		case <-ctx.Done():
 		}
 	})
-	h := railHarness(t, harnessOption{mock: []mockrail.Option{hold}}, noReconcileDelay)
+	// The agent asks and reports 25 times at once: past the default limit
+	// on decisions, which is not what this test is about.
+	h := railHarness(t, harnessOption{mock: []mockrail.Option{hold}}, noReconcileDelay, unlimitedAgent)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	const amount = 700
