@@ -120,7 +120,7 @@ func AuthError(out Outcome) error { return authError(out) }
 // may be reported again and again while the attempt's lease lasts. A
 // report past the bucket is a *quota.ExhaustedError, recorded nowhere.
 func (e *Engine) CommitReported(ctx context.Context, p ledger.Principal, token string, ref IntentRef, resp rail.Response) (ledger.Intent, rail.Classification, error) {
-	if ok, wait := e.decisions.Allow(p.Agent.ID); !ok {
+	if ok, wait := e.decisions.Allow("agent\x00" + p.Agent.ID); !ok {
 		return ledger.Intent{}, rail.Classification{}, &quota.ExhaustedError{Scope: "decisions and reports of agent " + p.Agent.ID, RetryAfter: wait}
 	}
 	rep := &ledger.Reporter{AgentID: p.Agent.ID, TokenHash: sha256.Sum256([]byte(token))}

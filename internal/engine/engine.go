@@ -393,7 +393,7 @@ func (e *Engine) decideOnce(ctx context.Context, req Request, t target, remember
 		return f.Principal, f.PrincipalErr
 	})
 	if remember { // the first pass only: one request, one token
-		if refused, key, limited := e.limited(req, t, principal, out); limited {
+		if refused, key, limited := e.limited(req, t, principal, ok, out); limited {
 			return e.recordThrottled(ctx, req, principal, refused, key)
 		}
 	}

@@ -34,14 +34,21 @@ const ReasonDecisionsLimited = "decisions_limited"
 const throttledRecordRate = 1
 
 // limited says whether req is refused for its caller's rate before
-// anything else is decided: its agent (principal, known once the
-// credential resolved, whether or not it may act) has no decision left,
-// or its source or credential failed too often (out, from authenticate).
-// key names whose refusals are recorded together.
-func (e *Engine) limited(req Request, t target, principal *ledger.Principal, out Outcome) (Outcome, string, bool) {
+// anything else is decided: its agent has no decision left (principal may
+// act), or its credential, which resolved but may not act (revoked or
+// expired), has none left, or its source or credential failed too often
+// (out, from authenticate). A refused credential has a bucket of its own:
+// charged to its agent's, the holder of a leaked credential the owner
+// revoked would keep the agent's new one refused. key names whose
+// refusals are recorded together.
+func (e *Engine) limited(req Request, t target, principal *ledger.Principal, mayAct bool, out Outcome) (Outcome, string, bool) {
 	if principal != nil {
-		if ok, wait := e.decisions.Allow(principal.Agent.ID); !ok {
-			return e.decisionsRefused(req, t, principal.Agent.ID, wait), "agent\x00" + principal.Agent.ID, true
+		key := "agent\x00" + principal.Agent.ID
+		if !mayAct {
+			key = "credential\x00" + principal.Credential.ID
+		}
+		if ok, wait := e.decisions.Allow(key); !ok {
+			return e.decisionsRefused(req, t, principal.Agent.ID, wait), key, true
 		}
 		return Outcome{}, "", false
 	}

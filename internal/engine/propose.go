@@ -202,6 +202,16 @@ func (e *Engine) advance(ctx context.Context, tx *ledger.Tx, g gateRun, pr *prop
 			return err
 		}
 	case intent.Held:
+		// The held request is the agent's whose approval it waits on (its
+		// live approval's, else its creator's): only that agent's requests
+		// settle it. Another agent of the owner sending the identical
+		// request is refused, or held, for its own request only; before, a
+		// sibling's BLOCK under its own mandate blocked the intent and
+		// voided the approval the owner had given.
+		mine, err := heldFor(ctx, tx, it, g.principal.Agent.ID)
+		if err != nil {
+			return err
+		}
 		if g.value != it.AmountMinor {
 			// Only a full refund is valued anew on each send (what is
 			// refundable now: its key says "full"). The owner was shown,
@@ -211,7 +221,9 @@ func (e *Engine) advance(ctx context.Context, tx *ledger.Tx, g gateRun, pr *prop
 			// merchant's refund failed and the balance grew back).
 			v := heldValueChanged(pr, it)
 			res.gates = &v
-			var err error
+			if !mine {
+				return nil
+			}
 			if res.intent, err = tx.Transition(ctx, it, intent.GatesBlocked, ledger.TransitionOpts{Reason: v.Reason}); err != nil {
 				return err
 			}
@@ -227,6 +239,9 @@ func (e *Engine) advance(ctx context.Context, tx *ledger.Tx, g gateRun, pr *prop
 		res.gates = &v
 		switch v.Verdict {
 		case Block:
+			if !mine {
+				return nil
+			}
 			if res.intent, err = tx.Transition(ctx, it, intent.GatesBlocked, ledger.TransitionOpts{Reason: v.Reason}); err != nil {
 				return err
 			}
@@ -352,4 +367,17 @@ func heldValueChanged(pr *proposal, it ledger.Intent) verdict {
 		it.SIK, conv.Format(it.AmountMinor, it.Currency), conv.Format(pr.value, it.Currency))
 	return verdict{Verdict: Block, ReasonCode: ReasonHeldValueChanged, Reason: reason,
 		Gates: []ledger.GateRecord{{Gate: gate.GateValue, Verdict: string(Block), ReasonCode: ReasonHeldValueChanged, Reason: reason}}}
+}
+
+// heldFor reports whether the held intent it waits on agent: its live
+// approval's agent, else (none live) its creator.
+func heldFor(ctx context.Context, tx *ledger.Tx, it ledger.Intent, agent string) (bool, error) {
+	ap, live, err := tx.LiveApproval(ctx, it.Key)
+	if err != nil {
+		return false, err
+	}
+	if live && ap.State != "expired" {
+		return ap.AgentID == agent, nil
+	}
+	return it.AgentID == agent, nil
 }

@@ -128,7 +128,7 @@ func (tx *Tx) OpenApproval(ctx context.Context, it Intent, v ApprovalSpec) error
 	if err != nil {
 		return err
 	}
-	if _, err := tx.tx.Exec(ctx, supersedeApprovalSQL, it.RailAccount, it.SIK, args[len(args)-1]); err != nil {
+	if _, err := tx.tx.Exec(ctx, supersedeApprovalSQL, it.RailAccount, it.SIK, args[len(args)-1], v.agent(it)); err != nil {
 		return err
 	}
 	if v.MaxPending > 0 {
@@ -150,8 +150,12 @@ func (tx *Tx) OpenApproval(ctx context.Context, it Intent, v ApprovalSpec) error
 	return err
 }
 
+// supersedeApprovalSQL voids the requesting agent's live approval of the
+// intent for other labels: its changed request needs its own. Another
+// agent's approval is not its to void (a sibling's labelled request would
+// otherwise void an approval the owner gave, and take its place).
 const supersedeApprovalSQL = `UPDATE approvals SET state = 'void'
-		WHERE rail_account = $1 AND sik = $2 AND state IN ('pending', 'approved') AND labels <> $3`
+		WHERE rail_account = $1 AND sik = $2 AND state IN ('pending', 'approved') AND labels <> $3 AND agent_id = $4`
 
 const openApprovalSQL = `
 		INSERT INTO approvals (id, rail_account, sik, owner_id, agent_id, mandate_hash, fingerprint, gates, expires_at, labels)

@@ -16,7 +16,19 @@ import (
 type ReconcileWork struct {
 	Intent  Intent
 	Attempt Attempt
+	// EarlierMayHaveLeft: an earlier attempt of the intent under the same
+	// stamp may have reached the rail (marked sent, or not through Envoy).
+	// A retry after a proven absence keeps its stamp, so a listing for
+	// this attempt may still find that one's entity, even if this attempt
+	// never left (a listing that lagged behind the rail proved it absent).
+	EarlierMayHaveLeft bool
 }
+
+// earlierMayHaveLeftSQL is ReconcileWork.EarlierMayHaveLeft of attempt $3
+// (stamp $4) of intent ($1, $2).
+const earlierMayHaveLeftSQL = `SELECT EXISTS (SELECT 1 FROM attempts
+	WHERE rail_account = $1 AND sik = $2 AND attempt_seq < $3 AND stamp = $4
+	  AND (body_stamped OR left_unstamped OR NOT via_envoy))`
 
 // ClaimReconcile leases up to limit intents that are due for
 // reconciliation to owner for ttl, moving UNKNOWN ones to RECONCILING. An
@@ -62,7 +74,11 @@ func (s *Store) ClaimReconcile(ctx context.Context, owner string, ttl time.Durat
 			if err != nil {
 				return err
 			}
-			work = append(work, ReconcileWork{Intent: it, Attempt: a})
+			w := ReconcileWork{Intent: it, Attempt: a}
+			if err := tx.tx.QueryRow(ctx, earlierMayHaveLeftSQL, it.RailAccount, it.SIK, a.Seq, a.Stamp).Scan(&w.EarlierMayHaveLeft); err != nil {
+				return err
+			}
+			work = append(work, w)
 		}
 		return nil
 	})

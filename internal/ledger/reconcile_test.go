@@ -195,9 +195,53 @@ func TestOnlyAnAttemptThatNeverLeftIsAbsentWithoutAListing(t *testing.T) {
 			}
 		})
 	}
+	// A retry under the stamp of an attempt that left and was proven absent
+	// by a listing: it never left, but a listing may still show the first
+	// one's entity (a listing behind the rail), so it is listed again.
+	p := proposal(785)
+	p.ViaEnvoy = true
+	if _, err := startFirst(ctx, s, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.MarkSent(ctx, p.Key, 1, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeAmbiguous, Reason: "timeout"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ClaimReconcile(ctx, "rec", time.Minute, 10, &p.Key); err != nil {
+		t.Fatal(err)
+	}
+	if it, err := s.RecordFinding(ctx, Finding{Key: p.Key, AttemptSeq: 1, Outcome: FindingAbsent, Pages: 2, PaginationExhausted: true, Owner: "rec"}); err != nil || it.State != intent.ConfirmedNotApplied {
+		t.Fatalf("the first attempt's listed absence = %s, %v", it.State, err)
+	}
+	if err := s.InTx(ctx, func(tx *Tx) error {
+		it, err := tx.LockIntent(ctx, p.Key)
+		if err != nil {
+			return err
+		}
+		if it, err = tx.Transition(ctx, it, intent.RetryAuthorized, TransitionOpts{Reason: "retry"}); err != nil {
+			return err
+		}
+		_, _, err = tx.StartAttempt(ctx, it, p.AttemptStart)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 2, Outcome: OutcomeAmbiguous, Reason: "stopped"}); err != nil {
+		t.Fatal(err)
+	}
+	work, err := s.ClaimReconcile(ctx, "rec", time.Minute, 10, &p.Key)
+	if err != nil || len(work) != 1 || work[0].Attempt.Seq != 2 || !work[0].EarlierMayHaveLeft {
+		t.Fatalf("claimed %+v, %v; want attempt 2, with an earlier attempt under its stamp that may have left", work, err)
+	}
+	if _, err := s.RecordFinding(ctx, Finding{Key: p.Key, AttemptSeq: 2, Outcome: FindingAbsent, PaginationExhausted: true, NeverSent: true, Owner: "rec"}); err == nil || !strings.Contains(err.Error(), "never_sent") {
+		t.Fatalf("never-sent finding for the retry = %v; want the database to refuse it", err)
+	}
+
 	// Absence with no page and no claim that the attempt never left is
 	// still refused.
-	p := proposal(790)
+	p = proposal(790)
 	p.ViaEnvoy = true
 	if _, err := startFirst(ctx, s, p); err != nil {
 		t.Fatal(err)

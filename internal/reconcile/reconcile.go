@@ -165,7 +165,7 @@ func (w *Worker) one(ctx context.Context, wk ledger.ReconcileWork) (Result, erro
 		Retry: w.backoff(it.ReconcileCount)}
 	acct, ok := w.rails.ByID(it.RailAccount)
 	switch {
-	case NeverSent(at):
+	case NeverSent(wk):
 		// No listing can show more than the ledger does: the request never
 		// left. Listing anyway cost the account's shared rate limit a read
 		// of every entity since the intent, per request an agent dropped.
@@ -217,14 +217,16 @@ func (w *Worker) one(ctx context.Context, wk ledger.ReconcileWork) (Result, erro
 	return Result{Key: it.Key, Outcome: f.Outcome, State: string(out.State), Pages: f.Pages, Entity: f.EntityID, Detail: f.Detail}, nil
 }
 
-// NeverSent reports whether at never left: an attempt allowed through
-// Envoy with ext_proc in the path that ext_proc never marked sent (it marks
-// every request it lets leave, stamped or not, in the statement that
-// checks the attempt is pending and its lease live) and that is no longer
-// pending (its lease expired, or ext_proc stopped it), so that no mark can
-// come.
-func NeverSent(at ledger.Attempt) bool {
-	return at.ViaEnvoy && !at.BodyStamped && !at.LeftUnstamped && at.Outcome != "pending" && at.Outcome != ""
+// NeverSent reports whether wk's attempt never left, and no listing could
+// show more: an attempt allowed through Envoy with ext_proc in the path
+// that ext_proc never marked sent (it marks every request it lets leave,
+// stamped or not, in the statement that checks the attempt is pending and
+// its lease live), that is no longer pending (its lease expired, or
+// ext_proc stopped it), so that no mark can come, and no earlier attempt
+// under its stamp may have left (whose entity a listing would show).
+func NeverSent(wk ledger.ReconcileWork) bool {
+	at := wk.Attempt
+	return at.ViaEnvoy && !at.BodyStamped && !at.LeftUnstamped && at.Outcome != "pending" && at.Outcome != "" && !wk.EarlierMayHaveLeft
 }
 
 // backoff spaces inconclusive passes: delay·2^n, at least a second, at

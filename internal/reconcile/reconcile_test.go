@@ -124,16 +124,18 @@ func TestBackoffGrowsAndIsBounded(t *testing.T) {
 func TestNeverSentAttemptIsSettledWithoutAListing(t *testing.T) {
 	never := ledger.Attempt{Seq: 1, Stamp: "STAMP", ViaEnvoy: true, Outcome: "lease_expired"}
 	cases := []struct {
-		name   string
-		at     func(a *ledger.Attempt)
-		listed bool
+		name    string
+		at      func(a *ledger.Attempt)
+		listed  bool
+		earlier bool // an earlier attempt under its stamp may have left
 	}{
-		{"never marked, its lease expired", func(*ledger.Attempt) {}, false},
-		{"never marked, stopped by ext_proc", func(a *ledger.Attempt) { a.Outcome = "ambiguous" }, false},
-		{"still pending: a mark may come", func(a *ledger.Attempt) { a.Outcome = "pending" }, true},
-		{"marked stamped", func(a *ledger.Attempt) { a.BodyStamped = true }, true},
-		{"marked unstamped", func(a *ledger.Attempt) { a.LeftUnstamped = true }, true},
-		{"native, not through Envoy", func(a *ledger.Attempt) { a.ViaEnvoy = false }, true},
+		{"never marked, its lease expired", func(*ledger.Attempt) {}, false, false},
+		{"never marked, but an earlier attempt under its stamp may have left", func(*ledger.Attempt) {}, true, true},
+		{"never marked, stopped by ext_proc", func(a *ledger.Attempt) { a.Outcome = "ambiguous" }, false, false},
+		{"still pending: a mark may come", func(a *ledger.Attempt) { a.Outcome = "pending" }, true, false},
+		{"marked stamped", func(a *ledger.Attempt) { a.BodyStamped = true }, true, false},
+		{"marked unstamped", func(a *ledger.Attempt) { a.LeftUnstamped = true }, true, false},
+		{"native, not through Envoy", func(a *ledger.Attempt) { a.ViaEnvoy = false }, true, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -143,7 +145,7 @@ func TestNeverSentAttemptIsSettledWithoutAListing(t *testing.T) {
 			acct := &rails.Account{ID: "acct_1", Rail: sik.RailStripe, Adapter: ad}
 			l := &scripted{work: []ledger.ReconcileWork{{
 				Intent:  ledger.Intent{Key: ledger.Key{RailAccount: "acct_1", SIK: "S"}, Action: "payout", Subject: "ba_1", AmountMinor: 5, Currency: "USD", Canonical: `{"extra":{}}`, AttemptCount: 1},
-				Attempt: at,
+				Attempt: at, EarlierMayHaveLeft: tc.earlier,
 			}}}
 			w := New(l, oneAccount{acct}, Options{Owner: "me"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 			if _, err := w.Pass(context.Background(), nil); err != nil {

@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
@@ -342,5 +344,62 @@ func TestApprovalIsTheAgentsWhoseRequestIsHeld(t *testing.T) {
 	approve(ap)
 	if d := h.decideAs(t, sibling, refund("pi_bench", 2500, "")); d.GetVerdict() != countersignv1.Verdict_VERDICT_ALLOW {
 		t.Fatalf("the sibling's request on its own approval = %s %s; want ALLOW", d.GetVerdict(), d.GetReasonCode())
+	}
+}
+
+// TestASiblingSettlesNoOtherAgentsHeldRequest: a held request waits on the
+// agent whose approval it is; another agent of the owner sending the
+// identical request is refused, or held, for its own request only. Before,
+// a sibling whose own mandate blocked the request blocked the intent and
+// voided the approval the owner had given, and a sibling's request with
+// another label voided it and took its place (a review).
+func TestASiblingSettlesNoOtherAgentsHeldRequest(t *testing.T) {
+	h := bareRailHarness(t)
+	m := mandateFor(h)
+	m.Mode = countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED
+	applyMandateTo(t, h, m)
+	sibling, siblingID := newAgentCredential(t, h.store, h.ownerID, "sibling")
+	m2 := mandateFor(h)
+	m2.AgentId, m2.Mode = siblingID, countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED
+	m2.Budgets = []*countersignv1.Money{{AmountMinor: 1000, Currency: "USD"}}
+	applyMandateTo(t, h, m2)
+	ctx := context.Background()
+
+	held := h.decide(t, refund("pi_bench", 1500, ""))
+	if held.GetVerdict() != countersignv1.Verdict_VERDICT_HOLD {
+		t.Fatalf("the first agent's refund = %s", held.GetVerdict())
+	}
+	ap := pendingApproval(t, h, held.GetIntent().GetSik())
+	if _, err := owners(h).ApproveApproval(ctx, &countersignv1.ApproveApprovalRequest{ApprovalId: ap.GetApprovalId(), RequestFingerprint: ap.GetRequestFingerprint()}); err != nil {
+		t.Fatal(err)
+	}
+	// The sibling's mandate has 10.00 of budget: its identical request is
+	// blocked, for itself.
+	if d := h.decideAs(t, sibling, refund("pi_bench", 1500, "")); d.GetVerdict() != countersignv1.Verdict_VERDICT_BLOCK || d.GetReasonCode() != "budget_exceeded" {
+		t.Fatalf("the sibling's identical request = %s %s; want BLOCK budget_exceeded", d.GetVerdict(), d.GetReasonCode())
+	}
+	// Another sibling, whose mandate would hold it, sends the identical
+	// refund with a label of its own, through Envoy.
+	third, thirdID := newAgentCredential(t, h.store, h.ownerID, "third")
+	m3 := mandateFor(h)
+	m3.AgentId, m3.Mode = thirdID, countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED
+	applyMandateTo(t, h, m3)
+	resp, err := h.client.Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		ContextExtensions: map[string]string{"rail_account": "acct_bench"},
+		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
+			Id: "sibling-labelled", Method: "POST", Host: "stripe.local", Path: "/v1/refunds",
+			Headers: map[string]string{"authorization": "Bearer " + third, "content-type": "application/x-www-form-urlencoded"},
+			Body:    "payment_intent=pi_bench&amount=1500&metadata[note]=mine",
+		}},
+	}})
+	if err != nil || codes.Code(resp.GetStatus().GetCode()) == codes.OK {
+		t.Fatalf("the third agent's labelled request = %v, %v; want it held", resp.GetStatus(), err)
+	}
+	l, err := owners(h).ListApprovals(ctx, &countersignv1.ListApprovalsRequest{State: countersignv1.ApprovalState_APPROVAL_STATE_APPROVED})
+	if err != nil || len(l.GetApprovals()) != 1 || l.GetApprovals()[0].GetApprovalId() != ap.GetApprovalId() {
+		t.Fatalf("approved approvals after the sibling's requests = %v, %v; want the owner's one, untouched", l.GetApprovals(), err)
+	}
+	if d := h.decide(t, refund("pi_bench", 1500, "")); d.GetVerdict() != countersignv1.Verdict_VERDICT_ALLOW {
+		t.Fatalf("the first agent's approved request = %s %s: %s; want ALLOW", d.GetVerdict(), d.GetReasonCode(), d.GetReason())
 	}
 }

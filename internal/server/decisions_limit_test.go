@@ -13,6 +13,7 @@ import (
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/config"
+	"github.com/countersign/countersign/internal/credential"
 	"github.com/countersign/countersign/internal/engine"
 )
 
@@ -168,5 +169,45 @@ func TestTooManyFailuresAreRecordedThrottled(t *testing.T) {
 	}
 	if total > config.Defaults().AuthFailureBurst+1+throttledBound(elapsed) {
 		t.Fatalf("%d guesses wrote %d records %v", n, total, reasons)
+	}
+}
+
+// TestARevokedCredentialSpendsNotItsAgentsDecisions: requests with a
+// credential the owner revoked have a bucket of their own; however many
+// are sent, the agent's live credential is still decided. Before, they
+// took the agent's decisions: whoever held a leaked, revoked credential
+// kept the agent's payments refused (a review: 48 of 48).
+func TestARevokedCredentialSpendsNotItsAgentsDecisions(t *testing.T) {
+	h := railHarness(t, harnessOption{cfg: func(c *config.Config) {
+		c.AgentDecisionRate, c.AgentDecisionBurst = 0.001, 3
+		c.AgentRailReadRate = 0
+	}})
+	ctx := context.Background()
+	issue := func() (string, string) {
+		secret, hash, err := credential.Generate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := h.store.IssueCredential(ctx, h.agentID, credential.ScopeExecute, time.Now().Add(time.Hour), hash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return secret, c.ID
+	}
+	leaked, leakedID := issue()
+	live, _ := issue()
+	if err := h.store.RevokeCredential(ctx, leakedID); err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]int{}
+	for i := range 20 {
+		_, code := deniedCode(t, h.checkRefund(t, leaked, fmt.Sprintf("leaked-%d", i), 100+i))
+		reasons[code]++
+	}
+	if reasons[engine.ReasonCredentialRevoked] != 3 || reasons[engine.ReasonDecisionsLimited] != 17 {
+		t.Fatalf("the revoked credential's 20 requests = %v; want 3 refused as revoked, then its own bucket empty", reasons)
+	}
+	if resp := h.checkRefund(t, live, "live", 500); codes.Code(resp.GetStatus().GetCode()) != codes.OK {
+		t.Fatalf("the agent's live credential after the flood: %v", resp.GetStatus())
 	}
 }

@@ -12,7 +12,9 @@
 -- request, with no money moving (found by a review: ten list calls per
 -- request over a thousand payouts). A finding may now say the attempt never
 -- left (never_sent): an absence with no listing, accepted only for such an
--- attempt.
+-- attempt, and only when no earlier attempt under the same stamp may have
+-- left (a retry after a proven absence keeps the stamp, and a listing may
+-- still show the earlier attempt's entity).
 ALTER TABLE reconciliation_findings ADD COLUMN never_sent boolean NOT NULL DEFAULT false;
 
 -- +goose StatementBegin
@@ -38,12 +40,17 @@ ALTER TABLE reconciliation_findings
 CREATE FUNCTION countersign_finding_never_sent() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM 1 FROM attempts
-        WHERE rail_account = NEW.rail_account AND sik = NEW.sik AND attempt_seq = NEW.attempt_seq
-          AND via_envoy AND NOT body_stamped AND NOT left_unstamped
-          AND outcome <> 'pending';
+    PERFORM 1 FROM attempts a
+        WHERE a.rail_account = NEW.rail_account AND a.sik = NEW.sik AND a.attempt_seq = NEW.attempt_seq
+          AND a.via_envoy AND NOT a.body_stamped AND NOT a.left_unstamped
+          AND a.outcome <> 'pending'
+          -- A retry after a proven absence keeps its stamp: a listing may
+          -- still show an earlier attempt's entity under it.
+          AND NOT EXISTS (SELECT 1 FROM attempts e
+              WHERE e.rail_account = a.rail_account AND e.sik = a.sik AND e.attempt_seq < a.attempt_seq
+                AND e.stamp = a.stamp AND (e.body_stamped OR e.left_unstamped OR NOT e.via_envoy));
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'finding for % % attempt %: never_sent, but the attempt was not sent through ext_proc, was marked sent, or may still be',
+        RAISE EXCEPTION 'finding for % % attempt %: never_sent, but the attempt was not sent through ext_proc, was marked sent, may still be, or an earlier attempt under its stamp may have left',
             NEW.rail_account, NEW.sik, NEW.attempt_seq USING ERRCODE = 'check_violation';
     END IF;
     RETURN NEW;

@@ -193,6 +193,31 @@ func minorUnits(raw json.RawMessage) (int64, error) {
 
 // validID reports whether raw is a JSON-RPC id MCP allows: a string or an
 // integer (not null, not a fraction).
+// maxPlainID bounds a plain string id.
+const maxPlainID = 64
+
+// plainID reports whether raw is a valid id (validID) that carries no
+// text: an integer, or a string of at most maxPlainID ASCII letters,
+// digits and . _ : - (a UUID fits). A money-moving call's id and progress
+// token reach the server beside the arguments, valued by no gate and seen
+// by no free-text policy.
+func plainID(raw json.RawMessage) bool {
+	if !validID(raw) {
+		return false
+	}
+	s, isString := asString(bytes.TrimSpace(raw))
+	if !isString {
+		return true
+	}
+	if len(s) == 0 || len(s) > maxPlainID {
+		return false
+	}
+	return strings.Trim(s, plainIDChars) == ""
+}
+
+// plainIDChars are the bytes of a plain string id.
+const plainIDChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-"
+
 func validID(raw json.RawMessage) bool {
 	t := bytes.TrimSpace(raw)
 	if len(t) == 0 {

@@ -196,6 +196,9 @@ func (ad *adapter) parseCall(msg object, query string, req rail.Request) (rail.P
 			return rail.Parsed{}, malformed("params."+k, "not understood on a money-moving tools/call (task-augmented calls are refused: Countersign must see the tool's result)")
 		}
 	}
+	if !plainID(msg["id"]) {
+		return rail.Parsed{}, malformed("id", "a money-moving tools/call's id must be an integer or at most %d letters, digits and . _ : -", maxPlainID)
+	}
 	if raw, ok := params["_meta"]; ok {
 		// Only a progress token: any other member is text the server
 		// receives on a money-moving call that no gate values or reads
@@ -208,8 +211,8 @@ func (ad *adapter) parseCall(msg object, query string, req rail.Request) (rail.P
 			if k != "progressToken" {
 				return rail.Parsed{}, malformed("params._meta."+k, "not understood on a money-moving tools/call (only progressToken)")
 			}
-			if !validID(v) {
-				return rail.Parsed{}, malformed("params._meta.progressToken", "must be a string or an integer")
+			if !plainID(v) {
+				return rail.Parsed{}, malformed("params._meta.progressToken", "must be an integer or at most %d letters, digits and . _ : -", maxPlainID)
 			}
 		}
 	}
