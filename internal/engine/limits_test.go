@@ -89,3 +89,38 @@ func TestDecisionsAreLimitedPerAgent(t *testing.T) {
 		t.Errorf("decision records = %d, want %d: another agent's, the refilled one and the next refusal (a second after the last recorded)", got, after["decisions"]+3)
 	}
 }
+
+// TestOnlyEnvoysOwnRoutesAreThroughExtProc: an attempt is through Envoy
+// with ext_proc in the path (so that one ext_proc never marked sent never
+// left) only when the configuration says ext_proc runs and the request
+// came by one of Countersign's own Envoy routes, which name the rail
+// account; a request through ext_authz that names none (an Istio CUSTOM
+// provider routes without them, and runs no ext_proc) is not, whatever the
+// configuration says, and a native one never is.
+func TestOnlyEnvoysOwnRoutesAreThroughExtProc(t *testing.T) {
+	r := newRig(t)
+	o := r.e.opts
+	o.ExtProcInPath = true
+	r.e = New(r.e.ledger, o, r.e.log, r.e.metrics)
+	for i, tc := range []struct {
+		name    string
+		account string
+		source  Source
+		want    bool
+	}{
+		{"Countersign's own route", "acct_1", SourceExtAuthz, true},
+		{"a route that names no account", "", SourceExtAuthz, false},
+		{"native", "", SourceDecide, false},
+	} {
+		req := r.refundOf(100 + i)
+		req.RailAccount, req.Source = tc.account, tc.source
+		out := r.e.Decide(context.Background(), req)
+		if out.Verdict != Allow {
+			t.Fatalf("%s: %s %s: %s", tc.name, out.Verdict, out.ReasonCode, out.Reason)
+		}
+		_, atts := r.attempts(t, out.Intent)
+		if len(atts) != 1 || atts[0].ViaEnvoy != tc.want {
+			t.Fatalf("%s: attempts %+v; want one, through Envoy with ext_proc: %v", tc.name, atts, tc.want)
+		}
+	}
+}

@@ -315,11 +315,21 @@ func (pr *proposal) newIntent() ledger.NewIntent {
 }
 
 // attemptStart is the attempt pr's request starts, stamped with stamp.
+// It is through Envoy with ext_proc in the path (so that one ext_proc never
+// marked sent never left, which the reconciler settles without a listing)
+// only if the configuration says so and Envoy routed the request by one of
+// Countersign's own routes, which name the rail account (context extension
+// rail_account) and run ext_proc: the contract test and the chart check
+// hold every such route to both. A request that names no account came
+// through a proxy routing without them (Istio CUSTOM), where no ext_proc
+// runs whatever --ext-proc-in-path says: left at its default there, every
+// dropped attempt would be settled not applied, though it left.
 func (pr *proposal) attemptStart(o Options, stamp string) ledger.AttemptStart {
 	req := pr.req
 	return ledger.AttemptStart{Key: pr.key, Stamp: stamp, LeaseOwner: o.LeaseOwner, LeaseTTL: o.LeaseTTL,
-		Request:  ledger.HTTPMessage{Method: req.Method, Path: req.Path, Headers: req.Headers, Body: req.Body},
-		ViaEnvoy: req.Source == SourceExtAuthz && o.ExtProcInPath, CommitTokenHash: pr.tokenHash, CommitAgent: pr.tokenAgent()}
+		Request:         ledger.HTTPMessage{Method: req.Method, Path: req.Path, Headers: req.Headers, Body: req.Body},
+		ViaEnvoy:        req.Source == SourceExtAuthz && o.ExtProcInPath && req.RailAccount != "",
+		CommitTokenHash: pr.tokenHash, CommitAgent: pr.tokenAgent()}
 }
 
 // tokenAgent is the agent pr's commit token is issued to ("" when none is).
@@ -370,14 +380,14 @@ func heldValueChanged(pr *proposal, it ledger.Intent) verdict {
 }
 
 // heldFor reports whether the held intent it waits on agent: its live
-// approval's agent, else (none live) its creator.
+// approval's agent (its time run out or not), else its creator.
 func heldFor(ctx context.Context, tx *ledger.Tx, it ledger.Intent, agent string) (bool, error) {
-	ap, live, err := tx.LiveApproval(ctx, it.Key)
+	holder, live, err := tx.LiveApprovalAgent(ctx, it.Key)
 	if err != nil {
 		return false, err
 	}
-	if live && ap.State != "expired" {
-		return ap.AgentID == agent, nil
+	if !live {
+		holder = it.AgentID
 	}
-	return it.AgentID == agent, nil
+	return holder == agent, nil
 }

@@ -191,6 +191,21 @@ func (v ApprovalSpec) agent(it Intent) string {
 	return it.AgentID
 }
 
+// LiveApprovalAgent returns the agent of the intent's pending or approved
+// approval, its time run out or not; found is false when there is none.
+// Unlike LiveApproval it changes nothing.
+func (tx *Tx) LiveApprovalAgent(ctx context.Context, k Key) (agent string, found bool, err error) {
+	err = tx.tx.QueryRow(ctx, `SELECT agent_id FROM approvals WHERE rail_account = $1 AND sik = $2 AND state IN ('pending', 'approved')`,
+		k.RailAccount, k.SIK).Scan(&agent)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return "", false, nil
+	case err != nil:
+		return "", false, err
+	}
+	return agent, true, nil
+}
+
 // LiveApproval returns the pending or approved approval of an intent;
 // found is false when there is none. One whose time has run out (by the
 // database's clock) is marked expired: a pending one is then not found,

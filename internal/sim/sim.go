@@ -600,7 +600,7 @@ func (w *world) latency() time.Duration {
 func (w *world) decide(ctx context.Context, p *pipe) error {
 	path, ctype, body := w.rail.refundRequest(p.t.payment, p.t.amount)
 	out := w.eng.Decide(ctx, engine.Request{Source: engine.SourceExtAuthz, RequestID: fmt.Sprintf("task%d-try%d", p.t.id, p.t.tries),
-		Credential: w.credential, Method: http.MethodPost, Host: w.rail.host, Path: path,
+		Credential: w.credential, Method: http.MethodPost, Host: w.rail.host, Path: path, RailAccount: w.account,
 		Headers: map[string]string{"content-type": ctype}, Body: body})
 	name := ""
 	if out.Intent != nil {
