@@ -35,17 +35,19 @@ const throttledRecordRate = 1
 
 // limited says whether req is refused for its caller's rate before
 // anything else is decided: its agent has no decision left (principal may
-// act), or its credential, which resolved but may not act (revoked or
-// expired), has none left, or its source or credential failed too often
-// (out, from authenticate). A refused credential has a bucket of its own:
-// charged to its agent's, the holder of a leaked credential the owner
-// revoked would keep the agent's new one refused. key names whose
-// refusals are recorded together.
+// act), or the agent's credentials that resolve but may not act (revoked
+// or expired) have none left, or its source or credential failed too
+// often (out, from authenticate). The refused credentials of an agent
+// share a bucket of their own: charged to the agent's, the holder of a
+// leaked credential the owner revoked would keep the agent's new one
+// refused; one bucket each, an agent keeping old credentials would
+// multiply what it may write. key names whose refusals are recorded
+// together.
 func (e *Engine) limited(req Request, t target, principal *ledger.Principal, mayAct bool, out Outcome) (Outcome, string, bool) {
 	if principal != nil {
 		key := "agent\x00" + principal.Agent.ID
 		if !mayAct {
-			key = "credential\x00" + principal.Credential.ID
+			key = "refused\x00" + principal.Agent.ID
 		}
 		if ok, wait := e.decisions.Allow(key); !ok {
 			return e.decisionsRefused(req, t, principal.Agent.ID, wait), key, true

@@ -94,12 +94,18 @@ func TestConsoleSessionCallsTheOwnerAPI(t *testing.T) {
 	}
 	before := agentCount(t, h)
 	create := `{"displayName":"made in the console"}`
+	// Another token of the same shape: its first character changed (a
+	// fixed "x" was the token itself whenever the token began with one).
+	wrong := "x" + csrf[1:]
+	if csrf[0] == 'x' {
+		wrong = "y" + csrf[1:]
+	}
 	for _, tc := range []struct {
 		name    string
 		headers []string
 	}{
 		{"no CSRF header", []string{"Cookie", ck, "Content-Type", "application/json"}},
-		{"wrong CSRF token", []string{"Cookie", ck, "Content-Type", "application/json", console.CSRFHeader, "x" + csrf[1:]}},
+		{"wrong CSRF token", []string{"Cookie", ck, "Content-Type", "application/json", console.CSRFHeader, wrong}},
 		{"wrong Origin", []string{"Cookie", ck, "Content-Type", "application/json", console.CSRFHeader, csrf, "Origin", "http://evil.example"}},
 		{"cross-site", []string{"Cookie", ck, "Content-Type", "application/json", console.CSRFHeader, csrf, "Sec-Fetch-Site", "cross-site"}},
 	} {

@@ -172,9 +172,10 @@ func TestTooManyFailuresAreRecordedThrottled(t *testing.T) {
 	}
 }
 
-// TestARevokedCredentialSpendsNotItsAgentsDecisions: requests with a
-// credential the owner revoked have a bucket of their own; however many
-// are sent, the agent's live credential is still decided. Before, they
+// TestARevokedCredentialSpendsNotItsAgentsDecisions: requests with the
+// credentials of an agent that the owner revoked share a bucket of their
+// own (not one each); however many are sent, the agent's live credential
+// is still decided. Before, they
 // took the agent's decisions: whoever held a leaked, revoked credential
 // kept the agent's payments refused (a review: 48 of 48).
 func TestARevokedCredentialSpendsNotItsAgentsDecisions(t *testing.T) {
@@ -195,17 +196,24 @@ func TestARevokedCredentialSpendsNotItsAgentsDecisions(t *testing.T) {
 		return secret, c.ID
 	}
 	leaked, leakedID := issue()
+	old, oldID := issue()
 	live, _ := issue()
-	if err := h.store.RevokeCredential(ctx, leakedID); err != nil {
-		t.Fatal(err)
+	for _, id := range []string{leakedID, oldID} {
+		if err := h.store.RevokeCredential(ctx, id); err != nil {
+			t.Fatal(err)
+		}
 	}
 	reasons := map[string]int{}
 	for i := range 20 {
-		_, code := deniedCode(t, h.checkRefund(t, leaked, fmt.Sprintf("leaked-%d", i), 100+i))
+		secret := leaked
+		if i%2 == 1 {
+			secret = old
+		}
+		_, code := deniedCode(t, h.checkRefund(t, secret, fmt.Sprintf("leaked-%d", i), 100+i))
 		reasons[code]++
 	}
 	if reasons[engine.ReasonCredentialRevoked] != 3 || reasons[engine.ReasonDecisionsLimited] != 17 {
-		t.Fatalf("the revoked credential's 20 requests = %v; want 3 refused as revoked, then its own bucket empty", reasons)
+		t.Fatalf("two revoked credentials' 20 requests = %v; want 3 refused as revoked, then the bucket they share empty", reasons)
 	}
 	if resp := h.checkRefund(t, live, "live", 500); codes.Code(resp.GetStatus().GetCode()) != codes.OK {
 		t.Fatalf("the agent's live credential after the flood: %v", resp.GetStatus())

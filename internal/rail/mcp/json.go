@@ -191,33 +191,38 @@ func minorUnits(raw json.RawMessage) (int64, error) {
 	return n, nil
 }
 
-// validID reports whether raw is a JSON-RPC id MCP allows: a string or an
-// integer (not null, not a fraction).
-// maxPlainID bounds a plain string id.
-const maxPlainID = 64
+// maxPlainID bounds the digits of a plain id.
+const maxPlainID = 9
 
-// plainID reports whether raw is a valid id (validID) that carries no
-// text: an integer, or a string of at most maxPlainID ASCII letters,
-// digits and . _ : - (a UUID fits). A money-moving call's id and progress
-// token reach the server beside the arguments, valued by no gate and seen
-// by no free-text policy.
+// plainID reports whether raw is an id that carries no text worth the
+// name: an integer of at most maxPlainID digits, as the MCP SDKs number
+// their requests, or a string of such digits. A money-moving call's id and
+// progress token reach the server beside the arguments, valued by no gate
+// and seen by no free-text policy: other text, or a longer number, would
+// carry a card number there.
 func plainID(raw json.RawMessage) bool {
-	if !validID(raw) {
+	t := bytes.TrimSpace(raw)
+	if !validID(t) {
 		return false
 	}
-	s, isString := asString(bytes.TrimSpace(raw))
-	if !isString {
-		return true
+	if s, isString := asString(t); isString {
+		t = []byte(s)
+	} else {
+		t = bytes.TrimPrefix(t, []byte("-"))
 	}
-	if len(s) == 0 || len(s) > maxPlainID {
+	if len(t) == 0 || len(t) > maxPlainID {
 		return false
 	}
-	return strings.Trim(s, plainIDChars) == ""
+	for _, c := range t {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
-// plainIDChars are the bytes of a plain string id.
-const plainIDChars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-"
-
+// validID reports whether raw is a JSON-RPC id MCP allows: a string or an
+// integer (not null, not a fraction).
 func validID(raw json.RawMessage) bool {
 	t := bytes.TrimSpace(raw)
 	if len(t) == 0 {

@@ -197,7 +197,7 @@ func (ad *adapter) parseCall(msg object, query string, req rail.Request) (rail.P
 		}
 	}
 	if !plainID(msg["id"]) {
-		return rail.Parsed{}, malformed("id", "a money-moving tools/call's id must be an integer or at most %d letters, digits and . _ : -", maxPlainID)
+		return rail.Parsed{}, malformed("id", "a money-moving tools/call's id must be an integer of at most %d digits (or a string of them): it reaches the server beside the arguments, seen by no gate", maxPlainID)
 	}
 	if raw, ok := params["_meta"]; ok {
 		// Only a progress token: any other member is text the server
@@ -212,7 +212,7 @@ func (ad *adapter) parseCall(msg object, query string, req rail.Request) (rail.P
 				return rail.Parsed{}, malformed("params._meta."+k, "not understood on a money-moving tools/call (only progressToken)")
 			}
 			if !plainID(v) {
-				return rail.Parsed{}, malformed("params._meta.progressToken", "must be an integer or at most %d letters, digits and . _ : -", maxPlainID)
+				return rail.Parsed{}, malformed("params._meta.progressToken", "must be an integer of at most %d digits (or a string of them) on a money-moving call", maxPlainID)
 			}
 		}
 	}
