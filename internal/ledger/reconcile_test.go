@@ -167,20 +167,7 @@ func TestOnlyAnAttemptThatNeverLeftIsAbsentWithoutAListing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			p := proposal(760 + i)
 			p.ViaEnvoy = tc.viaEnvoy
-			if _, err := startFirst(ctx, s, p); err != nil {
-				t.Fatal(err)
-			}
-			if tc.sent != nil {
-				if _, err := s.MarkSent(ctx, p.Key, 1, *tc.sent); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeAmbiguous, Reason: "timeout", BodyStamped: tc.reported}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := s.ClaimReconcile(ctx, "rec", time.Minute, 10, &p.Key); err != nil {
-				t.Fatal(err)
-			}
+			toReconciling(ctx, t, s, p, tc.sent, tc.reported)
 			it, err := s.RecordFinding(ctx, Finding{Key: p.Key, AttemptSeq: 1, Outcome: FindingAbsent, PaginationExhausted: true, NeverSent: true, Owner: "rec"})
 			switch {
 			case tc.ok && (err != nil || it.State != intent.ConfirmedNotApplied):
@@ -200,18 +187,7 @@ func TestOnlyAnAttemptThatNeverLeftIsAbsentWithoutAListing(t *testing.T) {
 	// one's entity (a listing behind the rail), so it is listed again.
 	p := proposal(785)
 	p.ViaEnvoy = true
-	if _, err := startFirst(ctx, s, p); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.MarkSent(ctx, p.Key, 1, true); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeAmbiguous, Reason: "timeout"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.ClaimReconcile(ctx, "rec", time.Minute, 10, &p.Key); err != nil {
-		t.Fatal(err)
-	}
+	toReconciling(ctx, t, s, p, ptr(true), false)
 	if it, err := s.RecordFinding(ctx, Finding{Key: p.Key, AttemptSeq: 1, Outcome: FindingAbsent, Pages: 2, PaginationExhausted: true, Owner: "rec"}); err != nil || it.State != intent.ConfirmedNotApplied {
 		t.Fatalf("the first attempt's listed absence = %s, %v", it.State, err)
 	}
@@ -243,16 +219,29 @@ func TestOnlyAnAttemptThatNeverLeftIsAbsentWithoutAListing(t *testing.T) {
 	// still refused.
 	p = proposal(790)
 	p.ViaEnvoy = true
+	toReconciling(ctx, t, s, p, nil, false)
+	if _, err := s.RecordFinding(ctx, Finding{Key: p.Key, AttemptSeq: 1, Outcome: FindingAbsent, PaginationExhausted: true, Owner: "rec"}); err == nil {
+		t.Fatal("an absence read on no page was accepted")
+	}
+}
+
+// toReconciling starts p's first attempt, marks it sent as sent says (nil:
+// never), loses its answer (reported: the native caller says it carried
+// the stamp) and claims the intent for the reconciler "rec".
+func toReconciling(ctx context.Context, t *testing.T, s *Store, p testProposal, sent *bool, reported bool) {
+	t.Helper()
 	if _, err := startFirst(ctx, s, p); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeAmbiguous, Reason: "timeout"}); err != nil {
+	if sent != nil {
+		if _, err := s.MarkSent(ctx, p.Key, 1, *sent); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeAmbiguous, Reason: "timeout", BodyStamped: reported}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.ClaimReconcile(ctx, "rec", time.Minute, 10, &p.Key); err != nil {
 		t.Fatal(err)
-	}
-	if _, err := s.RecordFinding(ctx, Finding{Key: p.Key, AttemptSeq: 1, Outcome: FindingAbsent, PaginationExhausted: true, Owner: "rec"}); err == nil {
-		t.Fatal("an absence read on no page was accepted")
 	}
 }

@@ -13,7 +13,6 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/api"
@@ -274,18 +273,6 @@ func TestHeldFullRefundIsNotReleasedAtAnotherValue(t *testing.T) {
 	}
 }
 
-// decideAs is h.decide with another agent's credential.
-func (h *allowHarness) decideAs(t *testing.T, secret string, a *countersignv1.ProposedAction) *countersignv1.DecideResponse {
-	t.Helper()
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+secret)
-	a.Rail, a.RailAccount = countersignv1.Rail_RAIL_STRIPE, "acct_bench"
-	resp, err := countersignv1.NewDecisionServiceClient(h.conn).Decide(ctx, &countersignv1.DecideRequest{Form: &countersignv1.DecideRequest_Action{Action: a}})
-	if err != nil {
-		t.Fatalf("Decide: %v", err)
-	}
-	return resp
-}
-
 // TestApprovalIsTheAgentsWhoseRequestIsHeld: the owner approves what one
 // agent asked, under its mandate. Another agent of the same owner sending
 // the identical request is not allowed on that approval (before, it was,
@@ -295,13 +282,9 @@ func (h *allowHarness) decideAs(t *testing.T, secret string, a *countersignv1.Pr
 // revoked agent's), which moves it once the owner approves it.
 func TestApprovalIsTheAgentsWhoseRequestIsHeld(t *testing.T) {
 	h := bareRailHarness(t)
-	m := mandateFor(h)
-	m.Mode = countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED
-	applyMandateTo(t, h, m)
+	approvalRequired(t, h, h.agentID, nil)
 	sibling, siblingID := newAgentCredential(t, h.store, h.ownerID, "sibling")
-	m2 := mandateFor(h)
-	m2.AgentId, m2.Mode = siblingID, countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED
-	siblingMandate := applyMandateTo(t, h, m2)
+	siblingMandate := approvalRequired(t, h, siblingID, nil)
 	ctx := context.Background()
 	approve := func(a *countersignv1.Approval) {
 		t.Helper()
@@ -355,14 +338,11 @@ func TestApprovalIsTheAgentsWhoseRequestIsHeld(t *testing.T) {
 // another label voided it and took its place (a review).
 func TestASiblingSettlesNoOtherAgentsHeldRequest(t *testing.T) {
 	h := bareRailHarness(t)
-	m := mandateFor(h)
-	m.Mode = countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED
-	applyMandateTo(t, h, m)
+	approvalRequired(t, h, h.agentID, nil)
 	sibling, siblingID := newAgentCredential(t, h.store, h.ownerID, "sibling")
-	m2 := mandateFor(h)
-	m2.AgentId, m2.Mode = siblingID, countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED
-	m2.Budgets = []*countersignv1.Money{{AmountMinor: 1000, Currency: "USD"}}
-	applyMandateTo(t, h, m2)
+	approvalRequired(t, h, siblingID, func(m *countersignv1.Mandate) {
+		m.Budgets = []*countersignv1.Money{{AmountMinor: 1000, Currency: "USD"}}
+	})
 	ctx := context.Background()
 
 	held := h.decide(t, refund("pi_bench", 1500, ""))
@@ -381,9 +361,7 @@ func TestASiblingSettlesNoOtherAgentsHeldRequest(t *testing.T) {
 	// Another sibling, whose mandate would hold it, sends the identical
 	// refund with a label of its own, through Envoy.
 	third, thirdID := newAgentCredential(t, h.store, h.ownerID, "third")
-	m3 := mandateFor(h)
-	m3.AgentId, m3.Mode = thirdID, countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED
-	applyMandateTo(t, h, m3)
+	approvalRequired(t, h, thirdID, nil)
 	resp, err := h.client.Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
 		ContextExtensions: map[string]string{"rail_account": "acct_bench"},
 		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{
@@ -402,4 +380,16 @@ func TestASiblingSettlesNoOtherAgentsHeldRequest(t *testing.T) {
 	if d := h.decide(t, refund("pi_bench", 1500, "")); d.GetVerdict() != countersignv1.Verdict_VERDICT_ALLOW {
 		t.Fatalf("the first agent's approved request = %s %s: %s; want ALLOW", d.GetVerdict(), d.GetReasonCode(), d.GetReason())
 	}
+}
+
+// approvalRequired gives agent an approval_required mandate on acct_bench
+// (shape, if set, edits it first) and returns its hash.
+func approvalRequired(t *testing.T, h *allowHarness, agent string, shape func(*countersignv1.Mandate)) string {
+	t.Helper()
+	m := mandateFor(h)
+	m.AgentId, m.Mode = agent, countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED
+	if shape != nil {
+		shape(m)
+	}
+	return applyMandateTo(t, h, m)
 }

@@ -37,7 +37,13 @@ func mandateFor(h *allowHarness) *countersignv1.Mandate {
 
 func (h *allowHarness) decide(t testing.TB, a *countersignv1.ProposedAction) *countersignv1.DecideResponse {
 	t.Helper()
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+h.secret)
+	return h.decideAs(t, h.secret, a)
+}
+
+// decideAs is decide with another agent's credential.
+func (h *allowHarness) decideAs(t testing.TB, secret string, a *countersignv1.ProposedAction) *countersignv1.DecideResponse {
+	t.Helper()
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+secret)
 	a.Rail, a.RailAccount = countersignv1.Rail_RAIL_STRIPE, "acct_bench"
 	resp, err := countersignv1.NewDecisionServiceClient(h.conn).Decide(ctx, &countersignv1.DecideRequest{Form: &countersignv1.DecideRequest_Action{Action: a}})
 	if err != nil {
