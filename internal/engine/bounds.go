@@ -1,10 +1,10 @@
 package engine
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/countersign/countersign/internal/credential"
 )
 
 // What a request puts into its decision record, its log lines and its
@@ -26,14 +26,16 @@ const (
 
 // requestIDOf is raw if it is a plausible request id (1 to 128 bytes of
 // ASCII letters, digits and . _ : + / = @ -), and a fresh random one
-// (cs-…) otherwise.
+// (cs_…, credential.NewID) otherwise.
 func requestIDOf(raw string) string {
 	if len(raw) >= 1 && len(raw) <= maxRequestIDBytes && strings.Trim(raw, requestIDChars) == "" {
 		return raw
 	}
-	var b [12]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
-	return "cs-" + hex.EncodeToString(b[:])
+	id, err := credential.NewID("cs")
+	if err != nil {
+		return "cs" // crypto/rand does not fail (Go 1.24+); a fixed id is still not the agent's
+	}
+	return id
 }
 
 // clip is s cut to at most n bytes on a character boundary, ending in "…"

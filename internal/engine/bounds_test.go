@@ -66,7 +66,7 @@ func TestRequestIDOf(t *testing.T) {
 	seen := map[string]bool{}
 	for _, id := range []string{"", strings.Repeat("b", maxRequestIDBytes+1), "a b", "a\nb", "é", "a\x00", "<script>"} {
 		got := requestIDOf(id)
-		if got == id || !strings.HasPrefix(got, "cs-") || seen[got] || requestIDOf(got) != got {
+		if got == id || !strings.HasPrefix(got, "cs_") || seen[got] || requestIDOf(got) != got {
 			t.Errorf("requestIDOf(%q) = %q: want a fresh id of Countersign's own", id, got)
 		}
 		seen[got] = true
