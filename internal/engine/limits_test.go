@@ -20,9 +20,7 @@ import (
 func TestDecisionsAreLimitedPerAgent(t *testing.T) {
 	r := newRig(t)
 	clock := testclock.New(time.Now())
-	o := r.e.opts
-	o.DecisionRate, o.DecisionBurst, o.Now = 0.5, 3, clock.Now
-	r.e = New(r.e.ledger, o, r.e.log, r.e.metrics)
+	r.e = rebuilt(r.e, func(o *Options) { o.DecisionRate, o.DecisionBurst, o.Now = 0.5, 3, clock.Now })
 	ctx := context.Background()
 	refund := func(secret, id string, amount int) Outcome {
 		req := r.refundOf(amount)
@@ -99,9 +97,7 @@ func TestDecisionsAreLimitedPerAgent(t *testing.T) {
 // configuration says, and a native one never is.
 func TestOnlyEnvoysOwnRoutesAreThroughExtProc(t *testing.T) {
 	r := newRig(t)
-	o := r.e.opts
-	o.ExtProcInPath = true
-	r.e = New(r.e.ledger, o, r.e.log, r.e.metrics)
+	r.e = rebuilt(r.e, func(o *Options) { o.ExtProcInPath = true })
 	for i, tc := range []struct {
 		name    string
 		account string

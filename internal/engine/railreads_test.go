@@ -27,8 +27,14 @@ import (
 // limitRailReads is e rebuilt, over the same ledger and rails, with the
 // rail read limit of rate reads a second and burst at once, on clock.
 func limitRailReads(e *Engine, rate float64, burst int, clock func() time.Time) *Engine {
+	return rebuilt(e, func(o *Options) { o.RailReadRate, o.RailReadBurst, o.Now = rate, burst, clock })
+}
+
+// rebuilt is e rebuilt over the same ledger and rails with its options
+// edited.
+func rebuilt(e *Engine, edit func(*Options)) *Engine {
 	o := e.opts
-	o.RailReadRate, o.RailReadBurst, o.Now = rate, burst, clock
+	edit(&o)
 	return New(e.ledger, o, e.log, e.metrics)
 }
 
