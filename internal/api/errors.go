@@ -56,6 +56,8 @@ func ToStatus(err error) error {
 		return withDetails(status.New(codes.InvalidArgument, err.Error()), "INVALID_ARGUMENT")
 	case errors.Is(err, ledger.ErrApprovalState):
 		return withDetails(status.New(codes.FailedPrecondition, err.Error()), "APPROVAL_NOT_PENDING")
+	case errors.Is(err, ledger.ErrNotResolvable):
+		return withDetails(status.New(codes.FailedPrecondition, err.Error()), "INTENT_NOT_RESOLVABLE")
 	case errors.Is(err, ledger.ErrLeaseLost):
 		return withDetails(status.New(codes.Aborted, err.Error()), "LEASE_LOST")
 	case errors.Is(err, ledger.ErrCommitRefused):

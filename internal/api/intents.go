@@ -136,3 +136,22 @@ func toAuditRecord(r ledger.AuditRecord) *countersignv1.AuditRecord {
 		AttemptSeq: int32(r.AttemptSeq), Reason: r.Detail, LeafIndex: r.LeafIndex, LeafHash: hex.EncodeToString(h[:]), //nolint:gosec // attempt counts are small
 		CommitTime: timestamppb.New(time.UnixMicro(r.AtMicros))}
 }
+
+// ResolveIntent settles one of the owner's QUARANTINED intents as the owner
+// found it at the rail (ledger.Resolve says what each outcome does).
+func (s *OwnerServer) ResolveIntent(ctx context.Context, req *countersignv1.ResolveIntentRequest) (*countersignv1.ResolveIntentResponse, error) {
+	owner, err := s.owner(ctx)
+	if err != nil {
+		return nil, err
+	}
+	k := ledger.Key{RailAccount: req.GetRailAccount(), SIK: req.GetSik()}
+	it, err := s.store.Resolve(ctx, owner, k, ledger.Resolution{
+		Applied:  req.GetResolution() == countersignv1.IntentResolution_INTENT_RESOLUTION_APPLIED,
+		EntityID: req.GetRailEntityId(),
+		Note:     req.GetNote(),
+	})
+	if err != nil {
+		return nil, ToStatus(err)
+	}
+	return &countersignv1.ResolveIntentResponse{Intent: toIntent(it)}, nil
+}

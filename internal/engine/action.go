@@ -557,7 +557,11 @@ func replayApplied(acct *rails.Account, req Request, it ledger.Intent, a *ledger
 		return Outcome{Verdict: Block, Replayed: true, ReasonCode: ReasonDuplicateApplied, HTTPStatus: http.StatusOK, Body: a.FoundEntity, ResponseHeaders: headers,
 			Reason: fmt.Sprintf("already applied as %s (settled by reconciliation); this is the entity as the rail lists it", it.RailEntityID)}
 	default:
-		out := refuseRail(acct, req, ReasonDuplicateApplied, fmt.Sprintf("Already applied as %s (settled by reconciliation); the rail's own answer was not kept.", it.RailEntityID), http.StatusConflict)
+		by := "settled by reconciliation"
+		if it.LastEvent == string(intent.ResolvedApplied) {
+			by = "resolved by the owner"
+		}
+		out := refuseRail(acct, req, ReasonDuplicateApplied, fmt.Sprintf("Already applied as %s (%s); the rail's own answer was not kept.", it.RailEntityID, by), http.StatusConflict)
 		out.ResponseHeaders, out.Replayed = headers, true
 		return out
 	}

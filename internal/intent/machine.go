@@ -33,7 +33,14 @@ type Edge struct {
 //   - REOPENED from FAILED_TERMINAL is the second way back to AUTHORIZED. §1
 //     names only CONFIRMED_NOT_APPLIED, but a definite rail rejection is as much a
 //     proof of "not applied" as an exhausted listing (see ProvenNotApplied).
-//   - QUARANTINED has no edge out: an operator resolves it outside the machine.
+//   - QUARANTINED leaves only by its owner's resolution, made after checking
+//     the rail: RESOLVED_APPLIED (the hold is posted, as on any APPLIED) or
+//     RESOLVED_NOT_APPLIED, which ends BLOCKED, absorbing: the owner's word is
+//     no proof of absence, so nothing is sent again on it (no edge to
+//     AUTHORIZED), and the database refuses it while the rail has answered
+//     one of the intent's attempts applied. §2 leaves QUARANTINED to an
+//     operator "outside the machine"; an intent parked there kept its hold
+//     and refused its action forever, with no audited way out.
 //   - QUARANTINE is also legal from FAILED_TERMINAL and CONFIRMED_NOT_APPLIED:
 //     a rail "applied" that arrives after the intent was settled as not
 //     applied contradicts the ledger, and the intent stops for a person
@@ -82,7 +89,11 @@ var edges = map[State]map[Event]State{
 		RetryAuthorized: Authorized,
 		Quarantine:      Quarantined,
 	},
-	// APPLIED, BLOCKED (absorbing) and QUARANTINED have no edges.
+	Quarantined: {
+		ResolvedApplied:    Applied,
+		ResolvedNotApplied: Blocked,
+	},
+	// APPLIED and BLOCKED (absorbing) have no edges.
 }
 
 // Transition returns the state that event e moves an intent in state s to. On

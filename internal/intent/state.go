@@ -43,7 +43,7 @@ const (
 // Event is something that happened to an intent and may move it to a new state.
 type Event string
 
-// The 17 events, in lifecycle order (the order of Events and of Edges).
+// The 19 events, in lifecycle order (the order of Events and of Edges).
 const (
 	GatesPassed      Event = "GATES_PASSED"      // every gate answered ALLOW
 	GatesHeld        Event = "GATES_HELD"        // the meet of the gates is HOLD
@@ -62,6 +62,11 @@ const (
 	Inconclusive     Event = "INCONCLUSIVE"      // listing could not decide; try again later
 	RetryAuthorized  Event = "RETRY_AUTHORIZED"  // a proven-not-applied intent may try again
 	Quarantine       Event = "QUARANTINE"        // give up and hand to an operator
+	// The owner's resolution of a QUARANTINED intent, after checking the rail
+	// itself: the action applied (its hold is posted), or it did not and is
+	// not to be sent again (its hold is voided; the intent ends BLOCKED).
+	ResolvedApplied    Event = "RESOLVED_APPLIED"
+	ResolvedNotApplied Event = "RESOLVED_NOT_APPLIED"
 )
 
 var allStates = [...]State{
@@ -73,7 +78,7 @@ var allEvents = [...]Event{
 	GatesPassed, GatesHeld, GatesBlocked, HoldReleased, HoldRejected,
 	AttemptStarted, RailApplied, RailRejected, RailAmbiguous, LeaseExpired,
 	Reopened, ReconcileStarted, FoundApplied, ConfirmedAbsent, Inconclusive,
-	RetryAuthorized, Quarantine,
+	RetryAuthorized, Quarantine, ResolvedApplied, ResolvedNotApplied,
 }
 
 // States returns every state in lifecycle order. The slice is a fresh copy.

@@ -93,6 +93,7 @@ const (
 	OpWebhookDelete     = "webhook_delete"
 	OpDeadLetterReplay  = "dead_letter_replay"
 	OpRailAccountRevoke = "rail_account_revoke"
+	OpIntentResolve     = "intent_resolve"
 	// OpRevoke is the revocation of an agent, a credential or a mandate.
 	OpRevoke = "revoke"
 )

@@ -242,6 +242,59 @@ func (MandateState) EnumDescriptor() ([]byte, []int) {
 	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{3}
 }
 
+// IntentResolution is what the owner found at the rail.
+type IntentResolution int32
+
+const (
+	// Never valid.
+	IntentResolution_INTENT_RESOLUTION_UNSPECIFIED IntentResolution = 0
+	// The action applied at the rail, as rail_entity_id.
+	IntentResolution_INTENT_RESOLUTION_APPLIED IntentResolution = 1
+	// The action did not apply at the rail, and is not to be sent again.
+	IntentResolution_INTENT_RESOLUTION_NOT_APPLIED IntentResolution = 2
+)
+
+// Enum value maps for IntentResolution.
+var (
+	IntentResolution_name = map[int32]string{
+		0: "INTENT_RESOLUTION_UNSPECIFIED",
+		1: "INTENT_RESOLUTION_APPLIED",
+		2: "INTENT_RESOLUTION_NOT_APPLIED",
+	}
+	IntentResolution_value = map[string]int32{
+		"INTENT_RESOLUTION_UNSPECIFIED": 0,
+		"INTENT_RESOLUTION_APPLIED":     1,
+		"INTENT_RESOLUTION_NOT_APPLIED": 2,
+	}
+)
+
+func (x IntentResolution) Enum() *IntentResolution {
+	p := new(IntentResolution)
+	*p = x
+	return p
+}
+
+func (x IntentResolution) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (IntentResolution) Descriptor() protoreflect.EnumDescriptor {
+	return file_countersign_v1_owner_proto_enumTypes[4].Descriptor()
+}
+
+func (IntentResolution) Type() protoreflect.EnumType {
+	return &file_countersign_v1_owner_proto_enumTypes[4]
+}
+
+func (x IntentResolution) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use IntentResolution.Descriptor instead.
+func (IntentResolution) EnumDescriptor() ([]byte, []int) {
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{4}
+}
+
 // StoredRailAnswerSource says where a stored rail answer came from.
 type StoredRailAnswerSource int32
 
@@ -279,11 +332,11 @@ func (x StoredRailAnswerSource) String() string {
 }
 
 func (StoredRailAnswerSource) Descriptor() protoreflect.EnumDescriptor {
-	return file_countersign_v1_owner_proto_enumTypes[4].Descriptor()
+	return file_countersign_v1_owner_proto_enumTypes[5].Descriptor()
 }
 
 func (StoredRailAnswerSource) Type() protoreflect.EnumType {
-	return &file_countersign_v1_owner_proto_enumTypes[4]
+	return &file_countersign_v1_owner_proto_enumTypes[5]
 }
 
 func (x StoredRailAnswerSource) Number() protoreflect.EnumNumber {
@@ -292,7 +345,7 @@ func (x StoredRailAnswerSource) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use StoredRailAnswerSource.Descriptor instead.
 func (StoredRailAnswerSource) EnumDescriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{4}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{5}
 }
 
 // ApprovalState is the lifecycle state of an approval.
@@ -348,11 +401,11 @@ func (x ApprovalState) String() string {
 }
 
 func (ApprovalState) Descriptor() protoreflect.EnumDescriptor {
-	return file_countersign_v1_owner_proto_enumTypes[5].Descriptor()
+	return file_countersign_v1_owner_proto_enumTypes[6].Descriptor()
 }
 
 func (ApprovalState) Type() protoreflect.EnumType {
-	return &file_countersign_v1_owner_proto_enumTypes[5]
+	return &file_countersign_v1_owner_proto_enumTypes[6]
 }
 
 func (x ApprovalState) Number() protoreflect.EnumNumber {
@@ -361,7 +414,7 @@ func (x ApprovalState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ApprovalState.Descriptor instead.
 func (ApprovalState) EnumDescriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{5}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{6}
 }
 
 // DeadLetterState is the state of a dead letter.
@@ -401,11 +454,11 @@ func (x DeadLetterState) String() string {
 }
 
 func (DeadLetterState) Descriptor() protoreflect.EnumDescriptor {
-	return file_countersign_v1_owner_proto_enumTypes[6].Descriptor()
+	return file_countersign_v1_owner_proto_enumTypes[7].Descriptor()
 }
 
 func (DeadLetterState) Type() protoreflect.EnumType {
-	return &file_countersign_v1_owner_proto_enumTypes[6]
+	return &file_countersign_v1_owner_proto_enumTypes[7]
 }
 
 func (x DeadLetterState) Number() protoreflect.EnumNumber {
@@ -414,7 +467,7 @@ func (x DeadLetterState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use DeadLetterState.Descriptor instead.
 func (DeadLetterState) EnumDescriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{6}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{7}
 }
 
 // Agent is an AI agent that proposes money-moving actions.
@@ -2621,6 +2674,136 @@ func (x *GetIntentRequest) GetSik() string {
 	return ""
 }
 
+// ResolveIntentRequest resolves one QUARANTINED intent.
+type ResolveIntentRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Rail account of the intent.
+	RailAccount string `protobuf:"bytes,1,opt,name=rail_account,json=railAccount,proto3" json:"rail_account,omitempty"`
+	// Semantic idempotency key of the intent.
+	Sik string `protobuf:"bytes,2,opt,name=sik,proto3" json:"sik,omitempty"`
+	// What the owner found at the rail.
+	Resolution IntentResolution `protobuf:"varint,3,opt,name=resolution,proto3,enum=countersign.v1.IntentResolution" json:"resolution,omitempty"`
+	// The rail's entity (a refund, payout or transfer id) that applied the
+	// action; required with INTENT_RESOLUTION_APPLIED, empty otherwise.
+	RailEntityId string `protobuf:"bytes,4,opt,name=rail_entity_id,json=railEntityId,proto3" json:"rail_entity_id,omitempty"`
+	// What the owner checked and found (shown with the intent, to its agents
+	// too, and kept in its audit record). No control or format characters.
+	Note          string `protobuf:"bytes,5,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveIntentRequest) Reset() {
+	*x = ResolveIntentRequest{}
+	mi := &file_countersign_v1_owner_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveIntentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveIntentRequest) ProtoMessage() {}
+
+func (x *ResolveIntentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_countersign_v1_owner_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveIntentRequest.ProtoReflect.Descriptor instead.
+func (*ResolveIntentRequest) Descriptor() ([]byte, []int) {
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ResolveIntentRequest) GetRailAccount() string {
+	if x != nil {
+		return x.RailAccount
+	}
+	return ""
+}
+
+func (x *ResolveIntentRequest) GetSik() string {
+	if x != nil {
+		return x.Sik
+	}
+	return ""
+}
+
+func (x *ResolveIntentRequest) GetResolution() IntentResolution {
+	if x != nil {
+		return x.Resolution
+	}
+	return IntentResolution_INTENT_RESOLUTION_UNSPECIFIED
+}
+
+func (x *ResolveIntentRequest) GetRailEntityId() string {
+	if x != nil {
+		return x.RailEntityId
+	}
+	return ""
+}
+
+func (x *ResolveIntentRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+// ResolveIntentResponse is the resolved intent.
+type ResolveIntentResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The intent, now APPLIED or BLOCKED.
+	Intent        *Intent `protobuf:"bytes,1,opt,name=intent,proto3" json:"intent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResolveIntentResponse) Reset() {
+	*x = ResolveIntentResponse{}
+	mi := &file_countersign_v1_owner_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResolveIntentResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResolveIntentResponse) ProtoMessage() {}
+
+func (x *ResolveIntentResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_countersign_v1_owner_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResolveIntentResponse.ProtoReflect.Descriptor instead.
+func (*ResolveIntentResponse) Descriptor() ([]byte, []int) {
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ResolveIntentResponse) GetIntent() *Intent {
+	if x != nil {
+		return x.Intent
+	}
+	return nil
+}
+
 // GetIntentResponse is an intent with its attempts and its timeline.
 type GetIntentResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2642,7 +2825,7 @@ type GetIntentResponse struct {
 
 func (x *GetIntentResponse) Reset() {
 	*x = GetIntentResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[34]
+	mi := &file_countersign_v1_owner_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2654,7 +2837,7 @@ func (x *GetIntentResponse) String() string {
 func (*GetIntentResponse) ProtoMessage() {}
 
 func (x *GetIntentResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[34]
+	mi := &file_countersign_v1_owner_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2667,7 +2850,7 @@ func (x *GetIntentResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetIntentResponse.ProtoReflect.Descriptor instead.
 func (*GetIntentResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{34}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetIntentResponse) GetIntent() *Intent {
@@ -2728,7 +2911,7 @@ type IntentFinding struct {
 
 func (x *IntentFinding) Reset() {
 	*x = IntentFinding{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[35]
+	mi := &file_countersign_v1_owner_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2740,7 +2923,7 @@ func (x *IntentFinding) String() string {
 func (*IntentFinding) ProtoMessage() {}
 
 func (x *IntentFinding) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[35]
+	mi := &file_countersign_v1_owner_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2753,7 +2936,7 @@ func (x *IntentFinding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntentFinding.ProtoReflect.Descriptor instead.
 func (*IntentFinding) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{35}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *IntentFinding) GetAttemptSeq() int32 {
@@ -2825,7 +3008,7 @@ type StoredRailAnswer struct {
 
 func (x *StoredRailAnswer) Reset() {
 	*x = StoredRailAnswer{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[36]
+	mi := &file_countersign_v1_owner_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2837,7 +3020,7 @@ func (x *StoredRailAnswer) String() string {
 func (*StoredRailAnswer) ProtoMessage() {}
 
 func (x *StoredRailAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[36]
+	mi := &file_countersign_v1_owner_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2850,7 +3033,7 @@ func (x *StoredRailAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StoredRailAnswer.ProtoReflect.Descriptor instead.
 func (*StoredRailAnswer) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{36}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StoredRailAnswer) GetSource() StoredRailAnswerSource {
@@ -2905,7 +3088,7 @@ type WatchIntentsRequest struct {
 
 func (x *WatchIntentsRequest) Reset() {
 	*x = WatchIntentsRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[37]
+	mi := &file_countersign_v1_owner_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2917,7 +3100,7 @@ func (x *WatchIntentsRequest) String() string {
 func (*WatchIntentsRequest) ProtoMessage() {}
 
 func (x *WatchIntentsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[37]
+	mi := &file_countersign_v1_owner_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2930,7 +3113,7 @@ func (x *WatchIntentsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchIntentsRequest.ProtoReflect.Descriptor instead.
 func (*WatchIntentsRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{37}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WatchIntentsRequest) GetStartAfterSeq() int64 {
@@ -2974,7 +3157,7 @@ type WatchIntentsResponse struct {
 
 func (x *WatchIntentsResponse) Reset() {
 	*x = WatchIntentsResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[38]
+	mi := &file_countersign_v1_owner_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2986,7 +3169,7 @@ func (x *WatchIntentsResponse) String() string {
 func (*WatchIntentsResponse) ProtoMessage() {}
 
 func (x *WatchIntentsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[38]
+	mi := &file_countersign_v1_owner_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2999,7 +3182,7 @@ func (x *WatchIntentsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchIntentsResponse.ProtoReflect.Descriptor instead.
 func (*WatchIntentsResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{38}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WatchIntentsResponse) GetTransition() *AuditRecord {
@@ -3076,7 +3259,7 @@ type Approval struct {
 
 func (x *Approval) Reset() {
 	*x = Approval{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[39]
+	mi := &file_countersign_v1_owner_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3088,7 +3271,7 @@ func (x *Approval) String() string {
 func (*Approval) ProtoMessage() {}
 
 func (x *Approval) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[39]
+	mi := &file_countersign_v1_owner_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3101,7 +3284,7 @@ func (x *Approval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Approval.ProtoReflect.Descriptor instead.
 func (*Approval) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{39}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Approval) GetApprovalId() string {
@@ -3268,7 +3451,7 @@ type ListApprovalsRequest struct {
 
 func (x *ListApprovalsRequest) Reset() {
 	*x = ListApprovalsRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[40]
+	mi := &file_countersign_v1_owner_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3280,7 +3463,7 @@ func (x *ListApprovalsRequest) String() string {
 func (*ListApprovalsRequest) ProtoMessage() {}
 
 func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[40]
+	mi := &file_countersign_v1_owner_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3293,7 +3476,7 @@ func (x *ListApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*ListApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{40}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListApprovalsRequest) GetPageSize() int32 {
@@ -3337,7 +3520,7 @@ type ListApprovalsResponse struct {
 
 func (x *ListApprovalsResponse) Reset() {
 	*x = ListApprovalsResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[41]
+	mi := &file_countersign_v1_owner_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3349,7 +3532,7 @@ func (x *ListApprovalsResponse) String() string {
 func (*ListApprovalsResponse) ProtoMessage() {}
 
 func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[41]
+	mi := &file_countersign_v1_owner_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3362,7 +3545,7 @@ func (x *ListApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*ListApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{41}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListApprovalsResponse) GetApprovals() []*Approval {
@@ -3390,7 +3573,7 @@ type GetApprovalRequest struct {
 
 func (x *GetApprovalRequest) Reset() {
 	*x = GetApprovalRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[42]
+	mi := &file_countersign_v1_owner_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3402,7 +3585,7 @@ func (x *GetApprovalRequest) String() string {
 func (*GetApprovalRequest) ProtoMessage() {}
 
 func (x *GetApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[42]
+	mi := &file_countersign_v1_owner_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3415,7 +3598,7 @@ func (x *GetApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetApprovalRequest.ProtoReflect.Descriptor instead.
 func (*GetApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{42}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetApprovalRequest) GetApprovalId() string {
@@ -3438,7 +3621,7 @@ type GetApprovalResponse struct {
 
 func (x *GetApprovalResponse) Reset() {
 	*x = GetApprovalResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[43]
+	mi := &file_countersign_v1_owner_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3450,7 +3633,7 @@ func (x *GetApprovalResponse) String() string {
 func (*GetApprovalResponse) ProtoMessage() {}
 
 func (x *GetApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[43]
+	mi := &file_countersign_v1_owner_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3463,7 +3646,7 @@ func (x *GetApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetApprovalResponse.ProtoReflect.Descriptor instead.
 func (*GetApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{43}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *GetApprovalResponse) GetApproval() *Approval {
@@ -3491,7 +3674,7 @@ type WatchApprovalsRequest struct {
 
 func (x *WatchApprovalsRequest) Reset() {
 	*x = WatchApprovalsRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[44]
+	mi := &file_countersign_v1_owner_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3503,7 +3686,7 @@ func (x *WatchApprovalsRequest) String() string {
 func (*WatchApprovalsRequest) ProtoMessage() {}
 
 func (x *WatchApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[44]
+	mi := &file_countersign_v1_owner_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3516,7 +3699,7 @@ func (x *WatchApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*WatchApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{44}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WatchApprovalsRequest) GetAgentId() string {
@@ -3546,7 +3729,7 @@ type WatchApprovalsResponse struct {
 
 func (x *WatchApprovalsResponse) Reset() {
 	*x = WatchApprovalsResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[45]
+	mi := &file_countersign_v1_owner_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3558,7 +3741,7 @@ func (x *WatchApprovalsResponse) String() string {
 func (*WatchApprovalsResponse) ProtoMessage() {}
 
 func (x *WatchApprovalsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[45]
+	mi := &file_countersign_v1_owner_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3571,7 +3754,7 @@ func (x *WatchApprovalsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchApprovalsResponse.ProtoReflect.Descriptor instead.
 func (*WatchApprovalsResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{45}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WatchApprovalsResponse) GetApproval() *Approval {
@@ -3620,7 +3803,7 @@ type ApprovalLive struct {
 
 func (x *ApprovalLive) Reset() {
 	*x = ApprovalLive{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[46]
+	mi := &file_countersign_v1_owner_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3632,7 +3815,7 @@ func (x *ApprovalLive) String() string {
 func (*ApprovalLive) ProtoMessage() {}
 
 func (x *ApprovalLive) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[46]
+	mi := &file_countersign_v1_owner_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3645,7 +3828,7 @@ func (x *ApprovalLive) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalLive.ProtoReflect.Descriptor instead.
 func (*ApprovalLive) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{46}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ApprovalLive) GetAsOf() *timestamppb.Timestamp {
@@ -3706,7 +3889,7 @@ type ApproveApprovalRequest struct {
 
 func (x *ApproveApprovalRequest) Reset() {
 	*x = ApproveApprovalRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[47]
+	mi := &file_countersign_v1_owner_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3718,7 +3901,7 @@ func (x *ApproveApprovalRequest) String() string {
 func (*ApproveApprovalRequest) ProtoMessage() {}
 
 func (x *ApproveApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[47]
+	mi := &file_countersign_v1_owner_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3731,7 +3914,7 @@ func (x *ApproveApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveApprovalRequest.ProtoReflect.Descriptor instead.
 func (*ApproveApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{47}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ApproveApprovalRequest) GetApprovalId() string {
@@ -3766,7 +3949,7 @@ type ApproveApprovalResponse struct {
 
 func (x *ApproveApprovalResponse) Reset() {
 	*x = ApproveApprovalResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[48]
+	mi := &file_countersign_v1_owner_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3778,7 +3961,7 @@ func (x *ApproveApprovalResponse) String() string {
 func (*ApproveApprovalResponse) ProtoMessage() {}
 
 func (x *ApproveApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[48]
+	mi := &file_countersign_v1_owner_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3791,7 +3974,7 @@ func (x *ApproveApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveApprovalResponse.ProtoReflect.Descriptor instead.
 func (*ApproveApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{48}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ApproveApprovalResponse) GetApproval() *Approval {
@@ -3814,7 +3997,7 @@ type RejectApprovalRequest struct {
 
 func (x *RejectApprovalRequest) Reset() {
 	*x = RejectApprovalRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[49]
+	mi := &file_countersign_v1_owner_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3826,7 +4009,7 @@ func (x *RejectApprovalRequest) String() string {
 func (*RejectApprovalRequest) ProtoMessage() {}
 
 func (x *RejectApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[49]
+	mi := &file_countersign_v1_owner_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3839,7 +4022,7 @@ func (x *RejectApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectApprovalRequest.ProtoReflect.Descriptor instead.
 func (*RejectApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{49}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *RejectApprovalRequest) GetApprovalId() string {
@@ -3867,7 +4050,7 @@ type RejectApprovalResponse struct {
 
 func (x *RejectApprovalResponse) Reset() {
 	*x = RejectApprovalResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[50]
+	mi := &file_countersign_v1_owner_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3879,7 +4062,7 @@ func (x *RejectApprovalResponse) String() string {
 func (*RejectApprovalResponse) ProtoMessage() {}
 
 func (x *RejectApprovalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[50]
+	mi := &file_countersign_v1_owner_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3892,7 +4075,7 @@ func (x *RejectApprovalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RejectApprovalResponse.ProtoReflect.Descriptor instead.
 func (*RejectApprovalResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{50}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RejectApprovalResponse) GetApproval() *Approval {
@@ -3920,7 +4103,7 @@ type ListAuditRecordsRequest struct {
 
 func (x *ListAuditRecordsRequest) Reset() {
 	*x = ListAuditRecordsRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[51]
+	mi := &file_countersign_v1_owner_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3932,7 +4115,7 @@ func (x *ListAuditRecordsRequest) String() string {
 func (*ListAuditRecordsRequest) ProtoMessage() {}
 
 func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[51]
+	mi := &file_countersign_v1_owner_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3945,7 +4128,7 @@ func (x *ListAuditRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{51}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListAuditRecordsRequest) GetPageSize() int32 {
@@ -3989,7 +4172,7 @@ type ListAuditRecordsResponse struct {
 
 func (x *ListAuditRecordsResponse) Reset() {
 	*x = ListAuditRecordsResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[52]
+	mi := &file_countersign_v1_owner_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4001,7 +4184,7 @@ func (x *ListAuditRecordsResponse) String() string {
 func (*ListAuditRecordsResponse) ProtoMessage() {}
 
 func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[52]
+	mi := &file_countersign_v1_owner_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4014,7 +4197,7 @@ func (x *ListAuditRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRecordsResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{52}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListAuditRecordsResponse) GetAuditRecords() []*AuditRecord {
@@ -4046,7 +4229,7 @@ type VerifyAuditRequest struct {
 
 func (x *VerifyAuditRequest) Reset() {
 	*x = VerifyAuditRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[53]
+	mi := &file_countersign_v1_owner_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4058,7 +4241,7 @@ func (x *VerifyAuditRequest) String() string {
 func (*VerifyAuditRequest) ProtoMessage() {}
 
 func (x *VerifyAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[53]
+	mi := &file_countersign_v1_owner_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4071,7 +4254,7 @@ func (x *VerifyAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyAuditRequest.ProtoReflect.Descriptor instead.
 func (*VerifyAuditRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{53}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *VerifyAuditRequest) GetRailAccount() string {
@@ -4116,7 +4299,7 @@ type VerifyAuditResponse struct {
 
 func (x *VerifyAuditResponse) Reset() {
 	*x = VerifyAuditResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[54]
+	mi := &file_countersign_v1_owner_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4128,7 +4311,7 @@ func (x *VerifyAuditResponse) String() string {
 func (*VerifyAuditResponse) ProtoMessage() {}
 
 func (x *VerifyAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[54]
+	mi := &file_countersign_v1_owner_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4141,7 +4324,7 @@ func (x *VerifyAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyAuditResponse.ProtoReflect.Descriptor instead.
 func (*VerifyAuditResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{54}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *VerifyAuditResponse) GetOk() bool {
@@ -4224,7 +4407,7 @@ type AuditProblem struct {
 
 func (x *AuditProblem) Reset() {
 	*x = AuditProblem{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[55]
+	mi := &file_countersign_v1_owner_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4236,7 +4419,7 @@ func (x *AuditProblem) String() string {
 func (*AuditProblem) ProtoMessage() {}
 
 func (x *AuditProblem) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[55]
+	mi := &file_countersign_v1_owner_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4249,7 +4432,7 @@ func (x *AuditProblem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditProblem.ProtoReflect.Descriptor instead.
 func (*AuditProblem) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{55}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *AuditProblem) GetKind() string {
@@ -4311,7 +4494,7 @@ type AuditCheckpoint struct {
 
 func (x *AuditCheckpoint) Reset() {
 	*x = AuditCheckpoint{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[56]
+	mi := &file_countersign_v1_owner_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4323,7 +4506,7 @@ func (x *AuditCheckpoint) String() string {
 func (*AuditCheckpoint) ProtoMessage() {}
 
 func (x *AuditCheckpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[56]
+	mi := &file_countersign_v1_owner_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4336,7 +4519,7 @@ func (x *AuditCheckpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditCheckpoint.ProtoReflect.Descriptor instead.
 func (*AuditCheckpoint) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{56}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *AuditCheckpoint) GetRailAccount() string {
@@ -4374,7 +4557,7 @@ type GetAuditInclusionProofRequest struct {
 
 func (x *GetAuditInclusionProofRequest) Reset() {
 	*x = GetAuditInclusionProofRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[57]
+	mi := &file_countersign_v1_owner_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4386,7 +4569,7 @@ func (x *GetAuditInclusionProofRequest) String() string {
 func (*GetAuditInclusionProofRequest) ProtoMessage() {}
 
 func (x *GetAuditInclusionProofRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[57]
+	mi := &file_countersign_v1_owner_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4399,7 +4582,7 @@ func (x *GetAuditInclusionProofRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAuditInclusionProofRequest.ProtoReflect.Descriptor instead.
 func (*GetAuditInclusionProofRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{57}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GetAuditInclusionProofRequest) GetRecordId() int64 {
@@ -4432,7 +4615,7 @@ type GetAuditInclusionProofResponse struct {
 
 func (x *GetAuditInclusionProofResponse) Reset() {
 	*x = GetAuditInclusionProofResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[58]
+	mi := &file_countersign_v1_owner_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4444,7 +4627,7 @@ func (x *GetAuditInclusionProofResponse) String() string {
 func (*GetAuditInclusionProofResponse) ProtoMessage() {}
 
 func (x *GetAuditInclusionProofResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[58]
+	mi := &file_countersign_v1_owner_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4457,7 +4640,7 @@ func (x *GetAuditInclusionProofResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAuditInclusionProofResponse.ProtoReflect.Descriptor instead.
 func (*GetAuditInclusionProofResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{58}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *GetAuditInclusionProofResponse) GetRecord() *AuditRecord {
@@ -4497,7 +4680,7 @@ type GetAuditConsistencyProofRequest struct {
 
 func (x *GetAuditConsistencyProofRequest) Reset() {
 	*x = GetAuditConsistencyProofRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[59]
+	mi := &file_countersign_v1_owner_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4509,7 +4692,7 @@ func (x *GetAuditConsistencyProofRequest) String() string {
 func (*GetAuditConsistencyProofRequest) ProtoMessage() {}
 
 func (x *GetAuditConsistencyProofRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[59]
+	mi := &file_countersign_v1_owner_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4522,7 +4705,7 @@ func (x *GetAuditConsistencyProofRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAuditConsistencyProofRequest.ProtoReflect.Descriptor instead.
 func (*GetAuditConsistencyProofRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{59}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *GetAuditConsistencyProofRequest) GetRailAccount() string {
@@ -4562,7 +4745,7 @@ type GetAuditConsistencyProofResponse struct {
 
 func (x *GetAuditConsistencyProofResponse) Reset() {
 	*x = GetAuditConsistencyProofResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[60]
+	mi := &file_countersign_v1_owner_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4574,7 +4757,7 @@ func (x *GetAuditConsistencyProofResponse) String() string {
 func (*GetAuditConsistencyProofResponse) ProtoMessage() {}
 
 func (x *GetAuditConsistencyProofResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[60]
+	mi := &file_countersign_v1_owner_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4587,7 +4770,7 @@ func (x *GetAuditConsistencyProofResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetAuditConsistencyProofResponse.ProtoReflect.Descriptor instead.
 func (*GetAuditConsistencyProofResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{60}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GetAuditConsistencyProofResponse) GetFrom() *AuditCheckpoint {
@@ -4631,7 +4814,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[61]
+	mi := &file_countersign_v1_owner_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4643,7 +4826,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[61]
+	mi := &file_countersign_v1_owner_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4656,7 +4839,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{61}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *Webhook) GetWebhookId() string {
@@ -4705,7 +4888,7 @@ type CreateWebhookRequest struct {
 
 func (x *CreateWebhookRequest) Reset() {
 	*x = CreateWebhookRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[62]
+	mi := &file_countersign_v1_owner_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4717,7 +4900,7 @@ func (x *CreateWebhookRequest) String() string {
 func (*CreateWebhookRequest) ProtoMessage() {}
 
 func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[62]
+	mi := &file_countersign_v1_owner_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4730,7 +4913,7 @@ func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookRequest.ProtoReflect.Descriptor instead.
 func (*CreateWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{62}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *CreateWebhookRequest) GetWebhook() *Webhook {
@@ -4753,7 +4936,7 @@ type CreateWebhookResponse struct {
 
 func (x *CreateWebhookResponse) Reset() {
 	*x = CreateWebhookResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[63]
+	mi := &file_countersign_v1_owner_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4765,7 +4948,7 @@ func (x *CreateWebhookResponse) String() string {
 func (*CreateWebhookResponse) ProtoMessage() {}
 
 func (x *CreateWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[63]
+	mi := &file_countersign_v1_owner_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4778,7 +4961,7 @@ func (x *CreateWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookResponse.ProtoReflect.Descriptor instead.
 func (*CreateWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{63}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *CreateWebhookResponse) GetWebhook() *Webhook {
@@ -4808,7 +4991,7 @@ type ListWebhooksRequest struct {
 
 func (x *ListWebhooksRequest) Reset() {
 	*x = ListWebhooksRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[64]
+	mi := &file_countersign_v1_owner_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4820,7 +5003,7 @@ func (x *ListWebhooksRequest) String() string {
 func (*ListWebhooksRequest) ProtoMessage() {}
 
 func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[64]
+	mi := &file_countersign_v1_owner_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4833,7 +5016,7 @@ func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhooksRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{64}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *ListWebhooksRequest) GetPageSize() int32 {
@@ -4863,7 +5046,7 @@ type ListWebhooksResponse struct {
 
 func (x *ListWebhooksResponse) Reset() {
 	*x = ListWebhooksResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[65]
+	mi := &file_countersign_v1_owner_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4875,7 +5058,7 @@ func (x *ListWebhooksResponse) String() string {
 func (*ListWebhooksResponse) ProtoMessage() {}
 
 func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[65]
+	mi := &file_countersign_v1_owner_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4888,7 +5071,7 @@ func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhooksResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{65}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *ListWebhooksResponse) GetWebhooks() []*Webhook {
@@ -4916,7 +5099,7 @@ type DeleteWebhookRequest struct {
 
 func (x *DeleteWebhookRequest) Reset() {
 	*x = DeleteWebhookRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[66]
+	mi := &file_countersign_v1_owner_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4928,7 +5111,7 @@ func (x *DeleteWebhookRequest) String() string {
 func (*DeleteWebhookRequest) ProtoMessage() {}
 
 func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[66]
+	mi := &file_countersign_v1_owner_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4941,7 +5124,7 @@ func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWebhookRequest.ProtoReflect.Descriptor instead.
 func (*DeleteWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{66}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *DeleteWebhookRequest) GetWebhookId() string {
@@ -4960,7 +5143,7 @@ type DeleteWebhookResponse struct {
 
 func (x *DeleteWebhookResponse) Reset() {
 	*x = DeleteWebhookResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[67]
+	mi := &file_countersign_v1_owner_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4972,7 +5155,7 @@ func (x *DeleteWebhookResponse) String() string {
 func (*DeleteWebhookResponse) ProtoMessage() {}
 
 func (x *DeleteWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[67]
+	mi := &file_countersign_v1_owner_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4985,7 +5168,7 @@ func (x *DeleteWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWebhookResponse.ProtoReflect.Descriptor instead.
 func (*DeleteWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{67}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{69}
 }
 
 // DeadLetter is a webhook delivery that exhausted its retries.
@@ -5019,7 +5202,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[68]
+	mi := &file_countersign_v1_owner_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5031,7 +5214,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[68]
+	mi := &file_countersign_v1_owner_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5044,7 +5227,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{68}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *DeadLetter) GetDeadLetterId() string {
@@ -5141,7 +5324,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[69]
+	mi := &file_countersign_v1_owner_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5153,7 +5336,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[69]
+	mi := &file_countersign_v1_owner_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5166,7 +5349,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{69}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ListDeadLettersRequest) GetPageSize() int32 {
@@ -5210,7 +5393,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[70]
+	mi := &file_countersign_v1_owner_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5222,7 +5405,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[70]
+	mi := &file_countersign_v1_owner_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5235,7 +5418,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{70}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -5263,7 +5446,7 @@ type ReplayDeadLetterRequest struct {
 
 func (x *ReplayDeadLetterRequest) Reset() {
 	*x = ReplayDeadLetterRequest{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[71]
+	mi := &file_countersign_v1_owner_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5275,7 +5458,7 @@ func (x *ReplayDeadLetterRequest) String() string {
 func (*ReplayDeadLetterRequest) ProtoMessage() {}
 
 func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[71]
+	mi := &file_countersign_v1_owner_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5288,7 +5471,7 @@ func (x *ReplayDeadLetterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterRequest.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterRequest) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{71}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ReplayDeadLetterRequest) GetDeadLetterId() string {
@@ -5309,7 +5492,7 @@ type ReplayDeadLetterResponse struct {
 
 func (x *ReplayDeadLetterResponse) Reset() {
 	*x = ReplayDeadLetterResponse{}
-	mi := &file_countersign_v1_owner_proto_msgTypes[72]
+	mi := &file_countersign_v1_owner_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5321,7 +5504,7 @@ func (x *ReplayDeadLetterResponse) String() string {
 func (*ReplayDeadLetterResponse) ProtoMessage() {}
 
 func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_countersign_v1_owner_proto_msgTypes[72]
+	mi := &file_countersign_v1_owner_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5334,7 +5517,7 @@ func (x *ReplayDeadLetterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLetterResponse.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLetterResponse) Descriptor() ([]byte, []int) {
-	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{72}
+	return file_countersign_v1_owner_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ReplayDeadLetterResponse) GetDeadLetter() *DeadLetter {
@@ -5519,7 +5702,20 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"\x10GetIntentRequest\x12-\n" +
 	"\frail_account\x18\x01 \x01(\tB\n" +
 	"\xbaH\ar\x05\x10\x01\x18\xff\x01R\vrailAccount\x12'\n" +
-	"\x03sik\x18\x02 \x01(\tB\x15\xbaH\x12r\x102\x0e^[A-Z2-7]{32}$R\x03sik\"\xb9\x02\n" +
+	"\x03sik\x18\x02 \x01(\tB\x15\xbaH\x12r\x102\x0e^[A-Z2-7]{32}$R\x03sik\"\xd5\x03\n" +
+	"\x14ResolveIntentRequest\x12-\n" +
+	"\frail_account\x18\x01 \x01(\tB\n" +
+	"\xbaH\ar\x05\x10\x01\x18\xff\x01R\vrailAccount\x12'\n" +
+	"\x03sik\x18\x02 \x01(\tB\x15\xbaH\x12r\x102\x0e^[A-Z2-7]{32}$R\x03sik\x12L\n" +
+	"\n" +
+	"resolution\x18\x03 \x01(\x0e2 .countersign.v1.IntentResolutionB\n" +
+	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\n" +
+	"resolution\x12H\n" +
+	"\x0erail_entity_id\x18\x04 \x01(\tB\"\xbaH\x1fr\x1d2\x1b^([A-Za-z0-9_.:-]{1,255})?$R\frailEntityId\x122\n" +
+	"\x04note\x18\x05 \x01(\tB\x1e\xbaH\x1br\x19\x10\x01\x18\xe8\a2\x12^[^\\p{Cc}\\p{Cf}]+$R\x04note:\x98\x01\xbaH\x94\x01\x1a\x91\x01\n" +
+	"\x15resolve_intent.entity\x12Arail_entity_id is required when the action applied, and only then\x1a5(this.resolution == 1) == (this.rail_entity_id != '')\"G\n" +
+	"\x15ResolveIntentResponse\x12.\n" +
+	"\x06intent\x18\x01 \x01(\v2\x16.countersign.v1.IntentR\x06intent\"\xb9\x02\n" +
 	"\x11GetIntentResponse\x12.\n" +
 	"\x06intent\x18\x01 \x01(\v2\x16.countersign.v1.IntentR\x06intent\x123\n" +
 	"\battempts\x18\x02 \x03(\v2\x17.countersign.v1.AttemptR\battempts\x12=\n" +
@@ -5762,7 +5958,11 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"\fMandateState\x12\x1d\n" +
 	"\x19MANDATE_STATE_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14MANDATE_STATE_ACTIVE\x10\x01\x12\x19\n" +
-	"\x15MANDATE_STATE_REVOKED\x10\x02*\x9e\x01\n" +
+	"\x15MANDATE_STATE_REVOKED\x10\x02*w\n" +
+	"\x10IntentResolution\x12!\n" +
+	"\x1dINTENT_RESOLUTION_UNSPECIFIED\x10\x00\x12\x1d\n" +
+	"\x19INTENT_RESOLUTION_APPLIED\x10\x01\x12!\n" +
+	"\x1dINTENT_RESOLUTION_NOT_APPLIED\x10\x02*\x9e\x01\n" +
 	"\x16StoredRailAnswerSource\x12)\n" +
 	"%STORED_RAIL_ANSWER_SOURCE_UNSPECIFIED\x10\x00\x12+\n" +
 	"'STORED_RAIL_ANSWER_SOURCE_RAIL_RESPONSE\x10\x01\x12,\n" +
@@ -5778,7 +5978,7 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"\x0fDeadLetterState\x12!\n" +
 	"\x1dDEAD_LETTER_STATE_UNSPECIFIED\x10\x00\x12\x1a\n" +
 	"\x16DEAD_LETTER_STATE_DEAD\x10\x01\x12\x1e\n" +
-	"\x1aDEAD_LETTER_STATE_REPLAYED\x10\x022\x93\x1e\n" +
+	"\x1aDEAD_LETTER_STATE_REPLAYED\x10\x022\xa7\x1f\n" +
 	"\fOwnerService\x12q\n" +
 	"\vCreateAgent\x12\".countersign.v1.CreateAgentRequest\x1a#.countersign.v1.CreateAgentResponse\"\x19\x82\xd3\xe4\x93\x02\x13:\x05agent\"\n" +
 	"/v1/agents\x12g\n" +
@@ -5797,7 +5997,8 @@ const file_countersign_v1_owner_proto_rawDesc = "" +
 	"\rRevokeMandate\x12$.countersign.v1.RevokeMandateRequest\x1a%.countersign.v1.RevokeMandateResponse\"-\x82\xd3\xe4\x93\x02':\x01*\"\"/v1/mandates/{mandate_hash}:revoke\x12\x8d\x01\n" +
 	"\x0fGetMandateUsage\x12&.countersign.v1.GetMandateUsageRequest\x1a'.countersign.v1.GetMandateUsageResponse\")\x82\xd3\xe4\x93\x02#\x12!/v1/mandates/{mandate_hash}/usage\x12k\n" +
 	"\vListIntents\x12\".countersign.v1.ListIntentsRequest\x1a#.countersign.v1.ListIntentsResponse\"\x13\x82\xd3\xe4\x93\x02\r\x12\v/v1/intents\x12z\n" +
-	"\tGetIntent\x12 .countersign.v1.GetIntentRequest\x1a!.countersign.v1.GetIntentResponse\"(\x82\xd3\xe4\x93\x02\"\x12 /v1/intents/{rail_account}/{sik}\x12v\n" +
+	"\tGetIntent\x12 .countersign.v1.GetIntentRequest\x1a!.countersign.v1.GetIntentResponse\"(\x82\xd3\xe4\x93\x02\"\x12 /v1/intents/{rail_account}/{sik}\x12\x91\x01\n" +
+	"\rResolveIntent\x12$.countersign.v1.ResolveIntentRequest\x1a%.countersign.v1.ResolveIntentResponse\"3\x82\xd3\xe4\x93\x02-:\x01*\"(/v1/intents/{rail_account}/{sik}:resolve\x12v\n" +
 	"\fWatchIntents\x12#.countersign.v1.WatchIntentsRequest\x1a$.countersign.v1.WatchIntentsResponse\"\x19\x82\xd3\xe4\x93\x02\x13\x12\x11/v1/intents:watch0\x01\x12s\n" +
 	"\rListApprovals\x12$.countersign.v1.ListApprovalsRequest\x1a%.countersign.v1.ListApprovalsResponse\"\x15\x82\xd3\xe4\x93\x02\x0f\x12\r/v1/approvals\x12{\n" +
 	"\vGetApproval\x12\".countersign.v1.GetApprovalRequest\x1a#.countersign.v1.GetApprovalResponse\"#\x82\xd3\xe4\x93\x02\x1d\x12\x1b/v1/approvals/{approval_id}\x12~\n" +
@@ -5833,263 +6034,270 @@ func file_countersign_v1_owner_proto_rawDescGZIP() []byte {
 	return file_countersign_v1_owner_proto_rawDescData
 }
 
-var file_countersign_v1_owner_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_countersign_v1_owner_proto_msgTypes = make([]protoimpl.MessageInfo, 74)
+var file_countersign_v1_owner_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
+var file_countersign_v1_owner_proto_msgTypes = make([]protoimpl.MessageInfo, 76)
 var file_countersign_v1_owner_proto_goTypes = []any{
 	(AgentState)(0),                          // 0: countersign.v1.AgentState
 	(CredentialScope)(0),                     // 1: countersign.v1.CredentialScope
 	(CredentialState)(0),                     // 2: countersign.v1.CredentialState
 	(MandateState)(0),                        // 3: countersign.v1.MandateState
-	(StoredRailAnswerSource)(0),              // 4: countersign.v1.StoredRailAnswerSource
-	(ApprovalState)(0),                       // 5: countersign.v1.ApprovalState
-	(DeadLetterState)(0),                     // 6: countersign.v1.DeadLetterState
-	(*Agent)(nil),                            // 7: countersign.v1.Agent
-	(*CreateAgentRequest)(nil),               // 8: countersign.v1.CreateAgentRequest
-	(*CreateAgentResponse)(nil),              // 9: countersign.v1.CreateAgentResponse
-	(*ListAgentsRequest)(nil),                // 10: countersign.v1.ListAgentsRequest
-	(*ListAgentsResponse)(nil),               // 11: countersign.v1.ListAgentsResponse
-	(*GetAgentRequest)(nil),                  // 12: countersign.v1.GetAgentRequest
-	(*GetAgentResponse)(nil),                 // 13: countersign.v1.GetAgentResponse
-	(*RevokeAgentRequest)(nil),               // 14: countersign.v1.RevokeAgentRequest
-	(*RevokeAgentResponse)(nil),              // 15: countersign.v1.RevokeAgentResponse
-	(*Credential)(nil),                       // 16: countersign.v1.Credential
-	(*IssueCredentialRequest)(nil),           // 17: countersign.v1.IssueCredentialRequest
-	(*IssueCredentialResponse)(nil),          // 18: countersign.v1.IssueCredentialResponse
-	(*ListCredentialsRequest)(nil),           // 19: countersign.v1.ListCredentialsRequest
-	(*ListCredentialsResponse)(nil),          // 20: countersign.v1.ListCredentialsResponse
-	(*RevokeCredentialRequest)(nil),          // 21: countersign.v1.RevokeCredentialRequest
-	(*RevokeCredentialResponse)(nil),         // 22: countersign.v1.RevokeCredentialResponse
-	(*MandateRecord)(nil),                    // 23: countersign.v1.MandateRecord
-	(*CreateMandateRequest)(nil),             // 24: countersign.v1.CreateMandateRequest
-	(*CreateMandateResponse)(nil),            // 25: countersign.v1.CreateMandateResponse
-	(*GetMandateRequest)(nil),                // 26: countersign.v1.GetMandateRequest
-	(*GetMandateResponse)(nil),               // 27: countersign.v1.GetMandateResponse
-	(*ListMandatesRequest)(nil),              // 28: countersign.v1.ListMandatesRequest
-	(*ListMandatesResponse)(nil),             // 29: countersign.v1.ListMandatesResponse
-	(*RevokeMandateRequest)(nil),             // 30: countersign.v1.RevokeMandateRequest
-	(*RevokeMandateResponse)(nil),            // 31: countersign.v1.RevokeMandateResponse
-	(*GetMandateUsageRequest)(nil),           // 32: countersign.v1.GetMandateUsageRequest
-	(*GetMandateUsageResponse)(nil),          // 33: countersign.v1.GetMandateUsageResponse
-	(*MandateUsage)(nil),                     // 34: countersign.v1.MandateUsage
-	(*MandateBudgetUsage)(nil),               // 35: countersign.v1.MandateBudgetUsage
-	(*MandateWindowUsage)(nil),               // 36: countersign.v1.MandateWindowUsage
-	(*MandateFeeUsage)(nil),                  // 37: countersign.v1.MandateFeeUsage
-	(*ListIntentsRequest)(nil),               // 38: countersign.v1.ListIntentsRequest
-	(*ListIntentsResponse)(nil),              // 39: countersign.v1.ListIntentsResponse
-	(*GetIntentRequest)(nil),                 // 40: countersign.v1.GetIntentRequest
-	(*GetIntentResponse)(nil),                // 41: countersign.v1.GetIntentResponse
-	(*IntentFinding)(nil),                    // 42: countersign.v1.IntentFinding
-	(*StoredRailAnswer)(nil),                 // 43: countersign.v1.StoredRailAnswer
-	(*WatchIntentsRequest)(nil),              // 44: countersign.v1.WatchIntentsRequest
-	(*WatchIntentsResponse)(nil),             // 45: countersign.v1.WatchIntentsResponse
-	(*Approval)(nil),                         // 46: countersign.v1.Approval
-	(*ListApprovalsRequest)(nil),             // 47: countersign.v1.ListApprovalsRequest
-	(*ListApprovalsResponse)(nil),            // 48: countersign.v1.ListApprovalsResponse
-	(*GetApprovalRequest)(nil),               // 49: countersign.v1.GetApprovalRequest
-	(*GetApprovalResponse)(nil),              // 50: countersign.v1.GetApprovalResponse
-	(*WatchApprovalsRequest)(nil),            // 51: countersign.v1.WatchApprovalsRequest
-	(*WatchApprovalsResponse)(nil),           // 52: countersign.v1.WatchApprovalsResponse
-	(*ApprovalLive)(nil),                     // 53: countersign.v1.ApprovalLive
-	(*ApproveApprovalRequest)(nil),           // 54: countersign.v1.ApproveApprovalRequest
-	(*ApproveApprovalResponse)(nil),          // 55: countersign.v1.ApproveApprovalResponse
-	(*RejectApprovalRequest)(nil),            // 56: countersign.v1.RejectApprovalRequest
-	(*RejectApprovalResponse)(nil),           // 57: countersign.v1.RejectApprovalResponse
-	(*ListAuditRecordsRequest)(nil),          // 58: countersign.v1.ListAuditRecordsRequest
-	(*ListAuditRecordsResponse)(nil),         // 59: countersign.v1.ListAuditRecordsResponse
-	(*VerifyAuditRequest)(nil),               // 60: countersign.v1.VerifyAuditRequest
-	(*VerifyAuditResponse)(nil),              // 61: countersign.v1.VerifyAuditResponse
-	(*AuditProblem)(nil),                     // 62: countersign.v1.AuditProblem
-	(*AuditCheckpoint)(nil),                  // 63: countersign.v1.AuditCheckpoint
-	(*GetAuditInclusionProofRequest)(nil),    // 64: countersign.v1.GetAuditInclusionProofRequest
-	(*GetAuditInclusionProofResponse)(nil),   // 65: countersign.v1.GetAuditInclusionProofResponse
-	(*GetAuditConsistencyProofRequest)(nil),  // 66: countersign.v1.GetAuditConsistencyProofRequest
-	(*GetAuditConsistencyProofResponse)(nil), // 67: countersign.v1.GetAuditConsistencyProofResponse
-	(*Webhook)(nil),                          // 68: countersign.v1.Webhook
-	(*CreateWebhookRequest)(nil),             // 69: countersign.v1.CreateWebhookRequest
-	(*CreateWebhookResponse)(nil),            // 70: countersign.v1.CreateWebhookResponse
-	(*ListWebhooksRequest)(nil),              // 71: countersign.v1.ListWebhooksRequest
-	(*ListWebhooksResponse)(nil),             // 72: countersign.v1.ListWebhooksResponse
-	(*DeleteWebhookRequest)(nil),             // 73: countersign.v1.DeleteWebhookRequest
-	(*DeleteWebhookResponse)(nil),            // 74: countersign.v1.DeleteWebhookResponse
-	(*DeadLetter)(nil),                       // 75: countersign.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),           // 76: countersign.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),          // 77: countersign.v1.ListDeadLettersResponse
-	(*ReplayDeadLetterRequest)(nil),          // 78: countersign.v1.ReplayDeadLetterRequest
-	(*ReplayDeadLetterResponse)(nil),         // 79: countersign.v1.ReplayDeadLetterResponse
-	nil,                                      // 80: countersign.v1.Approval.LabelsEntry
-	(*timestamppb.Timestamp)(nil),            // 81: google.protobuf.Timestamp
-	(*Mandate)(nil),                          // 82: countersign.v1.Mandate
-	(WindowScope)(0),                         // 83: countersign.v1.WindowScope
-	(*durationpb.Duration)(nil),              // 84: google.protobuf.Duration
-	(*Money)(nil),                            // 85: countersign.v1.Money
-	(IntentState)(0),                         // 86: countersign.v1.IntentState
-	(*Intent)(nil),                           // 87: countersign.v1.Intent
-	(*Attempt)(nil),                          // 88: countersign.v1.Attempt
-	(*AuditRecord)(nil),                      // 89: countersign.v1.AuditRecord
-	(ReconcileOutcome)(0),                    // 90: countersign.v1.ReconcileOutcome
-	(ActionKind)(0),                          // 91: countersign.v1.ActionKind
-	(*GateResult)(nil),                       // 92: countersign.v1.GateResult
-	(Rail)(0),                                // 93: countersign.v1.Rail
+	(IntentResolution)(0),                    // 4: countersign.v1.IntentResolution
+	(StoredRailAnswerSource)(0),              // 5: countersign.v1.StoredRailAnswerSource
+	(ApprovalState)(0),                       // 6: countersign.v1.ApprovalState
+	(DeadLetterState)(0),                     // 7: countersign.v1.DeadLetterState
+	(*Agent)(nil),                            // 8: countersign.v1.Agent
+	(*CreateAgentRequest)(nil),               // 9: countersign.v1.CreateAgentRequest
+	(*CreateAgentResponse)(nil),              // 10: countersign.v1.CreateAgentResponse
+	(*ListAgentsRequest)(nil),                // 11: countersign.v1.ListAgentsRequest
+	(*ListAgentsResponse)(nil),               // 12: countersign.v1.ListAgentsResponse
+	(*GetAgentRequest)(nil),                  // 13: countersign.v1.GetAgentRequest
+	(*GetAgentResponse)(nil),                 // 14: countersign.v1.GetAgentResponse
+	(*RevokeAgentRequest)(nil),               // 15: countersign.v1.RevokeAgentRequest
+	(*RevokeAgentResponse)(nil),              // 16: countersign.v1.RevokeAgentResponse
+	(*Credential)(nil),                       // 17: countersign.v1.Credential
+	(*IssueCredentialRequest)(nil),           // 18: countersign.v1.IssueCredentialRequest
+	(*IssueCredentialResponse)(nil),          // 19: countersign.v1.IssueCredentialResponse
+	(*ListCredentialsRequest)(nil),           // 20: countersign.v1.ListCredentialsRequest
+	(*ListCredentialsResponse)(nil),          // 21: countersign.v1.ListCredentialsResponse
+	(*RevokeCredentialRequest)(nil),          // 22: countersign.v1.RevokeCredentialRequest
+	(*RevokeCredentialResponse)(nil),         // 23: countersign.v1.RevokeCredentialResponse
+	(*MandateRecord)(nil),                    // 24: countersign.v1.MandateRecord
+	(*CreateMandateRequest)(nil),             // 25: countersign.v1.CreateMandateRequest
+	(*CreateMandateResponse)(nil),            // 26: countersign.v1.CreateMandateResponse
+	(*GetMandateRequest)(nil),                // 27: countersign.v1.GetMandateRequest
+	(*GetMandateResponse)(nil),               // 28: countersign.v1.GetMandateResponse
+	(*ListMandatesRequest)(nil),              // 29: countersign.v1.ListMandatesRequest
+	(*ListMandatesResponse)(nil),             // 30: countersign.v1.ListMandatesResponse
+	(*RevokeMandateRequest)(nil),             // 31: countersign.v1.RevokeMandateRequest
+	(*RevokeMandateResponse)(nil),            // 32: countersign.v1.RevokeMandateResponse
+	(*GetMandateUsageRequest)(nil),           // 33: countersign.v1.GetMandateUsageRequest
+	(*GetMandateUsageResponse)(nil),          // 34: countersign.v1.GetMandateUsageResponse
+	(*MandateUsage)(nil),                     // 35: countersign.v1.MandateUsage
+	(*MandateBudgetUsage)(nil),               // 36: countersign.v1.MandateBudgetUsage
+	(*MandateWindowUsage)(nil),               // 37: countersign.v1.MandateWindowUsage
+	(*MandateFeeUsage)(nil),                  // 38: countersign.v1.MandateFeeUsage
+	(*ListIntentsRequest)(nil),               // 39: countersign.v1.ListIntentsRequest
+	(*ListIntentsResponse)(nil),              // 40: countersign.v1.ListIntentsResponse
+	(*GetIntentRequest)(nil),                 // 41: countersign.v1.GetIntentRequest
+	(*ResolveIntentRequest)(nil),             // 42: countersign.v1.ResolveIntentRequest
+	(*ResolveIntentResponse)(nil),            // 43: countersign.v1.ResolveIntentResponse
+	(*GetIntentResponse)(nil),                // 44: countersign.v1.GetIntentResponse
+	(*IntentFinding)(nil),                    // 45: countersign.v1.IntentFinding
+	(*StoredRailAnswer)(nil),                 // 46: countersign.v1.StoredRailAnswer
+	(*WatchIntentsRequest)(nil),              // 47: countersign.v1.WatchIntentsRequest
+	(*WatchIntentsResponse)(nil),             // 48: countersign.v1.WatchIntentsResponse
+	(*Approval)(nil),                         // 49: countersign.v1.Approval
+	(*ListApprovalsRequest)(nil),             // 50: countersign.v1.ListApprovalsRequest
+	(*ListApprovalsResponse)(nil),            // 51: countersign.v1.ListApprovalsResponse
+	(*GetApprovalRequest)(nil),               // 52: countersign.v1.GetApprovalRequest
+	(*GetApprovalResponse)(nil),              // 53: countersign.v1.GetApprovalResponse
+	(*WatchApprovalsRequest)(nil),            // 54: countersign.v1.WatchApprovalsRequest
+	(*WatchApprovalsResponse)(nil),           // 55: countersign.v1.WatchApprovalsResponse
+	(*ApprovalLive)(nil),                     // 56: countersign.v1.ApprovalLive
+	(*ApproveApprovalRequest)(nil),           // 57: countersign.v1.ApproveApprovalRequest
+	(*ApproveApprovalResponse)(nil),          // 58: countersign.v1.ApproveApprovalResponse
+	(*RejectApprovalRequest)(nil),            // 59: countersign.v1.RejectApprovalRequest
+	(*RejectApprovalResponse)(nil),           // 60: countersign.v1.RejectApprovalResponse
+	(*ListAuditRecordsRequest)(nil),          // 61: countersign.v1.ListAuditRecordsRequest
+	(*ListAuditRecordsResponse)(nil),         // 62: countersign.v1.ListAuditRecordsResponse
+	(*VerifyAuditRequest)(nil),               // 63: countersign.v1.VerifyAuditRequest
+	(*VerifyAuditResponse)(nil),              // 64: countersign.v1.VerifyAuditResponse
+	(*AuditProblem)(nil),                     // 65: countersign.v1.AuditProblem
+	(*AuditCheckpoint)(nil),                  // 66: countersign.v1.AuditCheckpoint
+	(*GetAuditInclusionProofRequest)(nil),    // 67: countersign.v1.GetAuditInclusionProofRequest
+	(*GetAuditInclusionProofResponse)(nil),   // 68: countersign.v1.GetAuditInclusionProofResponse
+	(*GetAuditConsistencyProofRequest)(nil),  // 69: countersign.v1.GetAuditConsistencyProofRequest
+	(*GetAuditConsistencyProofResponse)(nil), // 70: countersign.v1.GetAuditConsistencyProofResponse
+	(*Webhook)(nil),                          // 71: countersign.v1.Webhook
+	(*CreateWebhookRequest)(nil),             // 72: countersign.v1.CreateWebhookRequest
+	(*CreateWebhookResponse)(nil),            // 73: countersign.v1.CreateWebhookResponse
+	(*ListWebhooksRequest)(nil),              // 74: countersign.v1.ListWebhooksRequest
+	(*ListWebhooksResponse)(nil),             // 75: countersign.v1.ListWebhooksResponse
+	(*DeleteWebhookRequest)(nil),             // 76: countersign.v1.DeleteWebhookRequest
+	(*DeleteWebhookResponse)(nil),            // 77: countersign.v1.DeleteWebhookResponse
+	(*DeadLetter)(nil),                       // 78: countersign.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),           // 79: countersign.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),          // 80: countersign.v1.ListDeadLettersResponse
+	(*ReplayDeadLetterRequest)(nil),          // 81: countersign.v1.ReplayDeadLetterRequest
+	(*ReplayDeadLetterResponse)(nil),         // 82: countersign.v1.ReplayDeadLetterResponse
+	nil,                                      // 83: countersign.v1.Approval.LabelsEntry
+	(*timestamppb.Timestamp)(nil),            // 84: google.protobuf.Timestamp
+	(*Mandate)(nil),                          // 85: countersign.v1.Mandate
+	(WindowScope)(0),                         // 86: countersign.v1.WindowScope
+	(*durationpb.Duration)(nil),              // 87: google.protobuf.Duration
+	(*Money)(nil),                            // 88: countersign.v1.Money
+	(IntentState)(0),                         // 89: countersign.v1.IntentState
+	(*Intent)(nil),                           // 90: countersign.v1.Intent
+	(*Attempt)(nil),                          // 91: countersign.v1.Attempt
+	(*AuditRecord)(nil),                      // 92: countersign.v1.AuditRecord
+	(ReconcileOutcome)(0),                    // 93: countersign.v1.ReconcileOutcome
+	(ActionKind)(0),                          // 94: countersign.v1.ActionKind
+	(*GateResult)(nil),                       // 95: countersign.v1.GateResult
+	(Rail)(0),                                // 96: countersign.v1.Rail
 }
 var file_countersign_v1_owner_proto_depIdxs = []int32{
 	0,   // 0: countersign.v1.Agent.state:type_name -> countersign.v1.AgentState
-	81,  // 1: countersign.v1.Agent.create_time:type_name -> google.protobuf.Timestamp
-	81,  // 2: countersign.v1.Agent.revoke_time:type_name -> google.protobuf.Timestamp
-	7,   // 3: countersign.v1.CreateAgentRequest.agent:type_name -> countersign.v1.Agent
-	7,   // 4: countersign.v1.CreateAgentResponse.agent:type_name -> countersign.v1.Agent
-	7,   // 5: countersign.v1.ListAgentsResponse.agents:type_name -> countersign.v1.Agent
-	7,   // 6: countersign.v1.GetAgentResponse.agent:type_name -> countersign.v1.Agent
-	7,   // 7: countersign.v1.RevokeAgentResponse.agent:type_name -> countersign.v1.Agent
+	84,  // 1: countersign.v1.Agent.create_time:type_name -> google.protobuf.Timestamp
+	84,  // 2: countersign.v1.Agent.revoke_time:type_name -> google.protobuf.Timestamp
+	8,   // 3: countersign.v1.CreateAgentRequest.agent:type_name -> countersign.v1.Agent
+	8,   // 4: countersign.v1.CreateAgentResponse.agent:type_name -> countersign.v1.Agent
+	8,   // 5: countersign.v1.ListAgentsResponse.agents:type_name -> countersign.v1.Agent
+	8,   // 6: countersign.v1.GetAgentResponse.agent:type_name -> countersign.v1.Agent
+	8,   // 7: countersign.v1.RevokeAgentResponse.agent:type_name -> countersign.v1.Agent
 	1,   // 8: countersign.v1.Credential.scope:type_name -> countersign.v1.CredentialScope
 	2,   // 9: countersign.v1.Credential.state:type_name -> countersign.v1.CredentialState
-	81,  // 10: countersign.v1.Credential.create_time:type_name -> google.protobuf.Timestamp
-	81,  // 11: countersign.v1.Credential.expire_time:type_name -> google.protobuf.Timestamp
-	81,  // 12: countersign.v1.Credential.revoke_time:type_name -> google.protobuf.Timestamp
-	81,  // 13: countersign.v1.Credential.last_use_time:type_name -> google.protobuf.Timestamp
+	84,  // 10: countersign.v1.Credential.create_time:type_name -> google.protobuf.Timestamp
+	84,  // 11: countersign.v1.Credential.expire_time:type_name -> google.protobuf.Timestamp
+	84,  // 12: countersign.v1.Credential.revoke_time:type_name -> google.protobuf.Timestamp
+	84,  // 13: countersign.v1.Credential.last_use_time:type_name -> google.protobuf.Timestamp
 	1,   // 14: countersign.v1.IssueCredentialRequest.scope:type_name -> countersign.v1.CredentialScope
-	81,  // 15: countersign.v1.IssueCredentialRequest.expire_time:type_name -> google.protobuf.Timestamp
-	16,  // 16: countersign.v1.IssueCredentialResponse.credential:type_name -> countersign.v1.Credential
-	16,  // 17: countersign.v1.ListCredentialsResponse.credentials:type_name -> countersign.v1.Credential
-	16,  // 18: countersign.v1.RevokeCredentialResponse.credential:type_name -> countersign.v1.Credential
-	82,  // 19: countersign.v1.MandateRecord.mandate:type_name -> countersign.v1.Mandate
+	84,  // 15: countersign.v1.IssueCredentialRequest.expire_time:type_name -> google.protobuf.Timestamp
+	17,  // 16: countersign.v1.IssueCredentialResponse.credential:type_name -> countersign.v1.Credential
+	17,  // 17: countersign.v1.ListCredentialsResponse.credentials:type_name -> countersign.v1.Credential
+	17,  // 18: countersign.v1.RevokeCredentialResponse.credential:type_name -> countersign.v1.Credential
+	85,  // 19: countersign.v1.MandateRecord.mandate:type_name -> countersign.v1.Mandate
 	3,   // 20: countersign.v1.MandateRecord.state:type_name -> countersign.v1.MandateState
-	81,  // 21: countersign.v1.MandateRecord.create_time:type_name -> google.protobuf.Timestamp
-	81,  // 22: countersign.v1.MandateRecord.revoke_time:type_name -> google.protobuf.Timestamp
-	82,  // 23: countersign.v1.CreateMandateRequest.mandate:type_name -> countersign.v1.Mandate
-	23,  // 24: countersign.v1.CreateMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
-	23,  // 25: countersign.v1.GetMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
+	84,  // 21: countersign.v1.MandateRecord.create_time:type_name -> google.protobuf.Timestamp
+	84,  // 22: countersign.v1.MandateRecord.revoke_time:type_name -> google.protobuf.Timestamp
+	85,  // 23: countersign.v1.CreateMandateRequest.mandate:type_name -> countersign.v1.Mandate
+	24,  // 24: countersign.v1.CreateMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
+	24,  // 25: countersign.v1.GetMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
 	3,   // 26: countersign.v1.ListMandatesRequest.state:type_name -> countersign.v1.MandateState
-	23,  // 27: countersign.v1.ListMandatesResponse.mandates:type_name -> countersign.v1.MandateRecord
-	23,  // 28: countersign.v1.RevokeMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
-	34,  // 29: countersign.v1.GetMandateUsageResponse.usage:type_name -> countersign.v1.MandateUsage
-	81,  // 30: countersign.v1.MandateUsage.as_of:type_name -> google.protobuf.Timestamp
-	35,  // 31: countersign.v1.MandateUsage.budgets:type_name -> countersign.v1.MandateBudgetUsage
-	36,  // 32: countersign.v1.MandateUsage.windows:type_name -> countersign.v1.MandateWindowUsage
-	37,  // 33: countersign.v1.MandateUsage.fee_budget:type_name -> countersign.v1.MandateFeeUsage
-	83,  // 34: countersign.v1.MandateWindowUsage.scope:type_name -> countersign.v1.WindowScope
-	84,  // 35: countersign.v1.MandateWindowUsage.duration:type_name -> google.protobuf.Duration
-	85,  // 36: countersign.v1.MandateWindowUsage.max_amount:type_name -> countersign.v1.Money
-	85,  // 37: countersign.v1.MandateWindowUsage.amount:type_name -> countersign.v1.Money
-	81,  // 38: countersign.v1.MandateWindowUsage.window_start_time:type_name -> google.protobuf.Timestamp
-	81,  // 39: countersign.v1.MandateWindowUsage.next_release_time:type_name -> google.protobuf.Timestamp
-	85,  // 40: countersign.v1.MandateFeeUsage.limit:type_name -> countersign.v1.Money
-	86,  // 41: countersign.v1.ListIntentsRequest.state:type_name -> countersign.v1.IntentState
-	87,  // 42: countersign.v1.ListIntentsResponse.intents:type_name -> countersign.v1.Intent
-	87,  // 43: countersign.v1.GetIntentResponse.intent:type_name -> countersign.v1.Intent
-	88,  // 44: countersign.v1.GetIntentResponse.attempts:type_name -> countersign.v1.Attempt
-	89,  // 45: countersign.v1.GetIntentResponse.transitions:type_name -> countersign.v1.AuditRecord
-	42,  // 46: countersign.v1.GetIntentResponse.findings:type_name -> countersign.v1.IntentFinding
-	43,  // 47: countersign.v1.GetIntentResponse.stored_answer:type_name -> countersign.v1.StoredRailAnswer
-	90,  // 48: countersign.v1.IntentFinding.outcome:type_name -> countersign.v1.ReconcileOutcome
-	81,  // 49: countersign.v1.IntentFinding.find_time:type_name -> google.protobuf.Timestamp
-	4,   // 50: countersign.v1.StoredRailAnswer.source:type_name -> countersign.v1.StoredRailAnswerSource
-	86,  // 51: countersign.v1.WatchIntentsRequest.states:type_name -> countersign.v1.IntentState
-	89,  // 52: countersign.v1.WatchIntentsResponse.transition:type_name -> countersign.v1.AuditRecord
-	87,  // 53: countersign.v1.WatchIntentsResponse.intent:type_name -> countersign.v1.Intent
-	5,   // 54: countersign.v1.Approval.state:type_name -> countersign.v1.ApprovalState
-	91,  // 55: countersign.v1.Approval.action_kind:type_name -> countersign.v1.ActionKind
-	85,  // 56: countersign.v1.Approval.amount:type_name -> countersign.v1.Money
-	92,  // 57: countersign.v1.Approval.gates:type_name -> countersign.v1.GateResult
-	81,  // 58: countersign.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
-	81,  // 59: countersign.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
-	81,  // 60: countersign.v1.Approval.decide_time:type_name -> google.protobuf.Timestamp
-	93,  // 61: countersign.v1.Approval.rail:type_name -> countersign.v1.Rail
-	92,  // 62: countersign.v1.Approval.held_by:type_name -> countersign.v1.GateResult
-	80,  // 63: countersign.v1.Approval.labels:type_name -> countersign.v1.Approval.LabelsEntry
-	5,   // 64: countersign.v1.ListApprovalsRequest.state:type_name -> countersign.v1.ApprovalState
-	46,  // 65: countersign.v1.ListApprovalsResponse.approvals:type_name -> countersign.v1.Approval
-	46,  // 66: countersign.v1.GetApprovalResponse.approval:type_name -> countersign.v1.Approval
-	53,  // 67: countersign.v1.GetApprovalResponse.live:type_name -> countersign.v1.ApprovalLive
-	46,  // 68: countersign.v1.WatchApprovalsResponse.approval:type_name -> countersign.v1.Approval
-	81,  // 69: countersign.v1.ApprovalLive.as_of:type_name -> google.protobuf.Timestamp
-	85,  // 70: countersign.v1.ApprovalLive.refundable:type_name -> countersign.v1.Money
-	85,  // 71: countersign.v1.ApprovalLive.rail_refundable:type_name -> countersign.v1.Money
-	85,  // 72: countersign.v1.ApprovalLive.ledger_outstanding:type_name -> countersign.v1.Money
-	34,  // 73: countersign.v1.ApprovalLive.mandate_usage:type_name -> countersign.v1.MandateUsage
-	46,  // 74: countersign.v1.ApproveApprovalResponse.approval:type_name -> countersign.v1.Approval
-	46,  // 75: countersign.v1.RejectApprovalResponse.approval:type_name -> countersign.v1.Approval
-	89,  // 76: countersign.v1.ListAuditRecordsResponse.audit_records:type_name -> countersign.v1.AuditRecord
-	84,  // 77: countersign.v1.VerifyAuditRequest.max_unsealed_age:type_name -> google.protobuf.Duration
-	81,  // 78: countersign.v1.VerifyAuditResponse.oldest_unsealed_time:type_name -> google.protobuf.Timestamp
-	62,  // 79: countersign.v1.VerifyAuditResponse.problems:type_name -> countersign.v1.AuditProblem
-	89,  // 80: countersign.v1.GetAuditInclusionProofResponse.record:type_name -> countersign.v1.AuditRecord
-	63,  // 81: countersign.v1.GetAuditInclusionProofResponse.checkpoint:type_name -> countersign.v1.AuditCheckpoint
-	63,  // 82: countersign.v1.GetAuditConsistencyProofResponse.from:type_name -> countersign.v1.AuditCheckpoint
-	63,  // 83: countersign.v1.GetAuditConsistencyProofResponse.to:type_name -> countersign.v1.AuditCheckpoint
-	81,  // 84: countersign.v1.Webhook.create_time:type_name -> google.protobuf.Timestamp
-	68,  // 85: countersign.v1.CreateWebhookRequest.webhook:type_name -> countersign.v1.Webhook
-	68,  // 86: countersign.v1.CreateWebhookResponse.webhook:type_name -> countersign.v1.Webhook
-	68,  // 87: countersign.v1.ListWebhooksResponse.webhooks:type_name -> countersign.v1.Webhook
-	6,   // 88: countersign.v1.DeadLetter.state:type_name -> countersign.v1.DeadLetterState
-	81,  // 89: countersign.v1.DeadLetter.create_time:type_name -> google.protobuf.Timestamp
-	81,  // 90: countersign.v1.DeadLetter.dead_time:type_name -> google.protobuf.Timestamp
-	81,  // 91: countersign.v1.DeadLetter.replay_time:type_name -> google.protobuf.Timestamp
-	6,   // 92: countersign.v1.ListDeadLettersRequest.state:type_name -> countersign.v1.DeadLetterState
-	75,  // 93: countersign.v1.ListDeadLettersResponse.dead_letters:type_name -> countersign.v1.DeadLetter
-	75,  // 94: countersign.v1.ReplayDeadLetterResponse.dead_letter:type_name -> countersign.v1.DeadLetter
-	8,   // 95: countersign.v1.OwnerService.CreateAgent:input_type -> countersign.v1.CreateAgentRequest
-	10,  // 96: countersign.v1.OwnerService.ListAgents:input_type -> countersign.v1.ListAgentsRequest
-	12,  // 97: countersign.v1.OwnerService.GetAgent:input_type -> countersign.v1.GetAgentRequest
-	14,  // 98: countersign.v1.OwnerService.RevokeAgent:input_type -> countersign.v1.RevokeAgentRequest
-	17,  // 99: countersign.v1.OwnerService.IssueCredential:input_type -> countersign.v1.IssueCredentialRequest
-	19,  // 100: countersign.v1.OwnerService.ListCredentials:input_type -> countersign.v1.ListCredentialsRequest
-	21,  // 101: countersign.v1.OwnerService.RevokeCredential:input_type -> countersign.v1.RevokeCredentialRequest
-	24,  // 102: countersign.v1.OwnerService.CreateMandate:input_type -> countersign.v1.CreateMandateRequest
-	26,  // 103: countersign.v1.OwnerService.GetMandate:input_type -> countersign.v1.GetMandateRequest
-	28,  // 104: countersign.v1.OwnerService.ListMandates:input_type -> countersign.v1.ListMandatesRequest
-	30,  // 105: countersign.v1.OwnerService.RevokeMandate:input_type -> countersign.v1.RevokeMandateRequest
-	32,  // 106: countersign.v1.OwnerService.GetMandateUsage:input_type -> countersign.v1.GetMandateUsageRequest
-	38,  // 107: countersign.v1.OwnerService.ListIntents:input_type -> countersign.v1.ListIntentsRequest
-	40,  // 108: countersign.v1.OwnerService.GetIntent:input_type -> countersign.v1.GetIntentRequest
-	44,  // 109: countersign.v1.OwnerService.WatchIntents:input_type -> countersign.v1.WatchIntentsRequest
-	47,  // 110: countersign.v1.OwnerService.ListApprovals:input_type -> countersign.v1.ListApprovalsRequest
-	49,  // 111: countersign.v1.OwnerService.GetApproval:input_type -> countersign.v1.GetApprovalRequest
-	51,  // 112: countersign.v1.OwnerService.WatchApprovals:input_type -> countersign.v1.WatchApprovalsRequest
-	54,  // 113: countersign.v1.OwnerService.ApproveApproval:input_type -> countersign.v1.ApproveApprovalRequest
-	56,  // 114: countersign.v1.OwnerService.RejectApproval:input_type -> countersign.v1.RejectApprovalRequest
-	58,  // 115: countersign.v1.OwnerService.ListAuditRecords:input_type -> countersign.v1.ListAuditRecordsRequest
-	60,  // 116: countersign.v1.OwnerService.VerifyAudit:input_type -> countersign.v1.VerifyAuditRequest
-	64,  // 117: countersign.v1.OwnerService.GetAuditInclusionProof:input_type -> countersign.v1.GetAuditInclusionProofRequest
-	66,  // 118: countersign.v1.OwnerService.GetAuditConsistencyProof:input_type -> countersign.v1.GetAuditConsistencyProofRequest
-	76,  // 119: countersign.v1.OwnerService.ListDeadLetters:input_type -> countersign.v1.ListDeadLettersRequest
-	78,  // 120: countersign.v1.OwnerService.ReplayDeadLetter:input_type -> countersign.v1.ReplayDeadLetterRequest
-	69,  // 121: countersign.v1.OwnerService.CreateWebhook:input_type -> countersign.v1.CreateWebhookRequest
-	71,  // 122: countersign.v1.OwnerService.ListWebhooks:input_type -> countersign.v1.ListWebhooksRequest
-	73,  // 123: countersign.v1.OwnerService.DeleteWebhook:input_type -> countersign.v1.DeleteWebhookRequest
-	9,   // 124: countersign.v1.OwnerService.CreateAgent:output_type -> countersign.v1.CreateAgentResponse
-	11,  // 125: countersign.v1.OwnerService.ListAgents:output_type -> countersign.v1.ListAgentsResponse
-	13,  // 126: countersign.v1.OwnerService.GetAgent:output_type -> countersign.v1.GetAgentResponse
-	15,  // 127: countersign.v1.OwnerService.RevokeAgent:output_type -> countersign.v1.RevokeAgentResponse
-	18,  // 128: countersign.v1.OwnerService.IssueCredential:output_type -> countersign.v1.IssueCredentialResponse
-	20,  // 129: countersign.v1.OwnerService.ListCredentials:output_type -> countersign.v1.ListCredentialsResponse
-	22,  // 130: countersign.v1.OwnerService.RevokeCredential:output_type -> countersign.v1.RevokeCredentialResponse
-	25,  // 131: countersign.v1.OwnerService.CreateMandate:output_type -> countersign.v1.CreateMandateResponse
-	27,  // 132: countersign.v1.OwnerService.GetMandate:output_type -> countersign.v1.GetMandateResponse
-	29,  // 133: countersign.v1.OwnerService.ListMandates:output_type -> countersign.v1.ListMandatesResponse
-	31,  // 134: countersign.v1.OwnerService.RevokeMandate:output_type -> countersign.v1.RevokeMandateResponse
-	33,  // 135: countersign.v1.OwnerService.GetMandateUsage:output_type -> countersign.v1.GetMandateUsageResponse
-	39,  // 136: countersign.v1.OwnerService.ListIntents:output_type -> countersign.v1.ListIntentsResponse
-	41,  // 137: countersign.v1.OwnerService.GetIntent:output_type -> countersign.v1.GetIntentResponse
-	45,  // 138: countersign.v1.OwnerService.WatchIntents:output_type -> countersign.v1.WatchIntentsResponse
-	48,  // 139: countersign.v1.OwnerService.ListApprovals:output_type -> countersign.v1.ListApprovalsResponse
-	50,  // 140: countersign.v1.OwnerService.GetApproval:output_type -> countersign.v1.GetApprovalResponse
-	52,  // 141: countersign.v1.OwnerService.WatchApprovals:output_type -> countersign.v1.WatchApprovalsResponse
-	55,  // 142: countersign.v1.OwnerService.ApproveApproval:output_type -> countersign.v1.ApproveApprovalResponse
-	57,  // 143: countersign.v1.OwnerService.RejectApproval:output_type -> countersign.v1.RejectApprovalResponse
-	59,  // 144: countersign.v1.OwnerService.ListAuditRecords:output_type -> countersign.v1.ListAuditRecordsResponse
-	61,  // 145: countersign.v1.OwnerService.VerifyAudit:output_type -> countersign.v1.VerifyAuditResponse
-	65,  // 146: countersign.v1.OwnerService.GetAuditInclusionProof:output_type -> countersign.v1.GetAuditInclusionProofResponse
-	67,  // 147: countersign.v1.OwnerService.GetAuditConsistencyProof:output_type -> countersign.v1.GetAuditConsistencyProofResponse
-	77,  // 148: countersign.v1.OwnerService.ListDeadLetters:output_type -> countersign.v1.ListDeadLettersResponse
-	79,  // 149: countersign.v1.OwnerService.ReplayDeadLetter:output_type -> countersign.v1.ReplayDeadLetterResponse
-	70,  // 150: countersign.v1.OwnerService.CreateWebhook:output_type -> countersign.v1.CreateWebhookResponse
-	72,  // 151: countersign.v1.OwnerService.ListWebhooks:output_type -> countersign.v1.ListWebhooksResponse
-	74,  // 152: countersign.v1.OwnerService.DeleteWebhook:output_type -> countersign.v1.DeleteWebhookResponse
-	124, // [124:153] is the sub-list for method output_type
-	95,  // [95:124] is the sub-list for method input_type
-	95,  // [95:95] is the sub-list for extension type_name
-	95,  // [95:95] is the sub-list for extension extendee
-	0,   // [0:95] is the sub-list for field type_name
+	24,  // 27: countersign.v1.ListMandatesResponse.mandates:type_name -> countersign.v1.MandateRecord
+	24,  // 28: countersign.v1.RevokeMandateResponse.mandate:type_name -> countersign.v1.MandateRecord
+	35,  // 29: countersign.v1.GetMandateUsageResponse.usage:type_name -> countersign.v1.MandateUsage
+	84,  // 30: countersign.v1.MandateUsage.as_of:type_name -> google.protobuf.Timestamp
+	36,  // 31: countersign.v1.MandateUsage.budgets:type_name -> countersign.v1.MandateBudgetUsage
+	37,  // 32: countersign.v1.MandateUsage.windows:type_name -> countersign.v1.MandateWindowUsage
+	38,  // 33: countersign.v1.MandateUsage.fee_budget:type_name -> countersign.v1.MandateFeeUsage
+	86,  // 34: countersign.v1.MandateWindowUsage.scope:type_name -> countersign.v1.WindowScope
+	87,  // 35: countersign.v1.MandateWindowUsage.duration:type_name -> google.protobuf.Duration
+	88,  // 36: countersign.v1.MandateWindowUsage.max_amount:type_name -> countersign.v1.Money
+	88,  // 37: countersign.v1.MandateWindowUsage.amount:type_name -> countersign.v1.Money
+	84,  // 38: countersign.v1.MandateWindowUsage.window_start_time:type_name -> google.protobuf.Timestamp
+	84,  // 39: countersign.v1.MandateWindowUsage.next_release_time:type_name -> google.protobuf.Timestamp
+	88,  // 40: countersign.v1.MandateFeeUsage.limit:type_name -> countersign.v1.Money
+	89,  // 41: countersign.v1.ListIntentsRequest.state:type_name -> countersign.v1.IntentState
+	90,  // 42: countersign.v1.ListIntentsResponse.intents:type_name -> countersign.v1.Intent
+	4,   // 43: countersign.v1.ResolveIntentRequest.resolution:type_name -> countersign.v1.IntentResolution
+	90,  // 44: countersign.v1.ResolveIntentResponse.intent:type_name -> countersign.v1.Intent
+	90,  // 45: countersign.v1.GetIntentResponse.intent:type_name -> countersign.v1.Intent
+	91,  // 46: countersign.v1.GetIntentResponse.attempts:type_name -> countersign.v1.Attempt
+	92,  // 47: countersign.v1.GetIntentResponse.transitions:type_name -> countersign.v1.AuditRecord
+	45,  // 48: countersign.v1.GetIntentResponse.findings:type_name -> countersign.v1.IntentFinding
+	46,  // 49: countersign.v1.GetIntentResponse.stored_answer:type_name -> countersign.v1.StoredRailAnswer
+	93,  // 50: countersign.v1.IntentFinding.outcome:type_name -> countersign.v1.ReconcileOutcome
+	84,  // 51: countersign.v1.IntentFinding.find_time:type_name -> google.protobuf.Timestamp
+	5,   // 52: countersign.v1.StoredRailAnswer.source:type_name -> countersign.v1.StoredRailAnswerSource
+	89,  // 53: countersign.v1.WatchIntentsRequest.states:type_name -> countersign.v1.IntentState
+	92,  // 54: countersign.v1.WatchIntentsResponse.transition:type_name -> countersign.v1.AuditRecord
+	90,  // 55: countersign.v1.WatchIntentsResponse.intent:type_name -> countersign.v1.Intent
+	6,   // 56: countersign.v1.Approval.state:type_name -> countersign.v1.ApprovalState
+	94,  // 57: countersign.v1.Approval.action_kind:type_name -> countersign.v1.ActionKind
+	88,  // 58: countersign.v1.Approval.amount:type_name -> countersign.v1.Money
+	95,  // 59: countersign.v1.Approval.gates:type_name -> countersign.v1.GateResult
+	84,  // 60: countersign.v1.Approval.create_time:type_name -> google.protobuf.Timestamp
+	84,  // 61: countersign.v1.Approval.expire_time:type_name -> google.protobuf.Timestamp
+	84,  // 62: countersign.v1.Approval.decide_time:type_name -> google.protobuf.Timestamp
+	96,  // 63: countersign.v1.Approval.rail:type_name -> countersign.v1.Rail
+	95,  // 64: countersign.v1.Approval.held_by:type_name -> countersign.v1.GateResult
+	83,  // 65: countersign.v1.Approval.labels:type_name -> countersign.v1.Approval.LabelsEntry
+	6,   // 66: countersign.v1.ListApprovalsRequest.state:type_name -> countersign.v1.ApprovalState
+	49,  // 67: countersign.v1.ListApprovalsResponse.approvals:type_name -> countersign.v1.Approval
+	49,  // 68: countersign.v1.GetApprovalResponse.approval:type_name -> countersign.v1.Approval
+	56,  // 69: countersign.v1.GetApprovalResponse.live:type_name -> countersign.v1.ApprovalLive
+	49,  // 70: countersign.v1.WatchApprovalsResponse.approval:type_name -> countersign.v1.Approval
+	84,  // 71: countersign.v1.ApprovalLive.as_of:type_name -> google.protobuf.Timestamp
+	88,  // 72: countersign.v1.ApprovalLive.refundable:type_name -> countersign.v1.Money
+	88,  // 73: countersign.v1.ApprovalLive.rail_refundable:type_name -> countersign.v1.Money
+	88,  // 74: countersign.v1.ApprovalLive.ledger_outstanding:type_name -> countersign.v1.Money
+	35,  // 75: countersign.v1.ApprovalLive.mandate_usage:type_name -> countersign.v1.MandateUsage
+	49,  // 76: countersign.v1.ApproveApprovalResponse.approval:type_name -> countersign.v1.Approval
+	49,  // 77: countersign.v1.RejectApprovalResponse.approval:type_name -> countersign.v1.Approval
+	92,  // 78: countersign.v1.ListAuditRecordsResponse.audit_records:type_name -> countersign.v1.AuditRecord
+	87,  // 79: countersign.v1.VerifyAuditRequest.max_unsealed_age:type_name -> google.protobuf.Duration
+	84,  // 80: countersign.v1.VerifyAuditResponse.oldest_unsealed_time:type_name -> google.protobuf.Timestamp
+	65,  // 81: countersign.v1.VerifyAuditResponse.problems:type_name -> countersign.v1.AuditProblem
+	92,  // 82: countersign.v1.GetAuditInclusionProofResponse.record:type_name -> countersign.v1.AuditRecord
+	66,  // 83: countersign.v1.GetAuditInclusionProofResponse.checkpoint:type_name -> countersign.v1.AuditCheckpoint
+	66,  // 84: countersign.v1.GetAuditConsistencyProofResponse.from:type_name -> countersign.v1.AuditCheckpoint
+	66,  // 85: countersign.v1.GetAuditConsistencyProofResponse.to:type_name -> countersign.v1.AuditCheckpoint
+	84,  // 86: countersign.v1.Webhook.create_time:type_name -> google.protobuf.Timestamp
+	71,  // 87: countersign.v1.CreateWebhookRequest.webhook:type_name -> countersign.v1.Webhook
+	71,  // 88: countersign.v1.CreateWebhookResponse.webhook:type_name -> countersign.v1.Webhook
+	71,  // 89: countersign.v1.ListWebhooksResponse.webhooks:type_name -> countersign.v1.Webhook
+	7,   // 90: countersign.v1.DeadLetter.state:type_name -> countersign.v1.DeadLetterState
+	84,  // 91: countersign.v1.DeadLetter.create_time:type_name -> google.protobuf.Timestamp
+	84,  // 92: countersign.v1.DeadLetter.dead_time:type_name -> google.protobuf.Timestamp
+	84,  // 93: countersign.v1.DeadLetter.replay_time:type_name -> google.protobuf.Timestamp
+	7,   // 94: countersign.v1.ListDeadLettersRequest.state:type_name -> countersign.v1.DeadLetterState
+	78,  // 95: countersign.v1.ListDeadLettersResponse.dead_letters:type_name -> countersign.v1.DeadLetter
+	78,  // 96: countersign.v1.ReplayDeadLetterResponse.dead_letter:type_name -> countersign.v1.DeadLetter
+	9,   // 97: countersign.v1.OwnerService.CreateAgent:input_type -> countersign.v1.CreateAgentRequest
+	11,  // 98: countersign.v1.OwnerService.ListAgents:input_type -> countersign.v1.ListAgentsRequest
+	13,  // 99: countersign.v1.OwnerService.GetAgent:input_type -> countersign.v1.GetAgentRequest
+	15,  // 100: countersign.v1.OwnerService.RevokeAgent:input_type -> countersign.v1.RevokeAgentRequest
+	18,  // 101: countersign.v1.OwnerService.IssueCredential:input_type -> countersign.v1.IssueCredentialRequest
+	20,  // 102: countersign.v1.OwnerService.ListCredentials:input_type -> countersign.v1.ListCredentialsRequest
+	22,  // 103: countersign.v1.OwnerService.RevokeCredential:input_type -> countersign.v1.RevokeCredentialRequest
+	25,  // 104: countersign.v1.OwnerService.CreateMandate:input_type -> countersign.v1.CreateMandateRequest
+	27,  // 105: countersign.v1.OwnerService.GetMandate:input_type -> countersign.v1.GetMandateRequest
+	29,  // 106: countersign.v1.OwnerService.ListMandates:input_type -> countersign.v1.ListMandatesRequest
+	31,  // 107: countersign.v1.OwnerService.RevokeMandate:input_type -> countersign.v1.RevokeMandateRequest
+	33,  // 108: countersign.v1.OwnerService.GetMandateUsage:input_type -> countersign.v1.GetMandateUsageRequest
+	39,  // 109: countersign.v1.OwnerService.ListIntents:input_type -> countersign.v1.ListIntentsRequest
+	41,  // 110: countersign.v1.OwnerService.GetIntent:input_type -> countersign.v1.GetIntentRequest
+	42,  // 111: countersign.v1.OwnerService.ResolveIntent:input_type -> countersign.v1.ResolveIntentRequest
+	47,  // 112: countersign.v1.OwnerService.WatchIntents:input_type -> countersign.v1.WatchIntentsRequest
+	50,  // 113: countersign.v1.OwnerService.ListApprovals:input_type -> countersign.v1.ListApprovalsRequest
+	52,  // 114: countersign.v1.OwnerService.GetApproval:input_type -> countersign.v1.GetApprovalRequest
+	54,  // 115: countersign.v1.OwnerService.WatchApprovals:input_type -> countersign.v1.WatchApprovalsRequest
+	57,  // 116: countersign.v1.OwnerService.ApproveApproval:input_type -> countersign.v1.ApproveApprovalRequest
+	59,  // 117: countersign.v1.OwnerService.RejectApproval:input_type -> countersign.v1.RejectApprovalRequest
+	61,  // 118: countersign.v1.OwnerService.ListAuditRecords:input_type -> countersign.v1.ListAuditRecordsRequest
+	63,  // 119: countersign.v1.OwnerService.VerifyAudit:input_type -> countersign.v1.VerifyAuditRequest
+	67,  // 120: countersign.v1.OwnerService.GetAuditInclusionProof:input_type -> countersign.v1.GetAuditInclusionProofRequest
+	69,  // 121: countersign.v1.OwnerService.GetAuditConsistencyProof:input_type -> countersign.v1.GetAuditConsistencyProofRequest
+	79,  // 122: countersign.v1.OwnerService.ListDeadLetters:input_type -> countersign.v1.ListDeadLettersRequest
+	81,  // 123: countersign.v1.OwnerService.ReplayDeadLetter:input_type -> countersign.v1.ReplayDeadLetterRequest
+	72,  // 124: countersign.v1.OwnerService.CreateWebhook:input_type -> countersign.v1.CreateWebhookRequest
+	74,  // 125: countersign.v1.OwnerService.ListWebhooks:input_type -> countersign.v1.ListWebhooksRequest
+	76,  // 126: countersign.v1.OwnerService.DeleteWebhook:input_type -> countersign.v1.DeleteWebhookRequest
+	10,  // 127: countersign.v1.OwnerService.CreateAgent:output_type -> countersign.v1.CreateAgentResponse
+	12,  // 128: countersign.v1.OwnerService.ListAgents:output_type -> countersign.v1.ListAgentsResponse
+	14,  // 129: countersign.v1.OwnerService.GetAgent:output_type -> countersign.v1.GetAgentResponse
+	16,  // 130: countersign.v1.OwnerService.RevokeAgent:output_type -> countersign.v1.RevokeAgentResponse
+	19,  // 131: countersign.v1.OwnerService.IssueCredential:output_type -> countersign.v1.IssueCredentialResponse
+	21,  // 132: countersign.v1.OwnerService.ListCredentials:output_type -> countersign.v1.ListCredentialsResponse
+	23,  // 133: countersign.v1.OwnerService.RevokeCredential:output_type -> countersign.v1.RevokeCredentialResponse
+	26,  // 134: countersign.v1.OwnerService.CreateMandate:output_type -> countersign.v1.CreateMandateResponse
+	28,  // 135: countersign.v1.OwnerService.GetMandate:output_type -> countersign.v1.GetMandateResponse
+	30,  // 136: countersign.v1.OwnerService.ListMandates:output_type -> countersign.v1.ListMandatesResponse
+	32,  // 137: countersign.v1.OwnerService.RevokeMandate:output_type -> countersign.v1.RevokeMandateResponse
+	34,  // 138: countersign.v1.OwnerService.GetMandateUsage:output_type -> countersign.v1.GetMandateUsageResponse
+	40,  // 139: countersign.v1.OwnerService.ListIntents:output_type -> countersign.v1.ListIntentsResponse
+	44,  // 140: countersign.v1.OwnerService.GetIntent:output_type -> countersign.v1.GetIntentResponse
+	43,  // 141: countersign.v1.OwnerService.ResolveIntent:output_type -> countersign.v1.ResolveIntentResponse
+	48,  // 142: countersign.v1.OwnerService.WatchIntents:output_type -> countersign.v1.WatchIntentsResponse
+	51,  // 143: countersign.v1.OwnerService.ListApprovals:output_type -> countersign.v1.ListApprovalsResponse
+	53,  // 144: countersign.v1.OwnerService.GetApproval:output_type -> countersign.v1.GetApprovalResponse
+	55,  // 145: countersign.v1.OwnerService.WatchApprovals:output_type -> countersign.v1.WatchApprovalsResponse
+	58,  // 146: countersign.v1.OwnerService.ApproveApproval:output_type -> countersign.v1.ApproveApprovalResponse
+	60,  // 147: countersign.v1.OwnerService.RejectApproval:output_type -> countersign.v1.RejectApprovalResponse
+	62,  // 148: countersign.v1.OwnerService.ListAuditRecords:output_type -> countersign.v1.ListAuditRecordsResponse
+	64,  // 149: countersign.v1.OwnerService.VerifyAudit:output_type -> countersign.v1.VerifyAuditResponse
+	68,  // 150: countersign.v1.OwnerService.GetAuditInclusionProof:output_type -> countersign.v1.GetAuditInclusionProofResponse
+	70,  // 151: countersign.v1.OwnerService.GetAuditConsistencyProof:output_type -> countersign.v1.GetAuditConsistencyProofResponse
+	80,  // 152: countersign.v1.OwnerService.ListDeadLetters:output_type -> countersign.v1.ListDeadLettersResponse
+	82,  // 153: countersign.v1.OwnerService.ReplayDeadLetter:output_type -> countersign.v1.ReplayDeadLetterResponse
+	73,  // 154: countersign.v1.OwnerService.CreateWebhook:output_type -> countersign.v1.CreateWebhookResponse
+	75,  // 155: countersign.v1.OwnerService.ListWebhooks:output_type -> countersign.v1.ListWebhooksResponse
+	77,  // 156: countersign.v1.OwnerService.DeleteWebhook:output_type -> countersign.v1.DeleteWebhookResponse
+	127, // [127:157] is the sub-list for method output_type
+	97,  // [97:127] is the sub-list for method input_type
+	97,  // [97:97] is the sub-list for extension type_name
+	97,  // [97:97] is the sub-list for extension extendee
+	0,   // [0:97] is the sub-list for field type_name
 }
 
 func init() { file_countersign_v1_owner_proto_init() }
@@ -6100,14 +6308,14 @@ func file_countersign_v1_owner_proto_init() {
 	file_countersign_v1_decision_proto_init()
 	file_countersign_v1_mandate_proto_init()
 	file_countersign_v1_types_proto_init()
-	file_countersign_v1_owner_proto_msgTypes[55].OneofWrappers = []any{}
+	file_countersign_v1_owner_proto_msgTypes[57].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_countersign_v1_owner_proto_rawDesc), len(file_countersign_v1_owner_proto_rawDesc)),
-			NumEnums:      7,
-			NumMessages:   74,
+			NumEnums:      8,
+			NumMessages:   76,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

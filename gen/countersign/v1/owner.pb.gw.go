@@ -643,6 +643,67 @@ func local_request_OwnerService_GetIntent_0(ctx context.Context, marshaler runti
 	return msg, metadata, err
 }
 
+func request_OwnerService_ResolveIntent_0(ctx context.Context, marshaler runtime.Marshaler, client OwnerServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ResolveIntentRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["rail_account"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "rail_account")
+	}
+	protoReq.RailAccount, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "rail_account", err)
+	}
+	val, ok = pathParams["sik"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "sik")
+	}
+	protoReq.Sik, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "sik", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.ResolveIntent(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_OwnerService_ResolveIntent_0(ctx context.Context, marshaler runtime.Marshaler, server OwnerServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ResolveIntentRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	val, ok := pathParams["rail_account"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "rail_account")
+	}
+	protoReq.RailAccount, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "rail_account", err)
+	}
+	val, ok = pathParams["sik"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "sik")
+	}
+	protoReq.Sik, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "sik", err)
+	}
+	msg, err := server.ResolveIntent(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 var filter_OwnerService_WatchIntents_0 = &utilities.DoubleArray{Encoding: map[string]int{}, Base: []int(nil), Check: []int(nil)}
 
 func request_OwnerService_WatchIntents_0(ctx context.Context, marshaler runtime.Marshaler, client OwnerServiceClient, req *http.Request, pathParams map[string]string) (OwnerService_WatchIntentsClient, runtime.ServerMetadata, error) {
@@ -1498,6 +1559,26 @@ func RegisterOwnerServiceHandlerServer(ctx context.Context, mux *runtime.ServeMu
 		}
 		forward_OwnerService_GetIntent_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_OwnerService_ResolveIntent_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/countersign.v1.OwnerService/ResolveIntent", runtime.WithHTTPPathPattern("/v1/intents/{rail_account}/{sik}:resolve"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_OwnerService_ResolveIntent_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_OwnerService_ResolveIntent_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 
 	mux.Handle(http.MethodGet, pattern_OwnerService_WatchIntents_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		err := status.Error(codes.Unimplemented, "streaming calls are not yet supported in the in-process transport")
@@ -2050,6 +2131,23 @@ func RegisterOwnerServiceHandlerClient(ctx context.Context, mux *runtime.ServeMu
 		}
 		forward_OwnerService_GetIntent_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_OwnerService_ResolveIntent_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/countersign.v1.OwnerService/ResolveIntent", runtime.WithHTTPPathPattern("/v1/intents/{rail_account}/{sik}:resolve"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_OwnerService_ResolveIntent_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_OwnerService_ResolveIntent_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_OwnerService_WatchIntents_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -2323,6 +2421,7 @@ var (
 	pattern_OwnerService_GetMandateUsage_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "mandates", "mandate_hash", "usage"}, ""))
 	pattern_OwnerService_ListIntents_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "intents"}, ""))
 	pattern_OwnerService_GetIntent_0                = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "intents", "rail_account", "sik"}, ""))
+	pattern_OwnerService_ResolveIntent_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 1, 0, 4, 1, 5, 3}, []string{"v1", "intents", "rail_account", "sik"}, "resolve"))
 	pattern_OwnerService_WatchIntents_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "intents"}, "watch"))
 	pattern_OwnerService_ListApprovals_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "approvals"}, ""))
 	pattern_OwnerService_GetApproval_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "approvals", "approval_id"}, ""))
@@ -2355,6 +2454,7 @@ var (
 	forward_OwnerService_GetMandateUsage_0          = runtime.ForwardResponseMessage
 	forward_OwnerService_ListIntents_0              = runtime.ForwardResponseMessage
 	forward_OwnerService_GetIntent_0                = runtime.ForwardResponseMessage
+	forward_OwnerService_ResolveIntent_0            = runtime.ForwardResponseMessage
 	forward_OwnerService_WatchIntents_0             = runtime.ForwardResponseStream
 	forward_OwnerService_ListApprovals_0            = runtime.ForwardResponseMessage
 	forward_OwnerService_GetApproval_0              = runtime.ForwardResponseMessage

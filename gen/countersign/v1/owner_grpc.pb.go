@@ -33,6 +33,7 @@ const (
 	OwnerService_GetMandateUsage_FullMethodName          = "/countersign.v1.OwnerService/GetMandateUsage"
 	OwnerService_ListIntents_FullMethodName              = "/countersign.v1.OwnerService/ListIntents"
 	OwnerService_GetIntent_FullMethodName                = "/countersign.v1.OwnerService/GetIntent"
+	OwnerService_ResolveIntent_FullMethodName            = "/countersign.v1.OwnerService/ResolveIntent"
 	OwnerService_WatchIntents_FullMethodName             = "/countersign.v1.OwnerService/WatchIntents"
 	OwnerService_ListApprovals_FullMethodName            = "/countersign.v1.OwnerService/ListApprovals"
 	OwnerService_GetApproval_FullMethodName              = "/countersign.v1.OwnerService/GetApproval"
@@ -91,6 +92,15 @@ type OwnerServiceClient interface {
 	// transitions, its reconciliation findings and the rail answer the
 	// ledger stored for it.
 	GetIntent(ctx context.Context, in *GetIntentRequest, opts ...grpc.CallOption) (*GetIntentResponse, error)
+	// ResolveIntent settles a QUARANTINED intent of the owner's agents, once
+	// the owner has checked the rail: applied (as the rail's entity; the
+	// budget hold is posted) or not applied (the hold is voided and the
+	// intent ends BLOCKED: nothing is sent again on the owner's word; a new
+	// request with a distinct reason is a new action). Not applied is refused
+	// while the rail has answered an attempt applied. The resolution, its
+	// owner and note are kept for good and written into the intent's audit
+	// record.
+	ResolveIntent(ctx context.Context, in *ResolveIntentRequest, opts ...grpc.CallOption) (*ResolveIntentResponse, error)
 	// WatchIntents streams intent transitions as they are committed, in audit
 	// order, optionally resuming after a known audit sequence number.
 	WatchIntents(ctx context.Context, in *WatchIntentsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchIntentsResponse], error)
@@ -280,6 +290,16 @@ func (c *ownerServiceClient) GetIntent(ctx context.Context, in *GetIntentRequest
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetIntentResponse)
 	err := c.cc.Invoke(ctx, OwnerService_GetIntent_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *ownerServiceClient) ResolveIntent(ctx context.Context, in *ResolveIntentRequest, opts ...grpc.CallOption) (*ResolveIntentResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResolveIntentResponse)
+	err := c.cc.Invoke(ctx, OwnerService_ResolveIntent_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -495,6 +515,15 @@ type OwnerServiceServer interface {
 	// transitions, its reconciliation findings and the rail answer the
 	// ledger stored for it.
 	GetIntent(context.Context, *GetIntentRequest) (*GetIntentResponse, error)
+	// ResolveIntent settles a QUARANTINED intent of the owner's agents, once
+	// the owner has checked the rail: applied (as the rail's entity; the
+	// budget hold is posted) or not applied (the hold is voided and the
+	// intent ends BLOCKED: nothing is sent again on the owner's word; a new
+	// request with a distinct reason is a new action). Not applied is refused
+	// while the rail has answered an attempt applied. The resolution, its
+	// owner and note are kept for good and written into the intent's audit
+	// record.
+	ResolveIntent(context.Context, *ResolveIntentRequest) (*ResolveIntentResponse, error)
 	// WatchIntents streams intent transitions as they are committed, in audit
 	// order, optionally resuming after a known audit sequence number.
 	WatchIntents(*WatchIntentsRequest, grpc.ServerStreamingServer[WatchIntentsResponse]) error
@@ -591,6 +620,9 @@ func (UnimplementedOwnerServiceServer) ListIntents(context.Context, *ListIntents
 }
 func (UnimplementedOwnerServiceServer) GetIntent(context.Context, *GetIntentRequest) (*GetIntentResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetIntent not implemented")
+}
+func (UnimplementedOwnerServiceServer) ResolveIntent(context.Context, *ResolveIntentRequest) (*ResolveIntentResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResolveIntent not implemented")
 }
 func (UnimplementedOwnerServiceServer) WatchIntents(*WatchIntentsRequest, grpc.ServerStreamingServer[WatchIntentsResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchIntents not implemented")
@@ -906,6 +938,24 @@ func _OwnerService_GetIntent_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(OwnerServiceServer).GetIntent(ctx, req.(*GetIntentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OwnerService_ResolveIntent_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResolveIntentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OwnerServiceServer).ResolveIntent(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OwnerService_ResolveIntent_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OwnerServiceServer).ResolveIntent(ctx, req.(*ResolveIntentRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1228,6 +1278,10 @@ var OwnerService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetIntent",
 			Handler:    _OwnerService_GetIntent_Handler,
+		},
+		{
+			MethodName: "ResolveIntent",
+			Handler:    _OwnerService_ResolveIntent_Handler,
 		},
 		{
 			MethodName: "ListApprovals",
