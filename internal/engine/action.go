@@ -13,6 +13,7 @@ import (
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/chaos"
+	"github.com/countersign/countersign/internal/gate"
 	"github.com/countersign/countersign/internal/intent"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/rail"
@@ -110,11 +111,39 @@ func (e *Engine) run(ctx context.Context, req Request, p *ledger.Principal, t ta
 	case t.refusal != nil:
 		return *t.refusal
 	case t.readOnly:
-		return Outcome{Verdict: Allow, ReasonCode: ReasonReadAllowed, Reason: "read-only call",
-			SetHeaders: map[string]string{"authorization": t.acct.AuthHeader()}}
+		return e.read(req, p, t.acct, facts)
 	}
 	// Scope, mandate, value, limits and provenance are the gate ladder's.
 	return e.act(ctx, req, p, t, facts)
+}
+
+// read answers a read-only call. It leaves with the account's secret key,
+// and its answer shows the account's entities (other agents' refunds and
+// their stamps, customers, charges), so only an agent with a mandate in
+// force on the account may read there (gate.CheckMayRead: another owner's
+// agent, or one whose mandate was revoked, may not); and it spends the
+// account's rail rate limit, which the owner's other systems share, so it
+// takes a token from the agent's bucket of rail reads on the account, as
+// the reads Countersign makes for the agent's requests do (railreads.go).
+func (e *Engine) read(req Request, p *ledger.Principal, acct *rails.Account, facts ledger.DecisionFacts) Outcome {
+	in := principalInput(e.now(), p, acct)
+	if facts.MandateFound {
+		m, err := e.mandates.get(facts.Mandate)
+		if err != nil {
+			return refuseRail(acct, req, ReasonInternal, "Countersign could not read the agent's mandate; nothing was read.", http.StatusServiceUnavailable)
+		}
+		withMandate(&in, facts.Mandate, m)
+	}
+	if r, ok := gate.CheckMayRead(in); !ok {
+		out := refuseRail(acct, req, r.ReasonCode, r.Reason, http.StatusForbidden)
+		out.Gates = []ledger.GateRecord{{Gate: r.Gate, Verdict: string(Block), ReasonCode: r.ReasonCode, Reason: r.Reason}}
+		return out
+	}
+	if ok, wait := e.railReads.Allow(railReadKey(p.Agent.ID, acct.ID)); !ok {
+		return e.railReadsRefused(acct, req, p.Agent.ID, wait)
+	}
+	return Outcome{Verdict: Allow, ReasonCode: ReasonReadAllowed, Reason: "read-only call",
+		SetHeaders: map[string]string{"authorization": acct.AuthHeader()}}
 }
 
 func (e *Engine) account(req Request) (*rails.Account, bool) {

@@ -53,13 +53,41 @@ func CheckMandateApplies(in Input) (r Result, ok bool) {
 	return checkMandate(in)
 }
 
+// CheckMayRead is what a read-only call through Countersign needs: the
+// credential, the agent, and a mandate in force for this agent on this
+// account, whatever it grants. A read leaves with the account's secret key
+// and its answer shows the account's entities (other agents' refunds, their
+// stamps, customers): only an agent its owner gave a mandate on the account
+// may read it. ok is false with the BLOCK it found.
+func CheckMayRead(in Input) (r Result, ok bool) {
+	if r, ok := checkPrincipal(in); !ok {
+		return r, false
+	}
+	if in.Mandate == nil {
+		return block(GateScope, ReasonMandateMissing, "Agent %s has no mandate on rail account %s, so it may not read there.", in.Agent.ID, in.RailAccount), false
+	}
+	return checkMandateInForce(in)
+}
+
 // checkMandate checks that a mandate in force, for this agent on this
 // account, grants the action's kind.
 func checkMandate(in Input) (Result, bool) {
-	m, a := in.Mandate, in.Action
-	if m == nil {
+	if in.Mandate == nil {
 		return block(GateScope, ReasonMandateMissing, "Agent %s has no mandate on rail account %s, so it may not move money there.", in.Agent.ID, in.RailAccount), false
 	}
+	if r, ok := checkMandateInForce(in); !ok {
+		return r, false
+	}
+	if grantFor(in.Mandate, in.Action.Kind) == nil {
+		return block(GateScope, ReasonActionNotGranted, "%s does not grant %s actions.", mandateName(in), orNone(string(in.Action.Kind))), false
+	}
+	return Result{}, true
+}
+
+// checkMandateInForce checks that in's mandate (not nil) is valid now, not
+// revoked, and for this agent on this account.
+func checkMandateInForce(in Input) (Result, bool) {
+	m := in.Mandate
 	name := mandateName(in)
 	if in.MandateRevoked {
 		return block(GateScope, ReasonMandateRevoked, "The owner revoked %s; ask the owner for a new mandate.", name), false
@@ -77,8 +105,6 @@ func checkMandate(in Input) (Result, bool) {
 	case m.GetRailAccount() != in.RailAccount || m.GetRail() != railKinds[in.Rail]:
 		return block(GateScope, ReasonMandateWrongRailAccount, "%s is for %s account %s, not %s account %s.",
 			name, m.GetRail(), m.GetRailAccount(), orNone(string(in.Rail)), in.RailAccount), false
-	case grantFor(m, a.Kind) == nil:
-		return block(GateScope, ReasonActionNotGranted, "%s does not grant %s actions.", name, orNone(string(a.Kind))), false
 	}
 	return Result{}, true
 }
