@@ -219,6 +219,10 @@ func newRailEnv(t *testing.T, o envOptions) *railEnv {
 		"COUNTERSIGN_HTTP_ADDR=" + httpAddr,
 		"COUNTERSIGN_RAILS_FILE=" + railsFile,
 		"COUNTERSIGN_RECONCILE_DELAY=" + o.reconcileDelay.String(),
+		// The mock rail applies a request before it answers or stalls, so
+		// nothing of it is left at the rail once the stand-in's route gave
+		// up: the route's timeout is its settle time.
+		"COUNTERSIGN_RAIL_SETTLE_TIME=" + o.routeTimeout.String(),
 		"COUNTERSIGN_RECONCILE_INTERVAL=" + map[bool]string{false: "200ms", true: "0s"}[o.noReconciler],
 		"COUNTERSIGN_LEASE_TTL=" + o.leaseTTL.String(),
 		"COUNTERSIGN_RECONCILE_CLAIM_TTL=" + cmp.Or(o.claimTTL, config.Defaults().ReconcileClaimTTL).String(),

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/countersign/countersign/internal/config"
 	"github.com/countersign/countersign/internal/extauthz"
 )
 
@@ -347,6 +348,11 @@ func (c *contract) railRoute(path string, r *routev3.Route, ra *routev3.RouteAct
 	}
 	if t := ra.GetTimeout(); t == nil || t.AsDuration() <= 0 {
 		c.fail("%s: the route needs a timeout", path)
+	} else if t.AsDuration() > config.DefaultRailSettle {
+		// A listing proves an attempt absent only once the rail can no
+		// longer apply it (--rail-settle-time): a longer rail call would
+		// still be at the rail when the reconciler lists.
+		c.fail("%s: the route's timeout %s exceeds countersign's default --rail-settle-time %s", path, t.AsDuration(), config.DefaultRailSettle)
 	}
 	per := r.GetTypedPerFilterConfig()
 	az := &extauthzv3.ExtAuthzPerRoute{}

@@ -192,6 +192,7 @@ func TestBrokenCopiesAreCaught(t *testing.T) {
 		// GrpcService.timeout has no generated rule: only the contract
 		// stops a negative one.
 		{name: "negative ext_authz timeout", at: append(slices.Clone(authz), "grpc_service"), edit: set("timeout", "-1s"), want: failsContract, errHas: "grpc_service.timeout must be at least"},
+		{name: "a rail call longer than the settle time", at: append(slices.Clone(stripeRoute), "route"), edit: set("timeout", "300s"), want: failsContract, errHas: "exceeds countersign's default --rail-settle-time"},
 		{name: "ext_authz on the 200ms default timeout", at: append(slices.Clone(authz), "grpc_service"), edit: del("timeout"), want: failsContract, errHas: "grpc_service.timeout must be at least"},
 		{name: "no partial message", at: append(slices.Clone(authz), "with_request_body"), edit: set("allow_partial_message", false), want: failsContract, errHas: "allow_partial_message: true"},
 		{name: "no body in the check", at: authz, edit: del("with_request_body"), want: failsContract, errHas: "with_request_body must be set"},

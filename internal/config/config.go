@@ -66,6 +66,11 @@ type Config struct {
 	LeaseOwner string
 	// LeaseTTL bounds how long an attempt may stay IN_FLIGHT unanswered.
 	LeaseTTL time.Duration
+	// RailSettle is how long after an allowed request leaves the rail may
+	// still apply it: at least the rail route's timeout in Envoy (60 s in
+	// the shipped configs) plus what the rail takes after its client gave
+	// up. No listing before then proves the attempt absent.
+	RailSettle time.Duration
 	// ReconcileDelay is the minimum wait before the first reconciliation
 	// query (the rails have no read-your-writes).
 	ReconcileDelay time.Duration
@@ -176,6 +181,15 @@ const (
 	DefaultAgentDecisionBurst = 40
 )
 
+// DefaultRailSettle is how long after an allowed request leaves the rail
+// may still apply it, by default: the shipped Envoy routes give a rail
+// call 60 s (envoy/egress.yaml, the chart's egress.upstream.timeout), and
+// a rail goes on with a request whose client gave up (Stripe finishes
+// what it started); another 60 s covers that. An ambiguous outcome is
+// proven absent no sooner: a slower answer costs a later reconciliation,
+// a listing that comes too early pays twice.
+const DefaultRailSettle = 2 * time.Minute
+
 // Defaults are the values a setting has when nothing sets it.
 func Defaults() Config {
 	return Config{
@@ -190,6 +204,7 @@ func Defaults() Config {
 		ReadinessInterval:    time.Second,
 		LeaseTTL:             30 * time.Second,
 		ReconcileDelay:       2 * time.Second,
+		RailSettle:           DefaultRailSettle,
 		MaxPendingApprovals:  50,
 		ReconcileInterval:    time.Second,
 		ReconcileMaxAttempts: 6,
@@ -230,6 +245,7 @@ func (c *Config) BindEngine(fs *pflag.FlagSet) {
 	fs.StringVar(&c.LeaseOwner, "lease-owner", c.LeaseOwner, "name of this process in attempt and reconcile leases (default: host name and pid)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "how long an allowed attempt may stay unanswered before it is reconciled")
 	fs.DurationVar(&c.ReconcileDelay, "reconcile-delay", c.ReconcileDelay, "minimum wait before the first reconciliation query of an ambiguous attempt")
+	fs.DurationVar(&c.RailSettle, "rail-settle-time", c.RailSettle, "how long after an allowed request leaves the rail may still apply it (at least the rail route's timeout in Envoy, plus what the rail takes after its client gave up): no reconciliation listing before then proves it absent")
 	fs.IntVar(&c.MaxPendingApprovals, "max-pending-approvals", c.MaxPendingApprovals, "requests of one agent that may wait for the owner's approval at once; past it, a request that would be held is refused")
 	fs.IntVar(&c.ReconcileMaxAttempts, "reconcile-max-attempts", c.ReconcileMaxAttempts, "inconclusive reconciliations before an intent is quarantined")
 	fs.DurationVar(&c.ReconcileClaimTTL, "reconcile-claim-ttl", c.ReconcileClaimTTL, "how long one intent's reconciliation (its listing to the last page) may take; a reconciler that dies holds its claims this long")
@@ -398,6 +414,9 @@ func (c Config) ValidateEngine() error {
 	errs := []error{c.ValidateDatabase()}
 	if c.LeaseTTL < 100*time.Millisecond {
 		errs = append(errs, fmt.Errorf("lease-ttl (%s) must be at least 100ms, got %s", EnvName("lease-ttl"), c.LeaseTTL))
+	}
+	if c.RailSettle < 0 {
+		errs = append(errs, fmt.Errorf("rail-settle-time (%s) must not be negative", EnvName("rail-settle-time")))
 	}
 	if c.ReconcileDelay < 0 {
 		errs = append(errs, fmt.Errorf("reconcile-delay (%s) must not be negative", EnvName("reconcile-delay")))

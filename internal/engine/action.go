@@ -347,6 +347,10 @@ func (e *Engine) answer(acct *rails.Account, req Request, res decided, stamped r
 			headers[strings.ToLower(k)] = v
 		}
 		headers["authorization"] = acct.AuthHeader()
+		// The rail's answer is read to commit the attempt (its entity, its
+		// fee): the agent may not choose to have it compressed, which
+		// would leave the answer unread (ambiguous, its fee uncounted).
+		headers["accept-encoding"] = "identity"
 		if mt := rail.BodyMediaType(stamped.BodyField); mt != "" {
 			// Set here too for deployments without ext_proc (Istio CUSTOM).
 			headers["content-type"] = mt

@@ -337,7 +337,7 @@ func ActionOf(it ledger.Intent) (rail.Action, error) {
 // found it, which the commit of the attempt's answer starts from instead
 // of reading it.
 func (e *Engine) MarkSent(ctx context.Context, ref IntentRef, stamped bool) (IntentRef, error) {
-	it, err := e.ledger.MarkSent(ctx, ledger.Key{RailAccount: ref.RailAccount, SIK: ref.SIK}, ref.AttemptSeq, stamped)
+	it, err := e.ledger.MarkSent(ctx, ledger.Key{RailAccount: ref.RailAccount, SIK: ref.SIK}, ref.AttemptSeq, stamped, e.opts.RailSettle)
 	if err != nil {
 		return ref, err
 	}

@@ -153,7 +153,7 @@ type Ledger interface {
 	GetIntent(ctx context.Context, k ledger.Key) (ledger.Intent, []ledger.Attempt, error)
 	Commit(ctx context.Context, r ledger.AttemptResult) (ledger.Intent, error)
 	CheckReporter(ctx context.Context, r ledger.AttemptResult) (ledger.Intent, string, error)
-	MarkSent(ctx context.Context, k ledger.Key, seq int, stamped bool) (ledger.Intent, error)
+	MarkSent(ctx context.Context, k ledger.Key, seq int, stamped bool, mayApplyFor time.Duration) (ledger.Intent, error)
 	AgentOwner(ctx context.Context, agentID string) (string, error)
 }
 
@@ -176,6 +176,11 @@ type Options struct {
 	// ReconcileDelay is the minimum wait before the first reconciliation
 	// query (the rails have no read-your-writes).
 	ReconcileDelay time.Duration
+	// RailSettle is how long after a request leaves the rail may still
+	// apply it: the rail route's timeout in Envoy and what the rail takes
+	// after its client gave up. No listing before then proves the attempt
+	// absent (ledger.AttemptStart.MayApplyFor, MarkSent).
+	RailSettle time.Duration
 	// ResolveTimeout bounds the read-only call that resolves a referent.
 	ResolveTimeout time.Duration
 	// Advisors are the advisory gates this server offers; a mandate turns

@@ -77,7 +77,7 @@ func (l *scriptedLedger) AgentOwner(context.Context, string) (string, error) {
 
 func (l *scriptedLedger) NewWrite() *ledger.Write { return ledger.NewWrite() }
 
-func (l *scriptedLedger) MarkSent(context.Context, ledger.Key, int, bool) (ledger.Intent, error) {
+func (l *scriptedLedger) MarkSent(context.Context, ledger.Key, int, bool, time.Duration) (ledger.Intent, error) {
 	return ledger.Intent{}, errors.New("scriptedLedger: no attempts")
 }
 

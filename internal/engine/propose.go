@@ -329,7 +329,7 @@ func (pr *proposal) attemptStart(o Options, stamp string) ledger.AttemptStart {
 	return ledger.AttemptStart{Key: pr.key, Stamp: stamp, LeaseOwner: o.LeaseOwner, LeaseTTL: o.LeaseTTL,
 		Request:         ledger.HTTPMessage{Method: req.Method, Path: req.Path, Headers: req.Headers, Body: req.Body},
 		ViaEnvoy:        req.Source == SourceExtAuthz && o.ExtProcInPath && req.RailAccount != "",
-		CommitTokenHash: pr.tokenHash, CommitAgent: pr.tokenAgent()}
+		CommitTokenHash: pr.tokenHash, CommitAgent: pr.tokenAgent(), MayApplyFor: o.RailSettle}
 }
 
 // tokenAgent is the agent pr's commit token is issued to ("" when none is).

@@ -274,9 +274,9 @@ func (l tracedLedger) Commit(ctx context.Context, r ledger.AttemptResult) (ledge
 	return it, err
 }
 
-func (l tracedLedger) MarkSent(ctx context.Context, k ledger.Key, seq int, stamped bool) (ledger.Intent, error) {
+func (l tracedLedger) MarkSent(ctx context.Context, k ledger.Key, seq int, stamped bool, mayApplyFor time.Duration) (ledger.Intent, error) {
 	ctx, span := l.span(ctx, "MarkSent")
-	it, err := l.Ledger.MarkSent(ctx, k, seq, stamped)
+	it, err := l.Ledger.MarkSent(ctx, k, seq, stamped, mayApplyFor)
 	end(span, err)
 	return it, err
 }

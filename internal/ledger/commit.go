@@ -314,10 +314,14 @@ func (s *Store) ExpireLeases(ctx context.Context, limit int, delay time.Duration
 // stops the request). The lease expiry writes the attempt row too, so the
 // two serialise on it. It returns the intent as the mark found it, which
 // the commit of the attempt's answer may start from (AttemptResult.Seen)
-// instead of reading it again.
-func (s *Store) MarkSent(ctx context.Context, k Key, seq int, stamped bool) (Intent, error) {
+// instead of reading it again. The rail may apply the request until
+// mayApplyFor from now (the rail call's timeout and what the rail takes
+// after its client gave up): no listing before then proves it absent
+// (migration 00034).
+func (s *Store) MarkSent(ctx context.Context, k Key, seq int, stamped bool, mayApplyFor time.Duration) (Intent, error) {
 	it, err := scanIntent(s.pool.QueryRow(ctx, `WITH marked AS (
-		UPDATE attempts a SET body_stamped = a.body_stamped OR $4, left_unstamped = a.left_unstamped OR NOT $4
+		UPDATE attempts a SET body_stamped = a.body_stamped OR $4, left_unstamped = a.left_unstamped OR NOT $4,
+		       may_apply_until = GREATEST(a.may_apply_until, now() + $5::bigint * interval '1 microsecond')
 		FROM intents i
 		WHERE a.rail_account = $1 AND a.sik = $2 AND a.attempt_seq = $3
 		  AND a.outcome = 'pending' AND a.lease_expires_at > now()
@@ -325,7 +329,7 @@ func (s *Store) MarkSent(ctx context.Context, k Key, seq int, stamped bool) (Int
 		  AND i.state = 'IN_FLIGHT' AND i.attempt_count = a.attempt_seq
 		RETURNING 1)
 		SELECT `+intentColumns+` FROM intents WHERE rail_account = $1 AND sik = $2 AND EXISTS (SELECT 1 FROM marked)`,
-		k.RailAccount, k.SIK, seq, stamped))
+		k.RailAccount, k.SIK, seq, stamped, mayApplyFor.Microseconds()))
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return Intent{}, fmt.Errorf("%w: attempt %s#%d", ErrAttemptNotLive, k, seq)

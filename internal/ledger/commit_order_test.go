@@ -59,7 +59,7 @@ func TestCommitPathsTakeTheMandatesRowsInOneOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	seen, err := s.MarkSent(ctx, pa.Key, 1, true)
+	seen, err := s.MarkSent(ctx, pa.Key, 1, true, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

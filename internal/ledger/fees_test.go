@@ -40,7 +40,7 @@ func TestFeeCountsOnceKnownWhateverSettledIt(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.MarkSent(ctx, p.Key, 1, true); err != nil {
+		if _, err := s.MarkSent(ctx, p.Key, 1, true, 0); err != nil {
 			t.Fatal(err)
 		}
 		return p

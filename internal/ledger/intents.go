@@ -200,6 +200,11 @@ func insertAttempt(a Attempt, ttl time.Duration, headers []byte, s AttemptStart)
 		columns, values = ", commit_agent", ", $14"
 		args = append(args, s.CommitAgent)
 	}
+	if !s.ViaEnvoy && s.MayApplyFor > 0 {
+		args = append(args, (ttl + s.MayApplyFor).Microseconds())
+		columns += ", may_apply_until"
+		values += fmt.Sprintf(", now() + $%d::bigint * interval '1 microsecond'", len(args))
+	}
 	return `
 		INSERT INTO attempts (rail_account, sik, attempt_seq, stamp, stamp_generation, lease_owner, lease_expires_at,
 		                      request_method, request_path, request_headers, request_body, via_envoy, commit_token_hash` + columns + `)

@@ -106,10 +106,10 @@ func TestOnlyAnAttemptAListingCanShowIsProvenAbsent(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.sent != nil {
-				if _, err := s.MarkSent(ctx, p.Key, 1, *tc.sent); err != nil {
+				if _, err := s.MarkSent(ctx, p.Key, 1, *tc.sent, 0); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := s.MarkSent(ctx, p.Key, 1, !*tc.sent); err == nil {
+				if _, err := s.MarkSent(ctx, p.Key, 1, !*tc.sent, 0); err == nil {
 					t.Fatal("an attempt marked sent one way was marked the other")
 				}
 			}
@@ -234,7 +234,7 @@ func toReconciling(ctx context.Context, t *testing.T, s *Store, p testProposal, 
 		t.Fatal(err)
 	}
 	if sent != nil {
-		if _, err := s.MarkSent(ctx, p.Key, 1, *sent); err != nil {
+		if _, err := s.MarkSent(ctx, p.Key, 1, *sent, 0); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -288,6 +288,12 @@ type AttemptStart struct {
 	// CommitAgent is the agent the commit token is issued to: the only
 	// caller that may report the attempt's answer.
 	CommitAgent string
+	// MayApplyFor is how long after its request leaves the rail may still
+	// apply it. An attempt that leaves without ext_proc's mark (not
+	// ViaEnvoy) may leave until its lease ends, so the rail may apply it
+	// until the lease's end plus MayApplyFor; one through ext_proc gets its
+	// time when MarkSent lets it leave.
+	MayApplyFor time.Duration
 }
 
 // StartAttempt writes the IN_FLIGHT attempt (the intent's AttemptStarted

@@ -53,12 +53,18 @@ type HeaderPolicy struct {
 }
 
 // commonRules hold for every rail: the method-override family can turn a
-// POST into another verb behind the path Countersign read, and a
+// POST into another verb behind the path Countersign read, the URL-rewrite
+// family the path itself, and a
 // compressed body is bytes Countersign did not read.
 var commonRules = map[string]HeaderRule{
 	"x-http-method-override": {Class: HeaderRefused, Why: "it can make the rail read the request as another method"},
 	"x-http-method":          {Class: HeaderRefused, Why: "it can make the rail read the request as another method"},
 	"x-method-override":      {Class: HeaderRefused, Why: "it can make the rail read the request as another method"},
+	// Some web stacks (Symfony before 3.4.14/4.1.3, IIS rewrite modules)
+	// take the request's path from these, behind the one Countersign read.
+	"x-original-url":     {Class: HeaderRefused, Why: "it can make the rail read the request as another path"},
+	"x-rewrite-url":      {Class: HeaderRefused, Why: "it can make the rail read the request as another path"},
+	"x-forwarded-prefix": {Class: HeaderRefused, Why: "it can make the rail read the request as another path"},
 	"content-encoding": {Class: HeaderPinned, Check: func(v string) error {
 		if !strings.EqualFold(strings.TrimSpace(v), "identity") {
 			return fmt.Errorf("%q: the body must be sent unencoded, as Countersign reads it", v)

@@ -139,8 +139,10 @@ func (h *allowHarness) reconcileAs(t *testing.T, cred, sik string, want counters
 }
 
 // noReconcileDelay lets a test reconcile at once (the mock rail has no
-// replica lag unless told to), and poll Reconcile within the owner quota.
-var noReconcileDelay = harnessOption{cfg: func(c *config.Config) { c.ReconcileDelay, c.OwnerQuotaBurst = 0, 1000 }}
+// replica lag unless told to, and applies a request before it answers or
+// stalls, so nothing of it stays at the rail: no settle time), and poll
+// Reconcile within the owner quota.
+var noReconcileDelay = harnessOption{cfg: func(c *config.Config) { c.ReconcileDelay, c.RailSettle, c.OwnerQuotaBurst = 0, 0, 1000 }}
 
 // TestDecisionServiceRefusesUnauthenticatedCallers: no RPC answers a caller
 // without a valid credential of the right kind, and none changes anything.

@@ -369,7 +369,7 @@ func TestApprovalLiveIsTheValueGatesView(t *testing.T) {
 // answer a duplicate replays; ListIntents filters by subject; another
 // owner sees none of it.
 func TestIntentTimelineAndSubjectFilter(t *testing.T) {
-	h := railHarness(t, roomyOwnerQuota)
+	h := railHarness(t, roomyOwnerQuota, noReconcileDelay)
 	client, ctx := ownerGRPC(h)
 
 	applied := h.allow(t, 1200)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
 	"github.com/countersign/countersign/internal/config"
 )
 
@@ -85,5 +87,29 @@ func TestReadsNeedAMandateOnTheAccount(t *testing.T) {
 	}
 	if s, body := get(h.secret, listing); s != http.StatusForbidden || !strings.Contains(body, "mandate_revoked") {
 		t.Fatalf("a read after the mandate's revocation = %d %.300s, want 403 mandate_revoked", s, body)
+	}
+}
+
+// TestAllowedActionAsksForAnUncompressedAnswer: ext_proc reads the rail's
+// answer to commit the attempt (its entity, its fee), so an ALLOW of a
+// money-moving request overwrites the agent's Accept-Encoding with
+// identity: an agent asking for gzip (Go's SDKs do by default) would have
+// every answer read as ambiguous and its fee go uncounted (found by a
+// review).
+func TestAllowedActionAsksForAnUncompressedAnswer(t *testing.T) {
+	h := railHarness(t)
+	resp := h.checkRefund(t, h.secret, "gzip-1", 100)
+	ok := resp.GetOkResponse()
+	if ok == nil {
+		t.Fatalf("refund denied: %v", resp.GetDeniedResponse().GetBody())
+	}
+	found := false
+	for _, hv := range ok.GetHeaders() {
+		if hv.GetHeader().GetKey() == "accept-encoding" {
+			found = hv.GetHeader().GetValue() == "identity" && hv.GetAppendAction() == corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+		}
+	}
+	if !found {
+		t.Fatalf("the ALLOW does not overwrite accept-encoding with identity: %v", ok.GetHeaders())
 	}
 }

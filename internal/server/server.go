@@ -116,7 +116,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 	store = observeLedger(store, m)
 	failQuota := quota.Options{Rate: cfg.AuthFailureRate, Burst: cfg.AuthFailureBurst}
 	eng := engine.New(store, engine.Options{Rails: rs, LeaseOwner: cfg.LeaseOwner, LeaseTTL: cfg.LeaseTTL,
-		ReconcileDelay: cfg.ReconcileDelay, Advisors: []gate.Advisor{gate.NewPayee{}},
+		ReconcileDelay: cfg.ReconcileDelay, RailSettle: cfg.RailSettle, Advisors: []gate.Advisor{gate.NewPayee{}},
 		Failures: quota.NewFailures(failQuota, failQuota), ExtProcInPath: cfg.ExtProcInPath, MaxPendingApprovals: cfg.MaxPendingApprovals,
 		RailReadRate: cfg.AgentRailReadRate, RailReadBurst: cfg.AgentRailReadBurst,
 		DecisionRate: cfg.AgentDecisionRate, DecisionBurst: cfg.AgentDecisionBurst,

@@ -401,3 +401,15 @@ func mutateExtra(t *rapid.T, m map[string]string) {
 
 // sortedKeys keeps rapid's draws reproducible from a seed.
 func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }
+
+// TestCheckDistinctBoundsTheLength: a reason of MaxDistinct characters
+// (not bytes: "é" is two) is accepted, one more is refused, naming both.
+func TestCheckDistinctBoundsTheLength(t *testing.T) {
+	if err := CheckDistinct(strings.Repeat("é", MaxDistinct)); err != nil {
+		t.Fatalf("%d characters: %v", MaxDistinct, err)
+	}
+	err := CheckDistinct(strings.Repeat("é", MaxDistinct+1))
+	if err == nil || !strings.Contains(err.Error(), "501 characters") || !strings.Contains(err.Error(), "at most 500") {
+		t.Fatalf("%d characters: %v", MaxDistinct+1, err)
+	}
+}

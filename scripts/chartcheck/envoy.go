@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
+	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -39,6 +41,9 @@ type envoyInfo struct {
 	routed map[string]string
 	// inAgentPod: this Envoy runs in the agent's pod (injector mode).
 	inAgentPod bool
+	// longestRoute is the longest a rail route lets a rail call run (its
+	// timeout; Envoy's default 15 s when unset; "forever" for 0).
+	longestRoute time.Duration
 }
 
 // checkEnvoyBootstrap parses the bootstrap the way Envoy does (YAML to
@@ -157,6 +162,18 @@ func checkHCM(r *result, h *hcmv3.HttpConnectionManager, clusters map[string]*cl
 			where := fmt.Sprintf("virtual host %q route %d", vh.GetName(), i)
 			switch a := rt.GetAction().(type) {
 			case *routev3.Route_Route:
+				// Envoy's route timeout defaults to 15 s; 0 turns it off. A
+				// GET-only route (an MCP server's event stream) moves no
+				// money: nothing of it is reconciled.
+				to := 15 * time.Second
+				if t := a.Route.GetTimeout(); t != nil {
+					if to = t.AsDuration(); to == 0 {
+						to = time.Duration(math.MaxInt64)
+					}
+				}
+				if !isGET(rt.GetMatch()) {
+					info.longestRoute = max(info.longestRoute, to)
+				}
 				if acct := checkRailRoute(r, where, rt, a.Route, clusters, accounts, info.inAgentPod); acct != "" {
 					routed[acct] = true
 					for _, d := range vh.GetDomains() {

@@ -43,9 +43,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/countersign/countersign/internal/config"
 	"github.com/countersign/countersign/internal/rails"
 )
 
@@ -733,6 +735,17 @@ func checkEgressPod(r *result, name string, s podSpec, configMaps map[string]obj
 	if info == nil {
 		return eg
 	}
+	// A listing proves an attempt absent only once the rail can no longer
+	// apply it: Countersign's settle time must cover the longest a rail
+	// route lets a rail call run.
+	settle := config.DefaultRailSettle
+	if v, _, ok := cs.env("COUNTERSIGN_RAIL_SETTLE_TIME"); ok {
+		d, err := time.ParseDuration(v)
+		r.ok(invEnvoy, err == nil, "%s: COUNTERSIGN_RAIL_SETTLE_TIME %q is not a duration", where, v)
+		settle = d
+	}
+	r.ok(invEnvoy, info.longestRoute <= settle,
+		"%s: the rail settle time (%s) is shorter than a rail route's timeout (%s): the reconciler could prove absent a request still at the rail", where, settle, info.longestRoute)
 	eg.envoyPort = info.listenerPort
 	// The pipe is the very socket Countersign listens on.
 	if found {

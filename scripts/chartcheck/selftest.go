@@ -55,6 +55,9 @@ var mutations = []mutation{
 		})
 		return nil
 	}},
+	{"a rail settle time shorter than a rail route's timeout", invEnvoy, func(d []map[string]any) error {
+		return setEnv(d, "countersign", "COUNTERSIGN_RAIL_SETTLE_TIME", "10s")
+	}},
 	{"gRPC on TCP", invGRPCUnix, func(d []map[string]any) error {
 		return setEnv(d, "countersign", "COUNTERSIGN_ENVOY_ADDR", "127.0.0.1:9191")
 	}},

@@ -156,6 +156,7 @@ var malformedCases = []railtest.MalformedCase{
 	{Name: "untyped_body", Req: postH(refundPath, `{"amount":100}`, map[string]string{"content-type": ""}), Field: "content-type"},
 	{Name: "query_on_post", Req: post(refundPath+"?amount=100000", `{"amount":1}`), Field: "query"},
 	{Name: "distinct_not_utf8", Req: postH(refundPath, `{}`, map[string]string{"x-countersign-distinct": "\xff"}), Field: "x-countersign-distinct"},
+	{Name: "distinct_too_long", Req: postH(refundPath, `{}`, map[string]string{"x-countersign-distinct": strings.Repeat("é", 501)}), Field: "x-countersign-distinct"},
 	{Name: "unknown_member", Req: post(refundPath, `{"future_field":{"x":1}}`), Field: "future_field"},
 	{Name: "member_other_case", Req: post(refundPath, `{"Amount":100}`), Field: "Amount"},
 	{Name: "member_trailing_space", Req: post(refundPath, `{"amount ":100}`), Field: "amount "},

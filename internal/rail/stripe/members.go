@@ -1,6 +1,7 @@
 package stripe
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -84,7 +85,7 @@ var specs = map[sik.Kind]spec{
 			"amount":                 amountM,
 			"currency":               currency,
 			"reason":                 {role: roleLabel, closed: true, valid: rail.OneOf("duplicate", "fraudulent", "requested_by_customer")},
-			"refund_application_fee": {role: roleKey, valid: boolean, dflt: "false"},
+			"refund_application_fee": {role: roleKey, valid: noFeeRefund, dflt: "false"},
 			"reverse_transfer":       {role: roleKey, valid: boolean, dflt: "false"},
 		},
 		refused: map[string]string{
@@ -129,6 +130,22 @@ var specs = map[sik.Kind]spec{
 func idValue(v string) error {
 	if !isID(v) {
 		return fmt.Errorf("%q is not a Stripe id", v)
+	}
+	return nil
+}
+
+// noFeeRefund accepts only refund_application_fee=false. true also
+// returns the platform's application fee (a share of it, on a partial
+// refund) to the connected account: the platform's money, leaving to a
+// payee no allowlist names, in an amount no gate values and no budget or
+// window counts (found by a review). Such a refund is refused until a
+// mandate can grant it.
+func noFeeRefund(v string) error {
+	if err := boolean(v); err != nil {
+		return err
+	}
+	if v == "true" {
+		return errors.New("refunding the application fee moves the platform's money to the connected account, which no gate values or budget counts; send the refund without it")
 	}
 	return nil
 }

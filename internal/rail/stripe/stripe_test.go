@@ -63,9 +63,9 @@ var parseCases = []railtest.ActionCase{
 	},
 	{
 		Name: "refund_with_currency_and_flags",
-		Req:  post("/v1/refunds", "payment_intent=pi_1&amount=0&currency=usd&refund_application_fee=true&reverse_transfer=false&expand[]=charge"),
+		Req:  post("/v1/refunds", "payment_intent=pi_1&amount=0&currency=usd&refund_application_fee=false&reverse_transfer=true&expand[]=charge"),
 		Want: rail.Action{Kind: sik.KindRefund, Subject: "pi_1", AmountMinor: ptr(0), Currency: "USD",
-			Extra: map[string]string{"refund_application_fee": "true"}},
+			Extra: map[string]string{"reverse_transfer": "true"}},
 	},
 	{
 		Name: "refund_explicit_defaults_and_labels",
@@ -189,6 +189,8 @@ var malformedCases = []railtest.MalformedCase{
 	{Name: "read_api_version_garbage", Req: rail.Request{Method: http.MethodGet, Path: "/v1/refunds/re_1", Headers: map[string]string{"stripe-version": "2025-03-31.Basil"}}, Field: "stripe-version"},
 	{Name: "read_with_body", Req: rail.Request{Method: http.MethodGet, Path: "/v1/refunds/re_1", Body: []byte("amount=1")}, Field: "body"},
 	{Name: "distinct_not_utf8", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"x-countersign-distinct": "\xff"}), Field: "x-countersign-distinct"},
+	{Name: "refund_application_fee_true", Req: post("/v1/refunds", "payment_intent=pi_1&refund_application_fee=true"), Field: "refund_application_fee"},
+	{Name: "distinct_too_long", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"x-countersign-distinct": strings.Repeat("é", 501)}), Field: "x-countersign-distinct"},
 }
 
 func manyMetadata(n int) string {
@@ -228,6 +230,9 @@ var unrecognisedCases = []railtest.RequestCase{
 	{Name: "unknown_countersign_header", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"x-countersign-verdict": "ALLOW"})},
 	{Name: "method_override", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"x-http-method-override": "GET"})},
 	{Name: "method_override_read", Req: rail.Request{Method: http.MethodGet, Path: "/v1/refunds", Headers: map[string]string{"x-http-method-override": "POST"}}},
+	{Name: "url_rewrite", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"x-original-url": "/v1/payouts"})},
+	{Name: "url_rewrite_read", Req: rail.Request{Method: http.MethodGet, Path: "/v1/balance", Headers: map[string]string{"x-rewrite-url": "/v1/payouts"}}},
+	{Name: "forwarded_prefix", Req: postH("/v1/refunds", "payment_intent=pi_1", map[string]string{"x-forwarded-prefix": "/v1/payouts"})},
 }
 
 func headerRule(kind sik.Kind, name, value string) error {
