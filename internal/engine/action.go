@@ -434,7 +434,7 @@ func aliasOf(account string, a rail.Action) (string, error) {
 // windowCurrent reports whether an aliased intent is the one a request
 // with its alias is now: always for an action without an idempotency
 // window; for one with, only the family's newest intent (latest), while it
-// is unresolved or younger than its window (familyWindow's rule). A key
+// is unresolved or moved less than its window ago (familyWindow's rule). A key
 // whose window cannot be read is not current: the request then takes the
 // whole path, which keys it afresh.
 func (e *Engine) windowCurrent(it ledger.Intent, latest *ledger.Intent) bool {
@@ -483,7 +483,7 @@ func idempotencyWindowOf(m *countersignv1.Mandate, kind sik.Kind) time.Duration 
 // familyWindow is the window member of the key of a request under an
 // idempotency window w, given its family's newest intent (latest, nil for
 // none): the request is that intent while it is unresolved (it may still
-// move money, or has) or younger than w, and the family's next generation
+// move money, or has) or moved less than w ago, and the family's next generation
 // otherwise ("<w>#<n>"). The window is a span after the family's last
 // action, not a slot of the clock: there is no boundary for an agent to
 // time a retry across. Deciders that read the same newest intent key the
@@ -537,11 +537,18 @@ func windowMember(it ledger.Intent) (string, error) {
 }
 
 // sameAction reports whether a request of intent it's family, under
-// window w, is it: while it is unresolved, or younger than w.
+// window w, is it: while it is unresolved, or until w has passed since it
+// last moved (UpdatedAt: its last transition, after every attempt it
+// started and the rail's answer). Not since its birth: an intent whose one
+// effect came late (a retry after a proof of absence, a held payout the
+// owner released late) would have its identical request, seconds after
+// that effect, keyed as the family's next generation, a new idempotency
+// key at the rail (found by a review: two identical payouts 3 s apart
+// under a 10-minute window).
 func (e *Engine) sameAction(it ledger.Intent, w time.Duration) bool {
 	switch it.State {
 	case intent.Applied, intent.Blocked, intent.ConfirmedNotApplied, intent.FailedTerminal:
-		return e.now().Sub(it.CreatedAt) < w
+		return e.now().Sub(it.UpdatedAt) < w
 	}
 	return true
 }

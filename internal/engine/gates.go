@@ -111,7 +111,7 @@ func (g gateRun) input(subject, canonical string) gate.Input {
 	_, in.MCP = g.acct.Adapter.(rail.ToolDescriber)
 	in.MCPTool, in.MCPToolDescriptionHash = g.tool, g.toolHash
 	in.Action = gate.Action{Kind: g.action.Kind, Subject: subject, AmountMinor: g.value, FullRefund: g.action.AmountMinor == nil,
-		Currency: g.currency, Payee: g.action.Payee}
+		Currency: g.currency, Payee: g.action.Payee, Reversible: reversible(g.acct, g.action)}
 	in.Referent = gate.Referent{AmountMinor: g.ref.AmountMinor, RefundableMinor: g.ref.RefundableMinor, Currency: g.ref.Currency, Payee: g.ref.Payee}
 	in.Fingerprint = ledger.Fingerprint(canonical)
 	in.Labels, in.FreeText = rail.CanonicalLabels(g.action.Labels), rail.FreeTextMembers(g.action.Labels)

@@ -9,6 +9,7 @@ import (
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/gate"
 	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/rails"
 	"github.com/countersign/countersign/internal/sik"
 )
@@ -61,7 +62,10 @@ func (e *Engine) admitToLedgerAnswer(ctx context.Context, req Request, p *ledger
 // and an answer from the ledger moves no money.
 func (e *Engine) admitScope(req Request, p *ledger.Principal, acct *rails.Account, kind sik.Kind, currency string, freeText []string, facts ledger.DecisionFacts) (*countersignv1.Mandate, Outcome, bool) {
 	in := principalInput(e.now(), p, acct)
-	in.Action = gate.Action{Kind: kind, Currency: currency}
+	// An answer from the ledger moves no money, and a new action meets the
+	// ladder's G1 after this, with what the rail can reverse: here no
+	// grant's reversible flag refuses.
+	in.Action = gate.Action{Kind: kind, Currency: currency, Reversible: true}
 	in.FreeText = freeText
 	if facts.MandateFound {
 		m, err := e.mandates.get(facts.Mandate)
@@ -93,11 +97,16 @@ func principalInput(now time.Time, p *ledger.Principal, acct *rails.Account) gat
 // withMandate puts the mandate (rec, decoded as m) into in.
 func withMandate(in *gate.Input, rec ledger.MandateRecord, m *countersignv1.Mandate) {
 	in.Mandate, in.MandateHash, in.MandateRevoked = m, rec.Hash, rec.RevokedAt != nil
-	for _, gr := range m.GetGrants() {
-		if sik.Kind(kindName(gr.GetActionKind())) == in.Action.Kind {
-			in.Action.Reversible = gr.GetReversible()
-		}
-	}
+}
+
+// reversible says whether the rail can still reverse a once applied (its
+// adapter's rail.Reverser; none can without one). It was the grant's own
+// flag, copied into the action, so a grant marked reversible refused
+// nothing (found by a review: an instant payout under a reversible-only
+// grant was allowed).
+func reversible(acct *rails.Account, a rail.Action) bool {
+	r, ok := acct.Adapter.(rail.Reverser)
+	return ok && r.Reversible(a)
 }
 
 // refuseForeign is the answer to a duplicate of another owner's intent.

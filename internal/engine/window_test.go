@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
@@ -15,20 +16,23 @@ import (
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/testing/testclock"
+	"github.com/countersign/countersign/internal/testing/wait"
 )
 
 // TestWindowCurrent: an aliased intent answers a request from the ledger
 // when it has no idempotency window, or when it is its family's newest
-// intent and still the action the request is (unresolved, or younger than
-// its window); a key whose window cannot be read never does (the request
+// intent and still the action the request is (unresolved, or within
+// its window since it last moved); a key whose window cannot be read never does (the request
 // is keyed afresh).
 func TestWindowCurrent(t *testing.T) {
 	at := time.Unix(1_800_000_000, 500_000_000)
 	e := &Engine{now: func() time.Time { return at }}
 	k := ledger.Key{RailAccount: "acct_1", SIK: "A"}
 	other := ledger.Key{RailAccount: "acct_1", SIK: "B"}
+	// age is how long ago the intent last moved; it was born an hour
+	// before that (the window runs from its last move, not its birth).
 	it := func(window string, state intent.State, age time.Duration) ledger.Intent {
-		return ledger.Intent{Key: k, State: state, CreatedAt: at.Add(-age), Canonical: fmt.Sprintf(`{"window":%q}`, window)}
+		return ledger.Intent{Key: k, State: state, CreatedAt: at.Add(-age - time.Hour), UpdatedAt: at.Add(-age), Canonical: fmt.Sprintf(`{"window":%q}`, window)}
 	}
 	latest := func(i ledger.Intent) *ledger.Intent { return &i }
 	cases := []struct {
@@ -146,4 +150,72 @@ func (ref *IntentRef) createdForTest(t *testing.T, r *rig) time.Time {
 	t.Helper()
 	it, _ := r.attempts(t, ref)
 	return it.CreatedAt
+}
+
+// TestIdempotencyWindowRunsFromTheFamilysLastEffect: a payout proven absent
+// and retried just before its window (counted from its birth) ran out is
+// paid then; the identical payout a few seconds later, past the window
+// from its birth, is still that payout (its duplicate), not the family's
+// next generation with a new idempotency key, which the rail would pay
+// again. The intent's birth is moved back in the ledger (the clock the
+// database stamps is the real one).
+func TestIdempotencyWindowRunsFromTheFamilysLastEffect(t *testing.T) {
+	const window = 10 * time.Minute
+	r := newRig(t, func(m *countersignv1.Mandate) {
+		m.Grants = append(m.Grants, &countersignv1.Grant{ActionKind: countersignv1.ActionKind_ACTION_KIND_PAYOUT, MaxAmountMinor: 1 << 40, Currencies: []string{"USD"}})
+		m.Idempotency = []*countersignv1.IdempotencySetting{{ActionKind: countersignv1.ActionKind_ACTION_KIND_PAYOUT, Window: durationpb.New(window)}}
+	})
+	ctx := context.Background()
+	payout := func() Outcome {
+		req := r.refund()
+		req.Path, req.Body = "/v1/payouts", []byte("amount=500000&currency=usd&destination=ba_1")
+		return r.e.Decide(ctx, req)
+	}
+	first := payout()
+	expect(t, first, Allow, ReasonAllowed)
+	sent, err := r.e.MarkSent(ctx, *first.Intent, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if it, _, err := r.e.Commit(ctx, sent, rail.Response{Status: 504}); err != nil || it.State != intent.Unknown {
+		t.Fatalf("commit of a 504 = %s, %v", it.State, err)
+	}
+	key := ledger.Key{RailAccount: first.Intent.RailAccount, SIK: first.Intent.SIK}
+	if _, err := r.store.ClaimReconcile(ctx, "rec", time.Minute, 10, &key); err != nil {
+		t.Fatal(err)
+	}
+	if it, err := r.store.RecordFinding(ctx, ledger.Finding{Key: key, AttemptSeq: 1, Outcome: ledger.FindingAbsent, Pages: 1, PaginationExhausted: true, Owner: "rec"}); err != nil || it.State != intent.ConfirmedNotApplied {
+		t.Fatalf("finding = %s, %v", it.State, err)
+	}
+	// Born nearly a window ago.
+	conn, err := pgx.Connect(ctx, r.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `SET session_replication_role = replica`); err != nil { // past the immutability trigger
+		t.Fatal(err)
+	}
+	var born time.Time
+	if err := conn.QueryRow(ctx, `UPDATE intents SET created_at = now() - $2::bigint * interval '1 microsecond' WHERE sik = $1 RETURNING created_at`,
+		key.SIK, (window - 3*time.Second).Microseconds()).Scan(&born); err != nil {
+		t.Fatal(err)
+	}
+
+	retry := payout()
+	if retry.Verdict != Allow || retry.Intent.SIK != first.Intent.SIK {
+		t.Fatalf("the retry after proven absence = %s %s on %v; want the same intent", retry.Verdict, retry.ReasonCode, retry.Intent)
+	}
+	paid := rail.Response{Status: 200, Headers: map[string]string{"content-type": "application/json"},
+		Body: []byte(`{"id":"po_1","object":"payout","amount":500000,"currency":"usd","status":"paid","destination":"ba_1"}`)}
+	if it, _, err := r.e.Commit(ctx, *retry.Intent, paid); err != nil || it.State != intent.Applied {
+		t.Fatalf("commit of the retry = %s, %v", it.State, err)
+	}
+	if !wait.Until(20*time.Second, func() bool { return time.Since(born) > window+100*time.Millisecond }) {
+		t.Fatal("the window from the payout's birth did not pass")
+	}
+	dup := payout()
+	if dup.Verdict == Allow || dup.ReasonCode != ReasonDuplicateApplied || dup.Intent == nil || dup.Intent.SIK != first.Intent.SIK {
+		t.Fatalf("the identical payout seconds after the paid one = %s %s on %v; want the paid one's duplicate", dup.Verdict, dup.ReasonCode, dup.Intent)
+	}
 }

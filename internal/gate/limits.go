@@ -2,6 +2,7 @@ package gate
 
 import (
 	"fmt"
+	"strings"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 )
@@ -76,13 +77,24 @@ func checkFees(in Input) (code, reason string) {
 }
 
 // checkBudget: held + spent + this amount ≤ the mandate's budget in the
-// action's currency. A currency without a budget is limited only by grants
-// and windows.
+// action's currency. A mandate with no budget at all is limited only by
+// its grants and windows; one with budgets allows no spending in a granted
+// currency it sets none for (a review spent 4 × 50,000 JPY under a mandate
+// whose only budget was 500.00 USD: the grant's maximum is one number for
+// all its currencies).
 func checkBudget(in Input) (code, reason string) {
 	a, u := in.Action, in.Usage
 	b := budgetFor(in.Mandate, a.Currency)
 	if b == nil {
-		return "", ""
+		if a.Currency == "" || len(in.Mandate.GetBudgets()) == 0 {
+			return "", ""
+		}
+		var set []string
+		for _, b := range in.Mandate.GetBudgets() {
+			set = append(set, b.GetCurrency())
+		}
+		return ReasonCurrencyNotBudgeted, fmt.Sprintf("%s sets budgets in %s but none in %s, so it allows no spending in %s; ask the owner for a budget in %s.",
+			mandateName(in), strings.Join(set, ", "), a.Currency, a.Currency, a.Currency)
 	}
 	used, ok1 := addMinor(u.BudgetHeldMinor, u.BudgetSpentMinor)
 	total, ok2 := addMinor(used, a.AmountMinor)

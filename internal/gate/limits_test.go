@@ -42,6 +42,7 @@ func TestCheckLimits(t *testing.T) {
 		{name: "window fills exactly", mod: func(in *Input) { in.Usage.Windows = counted(*in, [2]int64{2, 1500000}) }, verdict: Allow, code: ReasonPassed},
 		{name: "window in another currency", mod: func(in *Input) {
 			in.Action.Currency, in.Referent.Currency = "EUR", "EUR"
+			in.Mandate.Budgets = append(in.Mandate.Budgets, &countersignv1.Money{AmountMinor: 1 << 40, Currency: "EUR"})
 			in.Usage.Windows = counted(*in, [2]int64{2, 2500000})
 		}, verdict: Allow, code: ReasonPassed},
 		{name: "window amount overflows", mod: func(in *Input) { in.Usage.Windows = counted(*in, [2]int64{1, math.MaxInt64}) }, verdict: Block, code: ReasonAmountOverflow,
@@ -53,8 +54,11 @@ func TestCheckLimits(t *testing.T) {
 		{name: "budget exceeded", mod: func(in *Input) { in.Usage.BudgetHeldMinor, in.Usage.BudgetSpentMinor = 4000000, 5500000 }, verdict: Block, code: ReasonBudgetExceeded,
 			contains: []string{"10,000.00 USD would bring", "to 105,000.00 USD, over its 100,000.00 USD (40,000.00 USD held, 55,000.00 USD spent, 5,000.00 USD left)"}},
 		{name: "budget filled exactly", mod: func(in *Input) { in.Usage.BudgetHeldMinor, in.Usage.BudgetSpentMinor = 4000000, 5000000 }, verdict: Allow, code: ReasonPassed},
-		{name: "currency without a budget", mod: func(in *Input) {
+		{name: "currency without a budget beside one with", mod: func(in *Input) {
 			in.Action.Currency = "EUR"
+		}, verdict: Block, code: ReasonCurrencyNotBudgeted, contains: []string{"sets budgets in USD but none in EUR"}},
+		{name: "no budget at all", mod: func(in *Input) {
+			in.Mandate.Budgets = nil
 			in.Usage.BudgetHeldMinor, in.Usage.BudgetSpentMinor = math.MaxInt64/2, math.MaxInt64/2
 		}, verdict: Allow, code: ReasonPassed},
 		{name: "budget sum overflows", mod: func(in *Input) {

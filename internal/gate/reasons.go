@@ -55,6 +55,7 @@ const (
 	ReasonRecurrenceLimitExceeded = "recurrence_limit_exceeded"
 	ReasonFeeBudgetExhausted      = "fee_budget_exhausted"
 	ReasonBudgetExceeded          = "budget_exceeded"
+	ReasonCurrencyNotBudgeted     = "currency_not_budgeted"
 	ReasonApprovalRequired        = "approval_required"       // HOLD
 	ReasonApprovalExpired         = "approval_expired"        // HOLD
 	ReasonApprovalMismatch        = "approval_mismatch"       // HOLD: the approval was for another request

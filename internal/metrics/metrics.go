@@ -4,6 +4,8 @@ package metrics
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -61,33 +63,91 @@ func New() *Metrics {
 	return m
 }
 
+// quarantinedEvery is how long one count of the quarantined intents is
+// reported. /metrics is reachable unauthenticated (by the agent among
+// others), and a count per scrape would let a flood of scrapes take the
+// ledger pool's connections from decisions.
+const quarantinedEvery = 5 * time.Second
+
 // WatchQuarantined exports countersign_quarantined_intents, read with count
-// at each scrape under a short timeout. When count fails (the ledger is
-// down or slow) the gauge is left out of that scrape rather than reported
-// stale or failing the whole scrape; countersign_ledger_ready says why.
+// at most once every quarantinedEvery, under a short timeout; a scrape in
+// between reports the last count, and concurrent scrapes share one count
+// in flight. When count fails (the ledger is down or slow) the gauge is
+// left out of the scrapes until the next count rather than reported stale
+// or failing the whole scrape; countersign_ledger_ready says why.
 func (m *Metrics) WatchQuarantined(count func(context.Context) (int64, error)) {
-	m.Registry.MustRegister(&countCollector{
-		desc: prometheus.NewDesc("countersign_quarantined_intents",
-			"Intents in QUARANTINED, waiting for an operator, across every rail account.", nil, nil),
-		count: count, timeout: 2 * time.Second,
-	})
+	m.watchQuarantined(count, time.Now)
 }
 
-// countCollector is a gauge whose value is asked for at each scrape.
+func (m *Metrics) watchQuarantined(count func(context.Context) (int64, error), now func() time.Time) *countCollector {
+	c := newCountCollector(prometheus.NewDesc("countersign_quarantined_intents",
+		fmt.Sprintf("Intents in QUARANTINED, waiting for an operator, across every rail account; counted at most every %s.", quarantinedEvery),
+		nil, nil), count, 2*time.Second, quarantinedEvery, now)
+	m.Registry.MustRegister(c)
+	return c
+}
+
+// countCollector is a gauge whose value is counted when a scrape finds the
+// last count older than every.
 type countCollector struct {
 	desc    *prometheus.Desc
 	count   func(context.Context) (int64, error)
 	timeout time.Duration
+	every   time.Duration
+	now     func() time.Time
+
+	mu      sync.Mutex
+	n       int64
+	err     error
+	known   bool
+	at      time.Time     // when n and err arrived
+	flight  chan struct{} // closed when the count in flight ends; nil when none
+	sharing int           // scrapes waiting on flight (tests watch it)
+}
+
+func newCountCollector(desc *prometheus.Desc, count func(context.Context) (int64, error), timeout, every time.Duration,
+	now func() time.Time,
+) *countCollector {
+	return &countCollector{desc: desc, count: count, timeout: timeout, every: every, now: now}
 }
 
 func (c *countCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *countCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
-	defer cancel()
-	n, err := c.count(ctx)
+	n, err := c.value()
 	if err != nil {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n))
+}
+
+// value is the last count if it is fresh, else the count in flight's (it
+// ends within timeout), else a new count's.
+func (c *countCollector) value() (int64, error) {
+	c.mu.Lock()
+	if c.known && c.now().Sub(c.at) < c.every {
+		defer c.mu.Unlock()
+		return c.n, c.err
+	}
+	if f := c.flight; f != nil {
+		c.sharing++
+		c.mu.Unlock()
+		<-f
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.sharing--
+		return c.n, c.err
+	}
+	f := make(chan struct{})
+	c.flight = f
+	c.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	n, err := c.count(ctx)
+	cancel()
+	c.mu.Lock()
+	c.n, c.err, c.known, c.at, c.flight = n, err, true, c.now(), nil
+	c.mu.Unlock()
+	close(f)
+	return n, err
 }

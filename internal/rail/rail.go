@@ -315,6 +315,14 @@ type ListedAnswerer interface {
 	ListedAnswer(e Entity) (Response, error)
 }
 
+// Reverser is implemented by adapters that know which of their actions the
+// rail can still reverse once applied (a Stripe standard payout is pending,
+// and cancellable, for days; a transfer can be reversed). A mandate grant
+// marked reversible permits only those. An adapter without it has none.
+type Reverser interface {
+	Reversible(a Action) bool
+}
+
 // Replayer is implemented by adapters whose stored answer must be re-shaped
 // for a duplicate request (an MCP response carries the new call's id).
 type Replayer interface {

@@ -202,7 +202,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 		cfg: cfg, log: log, metrics: m, tracer: o.tracer, grpc: gs, gateway: gws, envoy: es, errs: make(chan error, 3),
 		store: store, rails: rs, reconciler: rec, auditSigner: auditSigner, webhooks: webhooks, peers: peers, console: con,
 		ready: &readiness{
-			prober: store, health: hs, metrics: m, log: log,
+			prober: store, health: hs, metrics: m, log: log, now: time.Now,
 			services: []string{"", authv3.Authorization_ServiceDesc.ServiceName,
 				countersignv1.DecisionService_ServiceDesc.ServiceName,
 				countersignv1.OwnerService_ServiceDesc.ServiceName},
@@ -430,7 +430,9 @@ func (s *Server) httpMux(ctx context.Context, gateway *quota.GatewayListener) (*
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if err := s.ready.probe(r.Context()); err != nil {
+		// At most one probe a second, shared by concurrent callers: anyone
+		// reaching the port may ask (readiness.go).
+		if err := s.ready.answer(r.Context()); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "not ready: %s\n", notReadyReason(err))
 			return

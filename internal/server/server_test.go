@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -273,8 +274,15 @@ func TestLedgerOutageFailsClosedAndRecovers(t *testing.T) {
 	if err := cluster.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if s, body := h.get(t, "/readyz"); s != http.StatusServiceUnavailable || !strings.Contains(body, "ledger unreachable") {
-		t.Fatalf("readyz with postgres down = %d %q", s, body)
+	// /readyz answers from a result up to readyzFreshFor old (readiness.go).
+	var down string
+	eventually(t, "readyz 503 with postgres down", func() bool {
+		s, body := h.get(t, "/readyz")
+		down = fmt.Sprintf("%d %q", s, body)
+		return s == http.StatusServiceUnavailable
+	})
+	if !strings.Contains(down, "ledger unreachable") {
+		t.Fatalf("readyz with postgres down = %s", down)
 	}
 	eventually(t, "health NOT_SERVING", func() bool { return h.health(t) == healthpb.HealthCheckResponse_NOT_SERVING })
 	status, code := deniedCode(t, h.check(t, "r-down", "Bearer csk_"+strings.Repeat("a", 52)))

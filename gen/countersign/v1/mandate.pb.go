@@ -414,8 +414,10 @@ type Grant struct {
 	// ISO 4217 currencies allowed; at least one.
 	Currencies []string `protobuf:"bytes,4,rep,name=currencies,proto3" json:"currencies,omitempty"`
 	// If true, the action is permitted only while the rail can still reverse
-	// it (e.g. a payout that can be cancelled before it settles). Refunds are
-	// irreversible, so refund grants leave it false.
+	// it (e.g. a payout that can be cancelled before it settles): on Stripe a
+	// standard payout and a transfer; never an instant payout, a Razorpay
+	// payout or an MCP tool's action. Refunds are irreversible, so refund
+	// grants leave it false.
 	Reversible    bool `protobuf:"varint,5,opt,name=reversible,proto3" json:"reversible,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

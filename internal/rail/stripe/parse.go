@@ -55,6 +55,20 @@ func checkVersion(v string) error {
 }
 
 // Parse implements rail.Adapter.
+// Reversible: a standard payout stays pending, and cancellable, until it
+// is paid (POST /v1/payouts/{id}/cancel); an instant one is paid at once. A
+// transfer can be reversed (POST /v1/transfers/{id}/reversals). A refund
+// cannot be undone.
+func (adapter) Reversible(a rail.Action) bool {
+	switch a.Kind {
+	case sik.KindPayout:
+		return a.Extra["method"] != "instant"
+	case sik.KindTransfer:
+		return true
+	}
+	return false
+}
+
 func (adapter) Parse(req rail.Request) (rail.Parsed, error) {
 	path, query, _ := strings.Cut(req.Path, "?")
 	segs, ok := splitPath(path)
