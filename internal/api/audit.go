@@ -74,9 +74,10 @@ func (s *OwnerServer) ListAuditRecords(ctx context.Context, req *countersignv1.L
 
 // VerifyAudit verifies the log of a rail account the owner holds (the
 // operator granted it; PermissionDenied otherwise, whether or not the
-// account exists). The log holds other owners' records too (the tree links
+// account exists), and that each intent on it is the action its SIK was
+// derived from. The log holds other owners' records too (the tree links
 // them); only counts and problems are returned, and a problem names
-// another owner's intent by record id only.
+// another owner's intent by record id only, and never its action.
 func (s *OwnerServer) VerifyAudit(ctx context.Context, req *countersignv1.VerifyAuditRequest) (*countersignv1.VerifyAuditResponse, error) {
 	owner, err := s.owner(ctx)
 	if err != nil {
@@ -89,7 +90,7 @@ func (s *OwnerServer) VerifyAudit(ctx context.Context, req *countersignv1.Verify
 	if req.GetMaxUnsealedAge() != nil {
 		age = req.GetMaxUnsealedAge().AsDuration()
 	}
-	opts := ledger.AuditVerifyOptions{RailAccount: req.GetRailAccount(), MaxUnsealedAge: age}
+	opts := ledger.AuditVerifyOptions{RailAccount: req.GetRailAccount(), MaxUnsealedAge: age, CheckActions: true}
 	if s.auditVerifier != nil {
 		opts.Verifiers = []note.Verifier{s.auditVerifier}
 	}
@@ -114,9 +115,14 @@ func (s *OwnerServer) VerifyAudit(ctx context.Context, req *countersignv1.Verify
 		if p.LeafIndex >= 0 {
 			ap.LeafIndex = &p.LeafIndex
 		}
-		if p.SIK != "" && mine[p.SIK] {
+		switch {
+		case p.SIK != "" && mine[p.SIK]:
 			ap.Sik = p.SIK
-		} else if p.SIK != "" {
+		case p.Kind == ledger.AuditActionMismatch:
+			// Another owner's intent: its amount, subject and payee are
+			// not this owner's to read.
+			ap.Problem = "(another owner's intent) is not the action its SIK was derived from (the intent was edited after it was keyed)"
+		case p.SIK != "":
 			// Another owner's intent: say what is wrong, not whose.
 			ap.Problem = strings.ReplaceAll(ap.Problem, p.SIK, "(another owner's intent)")
 		}

@@ -21,6 +21,7 @@ import (
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/sik"
 	"github.com/countersign/countersign/internal/testing/ledgertest"
 	"github.com/countersign/countersign/internal/testing/pgtest"
 )
@@ -74,16 +75,28 @@ func auditFixture(t *testing.T) (store *ledger.Store, s *OwnerServer, url string
 		if i%3 == 2 {
 			agent = theirs
 		}
-		sk := strings.NewReplacer("0", "A", "1", "B", "2", "C", "3", "D", "4", "E", "5", "F", "6", "G", "7", "H", "8", "I", "9", "J").
-			Replace(fmt.Sprintf("AUDITSIK%024d", i))
-		k := ledger.Key{RailAccount: acct, SIK: sk}
-		if err := ledgertest.InFlight(ctx, store, ledger.NewIntent{Key: k, Rail: "stripe", Action: "refund", Subject: "pi_a", AmountMinor: 1,
-			Currency: "USD", Canonical: "{}", AgentID: agent}, k.SIK); err != nil {
+		ni := keyedRefund(t, i, agent)
+		if err := ledgertest.InFlight(ctx, store, ni, ni.SIK); err != nil {
 			t.Fatal(err)
 		}
-		siks[sk] = agent
+		siks[ni.SIK] = agent
 	}
 	return store, s, url, siks, mine, theirs
+}
+
+// keyedRefund is a refund of 1 USD on pi_a on acct by agentID, keyed as
+// the engine keys it (its SIK that of its canonical action), made
+// distinct by n.
+func keyedRefund(t *testing.T, n int, agentID string) ledger.NewIntent {
+	t.Helper()
+	a := sik.Action{V: sik.Version, RailAccount: acct, Action: "refund", Subject: "pi_a", AmountMinor: 1, Currency: "USD",
+		Distinct: fmt.Sprintf("refund %d", n)}
+	canon, k, err := a.Keyed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ledger.NewIntent{Key: ledger.Key{RailAccount: acct, SIK: string(k)}, Rail: "stripe", Action: a.Action, Subject: a.Subject,
+		AmountMinor: a.AmountMinor, Currency: a.Currency, DistinctReason: a.Distinct, Canonical: string(canon), AgentID: agentID}
 }
 
 func testAuditKey(t *testing.T) (note.Signer, note.Verifier) {
@@ -222,6 +235,54 @@ func TestOwnerAPIListsAndVerifiesTheAudit(t *testing.T) {
 	if err != nil || v.GetOk() || v.GetProblems()[0].GetSik() != "" || strings.Contains(v.GetProblems()[0].GetProblem(), got[0].GetSik()) {
 		t.Fatalf("own_b's report: %v, %v", v, err)
 	}
+
+	// An intent's amount edited after it was sealed: own_a is told which
+	// and how; own_b that an intent was edited, not its amount.
+	edited := got[len(got)-1].GetSik()
+	if _, err := pgxExec(ctx, url, `UPDATE intents SET amount_minor = 987654 WHERE sik = $1`, edited); err != nil {
+		t.Fatal(err)
+	}
+	v, err = s.VerifyAudit(as("own_a"), &countersignv1.VerifyAuditRequest{RailAccount: acct})
+	if err != nil || !hasProblem(v, string(ledger.AuditActionMismatch), edited, "its amount is 987654, its canonical action's 1") {
+		t.Fatalf("own_a's report after an intent's amount was edited: %v, %v", v.GetProblems(), err)
+	}
+	v, err = s.VerifyAudit(as("own_b"), &countersignv1.VerifyAuditRequest{RailAccount: acct})
+	if err != nil || !hasProblem(v, string(ledger.AuditActionMismatch), "", "(another owner's intent) is not the action its SIK was derived from") ||
+		strings.Contains(fmt.Sprint(v.GetProblems()), "987654") || strings.Contains(fmt.Sprint(v.GetProblems()), edited) {
+		t.Fatalf("own_b's report after own_a's intent was edited: %v, %v", v.GetProblems(), err)
+	}
+}
+
+func hasProblem(v *countersignv1.VerifyAuditResponse, kind, sik, text string) bool {
+	for _, p := range v.GetProblems() {
+		if p.GetKind() == kind && p.GetSik() == sik && strings.Contains(p.GetProblem(), text) {
+			return true
+		}
+	}
+	return false
+}
+
+// pgxExec runs sql as the database superuser around the append-only and
+// intent guards, as an attacker with write access would.
+func pgxExec(ctx context.Context, url, sql string, args ...any) (int64, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+		return 0, err
+	}
+	tag, err := tx.Exec(ctx, sql, args...)
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), tx.Commit(ctx)
 }
 
 func TestOwnerAuditProofs(t *testing.T) {

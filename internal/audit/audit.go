@@ -11,6 +11,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -57,7 +58,7 @@ func (r Record) LeafHash() tlog.Hash { return tlog.RecordHash(r.LeafData()) }
 // URL-safe ASCII) are percent-encoded.
 func Origin(railAccount string) string {
 	var b strings.Builder
-	b.WriteString("countersign/audit/")
+	b.WriteString(originPrefix)
 	for i := 0; i < len(railAccount); i++ {
 		c := railAccount[i]
 		switch {
@@ -190,4 +191,91 @@ func CheckConsistency(older, newer Checkpoint, proof tlog.TreeProof) error {
 		return fmt.Errorf("the tree of size %d does not extend the tree of size %d: %w", newer.Size, older.Size, err)
 	}
 	return nil
+}
+
+// originPrefix opens every rail account's log origin.
+const originPrefix = "countersign/audit/"
+
+// RailAccountOf is the rail account whose log origin names, the inverse of
+// Origin; ok is false when origin is not one Origin writes.
+func RailAccountOf(origin string) (string, bool) {
+	rest, found := strings.CutPrefix(origin, originPrefix)
+	if !found || rest == "" {
+		return "", false
+	}
+	acct, err := url.PathUnescape(rest)
+	if err != nil || Origin(acct) != origin {
+		return "", false
+	}
+	return acct, true
+}
+
+// SplitNotes splits text holding signed notes one after another (blank
+// lines between them allowed) into the notes: each is its text, a blank
+// line and its signature lines ("— name sig"), so a new note starts at the
+// first line after a signature that is not one.
+func SplitNotes(text string) []string {
+	var notes []string
+	var cur strings.Builder
+	inSigs, sawSig := false, false
+	flush := func() {
+		if cur.Len() > 0 {
+			n := cur.String()
+			if !strings.HasSuffix(n, "\n") {
+				n += "\n"
+			}
+			notes = append(notes, n)
+			cur.Reset()
+		}
+		inSigs, sawSig = false, false
+	}
+	for _, line := range strings.SplitAfter(text, "\n") {
+		body := strings.TrimSuffix(line, "\n")
+		switch {
+		case line == "":
+			continue
+		case inSigs && strings.HasPrefix(body, "— "):
+			sawSig = true
+		case inSigs && sawSig:
+			flush()
+			if strings.TrimSpace(body) == "" {
+				continue
+			}
+		case inSigs:
+			// A second blank line before any signature: a malformed note,
+			// kept whole so that opening it says so.
+		case cur.Len() == 0 && strings.TrimSpace(body) == "":
+			continue
+		case body == "":
+			inSigs = true
+		}
+		cur.WriteString(line)
+	}
+	flush()
+	return notes
+}
+
+// OpenCheckpoints opens every signed checkpoint in text (see SplitNotes),
+// each of which must verify with one of the trusted verifiers: they are
+// checkpoints someone kept, to hold the log to later.
+func OpenCheckpoints(text string, trusted ...note.Verifier) ([]Checkpoint, error) {
+	if len(trusted) == 0 {
+		return nil, errors.New("a kept checkpoint is only worth its signature: name the trusted verifier keys")
+	}
+	notes := SplitNotes(text)
+	if len(notes) == 0 {
+		return nil, errors.New("no checkpoint in it")
+	}
+	out := make([]Checkpoint, 0, len(notes))
+	for i, n := range notes {
+		c, err := OpenCheckpoint(n, trusted...)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint %d: %w", i+1, err)
+		}
+		if _, ok := RailAccountOf(c.Origin); !ok {
+			return nil, fmt.Errorf("checkpoint %d: %q is not the origin of a rail account's audit log", i+1, c.Origin)
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }

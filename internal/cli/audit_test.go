@@ -18,6 +18,7 @@ import (
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/api"
 	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/sik"
 	"github.com/countersign/countersign/internal/testing/ledgertest"
 	"github.com/countersign/countersign/internal/testing/pgtest"
 )
@@ -70,10 +71,8 @@ func auditLedger(t *testing.T) (url string, store *ledger.Store, key, pub, other
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		sik := strings.Repeat(string(rune('A'+i)), 32)
-		k := ledger.Key{RailAccount: "acct_cli_audit", SIK: sik}
-		if err := ledgertest.InFlight(ctx, store, ledger.NewIntent{Key: k, Rail: "stripe", Action: "refund", Subject: "pi_1", AmountMinor: 100,
-			Currency: "USD", Canonical: "{}", AgentID: a.ID}, sik); err != nil {
+		ni := keyedRefund(t, i, a.ID)
+		if err := ledgertest.InFlight(ctx, store, ni, ni.SIK); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -87,6 +86,21 @@ func auditLedger(t *testing.T) (url string, store *ledger.Store, key, pub, other
 		t.Fatal(r.err)
 	}
 	return url, store, filepath.Join(dir, "cli.audit.key"), filepath.Join(dir, "cli.audit.pub"), filepath.Join(other, "cli.audit.pub")
+}
+
+// keyedRefund is a refund of 100 USD on pi_1 on acct_cli_audit, keyed as
+// the engine keys it (its SIK that of its canonical action), made
+// distinct by n.
+func keyedRefund(t *testing.T, n int, agentID string) ledger.NewIntent {
+	t.Helper()
+	a := sik.Action{V: sik.Version, RailAccount: "acct_cli_audit", Action: "refund", Subject: "pi_1", AmountMinor: 100, Currency: "USD",
+		Distinct: fmt.Sprintf("refund %d", n)}
+	canon, k, err := a.Keyed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ledger.NewIntent{Key: ledger.Key{RailAccount: a.RailAccount, SIK: string(k)}, Rail: "stripe", Action: a.Action, Subject: a.Subject,
+		AmountMinor: a.AmountMinor, Currency: a.Currency, DistinctReason: a.Distinct, Canonical: string(canon), AgentID: agentID}
 }
 
 func TestAuditSealAndVerify(t *testing.T) {
@@ -194,8 +208,8 @@ func TestAuditProofCommands(t *testing.T) {
 		t.Fatalf("inclusion with another key: %v\n%s", r.err, r.out)
 	}
 	// Seal more, then prove the log only grew.
-	if err := ledgertest.InFlight(ctx, store, ledger.NewIntent{Key: ledger.Key{RailAccount: "acct_cli_audit", SIK: strings.Repeat("C", 32)}, Rail: "stripe",
-		Action: "refund", Subject: "pi_1", AmountMinor: 100, Currency: "USD", Canonical: "{}"}, strings.Repeat("C", 32)); err != nil {
+	third := keyedRefund(t, 2, "")
+	if err := ledgertest.InFlight(ctx, store, third, third.SIK); err != nil {
 		t.Fatal(err)
 	}
 	if r := runCLI(t, "", "audit", "seal", "--database-url", url, "--audit-signing-key", key); r.err != nil {

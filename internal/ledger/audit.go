@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/mod/sumdb/note"
@@ -51,6 +52,10 @@ var (
 	// ErrProofRange means a proof was asked between trees that cannot
 	// have one (a leaf outside the tree, an older tree larger than a newer).
 	ErrProofRange = errors.New("ledger: no such proof")
+	// ErrAuditRewritten means the sequencer refused to sign: the log in
+	// the ledger does not extend the one sealed before (its sealed rows
+	// were removed, or it is not the tree this process last signed).
+	ErrAuditRewritten = errors.New("ledger: refusing to seal the audit log: it does not extend the log sealed before")
 )
 
 // SealBatch is the most records one sealing transaction takes.
@@ -64,15 +69,18 @@ const beginSeal = "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL synchronous_c
 type SealReport struct {
 	Accounts int   // rail accounts that had records to seal
 	Records  int64 // records sealed
+	Failed   int   // rail accounts whose sealing failed (the error says why)
 }
 
 // Seal seals every unsealed audit record, account by account, into its
 // rail account's log, signing a checkpoint with signer after each batch.
 // Any number of processes may call it at once: each account's sealings
-// take that account's log row lock, and nothing else.
+// take that account's log row lock, and nothing else. An account whose
+// sealing fails does not hold up the others: Seal goes on with them and
+// returns every account's failure, joined, with what it did seal.
 func (s *Store) Seal(ctx context.Context, signer note.Signer) (SealReport, error) {
 	var rep SealReport
-	rows, err := s.pool.Query(ctx, `SELECT DISTINCT rail_account FROM audit_records WHERE leaf_index IS NULL`)
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT rail_account FROM audit_records WHERE leaf_index IS NULL ORDER BY 1`)
 	if err != nil {
 		return rep, classify(err)
 	}
@@ -80,12 +88,19 @@ func (s *Store) Seal(ctx context.Context, signer note.Signer) (SealReport, error
 	if err != nil {
 		return rep, classify(err)
 	}
+	var errs []error
 	for _, acct := range accounts {
+		if ctx.Err() != nil {
+			errs = append(errs, classify(ctx.Err()))
+			break
+		}
 		var sealed int64
 		for {
 			n, err := s.SealAccount(ctx, acct, signer, SealBatch)
 			if err != nil {
-				return rep, err
+				rep.Failed++
+				errs = append(errs, fmt.Errorf("audit log of %s: %w", acct, err))
+				break
 			}
 			sealed += int64(n)
 			if n < SealBatch {
@@ -97,7 +112,7 @@ func (s *Store) Seal(ctx context.Context, signer note.Signer) (SealReport, error
 			rep.Records += sealed
 		}
 	}
-	return rep, nil
+	return rep, errors.Join(errs...)
 }
 
 // SealAccount seals up to batch of railAccount's unsealed records, in id
@@ -106,6 +121,7 @@ func (s *Store) Seal(ctx context.Context, signer note.Signer) (SealReport, error
 // records it sealed (0 when none were waiting).
 func (s *Store) SealAccount(ctx context.Context, railAccount string, signer note.Signer, batch int) (int, error) {
 	var sealed int
+	var next audit.Checkpoint
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{BeginQuery: beginSeal}, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO audit_logs (rail_account) VALUES ($1) ON CONFLICT DO NOTHING`, railAccount); err != nil {
 			return err
@@ -124,6 +140,11 @@ func (s *Store) SealAccount(ctx context.Context, railAccount string, signer note
 		recs, err := pgx.CollectRows(rows, scanAuditRecord)
 		if err != nil || len(recs) == 0 {
 			return err
+		}
+		if size == 0 {
+			if err := checkFreshLog(ctx, tx, railAccount); err != nil {
+				return err
+			}
 		}
 		hashes := newHashCache(func(idx []int64) ([]tlog.Hash, error) { return readHashes(ctx, tx, railAccount, idx) })
 		ids, leaves := make([]int64, len(recs)), make([]int64, len(recs))
@@ -148,7 +169,11 @@ func (s *Store) SealAccount(ctx context.Context, railAccount string, signer note
 		if err != nil {
 			return fmt.Errorf("ledger: audit tree of %s: %w", railAccount, err)
 		}
-		signed, err := audit.SignCheckpoint(audit.Checkpoint{Origin: audit.Origin(railAccount), Size: newSize, Root: root}, signer)
+		next = audit.Checkpoint{Origin: audit.Origin(railAccount), Size: newSize, Root: root}
+		if err := s.sealMemory().check(railAccount, next, hashes); err != nil {
+			return err
+		}
+		signed, err := audit.SignCheckpoint(next, signer)
 		if err != nil {
 			return err
 		}
@@ -174,7 +199,78 @@ func (s *Store) SealAccount(ctx context.Context, railAccount string, signer note
 	if err != nil {
 		return 0, classify(err)
 	}
+	if sealed > 0 {
+		s.sealMemory().signed(railAccount, next)
+	}
 	return sealed, nil
+}
+
+// checkFreshLog refuses to start railAccount's log at size 0 when the
+// ledger shows it was sealed before: a record with a leaf index, a stored
+// tree hash or a checkpoint of the account (the log row was removed, and
+// a new log from size 0 would re-sign whatever history is there now).
+func checkFreshLog(ctx context.Context, tx pgx.Tx, railAccount string) error {
+	var sealedBefore bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM audit_records WHERE rail_account = $1 AND leaf_index IS NOT NULL)
+		OR EXISTS (SELECT 1 FROM audit_hashes WHERE rail_account = $1)
+		OR EXISTS (SELECT 1 FROM audit_checkpoints WHERE rail_account = $1)`, railAccount).Scan(&sealedBefore); err != nil {
+		return err
+	}
+	if sealedBefore {
+		return fmt.Errorf("%w: the log of %s has no head, but sealed records, tree hashes or checkpoints of it remain", ErrAuditRewritten, railAccount)
+	}
+	return nil
+}
+
+// sealMemory is what one Store's sealings remember in this process: per
+// rail account, the largest checkpoint they signed. A sealing signs only a
+// tree that provably extends it, so a log rewritten under a running
+// sequencer (its rows removed and its history edited) is refused rather
+// than re-signed. A restarted process remembers nothing and trusts the
+// ledger: only checkpoints kept outside it (verify --trusted-checkpoint)
+// catch a rewrite then.
+type sealMemory struct {
+	mu   sync.Mutex
+	last map[string]audit.Checkpoint
+}
+
+// sealMemory is the Store's memory of its sealings, shared by every handle
+// on the same pool (WithTxObserver copies the Store, not the memory).
+func (s *Store) sealMemory() *sealMemory { return s.seals }
+
+func newSealMemory() *sealMemory { return &sealMemory{last: map[string]audit.Checkpoint{}} }
+
+// check says whether next, the tree over hashes about to be signed for
+// railAccount, extends the last checkpoint this process signed for it.
+func (m *sealMemory) check(railAccount string, next audit.Checkpoint, hashes tlog.HashReader) error {
+	m.mu.Lock()
+	prev, ok := m.last[railAccount]
+	m.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	if prev.Size > next.Size {
+		return fmt.Errorf("%w: this process signed the log of %s at size %d, the ledger's would now be %d", ErrAuditRewritten, railAccount, prev.Size, next.Size)
+	}
+	proof, err := tlog.ProveTree(next.Size, prev.Size, hashes)
+	if err == nil {
+		err = tlog.CheckTree(proof, next.Size, next.Root, prev.Size, prev.Root)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: the tree of %s at size %d does not extend the one this process signed at size %d (%w)",
+			ErrAuditRewritten, railAccount, next.Size, prev.Size, err)
+	}
+	return nil
+}
+
+// signed remembers c, signed and committed for railAccount, unless a
+// larger checkpoint (of a concurrent sealing) is remembered already.
+func (m *sealMemory) signed(railAccount string, c audit.Checkpoint) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c.Size > m.last[railAccount].Size {
+		m.last[railAccount] = c
+	}
 }
 
 // hashCache is a tlog.HashReader over the hashes a sealing has computed,

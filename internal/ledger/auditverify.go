@@ -2,10 +2,12 @@ package ledger
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/countersign/countersign/internal/audit"
 	"github.com/countersign/countersign/internal/intent"
+	"github.com/countersign/countersign/internal/sik"
 )
 
 // AuditProblemKind names what a verification found wrong.
@@ -50,6 +53,12 @@ const (
 	AuditIllegalTransition AuditProblemKind = "illegal-transition"
 	// Records have waited for sealing longer than the bound.
 	AuditStaleUnsealed AuditProblemKind = "stale-unsealed"
+	// A checkpoint the caller kept is not of a prefix of the log: the
+	// log was rewritten (re-sealed from another history) or truncated.
+	AuditForked AuditProblemKind = "forked"
+	// An intent's row is not the action its SIK was derived from: its
+	// SIK, amount, currency, subject, payee or reason was changed.
+	AuditActionMismatch AuditProblemKind = "action-mismatch"
 )
 
 // AuditProblem is one thing wrong with a rail account's audit log.
@@ -79,6 +88,18 @@ type AuditVerifyOptions struct {
 	Verifiers []note.Verifier
 	// MaxUnsealedAge reports records unsealed for longer; 0 reports none.
 	MaxUnsealedAge time.Duration
+	// Kept are checkpoints kept outside the ledger (by an owner, an
+	// auditor), already verified with the trusted keys: each must be of a
+	// prefix of its account's log now, else the log was rewritten and
+	// re-signed. A kept checkpoint names its account, which is verified
+	// even if the ledger holds nothing of it any more.
+	Kept []audit.Checkpoint
+	// CheckActions checks each intent against the action it was keyed
+	// from: its SIK is the SIK of its canonical column, and its rail
+	// account, action, subject, amount, currency, payee and distinct
+	// reason are the canonical action's (the sealed records name the
+	// intent by SIK only, so this is what ties them to what it does).
+	CheckActions bool
 }
 
 // AuditReport is the result of verifying audit logs.
@@ -89,6 +110,9 @@ type AuditReport struct {
 	TreeSize          int64 // the latest checkpoint's size (of the one account, or summed)
 	Checkpoints       int
 	SignaturesChecked bool
+	// KeptChecked counts the kept checkpoints checked against their log
+	// (those of accounts outside RailAccount are not).
+	KeptChecked int
 	// OldestUnsealedMicros is when the oldest unsealed record was written
 	// (0 if none).
 	OldestUnsealedMicros int64
@@ -116,6 +140,12 @@ func (s *Store) VerifyAudit(ctx context.Context, opts AuditVerifyOptions) (Audit
 		if err != nil {
 			return err
 		}
+		for _, k := range opts.Kept {
+			if acct, ok := audit.RailAccountOf(k.Origin); ok && (opts.RailAccount == "" || acct == opts.RailAccount) && !slices.Contains(accounts, acct) {
+				accounts = append(accounts, acct)
+			}
+		}
+		slices.Sort(accounts)
 		var now int64
 		if err := tx.QueryRow(ctx, `SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint`).Scan(&now); err != nil {
 			return err
@@ -262,9 +292,9 @@ func verifyAccount(ctx context.Context, tx pgx.Tx, acct string, opts AuditVerify
 	for _, p := range present {
 		complete = complete && p
 	}
+	var rebuilt tlog.HashReader
 	if complete && latest.Size > 0 {
-		rebuilt, err := rebuildTree(leaves)
-		if err != nil {
+		if rebuilt, err = rebuildTree(leaves); err != nil {
 			return err
 		}
 		for _, c := range trees {
@@ -304,6 +334,21 @@ func verifyAccount(ctx context.Context, tx pgx.Tx, acct string, opts AuditVerify
 			problem(AuditInconsistent, -1, -1, newer.Size, "", "checkpoint of size %d is not consistent with checkpoint of size %d: %v", newer.Size, older.Size, err)
 		}
 	}
+	// Kept checkpoints: the log now must extend each, proved from the tree
+	// rebuilt from the records when it is whole, else from the stored one.
+	proofs := tlog.HashReader(reader)
+	if rebuilt != nil {
+		proofs = rebuilt
+	}
+	for _, k := range opts.Kept {
+		if k.Origin != origin {
+			continue
+		}
+		rep.KeptChecked++
+		if err := extendsKept(k, latest, proofs); err != nil {
+			problem(AuditForked, -1, -1, k.Size, "", "the kept checkpoint of size %d (root %s): %v: the log was rewritten or truncated since", k.Size, k.Root, err)
+		}
+	}
 
 	// Each intent's records, sealed ones in leaf order then unsealed ones
 	// in id order, are a path from birth to where the intent stands.
@@ -325,21 +370,25 @@ func verifyAccount(ctx context.Context, tx pgx.Tx, acct string, opts AuditVerify
 		problem(AuditStaleUnsealed, oldest.ID, -1, 0, oldest.SIK, "%d records unsealed for longer than %s (the oldest, record %d, since %s): is a sequencer running with a signing key?",
 			stale, opts.MaxUnsealedAge, oldest.ID, time.UnixMicro(oldest.AtMicros).UTC().Format(time.RFC3339))
 	}
-	rows, err = tx.Query(ctx, `SELECT sik, state FROM intents WHERE rail_account = $1`, acct)
+	rows, err = tx.Query(ctx, `SELECT sik, state, action, subject, amount_minor, currency, payee, distinct_reason, canonical
+		FROM intents WHERE rail_account = $1`, acct)
+	if err != nil {
+		return err
+	}
+	intents, err := pgx.CollectRows(rows, pgx.RowToStructByPos[intentRow])
 	if err != nil {
 		return err
 	}
 	states := map[string]string{}
-	for rows.Next() {
-		var sik, st string
-		if err := rows.Scan(&sik, &st); err != nil {
-			rows.Close()
-			return err
-		}
-		states[sik] = st
+	for _, it := range intents {
+		states[it.SIK] = it.State
 	}
-	if err := rows.Err(); err != nil {
-		return err
+	if opts.CheckActions {
+		for _, it := range intents {
+			for _, why := range checkIntentAction(acct, it) {
+				problem(AuditActionMismatch, -1, -1, 0, it.SIK, "intent %s: %s (the intent was edited after it was keyed)", it.SIK, why)
+			}
+		}
 	}
 	last := map[string]AuditRecord{}
 	for _, r := range recs {
@@ -359,17 +408,100 @@ func verifyAccount(ctx context.Context, tx pgx.Tx, acct string, opts AuditVerify
 		}
 		last[r.SIK] = r
 	}
-	for _, sik := range slices.Sorted(maps.Keys(states)) {
-		st := states[sik]
-		r, ok := last[sik]
+	for _, k := range slices.Sorted(maps.Keys(states)) {
+		st := states[k]
+		r, ok := last[k]
 		switch {
 		case !ok:
-			problem(AuditPathBroken, -1, -1, 0, sik, "intent %s is %s but has no audit record", sik, st)
+			problem(AuditPathBroken, -1, -1, 0, k, "intent %s is %s but has no audit record", k, st)
 		case r.ToState != st:
-			problem(AuditPathBroken, r.ID, leafOf(r), 0, sik, "intent %s is %s, but its last record (%d) ends at %s (later records are missing)", sik, st, r.ID, r.ToState)
+			problem(AuditPathBroken, r.ID, leafOf(r), 0, k, "intent %s is %s, but its last record (%d) ends at %s (later records are missing)", k, st, r.ID, r.ToState)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(last)) {
+		if _, ok := states[k]; !ok {
+			r := last[k]
+			problem(AuditPathBroken, r.ID, leafOf(r), 0, k, "intent %s has audit records (the last, %d, ends at %s) but no intent row (the intent was deleted)", k, r.ID, r.ToState)
 		}
 	}
 	return nil
+}
+
+// extendsKept says why the log whose latest checkpoint is latest, over
+// hashes, does not extend the kept checkpoint k (nil if it does).
+func extendsKept(k, latest audit.Checkpoint, hashes tlog.HashReader) error {
+	switch {
+	case k.Size == 0:
+		return nil
+	case k.Size > latest.Size:
+		return fmt.Errorf("the log's latest checkpoint has only %d leaves", latest.Size)
+	case k.Size == latest.Size && k.Root != latest.Root:
+		return fmt.Errorf("the log's checkpoint of that size has root %s", latest.Root)
+	}
+	proof, err := tlog.ProveTree(latest.Size, k.Size, hashes)
+	if err == nil {
+		err = audit.CheckConsistency(k, latest, proof)
+	}
+	if err != nil {
+		return fmt.Errorf("the log at size %d does not extend it (%w)", latest.Size, err)
+	}
+	return nil
+}
+
+// intentRow is what verification reads of an intent.
+type intentRow struct {
+	SIK, State, Action, Subject string
+	AmountMinor                 int64
+	Currency, Payee, Distinct   string
+	Canonical                   string
+}
+
+// checkIntentAction says how it is not the action its canonical column
+// holds, in the engine's terms (engine.Propose keys sik.Action and writes
+// the intent from the same values): the SIK is sik.KeyOfCanonical of the
+// canonical form, which is the RFC 8785 form of a valid sik.Action on this
+// rail account; the intent's action, subject, currency and distinct
+// reason are the action's; its amount is the action's unless the action
+// is a full refund ("amount": "full", valued at what was refundable when
+// proposed, which no key covers); its payee is its subject for a payout or
+// transfer and none for a refund.
+func checkIntentAction(acct string, it intentRow) []string {
+	var a sik.Action
+	dec := json.NewDecoder(strings.NewReader(it.Canonical))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&a); err != nil {
+		return []string{fmt.Sprintf("its canonical column is not an action (%v)", err)}
+	}
+	canon, err := a.Canonical()
+	if err != nil {
+		return []string{fmt.Sprintf("its canonical column is not a valid action (%v)", err)}
+	}
+	var why []string
+	if string(canon) != it.Canonical {
+		why = append(why, "its canonical column is not in canonical form")
+	}
+	if k := sik.KeyOfCanonical([]byte(it.Canonical)); string(k) != it.SIK {
+		why = append(why, fmt.Sprintf("its SIK is not the SIK of its canonical action (%s)", k))
+	}
+	differs := func(field, row, canonical string) {
+		if row != canonical {
+			why = append(why, fmt.Sprintf("its %s is %q, its canonical action's %q", field, row, canonical))
+		}
+	}
+	differs("rail account", acct, a.RailAccount)
+	differs("action", it.Action, a.Action)
+	differs("subject", it.Subject, a.Subject)
+	differs("currency", it.Currency, a.Currency)
+	differs("distinct reason", it.Distinct, a.Distinct)
+	if a.Extra["amount"] != "full" && it.AmountMinor != a.AmountMinor {
+		why = append(why, fmt.Sprintf("its amount is %d, its canonical action's %d", it.AmountMinor, a.AmountMinor))
+	}
+	payee := a.Subject
+	if a.Action == string(sik.KindRefund) {
+		payee = ""
+	}
+	differs("payee", it.Payee, payee)
+	return why
 }
 
 // legalBirth reports whether r is one of the two records an intent's

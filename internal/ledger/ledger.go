@@ -66,6 +66,9 @@ type Store struct {
 	// mandate's usage row, its budget row in a currency): a Write from
 	// NewWrite relies on them instead of inserting them again.
 	rows *knownRows
+	// seals is what this process's sealings signed, per rail account
+	// (audit.go: a log rewritten under a running sequencer is refused).
+	seals *sealMemory
 }
 
 // TxObserver is told how long one write transaction (InTx or Apply, all
@@ -175,7 +178,7 @@ func Open(ctx context.Context, databaseURL string, opts Options) (*Store, error)
 	if err != nil {
 		return nil, fmt.Errorf("ledger: pool: %w", err)
 	}
-	return &Store{pool: pool, pooled: pooled, rows: &knownRows{}}, nil
+	return &Store{pool: pool, pooled: pooled, rows: &knownRows{}, seals: newSealMemory()}, nil
 }
 
 // setsExecMode reports whether databaseURL chooses pgx's query exec mode
