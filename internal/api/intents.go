@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -83,14 +85,82 @@ const (
 	watchOverlap = 5 * time.Second
 )
 
+// DefaultWatchStreams is how many watch streams (WatchIntents and
+// WatchApprovals together) one owner may hold open at once in one process.
+// Each polls the shared ledger several times a second for as long as it is
+// open, and the owner's call quota charges a stream once, when it opens:
+// without a cap one owner could keep thousands polling and slow every
+// other owner's decisions.
+const DefaultWatchStreams = 8
+
+// watchSlots counts the open watch streams of each owner. Its zero value
+// allows DefaultWatchStreams per owner.
+type watchSlots struct {
+	mu    sync.Mutex
+	limit int // 0 means DefaultWatchStreams
+	open  map[string]int
+}
+
+// acquire takes one of owner's slots; the release it returns gives it back
+// (once). It refuses with ResourceExhausted when owner holds every slot.
+func (w *watchSlots) acquire(owner string) (release func(), err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	limit := w.limit
+	if limit <= 0 {
+		limit = DefaultWatchStreams
+	}
+	if w.open[owner] >= limit {
+		return nil, withDetails(status.New(codes.ResourceExhausted, fmt.Sprintf(
+			"this owner already has %d watch streams open (WatchIntents and WatchApprovals together), the most allowed at once; close one before opening another", limit)),
+			"WATCH_STREAMS_EXHAUSTED")
+	}
+	if w.open == nil {
+		w.open = map[string]int{}
+	}
+	w.open[owner]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			if w.open[owner]--; w.open[owner] <= 0 {
+				delete(w.open, owner)
+			}
+		})
+	}, nil
+}
+
+// opened reports how many watch streams owner holds open.
+func (w *watchSlots) opened(owner string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.open[owner]
+}
+
+// WithWatchStreams sets how many watch streams one owner may hold open at
+// once (n <= 0 means DefaultWatchStreams). Call it before serving.
+func (s *OwnerServer) WithWatchStreams(n int) *OwnerServer {
+	s.watches.mu.Lock()
+	defer s.watches.mu.Unlock()
+	s.watches.limit = n
+	return s
+}
+
 // WatchIntents streams every audited transition of the owner's intents
-// from now on, each with the intent as it stands.
+// from now on, each with the intent as it stands. An owner holds at most
+// DefaultWatchStreams watch streams at once (WithWatchStreams).
 func (s *OwnerServer) WatchIntents(req *countersignv1.WatchIntentsRequest, stream grpc.ServerStreamingServer[countersignv1.WatchIntentsResponse]) error {
 	ctx := stream.Context()
 	owner, err := s.owner(ctx)
 	if err != nil {
 		return err
 	}
+	release, err := s.watches.acquire(owner)
+	if err != nil {
+		return err
+	}
+	defer release()
 	f := filterOf(req.GetAgentId(), req.GetRailAccount(), req.GetStates()...)
 	cursor := time.Now().UnixMicro()
 	seen := map[int64]int64{} // record id → at_micros, pruned behind the overlap window

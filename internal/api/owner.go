@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"strings"
 	"time"
 
@@ -41,6 +42,8 @@ type OwnerServer struct {
 	refundables Refundables
 	// now is the clock usage is counted at; nil means time.Now.
 	now func() time.Time
+	// watches caps each owner's open watch streams (intents.go).
+	watches watchSlots
 }
 
 // Refundables reads what is still refundable on a refund now, as G2 would
@@ -491,13 +494,19 @@ const (
 // it with the last: a new id is a new HOLD; an id whose effective state
 // changed, or that left the set, is read again and sent as it stands. An
 // approval that ran out is sent once as EXPIRED, though its row is marked
-// only when its intent is next decided.
+// only when its intent is next decided. It shares the owner's cap on open
+// watch streams with WatchIntents.
 func (s *OwnerServer) WatchApprovals(req *countersignv1.WatchApprovalsRequest, stream grpc.ServerStreamingServer[countersignv1.WatchApprovalsResponse]) error {
 	ctx := stream.Context()
 	owner, err := s.owner(ctx)
 	if err != nil {
 		return err
 	}
+	release, err := s.watches.acquire(owner)
+	if err != nil {
+		return err
+	}
+	defer release()
 	last := map[string]string{} // approval id → effective state last sent
 	t := time.NewTicker(approvalsPoll)
 	defer t.Stop()
@@ -592,7 +601,15 @@ func (s *OwnerServer) RejectApproval(ctx context.Context, req *countersignv1.Rej
 	return &countersignv1.RejectApprovalResponse{Approval: toApproval(a)}, nil
 }
 
-// ListMandates lists the owner's mandates, newest first.
+// maxMandatePage bounds a ListMandates page below the proto's 1000: each
+// mandate is answered as proto and YAML, and a mandate may be large, so a
+// page of 1000 could be a message of ~100 MiB. A larger page_size is
+// clamped to it (next_page_token says there is more).
+const maxMandatePage = 100
+
+// ListMandates lists the owner's mandates, newest first. Filters and the
+// page bound are applied by the ledger's query, so a page reads at most
+// page_size+1 rows. The page token is the hash of the page's last mandate.
 func (s *OwnerServer) ListMandates(ctx context.Context, req *countersignv1.ListMandatesRequest) (*countersignv1.ListMandatesResponse, error) {
 	owner, err := s.owner(ctx)
 	if err != nil {
@@ -602,30 +619,31 @@ func (s *OwnerServer) ListMandates(ctx context.Context, req *countersignv1.ListM
 	if err != nil {
 		return nil, err
 	}
-	all, err := s.store.ListMandates(ctx, owner, req.GetAgentId())
+	n = min(n, maxMandatePage)
+	f := ledger.MandateFilter{AgentID: req.GetAgentId(), RailAccount: req.GetRailAccount()}
+	switch req.GetState() {
+	case countersignv1.MandateState_MANDATE_STATE_ACTIVE:
+		f.Revoked = new(false)
+	case countersignv1.MandateState_MANDATE_STATE_REVOKED:
+		f.Revoked = new(true)
+	}
+	// One more than the page shows whether another page follows.
+	rs, err := s.store.OwnerMandates(ctx, owner, f, after, n+1)
+	if errors.Is(err, ledger.ErrNotFound) {
+		return nil, status.Error(codes.InvalidArgument, "page_token is not one this server issued")
+	}
 	if err != nil {
 		return nil, ToStatus(err)
 	}
 	out := &countersignv1.ListMandatesResponse{}
-	skipping := after != ""
-	for _, r := range all {
-		if skipping {
-			skipping = r.Hash != after
-			continue
-		}
-		if req.GetRailAccount() != "" && r.RailAccount != req.GetRailAccount() {
-			continue
+	for i, r := range rs {
+		if i == n {
+			out.NextPageToken = nextToken(n, rs[n-1].Hash, n)
+			break
 		}
 		rec, err := toMandateRecord(r)
 		if err != nil {
 			return nil, ToStatus(err)
-		}
-		if st := req.GetState(); st != countersignv1.MandateState_MANDATE_STATE_UNSPECIFIED && rec.GetState() != st {
-			continue
-		}
-		if len(out.Mandates) == n {
-			out.NextPageToken = nextToken(n, out.Mandates[n-1].GetMandateHash(), n)
-			break
 		}
 		out.Mandates = append(out.Mandates, rec)
 	}

@@ -2,6 +2,8 @@ package api
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strconv"
 
 	"google.golang.org/grpc/codes"
@@ -19,7 +21,7 @@ func toWebhook(w ledger.Webhook) *countersignv1.Webhook {
 }
 
 // CreateWebhook registers an owner webhook. Its signing secret is in this
-// answer only.
+// answer only. An owner has at most ledger.MaxWebhooksPerOwner webhooks.
 func (s *OwnerServer) CreateWebhook(ctx context.Context, req *countersignv1.CreateWebhookRequest) (*countersignv1.CreateWebhookResponse, error) {
 	owner, err := s.owner(ctx)
 	if err != nil {
@@ -35,6 +37,12 @@ func (s *OwnerServer) CreateWebhook(ctx context.Context, req *countersignv1.Crea
 	}
 	hook, err := s.store.CreateWebhook(ctx, owner, ledger.WebhookSpec{URL: w.GetUrl(), Secret: ledger.WebhookSecret(secret),
 		EventTypes: w.GetEventTypes(), Description: w.GetDescription()})
+	if errors.Is(err, ledger.ErrWebhookLimit) {
+		// A bound on what the owner holds, not a rate: waiting does not
+		// help, deleting a webhook does.
+		return nil, withDetails(status.New(codes.ResourceExhausted, fmt.Sprintf(
+			"an owner may have at most %d webhooks; delete one before creating another", ledger.MaxWebhooksPerOwner)), "WEBHOOK_LIMIT_REACHED")
+	}
 	if err != nil {
 		return nil, ToStatus(err)
 	}

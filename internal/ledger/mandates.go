@@ -115,7 +115,8 @@ func (s *Store) GetMandate(ctx context.Context, hash string) (MandateRecord, err
 }
 
 // ListMandates returns the mandates of an owner and/or an agent (an empty
-// filter matches all), newest first.
+// filter matches all), newest first, all at once: it is for the operator's
+// CLI. The owner API pages with OwnerMandates.
 func (s *Store) ListMandates(ctx context.Context, ownerID, agentID string) ([]MandateRecord, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+mandateColumns+` FROM mandates
 		WHERE ($1 = '' OR owner_id = $1) AND ($2 = '' OR agent_id = $2)
@@ -134,6 +135,61 @@ func (s *Store) ListMandates(ctx context.Context, ownerID, agentID string) ([]Ma
 	}
 	if err := rows.Err(); err != nil {
 		return nil, classify(fmt.Errorf("ledger: list mandates: %w", err))
+	}
+	return out, nil
+}
+
+// MandateFilter selects among an owner's mandates (OwnerMandates); a zero
+// field matches all.
+type MandateFilter struct {
+	AgentID     string
+	RailAccount string
+	// Revoked keeps the revoked mandates only (true) or the unrevoked only
+	// (false); nil keeps both.
+	Revoked *bool
+}
+
+// MaxMandatePage bounds how many mandates OwnerMandates reads at once.
+const MaxMandatePage = 1001
+
+// OwnerMandates pages through ownerID's mandates that match f, newest
+// first (created_at DESC, then hash), reading at most limit rows (1 to
+// MaxMandatePage). after is the hash of the last mandate of the previous
+// page, "" for the first; a hash that is not one of ownerID's mandates is
+// ErrNotFound. The filters and the page bound are applied in SQL, so a
+// page costs what it returns, however many mandates the owner has.
+func (s *Store) OwnerMandates(ctx context.Context, ownerID string, f MandateFilter, after string, limit int) ([]MandateRecord, error) {
+	if ownerID == "" || limit < 1 || limit > MaxMandatePage {
+		return nil, fmt.Errorf("ledger: owner mandates: need an owner and a limit of 1 to %d, got %q and %d", MaxMandatePage, ownerID, limit)
+	}
+	var afterAt any // NULL: from the newest
+	if after != "" {
+		var at time.Time
+		err := s.pool.QueryRow(ctx, `SELECT created_at FROM mandates WHERE hash = $1 AND owner_id = $2`, after, ownerID).Scan(&at)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("%w: mandate %s to page after", ErrNotFound, after)
+		}
+		if err != nil {
+			return nil, classify(fmt.Errorf("ledger: owner mandates: %w", err))
+		}
+		afterAt = at
+	}
+	revoked := ""
+	if f.Revoked != nil {
+		revoked = map[bool]string{true: "revoked", false: "active"}[*f.Revoked]
+	}
+	rows, err := s.pool.Query(ctx, `SELECT `+mandateColumns+` FROM mandates
+		WHERE owner_id = $1 AND ($2 = '' OR agent_id = $2) AND ($3 = '' OR rail_account = $3)
+		  AND ($4 = '' OR ($4 = 'revoked') = (revoked_at IS NOT NULL))
+		  AND ($5::timestamptz IS NULL OR created_at < $5 OR (created_at = $5 AND hash > $6))
+		ORDER BY created_at DESC, hash
+		LIMIT $7`, ownerID, f.AgentID, f.RailAccount, revoked, afterAt, after, limit)
+	if err != nil {
+		return nil, classify(fmt.Errorf("ledger: owner mandates: %w", err))
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (MandateRecord, error) { return scanMandate(r) })
+	if err != nil {
+		return nil, classify(fmt.Errorf("ledger: owner mandates: %w", err))
 	}
 	return out, nil
 }

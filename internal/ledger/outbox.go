@@ -42,7 +42,19 @@ var (
 	// delivery's lease (it expired, or another dispatcher took it over):
 	// its result is not recorded and the delivery will be sent again.
 	ErrDeliveryLeaseLost = errors.New("ledger: delivery lease lost")
+	// ErrWebhookLimit means the owner already has MaxWebhooksPerOwner live
+	// webhooks; the API boundary maps it to ResourceExhausted.
+	ErrWebhookLimit = errors.New("ledger: webhook limit reached")
 )
+
+// MaxWebhooksPerOwner bounds an owner's live webhooks. One dispatcher
+// serves every owner of a deployment, and each event fans out to every
+// webhook of its owner: without a bound, one owner's fan-out to slow
+// endpoints would hold the deliveries of every other owner back.
+const MaxWebhooksPerOwner = 10
+
+// OpWebhookCreate names CreateWebhook's transaction to a TxObserver.
+const OpWebhookCreate = "webhook_create"
 
 // WebhookSecret is a webhook's signing secret. It prints as [redacted] so
 // that it never reaches a log by accident.
@@ -110,8 +122,15 @@ func scanWebhook(row pgx.Row) (Webhook, error) {
 	return w, err
 }
 
+// lockOwnerWebhooksSQL serialises the creation of one owner's webhooks (a
+// transaction-scoped advisory lock), so that concurrent creates cannot
+// each count fewer than MaxWebhooksPerOwner and together exceed it.
+const lockOwnerWebhooksSQL = `SELECT pg_advisory_xact_lock(hashtextextended('countersign.webhooks/' || $1, 0))`
+
 // CreateWebhook registers an endpoint for ownerID. Events written from now
 // on whose type it subscribes to are delivered to it; older ones are not.
+// An owner has at most MaxWebhooksPerOwner live webhooks: one more is
+// ErrWebhookLimit (deleting one frees its place).
 func (s *Store) CreateWebhook(ctx context.Context, ownerID string, spec WebhookSpec) (Webhook, error) {
 	if err := spec.validate(); err != nil {
 		return Webhook{}, err
@@ -124,10 +143,29 @@ func (s *Store) CreateWebhook(ctx context.Context, ownerID string, spec WebhookS
 	if types == nil {
 		types = []string{}
 	}
-	w, err := scanWebhook(s.pool.QueryRow(ctx, `
-		INSERT INTO webhooks (id, owner_id, url, secret, event_types, description)
-		VALUES ($1, $2, $3, $4, $5, $6)
-		RETURNING `+webhookColumns, id, ownerID, spec.URL, string(spec.Secret), types, spec.Description))
+	var w Webhook
+	err = s.inTx(ctx, OpWebhookCreate, func(tx *Tx) error {
+		if _, err := tx.tx.Exec(ctx, lockOwnerWebhooksSQL, ownerID); err != nil {
+			return err
+		}
+		var live int
+		if err := tx.tx.QueryRow(ctx, `SELECT count(*) FROM webhooks WHERE owner_id = $1 AND deleted_at IS NULL`, ownerID).Scan(&live); err != nil {
+			return err
+		}
+		if live >= MaxWebhooksPerOwner {
+			return fmt.Errorf("%w: this owner already has %d webhooks, the most allowed; delete one before creating another",
+				ErrWebhookLimit, live)
+		}
+		var err error
+		w, err = scanWebhook(tx.tx.QueryRow(ctx, `
+			INSERT INTO webhooks (id, owner_id, url, secret, event_types, description)
+			VALUES ($1, $2, $3, $4, $5, $6)
+			RETURNING `+webhookColumns, id, ownerID, spec.URL, string(spec.Secret), types, spec.Description))
+		return err
+	})
+	if errors.Is(err, ErrWebhookLimit) {
+		return Webhook{}, err
+	}
 	if err != nil {
 		return Webhook{}, classify(fmt.Errorf("ledger: create webhook: %w", err))
 	}
@@ -240,22 +278,63 @@ type Delivery struct {
 // ID is the delivery's stable id.
 func (d Delivery) ID() string { return DeliveryID(d.OutboxID, d.WebhookID) }
 
+// claimScan bounds how far into one webhook's oldest pending (or dead)
+// deliveries a claim looks for due ones. A webhook whose due deliveries lie
+// deeper (behind many dead letters or backing-off deliveries) is still
+// reached by the claim's oldest-first scan, as before.
+const claimScan = 256
+
 // ClaimDeliveries leases up to limit pending deliveries that are due and
 // not leased (or whose lease expired: their dispatcher died) to owner for
 // ttl, counting the attempt. Concurrent dispatchers never claim the same
 // delivery (FOR UPDATE SKIP LOCKED). A due delivery to a webhook deleted
 // since it was written is dropped here instead.
+//
+// The batch is shared fairly among the owners of the webhooks: it takes
+// each owner's oldest due delivery, then each owner's second, and so on
+// (oldest first within a round), so one owner's backlog, however large,
+// cannot keep another owner's events waiting behind it; an owner alone
+// still fills the batch. The candidates are the oldest due deliveries
+// overall and, for each live webhook, its own oldest due ones (so the
+// claim reads at most limit rows per live webhook, and each owner has at
+// most MaxWebhooksPerOwner).
 func (s *Store) ClaimDeliveries(ctx context.Context, owner string, ttl time.Duration, limit int) ([]Delivery, error) {
 	if owner == "" || ttl <= 0 || limit <= 0 {
 		return nil, fmt.Errorf("%w: claim needs an owner, a positive lease and a positive limit", ErrOutboxInvalid)
 	}
 	rows, err := s.pool.Query(ctx, `
-		WITH due AS (
-			SELECT d.outbox_id, d.webhook_id, w.deleted_at IS NOT NULL AS gone
-			FROM outbox_deliveries d JOIN webhooks w ON w.id = d.webhook_id
+		WITH candidates AS (
+			(SELECT d.outbox_id, d.webhook_id, d.next_attempt_at
+			FROM outbox_deliveries d
 			WHERE d.state = 'pending' AND d.next_attempt_at <= now()
 			  AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= now())
 			ORDER BY d.next_attempt_at, d.outbox_id
+			LIMIT $1)
+			UNION
+			(SELECT c.outbox_id, c.webhook_id, c.next_attempt_at
+			FROM webhooks w CROSS JOIN LATERAL (
+				SELECT f.outbox_id, f.webhook_id, f.next_attempt_at
+				FROM (SELECT d.outbox_id, d.webhook_id, d.next_attempt_at, d.state, d.lease_expires_at
+				      FROM outbox_deliveries d
+				      WHERE d.webhook_id = w.id AND d.state IN ('pending', 'dead')
+				      ORDER BY d.outbox_id LIMIT $4) f
+				WHERE f.state = 'pending' AND f.next_attempt_at <= now()
+				  AND (f.lease_expires_at IS NULL OR f.lease_expires_at <= now())
+				ORDER BY f.next_attempt_at, f.outbox_id
+				LIMIT $1) c
+			WHERE w.deleted_at IS NULL)
+		), turns AS (
+			SELECT c.outbox_id, c.webhook_id, c.next_attempt_at,
+			       row_number() OVER (PARTITION BY w.owner_id ORDER BY c.next_attempt_at, c.outbox_id, c.webhook_id) AS turn
+			FROM candidates c JOIN webhooks w ON w.id = c.webhook_id
+		), due AS (
+			SELECT d.outbox_id, d.webhook_id, w.deleted_at IS NOT NULL AS gone
+			FROM turns t
+			JOIN outbox_deliveries d ON d.outbox_id = t.outbox_id AND d.webhook_id = t.webhook_id
+			JOIN webhooks w ON w.id = d.webhook_id
+			WHERE d.state = 'pending' AND d.next_attempt_at <= now()
+			  AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= now())
+			ORDER BY t.turn, t.next_attempt_at, t.outbox_id, t.webhook_id
 			LIMIT $1
 			FOR UPDATE OF d SKIP LOCKED
 		)
@@ -269,7 +348,7 @@ func (s *Store) ClaimDeliveries(ctx context.Context, owner string, ttl time.Dura
 		WHERE d.outbox_id = due.outbox_id AND d.webhook_id = due.webhook_id
 		RETURNING due.gone, d.outbox_id, d.webhook_id, o.owner_id, o.event_type, o.payload, w.url, w.secret,
 		          d.attempts, d.claims, COALESCE(d.lease_expires_at, now()), o.created_at`,
-		limit, owner, ttl.Microseconds())
+		limit, owner, ttl.Microseconds(), claimScan)
 	if err != nil {
 		return nil, classify(fmt.Errorf("ledger: claim deliveries: %w", err))
 	}

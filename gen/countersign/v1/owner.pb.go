@@ -1759,7 +1759,8 @@ func (x *GetMandateResponse) GetMandate() *MandateRecord {
 // ListMandatesRequest pages through mandates.
 type ListMandatesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Maximum number of mandates to return (default 50, at most 1000).
+	// Maximum number of mandates to return (default 50; values above 100 are
+	// read as 100: a mandate may be large).
 	PageSize int32 `protobuf:"varint,1,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
 	// Token from a previous response's next_page_token.
 	PageToken string `protobuf:"bytes,2,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
