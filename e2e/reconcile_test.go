@@ -148,11 +148,20 @@ func TestReconcileCommandSettlesOnePass(t *testing.T) {
 	if its := e.intentsOn("pi_cli"); len(its) != 1 || its[0].State != intent.Unknown {
 		t.Fatalf("before the pass: %+v", its)
 	}
-	time.Sleep(200 * time.Millisecond) // the reconcile delay is a minimum wait by design
-	out, err := exec.Command(filepath.Join(bin, "countersign"), "reconcile", "--database-url", e.dbURL,
-		"--rails-file", e.railsFile, "--reconcile-delay", "100ms").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "1 applied") {
-		t.Fatalf("reconcile: %v\n%s", err, out)
+	// The intent is due once the reconcile delay and the rail's settle time
+	// (the route's timeout here) have passed since the request left: until
+	// then a pass reconciles nothing.
+	var out []byte
+	if !wait.Until(30*time.Second, func() bool {
+		var err error
+		out, err = exec.Command(filepath.Join(bin, "countersign"), "reconcile", "--database-url", e.dbURL,
+			"--rails-file", e.railsFile, "--reconcile-delay", "100ms").CombinedOutput()
+		if err != nil {
+			t.Fatalf("reconcile: %v\n%s", err, out)
+		}
+		return strings.Contains(string(out), "1 applied")
+	}) {
+		t.Fatalf("reconcile never settled the refund:\n%s", out)
 	}
 	its := e.intentsOn("pi_cli")
 	if its[0].State != intent.Applied || its[0].RailEntityID != e.journal().Effects[0].EntityID {
