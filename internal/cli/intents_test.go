@@ -104,3 +104,19 @@ func TestIntentsListAndResolve(t *testing.T) {
 		}
 	}
 }
+
+// TestOwnerCommandsNeedAServer: an owner command sends the owner token to
+// --server, which has no default: in a pod 127.0.0.1 is shared with the
+// agent, which could listen on the port a default named and take it.
+func TestOwnerCommandsNeedAServer(t *testing.T) {
+	for _, args := range [][]string{
+		{"intents", "list"},
+		{"approvals", "list"},
+		{"agent", "list"},
+	} {
+		r := runCLI(t, "", append(args, "--owner-token", "cso_test")...)
+		if r.err == nil || !strings.Contains(r.err.Error(), "say where the owner API is") {
+			t.Errorf("%v without --server = %v", args, r.err)
+		}
+	}
+}

@@ -39,7 +39,7 @@ type ownerFlags struct {
 }
 
 func (f *ownerFlags) bind(cmd *cobra.Command) {
-	cmd.PersistentFlags().StringVar(&f.server, "server", "127.0.0.1:9191", "gRPC address of a running countersign (host:port or unix:/path)")
+	cmd.PersistentFlags().StringVar(&f.server, "server", "", "gRPC address of a running countersign (host:port or unix:/path); required")
 	cmd.PersistentFlags().StringVar(&f.token, "owner-token", "", "owner token (cso_…); default $COUNTERSIGN_OWNER_TOKEN")
 }
 
@@ -50,6 +50,14 @@ func (f *ownerFlags) dial() (*ownerClient, error) {
 	}
 	if token == "" {
 		return nil, errors.New("an owner token is needed: --owner-token or COUNTERSIGN_OWNER_TOKEN (see `countersign owner bootstrap`)")
+	}
+	// No default: the owner token goes wherever this points, and in a pod
+	// 127.0.0.1 is shared with the agent, which can listen on a port the
+	// API left free (the chart and the injector put the API on a Unix
+	// socket) and take the token (found by a review).
+	if f.server == "" {
+		return nil, errors.New("say where the owner API is: --server unix:/var/run/countersign/api.sock (in the chart's pods) or host:port; " +
+			"there is no default, because the owner token goes to whatever listens there")
 	}
 	target := f.server
 	if p, ok := config.UnixPath(target); ok {
