@@ -288,16 +288,23 @@ func (s *OwnerServer) RevokeCredential(ctx context.Context, req *countersignv1.R
 	if err := s.store.RevokeCredential(ctx, req.GetCredentialId()); err != nil {
 		return nil, ToStatus(err)
 	}
-	cs, err := s.store.AgentCredentials(ctx, owner, req.GetAgentId(), "", 1000)
-	if err != nil {
-		return nil, ToStatus(err)
-	}
-	for _, c := range cs {
-		if c.ID == req.GetCredentialId() {
-			return &countersignv1.RevokeCredentialResponse{Credential: toCredential(c)}, nil
+	// The revoked credential as it now reads, wherever it falls among the
+	// agent's (pages of 1000, in id order).
+	for after := ""; ; {
+		cs, err := s.store.AgentCredentials(ctx, owner, req.GetAgentId(), after, 1000)
+		if err != nil {
+			return nil, ToStatus(err)
 		}
+		for _, c := range cs {
+			if c.ID == req.GetCredentialId() {
+				return &countersignv1.RevokeCredentialResponse{Credential: toCredential(c)}, nil
+			}
+		}
+		if len(cs) < 1000 {
+			return nil, ToStatus(ledger.ErrNotFound)
+		}
+		after = cs[len(cs)-1].ID
 	}
-	return nil, ToStatus(ledger.ErrNotFound)
 }
 
 func toMandateRecord(r ledger.MandateRecord) (*countersignv1.MandateRecord, error) {

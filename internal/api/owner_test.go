@@ -445,3 +445,32 @@ func TestWatchApprovalsFollowsEveryChange(t *testing.T) {
 	}
 	next(first, countersignv1.ApprovalState_APPROVAL_STATE_VOID, false)
 }
+
+// TestRevokeCredentialAnswersPastTheFirstThousand: the answer of a
+// revocation is the revoked credential as it now reads, wherever it falls
+// among the agent's credentials (it was looked for among the first 1000
+// only, and a successful revocation answered NotFound).
+func TestRevokeCredentialAnswersPastTheFirstThousand(t *testing.T) {
+	s, store := ownerServer(t)
+	a, err := s.CreateAgent(as("own_a"), &countersignv1.CreateAgentRequest{Agent: &countersignv1.Agent{DisplayName: "many-keys"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := a.GetAgent().GetAgentId()
+	var last string
+	for range 1001 {
+		_, hash, err := credential.Generate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := store.IssueCredential(context.Background(), id, credential.ScopeExecute, time.Now().Add(time.Hour), hash)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = max(last, c.ID)
+	}
+	revoked, err := s.RevokeCredential(as("own_a"), &countersignv1.RevokeCredentialRequest{AgentId: id, CredentialId: last})
+	if err != nil || revoked.GetCredential().GetCredentialId() != last || revoked.GetCredential().GetState() != countersignv1.CredentialState_CREDENTIAL_STATE_REVOKED {
+		t.Fatalf("revoke of the 1001st credential = %v, %v", revoked, err)
+	}
+}
