@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -71,7 +72,14 @@ type Guard struct {
 	// Methods are further full method names, outside ServicePrefix, that
 	// only an owner may call (DecisionService.Reconcile).
 	Methods []string
+	// Recheck is how often a stream's credential is authenticated again
+	// (see Stream); 0: DefaultRecheck.
+	Recheck time.Duration
 }
+
+// DefaultRecheck is how often an open stream's credential is
+// authenticated again, as the console re-reads a cookie session.
+const DefaultRecheck = 30 * time.Second
 
 // guards reports whether the guard admits calls of fullMethod.
 func (g *Guard) guards(fullMethod string) bool {
@@ -85,7 +93,7 @@ func (g *Guard) Unary() grpc.UnaryServerInterceptor {
 		if !g.guards(info.FullMethod) {
 			return handler(ctx, req)
 		}
-		o, err := g.admit(ctx)
+		o, _, _, err := g.admit(ctx)
 		if err != nil {
 			var ex *quota.ExhaustedError
 			if errors.As(err, &ex) {
@@ -97,14 +105,21 @@ func (g *Guard) Unary() grpc.UnaryServerInterceptor {
 	}
 }
 
-// Stream is the guard as a stream server interceptor.
+// Stream is the guard as a stream server interceptor. A stream is
+// admitted as a call is, and then stays bound to its credential: its
+// context ends when the credential expires (when that is known), and the
+// credential is authenticated again every Recheck; when it no longer
+// authenticates (revoked, signed out, its OIDC subject off the allowlist)
+// or cannot be checked (fail closed), the stream ends with that error
+// (Unauthenticated; Unavailable for a ledger failure). A watch stream thus
+// outlives the revocation of its credential by at most Recheck.
 func (g *Guard) Stream() grpc.StreamServerInterceptor {
 	g.mustBeWired()
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if !g.guards(info.FullMethod) {
 			return handler(srv, ss)
 		}
-		o, err := g.admit(ss.Context())
+		o, authz, until, err := g.admit(ss.Context())
 		if err != nil {
 			var ex *quota.ExhaustedError
 			if errors.As(err, &ex) {
@@ -112,7 +127,68 @@ func (g *Guard) Stream() grpc.StreamServerInterceptor {
 			}
 			return g.ToStatus(err)
 		}
-		return handler(srv, &ownerStream{ServerStream: ss, ctx: NewContext(ss.Context(), o)})
+		ctx, stop := g.bind(ss.Context(), authz, until)
+		err = handler(srv, &ownerStream{ServerStream: ss, ctx: NewContext(ctx, o)})
+		if ended := stop(); ended != nil {
+			return g.ToStatus(ended)
+		}
+		return err
+	}
+}
+
+// credentialEnded is why bind ended a stream's context.
+type credentialEnded struct{ err error }
+
+func (e credentialEnded) Error() string { return e.err.Error() }
+func (e credentialEnded) Unwrap() error { return e.err }
+
+// bind is parent, ended when the credential authz stops authenticating:
+// at until (if not zero), or at the first Recheck that refuses it. stop
+// releases it and returns why bind ended it (nil: it did not).
+func (g *Guard) bind(parent context.Context, authz string, until time.Time) (context.Context, func() error) {
+	ctx, cancel := context.WithCancelCause(parent)
+	var expiry *time.Timer
+	if !until.IsZero() {
+		expiry = time.AfterFunc(until.Sub(g.Auth.now()), func() {
+			cancel(credentialEnded{fmt.Errorf("%w: the stream's credential expired", ErrUnauthenticated)})
+		})
+	}
+	every := g.Recheck
+	if every <= 0 {
+		every = DefaultRecheck
+	}
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if _, _, err := g.Auth.authenticate(ctx, authz); err != nil {
+					cancel(credentialEnded{err})
+					return
+				}
+			}
+		}
+	}()
+	return ctx, func() error {
+		if expiry != nil {
+			expiry.Stop()
+		}
+		close(done)
+		<-exited
+		var ended credentialEnded
+		if errors.As(context.Cause(ctx), &ended) && parent.Err() == nil {
+			cancel(nil)
+			return ended.err
+		}
+		cancel(nil)
+		return nil
 	}
 }
 
@@ -131,7 +207,9 @@ type ownerStream struct {
 
 func (s *ownerStream) Context() context.Context { return s.ctx }
 
-func (g *Guard) admit(ctx context.Context) (Owner, error) {
+// admit returns the admitted owner, the credential it presented and when
+// that stops authenticating (zero: not known).
+func (g *Guard) admit(ctx context.Context) (Owner, string, time.Time, error) {
 	src := g.Peers.Source(ctx)
 	authz, authzErr := authorization(ctx)
 	credKey := ""
@@ -140,31 +218,31 @@ func (g *Guard) admit(ctx context.Context) (Owner, error) {
 	}
 	if !g.Failures.Known(credKey) {
 		if blocked, wait := g.Failures.Blocked(src); blocked {
-			return Owner{}, &quota.ExhaustedError{Scope: "failed authentications from this source", RetryAfter: wait}
+			return Owner{}, "", time.Time{}, &quota.ExhaustedError{Scope: "failed authentications from this source", RetryAfter: wait}
 		}
 		if ok, wait := g.Sources.Allow(src); !ok {
-			return Owner{}, &quota.ExhaustedError{Scope: "owner API calls from this source", RetryAfter: wait}
+			return Owner{}, "", time.Time{}, &quota.ExhaustedError{Scope: "owner API calls from this source", RetryAfter: wait}
 		}
 	}
 	if authzErr != nil {
 		g.Failures.Note(src, "")
-		return Owner{}, authzErr
+		return Owner{}, "", time.Time{}, authzErr
 	}
 	if blocked, wait := g.Failures.BlockedIdentity(credKey); blocked {
-		return Owner{}, &quota.ExhaustedError{Scope: "failed authentications with this credential", RetryAfter: wait}
+		return Owner{}, "", time.Time{}, &quota.ExhaustedError{Scope: "failed authentications with this credential", RetryAfter: wait}
 	}
-	o, err := g.Auth.Authenticate(ctx, authz)
+	o, until, err := g.Auth.authenticate(ctx, authz)
 	if err != nil {
 		if errors.Is(err, ErrUnauthenticated) || errors.Is(err, ErrAgentCredential) || errors.Is(err, ErrNotAllowed) {
 			g.Failures.Note(src, credKey) // and no longer exempt
 		}
-		return Owner{}, err
+		return Owner{}, "", time.Time{}, err
 	}
 	g.Failures.Admit(credKey)
 	if ok, wait := g.Owners.Allow(o.ID); !ok {
-		return Owner{}, &quota.ExhaustedError{Scope: "owner API calls by this owner", RetryAfter: wait}
+		return Owner{}, "", time.Time{}, &quota.ExhaustedError{Scope: "owner API calls by this owner", RetryAfter: wait}
 	}
-	return o, nil
+	return o, authz, until, nil
 }
 
 // authorization is the one Authorization value of the call. Two are refused:

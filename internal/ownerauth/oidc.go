@@ -100,11 +100,6 @@ func (v *verifier) ownerID(subject string) string {
 	return "oidc:" + v.issuerTag + ":" + subject
 }
 
-func (v *verifier) verify(ctx context.Context, raw string, now time.Time) (Owner, error) {
-	o, _, err := v.verifyFor(ctx, raw, now, v.audience)
-	return o, err
-}
-
 // verifyFor verifies raw as a JWT of the issuer for audience and returns
 // the owner it names and all its claims.
 func (v *verifier) verifyFor(ctx context.Context, raw string, now time.Time, audience string) (Owner, map[string]any, error) {

@@ -220,23 +220,38 @@ func New(cfg Config, tokens TokenStore) (*Authenticator, error) {
 // ErrUnauthenticated, ErrAgentCredential or ErrNotAllowed, except a ledger failure, which is
 // returned as it is (ledger.ErrUnavailable: the caller may retry).
 func (a *Authenticator) Authenticate(ctx context.Context, authorization string) (Owner, error) {
+	o, _, err := a.authenticate(ctx, authorization)
+	return o, err
+}
+
+// authenticate is Authenticate, with when the credential stops
+// authenticating if nothing else changes (zero: not known).
+func (a *Authenticator) authenticate(ctx context.Context, authorization string) (Owner, time.Time, error) {
 	cred, err := bearer(authorization)
 	if err != nil {
-		return Owner{}, err
+		return Owner{}, time.Time{}, err
 	}
 	switch {
 	case strings.HasPrefix(cred, credential.Prefix):
-		return Owner{}, ErrAgentCredential
+		return Owner{}, time.Time{}, ErrAgentCredential
 	case strings.HasPrefix(cred, TokenPrefix):
-		o, _, err := a.tokenOwner(ctx, cred)
-		return o, err
+		o, tok, err := a.tokenOwner(ctx, cred)
+		return o, tok.ExpiresAt, err
 	case strings.HasPrefix(cred, SessionPrefix):
-		s, err := a.Session(ctx, cred)
-		return s.Owner, err
+		s, until, err := a.session(ctx, cred)
+		return s.Owner, until, err
 	case a.oidc == nil:
-		return Owner{}, fmt.Errorf("%w: not an owner token, and OIDC is not configured", ErrUnauthenticated)
+		return Owner{}, time.Time{}, fmt.Errorf("%w: not an owner token, and OIDC is not configured", ErrUnauthenticated)
 	default:
-		return a.oidc.verify(ctx, cred, a.now())
+		o, claims, err := a.oidc.verifyFor(ctx, cred, a.now(), a.oidc.audience)
+		if err != nil {
+			return Owner{}, time.Time{}, err
+		}
+		var exp time.Time
+		if f, ok := claims["exp"].(float64); ok { // verifyFor has required it
+			exp = time.Unix(int64(f), 0)
+		}
+		return o, exp, nil
 	}
 }
 

@@ -111,40 +111,77 @@ func StartSession(ctx context.Context, store SessionIssuer, o Owner, expiresAt t
 }
 
 // Session resolves a session secret. It is refused (ErrUnauthenticated)
-// when unknown, revoked or expired, and when the owner token it was opened
-// with has since been revoked or has expired: a session never outlives its
-// credential. A ledger failure is returned as it is.
+// when unknown, revoked or expired, when the owner token it was opened
+// with has since been revoked or has expired (a session never outlives its
+// credential), and when it was opened through OIDC and its subject is no
+// longer admitted (oidcSession). A ledger failure is returned as it is.
 func (a *Authenticator) Session(ctx context.Context, secret string) (Session, error) {
+	s, _, err := a.session(ctx, secret)
+	return s, err
+}
+
+// session is Session, with when it stops authenticating: its own expiry or
+// its owner token's, whichever is first.
+func (a *Authenticator) session(ctx context.Context, secret string) (Session, time.Time, error) {
 	if a.sessions == nil {
-		return Session{}, fmt.Errorf("%w: console sessions are not enabled", ErrUnauthenticated)
+		return Session{}, time.Time{}, fmt.Errorf("%w: console sessions are not enabled", ErrUnauthenticated)
 	}
 	hash, err := HashSession(secret)
 	if err != nil {
-		return Session{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
+		return Session{}, time.Time{}, fmt.Errorf("%w: %w", ErrUnauthenticated, err)
 	}
 	s, err := a.sessions.LookupOwnerSession(ctx, hash)
 	if errors.Is(err, ledger.ErrNotFound) {
-		return Session{}, fmt.Errorf("%w: unknown console session", ErrUnauthenticated)
+		return Session{}, time.Time{}, fmt.Errorf("%w: unknown console session", ErrUnauthenticated)
 	}
 	if err != nil {
-		return Session{}, err
+		return Session{}, time.Time{}, err
 	}
 	now := a.now()
 	switch {
 	case s.RevokedAt != nil:
-		return Session{}, fmt.Errorf("%w: console session %s is signed out", ErrUnauthenticated, s.ID)
+		err = fmt.Errorf("%w: console session %s is signed out", ErrUnauthenticated, s.ID)
 	case !now.Before(s.ExpiresAt):
-		return Session{}, fmt.Errorf("%w: console session %s expired", ErrUnauthenticated, s.ID)
+		err = fmt.Errorf("%w: console session %s expired", ErrUnauthenticated, s.ID)
 	case s.Method == string(MethodToken) && s.TokenExpiresAt == nil:
-		return Session{}, fmt.Errorf("%w: console session %s names no owner token", ErrUnauthenticated, s.ID)
+		err = fmt.Errorf("%w: console session %s names no owner token", ErrUnauthenticated, s.ID)
 	case s.TokenRevokedAt != nil:
-		return Session{}, fmt.Errorf("%w: the owner token console session %s was opened with is revoked", ErrUnauthenticated, s.ID)
+		err = fmt.Errorf("%w: the owner token console session %s was opened with is revoked", ErrUnauthenticated, s.ID)
 	case s.TokenExpiresAt != nil && !now.Before(*s.TokenExpiresAt):
-		return Session{}, fmt.Errorf("%w: the owner token console session %s was opened with expired", ErrUnauthenticated, s.ID)
-	case s.Method != string(MethodToken) && s.Method != string(MethodOIDC):
-		return Session{}, fmt.Errorf("%w: console session %s has an unknown method", ErrUnauthenticated, s.ID)
+		err = fmt.Errorf("%w: the owner token console session %s was opened with expired", ErrUnauthenticated, s.ID)
+	case s.Method == string(MethodOIDC):
+		err = a.oidcSession(s)
+	case s.Method != string(MethodToken):
+		err = fmt.Errorf("%w: console session %s has an unknown method", ErrUnauthenticated, s.ID)
 	}
-	return Session{Owner: Owner{ID: s.OwnerID, Subject: s.Subject, Method: Method(s.Method)}, ID: s.ID, ExpiresAt: s.ExpiresAt}, nil
+	if err != nil {
+		return Session{}, time.Time{}, err
+	}
+	until := s.ExpiresAt
+	if s.TokenExpiresAt != nil && s.TokenExpiresAt.Before(until) {
+		until = *s.TokenExpiresAt
+	}
+	return Session{Owner: Owner{ID: s.OwnerID, Subject: s.Subject, Method: Method(s.Method)}, ID: s.ID, ExpiresAt: s.ExpiresAt}, until, nil
+}
+
+// oidcSession admits a session opened through OIDC only while its subject
+// would be admitted now: OIDC is on, with the issuer the session's owner id
+// was derived from, and the subject is in owner-allowed-subjects. A JWT is
+// checked against the allowlist on every call; without this, a session
+// (up to 24 hours) outlived the subject's removal from the allowlist, a
+// change of issuer, and OIDC being turned off. Group membership is not
+// stored with a session, so it cannot be checked again: a session is
+// opened only for a subject on the subject allowlist (VerifyIDToken).
+func (a *Authenticator) oidcSession(s ledger.OwnerSession) error {
+	switch {
+	case a.oidc == nil:
+		return fmt.Errorf("%w: console session %s was opened through OIDC, which is now off", ErrUnauthenticated, s.ID)
+	case s.OwnerID != a.oidc.ownerID(s.Subject):
+		return fmt.Errorf("%w: console session %s was opened with another OIDC issuer", ErrUnauthenticated, s.ID)
+	case !a.oidc.allowedSubjects[s.Subject]:
+		return fmt.Errorf("%w: the OIDC subject of console session %s is no longer in owner-allowed-subjects", ErrUnauthenticated, s.ID)
+	}
+	return nil
 }
 
 // SignInToken authenticates a static owner token presented to the
@@ -208,7 +245,10 @@ var ErrNonce = fmt.Errorf("%w: ID token nonce does not match this sign-in", ErrU
 // sign-in with the owner JWT checks (signature against the issuer's JWKS,
 // iss, exp, nbf, the subject claim and the owner allowlist) and those of
 // OIDC Core §3.1.3.7: aud includes clientID, azp (when present, and
-// required with several audiences) is clientID, and nonce is nonce.
+// required with several audiences) is clientID, and nonce is nonce. The
+// subject must be in owner-allowed-subjects itself (ErrNotAllowed
+// otherwise): the session it opens is checked against that list on every
+// use, and the groups are not kept.
 func (a *Authenticator) VerifyIDToken(ctx context.Context, raw, clientID, nonce string) (Owner, error) {
 	if a.oidc == nil {
 		return Owner{}, fmt.Errorf("%w: OIDC is not configured", ErrUnauthenticated)
@@ -231,6 +271,14 @@ func (a *Authenticator) VerifyIDToken(ctx context.Context, raw, clientID, nonce 
 	}
 	if (hasAZP || multi) && azp != clientID {
 		return Owner{}, fmt.Errorf("%w: ID token azp is not this client", ErrUnauthenticated)
+	}
+	// A session is checked against the subject allowlist on every use
+	// (oidcSession); the groups that admitted a subject are not stored, so
+	// a subject admitted only through a group gets no session.
+	if !a.oidc.allowedSubjects[o.Subject] {
+		return Owner{}, fmt.Errorf("%w: OIDC subject %q is an owner through owner-allowed-groups only; a console session needs the "+
+			"subject in owner-allowed-subjects (a session cannot check group membership again; the owner API takes the JWT itself)",
+			ErrNotAllowed, o.Subject)
 	}
 	return o, nil
 }

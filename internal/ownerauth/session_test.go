@@ -69,7 +69,8 @@ func TestSessionCredential(t *testing.T) {
 		errHas string // empty: admitted
 	}{
 		{"live", ok, ""},
-		{"oidc", store.add(t, oidc), ""},
+		// OIDC is off here: an OIDC session is refused (TestAnOIDCSessionFollowsTheAllowlist).
+		{"oidc, OIDC off", store.add(t, oidc), "OIDC, which is now off"},
 		{"signed out", store.add(t, signedOut), "signed out"},
 		{"expired", store.add(t, expired), "expired"},
 		{"token revoked", store.add(t, tokenRevoked), "is revoked"},

@@ -1,12 +1,23 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
 
 	"github.com/countersign/countersign/internal/config"
 )
@@ -68,7 +79,11 @@ func apiLimits(cfg config.Config) []grpc.ServerOption {
 		grpc.ConnectionTimeout(apiHandshakeTimeout),
 		// A client pinging more often than this is sent GOAWAY.
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: httpIdleTimeout}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionIdle: httpIdleTimeout,
+			MaxConnectionAge: apiMaxConnectionAge, MaxConnectionAgeGrace: apiMaxConnectionAgeGrace}),
+		// The listener is slotListener: its connections' calls are counted.
+		grpc.Creds(newSlotCreds()),
+		grpc.StatsHandler(slotStats{}),
 	}
 }
 
@@ -89,4 +104,278 @@ func boundBodies(next http.Handler, limit int) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// Bounds on how long the API listener keeps a connection and the streams
+// on it: past apiMaxConnectionAge a connection is sent GOAWAY (the client
+// reconnects for its next call), and past the grace what still runs on it
+// is cut. So no stream, an owner's watch among them, holds a slot for
+// longer, and no message stalled mid-body, which holds its stream before
+// any interceptor knows who asks, holds one for ever. Variables for the
+// test that waits for them.
+var (
+	apiMaxConnectionAge      = 5 * time.Minute
+	apiMaxConnectionAgeGrace = 30 * time.Second
+)
+
+// apiHealthWatchBound is the longest a Health/Watch on the API listener
+// stays open (see apiHealth).
+const apiHealthWatchBound = 30 * time.Second
+
+// apiHealth is grpc.health.v1 on the API listener, which anyone in the pod
+// reaches without a credential. Check and List answer as health.Server
+// does; Watch reports until the server is SERVING, then ends, and ends
+// anyway after apiHealthWatchBound (DeadlineExceeded). A watch that stayed
+// open for as long as the caller liked kept its connection from ever being
+// idle, so sixteen of them held every slot of the listener and no owner or
+// agent call got through. Wait for readiness with Check; a process that
+// watches health, over the Envoy listener, is not bound.
+type apiHealth struct {
+	healthpb.HealthServer
+}
+
+// errServingSent ends the inner watch once SERVING is out.
+var errServingSent = errors.New("serving sent")
+
+func (h apiHealth) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	ctx, cancel := context.WithTimeout(stream.Context(), apiHealthWatchBound)
+	defer cancel()
+	s := &untilServing{Health_WatchServer: stream, ctx: ctx}
+	err := h.HealthServer.Watch(req, s)
+	switch {
+	case s.served: // health.Server answers Canceled to the Send error
+		return nil
+	case ctx.Err() != nil && stream.Context().Err() == nil:
+		return status.Errorf(codes.DeadlineExceeded, "a health watch on this listener ends after %s, or once SERVING is sent; poll Check", apiHealthWatchBound)
+	}
+	return err
+}
+
+type untilServing struct {
+	healthpb.Health_WatchServer
+	ctx    context.Context
+	served bool
+}
+
+func (s *untilServing) Context() context.Context { return s.ctx }
+
+func (s *untilServing) Send(m *healthpb.HealthCheckResponse) error {
+	if err := s.Health_WatchServer.Send(m); err != nil {
+		return err
+	}
+	if m.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+		s.served = true
+		return errServingSent
+	}
+	return nil
+}
+
+// apiFreshConn is how long a newly accepted connection keeps its slot
+// before its first call: room for its HTTP/2 handshake, so that a flood
+// of new connections cannot evict it before it has asked anything.
+const apiFreshConn = time.Second
+
+// slotListener serves at most max connections at once, like
+// netutil.LimitListener, but a connection with no call in flight does not
+// keep its slot from one that is waiting: the one idle longest is closed
+// for it. Without that, apiMaxConns connections that never call (or call
+// now and then) kept everyone else out until MaxConnectionIdle, and again
+// as soon as they reconnected. What still holds a slot is a call in
+// flight, which the connection's age bounds (apiMaxConnectionAge).
+// Calls are counted by slotStats, through the AuthInfo slotCreds gives each
+// connection.
+type slotListener struct {
+	net.Listener
+	max  int
+	now  func() time.Time
+	done chan struct{}
+
+	mu      sync.Mutex
+	conns   map[*slotConn]struct{}
+	changed chan struct{} // closed and replaced when a slot may have freed
+	once    sync.Once
+}
+
+func newSlotListener(l net.Listener, maxConns int) *slotListener {
+	return &slotListener{Listener: l, max: maxConns, now: time.Now, done: make(chan struct{}),
+		conns: map[*slotConn]struct{}{}, changed: make(chan struct{})}
+}
+
+type slotConn struct {
+	net.Conn
+	l        *slotListener
+	accepted time.Time
+	// Under l.mu: calls in flight, when the last one ended (or accepted),
+	// and whether a call ever began.
+	active int
+	last   time.Time
+	called bool
+}
+
+// Accept waits for a free slot, evicting an idle connection when one
+// waits, and returns the next connection.
+func (l *slotListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	for {
+		l.mu.Lock()
+		if len(l.conns) < l.max {
+			sc := &slotConn{Conn: c, l: l, accepted: l.now()}
+			sc.last = sc.accepted
+			l.conns[sc] = struct{}{}
+			l.mu.Unlock()
+			return sc, nil
+		}
+		victim, wake := l.idlest()
+		if victim != nil {
+			delete(l.conns, victim)
+			l.mu.Unlock()
+			_ = victim.Conn.Close()
+			continue
+		}
+		changed := l.changed
+		l.mu.Unlock()
+		if !l.wait(changed, wake) {
+			_ = c.Close()
+			return nil, net.ErrClosed
+		}
+	}
+}
+
+// wait returns when changed is closed or after wake (if not 0); false when
+// the listener is closed.
+func (l *slotListener) wait(changed <-chan struct{}, wake time.Duration) bool {
+	var tick <-chan time.Time
+	if wake > 0 {
+		t := time.NewTimer(wake)
+		defer t.Stop()
+		tick = t.C
+	}
+	select {
+	case <-changed:
+	case <-tick:
+	case <-l.done:
+		return false
+	}
+	return true
+}
+
+// idlest is the connection with no call in flight idle longest, past its
+// first apiFreshConn; otherwise nil and how long until a fresh connection
+// may be evicted (0: not before a call ends). Under l.mu.
+func (l *slotListener) idlest() (*slotConn, time.Duration) {
+	now := l.now()
+	var victim *slotConn
+	var wake time.Duration
+	for c := range l.conns {
+		if c.active > 0 {
+			continue
+		}
+		if !c.called {
+			if left := apiFreshConn - now.Sub(c.accepted); left > 0 {
+				if wake == 0 || left < wake {
+					wake = left
+				}
+				continue
+			}
+		}
+		if victim == nil || c.last.Before(victim.last) {
+			victim = c
+		}
+	}
+	return victim, wake
+}
+
+// notify wakes an Accept waiting for a slot. Under l.mu.
+func (l *slotListener) notify() {
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+func (l *slotListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+func (c *slotConn) Close() error {
+	c.l.mu.Lock()
+	if _, ok := c.l.conns[c]; ok {
+		delete(c.l.conns, c)
+		c.l.notify()
+	}
+	c.l.mu.Unlock()
+	return c.Conn.Close()
+}
+
+func (c *slotConn) begin() {
+	c.l.mu.Lock()
+	c.active++
+	c.called = true
+	c.l.mu.Unlock()
+}
+
+func (c *slotConn) end() {
+	c.l.mu.Lock()
+	c.active--
+	c.last = c.l.now()
+	if c.active == 0 {
+		c.l.notify()
+	}
+	c.l.mu.Unlock()
+}
+
+// slotCreds is insecure transport credentials (the API listener is plain
+// TCP or a Unix socket) whose AuthInfo names the slotConn, so that
+// slotStats finds the connection of each call.
+type slotCreds struct {
+	credentials.TransportCredentials
+}
+
+type slotInfo struct {
+	credentials.CommonAuthInfo
+	conn *slotConn
+}
+
+func (slotInfo) AuthType() string { return "insecure" }
+
+func newSlotCreds() credentials.TransportCredentials {
+	return slotCreds{TransportCredentials: insecure.NewCredentials()}
+}
+
+func (c slotCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
+	if sc, ok := raw.(*slotConn); ok && err == nil {
+		return conn, slotInfo{CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}, conn: sc}, nil
+	}
+	return conn, info, err
+}
+
+func (c slotCreds) Clone() credentials.TransportCredentials {
+	return slotCreds{TransportCredentials: c.TransportCredentials.Clone()}
+}
+
+// slotStats counts each connection's calls in flight (slotListener).
+type slotStats struct{}
+
+func (slotStats) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+func (slotStats) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (slotStats) HandleConn(context.Context, stats.ConnStats)                       {}
+
+func (slotStats) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return
+	}
+	info, ok := p.AuthInfo.(slotInfo)
+	if !ok {
+		return
+	}
+	switch s.(type) {
+	case *stats.Begin:
+		info.conn.begin()
+	case *stats.End:
+		info.conn.end()
+	}
 }

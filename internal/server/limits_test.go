@@ -160,24 +160,12 @@ func firstLine(b []byte) string {
 // TestAPIListenerServesBoundedConnections: the API listener serves at most
 // apiMaxConns connections at once (with at most apiMaxStreams calls each,
 // of at most apiMaxMessage bytes: what unknown callers can make it hold is
-// bounded); a connection past them waits to be accepted, and is served as
-// soon as one closes.
+// bounded). A connection with a call in flight keeps its slot, and one past
+// them waits to be accepted until one closes; a connection with no call in
+// flight yields its slot to one that waits.
 func TestAPIListenerServesBoundedConnections(t *testing.T) {
 	h := start(t, pgtest.NewDatabase(t))
 	addr := h.srv.GRPCAddr()
-	var held []net.Conn
-	for range apiMaxConns {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, c)
-	}
-	defer func() {
-		for _, c := range held {
-			c.Close()
-		}
-	}()
 	call := func(within time.Duration) error {
 		conn := dialTest(t, addr)
 		defer conn.Close()
@@ -186,13 +174,74 @@ func TestAPIListenerServesBoundedConnections(t *testing.T) {
 		_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
 		return err
 	}
+	hold := func(stall bool) []net.Conn {
+		var held []net.Conn
+		for range apiMaxConns {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, c)
+			if stall {
+				stalledCall(t, c)
+			}
+		}
+		return held
+	}
+	release := func(held []net.Conn) {
+		for _, c := range held {
+			c.Close()
+		}
+	}
+
+	// Connections that never call: the next caller gets one's slot.
+	idle := hold(false)
+	// Well within apiHandshakeTimeout, which would close them anyway.
+	if err := call(5 * time.Second); err != nil {
+		t.Fatalf("a call past %d idle connections = %v; want it served", apiMaxConns, err)
+	}
+	release(idle)
+
+	// Connections each with a call in flight (a message stalled mid-body).
+	held := hold(true)
+	defer func() { release(held) }()
 	if err := call(2 * time.Second); status.Code(err) != codes.DeadlineExceeded {
-		t.Fatalf("a call past %d held connections = %v; want it to wait (DeadlineExceeded)", apiMaxConns, err)
+		t.Fatalf("a call past %d connections with calls in flight = %v; want it to wait (DeadlineExceeded)", apiMaxConns, err)
 	}
 	held[0].Close()
 	held = held[1:]
 	if err := call(10 * time.Second); err != nil {
 		t.Fatalf("a call once a connection closed = %v; want it served", err)
+	}
+}
+
+// stalledCall starts a Health/Check on c whose message declares 100 bytes
+// and sends 10: the call stays in flight until the connection closes.
+func stalledCall(t *testing.T, c net.Conn) {
+	t.Helper()
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range []hpack.HeaderField{
+		{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
+		{Name: ":path", Value: "/grpc.health.v1.Health/Check"}, {Name: ":authority", Value: "countersign"},
+		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"},
+	} {
+		if err := enc.WriteField(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Write([]byte(http2.ClientPreface)); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(c, c)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteData(1, false, append([]byte{0, 0, 0, 0, 100}, make([]byte, 10)...)); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -26,7 +26,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"golang.org/x/mod/sumdb/note"
-	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -175,7 +174,8 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 			grpc.ChainStreamInterceptor(guard.Stream(), api.StreamValidationInterceptor(validator)))...)
 		countersignv1.RegisterDecisionServiceServer(g, decisions)
 		countersignv1.RegisterOwnerServiceServer(g, owners)
-		healthpb.RegisterHealthServer(g, hs)
+		// Watch bounded: anyone in the pod reaches this listener (limits.go).
+		healthpb.RegisterHealthServer(g, apiHealth{HealthServer: hs})
 		if cfg.GRPCReflection {
 			reflection.Register(g)
 		}
@@ -232,7 +232,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("http-addr %s: %w", s.cfg.HTTPAddr, err)
 	}
 	s.grpcLis, s.envoyLis, s.httpLis = gl, el, hl
-	gl = netutil.LimitListener(gl, apiMaxConns)
+	gl = newSlotListener(gl, apiMaxConns)
 	if _, unix := config.UnixPath(s.cfg.EnvoyAddr); !unix && s.cfg.EnvoyTLSCert == "" {
 		s.log.Warn("the Envoy listener is plain TCP (--"+config.UnsafeEnvoyTCPFlag+"): anything that can connect to it can obtain the rail keys",
 			"envoy_addr", el.Addr().String())
