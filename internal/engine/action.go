@@ -546,6 +546,13 @@ func windowMember(it ledger.Intent) (string, error) {
 // key at the rail (found by a review: two identical payouts 3 s apart
 // under a 10-minute window).
 func (e *Engine) sameAction(it ledger.Intent, w time.Duration) bool {
+	if it.LastEvent == string(intent.ResolvedNotApplied) {
+		// The owner's word ended it, which is no proof of absence: it
+		// answers its identical requests for good, as it did while
+		// quarantined (a new one needs a distinct reason), never a next
+		// generation under a new idempotency key (found by a review).
+		return true
+	}
 	switch it.State {
 	case intent.Applied, intent.Blocked, intent.ConfirmedNotApplied, intent.FailedTerminal:
 		return e.now().Sub(it.UpdatedAt) < w

@@ -35,6 +35,10 @@ func TestWindowCurrent(t *testing.T) {
 		return ledger.Intent{Key: k, State: state, CreatedAt: at.Add(-age - time.Hour), UpdatedAt: at.Add(-age), Canonical: fmt.Sprintf(`{"window":%q}`, window)}
 	}
 	latest := func(i ledger.Intent) *ledger.Intent { return &i }
+	resolvedNotApplied := func(i ledger.Intent) ledger.Intent {
+		i.LastEvent = string(intent.ResolvedNotApplied)
+		return i
+	}
 	cases := []struct {
 		name   string
 		it     ledger.Intent
@@ -46,6 +50,9 @@ func TestWindowCurrent(t *testing.T) {
 		{"applied, younger than its window", it("1m0s#0", intent.Applied, 30*time.Second), latest(it("1m0s#0", intent.Applied, 30*time.Second)), true},
 		{"applied, older than its window", it("1m0s#0", intent.Applied, 2*time.Minute), latest(it("1m0s#0", intent.Applied, 2*time.Minute)), false},
 		{"unknown, older than its window", it("1m0s#3", intent.Unknown, time.Hour), latest(it("1m0s#3", intent.Unknown, time.Hour)), true},
+		{"blocked, older than its window", it("1m0s#0", intent.Blocked, 2*time.Minute), latest(it("1m0s#0", intent.Blocked, 2*time.Minute)), false},
+		{"resolved not applied by the owner, older than its window", resolvedNotApplied(it("1m0s#0", intent.Blocked, time.Hour)),
+			latest(resolvedNotApplied(it("1m0s#0", intent.Blocked, time.Hour))), true},
 		{"not the family's newest", it("1m0s#0", intent.Unknown, time.Second), &ledger.Intent{Key: other}, false},
 		{"family not read", it("1m0s#0", intent.Unknown, time.Second), nil, false},
 		{"a slot key, unresolved", it("1m0s@30000000", intent.Reconciling, time.Hour), latest(it("1m0s@30000000", intent.Reconciling, time.Hour)), true},

@@ -229,3 +229,25 @@ func TestOwnerResolvesAQuarantinedIntent(t *testing.T) {
 		}
 	})
 }
+
+// TestAppliedAfterResolvedNotAppliedIsHeldAgain: the owner resolved an
+// intent not applied (its hold voided, BLOCKED); the rail's "applied" for
+// its attempt then comes. The intent stays BLOCKED (absorbing), and the
+// money that left is held again, so the budget counts it.
+func TestAppliedAfterResolvedNotAppliedIsHeldAgain(t *testing.T) {
+	ctx := context.Background()
+	s := openTest(t)
+	p, mandate := quarantinedFor(t, s, "own_alice", 8, false)
+	if _, err := s.Resolve(ctx, "own_alice", p.Key, Resolution{Note: "nothing at the rail"}); err != nil {
+		t.Fatal(err)
+	}
+	it, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeApplied, EntityID: "re_late",
+		Response: &HTTPMessage{Status: 200, Body: []byte(`{"id":"re_late"}`)}})
+	if err != nil || it.State != intent.Blocked {
+		t.Fatalf("late applied = %+v, %v; want the intent still BLOCKED", it, err)
+	}
+	b, err := s.Budgets(ctx, mandate)
+	if err != nil || len(b) != 1 || b[0].Held != 1000 {
+		t.Fatalf("budget = %+v, %v; want the 1000 that left held again", b, err)
+	}
+}

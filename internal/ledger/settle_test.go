@@ -32,7 +32,8 @@ func TestNoListingBeforeTheRailIsDone(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeAmbiguous, Reason: "504"}); err != nil {
+			delay := 30 * time.Second
+			if _, err := s.Commit(ctx, AttemptResult{Key: p.Key, Seq: 1, Outcome: OutcomeAmbiguous, Reason: "504", ReconcileDelay: delay}); err != nil {
 				t.Fatal(err)
 			}
 			var wait time.Duration
@@ -42,6 +43,17 @@ func TestNoListingBeforeTheRailIsDone(t *testing.T) {
 			}
 			if wait < 55*time.Minute {
 				t.Fatalf("reconciliation scheduled in %s, before the rail is done (in about an hour)", wait)
+			}
+			// The reconcile delay asked for is counted from then, not from
+			// now (the rails have no read-your-writes).
+			var after time.Duration
+			if err := s.pool.QueryRow(ctx, `SELECT (extract(epoch FROM i.next_reconcile_at - a.may_apply_until) * 1e6)::bigint * interval '1 microsecond'
+				FROM intents i JOIN attempts a ON a.rail_account = i.rail_account AND a.sik = i.sik AND a.attempt_seq = i.attempt_count WHERE i.sik = $1`,
+				p.SIK).Scan(&after); err != nil {
+				t.Fatal(err)
+			}
+			if after < 20*time.Second {
+				t.Fatalf("reconciliation scheduled %s after the rail is done, want the reconcile delay (30 s) after it", after)
 			}
 			work, err := s.ClaimReconcile(ctx, "rec", time.Minute, 10, &p.Key)
 			if err != nil || len(work) != 0 {

@@ -13,7 +13,8 @@
 -- and what the rail may take after its client gave up); for an attempt
 -- that leaves without ext_proc's mark (ext_authz alone, native), the end
 -- of its lease plus the same. An intent moving to UNKNOWN is scheduled for
--- reconciliation no earlier than that, whatever the writer, and the
+-- reconciliation no earlier than that plus its reconcile delay, whatever
+-- the writer, and the
 -- database refuses a listing's proof of absence recorded before it. An
 -- attempt never let leave has none: it is settled without a listing.
 ALTER TABLE attempts ADD COLUMN may_apply_until timestamptz;
@@ -26,8 +27,11 @@ DECLARE
 BEGIN
     SELECT may_apply_until INTO v_until FROM attempts
         WHERE rail_account = NEW.rail_account AND sik = NEW.sik AND attempt_seq = NEW.attempt_count;
-    IF v_until IS NOT NULL AND NEW.next_reconcile_at IS NOT NULL AND NEW.next_reconcile_at < v_until THEN
-        NEW.next_reconcile_at := v_until;
+    -- The listing still needs its reconcile delay (the rails have no
+    -- read-your-writes) after the rail is done: the delay asked for is
+    -- counted from may_apply_until, not from now.
+    IF v_until IS NOT NULL AND NEW.next_reconcile_at IS NOT NULL AND v_until > now() THEN
+        NEW.next_reconcile_at := v_until + GREATEST(NEW.next_reconcile_at - now(), interval '0');
     END IF;
     RETURN NEW;
 END;
