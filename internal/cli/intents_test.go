@@ -2,11 +2,8 @@ package cli
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
-
-	"google.golang.org/grpc"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 )
@@ -40,15 +37,7 @@ func (f *fakeIntents) ResolveIntent(_ context.Context, r *countersignv1.ResolveI
 
 func TestIntentsListAndResolve(t *testing.T) {
 	f := &fakeIntents{}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	countersignv1.RegisterOwnerServiceServer(srv, f)
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	flags := []string{"--server", lis.Addr().String(), "--owner-token", "cso_test"}
+	flags := []string{"--server", startFakeOwner(t, f), "--owner-token", "cso_test"}
 	const sik = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 
 	r := runCLI(t, "", append([]string{"intents", "list", "--state", "quarantined"}, flags...)...)

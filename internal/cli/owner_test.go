@@ -51,7 +51,7 @@ func (f *fakeOwner) ApproveApproval(_ context.Context, r *countersignv1.ApproveA
 	return &countersignv1.ApproveApprovalResponse{Approval: a}, nil
 }
 
-func startFakeOwner(t *testing.T, f *fakeOwner) string {
+func startFakeOwner(t *testing.T, f countersignv1.OwnerServiceServer) string {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
