@@ -2,9 +2,7 @@ package console
 
 import (
 	"context"
-	"errors"
 	"net/http"
-	"time"
 
 	"github.com/countersign/countersign/internal/ownerauth"
 )
@@ -53,41 +51,23 @@ func (c *Console) WrapAPI(next http.Handler) http.Handler {
 		r.Header.Del(CSRFHeader)
 		r.Header.Set("Authorization", "Bearer "+secret)
 		ctx, stop := c.bind(r.Context(), secret)
-		defer stop()
+		defer func() { _ = stop() }()
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
 // bind is ctx ended when the session ends (see WrapAPI). A session that
 // does not resolve now is passed on unbound: the API refuses it.
-func (c *Console) bind(ctx context.Context, secret string) (context.Context, func()) {
+func (c *Console) bind(ctx context.Context, secret string) (context.Context, func() error) {
 	s, err := c.o.Auth.Session(ctx, secret)
 	if err != nil {
-		return ctx, func() {}
+		return ctx, func() error { return nil }
 	}
-	ctx, cancel := context.WithTimeoutCause(ctx, s.ExpiresAt.Sub(c.o.Now()), errSessionEnded)
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(c.o.Recheck)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if _, err := c.o.Auth.Session(ctx, secret); err != nil {
-					cancel()
-					return
-				}
-			}
-		}
-	}()
-	return ctx, func() { close(done); cancel() }
+	return ownerauth.Bind(ctx, s.ExpiresAt, c.o.Now, c.o.Recheck, func(ctx context.Context) error {
+		_, err := c.o.Auth.Session(ctx, secret)
+		return err
+	})
 }
-
-var errSessionEnded = errors.New("console: the session expired")
 
 // ownerauthCSRF checks the one CSRF header against the session's token.
 func ownerauthCSRF(secret string, vals []string) bool {

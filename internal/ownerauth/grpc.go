@@ -146,16 +146,28 @@ func (e credentialEnded) Unwrap() error { return e.err }
 // at until (if not zero), or at the first Recheck that refuses it. stop
 // releases it and returns why bind ended it (nil: it did not).
 func (g *Guard) bind(parent context.Context, authz string, until time.Time) (context.Context, func() error) {
-	ctx, cancel := context.WithCancelCause(parent)
-	var expiry *time.Timer
-	if !until.IsZero() {
-		expiry = time.AfterFunc(until.Sub(g.Auth.now()), func() {
-			cancel(credentialEnded{fmt.Errorf("%w: the stream's credential expired", ErrUnauthenticated)})
-		})
-	}
 	every := g.Recheck
 	if every <= 0 {
 		every = DefaultRecheck
+	}
+	return Bind(parent, until, g.Auth.now, every, func(ctx context.Context) error {
+		_, _, err := g.Auth.authenticate(ctx, authz)
+		return err
+	})
+}
+
+// Bind is parent, ended at until (if not zero; now is the clock it is
+// measured on) with ErrUnauthenticated, or at the first check, run every
+// period, that fails, with its error: what keeps a long request (a watch
+// stream) bound to the credential that opened it. stop releases it and
+// returns the error that ended it (nil: Bind did not end it).
+func Bind(parent context.Context, until time.Time, now func() time.Time, every time.Duration, check func(context.Context) error) (ctx context.Context, stop func() error) {
+	ctx, cancel := context.WithCancelCause(parent)
+	var expiry *time.Timer
+	if !until.IsZero() {
+		expiry = time.AfterFunc(until.Sub(now()), func() {
+			cancel(credentialEnded{fmt.Errorf("%w: the stream's credential expired", ErrUnauthenticated)})
+		})
 	}
 	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -169,7 +181,7 @@ func (g *Guard) bind(parent context.Context, authz string, until time.Time) (con
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if _, _, err := g.Auth.authenticate(ctx, authz); err != nil {
+				if err := check(ctx); err != nil {
 					cancel(credentialEnded{err})
 					return
 				}
