@@ -232,31 +232,7 @@ func TestOwnerAPIListsAndWatchesIntents(t *testing.T) {
 }
 
 func TestWatchIntentsStreamsTransitions(t *testing.T) {
-	store, err := ledger.Open(context.Background(), pgtest.NewDatabase(t), ledger.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	srv := NewOwnerServer(store, func(ctx context.Context) (string, error) {
-		md, _ := metadata.FromIncomingContext(ctx)
-		if v := md.Get("x-test-owner"); len(v) == 1 {
-			return v[0], nil
-		}
-		return "", errors.New("no owner")
-	})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	countersignv1.RegisterOwnerServiceServer(gs, srv)
-	go gs.Serve(lis)
-	defer gs.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	_, store, conn := servedOwnerAPI(t)
 	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-test-owner", "own_watch"), 20*time.Second)
 	defer cancel()
 	agent, err := store.CreateAgent(ctx, "own_watch", "bot")
@@ -340,31 +316,7 @@ func TestOwnerAPIListsMandates(t *testing.T) {
 // one of the owner's approvals: a new HOLD, approval, rejection, running
 // out and voiding; never another owner's.
 func TestWatchApprovalsFollowsEveryChange(t *testing.T) {
-	store, err := ledger.Open(context.Background(), pgtest.NewDatabase(t), ledger.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	srv := NewOwnerServer(store, func(ctx context.Context) (string, error) {
-		md, _ := metadata.FromIncomingContext(ctx)
-		if v := md.Get("x-test-owner"); len(v) == 1 {
-			return v[0], nil
-		}
-		return "", errors.New("no owner")
-	})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	countersignv1.RegisterOwnerServiceServer(gs, srv)
-	go gs.Serve(lis)
-	defer gs.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	_, store, conn := servedOwnerAPI(t)
 	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-test-owner", "own_wa"), 30*time.Second)
 	defer cancel()
 	mine, err := store.CreateAgent(ctx, "own_wa", "bot")
@@ -473,4 +425,37 @@ func TestRevokeCredentialAnswersPastTheFirstThousand(t *testing.T) {
 	if err != nil || revoked.GetCredential().GetCredentialId() != last || revoked.GetCredential().GetState() != countersignv1.CredentialState_CREDENTIAL_STATE_REVOKED {
 		t.Fatalf("revoke of the 1001st credential = %v, %v", revoked, err)
 	}
+}
+
+// servedOwnerAPI is an OwnerServer on a fresh ledger, served over gRPC on
+// loopback, whose caller is the owner its metadata names (x-test-owner),
+// and a client connection to it; both are closed when t ends.
+func servedOwnerAPI(t *testing.T) (*OwnerServer, *ledger.Store, *grpc.ClientConn) {
+	t.Helper()
+	store, err := ledger.Open(context.Background(), pgtest.NewDatabase(t), ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	srv := NewOwnerServer(store, func(ctx context.Context) (string, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if v := md.Get("x-test-owner"); len(v) == 1 {
+			return v[0], nil
+		}
+		return "", errors.New("no owner")
+	})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	countersignv1.RegisterOwnerServiceServer(gs, srv)
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return srv, store, conn
 }

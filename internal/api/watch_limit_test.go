@@ -2,19 +2,13 @@ package api
 
 import (
 	"context"
-	"errors"
-	"net"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
-	"github.com/countersign/countersign/internal/ledger"
-	"github.com/countersign/countersign/internal/testing/pgtest"
 	"github.com/countersign/countersign/internal/testing/wait"
 )
 
@@ -23,31 +17,7 @@ import (
 // ResourceExhausted, another owner is not affected, and a stream that ends
 // gives its slot back.
 func TestWatchStreamsAreCappedPerOwner(t *testing.T) {
-	store, err := ledger.Open(context.Background(), pgtest.NewDatabase(t), ledger.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	srv := NewOwnerServer(store, func(ctx context.Context) (string, error) {
-		md, _ := metadata.FromIncomingContext(ctx)
-		if v := md.Get("x-test-owner"); len(v) == 1 {
-			return v[0], nil
-		}
-		return "", errors.New("no owner")
-	})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := grpc.NewServer()
-	countersignv1.RegisterOwnerServiceServer(gs, srv)
-	go func() { _ = gs.Serve(lis) }()
-	defer gs.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	srv, _, conn := servedOwnerAPI(t)
 	client := countersignv1.NewOwnerServiceClient(conn)
 	base, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
