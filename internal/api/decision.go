@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"strconv"
 	"strings"
 
 	"google.golang.org/grpc/codes"
@@ -185,6 +186,10 @@ func toDecideResponse(out engine.Outcome) *countersignv1.DecideResponse {
 		if out.Intent != nil {
 			if out.Intent.BodyField != "" {
 				resp.Stamps[out.Intent.BodyField] = out.Intent.BodyValue
+			}
+			if out.Intent.AmountField != "" {
+				// A full refund is sent for the amount its intent holds.
+				resp.Stamps[out.Intent.AmountField] = strconv.FormatInt(out.Intent.Amount, 10)
 			}
 			resp.CommitToken = out.Intent.CommitToken
 		}

@@ -357,6 +357,12 @@ func (e *Engine) answer(acct *rails.Account, req Request, res decided, stamped r
 		}
 		ref.AttemptSeq, ref.Stamp = res.attempt.Seq, res.attempt.Stamp
 		ref.BodyField, ref.BodyValue = stamped.BodyField, stamped.BodyValue
+		if stamped.AmountField != "" {
+			// What the intent holds, as every attempt of it leaves: the
+			// rail moves no more than the hold, and one stamp keeps one
+			// body.
+			ref.AmountField, ref.Amount = stamped.AmountField, it.AmountMinor
+		}
 		out = Outcome{Verdict: Allow, ReasonCode: ReasonAllowed,
 			Reason:     fmt.Sprintf("attempt %d of intent %s", res.attempt.Seq, it.SIK),
 			SetHeaders: headers, DecisionID: res.decisionID}

@@ -293,6 +293,10 @@ func (e *Engine) confirmReported(ctx context.Context, acct *rails.Account, agent
 		return unconfirmed("the rail lists no entity carrying this attempt's stamp (%d pages read)", f.Pages), resp
 	case a.AmountMinor != nil && f.Match.AmountMinor != *a.AmountMinor:
 		return unconfirmed("the rail lists %s for %d, not the %d decided", f.Match.ID, f.Match.AmountMinor, *a.AmountMinor), resp
+	case a.AmountMinor == nil && f.Match.AmountMinor != it.AmountMinor:
+		// A full refund is sent for the amount its intent holds (the
+		// Decide answer's stamps name it).
+		return unconfirmed("the rail lists %s for %d, not the %d held", f.Match.ID, f.Match.AmountMinor, it.AmountMinor), resp
 	case a.Currency != "" && !strings.EqualFold(f.Match.Currency, a.Currency):
 		return unconfirmed("the rail lists %s in %q, not %q", f.Match.ID, f.Match.Currency, a.Currency), resp
 	}

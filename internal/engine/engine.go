@@ -121,6 +121,11 @@ type IntentRef struct {
 	// BodyField and BodyValue are the body stamp ext_proc writes.
 	BodyField string
 	BodyValue string
+	// AmountField, when set, is where ext_proc writes Amount, the
+	// intent's valued amount, into an action that named none (a full
+	// refund: rail.Stamped.AmountField).
+	AmountField string
+	Amount      int64
 	// BodyStamped is set by the response path when the body stamp was
 	// written into the request that went out.
 	BodyStamped bool

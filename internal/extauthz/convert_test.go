@@ -9,6 +9,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/countersign/countersign/internal/engine"
 )
@@ -224,6 +225,21 @@ func TestToCheckResponseAllowInjectsRailKeyAndStamp(t *testing.T) {
 	}
 	if _, valid := IntentFromMetadata(nil); valid {
 		t.Fatal("nil metadata accepted")
+	}
+	// A full refund's amount to write travels with it; one that cannot be
+	// read is no intent to send.
+	full := *ref
+	full.AmountField, full.Amount = "amount", 4000
+	md := IntentMetadata(&full)
+	if back, valid := IntentFromMetadata(md); !valid || back != full {
+		t.Fatalf("metadata round trip with an amount = %+v, %v", back, valid)
+	}
+	for _, bad := range []string{"", "0", "-5", "4000.5", "x"} {
+		md := IntentMetadata(&full)
+		md.GetFields()["countersign"].GetStructValue().GetFields()["amount"] = structpb.NewStringValue(bad)
+		if back, valid := IntentFromMetadata(md); valid {
+			t.Errorf("amount %q read back as %+v", bad, back)
+		}
 	}
 }
 

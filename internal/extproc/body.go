@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 
+	"github.com/countersign/countersign/internal/engine"
 	"github.com/countersign/countersign/internal/rail"
 )
 
@@ -42,9 +44,57 @@ func StampBody(body []byte, field, value string) ([]byte, error) {
 				return nil, fmt.Errorf("%w: body is not a JSON object", ErrBodyStamp)
 			}
 		}
-		return setPath(top, keys, value)
+		v, err := json.Marshal(value)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBodyStamp, err)
+		}
+		return setPath(top, keys, v)
 	}
 	return nil, fmt.Errorf("%w: unsupported field %q", ErrBodyStamp, field)
+}
+
+// OutgoingBody is the body an allowed request leaves with: body with ref's
+// stamp written, and, for a full refund, the amount its intent holds
+// (rail.Stamped.AmountField), so the rail moves what the gates valued and
+// the ledger holds, not whatever is refundable when it arrives.
+func OutgoingBody(body []byte, ref engine.IntentRef) ([]byte, error) {
+	out, err := StampBody(body, ref.BodyField, ref.BodyValue)
+	if err != nil || ref.AmountField == "" {
+		return out, err
+	}
+	return PinAmount(out, ref.BodyField, ref.AmountField, ref.Amount)
+}
+
+// PinAmount writes amount, in minor units, at field into a body, in the
+// body's media type: that of stampField, the body stamp's field
+// (rail.BodyMediaType), or, with no stamp, JSON for a dotted path (an MCP
+// tool's argument): a form field, or a JSON member whose value becomes that
+// integer. It is how a full refund leaves for the amount its intent holds
+// (rail.Stamped.AmountField).
+func PinAmount(body []byte, stampField, field string, amount int64) ([]byte, error) {
+	if field == "" || amount <= 0 {
+		return nil, fmt.Errorf("%w: amount %d at %q", ErrBodyStamp, amount, field)
+	}
+	media := rail.BodyMediaType(stampField)
+	if stampField == "" && strings.Contains(field, ".") {
+		media = "application/json"
+	}
+	n := strconv.FormatInt(amount, 10)
+	switch media {
+	case "application/x-www-form-urlencoded":
+		return stampForm(body, field, n)
+	case "application/json":
+		keys := strings.Split(field, ".")
+		if slices.Contains(keys, "") {
+			return nil, fmt.Errorf("%w: field %q has an empty key", ErrBodyStamp, field)
+		}
+		top := map[string]json.RawMessage{}
+		if err := decodeObject(body, &top); err != nil {
+			return nil, fmt.Errorf("%w: body is not a JSON object", ErrBodyStamp)
+		}
+		return setPath(top, keys, json.RawMessage(n))
+	}
+	return nil, fmt.Errorf("%w: no media type to write the amount at %q in", ErrBodyStamp, field)
 }
 
 func stampForm(body []byte, field, value string) ([]byte, error) {
@@ -58,14 +108,10 @@ func stampForm(body []byte, field, value string) ([]byte, error) {
 	return []byte(vals.Encode()), nil
 }
 
-// setPath writes value at keys inside obj, keeping every other member's
-// bytes (numbers are never re-spelled).
-func setPath(obj map[string]json.RawMessage, keys []string, value string) ([]byte, error) {
+// setPath writes the JSON value v at keys inside obj, keeping every other
+// member's bytes (numbers are never re-spelled).
+func setPath(obj map[string]json.RawMessage, keys []string, v json.RawMessage) ([]byte, error) {
 	if len(keys) == 1 {
-		v, err := json.Marshal(value)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrBodyStamp, err)
-		}
 		obj[keys[0]] = v
 		return json.Marshal(obj)
 	}
@@ -75,7 +121,7 @@ func setPath(obj map[string]json.RawMessage, keys []string, value string) ([]byt
 			return nil, fmt.Errorf("%w: %s is not an object", ErrBodyStamp, keys[0])
 		}
 	}
-	b, err := setPath(inner, keys[1:], value)
+	b, err := setPath(inner, keys[1:], v)
 	if err != nil {
 		return nil, err
 	}

@@ -200,7 +200,7 @@ func (s *Server) requestBody(x *exchange, b *extprocv3.HttpBody) *extprocv3.Proc
 	if refusal := s.checkDecidedBody(x, b.GetBody(), b.GetEndOfStream()); refusal != nil {
 		return refusal
 	}
-	if x.ref.BodyField == "" {
+	if x.ref.BodyField == "" && x.ref.AmountField == "" {
 		// No place for the stamp (an MCP tool without a metadata argument):
 		// it leaves unstamped, marked so, while its attempt is live.
 		if refusal := s.markSent(x, false); refusal != nil {
@@ -208,22 +208,22 @@ func (s *Server) requestBody(x *exchange, b *extprocv3.HttpBody) *extprocv3.Proc
 		}
 		return cont
 	}
-	body, err := StampBody(b.GetBody(), x.ref.BodyField, x.ref.BodyValue)
+	body, err := OutgoingBody(b.GetBody(), x.ref)
 	if err != nil {
 		s.log.Error("body stamp failed; stopping the request", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK, "err", err)
 		msg := []byte(`{"error":{"type":"countersign_refusal","code":"body_unstampable","message":"Countersign could not stamp the request body; it was not sent."}}`)
 		s.stoppedHere(x)
 		return immediate(http.StatusBadRequest, msg, "countersign_body_unstampable")
 	}
-	if refusal := s.markSent(x, true); refusal != nil {
+	if refusal := s.markSent(x, x.ref.BodyField != ""); refusal != nil {
 		return refusal
 	}
 	// In buffered mode the headers may be mutated with the body. The
 	// stamped body leaves with the media type it is written in, whatever
 	// the agent sent (rail.BodyMediaType says why).
-	set := []*corev3.HeaderValueOption{
-		setHeader("content-length", strconv.Itoa(len(body))),
-		setHeader("content-type", rail.BodyMediaType(x.ref.BodyField)),
+	set := []*corev3.HeaderValueOption{setHeader("content-length", strconv.Itoa(len(body)))}
+	if mt := rail.BodyMediaType(x.ref.BodyField); mt != "" {
+		set = append(set, setHeader("content-type", mt))
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{
 		Response: &extprocv3.CommonResponse{

@@ -220,6 +220,14 @@ type Stamped struct {
 	// metadata[countersign_sik], Razorpay notes.countersign_sik) for ext_proc.
 	BodyField string
 	BodyValue string
+	// AmountField names the body member an action without an amount (a
+	// full refund) leaves with its valued amount in, written by ext_proc as
+	// an integer in minor units in the body's media type (that of
+	// BodyField; with none, a dotted path is JSON's): the rail then moves
+	// what the gates valued and the ledger holds, not whatever is
+	// refundable when the request arrives. "" when the action has an
+	// amount or the call has no member for one.
+	AmountField string
 }
 
 // BodyMediaType is the media type of a body stamped at field, spelled as

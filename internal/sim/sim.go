@@ -621,7 +621,7 @@ func (w *world) decide(ctx context.Context, p *pipe) error {
 // stamp is ext_proc's request-body phase: the stamp is recorded before the
 // request may leave, then written into the body.
 func (w *world) stamp(ctx context.Context, p *pipe) error {
-	body, err := extproc.StampBody(p.body, p.ref.BodyField, p.ref.BodyValue)
+	body, err := extproc.OutgoingBody(p.body, p.ref)
 	marked := p.ref
 	if err == nil {
 		marked, err = w.eng.MarkSent(ctx, p.ref, true)

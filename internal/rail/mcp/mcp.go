@@ -118,6 +118,10 @@ type adapter struct {
 	readOnly   map[string]bool
 	under      rail.Adapter
 	metadataOf map[sik.Kind]string // the stamped argument per kind, "" if none
+	// amountOf is the amount argument per kind when every tool of the kind
+	// that may omit it names it alike, "" otherwise: where a full refund's
+	// valued amount is written.
+	amountOf map[sik.Kind]string
 }
 
 // New checks cfg and returns the adapter. It is stateless and safe for
@@ -128,13 +132,26 @@ func New(cfg Config) (rail.Adapter, error) {
 	}
 	ad := &adapter{
 		rail: cfg.Rail, endpoint: cfg.Endpoint, tools: maps.Clone(cfg.Tools),
-		readOnly: map[string]bool{}, under: cfg.Underlying, metadataOf: map[sik.Kind]string{},
+		readOnly: map[string]bool{}, under: cfg.Underlying, metadataOf: map[sik.Kind]string{}, amountOf: map[sik.Kind]string{},
 	}
 	for _, name := range cfg.ReadOnlyTools {
 		ad.readOnly[name] = true
 	}
+	conflict := map[sik.Kind]bool{}
 	for _, t := range cfg.Tools {
 		ad.metadataOf[t.Kind] = t.Metadata
+		if t.AmountRequired {
+			continue // never called without an amount
+		}
+		// Stamp sees the action, not the tool: tools naming the amount
+		// differently leave it no one place.
+		if a, seen := ad.amountOf[t.Kind]; seen && a != t.Amount {
+			conflict[t.Kind] = true
+		}
+		ad.amountOf[t.Kind] = t.Amount
+	}
+	for k := range conflict {
+		ad.amountOf[k] = ""
 	}
 	return ad, nil
 }
@@ -286,7 +303,9 @@ func (ad *adapter) Find(ctx context.Context, c rail.Client, a rail.Action, stamp
 
 // Stamp implements rail.Adapter: the underlying rail's idempotency header
 // (the MCP server may not forward it), and the body stamp in the tool's
-// metadata argument when the kind's tools have one, else no body field.
+// metadata argument when the kind's tools have one, else no body field; a
+// full refund's amount goes in the tools' amount argument when they name
+// one alike.
 func (ad *adapter) Stamp(a rail.Action, key sik.SIK, gen uint32) (rail.Stamped, error) {
 	md, ok := ad.metadataOf[a.Kind]
 	if !ok {
@@ -309,6 +328,9 @@ func (ad *adapter) Stamp(a rail.Action, key sik.SIK, gen uint32) (rail.Stamped, 
 	out := rail.Stamped{Headers: map[string]string{name: st.Headers[name]}, BodyValue: value}
 	if md != "" {
 		out.BodyField = BodyField(md)
+	}
+	if amt := ad.amountOf[a.Kind]; amt != "" && a.AmountMinor == nil {
+		out.AmountField = ArgumentsPath + "." + amt
 	}
 	return out, nil
 }

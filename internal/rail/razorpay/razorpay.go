@@ -53,7 +53,13 @@ func (adapter) Stamp(a rail.Action, key sik.SIK, gen uint32) (rail.Stamped, erro
 	if err != nil {
 		return rail.Stamped{}, fmt.Errorf("razorpay: stamp: %w", err)
 	}
-	return rail.Stamped{Headers: map[string]string{header: value}, BodyField: field, BodyValue: bodyValue}, nil
+	st := rail.Stamped{Headers: map[string]string{header: value}, BodyField: field, BodyValue: bodyValue}
+	if a.AmountMinor == nil {
+		// A full refund leaves for the amount the gates valued: Razorpay
+		// refunds what `amount` says (at most what is refundable).
+		st.AmountField = "amount"
+	}
+	return st, nil
 }
 
 // checkKey applies Razorpay's idempotency key rules for kind.

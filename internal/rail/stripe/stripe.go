@@ -69,7 +69,13 @@ func (adapter) Stamp(a rail.Action, key sik.SIK, gen uint32) (rail.Stamped, erro
 	}
 	// Stripe-Version is pinned: the rail reads the request as the version
 	// Parse read it as, whatever the account's default.
-	return rail.Stamped{Headers: map[string]string{header: value, versionHeader: APIVersion}, BodyField: field, BodyValue: bodyValue}, nil
+	st := rail.Stamped{Headers: map[string]string{header: value, versionHeader: APIVersion}, BodyField: field, BodyValue: bodyValue}
+	if a.AmountMinor == nil {
+		// A full refund leaves for the amount the gates valued: Stripe
+		// refunds what `amount` says (at most what is refundable).
+		st.AmountField = "amount"
+	}
+	return st, nil
 }
 
 // versionHeader is the header Stamp pins to APIVersion.

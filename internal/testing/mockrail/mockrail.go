@@ -2,6 +2,7 @@ package mockrail
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -360,4 +361,28 @@ func cloneMap(m map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// FailRefund turns a succeeded Stripe refund failed, as the rail reports
+// one the customer's bank could not take (refund.failed): its amount is
+// refundable on the payment again. It is how a test makes a payment's
+// refundable balance grow by an outside event.
+func (s *Server) FailRefund(id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.st.byID[id]
+	if e == nil || e.rail != Stripe || e.kind != KindRefund || e.pay == nil {
+		return fmt.Errorf("mockrail: no Stripe refund %q", id)
+	}
+	var r stripeRefund
+	if err := json.Unmarshal(e.body, &r); err != nil {
+		return fmt.Errorf("mockrail: refund %s: %w", id, err)
+	}
+	if r.Status != "succeeded" {
+		return fmt.Errorf("mockrail: refund %s is %s, not succeeded", id, r.Status)
+	}
+	r.Status = "failed"
+	e.body, e.status = mustJSON(r), r.Status
+	e.pay.refunded -= r.Amount
+	return nil
 }

@@ -1,0 +1,106 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/intent"
+	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/testing/envoystandin"
+	"github.com/countersign/countersign/internal/testing/mockrail"
+)
+
+// TestAFullRefundMovesNoMoreThanItsHold: a refund without an amount is
+// valued at what is refundable when it is decided (40.00 of a 100.00
+// payment the merchant refunded 60.00 of) and held at that. The merchant's
+// refund fails while the agent's request is on its way, so 100.00 is
+// refundable when it reaches the rail: it refunds 40.00, what the ledger
+// holds and the budget counted, because the request leaves with that
+// amount written in (found by a review: it refunded 100.00 under a hold of
+// 40.00). The native Decide answer names the amount the same way.
+func TestAFullRefundMovesNoMoreThanItsHold(t *testing.T) {
+	var mock atomic.Pointer[mockrail.Server]
+	var merchantRefund atomic.Value // string
+	var failOnce sync.Once
+	failed := make(chan error, 1)
+	grow := func(_ context.Context, ev mockrail.HookEvent) {
+		// The agent's refund, stamped, at the rail but not yet applied.
+		if ev.Stage != mockrail.StageBeforeApply || ev.Method != http.MethodPost || ev.Path != "/v1/refunds" || ev.IdempotencyKey == "" {
+			return
+		}
+		failOnce.Do(func() { failed <- mock.Load().FailRefund(merchantRefund.Load().(string)) })
+	}
+	h := bareRailHarness(t, harnessOption{mock: []mockrail.Option{
+		mockrail.WithPayments(mockrail.Payment{Rail: mockrail.Stripe, ID: "pi_full", Amount: 10000, Currency: "usd"}),
+		mockrail.WithHook(grow)}})
+	mock.Store(h.mock)
+	applyMandateTo(t, h, mandateFor(h))
+
+	// The merchant refunds 60.00 itself, with no idempotency key.
+	form := url.Values{"payment_intent": {"pi_full"}, "amount": {"6000"}}
+	req, err := http.NewRequest(http.MethodPost, h.mockURL+"/v1/refunds", strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+mockrail.DefaultStripeKey)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	effects := h.mock.Journal().Effects
+	if resp.StatusCode != http.StatusOK || len(effects) != 1 {
+		t.Fatalf("the merchant's refund = %d, effects %+v", resp.StatusCode, effects)
+	}
+	merchantRefund.Store(effects[0].EntityID)
+
+	p, err := envoystandin.Start(context.Background(), envoystandin.Config{
+		ExtAuthz: h.envoyAddr, ExtProc: h.envoyAddr, MaxRequestBytes: 64 << 10, AllowPartialMessage: true,
+		Timeout: 30 * time.Second, ExtProcMessageTimeout: 30 * time.Second,
+		Routes: []envoystandin.Route{{Prefix: "*", Upstream: h.mockURL, HostRewrite: "api.stripe.com", Timeout: 20 * time.Second,
+			ContextExtensions: map[string]string{"rail_account": "acct_bench"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	if a := refundVia(t, "http://"+p.Addr(), h.secret, "payment_intent=pi_full"); a.status != http.StatusOK {
+		t.Fatalf("the full refund answered %d %.300s", a.status, a.body)
+	}
+	if err := <-failed; err != nil {
+		t.Fatalf("the merchant's refund did not fail: %v", err)
+	}
+	var agents []mockrail.Effect
+	for _, e := range h.mock.Journal().Effects {
+		if e.Kind == mockrail.KindRefund && e.IdempotencyKey != "" {
+			agents = append(agents, e)
+		}
+	}
+	its, err := h.store.OwnerIntents(context.Background(), h.ownerID, ledger.IntentFilter{}, nil, 10)
+	if err != nil || len(its) != 1 {
+		t.Fatalf("intents = %+v, %v", its, err)
+	}
+	it := its[0]
+	if it.AmountMinor != 4000 || it.State != intent.Applied {
+		t.Fatalf("the intent holds %d and is %s; want 4000 APPLIED", it.AmountMinor, it.State)
+	}
+	if len(agents) != 1 || agents[0].Amount != it.AmountMinor {
+		t.Fatalf("the rail refunded %+v for an intent holding %d", agents, it.AmountMinor)
+	}
+
+	// Natively the caller writes the request: the answer names the amount.
+	mock.Store(nil) // no more growth
+	failOnce.Do(func() {})
+	d := h.decide(t, &countersignv1.ProposedAction{ActionKind: countersignv1.ActionKind_ACTION_KIND_REFUND, Subject: "pi_full", Distinct: "the rest"})
+	if d.GetVerdict() != countersignv1.Verdict_VERDICT_ALLOW || d.GetStamps()["amount"] != "6000" {
+		t.Fatalf("the native full refund = %s %s, stamps %v; want ALLOW naming amount 6000", d.GetVerdict(), d.GetReasonCode(), d.GetStamps())
+	}
+}
