@@ -167,6 +167,13 @@ func (e *Engine) advance(ctx context.Context, tx *ledger.Tx, g gateRun, pr *prop
 	case intent.FailedTerminal, intent.ConfirmedNotApplied:
 		// A fresh proposal of an action proven not applied: the gates run
 		// again (budgets and windows moved since), then a new attempt.
+		if pr.action.AmountMinor == nil {
+			// A full refund leaves for the amount its intent holds (answer
+			// writes it into the body), whatever is refundable now: it is
+			// judged, shown to the owner and held at that (a review: held
+			// at 10000 while 4000 left).
+			pr.value = it.AmountMinor
+		}
 		v, err := g.ladder(ctx, tx, it)
 		if err != nil {
 			return err

@@ -28,8 +28,12 @@ type Edge struct {
 // the diagram is terse:
 //   - GATES_BLOCKED is legal from PROPOSED, HELD and AUTHORIZED: gates run first
 //     at PROPOSED and are re-checked against live limits while held and at
-//     execution (a revoked mandate, a spent budget). HOLD_REJECTED is legal only
-//     from HELD: only a held intent has an owner decision pending.
+//     execution (a revoked mandate, a spent budget). HOLD_REJECTED is legal
+//     from HELD and from the two proofs of "not applied" (FAILED_TERMINAL,
+//     CONFIRMED_NOT_APPLIED): a retry of those is held for the owner in
+//     place, and the owner's rejection of it ends the intent BLOCKED, so
+//     that "no" sticks (before, each identical request opened a new
+//     approval).
 //   - REOPENED from FAILED_TERMINAL is the second way back to AUTHORIZED. §1
 //     names only CONFIRMED_NOT_APPLIED, but a definite rail rejection is as much a
 //     proof of "not applied" as an exhausted listing (see ProvenNotApplied).
@@ -72,8 +76,9 @@ var edges = map[State]map[Event]State{
 		LeaseExpired:  Unknown,
 	},
 	FailedTerminal: {
-		Reopened:   Authorized,
-		Quarantine: Quarantined,
+		Reopened:     Authorized,
+		HoldRejected: Blocked,
+		Quarantine:   Quarantined,
 	},
 	Unknown: {
 		ReconcileStarted: Reconciling,
@@ -87,6 +92,7 @@ var edges = map[State]map[Event]State{
 	},
 	ConfirmedNotApplied: {
 		RetryAuthorized: Authorized,
+		HoldRejected:    Blocked,
 		Quarantine:      Quarantined,
 	},
 	Quarantined: {

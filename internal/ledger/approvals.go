@@ -317,7 +317,12 @@ func (s *Store) decideApproval(ctx context.Context, ownerID, id, fingerprint, no
 			if err != nil {
 				return err
 			}
-			if it.State == intent.Held {
+			// A held intent, or a retry of one proven not applied that was
+			// held in place (engine: the retry's approval): rejected, it
+			// ends BLOCKED, so the identical request is refused for good
+			// instead of opening a new approval.
+			switch it.State {
+			case intent.Held, intent.FailedTerminal, intent.ConfirmedNotApplied:
 				if _, err := tx.transition(ctx, it, intent.HoldRejected, transitionOpts{reason: "rejected by the owner: " + note}); err != nil {
 					return err
 				}

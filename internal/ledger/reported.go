@@ -142,12 +142,13 @@ func (tx *Tx) lateApplied(ctx context.Context, it Intent, r AttemptResult) (Inte
 				r.Seq, r.EntityID, it.AttemptCount, it.State)
 		}
 	}
-	if it.State == intent.Blocked && it.LastEvent == string(intent.ResolvedNotApplied) {
-		// The owner resolved it not applied, and the rail now says it
-		// applied. BLOCKED is absorbing, so the intent stays; the money
-		// that left is held again (past the budget if need be), so the
-		// budget counts it, and the answer stays on the attempt, where the
-		// owner's timeline shows it.
+	if it.State == intent.Blocked {
+		// Settled as not applied and then blocked (the owner resolved it
+		// not applied, or rejected its retry), and the rail now says an
+		// attempt applied. BLOCKED is absorbing, so the intent stays; the
+		// money that left is held again (past the budget if need be), so
+		// the budget counts it, and the answer stays on the attempt, where
+		// the owner's timeline shows it.
 		_, err := tx.holdAgain(ctx, it.Key, false)
 		return it, err
 	}

@@ -104,3 +104,91 @@ func TestAFullRefundMovesNoMoreThanItsHold(t *testing.T) {
 		t.Fatalf("the native full refund = %s %s, stamps %v; want ALLOW naming amount 6000", d.GetVerdict(), d.GetReasonCode(), d.GetStamps())
 	}
 }
+
+// TestAReopenedFullRefundIsJudgedAtWhatLeaves: a full refund the rail
+// declined is sent again, once the refundable balance has grown back; it
+// leaves for the amount its intent holds, and is judged, shown to the owner
+// and counted in the budget at that, not at what is refundable now (found
+// by a review: 10000 counted spent while 4000 left).
+func TestAReopenedFullRefundIsJudgedAtWhatLeaves(t *testing.T) {
+	h := bareRailHarness(t, harnessOption{mock: []mockrail.Option{mockrail.WithPayments(
+		mockrail.Payment{Rail: mockrail.Stripe, ID: "pi_full", Amount: 10000, Currency: "usd"})}})
+	m := mandateFor(h)
+	m.Mode = countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED
+	m.Budgets = []*countersignv1.Money{{AmountMinor: 50000, Currency: "USD"}}
+	hash := applyMandateTo(t, h, m)
+	base := egress(t, h)
+	ctx := context.Background()
+
+	form := url.Values{"payment_intent": {"pi_full"}, "amount": {"6000"}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.mockURL+"/v1/refunds", strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+mockrail.DefaultStripeKey)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("the merchant's refund = %d", resp.StatusCode)
+	}
+	merchantRefund := h.mock.Journal().Effects[0].EntityID
+
+	approve := func(want int64) {
+		t.Helper()
+		l, err := owners(h).ListApprovals(ctx, &countersignv1.ListApprovalsRequest{State: countersignv1.ApprovalState_APPROVAL_STATE_PENDING})
+		if err != nil || len(l.GetApprovals()) != 1 {
+			t.Fatalf("pending approvals: %v, %v", l.GetApprovals(), err)
+		}
+		ap := l.GetApprovals()[0]
+		if got := ap.GetAmount().GetAmountMinor(); got != want {
+			t.Fatalf("the owner is shown %d, want %d", got, want)
+		}
+		if _, err := owners(h).ApproveApproval(ctx, &countersignv1.ApproveApprovalRequest{ApprovalId: ap.GetApprovalId(),
+			RequestFingerprint: ap.GetRequestFingerprint()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const full = "payment_intent=pi_full"
+	if a := refundVia(t, base, h.secret, full); a.headers.Get("X-Countersign-Verdict") != "HOLD" {
+		t.Fatalf("the first send = %d %.200s, want HOLD", a.status, a.body)
+	}
+	approve(4000)
+	if err := h.mock.SetFaults(mockrail.Fault{Profile: mockrail.FaultDeclineBeforeApply, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if a := refundVia(t, base, h.secret, full); a.status != http.StatusPaymentRequired {
+		t.Fatalf("the approved send = %d %.200s, want the rail's decline", a.status, a.body)
+	}
+	// The merchant's refund fails: 10000 is refundable again.
+	if err := h.mock.FailRefund(merchantRefund); err != nil {
+		t.Fatal(err)
+	}
+	if a := refundVia(t, base, h.secret, full); a.headers.Get("X-Countersign-Verdict") != "HOLD" {
+		t.Fatalf("the retry = %d %.200s, want HOLD", a.status, a.body)
+	}
+	approve(4000)
+	if a := refundVia(t, base, h.secret, full); a.status != http.StatusOK {
+		t.Fatalf("the approved retry = %d %.200s", a.status, a.body)
+	}
+	var moved int64
+	for _, e := range h.mock.Journal().Effects {
+		if e.Kind == mockrail.KindRefund && e.EntityID != merchantRefund {
+			moved += e.Amount
+		}
+	}
+	u, err := owners(h).GetMandateUsage(ctx, &countersignv1.GetMandateUsageRequest{MandateHash: hash})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spent int64
+	for _, b := range u.GetUsage().GetBudgets() {
+		spent += b.GetSpentMinor()
+	}
+	if moved != 4000 || spent != moved {
+		t.Fatalf("the rail refunded %d and the budget counts %d spent; want 4000 both", moved, spent)
+	}
+}
