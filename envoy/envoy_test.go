@@ -12,6 +12,11 @@ import (
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+
+	// Envoy knows the TCP proxy, so the parse here does too: a copy that
+	// relays loopback TCP to Countersign's socket must be refused by the
+	// contract, not by an unknown @type.
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"sigs.k8s.io/yaml"
 )
@@ -151,7 +156,8 @@ func TestBrokenCopiesAreCaught(t *testing.T) {
 	hcm := []any{"static_resources", "listeners", 0, "filter_chains", 0, "filters", 0, "typed_config"}
 	filter := func(name string) []any { return append(slices.Clone(hcm), "http_filters", named(name), "typed_config") }
 	authz, proc := filter("envoy.filters.http.ext_authz"), filter("envoy.filters.http.ext_proc")
-	stripeRoute := append(slices.Clone(hcm), "route_config", "virtual_hosts", named("stripe"), "routes", 0)
+	stripeVH := append(slices.Clone(hcm), "route_config", "virtual_hosts", named("stripe"))
+	stripeRoute := append(slices.Clone(stripeVH), "routes", 0)
 	cluster := func(name string) []any { return []any{"static_resources", "clusters", named(name)} }
 
 	cases := []struct {
@@ -232,6 +238,52 @@ func TestBrokenCopiesAreCaught(t *testing.T) {
 				m["socket_address"] = map[string]any{"address": "127.0.0.1", "port_value": 9191}
 			}, want: failsContract, errHas: "is not a pipe"},
 		{name: "listener on every interface", at: []any{"static_resources", "listeners", 0, "address", "socket_address"}, edit: set("address", "0.0.0.0"), want: failsContract, errHas: "listener \"egress\" listens on"},
+
+		// A rail request leaves once, as decided, for its rail only.
+		{name: "rail route retries the payment", at: append(slices.Clone(stripeRoute), "route"),
+			edit: set("retry_policy", map[string]any{"retry_on": "reset,connect-failure,5xx", "num_retries": 3}), want: failsContract, errHas: "retry_policy must be unset"},
+		{name: "rail virtual host retries every rail call", at: stripeVH,
+			edit: set("retry_policy", map[string]any{"retry_on": "reset,5xx", "num_retries": 2}), want: failsContract, errHas: "virtual host \"stripe\" of a rail route: retry_policy must be unset"},
+		{name: "rail route hedges the payment", at: append(slices.Clone(stripeRoute), "route"),
+			edit: set("hedge_policy", map[string]any{"initial_requests": 2}), want: failsContract, errHas: "hedge_policy must be unset"},
+		{name: "rail virtual host hedges", at: stripeVH,
+			edit: set("hedge_policy", map[string]any{"hedge_on_per_try_timeout": true}), want: failsContract, errHas: "hedge_policy must be unset"},
+		{name: "rail route mirrors the allowed request, rail key included", at: append(slices.Clone(stripeRoute), "route"),
+			edit: set("request_mirror_policies", []any{map[string]any{"cluster": "razorpay"}}), want: failsContract, errHas: "request_mirror_policies must be unset"},
+		{name: "rail virtual host mirrors", at: stripeVH,
+			edit: set("request_mirror_policies", []any{map[string]any{"cluster": "razorpay"}}), want: failsContract, errHas: "request_mirror_policies must be unset"},
+		{name: "route configuration mirrors every request", at: append(slices.Clone(hcm), "route_config"),
+			edit: set("request_mirror_policies", []any{map[string]any{"cluster": "razorpay"}}), want: failsContract, errHas: "route_config: request_headers_to_add, request_headers_to_remove, request_mirror_policies must be unset"},
+		{name: "rail route adds a header over the stamps", at: stripeRoute,
+			edit: set("request_headers_to_add", []any{map[string]any{"header": map[string]any{"key": "idempotency-key", "value": "fixed"}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}}),
+			want: failsContract, errHas: "request_headers_to_add must be unset"},
+		{name: "rail route removes the idempotency key", at: stripeRoute,
+			edit: set("request_headers_to_remove", []any{"idempotency-key"}), want: failsContract, errHas: "request_headers_to_remove must be unset"},
+		{name: "rail virtual host adds a header", at: stripeVH,
+			edit: set("request_headers_to_add", []any{map[string]any{"header": map[string]any{"key": "authorization", "value": "Bearer x"}}}),
+			want: failsContract, errHas: "request_headers_to_add must be unset"},
+		{name: "route configuration adds a header", at: append(slices.Clone(hcm), "route_config"),
+			edit: set("request_headers_to_add", []any{map[string]any{"header": map[string]any{"key": "x-a", "value": "b"}}}),
+			want: failsContract, errHas: "route_config: request_headers_to_add"},
+		{name: "rail route follows redirects internally", at: append(slices.Clone(stripeRoute), "route"),
+			edit: set("internal_redirect_policy", map[string]any{"max_internal_redirects": 1}), want: failsContract, errHas: "internal_redirect_policy must be unset"},
+		{name: "rail virtual host routed by a matcher tree", at: stripeVH,
+			edit: set("matcher", map[string]any{"on_no_match": map[string]any{"action": map[string]any{"name": "route",
+				"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.config.route.v3.Route", "match": map[string]any{"prefix": "/"}, "route": map[string]any{"cluster": "stripe"}}}}}),
+			want: failsContract, errHas: "a matcher tree is not understood"},
+		{name: "second listener proxies loopback TCP to the countersign socket", at: []any{"static_resources"}, edit: func(m map[string]any) {
+			m["listeners"] = append(m["listeners"].([]any), map[string]any{
+				"name":    "relay",
+				"address": map[string]any{"socket_address": map[string]any{"address": "127.0.0.1", "port_value": 15002}},
+				"filter_chains": []any{map[string]any{"filters": []any{map[string]any{
+					"name": "envoy.filters.network.tcp_proxy",
+					"typed_config": map[string]any{
+						"@type":       "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+						"stat_prefix": "relay", "cluster": "countersign",
+					},
+				}}}},
+			})
+		}, want: failsContract, errHas: "\"envoy.filters.network.tcp_proxy\" is not an HTTP connection manager"},
 	}
 	orig, err := os.ReadFile(egressConfig)
 	if err != nil {

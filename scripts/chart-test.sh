@@ -172,6 +172,8 @@ refuse "database.existingSecret is required" --set database.existingSecret=
 refuse "image.tag must not be latest" --set image.tag=latest
 refuse "envoy.image.tag must not be latest" --set envoy.image.tag=latest
 refuse "may not set COUNTERSIGN_GRPC_ADDR" --set-json 'countersign.extraEnv=[{"name":"COUNTERSIGN_GRPC_ADDR","value":"0.0.0.0:9191"}]'
+refuse "may not set envoy-addr" --set countersign.settings.envoy-addr=0.0.0.0:9192
+refuse "may not set COUNTERSIGN_RAIL_SETTLE_TIME: countersign.settings.rail-settle-time sets it" --set-json 'countersign.extraEnv=[{"name":"COUNTERSIGN_RAIL_SETTLE_TIME","value":"1s"}]'
 refuse "may not set grpc-addr" --set countersign.settings.grpc-addr=0.0.0.0:9191
 refuse "may not set audit-signing-key" --set countersign.settings.audit-signing-key=/etc/key
 refuse "auditSigningKey.key is required" --set countersign.auditSigningKey.existingSecret=audit --set countersign.auditSigningKey.key=

@@ -1,7 +1,9 @@
 // Package inject is Countersign's mutating admission webhook: it adds
 // Countersign and Envoy as native sidecars to opted-in agent pods, and
 // refuses agent pods that would undo the isolation they rely on (DESIGN
-// §11, §12). The core (Decode, Mutate) is pure; Handler is the HTTP edge.
+// §11, §12), pods of an injected namespace that would read Countersign's
+// Secrets, and updates that would unguard a guarded pod (judgeUpdate). The
+// core (Decode, Mutate) is pure; Handler is the HTTP edge.
 package inject
 
 import (

@@ -4,16 +4,18 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 )
 
 // FuzzReview feeds the decoder any bytes: it must never panic, and
 // whatever it accepts must be answered, a refusal with a reason and an
-// admission with a patch only if the patched pod is guarded, with egress
-// closed or not.
+// admission with a patch only for a CREATE and only if the patched pod is
+// guarded, with egress closed or not.
 func FuzzReview(f *testing.F) {
 	ins, _ := filepath.Glob("testdata/*.in.json")
 	for _, in := range ins {
@@ -22,6 +24,14 @@ func FuzzReview(f *testing.F) {
 			f.Fatal(err)
 		}
 		f.Add(b)
+		// The same pod updated: a second container image, a debug container.
+		if _, pod, err := Decode(b); err == nil && strings.HasPrefix(filepath.Base(in), "ns-basic") {
+			changed := pod.DeepCopy()
+			changed.Spec.Containers[0].Image = "registry.example/agent:2"
+			f.Add(updateReview(f, pod, changed, ""))
+			changed.Spec.EphemeralContainers = []corev1.EphemeralContainer{debugContainer("agent", SocketVolume)}
+			f.Add(updateReview(f, pod, changed, SubresourceEphemeral))
+		}
 	}
 	cfgs := []Config{testConfig(), egressTestConfig()}
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -40,6 +50,9 @@ func FuzzReview(f *testing.F) {
 				}
 				if len(resp.Patch) == 0 {
 					continue
+				}
+				if req.Operation != admissionv1.Create {
+					t.Fatalf("an %s was patched", req.Operation)
 				}
 				p, err := jsonpatch.DecodePatch(resp.Patch)
 				if err != nil {

@@ -10,8 +10,9 @@ import (
 )
 
 // MaxReviewBytes bounds a review's body. The API server's own request
-// limit is 3 MiB per object, and a CREATE carries one object.
-const MaxReviewBytes = 4 << 20
+// limit is 3 MiB per object; a CREATE carries one object, an UPDATE two
+// (the pod and the pod as it was).
+const MaxReviewBytes = 8 << 20
 
 // Paths of the two webhook entries (see Scope).
 const (
@@ -76,7 +77,7 @@ func (h Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if name == "" {
 		name = pod.GenerateName + "*"
 	}
-	h.log().Info("admission", "uid", string(req.UID), "namespace", req.Namespace, "pod", name,
+	h.log().Info("admission", "uid", string(req.UID), "operation", string(req.Operation), "subresource", req.SubResource, "namespace", req.Namespace, "pod", name,
 		"allowed", resp.Allowed, "patched", len(resp.Patch) > 0, "decision", resp.AuditAnnotations[DecisionKey],
 		"dry_run", req.DryRun != nil && *req.DryRun)
 	w.Header().Set("Content-Type", "application/json")

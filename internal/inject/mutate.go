@@ -13,10 +13,13 @@ import (
 // (the API server files it under the webhook's name).
 const DecisionKey = "decision"
 
-// Mutate judges one decoded pod CREATE (see Decode): it is left alone
-// (not opted in, opted out, a namespace never injected, or already
+// Mutate judges one decoded review (see Decode). A pod CREATE is left
+// alone (not opted in, opted out, a namespace never injected, or already
 // guarded), refused with the reasons, or admitted with the JSON patch that
-// guards it. It reads nothing but its arguments.
+// guards it; a pod of an injected namespace that opts out is still refused
+// if it holds or reads the Secrets only Countersign may read. An UPDATE is
+// judged by judgeUpdate and never patched. It reads nothing but its
+// arguments.
 func Mutate(req *admissionv1.AdmissionRequest, pod *corev1.Pod, cfg Config, scope Scope) *admissionv1.AdmissionResponse {
 	ns := req.Namespace
 	if ns == "" {
@@ -25,11 +28,25 @@ func Mutate(req *admissionv1.AdmissionRequest, pod *corev1.Pod, cfg Config, scop
 	if ns == metav1.NamespaceSystem || ns == cfg.Namespace {
 		return skip(fmt.Sprintf("skipped: namespace %s is never injected", ns))
 	}
+	if req.Operation == admissionv1.Update {
+		return judgeUpdate(req, pod, cfg, scope)
+	}
 	in, why, err := optIn(pod, scope)
 	if err != nil {
 		return deny(err.Error())
 	}
 	if !in {
+		if scope == ScopeNamespace {
+			// The rail keys' and the ledger's Secrets live in an injected
+			// namespace: opting out of the sidecars is no way to read them.
+			reasons := secretRefusals(pod, cfg)
+			if _, ok := pod.Annotations[StatusKey]; ok {
+				reasons = append(reasons, fmt.Sprintf("annotation %s is the injector's, and this pod is not injected", StatusKey))
+			}
+			if len(reasons) > 0 {
+				return denyPod(why + ", yet " + refusal(reasons).Error())
+			}
+		}
 		return skip("skipped: " + why)
 	}
 	switch pod.Annotations[StatusKey] {
@@ -69,6 +86,15 @@ func skip(why string) *admissionv1.AdmissionResponse {
 }
 
 func deny(why string) *admissionv1.AdmissionResponse {
+	return refused("countersign: this agent pod is refused: " + why)
+}
+
+// denyPod refuses a pod that is not an agent pod (it opts out).
+func denyPod(why string) *admissionv1.AdmissionResponse {
+	return refused("countersign: this pod is refused: " + why)
+}
+
+func refused(msg string) *admissionv1.AdmissionResponse {
 	return &admissionv1.AdmissionResponse{
 		Allowed:          false,
 		AuditAnnotations: map[string]string{DecisionKey: "refused"},
@@ -76,7 +102,7 @@ func deny(why string) *admissionv1.AdmissionResponse {
 			Status:  metav1.StatusFailure,
 			Code:    http.StatusForbidden,
 			Reason:  metav1.StatusReasonForbidden,
-			Message: "countersign: this agent pod is refused: " + why,
+			Message: msg,
 		},
 	}
 }

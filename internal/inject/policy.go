@@ -148,6 +148,13 @@ func agentRefusals(c view, vols map[string]corev1.Volume, protected map[string]b
 			out = append(out, fmt.Sprintf("%s (%s) mounts volume %s holding Secret %s, which only Countersign may read", c.field, c.name, m.Name, volumeSecrets(v, protected)[0]))
 		}
 	}
+	return append(out, envSecretReads(c, protected)...)
+}
+
+// envSecretReads: c's env and envFrom that read a Secret only Countersign
+// may read.
+func envSecretReads(c view, protected map[string]bool) []string {
+	var out []string
 	for _, e := range c.env {
 		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && protected[e.ValueFrom.SecretKeyRef.Name] {
 			out = append(out, fmt.Sprintf("%s (%s) env %s reads Secret %s, which only Countersign may read", c.field, c.name, e.Name, e.ValueFrom.SecretKeyRef.Name))
@@ -157,6 +164,36 @@ func agentRefusals(c view, vols map[string]corev1.Volume, protected map[string]b
 		if f.SecretRef != nil && protected[f.SecretRef.Name] {
 			out = append(out, fmt.Sprintf("%s (%s) envFrom reads Secret %s, which only Countersign may read", c.field, c.name, f.SecretRef.Name))
 		}
+	}
+	return out
+}
+
+// secretReads: c's mounts of a volume holding a Secret only Countersign may
+// read, and its env and envFrom reading one.
+func secretReads(c view, vols map[string]corev1.Volume, protected map[string]bool) []string {
+	var out []string
+	for _, m := range c.mount {
+		if s := volumeSecrets(vols[m.Name], protected); len(s) > 0 {
+			out = append(out, fmt.Sprintf("%s (%s) mounts volume %s holding Secret %s, which only Countersign may read", c.field, c.name, m.Name, s[0]))
+		}
+	}
+	return append(out, envSecretReads(c, protected)...)
+}
+
+// secretRefusals are what no pod of an injected namespace may do, whether
+// it is injected or opts out: hold or read the rail keys' or the ledger
+// URL's Secret. Those Secrets live in that namespace for the sidecars, and
+// a pod that opts out has no sidecars and so no reason to read them.
+func secretRefusals(pod *corev1.Pod, cfg Config) []string {
+	var out []string
+	vols, protected := volumeMap(pod), protectedSecrets(cfg)
+	for i, v := range pod.Spec.Volumes {
+		if s := volumeSecrets(v, protected); len(s) > 0 {
+			out = append(out, fmt.Sprintf("spec.volumes[%d] (%s) holds Secret %s, which only Countersign may read", i, v.Name, s[0]))
+		}
+	}
+	for _, c := range containers(pod) {
+		out = append(out, secretReads(c, vols, protected)...)
 	}
 	return out
 }

@@ -22,9 +22,15 @@ func malformed(format string, args ...any) error {
 
 var reviewGVK = admissionv1.SchemeGroupVersion.WithKind("AdmissionReview")
 
+// SubresourceEphemeral is the pods subresource through which ephemeral
+// containers are added (kubectl debug): they cannot be set on CREATE.
+const SubresourceEphemeral = "ephemeralcontainers"
+
 // Decode parses an AdmissionReview (admission.k8s.io/v1 only) and checks it
 // is what this webhook is registered for: a request with a uid to CREATE a
-// core/v1 Pod, the pod itself decodable. Every error wraps ErrMalformed.
+// core/v1 Pod, or to UPDATE one (pods, or its pods/ephemeralcontainers
+// subresource) with the pod as it was, each pod decodable. Every error
+// wraps ErrMalformed.
 func Decode(body []byte) (*admissionv1.AdmissionRequest, *corev1.Pod, error) {
 	var review admissionv1.AdmissionReview
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -50,21 +56,47 @@ func Decode(body []byte) (*admissionv1.AdmissionRequest, *corev1.Pod, error) {
 		return nil, nil, malformed("request has no uid")
 	case req.Kind != metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}:
 		return nil, nil, malformed("request kind %s: only core/v1 Pod is served", fmtGVK(req.Kind))
-	case req.Resource != metav1.GroupVersionResource{Version: "v1", Resource: "pods"} || req.SubResource != "":
-		return nil, nil, malformed("resource %s/%s: only pods (no subresource) is served", fmtGVR(req.Resource), req.SubResource)
-	case req.Operation != admissionv1.Create:
-		return nil, nil, malformed("operation %q: only CREATE is served (register the webhook for CREATE only)", req.Operation)
-	case len(req.Object.Raw) == 0:
+	case req.Resource != metav1.GroupVersionResource{Version: "v1", Resource: "pods"}:
+		return nil, nil, malformed("resource %s: only core/v1 pods is served", fmtGVR(req.Resource))
+	case req.Operation == admissionv1.Create && req.SubResource == "":
+	case req.Operation == admissionv1.Update && (req.SubResource == "" || req.SubResource == SubresourceEphemeral):
+		if len(req.OldObject.Raw) == 0 {
+			return nil, nil, malformed("an UPDATE has no oldObject")
+		}
+		if _, err := decodePod(req.OldObject.Raw, "oldObject"); err != nil {
+			return nil, nil, err
+		}
+	default:
+		return nil, nil, malformed("operation %q of pods%s: only CREATE of pods and UPDATE of pods and pods/%s are served",
+			req.Operation, subPath(req.SubResource), SubresourceEphemeral)
+	}
+	if len(req.Object.Raw) == 0 {
 		return nil, nil, malformed("request has no object")
 	}
+	pod, err := decodePod(req.Object.Raw, "object")
+	if err != nil {
+		return nil, nil, err
+	}
+	return req, pod, nil
+}
+
+// decodePod decodes a review's object or oldObject as a v1 Pod.
+func decodePod(raw []byte, what string) (*corev1.Pod, error) {
 	var pod corev1.Pod
-	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
-		return nil, nil, malformed("object is not a Pod: %v", err)
+	if err := json.Unmarshal(raw, &pod); err != nil {
+		return nil, malformed("%s is not a Pod: %v", what, err)
 	}
 	if (pod.APIVersion != "" || pod.Kind != "") && (pod.APIVersion != "v1" || pod.Kind != "Pod") {
-		return nil, nil, malformed("object is %s %s, not v1 Pod", pod.APIVersion, pod.Kind)
+		return nil, malformed("%s is %s %s, not v1 Pod", what, pod.APIVersion, pod.Kind)
 	}
-	return req, &pod, nil
+	return &pod, nil
+}
+
+func subPath(sub string) string {
+	if sub == "" {
+		return ""
+	}
+	return "/" + sub
 }
 
 // Encode wraps resp in an AdmissionReview v1 answering req.

@@ -381,8 +381,11 @@ func labelNotIn(sel *labelSelector, key, value string) bool {
 }
 
 // checkWebhooks: two webhooks, one per path, both failing closed, for pod
-// CREATE only, never kube-system or the injector's namespace, each calling
-// the injector's Service on a port that reaches its HTTPS listener.
+// CREATE and UPDATE (pods and pods/ephemeralcontainers: an update may swap
+// a sidecar's image, an ephemeral container mount any volume, and the
+// injector judges both) and nothing else, never kube-system or the
+// injector's namespace, each calling the injector's Service on a port that
+// reaches its HTTPS listener.
 func checkWebhooks(r *result, mwc webhookConfiguration, ns string, services []object, c *container, listenPort int, podLabels map[string]string) {
 	paths := map[string]int{}
 	for _, w := range mwc.Webhooks {
@@ -394,8 +397,9 @@ func checkWebhooks(r *result, mwc webhookConfiguration, ns string, services []ob
 		r.ok(invWebhook, len(w.Rules) > 0, "%s: no rules", at)
 		for _, rule := range w.Rules {
 			r.ok(invWebhook, slices.Equal(rule.APIGroups, []string{""}) && slices.Equal(rule.APIVersions, []string{"v1"}) &&
-				slices.Equal(rule.Operations, []string{"CREATE"}) && slices.Equal(rule.Resources, []string{"pods"}),
-				"%s: a rule must be core/v1 pods CREATE only (the injector refuses anything else), got %+v", at, rule)
+				slices.Equal(rule.Operations, []string{"CREATE", "UPDATE"}) && slices.Equal(rule.Resources, []string{"pods", "pods/" + inject.SubresourceEphemeral}),
+				"%s: a rule must be core/v1 operations [CREATE, UPDATE] of resources [pods, pods/%s]: an UPDATE may swap a sidecar's image "+
+					"and an ephemeral container mount any volume, and the injector refuses anything else; got %+v", at, inject.SubresourceEphemeral, rule)
 		}
 		for _, excluded := range []string{"kube-system", ns} {
 			r.ok(invWebhookScope, nameNotIn(w.NamespaceSelector, excluded), "%s: namespaceSelector must exclude %s (kubernetes.io/metadata.name NotIn)", at, excluded)

@@ -12,7 +12,7 @@
 //   - pods run as non-root, with a read-only root filesystem, no privilege
 //     escalation, all capabilities dropped, resources set, no service
 //     account token, and every image pinned (a tag that is not latest, or a
-//     digest);
+//     digest); no container defines an environment variable twice;
 //   - the database URL comes from a Secret, and `countersign migrate` runs
 //     before serve (a pre-install/pre-upgrade Job or an init container);
 //   - Envoy's bootstrap parses strictly into go-control-plane's Bootstrap,
@@ -294,8 +294,10 @@ type networkPolicySpec struct {
 	} `json:"ingress"`
 }
 
+// env is the container's variable name as the kubelet sets it: its last
+// definition (checkPod refuses a name defined twice).
 func (c *container) env(name string) (value string, fromSecret string, ok bool) {
-	for _, e := range c.Env {
+	for _, e := range slices.Backward(c.Env) {
 		if e.Name != name {
 			continue
 		}
@@ -377,6 +379,7 @@ const (
 	invImage       = "image-pinned"
 	invNonRoot     = "run-as-non-root"
 	invHardening   = "container-hardening"
+	invEnvOnce     = "env-defined-once"
 	invResources   = "resources"
 	invNoToken     = "no-service-account-token"
 	invPodShape    = "egress-pod-shape"
@@ -518,6 +521,14 @@ func checkPod(r *result, p pod) {
 			"%s: capabilities must drop ALL and add none", w)
 		r.ok(invResources, c.Resources.Requests["cpu"] != nil && c.Resources.Requests["memory"] != nil && c.Resources.Limits["memory"] != nil,
 			"%s: resources need cpu and memory requests and a memory limit", w)
+		// The kubelet keeps a name's last definition: a second
+		// COUNTERSIGN_ENVOY_ADDR or _RAIL_SETTLE_TIME from values would
+		// override what the chart renders, and what was checked here.
+		seen := map[string]bool{}
+		for _, e := range c.Env {
+			r.ok(invEnvOnce, !seen[e.Name], "%s: environment variable %s is defined twice: the kubelet keeps the last, so a value set again overrides the chart's unseen", w, e.Name)
+			seen[e.Name] = true
+		}
 	}
 }
 

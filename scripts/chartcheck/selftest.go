@@ -58,6 +58,12 @@ var mutations = []mutation{
 	{"a rail settle time shorter than a rail route's timeout", invEnvoy, func(d []map[string]any) error {
 		return setEnv(d, "countersign", "COUNTERSIGN_RAIL_SETTLE_TIME", "10s")
 	}},
+	{"a second, shorter COUNTERSIGN_RAIL_SETTLE_TIME after the chart's", invEnvOnce, func(d []map[string]any) error {
+		return appendEnv(d, "countersign", "COUNTERSIGN_RAIL_SETTLE_TIME", "1s")
+	}},
+	{"a second COUNTERSIGN_ENVOY_ADDR, on TCP, after the chart's", invEnvOnce, func(d []map[string]any) error {
+		return appendEnv(d, "countersign", "COUNTERSIGN_ENVOY_ADDR", "0.0.0.0:9192")
+	}},
 	{"gRPC on TCP", invGRPCUnix, func(d []map[string]any) error {
 		return setEnv(d, "countersign", "COUNTERSIGN_ENVOY_ADDR", "127.0.0.1:9191")
 	}},
@@ -126,6 +132,27 @@ var mutations = []mutation{
 	}},
 	{"an unknown field in the Envoy bootstrap", invEnvoy, func(d []map[string]any) error {
 		return editConfigMapData(d, "envoy.yaml", "stat_prefix: egress", "stat_prefix: egress\n              no_such_field: true")
+	}},
+	{"a rail route that retries the payment", invEnvoy, func(d []map[string]any) error {
+		return editConfigMapData(d, "envoy.yaml", "host_rewrite_literal: ", `retry_policy: { retry_on: "reset,connect-failure,5xx", num_retries: 3 }, host_rewrite_literal: `)
+	}},
+	{"a rail route that mirrors the allowed request, rail key included", invEnvoy, func(d []map[string]any) error {
+		return editConfigMapData(d, "envoy.yaml", "host_rewrite_literal: ", `request_mirror_policies: [ { cluster: countersign } ], host_rewrite_literal: `)
+	}},
+	{"a rail route that hedges the payment", invEnvoy, func(d []map[string]any) error {
+		return editConfigMapData(d, "envoy.yaml", "host_rewrite_literal: ", `hedge_policy: { initial_requests: 2 }, host_rewrite_literal: `)
+	}},
+	{"a rail route that follows redirects internally", invEnvoy, func(d []map[string]any) error {
+		return editConfigMapData(d, "envoy.yaml", "host_rewrite_literal: ", `internal_redirect_policy: { max_internal_redirects: 1 }, host_rewrite_literal: `)
+	}},
+	{"a rail route that removes the idempotency key after the check", invEnvoy, func(d []map[string]any) error {
+		return editConfigMapData(d, "envoy.yaml", "\n                route: { cluster: ", "\n                request_headers_to_remove: [ idempotency-key ]\n                route: { cluster: ")
+	}},
+	{"a rail virtual host that retries every rail call", invEnvoy, func(d []map[string]any) error {
+		return editConfigMapData(d, "envoy.yaml", "\n              routes:\n", "\n              retry_policy: { retry_on: \"5xx\", num_retries: 2 }\n              routes:\n")
+	}},
+	{"a rail virtual host that sets a request header over the stamps", invEnvoy, func(d []map[string]any) error {
+		return editConfigMapData(d, "envoy.yaml", "\n              routes:\n", "\n              request_headers_to_add: [ { header: { key: authorization, value: fixed } } ]\n              routes:\n")
 	}},
 	{"a route to an account the rails file lacks", invEnvoy, func(d []map[string]any) error {
 		return editConfigMapData(d, "envoy.yaml", "rail_account: \"", "rail_account: \"not_configured_")
@@ -287,6 +314,17 @@ func setEnv(docs []map[string]any, container, name, value string) error {
 		}
 	}
 	return fmt.Errorf("container %q has no %s", container, name)
+}
+
+// appendEnv defines name again, last, as the kubelet would use it.
+func appendEnv(docs []map[string]any, container, name, value string) error {
+	c, err := egressContainer(docs, container)
+	if err != nil {
+		return err
+	}
+	env, _ := c["env"].([]any)
+	c["env"] = append(env, map[string]any{"name": name, "value": value})
+	return nil
 }
 
 func editConfigMapData(docs []map[string]any, key, old, replacement string) error {

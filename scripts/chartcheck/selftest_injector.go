@@ -22,9 +22,19 @@ var injectorMutations = []mutation{
 	{"a webhook without a timeout", invWebhook, func(d []map[string]any) error {
 		return eachWebhook(d, func(w map[string]any) { delete(w, "timeoutSeconds") }, 1)
 	}},
-	{"a webhook for pod updates too", invWebhook, func(d []map[string]any) error {
+	{"a webhook for pod CREATE only (a sidecar's image swapped by an UPDATE)", invWebhook, func(d []map[string]any) error {
 		return eachWebhook(d, func(w map[string]any) {
-			w["rules"].([]any)[0].(map[string]any)["operations"] = []any{"CREATE", "UPDATE"}
+			w["rules"].([]any)[0].(map[string]any)["operations"] = []any{"CREATE"}
+		}, 1)
+	}},
+	{"a webhook without pods/ephemeralcontainers (a debug container on the rail key)", invWebhook, func(d []map[string]any) error {
+		return eachWebhook(d, func(w map[string]any) {
+			w["rules"].([]any)[0].(map[string]any)["resources"] = []any{"pods"}
+		}, 1)
+	}},
+	{"a webhook for pod DELETE too", invWebhook, func(d []map[string]any) error {
+		return eachWebhook(d, func(w map[string]any) {
+			w["rules"].([]any)[0].(map[string]any)["operations"] = []any{"CREATE", "UPDATE", "DELETE"}
 		}, 1)
 	}},
 	{"one webhook only", invWebhook, func(d []map[string]any) error {
@@ -160,6 +170,12 @@ var injectorMutations = []mutation{
 	}},
 	{"the sidecar Envoy reaching an MCP server over plain HTTP", invEnvoy, func(d []map[string]any) error {
 		return dropClusterTLS(d, "rail-stripe-mcp")
+	}},
+	{"the sidecar Envoy retrying a rail call", invEnvoy, func(d []map[string]any) error {
+		return editConfigMapData(d, "envoy.yaml", "host_rewrite_literal: ", `retry_policy: { retry_on: "reset,5xx", num_retries: 2 }, host_rewrite_literal: `)
+	}},
+	{"the sidecar Envoy mirroring a rail call, rail key included", invEnvoy, func(d []map[string]any) error {
+		return editConfigMapData(d, "envoy.yaml", "\n              routes:\n", "\n              request_mirror_policies: [ { cluster: countersign } ]\n              routes:\n")
 	}},
 	{"the sidecar Envoy failing open", invEnvoy, func(d []map[string]any) error {
 		return editConfigMapData(d, "envoy.yaml", "failure_mode_allow: false", "failure_mode_allow: true")

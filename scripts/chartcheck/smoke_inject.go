@@ -201,6 +201,21 @@ func smokeInject(bin string, inj *injector) (string, error) {
 		return fail("the guarded pod mounts no ConfigMap %s (--envoy-configmap)", inj.envoyConfigMap)
 	}
 
+	// An UPDATE swapping the guarded pod's countersign image: refused.
+	swapped := guarded.DeepCopy()
+	for i := range swapped.Spec.InitContainers {
+		if swapped.Spec.InitContainers[i].Name == inject.CountersignContainer {
+			swapped.Spec.InitContainers[i].Image = "attacker.example/countersign:1"
+		}
+	}
+	resp, err = reviewUpdate(ctx, client, base+inject.PathNamespace, guarded, swapped)
+	if err != nil {
+		return fail("POST %s (UPDATE): %v", inject.PathNamespace, err)
+	}
+	if resp.Allowed || resp.Result == nil || !strings.Contains(resp.Result.Message, "would leave it unguarded") {
+		return fail("POST %s of an UPDATE swapping the guarded pod's countersign image: want it refused, got allowed=%v result=%v", inject.PathNamespace, resp.Allowed, resp.Result)
+	}
+
 	// A pod that did not opt in, on the pod webhook: admitted unchanged.
 	other := agent.DeepCopy()
 	other.Namespace = "elsewhere"
@@ -219,24 +234,37 @@ func smokeInject(bin string, inj *injector) (string, error) {
 		egress = fmt.Sprintf(", its egress closed for UID %d first (a pod of another UID refused)", uid)
 	}
 	return "accepted every flag; /healthz 200 over HTTPS; an opted-in pod guarded by the rendered images and ConfigMap" + egress +
-		", a pod that did not opt in left alone; stopped on SIGTERM", nil
+		", an UPDATE swapping its countersign image refused, a pod that did not opt in left alone; stopped on SIGTERM", nil
 }
 
 func review(ctx context.Context, client *http.Client, url string, pod *corev1.Pod) (*admissionv1.AdmissionResponse, error) {
+	return reviewUpdate(ctx, client, url, nil, pod)
+}
+
+// reviewUpdate sends the review of a CREATE of pod (old nil) or of an
+// UPDATE of old into pod.
+func reviewUpdate(ctx context.Context, client *http.Client, url string, old, pod *corev1.Pod) (*admissionv1.AdmissionResponse, error) {
 	raw, err := json.Marshal(pod)
 	if err != nil {
 		return nil, err
 	}
+	ar := &admissionv1.AdmissionRequest{
+		UID:       types.UID("chartcheck-" + pod.Namespace),
+		Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
+		Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
+		Namespace: pod.Namespace,
+		Operation: admissionv1.Create,
+		Object:    runtime.RawExtension{Raw: raw},
+	}
+	if old != nil {
+		if ar.OldObject.Raw, err = json.Marshal(old); err != nil {
+			return nil, err
+		}
+		ar.Operation = admissionv1.Update
+	}
 	body, err := json.Marshal(admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-		Request: &admissionv1.AdmissionRequest{
-			UID:       types.UID("chartcheck-" + pod.Namespace),
-			Kind:      metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
-			Resource:  metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
-			Namespace: pod.Namespace,
-			Operation: admissionv1.Create,
-			Object:    runtime.RawExtension{Raw: raw},
-		},
+		Request:  ar,
 	})
 	if err != nil {
 		return nil, err

@@ -168,22 +168,41 @@ the Deployment, so every install and template run goes through it.
 {{- $_ := set $domains $d $r.account -}}
 {{- end -}}
 {{- end -}}
-{{- $managed := list "COUNTERSIGN_DATABASE_URL" "COUNTERSIGN_GRPC_ADDR" "COUNTERSIGN_HTTP_ADDR" "COUNTERSIGN_RAILS_FILE" "COUNTERSIGN_CONFIG" "COUNTERSIGN_AUDIT_SIGNING_KEY" -}}
+{{- /*
+What the chart sets itself and values may not set again: the kubelet keeps
+the last definition of a name, chartcheck would read another, so a second
+COUNTERSIGN_ENVOY_ADDR (with the unsafe TCP flag) or ENVOY_TLS_* would put
+the listener whose ALLOW carries the rail keys on the network unchecked.
+*/ -}}
+{{- $managed := list "COUNTERSIGN_DATABASE_URL" "COUNTERSIGN_GRPC_ADDR" "COUNTERSIGN_HTTP_ADDR" "COUNTERSIGN_RAILS_FILE" "COUNTERSIGN_CONFIG" "COUNTERSIGN_AUDIT_SIGNING_KEY" "COUNTERSIGN_ENVOY_ADDR" "COUNTERSIGN_UNSAFE_ENVOY_TCP_EXPOSES_RAIL_KEYS" "COUNTERSIGN_ENVOY_TLS_CERT" "COUNTERSIGN_ENVOY_TLS_KEY" "COUNTERSIGN_ENVOY_CLIENT_CA" -}}
 {{- with .Values.countersign.auditSigningKey -}}
 {{- if and .existingSecret (not .key) -}}
 {{- fail "countersign.auditSigningKey.key is required with existingSecret" -}}
 {{- end -}}
 {{- end -}}
-{{- range $e := .Values.countersign.extraEnv -}}
-{{- if has $e.name $managed -}}
-{{- fail (printf "countersign.extraEnv may not set %s: the chart sets it" $e.name) -}}
-{{- end -}}
-{{- end -}}
+{{- $fromSettings := dict -}}
 {{- range $k, $v := .Values.countersign.settings -}}
 {{- $env := printf "COUNTERSIGN_%s" ($k | upper | replace "-" "_") -}}
 {{- if has $env $managed -}}
 {{- fail (printf "countersign.settings may not set %s (%s): the chart sets it" $k $env) -}}
 {{- end -}}
+{{- if hasKey $fromSettings $env -}}
+{{- fail (printf "countersign.settings %s and %s both set %s" (get $fromSettings $env) $k $env) -}}
+{{- end -}}
+{{- $_ := set $fromSettings $env $k -}}
+{{- end -}}
+{{- $extra := dict -}}
+{{- range $e := .Values.countersign.extraEnv -}}
+{{- if has $e.name $managed -}}
+{{- fail (printf "countersign.extraEnv may not set %s: the chart sets it" $e.name) -}}
+{{- end -}}
+{{- if hasKey $fromSettings $e.name -}}
+{{- fail (printf "countersign.extraEnv may not set %s: countersign.settings.%s sets it" $e.name (get $fromSettings $e.name)) -}}
+{{- end -}}
+{{- if hasKey $extra $e.name -}}
+{{- fail (printf "countersign.extraEnv sets %s twice" $e.name) -}}
+{{- end -}}
+{{- $_ := set $extra $e.name true -}}
 {{- end -}}
 {{- if eq (int .Values.countersign.httpPort) (int .Values.envoy.port) -}}
 {{- fail "countersign.httpPort and envoy.port must differ" -}}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// helmTemplate renders charts/countersign with args, with helm at the
+// version scripts/tool.sh pins (built once into the tool cache, as
+// `make chart-test` does).
+func helmTemplate(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	out, err := exec.Command("bash", "../tool.sh", "helm").Output()
+	if err != nil {
+		t.Skipf("no helm from scripts/tool.sh (make chart-test builds it): %v", err)
+	}
+	home := t.TempDir()
+	cmd := exec.Command(strings.TrimSpace(string(out)), append([]string{"template", "countersign", "../../charts/countersign",
+		"--namespace", "agents", "--kube-version", "1.34.0"}, args...)...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"), "HELM_DATA_HOME="+filepath.Join(home, "data"))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stderr.String(), err
+	}
+	return stdout.String(), nil
+}
+
+// TestChartSetsEachVariableOnce: the kubelet keeps the last definition of
+// an environment variable and chartcheck read the first, so values that
+// set one of the chart's variables again (the Envoy listener on TCP with
+// the unsafe flag, a settle time shorter than the route timeout) ran
+// unchecked. The chart refuses them, and chartcheck refuses a container
+// that defines a name twice.
+func TestChartSetsEachVariableOnce(t *testing.T) {
+	refused := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"settings moves the Envoy listener", []string{"--set-string", "countersign.settings.envoy-addr=0.0.0.0:9192"},
+			"countersign.settings may not set envoy-addr (COUNTERSIGN_ENVOY_ADDR): the chart sets it"},
+		{"settings sets the unsafe TCP flag", []string{"--set-string", "countersign.settings.unsafe-envoy-tcp-exposes-rail-keys=true"},
+			"may not set unsafe-envoy-tcp-exposes-rail-keys"},
+		{"settings sets an Envoy TLS certificate", []string{"--set-string", "countersign.settings.envoy-tls-cert=/c"}, "may not set envoy-tls-cert"},
+		{"settings sets an Envoy TLS key", []string{"--set-string", "countersign.settings.envoy-tls-key=/k"}, "may not set envoy-tls-key"},
+		{"settings sets Envoy's client CA", []string{"--set-string", "countersign.settings.envoy-client-ca=/ca"}, "may not set envoy-client-ca"},
+		{"extraEnv moves the Envoy listener", []string{"--set", "countersign.extraEnv[0].name=COUNTERSIGN_ENVOY_ADDR", "--set-string", "countersign.extraEnv[0].value=0.0.0.0:9192"},
+			"countersign.extraEnv may not set COUNTERSIGN_ENVOY_ADDR: the chart sets it"},
+		{"extraEnv sets the settle time settings sets", []string{"--set", "countersign.extraEnv[0].name=COUNTERSIGN_RAIL_SETTLE_TIME", "--set-string", "countersign.extraEnv[0].value=1s"},
+			"countersign.extraEnv may not set COUNTERSIGN_RAIL_SETTLE_TIME: countersign.settings.rail-settle-time sets it"},
+		{"extraEnv sets a name twice", []string{"--set", "countersign.extraEnv[0].name=TZ", "--set", "countersign.extraEnv[1].name=TZ"},
+			"countersign.extraEnv sets TZ twice"},
+		{"two settings spell one variable", []string{"--set-string", "countersign.settings.lease_ttl=5s"},
+			"countersign.settings lease-ttl and lease_ttl both set COUNTERSIGN_LEASE_TTL"},
+	}
+	for _, tc := range refused {
+		t.Run(tc.name, func(t *testing.T) {
+			msg, err := helmTemplate(t, tc.args...)
+			if err == nil {
+				t.Fatalf("rendered; want it refused with %q", tc.want)
+			}
+			if !strings.Contains(msg, tc.want) {
+				t.Errorf("refused without saying %q:\n%s", tc.want, msg)
+			}
+		})
+	}
+
+	t.Run("a variable of its own in extraEnv renders and passes", func(t *testing.T) {
+		out, err := helmTemplate(t, "--set", "countersign.extraEnv[0].name=COUNTERSIGN_AUDIT_SEAL_INTERVAL", "--set-string", "countersign.extraEnv[0].value=2s")
+		if err != nil {
+			t.Fatalf("refused: %s", out)
+		}
+		docs, err := splitDocs([]byte(out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, _ := check(docs); res.err() != nil {
+			t.Fatal(res.err())
+		}
+	})
+
+	t.Run("chartcheck refuses a name defined twice, as the kubelet would read it", func(t *testing.T) {
+		out, err := helmTemplate(t)
+		if err != nil {
+			t.Fatalf("refused: %s", out)
+		}
+		docs, err := splitDocs([]byte(out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := appendEnv(docs, "countersign", "COUNTERSIGN_RAIL_SETTLE_TIME", "1s"); err != nil {
+			t.Fatal(err)
+		}
+		res, _ := check(docs)
+		if !res.has(invEnvOnce) {
+			t.Fatalf("not caught by [%s]: %v", invEnvOnce, res.failures)
+		}
+		// And the settle time read is the kubelet's: the last.
+		if !res.has(invEnvoy) {
+			t.Errorf("the last COUNTERSIGN_RAIL_SETTLE_TIME (1s, under the 60s route timeout) was not the one checked: %v", res.failures)
+		}
+	})
+}
+
+// TestSelfTestCatchesEveryBrokenCopy runs chartcheck's self-test (what
+// `make chart-test` runs on every rendering) on the default rendering and
+// on mode injector's: each broken copy, a rail route that retries, hedges,
+// mirrors or rewrites its request headers among them, is caught by the
+// invariant meant to catch it.
+func TestSelfTestCatchesEveryBrokenCopy(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"default", nil},
+		{"injector", []string{"--values", "../../charts/countersign/ci/injector-values.yaml", "--namespace", "countersign-system"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := helmTemplate(t, tc.args...)
+			if err != nil {
+				t.Fatalf("refused: %s", out)
+			}
+			docs, err := splitDocs([]byte(out))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res, _ := check(docs); res.err() != nil {
+				t.Fatal(res.err())
+			}
+			if _, err := selfTest(docs); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
