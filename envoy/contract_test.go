@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/countersign/countersign/internal/config"
+	"github.com/countersign/countersign/internal/envoyconfig"
 	"github.com/countersign/countersign/internal/extauthz"
 )
 
@@ -273,7 +274,7 @@ func (c *contract) mutationRules(path string, r *mutationv3.HeaderMutationRules)
 
 func (c *contract) routes(path string, rc *routev3.RouteConfiguration, authzName, procName string) {
 	if len(rc.GetRequestHeadersToAdd()) > 0 || len(rc.GetRequestHeadersToRemove()) > 0 || len(rc.GetRequestMirrorPolicies()) > 0 {
-		c.fail("%s: route_config: %s", path, onceWhy("request_headers_to_add, request_headers_to_remove, request_mirror_policies"))
+		c.fail("%s: route_config: %s", path, envoyconfig.OnceWhy("request_headers_to_add, request_headers_to_remove, request_mirror_policies"))
 	}
 	rails := 0
 	var served []string
@@ -293,8 +294,8 @@ func (c *contract) routes(path string, rc *routev3.RouteConfiguration, authzName
 			c.fail("%s: virtual host %q: a matcher tree is not understood by this contract: routes only", path, vh.GetName())
 		}
 		if slices.ContainsFunc(vh.GetRoutes(), func(r *routev3.Route) bool { return r.GetRoute() != nil }) {
-			if bad := vhResends(vh); len(bad) > 0 {
-				c.fail("%s: virtual host %q of a rail route: %s", path, vh.GetName(), onceWhy(strings.Join(bad, ", ")))
+			if bad := envoyconfig.VirtualHostResends(vh); len(bad) > 0 {
+				c.fail("%s: virtual host %q of a rail route: %s", path, vh.GetName(), envoyconfig.OnceWhy(strings.Join(bad, ", ")))
 			}
 		}
 		for i, r := range vh.GetRoutes() {
@@ -362,8 +363,8 @@ func (c *contract) railRoute(path string, r *routev3.Route, ra *routev3.RouteAct
 		c.fail("%s: host_rewrite_literal must name the rail host", path)
 		return
 	}
-	if bad := routeResends(r, ra); len(bad) > 0 {
-		c.fail("%s: %s", path, onceWhy(strings.Join(bad, ", ")))
+	if bad := envoyconfig.RouteResends(r, ra); len(bad) > 0 {
+		c.fail("%s: %s", path, envoyconfig.OnceWhy(strings.Join(bad, ", ")))
 	}
 	if t := ra.GetTimeout(); t == nil || t.AsDuration() <= 0 {
 		c.fail("%s: the route needs a timeout", path)
@@ -409,68 +410,6 @@ func (c *contract) railRoute(path string, r *routev3.Route, ra *routev3.RouteAct
 		return
 	}
 	c.railCluster(path, cl, host)
-}
-
-// onceWhy says why a rail request must leave Envoy once, as decided, and
-// only for its rail: a retry or a hedge is a second rail call on one
-// decision and one attempt row (the blind retry I3 forbids; an MCP server
-// without an idempotency key pays twice); a mirror sends the ALLOWed
-// request, the rail key that ext_authz set included, to another cluster; a
-// request header a route adds or removes is applied by the router after
-// ext_authz, over its stamps (Idempotency-Key, Authorization); an internal
-// redirect sends the request again, elsewhere.
-func onceWhy(fields string) string {
-	return fields + " must be unset: a rail request leaves Envoy once, as decided " +
-		"(a retry, hedge or internal redirect is a second rail call on one decision, a mirror copies it with the rail key to another cluster, " +
-		"a request header added or removed after ext_authz overwrites its stamps)"
-}
-
-// vhResends are a virtual host's settings that would send its routes'
-// requests again, elsewhere or changed after the decision.
-func vhResends(vh *routev3.VirtualHost) []string {
-	var out []string
-	if vh.GetRetryPolicy() != nil || vh.GetRetryPolicyTypedConfig() != nil {
-		out = append(out, "retry_policy")
-	}
-	if vh.GetHedgePolicy() != nil {
-		out = append(out, "hedge_policy")
-	}
-	if len(vh.GetRequestMirrorPolicies()) > 0 {
-		out = append(out, "request_mirror_policies")
-	}
-	if len(vh.GetRequestHeadersToAdd()) > 0 {
-		out = append(out, "request_headers_to_add")
-	}
-	if len(vh.GetRequestHeadersToRemove()) > 0 {
-		out = append(out, "request_headers_to_remove")
-	}
-	return out
-}
-
-// routeResends: the same, of a rail route and its action.
-func routeResends(r *routev3.Route, ra *routev3.RouteAction) []string {
-	var out []string
-	if ra.GetRetryPolicy() != nil || ra.GetRetryPolicyTypedConfig() != nil {
-		out = append(out, "retry_policy")
-	}
-	if ra.GetHedgePolicy() != nil {
-		out = append(out, "hedge_policy")
-	}
-	if len(ra.GetRequestMirrorPolicies()) > 0 {
-		out = append(out, "request_mirror_policies")
-	}
-	//nolint:staticcheck // the deprecated fields still turn internal redirects on
-	if ra.GetInternalRedirectPolicy() != nil || ra.GetMaxInternalRedirects() != nil ||
-		ra.GetInternalRedirectAction() != routev3.RouteAction_PASS_THROUGH_INTERNAL_REDIRECT {
-		out = append(out, "internal_redirect_policy")
-	}
-	if len(r.GetRequestHeadersToAdd()) > 0 {
-		out = append(out, "request_headers_to_add")
-	}
-	if len(r.GetRequestHeadersToRemove()) > 0 {
-		out = append(out, "request_headers_to_remove")
-	}
-	return out
 }
 
 // railCluster: the rail is reached over TLS, verified, at the host the

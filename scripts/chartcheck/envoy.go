@@ -151,14 +151,14 @@ func checkHCM(r *result, h *hcmv3.HttpConnectionManager, clusters map[string]*cl
 		return
 	}
 	r.ok(invEnvoy, len(rc.GetRequestHeadersToAdd()) == 0 && len(rc.GetRequestHeadersToRemove()) == 0 && len(rc.GetRequestMirrorPolicies()) == 0,
-		"route_config: %s", onceWhy("request_headers_to_add, request_headers_to_remove, request_mirror_policies"))
+		"route_config: %s", envoyconfig.OnceWhy("request_headers_to_add, request_headers_to_remove, request_mirror_policies"))
 	domains := map[string]string{}
 	routed := map[string]bool{}
 	for _, vh := range rc.GetVirtualHosts() {
 		r.ok(invEnvoy, vh.GetMatcher() == nil, "virtual host %q: a matcher tree is not checked here: routes only", vh.GetName())
 		if slices.ContainsFunc(vh.GetRoutes(), func(rt *routev3.Route) bool { return rt.GetRoute() != nil }) {
-			bad := vhResends(vh)
-			r.ok(invEnvoy, len(bad) == 0, "virtual host %q of a rail route: %s", vh.GetName(), onceWhy(strings.Join(bad, ", ")))
+			bad := envoyconfig.VirtualHostResends(vh)
+			r.ok(invEnvoy, len(bad) == 0, "virtual host %q of a rail route: %s", vh.GetName(), envoyconfig.OnceWhy(strings.Join(bad, ", ")))
 		}
 		for _, d := range vh.GetDomains() {
 			other, dup := domains[d]
@@ -202,8 +202,8 @@ func checkHCM(r *result, h *hcmv3.HttpConnectionManager, clusters map[string]*cl
 func checkRailRoute(r *result, where string, rt *routev3.Route, ra *routev3.RouteAction, clusters map[string]*clusterv3.Cluster, accounts map[string]rails.AccountConfig, inAgentPod bool) string {
 	name, host := ra.GetCluster(), ra.GetHostRewriteLiteral()
 	r.ok(invEnvoy, name != "" && name != countersignCluster, "%s: a rail route names one rail cluster, got %q", where, name)
-	bad := routeResends(rt, ra)
-	r.ok(invEnvoy, len(bad) == 0, "%s: %s", where, onceWhy(strings.Join(bad, ", ")))
+	bad := envoyconfig.RouteResends(rt, ra)
+	r.ok(invEnvoy, len(bad) == 0, "%s: %s", where, envoyconfig.OnceWhy(strings.Join(bad, ", ")))
 	r.ok(invEnvoy, host != "", "%s: host_rewrite_literal must name the rail host", where)
 	per := rt.GetTypedPerFilterConfig()
 	apr := &extauthzv3.ExtAuthzPerRoute{}
@@ -263,65 +263,4 @@ func isLoopback(a *corev3.Address) bool {
 	}
 	ip, err := netip.ParseAddr(a.GetSocketAddress().GetAddress())
 	return err == nil && ip.IsLoopback()
-}
-
-// onceWhy says why a rail request must leave Envoy once, as decided, and
-// only for its rail (envoy/contract_test.go holds the same rule): a retry
-// or a hedge is a second rail call on one decision (the blind retry I3
-// forbids); a mirror sends the ALLOWed request, rail key included, to
-// another cluster; a request header a route adds or removes is applied by
-// the router after ext_authz, over its stamps; an internal redirect sends
-// the request again, elsewhere.
-func onceWhy(fields string) string {
-	return fields + " must be unset: a rail request leaves Envoy once, as decided " +
-		"(a retry, hedge or internal redirect is a second rail call on one decision, a mirror copies it with the rail key to another cluster, " +
-		"a request header added or removed after ext_authz overwrites its stamps)"
-}
-
-// vhResends are a virtual host's settings that would send its routes'
-// requests again, elsewhere or changed after the decision.
-func vhResends(vh *routev3.VirtualHost) []string {
-	var out []string
-	if vh.GetRetryPolicy() != nil || vh.GetRetryPolicyTypedConfig() != nil {
-		out = append(out, "retry_policy")
-	}
-	if vh.GetHedgePolicy() != nil {
-		out = append(out, "hedge_policy")
-	}
-	if len(vh.GetRequestMirrorPolicies()) > 0 {
-		out = append(out, "request_mirror_policies")
-	}
-	if len(vh.GetRequestHeadersToAdd()) > 0 {
-		out = append(out, "request_headers_to_add")
-	}
-	if len(vh.GetRequestHeadersToRemove()) > 0 {
-		out = append(out, "request_headers_to_remove")
-	}
-	return out
-}
-
-// routeResends: the same, of a rail route and its action.
-func routeResends(rt *routev3.Route, ra *routev3.RouteAction) []string {
-	var out []string
-	if ra.GetRetryPolicy() != nil || ra.GetRetryPolicyTypedConfig() != nil {
-		out = append(out, "retry_policy")
-	}
-	if ra.GetHedgePolicy() != nil {
-		out = append(out, "hedge_policy")
-	}
-	if len(ra.GetRequestMirrorPolicies()) > 0 {
-		out = append(out, "request_mirror_policies")
-	}
-	//nolint:staticcheck // the deprecated fields still turn internal redirects on
-	if ra.GetInternalRedirectPolicy() != nil || ra.GetMaxInternalRedirects() != nil ||
-		ra.GetInternalRedirectAction() != routev3.RouteAction_PASS_THROUGH_INTERNAL_REDIRECT {
-		out = append(out, "internal_redirect_policy")
-	}
-	if len(rt.GetRequestHeadersToAdd()) > 0 {
-		out = append(out, "request_headers_to_add")
-	}
-	if len(rt.GetRequestHeadersToRemove()) > 0 {
-		out = append(out, "request_headers_to_remove")
-	}
-	return out
 }
