@@ -363,6 +363,12 @@ func (e *Engine) answer(acct *rails.Account, req Request, res decided, stamped r
 			// body.
 			ref.AmountField, ref.Amount = stamped.AmountField, it.AmountMinor
 		}
+		if stamped.CallID != "" {
+			// One id per attempt: an answer to an earlier attempt under
+			// the same stamp, still running at the server, is not this
+			// one's either.
+			ref.CallID = fmt.Sprintf("%s#%d", stamped.CallID, res.attempt.Seq)
+		}
 		out = Outcome{Verdict: Allow, ReasonCode: ReasonAllowed,
 			Reason:     fmt.Sprintf("attempt %d of intent %s", res.attempt.Seq, it.SIK),
 			SetHeaders: headers, DecisionID: res.decisionID}

@@ -188,6 +188,10 @@ func (e *Engine) commit(ctx context.Context, ref IntentRef, resp rail.Response, 
 		// A 2xx carrying another entity's stamp is not this request's.
 		c = c.CheckStamp(ref.BodyValue)
 	}
+	// An answer naming another JSON-RPC id than the one the call left
+	// with is another request's (a server routing answers by id): it
+	// proves neither applied nor, above all, not applied.
+	c = c.CheckCall(ref.CallID)
 	if rep != nil {
 		c, resp = e.reported(ctx, acct, rep.AgentID, a, it, ref, c, resp)
 	}

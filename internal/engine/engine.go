@@ -126,6 +126,11 @@ type IntentRef struct {
 	// refund: rail.Stamped.AmountField).
 	AmountField string
 	Amount      int64
+	// CallID is the JSON-RPC id the call leaves with in place of the
+	// agent's (an MCP tool call: rail.Stamped.CallID and "#<attempt>"),
+	// written by ext_proc; an answer naming another id is not this
+	// attempt's (rail.Classification.CheckCall). "" off MCP.
+	CallID string
 	// BodyStamped is set by the response path when the body stamp was
 	// written into the request that went out.
 	BodyStamped bool

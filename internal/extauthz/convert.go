@@ -221,6 +221,7 @@ func IntentMetadata(r *engine.IntentRef) *structpb.Struct {
 			"body_sha256":  structpb.NewStringValue(r.BodySHA256),
 			"amount_field": structpb.NewStringValue(r.AmountField),
 			"amount":       structpb.NewStringValue(strconv.FormatInt(r.Amount, 10)),
+			"call_id":      structpb.NewStringValue(r.CallID),
 		}}),
 	}}
 }
@@ -235,7 +236,8 @@ func IntentFromMetadata(s *structpb.Struct) (engine.IntentRef, bool) {
 	f := func(k string) string { return cs.GetFields()[k].GetStringValue() }
 	seq, err := strconv.Atoi(f("attempt_seq"))
 	r := engine.IntentRef{RailAccount: f("rail_account"), SIK: f("sik"), AttemptSeq: seq,
-		Stamp: f("stamp"), BodyField: f("body_field"), BodyValue: f("body_value"), BodySHA256: f("body_sha256"), AmountField: f("amount_field")}
+		Stamp: f("stamp"), BodyField: f("body_field"), BodyValue: f("body_value"), BodySHA256: f("body_sha256"), AmountField: f("amount_field"),
+		CallID: f("call_id")}
 	if r.AmountField != "" {
 		// An amount to write that cannot be read is no intent to send.
 		amount, aerr := strconv.ParseInt(f("amount"), 10, 64)

@@ -278,3 +278,19 @@ func TestRateLimitedDenyCarriesRetryAfter(t *testing.T) {
 		t.Errorf("reason header = %q", got)
 	}
 }
+
+// TestIntentMetadataCarriesTheCallID: the JSON-RPC id an MCP call leaves
+// with travels from ext_authz to ext_proc, which writes it and checks the
+// answer against it; an attempt without one reads back without one.
+func TestIntentMetadataCarriesTheCallID(t *testing.T) {
+	ref := engine.IntentRef{RailAccount: "acct_mcp", SIK: "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", AttemptSeq: 3, Stamp: "s",
+		BodyField: "params.arguments.metadata.countersign_sik", BodyValue: "s", CallID: "countersign-ABCDEFGHIJKLMNOPQRSTUVWXYZ234567#3"}
+	resp := ToCheckResponse(engine.Outcome{Verdict: engine.Allow, Intent: &ref})
+	if back, ok := IntentFromMetadata(resp.GetDynamicMetadata()); !ok || back != ref {
+		t.Fatalf("metadata round trip = %+v, %v; want %+v", back, ok, ref)
+	}
+	ref.CallID = ""
+	if back, ok := IntentFromMetadata(IntentMetadata(&ref)); !ok || back != ref {
+		t.Fatalf("metadata round trip without a call id = %+v, %v", back, ok)
+	}
+}

@@ -1,7 +1,9 @@
 package extproc
 
 import (
+	"encoding/json"
 	"errors"
+	"strconv"
 	"testing"
 
 	"github.com/countersign/countersign/internal/engine"
@@ -146,9 +148,27 @@ func FuzzOutgoingBody(f *testing.F) {
 		if err != nil || st.AmountField == "" {
 			return
 		}
-		out, err := OutgoingBody(body, engine.IntentRef{BodyField: st.BodyField, BodyValue: st.BodyValue, AmountField: st.AmountField, Amount: 123})
+		out, err := OutgoingBody(body, engine.IntentRef{BodyField: st.BodyField, BodyValue: st.BodyValue, AmountField: st.AmountField, Amount: 123,
+			CallID: st.CallID})
 		if err != nil {
 			return // stopped: it does not leave
+		}
+		if st.CallID != "" {
+			// An MCP call leaves under Countersign's id, and is otherwise
+			// the agent's call: with the agent's id back, the adapter
+			// reads it as before.
+			var left map[string]json.RawMessage
+			if err := json.Unmarshal(out, &left); err != nil || string(left["id"]) != strconv.Quote(st.CallID) {
+				t.Fatalf("%s: the body that leaves (%q) is not under the id %q", tc.name, out, st.CallID)
+			}
+			agent, err := CallIDOf(body)
+			if err != nil {
+				t.Fatalf("%s: a parsed call (%q) has no id: %v", tc.name, body, err)
+			}
+			left["id"] = agent
+			if out, err = json.Marshal(left); err != nil {
+				t.Fatal(err)
+			}
 		}
 		req.Body = out
 		if mt := rail.BodyMediaType(st.BodyField); mt != "" {

@@ -5,6 +5,7 @@
 package extproc
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -57,12 +58,55 @@ func StampBody(body []byte, field, value string) ([]byte, error) {
 // stamp written, and, for a full refund, the amount its intent holds
 // (rail.Stamped.AmountField), so the rail moves what the gates valued and
 // the ledger holds, not whatever is refundable when it arrives.
+//
+// An MCP tool call leaves with Countersign's JSON-RPC id (ref.CallID) in
+// place of the agent's, so that its answer is bound to it: the server can
+// confuse it with no request of the agent's, which may not carry such an
+// id. [CallIDOf] is the agent's id, which its answer is given back.
 func OutgoingBody(body []byte, ref engine.IntentRef) ([]byte, error) {
 	out, err := StampBody(body, ref.BodyField, ref.BodyValue)
-	if err != nil || ref.AmountField == "" {
-		return out, err
+	if err == nil && ref.AmountField != "" {
+		out, err = PinAmount(out, ref.BodyField, ref.AmountField, ref.Amount)
 	}
-	return PinAmount(out, ref.BodyField, ref.AmountField, ref.Amount)
+	if err == nil && ref.CallID != "" {
+		out, err = writeCallID(out, ref.CallID)
+	}
+	return out, err
+}
+
+// CallIDOf is the id of the JSON-RPC request in body, as sent: a string or
+// an integer.
+func CallIDOf(body []byte) (json.RawMessage, error) {
+	top := map[string]json.RawMessage{}
+	if err := decodeObject(body, &top); err != nil {
+		return nil, fmt.Errorf("%w: body is not a JSON object", ErrBodyStamp)
+	}
+	id := bytes.TrimSpace(top["id"])
+	if len(id) == 0 || (id[0] != '"' && id[0] != '-' && (id[0] < '0' || id[0] > '9')) {
+		return nil, fmt.Errorf("%w: the JSON-RPC request has no string or integer id", ErrBodyStamp)
+	}
+	return append(json.RawMessage(nil), id...), nil
+}
+
+// writeCallID replaces the id of the JSON-RPC request in body with id.
+func writeCallID(body []byte, id string) ([]byte, error) {
+	if _, err := CallIDOf(body); err != nil {
+		return nil, err
+	}
+	top := map[string]json.RawMessage{}
+	if err := decodeObject(body, &top); err != nil {
+		return nil, fmt.Errorf("%w: body is not a JSON object", ErrBodyStamp)
+	}
+	v, err := json.Marshal(id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBodyStamp, err)
+	}
+	top["id"] = v
+	out, err := json.Marshal(top)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBodyStamp, err)
+	}
+	return out, nil
 }
 
 // PinAmount writes amount, in minor units, at field into a body, in the

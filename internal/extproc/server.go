@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"github.com/countersign/countersign/internal/extauthz"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/rail/mcp"
 	"github.com/countersign/countersign/internal/telemetry"
 )
 
@@ -67,6 +69,9 @@ type exchange struct {
 	committed bool
 	// sent: the request was recorded as leaving (markSent).
 	sent bool
+	// agentID is the JSON-RPC id the agent's MCP call carried, which left
+	// as ref.CallID: its answer is given back this id.
+	agentID json.RawMessage
 }
 
 // Process handles one HTTP exchange. Envoy opens a stream per request and
@@ -161,12 +166,15 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 		}
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
 	case *extprocv3.ProcessingRequest_ResponseBody:
-		if x.hasIntent && r.ResponseBody.GetEndOfStream() {
-			chaos.Point(chaos.AfterCallBeforeCommit)
-			s.commit(ctx, x, rail.Response{Status: x.status, Headers: x.headers, Body: r.ResponseBody.GetBody()})
-			chaos.Point(chaos.AfterCommitBeforeAck)
+		cont := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+		if !x.hasIntent || !r.ResponseBody.GetEndOfStream() {
+			return cont
 		}
-		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+		chaos.Point(chaos.AfterCallBeforeCommit)
+		resp := rail.Response{Status: x.status, Headers: x.headers, Body: r.ResponseBody.GetBody()}
+		s.commit(ctx, x, resp)
+		chaos.Point(chaos.AfterCommitBeforeAck)
+		return s.answerAgent(x, resp, cont)
 	case *extprocv3.ProcessingRequest_RequestTrailers:
 		// Trailers that end a request that had no body phase (HTTP/2: its
 		// headers did not end it, no data came): Envoy sends no body when
@@ -200,15 +208,20 @@ func (s *Server) requestBody(x *exchange, b *extprocv3.HttpBody) *extprocv3.Proc
 	if refusal := s.checkDecidedBody(x, b.GetBody(), b.GetEndOfStream()); refusal != nil {
 		return refusal
 	}
-	if x.ref.BodyField == "" && x.ref.AmountField == "" {
-		// No place for the stamp (an MCP tool without a metadata argument):
-		// it leaves unstamped, marked so, while its attempt is live.
+	if x.ref.BodyField == "" && x.ref.AmountField == "" && x.ref.CallID == "" {
+		// No place for the stamp: it leaves unstamped, marked so, while
+		// its attempt is live.
 		if refusal := s.markSent(x, false); refusal != nil {
 			return refusal
 		}
 		return cont
 	}
 	body, err := OutgoingBody(b.GetBody(), x.ref)
+	if err == nil && x.ref.CallID != "" {
+		// It leaves under Countersign's id; the agent's answer is given
+		// back the agent's own.
+		x.agentID, err = CallIDOf(b.GetBody())
+	}
 	if err != nil {
 		s.log.Error("body stamp failed; stopping the request", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK, "err", err)
 		msg := []byte(`{"error":{"type":"countersign_refusal","code":"body_unstampable","message":"Countersign could not stamp the request body; it was not sent."}}`)
@@ -226,6 +239,37 @@ func (s *Server) requestBody(x *exchange, b *extprocv3.HttpBody) *extprocv3.Proc
 		set = append(set, setHeader("content-type", mt))
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{
+		Response: &extprocv3.CommonResponse{
+			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set},
+			BodyMutation:   &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}},
+		},
+	}}}
+}
+
+// answerAgent is the answer to a response body the agent is to receive: an
+// MCP call's answer, which names the id the call left with
+// (engine.IntentRef.CallID), is given back the id the agent sent, or its
+// client could not match it to the call; anything else goes as it came
+// (an answer naming another id is another request's, the engine took it
+// for no answer of this call's, and it reaches the agent unchanged).
+func (s *Server) answerAgent(x *exchange, resp rail.Response, cont *extprocv3.ProcessingResponse) *extprocv3.ProcessingResponse {
+	if x.ref.CallID == "" || x.agentID == nil {
+		return cont
+	}
+	body, changed, err := mcp.Readdress(resp, x.ref.CallID, x.agentID)
+	if err != nil || !changed {
+		if err != nil {
+			s.log.Error("could not give the answer the agent's id back", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK, "err", err)
+		}
+		return cont
+	}
+	// The headers are held with the buffered body: a declared length must
+	// be the new body's, which Envoy checks.
+	var set []*corev3.HeaderValueOption
+	if _, ok := x.headers["content-length"]; ok {
+		set = append(set, setHeader("content-length", strconv.Itoa(len(body))))
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{
 		Response: &extprocv3.CommonResponse{
 			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set},
 			BodyMutation:   &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}},

@@ -8,6 +8,7 @@ package rail
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -165,6 +166,34 @@ type Classification struct {
 	// entity carries another stamp is not this request's entity: see
 	// [Classification.CheckStamp].
 	Stamp string
+	// CallID is the id of the JSON-RPC response the outcome was read from,
+	// as JSON text ("null" when it named none), for an answer a server
+	// routes by id (MCP); "" when the outcome was not read from such a
+	// response (a transport error, an HTTP status the exchange itself
+	// carries). See [Classification.CheckCall].
+	CallID string
+}
+
+// CheckCall returns c unchanged unless c was read from a JSON-RPC response
+// (CallID set) that names another id than sent, the id the call left with
+// (rail.Stamped.CallID); then the answer is some other request's (a
+// server that routes answers by id hands one request's answer to another
+// that shares its id) and proves nothing about this call: c becomes
+// Ambiguous, to be settled by Find. sent "" checks nothing (the call left
+// with no id of Countersign's).
+func (c Classification) CheckCall(sent string) Classification {
+	if sent == "" || c.CallID == "" || c.Outcome == Ambiguous {
+		return c
+	}
+	if want, err := json.Marshal(sent); err == nil && c.CallID == string(want) {
+		return c
+	}
+	// The id is not quoted: it may be one an agent chose for another
+	// request, and the reason is shown to every agent sending this one.
+	return Classification{
+		Outcome: Ambiguous,
+		Reason:  "the MCP server's answer (" + c.Outcome.String() + ") names another JSON-RPC id than " + sent + ", the one the call left with: another request's answer, which proves nothing about this call",
+	}
 }
 
 // CheckStamp returns c unchanged unless c is Applied and the entity's stamp
@@ -228,6 +257,14 @@ type Stamped struct {
 	// refundable when the request arrives. "" when the action has an
 	// amount or the call has no member for one.
 	AmountField string
+	// CallID is the JSON-RPC id a call leaves with in place of the agent's
+	// (MCP; "" elsewhere): a string no agent's request may carry (the
+	// adapter refuses it), so a server routing answers by id can hand this
+	// call no other request's answer, and an answer naming another id is
+	// not this call's ([Classification.CheckCall]). It is minted per stamp;
+	// the engine makes it the attempt's by appending "#" and the attempt's
+	// number. ext_proc writes it and gives the agent its own id back.
+	CallID string
 }
 
 // BodyMediaType is the media type of a body stamped at field, spelled as

@@ -38,10 +38,34 @@ func (ad *adapter) Classify(a rail.Action, resp rail.Response) rail.Classificati
 	if err != nil {
 		return ambiguous("the MCP server answered %d but %v", resp.Status, err)
 	}
+	var c rail.Classification
 	if raw, ok := msg["error"]; ok {
-		return classifyError(ad.rail, raw)
+		c = classifyError(ad.rail, raw)
+	} else {
+		c = ad.classifyResult(a, msg["result"])
 	}
-	return ad.classifyResult(a, msg["result"])
+	// The answer is the call's only if it names the call's id, which the
+	// engine checks (rail.Classification.CheckCall): a server routing
+	// answers by id may hand this stream another request's.
+	c.CallID = callID(msg["id"])
+	return c
+}
+
+// callID is a response's id as canonical JSON text: a string re-encoded
+// (so that escapes compare as what they spell), a number as sent, "null"
+// for none.
+func callID(raw json.RawMessage) string {
+	if s, ok := asString(raw); ok {
+		b, err := json.Marshal(s)
+		if err != nil {
+			return "null"
+		}
+		return string(b)
+	}
+	if t := bytes.TrimSpace(raw); len(t) > 0 {
+		return string(t)
+	}
+	return "null"
 }
 
 func ambiguous(format string, args ...any) rail.Classification {

@@ -10,8 +10,9 @@ import (
 
 // FuzzParse: Parse never panics; an error is ErrUnrecognised or
 // ErrMalformed; an action has a clean non-empty subject and a non-negative
-// amount (railtest.CheckParsed); an accepted action is valid JSON; and a
-// parsed action survives the body stamp unchanged.
+// amount (railtest.CheckParsed); an accepted action is valid JSON; a
+// parsed action survives the body stamp unchanged; and no accepted message
+// names an id of the shape Countersign gives money-moving calls.
 func FuzzParse(f *testing.F) {
 	add := func(r rail.Request) { f.Add(r.Method, r.Path, r.Headers["content-type"], r.Body) }
 	for _, tc := range stripeActions {
@@ -32,6 +33,13 @@ func FuzzParse(f *testing.F) {
 	for _, tc := range razorpayFixtures().Actions {
 		add(tc.Req)
 	}
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","id":"countersign-` + stampA + `#1","method":"ping"}`,
+		`{"jsonrpc":"2.0","id":"\u0043ountersign-x","result":{}}`,
+		`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"countersign-x"}}`,
+	} {
+		f.Add("POST", DefaultEndpoint, "application/json", []byte(body))
+	}
 	adapters := []rail.Adapter{mustNew(f, StripeDefaults())(), mustNew(f, stripeWithMetadata())(), mustNew(f, RazorpayDefaults())()}
 	f.Fuzz(func(t *testing.T, method, path, contentType string, body []byte) {
 		req := rail.Request{Method: method, Path: path, Body: body, Headers: map[string]string{"content-type": contentType}}
@@ -39,6 +47,14 @@ func FuzzParse(f *testing.F) {
 			p, err := ad.Parse(req)
 			if cerr := railtest.CheckParsed(p, err); cerr != nil {
 				t.Fatalf("Parse(%q %q %q) = %+v, %v: %v", method, path, body, p, err, cerr)
+			}
+			// No accepted message names an id of Countersign's own: the
+			// answer to a money-moving call is bound to it by that id.
+			if msg, ok := asObject(body); err == nil && ok {
+				params, _ := asObject(msg["params"])
+				if reservedID(msg["id"]) || reservedID(params["requestId"]) {
+					t.Fatalf("accepted %q, which names an id of Countersign's", body)
+				}
 			}
 			if err != nil || p.Kind != rail.KindAction {
 				continue

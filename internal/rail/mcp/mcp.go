@@ -325,7 +325,7 @@ func (ad *adapter) Stamp(a rail.Action, key sik.SIK, gen uint32) (rail.Stamped, 
 	if err != nil {
 		return rail.Stamped{}, fmt.Errorf("mcp: stamp: %w", err)
 	}
-	out := rail.Stamped{Headers: map[string]string{name: st.Headers[name]}, BodyValue: value}
+	out := rail.Stamped{Headers: map[string]string{name: st.Headers[name]}, BodyValue: value, CallID: CallIDPrefix + value}
 	if md != "" {
 		out.BodyField = BodyField(md)
 	}
@@ -334,6 +334,23 @@ func (ad *adapter) Stamp(a rail.Action, key sik.SIK, gen uint32) (rail.Stamped, 
 	}
 	return out, nil
 }
+
+// CallIDPrefix begins the JSON-RPC id a money-moving call leaves with
+// (rail.Stamped.CallID: the prefix, the stamp, then "#" and the attempt's
+// number). Parse refuses every id an agent sends that begins, in any case,
+// with "countersign", so a server that routes answers by id (the MCP SDKs'
+// streamable HTTP transports do, within a session) has no other request to
+// confuse the call with.
+const CallIDPrefix = "countersign-"
+
+// reservedID reports whether raw is a string id of Countersign's own
+// (beginning with "countersign" in any case), which no agent may send.
+func reservedID(raw json.RawMessage) bool {
+	s, ok := asString(raw)
+	return ok && len(s) >= len(reservedIDPrefix) && strings.EqualFold(s[:len(reservedIDPrefix)], reservedIDPrefix)
+}
+
+const reservedIDPrefix = "countersign"
 
 // BodyField is the JSON-RPC path of the stamp in a tool's metadata
 // argument: params.arguments.<metadata>.countersign_sik. It has four

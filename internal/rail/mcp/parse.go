@@ -65,6 +65,9 @@ func (ad *adapter) Parse(req rail.Request) (rail.Parsed, error) {
 	if err != nil {
 		return rail.Parsed{}, err
 	}
+	if err := checkReservedIDs(msg); err != nil {
+		return rail.Parsed{}, err
+	}
 	method, hasMethod := msg["method"]
 	if !hasMethod {
 		return parseResponse(msg)
@@ -153,6 +156,21 @@ func decodeMessage(req rail.Request) (object, error) {
 		return nil, malformed("jsonrpc", `must be "2.0"`)
 	}
 	return msg, nil
+}
+
+// checkReservedIDs refuses a message naming one of the ids Countersign
+// gives money-moving calls (CallIDPrefix): as its own id (a request sent
+// beside the call under the call's id would have its answer handed to the
+// call, or the call's to it), or as the request a cancellation names
+// (notifications/cancelled would stop the call at the server).
+func checkReservedIDs(msg object) error {
+	if reservedID(msg["id"]) {
+		return malformed("id", "ids beginning %q are Countersign's own", reservedIDPrefix)
+	}
+	if params, ok := asObject(msg["params"]); ok && reservedID(params["requestId"]) {
+		return malformed("params.requestId", "ids beginning %q are Countersign's own", reservedIDPrefix)
+	}
+	return nil
 }
 
 // parseResponse accepts the client's answer to a server request

@@ -1,0 +1,145 @@
+package mcp
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/countersign/countersign/internal/rail"
+)
+
+// Readdress gives the agent back its own id: a money-moving call leaves
+// with Countersign's id (rail.Stamped.CallID, from) in place of the one the
+// agent sent (to), and the answer that returns must carry the agent's, or
+// its client cannot match it to the call. Every JSON-RPC response in body
+// naming from, the JSON body itself or a message event of an SSE stream,
+// gets to as its id; nothing else changes (other events keep their bytes,
+// a response's other members their values). changed is false, and body is
+// returned as it came, when no response names from: an answer that is not
+// JSON-RPC, or another request's, which the engine does not take for the
+// call's either (rail.Classification.CheckCall).
+func Readdress(resp rail.Response, from string, to json.RawMessage) (body []byte, changed bool, err error) {
+	if !validID(to) {
+		return nil, false, fmt.Errorf("mcp: readdress: %q is not a JSON-RPC request id", to)
+	}
+	trimmed := bytes.TrimSpace(resp.Body)
+	if len(trimmed) == 0 {
+		return resp.Body, false, nil
+	}
+	if !isEventStream(resp.Headers, trimmed) {
+		out, ok, err := readdressMessage(trimmed, from, to)
+		if err != nil || !ok {
+			return resp.Body, false, err
+		}
+		return out, true, nil
+	}
+	return readdressStream(resp.Body, from, to)
+}
+
+// readdressMessage rewrites the id of one JSON-RPC response naming from.
+func readdressMessage(data []byte, from string, to json.RawMessage) ([]byte, bool, error) {
+	m, ok := asObject(data)
+	if !ok {
+		return nil, false, nil
+	}
+	if _, isRequest := m["method"]; isRequest {
+		return nil, false, nil
+	}
+	if id, ok := asString(m["id"]); !ok || id != from {
+		return nil, false, nil
+	}
+	m["id"] = to
+	out, err := marshal(m)
+	if err != nil {
+		return nil, false, fmt.Errorf("mcp: readdress: %w", err)
+	}
+	return out, true, nil
+}
+
+// readdressStream rewrites, in an SSE stream, the data of each complete
+// message event that is a response naming from: its data lines become one
+// line holding the re-addressed response (JSON text has no line break);
+// every other line keeps its bytes. The event grammar is sseMessages'.
+func readdressStream(body []byte, from string, to json.RawMessage) ([]byte, bool, error) {
+	lines := splitLines(body)
+	var out bytes.Buffer
+	changed := false
+	start := 0 // first line of the current event
+	event, hasData := "", false
+	var data []string
+	for i, ln := range lines {
+		text, complete := ln.text, ln.end != ""
+		if !complete {
+			break // an unfinished event is no message: left as it is
+		}
+		if text != "" {
+			name, value, _ := strings.Cut(text, ":")
+			value = strings.TrimPrefix(value, " ")
+			switch name {
+			case "data":
+				data, hasData = append(data, value), true
+			case "event":
+				event = value
+			}
+			continue
+		}
+		// A blank line ends the event of lines[start:i].
+		var rewritten []byte
+		if hasData && (event == "" || event == "message") {
+			r, ok, err := readdressMessage([]byte(strings.Join(data, "\n")), from, to)
+			if err != nil {
+				return nil, false, err
+			}
+			if ok {
+				rewritten = r
+			}
+		}
+		written := false
+		for j := start; j < i; j++ {
+			name, _, _ := strings.Cut(lines[j].text, ":")
+			switch {
+			case rewritten == nil || name != "data":
+				out.WriteString(lines[j].text + lines[j].end)
+			case !written: // the event's first data line holds it all
+				out.WriteString("data: ")
+				out.Write(rewritten)
+				out.WriteString(lines[j].end)
+				written, changed = true, true
+			}
+		}
+		out.WriteString(ln.end)
+		start, event, hasData, data = i+1, "", false, nil
+	}
+	if !changed {
+		return body, false, nil
+	}
+	for _, ln := range lines[start:] {
+		out.WriteString(ln.text + ln.end)
+	}
+	return out.Bytes(), true, nil
+}
+
+// sseLine is one line of an event stream and the terminator that ended it
+// ("" for a last line the stream did not end).
+type sseLine struct{ text, end string }
+
+// splitLines splits an event stream at CRLF, LF or CR, as SSE does.
+func splitLines(b []byte) []sseLine {
+	var out []sseLine
+	s := string(b)
+	for len(s) > 0 {
+		i := strings.IndexAny(s, "\r\n")
+		if i < 0 {
+			out = append(out, sseLine{text: s})
+			break
+		}
+		end := s[i : i+1]
+		if s[i] == '\r' && i+1 < len(s) && s[i+1] == '\n' {
+			end = "\r\n"
+		}
+		out = append(out, sseLine{text: s[:i], end: end})
+		s = s[i+len(end):]
+	}
+	return out
+}
