@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/sik"
 )
 
 // CheckLimits is G3: does the action fit the mandate's fixed limits, given
@@ -67,8 +68,19 @@ func checkRecurrence(in Input) (code, reason string) {
 // checkFees: fees are known only once the rail answers, so the fee budget
 // cannot reserve this action's fee; it stops new actions once the fees
 // already reported reach it (fees of actions in flight may overrun it).
+//
+// The fees counted carry no currency: the rails charge a payout's or a
+// transfer's fee in its own currency (Stripe's balance transaction, a
+// RazorpayX payout's INR). With a fee budget, such an action in another
+// currency than the budget's is refused: its fee, counted as the budget's
+// minor units, would mean anything (a review: 12.00 USD of fees counted as
+// 1,200 against a budget of 1,500 JPY).
 func checkFees(in Input) (code, reason string) {
-	fb := in.Mandate.GetFeeBudget()
+	fb, a := in.Mandate.GetFeeBudget(), in.Action
+	if fb != nil && (a.Kind == sik.KindPayout || a.Kind == sik.KindTransfer) && a.Currency != fb.GetCurrency() {
+		return ReasonFeeCurrencyNotBudgeted, fmt.Sprintf("%s sets its fee budget in %s, and the rail charges a %s's fee in its own currency, %s, which the fee budget cannot count; ask the owner for a mandate whose fee budget is in %s.",
+			mandateName(in), fb.GetCurrency(), a.Kind, orNone(a.Currency), orNone(a.Currency))
+	}
 	if fb == nil || in.Usage.FeeSpentMinor < fb.GetAmountMinor() {
 		return "", ""
 	}

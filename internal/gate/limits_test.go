@@ -11,6 +11,14 @@ import (
 	"github.com/countersign/countersign/internal/sik"
 )
 
+// eurWindow gives in's mandate a daily agent window of amount in EUR too,
+// and recounts its windows.
+func eurWindow(in *Input) {
+	in.Mandate.Windows = append(in.Mandate.Windows, &countersignv1.Window{Scope: countersignv1.WindowScope_WINDOW_SCOPE_AGENT,
+		Duration: durationpb.New(24 * time.Hour), MaxAmount: &countersignv1.Money{AmountMinor: 1 << 40, Currency: "EUR"}})
+	in.Usage.Windows = counted(*in)
+}
+
 func TestCheckLimits(t *testing.T) {
 	approvalRequired := func(in *Input) { in.Mandate.Mode = countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED }
 	runGate(t, payoutIn, CheckLimits, GateLimits, []gateCase{
@@ -40,10 +48,30 @@ func TestCheckLimits(t *testing.T) {
 		{name: "structuring: third payout of 1000000 in a 2500000 day", mod: func(in *Input) { in.Usage.Windows = counted(*in, [2]int64{2, 2000000}) }, verdict: Block, code: ReasonWindowAmountExceeded,
 			contains: []string{"payout of 10,000.00 USD would bring the 24h window of agent agt_1 to 30,000.00 USD, over its limit of 25,000.00 USD (20,000.00 USD already used, 5,000.00 USD left)"}},
 		{name: "window fills exactly", mod: func(in *Input) { in.Usage.Windows = counted(*in, [2]int64{2, 1500000}) }, verdict: Allow, code: ReasonPassed},
-		{name: "window in another currency", mod: func(in *Input) {
+		{name: "window in another currency only", mod: func(in *Input) {
 			in.Action.Currency, in.Referent.Currency = "EUR", "EUR"
 			in.Mandate.Budgets = append(in.Mandate.Budgets, &countersignv1.Money{AmountMinor: 1 << 40, Currency: "EUR"})
+			in.Mandate.FeeBudget = nil
 			in.Usage.Windows = counted(*in, [2]int64{2, 2500000})
+		}, verdict: Block, code: ReasonCurrencyNotWindowed, contains: []string{"limits the amount per agent window in USD but in none in EUR"}},
+		{name: "window in another currency beside one in the action's", mod: func(in *Input) {
+			in.Action.Currency, in.Referent.Currency = "EUR", "EUR"
+			in.Mandate.Budgets = append(in.Mandate.Budgets, &countersignv1.Money{AmountMinor: 1 << 40, Currency: "EUR"})
+			in.Mandate.FeeBudget = nil
+			eurWindow(in)
+			in.Usage.Windows = counted(*in, [2]int64{2, 2500000})
+		}, verdict: Allow, code: ReasonPassed},
+		{name: "payout in another currency than the fee budget's", mod: func(in *Input) {
+			in.Action.Currency, in.Referent.Currency = "EUR", "EUR"
+			in.Mandate.Budgets = append(in.Mandate.Budgets, &countersignv1.Money{AmountMinor: 1 << 40, Currency: "EUR"})
+			eurWindow(in)
+		}, verdict: Block, code: ReasonFeeCurrencyNotBudgeted, contains: []string{"fee budget in USD", "its own currency, EUR"}},
+		{name: "refund in another currency than the fee budget's", mod: func(in *Input) {
+			*in = refundIn()
+			in.Action.Currency, in.Referent.Currency = "EUR", "EUR"
+			in.Mandate.FeeBudget = money(1<<40, "USD")
+			in.Mandate.Budgets, in.Mandate.Windows = nil, nil
+			in.Usage.Windows = nil
 		}, verdict: Allow, code: ReasonPassed},
 		{name: "window amount overflows", mod: func(in *Input) { in.Usage.Windows = counted(*in, [2]int64{1, math.MaxInt64}) }, verdict: Block, code: ReasonAmountOverflow,
 			contains: []string{"92,233,720,368,547,758.07 USD"}},
@@ -56,6 +84,8 @@ func TestCheckLimits(t *testing.T) {
 		{name: "budget filled exactly", mod: func(in *Input) { in.Usage.BudgetHeldMinor, in.Usage.BudgetSpentMinor = 4000000, 5000000 }, verdict: Allow, code: ReasonPassed},
 		{name: "currency without a budget beside one with", mod: func(in *Input) {
 			in.Action.Currency = "EUR"
+			in.Mandate.FeeBudget = nil
+			eurWindow(in)
 		}, verdict: Block, code: ReasonCurrencyNotBudgeted, contains: []string{"sets budgets in USD but none in EUR"}},
 		{name: "no budget at all", mod: func(in *Input) {
 			in.Mandate.Budgets = nil

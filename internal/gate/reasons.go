@@ -56,6 +56,8 @@ const (
 	ReasonFeeBudgetExhausted      = "fee_budget_exhausted"
 	ReasonBudgetExceeded          = "budget_exceeded"
 	ReasonCurrencyNotBudgeted     = "currency_not_budgeted"
+	ReasonCurrencyNotWindowed     = "currency_not_windowed"
+	ReasonFeeCurrencyNotBudgeted  = "fee_currency_not_budgeted"
 	ReasonApprovalRequired        = "approval_required"       // HOLD
 	ReasonApprovalExpired         = "approval_expired"        // HOLD
 	ReasonApprovalMismatch        = "approval_mismatch"       // HOLD: the approval was for another request

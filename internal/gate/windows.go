@@ -86,6 +86,38 @@ func checkWindows(in Input) (code, reason string) {
 				a.Kind, cur(a.AmountMinor), windowName(s), cur(total), cur(limit), cur(u.AmountMinor), cur(max(limit-u.AmountMinor, 0)))
 		}
 	}
+	return checkWindowCurrency(in)
+}
+
+// checkWindowCurrency: an amount limit in one currency is no limit in
+// another. A mandate whose windows of a scope limit the amount moved allows
+// no action in a currency none of them counts (a review: once a daily cap
+// of 1,000.00 USD was used up, payouts of 50,000.00 EUR went on all day
+// under a grant of both), as checkBudget refuses a currency without a
+// budget beside one with.
+func checkWindowCurrency(in Input) (code, reason string) {
+	a := in.Action
+	if a.Currency == "" {
+		return "", ""
+	}
+	for _, scope := range []countersignv1.WindowScope{countersignv1.WindowScope_WINDOW_SCOPE_AGENT, countersignv1.WindowScope_WINDOW_SCOPE_PAYEE} {
+		var set []string
+		covered := false
+		for _, w := range in.Mandate.GetWindows() {
+			if c := w.GetMaxAmount().GetCurrency(); w.GetScope() == scope && c != "" {
+				set = append(set, c)
+				covered = covered || c == a.Currency
+			}
+		}
+		if len(set) > 0 && !covered {
+			of := "agent"
+			if scope == countersignv1.WindowScope_WINDOW_SCOPE_PAYEE {
+				of = "payee"
+			}
+			return ReasonCurrencyNotWindowed, fmt.Sprintf("%s limits the amount per %s window in %s but in none in %s, so it allows no spending in %s; ask the owner for a window in %s.",
+				mandateName(in), of, strings.Join(set, ", "), a.Currency, a.Currency, a.Currency)
+		}
+	}
 	return "", ""
 }
 

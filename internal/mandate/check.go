@@ -6,9 +6,11 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"buf.build/go/protovalidate"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -108,9 +110,59 @@ var agentID = regexp.MustCompile(`^agt_[a-z0-9]{8,64}$`)
 
 func check(m *countersignv1.Mandate, at locator) []Problem {
 	c := &checker{at: at, rules: map[string]bool{}}
+	c.unknown("", m.ProtoReflect())
 	c.semantic(m)
 	c.protovalidate(m)
 	return c.problems
+}
+
+// unknown reports fields m carries that this version of the mandate does
+// not know (a client built on another schema, a misspelled member a reader
+// kept as unknown): the gates would never see them, so a limit the owner
+// wrote would silently not apply. The mandate is refused instead.
+func (c *checker) unknown(path string, m protoreflect.Message) {
+	if raw := m.GetUnknown(); len(raw) > 0 {
+		where := path
+		if where == "" {
+			where = "the mandate"
+		}
+		var nums []string
+		for b := raw; len(b) > 0; {
+			num, _, n := protowire.ConsumeField(b)
+			if n < 0 {
+				break
+			}
+			nums = append(nums, strconv.Itoa(int(num)))
+			b = b[n:]
+		}
+		c.add(path, "mandate.unknown_field", "%s carries fields this version does not know (field numbers %s): a limit in them would not apply; write the mandate with this version's fields",
+			where, strings.Join(nums, ", "))
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd.Message() == nil {
+			return true
+		}
+		name := string(fd.Name())
+		if path != "" {
+			name = path + "." + name
+		}
+		switch {
+		case fd.IsList():
+			for i := range v.List().Len() {
+				c.unknown(fmt.Sprintf("%s[%d]", name, i), v.List().Get(i).Message())
+			}
+		case fd.IsMap():
+			if fd.MapValue().Message() != nil {
+				v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
+					c.unknown(fmt.Sprintf("%s[%q]", name, k.String()), mv.Message())
+					return true
+				})
+			}
+		default:
+			c.unknown(name, v.Message())
+		}
+		return true
+	})
 }
 
 func (c *checker) semantic(m *countersignv1.Mandate) {

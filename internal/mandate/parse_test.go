@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
@@ -425,6 +426,41 @@ func TestDurations(t *testing.T) {
 	for _, bad := range []string{"", "d", "1.5d", "-1d", "1w", "123456d"} {
 		if _, err := ParseDuration(bad); err == nil {
 			t.Errorf("ParseDuration(%q) accepted", bad)
+		}
+	}
+}
+
+// TestValidateRefusesUnknownFields: a mandate carrying fields this version
+// does not know (a gRPC client built on another schema) is refused, at the
+// message that carries them, since the gates would never see a limit in
+// them.
+func TestValidateRefusesUnknownFields(t *testing.T) {
+	m, err := Parse([]byte(validYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unknown := protowire.AppendTag(nil, 999, protowire.VarintType)
+	unknown = protowire.AppendVarint(unknown, 1000)
+	for path, set := range map[string]func(*countersignv1.Mandate){
+		"":          func(m *countersignv1.Mandate) { m.ProtoReflect().SetUnknown(unknown) },
+		"grants[0]": func(m *countersignv1.Mandate) { m.Grants[0].ProtoReflect().SetUnknown(unknown) },
+		"budgets[0]": func(m *countersignv1.Mandate) {
+			m.Budgets[0].ProtoReflect().SetUnknown(unknown)
+		},
+	} {
+		bad := proto.CloneOf(m)
+		set(bad)
+		err := Validate(bad)
+		var verr *Error
+		if !errors.As(err, &verr) {
+			t.Fatalf("%q: Validate = %v, want *Error", path, err)
+		}
+		found := false
+		for _, p := range verr.Problems {
+			found = found || p.Field == path && strings.Contains(p.Message, "field numbers 999")
+		}
+		if !found {
+			t.Errorf("%q: no problem naming field 999 there: %v", path, err)
 		}
 	}
 }

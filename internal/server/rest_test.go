@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/audit"
@@ -214,5 +215,43 @@ func TestWebhookDeliversAppliedEvent(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("no webhook delivery")
+	}
+}
+
+// TestRESTRefusesMembersItDoesNotKnow: a mandate posted over REST with a
+// misspelled member (`budget` for `budgets`, `reversibles` in a grant) is
+// refused with 400 naming it, as the YAML path refuses it; before, the
+// gateway dropped it and the mandate was stored without the limit the
+// owner wrote (found by a review: a 5,000.00 USD refund allowed under the
+// 10.00 USD budget the owner meant).
+func TestRESTRefusesMembersItDoesNotKnow(t *testing.T) {
+	h := bareRailHarness(t)
+	grantAccountOfAgent(t, h.store, "acct_bench", h.agentID)
+	m := mandateFor(h)
+	m.Grants = m.Grants[:1]
+	js, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	post := func(edit func(map[string]any)) (int, string) {
+		var body map[string]any
+		if err := json.Unmarshal(js, &body); err != nil {
+			t.Fatal(err)
+		}
+		edit(body)
+		return h.rest(t, http.MethodPost, "/v1/mandates", "Bearer "+h.ownerToken, body)
+	}
+	for name, edit := range map[string]func(map[string]any){
+		"budget": func(b map[string]any) { b["budget"] = []any{map[string]any{"amount_minor": "1000", "currency": "USD"}} },
+		"reversibles": func(b map[string]any) {
+			b["grants"].([]any)[0].(map[string]any)["reversibles"] = true
+		},
+	} {
+		if status, resp := post(edit); status != http.StatusBadRequest || !strings.Contains(resp, name) {
+			t.Errorf("a mandate with the unknown member %q = %d %s; want 400 naming it", name, status, resp)
+		}
+	}
+	if status, resp := post(func(map[string]any) {}); status != http.StatusOK {
+		t.Fatalf("the mandate as written = %d %s", status, resp)
 	}
 }
