@@ -141,12 +141,23 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 	switch r := req.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		cont := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}}
-		if !x.hasIntent || !r.RequestHeaders.GetEndOfStream() {
+		if !x.hasIntent {
+			return cont
+		}
+		if x.ref.BodySHA256 == emptyBody && (x.ref.BodyField != "" || x.ref.AmountField != "") {
+			// Decided on an empty body (a Razorpay full refund sent with
+			// none), which ext_authz read to its end: no data follows,
+			// whether these headers end the stream or trailers will. It
+			// leaves with a body of Countersign's (the stamp, the amount)
+			// in place of the one it does not have.
+			return s.replaceEmptyBody(x)
+		}
+		if !r.RequestHeaders.GetEndOfStream() {
 			return cont
 		}
 		// Headers that end the stream: the request has no body, and no body
 		// phase follows; it may leave only if the decided body was empty,
-		// and only without the body stamp (there is no body to write it in).
+		// and then without the body stamp: its call has no place for one.
 		if refusal := s.checkDecidedBody(x, nil, true); refusal != nil {
 			return refusal
 		}
@@ -216,19 +227,8 @@ func (s *Server) requestBody(x *exchange, b *extprocv3.HttpBody) *extprocv3.Proc
 		}
 		return cont
 	}
-	body, err := OutgoingBody(b.GetBody(), x.ref)
-	if err == nil && x.ref.CallID != "" {
-		// It leaves under Countersign's id; the agent's answer is given
-		// back the agent's own.
-		x.agentID, err = CallIDOf(b.GetBody())
-	}
-	if err != nil {
-		s.log.Error("body stamp failed; stopping the request", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK, "err", err)
-		msg := []byte(`{"error":{"type":"countersign_refusal","code":"body_unstampable","message":"Countersign could not stamp the request body; it was not sent."}}`)
-		s.stoppedHere(x)
-		return immediate(http.StatusBadRequest, msg, "countersign_body_unstampable")
-	}
-	if refusal := s.markSent(x, x.ref.BodyField != ""); refusal != nil {
+	body, refusal := s.outgoing(x, b.GetBody())
+	if refusal != nil {
 		return refusal
 	}
 	// In buffered mode the headers may be mutated with the body. The
@@ -240,6 +240,62 @@ func (s *Server) requestBody(x *exchange, b *extprocv3.HttpBody) *extprocv3.Proc
 	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{
 		Response: &extprocv3.CommonResponse{
+			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set},
+			BodyMutation:   &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}},
+		},
+	}}}
+}
+
+// outgoing is the body an allowed request leaves with (OutgoingBody),
+// recorded as leaving (markSent, stamped if it carries the stamp); or the
+// refusal that stops it here.
+func (s *Server) outgoing(x *exchange, in []byte) ([]byte, *extprocv3.ProcessingResponse) {
+	body, err := OutgoingBody(in, x.ref)
+	if err == nil && x.ref.CallID != "" {
+		// It leaves under Countersign's id; the agent's answer is given
+		// back the agent's own.
+		x.agentID, err = CallIDOf(in)
+	}
+	if err != nil {
+		s.log.Error("body stamp failed; stopping the request", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK, "err", err)
+		msg := []byte(`{"error":{"type":"countersign_refusal","code":"body_unstampable","message":"Countersign could not stamp the request body; it was not sent."}}`)
+		s.stoppedHere(x)
+		return nil, immediate(http.StatusBadRequest, msg, "countersign_body_unstampable")
+	}
+	if refusal := s.markSent(x, x.ref.BodyField != ""); refusal != nil {
+		return nil, refusal
+	}
+	return body, nil
+}
+
+// emptyBody is the digest ext_authz records for a request decided with no
+// body.
+var emptyBody = extauthz.BodyDigest(nil)
+
+// replaceEmptyBody answers the request headers of a request decided with
+// no body: it leaves with the body Countersign writes (the stamp, a full
+// refund's amount), so that it is stamped like any other, and may be
+// proven absent, and refunds what its intent holds. Envoy adds a body to a
+// request that has none when the headers' answer is CONTINUE_AND_REPLACE
+// with a body mutation: ProcessorState::handleHeadersResponse buffers it
+// (addBufferedData, which FilterManager::addDecodedData takes from the
+// gRPC callback), removes content-length, and sends no body or trailers
+// phase after it (source/extensions/filters/http/ext_proc/
+// processor_state.cc, the CONTINUE_AND_REPLACE branch; envoyproxy/envoy
+// PR #16437 added it "to add a body to a request ... that does not have
+// one"); the request then goes chunked (HTTP/1.1) or with a DATA frame.
+func (s *Server) replaceEmptyBody(x *exchange) *extprocv3.ProcessingResponse {
+	body, refusal := s.outgoing(x, nil)
+	if refusal != nil {
+		return refusal
+	}
+	var set []*corev3.HeaderValueOption
+	if mt := rail.BodyMediaType(x.ref.BodyField); mt != "" {
+		set = append(set, setHeader("content-type", mt))
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{
+		Response: &extprocv3.CommonResponse{
+			Status:         extprocv3.CommonResponse_CONTINUE_AND_REPLACE,
 			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set},
 			BodyMutation:   &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}},
 		},

@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -314,10 +315,13 @@ func TestOnlyTheDecidedBodyLeaves(t *testing.T) {
 // not applied, though the rail had applied it (its listing cannot show an
 // unstamped request): the refund was paid twice.
 func TestUnstampedRequestsAreMarkedBeforeTheyLeave(t *testing.T) {
-	empty := *ref
-	empty.BodySHA256 = extauthz.BodyDigest(nil)
 	fieldless := *ref
 	fieldless.BodyField, fieldless.BodyValue = "", ""
+	// Decided with no body, on a call with no place for the stamp (a
+	// bodiless call that can carry one leaves with a body of Countersign's:
+	// TestABodilessRequestLeavesWithCountersignsBody).
+	empty := fieldless
+	empty.BodySHA256 = extauthz.BodyDigest(nil)
 	cases := []struct {
 		name  string
 		ref   *engine.IntentRef
@@ -493,6 +497,65 @@ func TestStampedBodyLeavesWithItsMediaType(t *testing.T) {
 			}
 			if len(got) != 1 || got[0] != tc.want {
 				t.Fatalf("content-type set to %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestABodilessRequestLeavesWithCountersignsBody: a request decided with no
+// body (a Razorpay full refund sent with none) on a call that can carry the
+// stamp leaves with a body of Countersign's, the stamp and the full
+// refund's amount, written at the request headers with CONTINUE_AND_REPLACE
+// whether the headers end the stream or trailers will; it is marked
+// stamped before it leaves, so a listing can prove it absent, and the rail
+// refunds what its intent holds. Before, it left unstamped: an ambiguous
+// answer quarantined it, and the rail refunded whatever was refundable.
+func TestABodilessRequestLeavesWithCountersignsBody(t *testing.T) {
+	rp := &engine.IntentRef{RailAccount: "acct_rzp", SIK: "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", AttemptSeq: 1,
+		BodyField: "notes.countersign_sik", BodyValue: "STAMP", AmountField: "amount", Amount: 50000, BodySHA256: extauthz.BodyDigest(nil)}
+	for _, trailers := range []bool{false, true} {
+		t.Run(fmt.Sprintf("trailers=%v", trailers), func(t *testing.T) {
+			rec := &recorder{done: make(chan struct{}, 4)}
+			client := dial(t, rec)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			st, err := client.Process(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = st.CloseSend() }()
+			if err := st.Send(&extprocv3.ProcessingRequest{MetadataContext: mdOf(rp), Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+				Headers: headers(":method", "POST", ":path", "/v1/payments/pay_1/refund"), EndOfStream: !trailers}}}); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := st.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cr := resp.GetRequestHeaders().GetResponse()
+			if cr.GetStatus() != extprocv3.CommonResponse_CONTINUE_AND_REPLACE {
+				t.Fatalf("the headers' answer = %v; want CONTINUE_AND_REPLACE with a body", resp)
+			}
+			var got struct {
+				Amount int64             `json:"amount"`
+				Notes  map[string]string `json:"notes"`
+			}
+			if err := json.Unmarshal(cr.GetBodyMutation().GetBody(), &got); err != nil || got.Amount != 50000 || got.Notes["countersign_sik"] != "STAMP" {
+				t.Fatalf("the body it leaves with = %s (%v); want the stamp and amount 50000", cr.GetBodyMutation().GetBody(), err)
+			}
+			ct := ""
+			for _, h := range cr.GetHeaderMutation().GetSetHeaders() {
+				if h.GetHeader().GetKey() == "content-type" {
+					ct = string(h.GetHeader().GetRawValue())
+				}
+			}
+			if ct != "application/json" {
+				t.Fatalf("content-type set = %q; want application/json", ct)
+			}
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			if !slices.Equal(rec.marks, []bool{true}) {
+				t.Fatalf("marks = %v; want one, stamped, before it left", rec.marks)
 			}
 		})
 	}
