@@ -56,7 +56,8 @@ func (r report) markdown() string {
 	b.WriteString("\n\n")
 	fmt.Fprintf(&b, "One run, one process: the load generator, a `countersign serve` built from this tree (default settings, but for the per-agent limit on rail reads, turned off: "+
 		"one hot agent sends far more new refunds a second than its default 20 rail reads), "+
-		"the mock rail and PostgreSQL (fsync and `synchronous_commit` on) share the machine. Every operation is a new refund on a payment of its own. "+
+		"the mock rail and PostgreSQL (fsync and `synchronous_commit` on; `pg_stat_statements` loaded, its tracking off for these cells and on only "+
+		"for the counts below) share the machine. Every operation is a new refund on a payment of its own. "+
 		"**ALLOW** is Envoy's ext_authz `Check` (credential, the referent read at the mock rail, the gates, the budget hold and the window, "+
 		"the intent, its durable `IN_FLIGHT` attempt and their audit records) and then the ext_proc exchange Envoy has around the rail call: request headers, "+
 		"the request body Countersign stamps, and the rail's response headers and body (a canned Stripe refund for the stamped request), "+
