@@ -69,6 +69,10 @@ type exchange struct {
 	committed bool
 	// sent: the request was recorded as leaving (markSent).
 	sent bool
+	// unreadable: ext_authz allowed an attempt whose metadata cannot be
+	// read; the request is stopped (it would leave unmarked and
+	// unstamped, which a listing could then prove absent).
+	unreadable bool
 	// agentID is the JSON-RPC id the agent's MCP call carried, which left
 	// as ref.CallID: its answer is given back this id.
 	agentID json.RawMessage
@@ -117,8 +121,8 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			_, headers := headerMap(req.GetRequestHeaders().GetHeaders())
 			ctx, span = telemetry.StartServer(ctx, s.tracer, "ext_proc.Process", headers)
 		}
-		if !x.hasIntent {
-			if x.ref, x.hasIntent = intentOf(req); x.hasIntent {
+		if !x.hasIntent && !x.unreadable {
+			if x.ref, x.hasIntent, x.unreadable = intentOf(req); x.hasIntent {
 				span.SetAttributes(attribute.String("countersign.rail_account", x.ref.RailAccount), attribute.String("countersign.sik", x.ref.SIK),
 					attribute.Int("countersign.attempt_seq", x.ref.AttemptSeq))
 			}
@@ -131,16 +135,22 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 }
 
 // intentOf reads the attempt ext_authz allowed from the forwarded dynamic
-// metadata.
-func intentOf(req *extprocv3.ProcessingRequest) (engine.IntentRef, bool) {
+// metadata; unreadable when ext_authz's metadata names an attempt that
+// cannot be read.
+func intentOf(req *extprocv3.ProcessingRequest) (ref engine.IntentRef, ok, unreadable bool) {
 	md := req.GetMetadataContext().GetFilterMetadata()[extauthz.MetadataNamespace]
-	return extauthz.IntentFromMetadata(md)
+	ref, ok = extauthz.IntentFromMetadata(md)
+	return ref, ok, !ok && md.GetFields()["countersign"] != nil
 }
 
 func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
 	switch r := req.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		cont := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}}
+		if x.unreadable {
+			s.log.Error("ext_authz's attempt metadata cannot be read; stopping the request")
+			return immediate(http.StatusServiceUnavailable, []byte(`{"error":{"type":"countersign_refusal","code":"attempt_unreadable","message":"Countersign could not read which attempt this request is; it was not sent."}}`), "countersign_attempt_unreadable")
+		}
 		if !x.hasIntent {
 			return cont
 		}

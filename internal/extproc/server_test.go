@@ -560,3 +560,45 @@ func TestABodilessRequestLeavesWithCountersignsBody(t *testing.T) {
 		})
 	}
 }
+
+// TestUnreadableAttemptMetadataStopsTheRequest: ext_authz allowed an
+// attempt whose metadata ext_proc cannot read (an amount to write that is
+// not a number, no attempt number): the request is stopped at its headers,
+// not let through unmarked and unstamped, which a listing could later
+// prove absent. A request with no attempt metadata at all (not a money
+// call) passes as it came.
+func TestUnreadableAttemptMetadataStopsTheRequest(t *testing.T) {
+	bad := *ref
+	bad.AmountField, bad.Amount = "amount", 0 // written as "0": no amount to write
+	noSeq := *ref
+	noSeq.AttemptSeq = 0
+	for name, md := range map[string]*corev3.Metadata{
+		"an amount that is no amount": mdOf(&bad),
+		"no attempt number":           mdOf(&noSeq),
+		"no attempt metadata":         nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			rec := &recorder{done: make(chan struct{}, 4)}
+			client := dial(t, rec)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			st, err := client.Process(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = st.CloseSend() }()
+			if err := st.Send(&extprocv3.ProcessingRequest{MetadataContext: md, Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
+				Headers: headers(":method", "POST", ":path", "/v1/refunds")}}}); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := st.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			stopped := resp.GetImmediateResponse().GetStatus().GetCode() == 503
+			if want := md != nil; stopped != want {
+				t.Fatalf("the headers' answer = %v; want stopped = %v", resp, want)
+			}
+		})
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/sik"
 )
 
 // minted is the id a first attempt under stamp stampA leaves with.
@@ -202,4 +203,41 @@ func FuzzReaddress(f *testing.F) {
 			t.Fatalf("%q: %s under %s before, %s under %s after (%q)", body, b.Outcome, b.CallID, a.Outcome, a.CallID, got)
 		}
 	})
+}
+
+// TestAFullRefundThatCannotBePinnedIsRefused: a full refund leaves for the
+// amount it was valued and held at, written into the call; a refund tool
+// that takes no amount, or refund tools naming it differently (so Stamp,
+// which sees the action, has no one place for it), would leave it for
+// whatever is refundable when the call arrives. Such a full refund is
+// refused, naming why; one naming its amount passes (found by a review).
+func TestAFullRefundThatCannotBePinnedIsRefused(t *testing.T) {
+	for name, tools := range map[string]map[string]Tool{
+		"a refund tool without an amount argument": {
+			"refund_in_full": {Kind: sik.KindRefund, Subject: "payment_intent"},
+		},
+		"two refund tools naming the amount differently": {
+			"create_refund":  {Kind: sik.KindRefund, Subject: "payment_intent", Amount: "amount"},
+			"refund_payment": {Kind: sik.KindRefund, Subject: "payment_intent", Amount: "amount_minor"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := StripeDefaults()
+			cfg.Tools = tools
+			ad := mustNew(t, cfg)()
+			for tool, spec := range tools {
+				p, err := ad.Parse(post(callBody("7", tool, `{"payment_intent":"pi_1"}`)))
+				if !errors.Is(err, rail.ErrMalformed) || !strings.Contains(err.Error(), "amount") {
+					t.Errorf("tool %s: a full refund = %+v, %v; want refused, naming the amount", tool, p, err)
+				}
+				if spec.Amount == "" {
+					continue
+				}
+				p, err = ad.Parse(post(callBody("8", tool, `{"payment_intent":"pi_1","`+spec.Amount+`":500}`)))
+				if err != nil || p.Action.AmountMinor == nil || *p.Action.AmountMinor != 500 {
+					t.Errorf("tool %s: a refund of 500 = %+v, %v; want it parsed", tool, p, err)
+				}
+			}
+		})
+	}
 }

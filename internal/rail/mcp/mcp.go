@@ -72,7 +72,10 @@ type Tool struct {
 	// the payment for a refund, the destination for a payout or transfer.
 	Subject string
 	// Amount is the argument carrying the amount as a JSON integer in
-	// minor units; "" when the tool takes none (a refund is then full).
+	// minor units; "" when the tool takes none (a refund is then full, and
+	// refused: Countersign writes a full refund's valued amount into the
+	// call, and could not bound what such a tool refunds). A call omitting
+	// it is a full refund, which needs the kind's tools to name it alike.
 	Amount string
 	// AmountRequired refuses a call without the amount. Set it when the
 	// server does not leave an omitted amount out of its rail call (the

@@ -282,6 +282,15 @@ func (ad *adapter) action(name string, t Tool, args object, req rail.Request) (r
 		a.AmountMinor = &n
 	} else if t.AmountRequired || t.Kind != sik.KindRefund {
 		return rail.Action{}, malformed(field(t.Amount), "required")
+	} else if ad.amountOf[t.Kind] == "" {
+		// A full refund leaves for the amount it was valued at, written
+		// into the call (Stamp's AmountField): with no one amount argument
+		// to write it in, the server would refund whatever is refundable
+		// when the call arrives, more than the hold if that grew.
+		if t.Amount == "" {
+			return rail.Action{}, malformed("params.name", "tool %q takes no amount, so Countersign cannot bound what it refunds (the whole refundable balance when the call arrives); map a tool that takes one", name)
+		}
+		return rail.Action{}, malformed(field(t.Amount), "required: this server's %s tools name their amount arguments differently, so Countersign has no one place to write a full refund's valued amount in; name the amount", t.Kind)
 	}
 
 	if raw, ok := args[t.Currency]; ok && t.Currency != "" {
