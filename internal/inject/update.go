@@ -19,11 +19,17 @@ import (
 // subresource it adds ephemeral containers, which may mount any volume of
 // the pod and share a container's process namespace. It never patches.
 //
-//   - A pod the injector marked stays marked, and guarded: an update that
-//     leaves it unguarded is refused. One guarded under an earlier
-//     configuration (another injector's images) may change nothing of its
-//     sidecars. No ephemeral container may be added to it at all: debug a
-//     copy (kubectl debug --copy-to) instead.
+//   - A pod the injector marked, or one that carries a container or volume
+//     of the injector's (the mark can be removed through pods/status, which
+//     no webhook sees; the containers and volumes no update can remove),
+//     stays guarded: an update that leaves it unguarded is refused. One
+//     guarded under an earlier configuration (another injector's images)
+//     may change nothing of its sidecars. Its countersign.io/inject label
+//     and annotation, the mark and the injector's version stay as they are:
+//     the pod webhook's objectSelector reads the label, and an update
+//     matching it neither before nor after reaches no webhook at all. No
+//     ephemeral container may be added to it: debug a copy (kubectl debug
+//     --copy-to) instead.
 //   - No update may add the mark to a pod the injector did not guard.
 //   - In an injected namespace (or a pod that opts in), an ephemeral
 //     container added to a pod that is not guarded may not read the
@@ -33,10 +39,10 @@ func judgeUpdate(req *admissionv1.AdmissionRequest, pod *corev1.Pod, cfg Config,
 	if err := json.Unmarshal(req.OldObject.Raw, &old); err != nil {
 		return deny("its oldObject does not decode: " + err.Error())
 	}
-	was, is := old.Annotations[StatusKey], pod.Annotations[StatusKey]
 	added := addedEphemeral(&old, pod)
-	if was == "" {
-		if is != "" {
+	guarded := guardedBefore(&old)
+	if guarded == "" {
+		if pod.Annotations[StatusKey] != "" {
 			return denyPod(fmt.Sprintf("annotation %s is the injector's: an update may not add it", StatusKey))
 		}
 		in, _, err := optIn(pod, scope)
@@ -52,16 +58,16 @@ func judgeUpdate(req *admissionv1.AdmissionRequest, pod *corev1.Pod, cfg Config,
 		}
 		return skip("update: the pod is not guarded")
 	}
-	if is != was {
-		return deny(fmt.Sprintf("it is guarded (%s: %s): an update may not change or remove that annotation", StatusKey, was))
+	if why := ownMetadataChanged(&old, pod); why != "" {
+		return deny(guarded + ": an update may not " + why)
 	}
 	if len(added) > 0 {
 		var names []string
 		for _, c := range added {
 			names = append(names, c.name)
 		}
-		return deny(fmt.Sprintf("it is guarded: ephemeral container %s may not be added, as it could mount any volume of the pod (the rail keys, the sockets) "+
-			"or share a sidecar's process namespace; debug a copy of the pod instead (kubectl debug --copy-to)", strings.Join(names, ", ")))
+		return deny(fmt.Sprintf("%s: ephemeral container %s may not be added, as it could mount any volume of the pod (the rail keys, the sockets) "+
+			"or share a sidecar's process namespace; debug a copy of the pod instead (kubectl debug --copy-to)", guarded, strings.Join(names, ", ")))
 	}
 	if err := Guarded(pod, cfg); err != nil {
 		if Guarded(&old, cfg) == nil {
@@ -75,6 +81,68 @@ func judgeUpdate(req *admissionv1.AdmissionRequest, pod *corev1.Pod, cfg Config,
 		}
 	}
 	return skip("update: the pod stays guarded")
+}
+
+// guardedBefore says why an update's old pod is taken for a guarded one,
+// "" if it is not: the injector's mark, or else a container or volume
+// named like the injector's. The mark alone is not enough: pods/status
+// (which no webhook is registered for, as every kubelet status update
+// would wait on the injector) stores metadata too, so the mark can go
+// unseen; the containers and volumes stay, as an update cannot remove
+// them, and a pod the injector did not guard is refused with them on
+// CREATE when it is opted in.
+func guardedBefore(old *corev1.Pod) string {
+	if v := old.Annotations[StatusKey]; v != "" {
+		return fmt.Sprintf("it is guarded (%s: %s)", StatusKey, v)
+	}
+	const unmarked = "it carries the injector's %s %s, so it is guarded though it has lost the %s mark"
+	for _, c := range containers(old) {
+		if ours(c.name) {
+			return fmt.Sprintf(unmarked, "container", c.name, StatusKey)
+		}
+	}
+	for _, v := range old.Spec.Volumes {
+		if ourVolume(v.Name) {
+			return fmt.Sprintf(unmarked, "volume", v.Name, StatusKey)
+		}
+	}
+	return ""
+}
+
+// ownMetadataChanged says how an update of a guarded pod changes a label
+// or annotation of the injector's, "" if it does not. Each is kept as it
+// is: InjectKey as a label is what the pod webhook's objectSelector
+// matches (and on UPDATE the API server calls the webhook only if the old
+// or the new pod matches, so a pod whose label goes is judged once more
+// and then never), and as a label or annotation it opts the pod in or
+// out; the mark and the version record the injection.
+func ownMetadataChanged(old, pod *corev1.Pod) string {
+	for _, k := range []struct {
+		what, key string
+		was, is   map[string]string
+		because   string
+	}{
+		{"annotation", StatusKey, old.Annotations, pod.Annotations, "the injector's mark"},
+		{"label", InjectKey, old.Labels, pod.Labels,
+			"the pod webhook's objectSelector matches it, and an update that matches it neither before nor after is judged by no webhook"},
+		{"annotation", InjectKey, old.Annotations, pod.Annotations, "it opts the pod in or out"},
+		{"annotation", VersionKey, old.Annotations, pod.Annotations, "the injector's record of the injection"},
+	} {
+		a, hadIt := k.was[k.key]
+		b, hasIt := k.is[k.key]
+		if hadIt == hasIt && a == b {
+			continue
+		}
+		show := func(v string, ok bool) string {
+			if !ok {
+				return "absent"
+			}
+			return fmt.Sprintf("%q", v)
+		}
+		return fmt.Sprintf("add, change or remove %s %s (%s would become %s): %s",
+			k.what, k.key, show(a, hadIt), show(b, hasIt), k.because)
+	}
+	return ""
 }
 
 // addedEphemeral are pod's ephemeral containers that old did not have.

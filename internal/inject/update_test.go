@@ -3,6 +3,7 @@ package inject
 import (
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -157,8 +158,8 @@ func TestUpdateOfAGuardedPodKeepsItGuarded(t *testing.T) {
 				{"the mark is removed with the image swapped", "", func(p *corev1.Pod) {
 					delete(p.Annotations, StatusKey)
 					setImage(p, CountersignContainer, "attacker.example/cat-the-key:1")
-				}, "an update may not change or remove that annotation"},
-				{"the mark is changed", "", func(p *corev1.Pod) { p.Annotations[StatusKey] = "done" }, "an update may not change or remove that annotation"},
+				}, "an update may not add, change or remove annotation countersign.io/status"},
+				{"the mark is changed", "", func(p *corev1.Pod) { p.Annotations[StatusKey] = "done" }, "an update may not add, change or remove annotation countersign.io/status"},
 				{"a debug container on the rail key and the sockets, targeting countersign", SubresourceEphemeral, func(p *corev1.Pod) {
 					p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, debugContainer(CountersignContainer, railKeyVolume+"0", SocketVolume))
 				}, "ephemeral container debugger may not be added"},
@@ -220,5 +221,129 @@ func TestUpdateOfAPodThatIsNotGuarded(t *testing.T) {
 		{"a debug container reading a rail key", SubresourceEphemeral, reads(key), "env K reads Secret countersign-stripe-main"},
 		{"the injector's mark is added", "", func(p *corev1.Pod) { p.Annotations = map[string]string{StatusKey: StatusInjected} },
 			"annotation countersign.io/status is the injector's: an update may not add it"},
+	})
+}
+
+// TestUpdateKeepsTheInjectorsLabelAndAnnotations: the pod webhook entry
+// selects pods by the label countersign.io/inject: "true"
+// (objectSelector), and on UPDATE the API server calls it only if the old
+// or the new pod matches. An update that removed the label from a guarded
+// pod (or set it to "false", or "TRUE": the selector is case-sensitive)
+// would be judged once, and the pod's next update (an image swap, an
+// ephemeral container) by no webhook at all. So neither that label, nor
+// the annotation of the same name, nor the mark or the injector's version
+// may change on a guarded pod, through either entry; labels, annotations
+// and finalizers of anyone else's may.
+func TestUpdateKeepsTheInjectorsLabelAndAnnotations(t *testing.T) {
+	cfg := testConfig()
+	for _, base := range []struct {
+		name  string
+		scope Scope
+	}{{"pod-label-opt-in", ScopePod}, {"ns-basic", ScopeNamespace}} {
+		t.Run(base.name, func(t *testing.T) {
+			old := storedPod(t, base.name, cfg)
+			if err := Guarded(old, cfg); err != nil {
+				t.Fatalf("not guarded to begin with: %v", err)
+			}
+			const label = "an update may not add, change or remove label countersign.io/inject"
+			const annotation = "an update may not add, change or remove annotation countersign.io/inject"
+			cases := []updateCase{
+				{"another label is added", "", func(p *corev1.Pod) { p.Labels["team"] = "payments" }, ""},
+				{"another annotation is added", "", func(p *corev1.Pod) { p.Annotations["example.com/owner"] = "payments" }, ""},
+				{"a finalizer is added", "", func(p *corev1.Pod) { p.Finalizers = append(p.Finalizers, "example.com/keep") }, ""},
+				{"the label is set to \"false\"", "", func(p *corev1.Pod) { p.Labels[InjectKey] = "false" }, label},
+				{"the label is set to \"enabled\"", "", func(p *corev1.Pod) { p.Labels[InjectKey] = "enabled" }, label},
+				{"the annotation is set to \"false\"", "", func(p *corev1.Pod) { p.Annotations[InjectKey] = "false" }, annotation},
+				{"the injector's version is removed", "", func(p *corev1.Pod) { delete(p.Annotations, VersionKey) },
+					"an update may not add, change or remove annotation countersign.io/injector-version"},
+			}
+			if base.scope == ScopePod {
+				cases = append(cases,
+					updateCase{"the label is removed", "", func(p *corev1.Pod) { delete(p.Labels, InjectKey) },
+						label + " (\"true\" would become absent): the pod webhook's objectSelector matches it"},
+					updateCase{"the label is set to \"TRUE\"", "", func(p *corev1.Pod) { p.Labels[InjectKey] = "TRUE" }, label},
+					updateCase{"the label is removed and the annotation opts in", "", func(p *corev1.Pod) {
+						delete(p.Labels, InjectKey)
+						p.Annotations[InjectKey] = "true"
+					}, label},
+				)
+			} else {
+				cases = append(cases, updateCase{"the label is added", "", func(p *corev1.Pod) { p.Labels[InjectKey] = "true" },
+					label + " (absent would become \"true\")"})
+			}
+			runUpdates(t, old, cfg, base.scope, cases)
+		})
+	}
+}
+
+// TestUpdateOfAGuardedPodWhoseMarkIsGone: the webhooks are not registered
+// for pods/status (every kubelet status update would wait on the
+// injector), and the API server stores labels and annotations written
+// there. A guarded pod whose countersign.io/status mark went that way
+// still carries the injector's containers and volumes, which no update
+// can remove: it is judged as guarded all the same, so a sidecar's image
+// may not be swapped, no ephemeral container added, the mark not put
+// back by a pod update; anyone else's labels, annotations and finalizers,
+// and the agent's image, may still change. A pod guarded under an earlier
+// configuration whose mark went may change nothing of its sidecars.
+func TestUpdateOfAGuardedPodWhoseMarkIsGone(t *testing.T) {
+	const unmarked = "so it is guarded though it has lost the countersign.io/status mark"
+	for _, base := range []struct {
+		name string
+		cfg  Config
+	}{{"ns-basic", testConfig()}, {"egress-basic", egressTestConfig()}} {
+		t.Run(base.name, func(t *testing.T) {
+			old := storedPod(t, base.name, base.cfg)
+			delete(old.Annotations, StatusKey) // through pods/status: no webhook saw it
+			runUpdates(t, old, base.cfg, ScopeNamespace, []updateCase{
+				{"a label is added", "", func(p *corev1.Pod) { p.Labels["team"] = "payments" }, ""},
+				{"an annotation is added", "", func(p *corev1.Pod) { p.Annotations["example.com/owner"] = "payments" }, ""},
+				{"a finalizer is added", "", func(p *corev1.Pod) { p.Finalizers = append(p.Finalizers, "example.com/keep") }, ""},
+				{"the agent's image changes", "", func(p *corev1.Pod) { setImage(p, "agent", "registry.example/agent:1.1") }, ""},
+				{"countersign's image is swapped", "", func(p *corev1.Pod) { setImage(p, CountersignContainer, "attacker.example/cat-the-key:1") },
+					"the update would leave it unguarded: countersign runs image \"attacker.example/cat-the-key:1\""},
+				{"envoy's image is swapped", "", func(p *corev1.Pod) { setImage(p, EnvoyContainer, "attacker.example/envoy:1") },
+					"the update would leave it unguarded: countersign-envoy runs image"},
+				{"the sidecars are removed", "", func(p *corev1.Pod) {
+					p.Spec.InitContainers = slices.DeleteFunc(p.Spec.InitContainers, func(c corev1.Container) bool { return ours(c.Name) })
+				}, "the update would leave it unguarded"},
+				{"a debug container on the sockets, targeting countersign", SubresourceEphemeral, func(p *corev1.Pod) {
+					p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, debugContainer(CountersignContainer, SocketVolume))
+				}, unmarked + ": ephemeral container debugger may not be added"},
+				{"a debug container with no mount and no target", SubresourceEphemeral, func(p *corev1.Pod) {
+					p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, debugContainer(""))
+				}, "ephemeral container debugger may not be added"},
+				{"the mark is put back", "", func(p *corev1.Pod) { p.Annotations[StatusKey] = StatusInjected },
+					unmarked + ": an update may not add, change or remove annotation countersign.io/status"},
+			})
+		})
+	}
+	t.Run("guarded by an earlier injector", func(t *testing.T) {
+		earlier := testConfig()
+		earlier.CountersignImage = "registry.example/countersign:v0.0.9"
+		old := storedPod(t, "ns-basic", earlier)
+		delete(old.Annotations, StatusKey)
+		cfg := testConfig()
+		runUpdates(t, old, cfg, ScopeNamespace, []updateCase{
+			{"a finalizer is added", "", func(p *corev1.Pod) { p.Finalizers = append(p.Finalizers, "example.com/keep") }, ""},
+			{"countersign's image is swapped", "", func(p *corev1.Pod) { setImage(p, CountersignContainer, "attacker.example/cat-the-key:1") },
+				"the update changes its sidecars: countersign's image"},
+			{"a debug container", SubresourceEphemeral, func(p *corev1.Pod) {
+				p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, debugContainer(""))
+			}, "ephemeral container debugger may not be added"},
+		})
+	})
+	t.Run("only a volume of ours is left", func(t *testing.T) {
+		// Not a pod an update can make (containers are not removed), but
+		// any name of ours is enough to be judged guarded.
+		cfg := testConfig()
+		old := storedPod(t, "ns-basic", cfg)
+		delete(old.Annotations, StatusKey)
+		old.Spec.InitContainers = slices.DeleteFunc(old.Spec.InitContainers, func(c corev1.Container) bool { return ours(c.Name) })
+		runUpdates(t, old, cfg, ScopeNamespace, []updateCase{
+			{"a debug container", SubresourceEphemeral, func(p *corev1.Pod) {
+				p.Spec.EphemeralContainers = append(p.Spec.EphemeralContainers, debugContainer(""))
+			}, "it carries the injector's volume countersign-"},
+		})
 	})
 }
