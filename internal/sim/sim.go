@@ -127,7 +127,10 @@ type Stats struct {
 	Faults                                                        map[string]int
 	Applied, Refused, GaveUp, Effects, Reopened, Quarantined      int
 	BurstRefunds, MaxPages, InsertsBetweenPages                   int
-	Rails                                                         map[string]int
+	// FullRefunds are the full refunds (no amount) that ended APPLIED,
+	// each for what its intent held.
+	FullRefunds int
+	Rails       map[string]int
 }
 
 // epoch is the simulated start of every seed.
@@ -151,13 +154,20 @@ var (
 )
 
 // refundRequest is an agent's refund of amount on payment, as the rail's
-// SDK sends it.
+// SDK sends it; amount 0 is a full refund (no amount: a Razorpay one with
+// no body at all).
 func (r railSpec) refundRequest(payment string, amount int64) (path, contentType string, body []byte) {
 	if r.name == "razorpay" {
+		if amount == 0 {
+			return "/v1/payments/" + payment + "/refund", "application/json", nil
+		}
 		return "/v1/payments/" + payment + "/refund", "application/json", fmt.Appendf(nil, `{"amount":%d}`, amount)
 	}
-	return "/v1/refunds", "application/x-www-form-urlencoded",
-		[]byte(url.Values{"payment_intent": {payment}, "amount": {strconv.FormatInt(amount, 10)}}.Encode())
+	form := url.Values{"payment_intent": {payment}}
+	if amount != 0 {
+		form.Set("amount", strconv.FormatInt(amount, 10))
+	}
+	return "/v1/refunds", "application/x-www-form-urlencoded", []byte(form.Encode())
 }
 
 // listedPayment returns the payment a refund listing request is about, or
@@ -283,9 +293,13 @@ type world struct {
 	pageReads  int
 	passCancel context.CancelFunc
 
-	rail       railSpec
-	account    string
-	payments   []string
+	rail     railSpec
+	account  string
+	payments []string
+	// fullPay is a small payment the agents' full refunds are of (the
+	// others are too large for the mandate's per-action maximum), which
+	// refunds straight at the rail now and then shrink.
+	fullPay    string
 	credential string
 	mandate    string
 	budget     int64
@@ -347,6 +361,11 @@ func newWorld(ctx context.Context, env Env, cfg Config, seed uint64) (*world, er
 			Currency: strings.ToLower(w.rail.currency)}); err != nil {
 			return nil, err
 		}
+	}
+	w.fullPay = w.rail.payment + tag + "f"
+	if _, err := w.mock.AddPayment(mockrail.Payment{Rail: mockrail.Rail(w.rail.name), ID: w.fullPay, Amount: int64(2000 + w.rng.IntN(8000)),
+		Currency: strings.ToLower(w.rail.currency)}); err != nil {
+		return nil, err
 	}
 	// Replica lag on listings, below the reconcile delay (the documented
 	// requirement on ReconcileDelay).
@@ -428,6 +447,11 @@ func (w *world) plan() {
 			t.payment, t.amount = o.payment, o.amount
 		} else {
 			t.payment, t.amount = w.payments[w.rng.IntN(len(w.payments))], int64(100+w.rng.IntN(4900))
+			if w.rng.IntN(8) == 0 {
+				// A full refund: what is refundable when decided, which is
+				// what must leave.
+				t.payment, t.amount = w.fullPay, 0
+			}
 		}
 		w.tasks = append(w.tasks, t)
 		w.push(&event{at: time.Duration(w.rng.IntN(30_000)) * time.Millisecond, kind: evStart, t: t})
@@ -641,6 +665,11 @@ func (w *world) stamp(ctx context.Context, p *pipe) error {
 // this call. A transport failure is answered by Envoy (504) without the
 // response phase: nothing is committed and the lease expires.
 func (w *world) callRail(ctx context.Context, p *pipe) error {
+	if p.t.payment == w.fullPay && w.rng.IntN(3) == 0 {
+		// The payment moves while the full refund is on its way: what is
+		// refundable when it arrives is not what it was valued at.
+		w.refundsAtRail(ctx, w.fullPay, 1+w.rng.IntN(3))
+	}
 	fault := "none"
 	switch r := w.rng.IntN(100); {
 	case r < 8:
@@ -870,6 +899,11 @@ func (w *world) RoundTrip(req *http.Request) (*http.Response, error) {
 // burst makes n small refunds straight at the rail on one payment.
 func (w *world) burst(ctx context.Context, n int) {
 	p := w.payments[w.rng.IntN(len(w.payments))]
+	if n <= 20 && w.rng.IntN(3) == 0 {
+		// The full refunds' payment shrinks under them (the large bursts
+		// stay on the large payments, whose listings they lengthen).
+		p, n = w.fullPay, 1+n%5
+	}
 	w.refundsAtRail(ctx, p, n)
 	w.logf("burst: %d refunds straight at the rail on %s", n, p)
 }
@@ -889,6 +923,9 @@ func (w *world) refundsAtRail(ctx context.Context, p string, n int) {
 		rec := httptest.NewRecorder()
 		w.mock.ServeHTTP(rec, req)
 		if rec.Code != http.StatusOK {
+			if p == w.fullPay {
+				return // a full refund may have taken it all
+			}
 			w.violations = append(w.violations, fmt.Sprintf("simulation: a refund made at the rail was refused: %d %s", rec.Code, rec.Body))
 			return
 		}
@@ -910,7 +947,7 @@ func (w *world) name(s string) string {
 // a quiet ledger.
 func (w *world) check(ctx context.Context, final bool) error {
 	var its []ledger.Intent
-	for _, p := range w.payments {
+	for _, p := range append(slices.Clone(w.payments), w.fullPay) {
 		got, err := w.env.Store.IntentsBySubject(ctx, p)
 		if err != nil {
 			return err
@@ -957,6 +994,14 @@ func (w *world) check(ctx context.Context, final bool) error {
 			if len(fs) == 0 || fs[0].EntityID != it.RailEntityID {
 				w.violations = append(w.violations, fmt.Sprintf("intent %s is APPLIED as %q, which is not its effect at the rail (%v)", name, it.RailEntityID, entityIDs(fs)))
 			}
+		}
+		for _, f := range fs {
+			// What left is what the intent holds, a full refund's too.
+			if f.Amount != it.AmountMinor {
+				w.violations = append(w.violations, fmt.Sprintf("intent %s holds %d, but its effect %s at the rail moved %d", name, it.AmountMinor, f.EntityID, f.Amount))
+			}
+		}
+		switch it.State {
 		case intent.InFlight, intent.Unknown, intent.Reconciling:
 			w.nUnsettle++
 			k := fmt.Sprintf("%s#%d", it.SIK, it.AttemptCount)
@@ -979,6 +1024,9 @@ func (w *world) check(ctx context.Context, final bool) error {
 			}
 			if it.StampGeneration > 0 || it.AttemptCount > 1 {
 				w.stats.Reopened++
+			}
+			if it.State == intent.Applied && it.Subject == w.fullPay {
+				w.stats.FullRefunds++
 			}
 		}
 	}

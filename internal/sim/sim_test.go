@@ -167,10 +167,10 @@ func TestSimulation(t *testing.T) {
 	}
 	t.Logf("%d seeds (%d failed) in %s over %d workers: %d events, %d tasks, %d requests, %d rail effects, %d applied, %d refused, %d gave up; "+
 		"%d crashes (%d mid-pagination, %d outages past a day), %d refunds made at the rail (%d times between two listing pages), deepest listing %d pages, "+
-		"%d intents retried after an attempt, %d quarantined; rails %v; faults %v",
+		"%d intents retried after an attempt, %d quarantined, %d full refunds applied; rails %v; faults %v",
 		len(seeds), failed, elapsed.Round(time.Millisecond), *flagWorkers, total.Events, total.Tasks, total.Requests, total.Effects,
 		total.Applied, total.Refused, total.GaveUp, total.Crashes, total.MidPageCrashes, total.LongOutages, total.BurstRefunds,
-		total.InsertsBetweenPages, total.MaxPages, total.Reopened, total.Quarantined, total.Rails, total.Faults)
+		total.InsertsBetweenPages, total.MaxPages, total.Reopened, total.Quarantined, total.FullRefunds, total.Rails, total.Faults)
 	if *flagResults != "" && *flagSeed == 0 {
 		writeResults(t, *flagResults, len(seeds), failed, elapsed, total)
 	}
@@ -182,7 +182,7 @@ func TestSimulation(t *testing.T) {
 			"timeouts after apply": total.Faults["timeout_after_apply"], "5xx after apply": total.Faults["5xx_after_apply"],
 			"resets before apply": total.Faults["reset_before_apply"], "replayed other bodies": total.Faults["replay_other"],
 			"intents retried after an attempt": total.Reopened, "refunds between listing pages": total.InsertsBetweenPages,
-			"stripe seeds": total.Rails["stripe"], "razorpay seeds": total.Rails["razorpay"]} {
+			"stripe seeds": total.Rails["stripe"], "razorpay seeds": total.Rails["razorpay"], "full refunds applied": total.FullRefunds} {
 			if n == 0 {
 				t.Errorf("%d seeds exercised no %s", len(seeds), what)
 			}
@@ -211,6 +211,7 @@ func add(t *Stats, s Stats) {
 	t.Reopened += s.Reopened
 	t.Quarantined += s.Quarantined
 	t.BurstRefunds += s.BurstRefunds
+	t.FullRefunds += s.FullRefunds
 	t.MaxPages = max(t.MaxPages, s.MaxPages)
 	t.InsertsBetweenPages += s.InsertsBetweenPages
 	for k, v := range s.Faults {
@@ -300,6 +301,7 @@ func writeResults(t *testing.T, path string, seeds, failed int, elapsed time.Dur
 	row("refunds made straight at the rail (between two listing pages)", fmt.Sprintf("%d (%d)", s.BurstRefunds, s.InsertsBetweenPages))
 	row("deepest listing", fmt.Sprintf("%d pages", s.MaxPages))
 	row("intents retried after an attempt / quarantined", fmt.Sprintf("%d / %d", s.Reopened, s.Quarantined))
+	row("full refunds applied (each moved what its intent held)", s.FullRefunds)
 	if err := results.WriteSection(path, "simulation", b.String()); err != nil {
 		t.Error(err)
 	}
