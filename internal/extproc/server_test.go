@@ -346,14 +346,7 @@ func TestUnstampedRequestsAreMarkedBeforeTheyLeave(t *testing.T) {
 				if fail {
 					rec.markErr = ledger.ErrAttemptNotLive
 				}
-				client := dial(t, rec)
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				st, err := client.Process(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer func() { _ = st.CloseSend() }()
+				st := openStream(t, rec)
 				trailers := tc.phase == "request trailers"
 				phases := []*extprocv3.ProcessingRequest{{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
 					Headers: headers(":method", "POST", ":path", "/v1/refunds"), EndOfStream: !tc.body && !trailers}}}}
@@ -366,6 +359,7 @@ func TestUnstampedRequestsAreMarkedBeforeTheyLeave(t *testing.T) {
 						Body: []byte(decidedBody), EndOfStream: true}}})
 				}
 				var last *extprocv3.ProcessingResponse
+				var err error
 				for _, p := range phases {
 					p.MetadataContext = mdOf(tc.ref)
 					if err := st.Send(p); err != nil {
@@ -516,14 +510,7 @@ func TestABodilessRequestLeavesWithCountersignsBody(t *testing.T) {
 	for _, trailers := range []bool{false, true} {
 		t.Run(fmt.Sprintf("trailers=%v", trailers), func(t *testing.T) {
 			rec := &recorder{done: make(chan struct{}, 4)}
-			client := dial(t, rec)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			st, err := client.Process(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = st.CloseSend() }()
+			st := openStream(t, rec)
 			if err := st.Send(&extprocv3.ProcessingRequest{MetadataContext: mdOf(rp), Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
 				Headers: headers(":method", "POST", ":path", "/v1/payments/pay_1/refund"), EndOfStream: !trailers}}}); err != nil {
 				t.Fatal(err)
@@ -579,14 +566,7 @@ func TestUnreadableAttemptMetadataStopsTheRequest(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			rec := &recorder{done: make(chan struct{}, 4)}
-			client := dial(t, rec)
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			st, err := client.Process(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = st.CloseSend() }()
+			st := openStream(t, rec)
 			if err := st.Send(&extprocv3.ProcessingRequest{MetadataContext: md, Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{
 				Headers: headers(":method", "POST", ":path", "/v1/refunds")}}}); err != nil {
 				t.Fatal(err)
@@ -601,4 +581,18 @@ func TestUnreadableAttemptMetadataStopsTheRequest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// openStream opens an ext_proc stream to a server committing to c, closed
+// (and its context ended, at most 10 s on) when the test ends.
+func openStream(t *testing.T, c Committer) extprocv3.ExternalProcessor_ProcessClient {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	st, err := dial(t, c).Process(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.CloseSend() })
+	return st
 }

@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -237,21 +235,7 @@ func TestHeldFullRefundIsNotReleasedAtAnotherValue(t *testing.T) {
 	}
 
 	// The merchant refunds 6000 itself: 4000 is refundable now.
-	form := url.Values{"payment_intent": {"pi_full"}, "amount": {"6000"}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.mockURL+"/v1/refunds", strings.NewReader(form.Encode()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+mockrail.DefaultStripeKey)
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("the merchant's refund = %d", resp.StatusCode)
-	}
+	h.merchantRefund(t, "pi_full", 6000)
 
 	d := full()
 	if d.GetVerdict() != countersignv1.Verdict_VERDICT_BLOCK || d.GetReasonCode() != engine.ReasonHeldValueChanged ||

@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,23 +46,7 @@ func TestAFullRefundMovesNoMoreThanItsHold(t *testing.T) {
 	applyMandateTo(t, h, mandateFor(h))
 
 	// The merchant refunds 60.00 itself, with no idempotency key.
-	form := url.Values{"payment_intent": {"pi_full"}, "amount": {"6000"}}
-	req, err := http.NewRequest(http.MethodPost, h.mockURL+"/v1/refunds", strings.NewReader(form.Encode()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+mockrail.DefaultStripeKey)
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	effects := h.mock.Journal().Effects
-	if resp.StatusCode != http.StatusOK || len(effects) != 1 {
-		t.Fatalf("the merchant's refund = %d, effects %+v", resp.StatusCode, effects)
-	}
-	merchantRefund.Store(effects[0].EntityID)
+	merchantRefund.Store(h.merchantRefund(t, "pi_full", 6000))
 
 	p, err := envoystandin.Start(context.Background(), envoystandin.Config{
 		ExtAuthz: h.envoyAddr, ExtProc: h.envoyAddr, MaxRequestBytes: 64 << 10, AllowPartialMessage: true,
@@ -120,22 +106,7 @@ func TestAReopenedFullRefundIsJudgedAtWhatLeaves(t *testing.T) {
 	base := egress(t, h)
 	ctx := context.Background()
 
-	form := url.Values{"payment_intent": {"pi_full"}, "amount": {"6000"}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.mockURL+"/v1/refunds", strings.NewReader(form.Encode()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+mockrail.DefaultStripeKey)
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("the merchant's refund = %d", resp.StatusCode)
-	}
-	merchantRefund := h.mock.Journal().Effects[0].EntityID
+	merchantRefund := h.merchantRefund(t, "pi_full", 6000)
 
 	approve := func(want int64) {
 		t.Helper()
@@ -191,4 +162,30 @@ func TestAReopenedFullRefundIsJudgedAtWhatLeaves(t *testing.T) {
 	if moved != 4000 || spent != moved {
 		t.Fatalf("the rail refunded %d and the budget counts %d spent; want 4000 both", moved, spent)
 	}
+}
+
+// merchantRefund refunds amount of Stripe payment pi at the mock rail with
+// the rail's own key, as the merchant's dashboard would (no idempotency
+// key, nothing of Countersign's), and returns the refund's id.
+func (h *allowHarness) merchantRefund(t *testing.T, pi string, amount int64) string {
+	t.Helper()
+	form := url.Values{"payment_intent": {pi}, "amount": {strconv.FormatInt(amount, 10)}}
+	req, err := http.NewRequest(http.MethodPost, h.mockURL+"/v1/refunds", strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+mockrail.DefaultStripeKey)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		ID string `json:"id"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || resp.StatusCode != http.StatusOK || r.ID == "" {
+		t.Fatalf("the merchant's refund = %d %+v, %v", resp.StatusCode, r, err)
+	}
+	return r.ID
 }
