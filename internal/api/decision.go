@@ -28,6 +28,7 @@ type Engine interface {
 	DecideAction(ctx context.Context, req engine.Request, railAccount string, a rail.Action) engine.Outcome
 	Authenticate(ctx context.Context, c engine.Caller) (ledger.Principal, error)
 	CommitReported(ctx context.Context, p ledger.Principal, token string, ref engine.IntentRef, resp rail.Response) (ledger.Intent, rail.Classification, error)
+	ChargeRead(p ledger.Principal) error
 }
 
 // IntentReader reads intents, for their agent or their owner.
@@ -260,6 +261,13 @@ func (s *DecisionServer) GetIntent(ctx context.Context, req *countersignv1.Decis
 	p, err := s.agent(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if err := s.engine.ChargeRead(p); err != nil {
+		var ex *quota.ExhaustedError
+		if errors.As(err, &ex) {
+			quota.SetRetryAfter(ctx, ex.RetryAfter)
+		}
+		return nil, ToStatus(err)
 	}
 	k := ledger.Key{RailAccount: req.GetRailAccount(), SIK: req.GetSik()}
 	it, atts, err := s.intents.GetIntent(ctx, k)

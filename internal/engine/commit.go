@@ -108,6 +108,18 @@ func IsAuthRefusal(out Outcome) bool {
 // AuthError is the error of an outcome IsAuthRefusal accepts.
 func AuthError(out Outcome) error { return authError(out) }
 
+// ChargeRead takes a decision from the agent's bucket (limits.go) for a
+// read the agent asks of the ledger (the native GetIntent: its intent and
+// every attempt's stored request and answer), so that reads, as decisions
+// and reports, are bounded per agent. Past the bucket it is a
+// *quota.ExhaustedError.
+func (e *Engine) ChargeRead(p ledger.Principal) error {
+	if ok, wait := e.decisions.Allow("agent\x00" + p.Agent.ID); !ok {
+		return &quota.ExhaustedError{Scope: "decisions, reports and reads of agent " + p.Agent.ID, RetryAfter: wait}
+	}
+	return nil
+}
+
 // CommitReported is Commit for an answer a caller reports through the
 // native API: accepted only from the intent's own agent (p) with the commit
 // token Decide issued with the intent's latest attempt. Another agent's

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/countersign/countersign/internal/engine"
+	"github.com/countersign/countersign/internal/quota"
 )
 
 // VerdictReplay labels an answer replayed from the ledger.
@@ -64,8 +65,9 @@ func FromCheckRequest(req *authv3.CheckRequest, maxBody int) engine.Request {
 	}
 	// Envoy's per-route check settings name the rail, because the agent
 	// talks to Envoy's local address and the Host it sends is Envoy's.
-	// The downstream peer as Envoy saw it: the failed-credential quota's source.
-	out.Peer = req.GetAttributes().GetSource().GetAddress().GetSocketAddress().GetAddress()
+	// The downstream peer as Envoy saw it: the failed-credential quota's
+	// source, normalised as every source is (every loopback address one).
+	out.Peer = quota.SourceKey(req.GetAttributes().GetSource().GetAddress().GetSocketAddress().GetAddress())
 	ext := req.GetAttributes().GetContextExtensions()
 	out.RailAccount, out.RailHost = ext["rail_account"], ext["rail_host"]
 	out.Credential = credentialFrom(out.Headers)

@@ -19,9 +19,18 @@ const RetryAfterKey = "retry-after"
 // maxKeyLen bounds a source key built from something that is not an address.
 const maxKeyLen = 64
 
+// LoopbackSource is the source key of every loopback address (SourceKey).
+const LoopbackSource = "loopback"
+
 // SourceKey normalises an address (with or without a port) into a quota key:
-// an IPv4 address as itself, an IPv6 address as its /64 prefix, anything else
-// as "host:" and at most 64 bytes of it.
+// every loopback address as one source, "loopback"; another IPv4 address as
+// itself, an IPv6 address as its /64 prefix, anything else as "host:" and at
+// most 64 bytes of it. Loopback is one source because any process of the
+// pod can bind its socket to any of 127.0.0.0/8 before it connects (to
+// Envoy's egress listener, to a TCP API listener): counted apart, each
+// address would be a fresh source, and a caller that keeps failing would
+// never be refused (found by a review: 40 junk credentials from 40
+// loopback addresses, none refused, 40 records written).
 func SourceKey(addr string) string {
 	if h, _, err := net.SplitHostPort(addr); err == nil {
 		addr = h
@@ -34,6 +43,9 @@ func SourceKey(addr string) string {
 		return "host:" + addr
 	}
 	a = a.WithZone("").Unmap()
+	if a.IsLoopback() {
+		return LoopbackSource
+	}
 	if a.Is4() {
 		return a.String()
 	}

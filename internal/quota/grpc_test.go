@@ -25,6 +25,9 @@ func TestSourceKey(t *testing.T) {
 		{"IPv6 by its /64", "2001:db8:1:2:aaaa:bbbb:cccc:dddd", "2001:db8:1:2::/64"},
 		{"IPv6 with port, same /64", "[2001:db8:1:2::9]:443", "2001:db8:1:2::/64"},
 		{"IPv6 zone dropped", "fe80::1%eth0", "fe80::/64"},
+		{"every loopback address is one source", "127.45.6.7:9", quota.LoopbackSource},
+		{"IPv4 loopback mapped", "[::ffff:127.0.0.2]:1", quota.LoopbackSource},
+		{"IPv6 loopback", "::1", quota.LoopbackSource},
 		{"not an address", "gateway.local", "host:gateway.local"},
 		{"long garbage is cut", strings.Repeat("x", 500), "host:" + strings.Repeat("x", 64)},
 	}

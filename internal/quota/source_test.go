@@ -40,10 +40,12 @@ func TestPeersSource(t *testing.T) {
 		{"a remote peer cannot claim another source", none, tcp("198.51.100.4:40000"), xff("192.0.2.1"), "198.51.100.4"},
 		// Before: a client on loopback was taken for the gateway, and its
 		// x-forwarded-for believed.
-		{"a gRPC client on loopback cannot claim another source", none, tcp("127.0.0.1:50000"), xff("192.0.2.1"), "127.0.0.1"},
-		{"nor invent one per call", none, tcp("127.0.0.1:50001"), xff("6.6.6.6, 7.7.7.7", "8.8.8.8"), "127.0.0.1"},
-		{"nor pose as the gateway by its metadata", none, tcp("127.0.0.1:50000"), []string{quota.GatewayPeerKey, "192.0.2.1:1"}, "127.0.0.1"},
-		{"IPv6 loopback", none, tcp("[::1]:50000"), xff("2001:db8::1"), "::/64"},
+		{"a gRPC client on loopback cannot claim another source", none, tcp("127.0.0.1:50000"), xff("192.0.2.1"), quota.LoopbackSource},
+		{"nor invent one per call", none, tcp("127.0.0.1:50001"), xff("6.6.6.6, 7.7.7.7", "8.8.8.8"), quota.LoopbackSource},
+		{"nor pose as the gateway by its metadata", none, tcp("127.0.0.1:50000"), []string{quota.GatewayPeerKey, "192.0.2.1:1"}, quota.LoopbackSource},
+		// Any process of the pod may bind any of 127.0.0.0/8: one source.
+		{"nor invent one per loopback address", none, tcp("127.0.3.9:50000"), nil, quota.LoopbackSource},
+		{"IPv6 loopback", none, tcp("[::1]:50000"), xff("2001:db8::1"), quota.LoopbackSource},
 		{"unix socket ignores forwarding", none, unix, xff("192.0.2.2"), "host:unix"},
 		{"the gateway reports the HTTP peer", none, gw, []string{quota.GatewayPeerKey, "192.0.2.1:5555"}, "192.0.2.1"},
 		{"the gateway's own key, never x-forwarded-for", none, gw, append(xff("6.6.6.6"), quota.GatewayPeerKey, "192.0.2.1:5555"), "192.0.2.1"},

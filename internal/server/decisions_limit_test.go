@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/config"
@@ -217,5 +220,27 @@ func TestARevokedCredentialSpendsNotItsAgentsDecisions(t *testing.T) {
 	}
 	if resp := h.checkRefund(t, live, "live", 500); codes.Code(resp.GetStatus().GetCode()) != codes.OK {
 		t.Fatalf("the agent's live credential after the flood: %v", resp.GetStatus())
+	}
+}
+
+// TestGetIntentIsChargedToTheAgent: each native GetIntent (a credential
+// lookup, then the intent and its attempts' stored requests and answers)
+// takes a decision from the agent's bucket, as decisions and reports do;
+// past it, ResourceExhausted (found by a review: 200 of 200 answered with a
+// bucket of 3).
+func TestGetIntentIsChargedToTheAgent(t *testing.T) {
+	h := railHarness(t, harnessOption{cfg: func(c *config.Config) {
+		c.AgentDecisionRate, c.AgentDecisionBurst = 0.001, 3
+	}})
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+h.secret)
+	c := countersignv1.NewDecisionServiceClient(h.conn)
+	var codesSeen []codes.Code
+	for range 6 {
+		_, err := c.GetIntent(ctx, &countersignv1.DecisionServiceGetIntentRequest{RailAccount: "acct_bench", Sik: "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"})
+		codesSeen = append(codesSeen, status.Code(err))
+	}
+	want := []codes.Code{codes.NotFound, codes.NotFound, codes.NotFound, codes.ResourceExhausted, codes.ResourceExhausted, codes.ResourceExhausted}
+	if !slices.Equal(codesSeen, want) {
+		t.Fatalf("six GetIntents with a bucket of 3 = %v, want %v", codesSeen, want)
 	}
 }
