@@ -16,7 +16,7 @@ func helmTemplate(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	out, err := exec.Command("bash", "../tool.sh", "helm").Output()
 	if err != nil {
-		t.Skipf("no helm from scripts/tool.sh (make chart-test builds it): %v", err)
+		t.Fatalf("no helm from scripts/tool.sh, which builds the pinned version into the tool cache: %v", err)
 	}
 	home := t.TempDir()
 	cmd := exec.Command(strings.TrimSpace(string(out)), append([]string{"template", "countersign", "../../charts/countersign",
