@@ -28,7 +28,7 @@ type Engine interface {
 	DecideAction(ctx context.Context, req engine.Request, railAccount string, a rail.Action) engine.Outcome
 	Authenticate(ctx context.Context, c engine.Caller) (ledger.Principal, error)
 	CommitReported(ctx context.Context, p ledger.Principal, token string, ref engine.IntentRef, resp rail.Response) (ledger.Intent, rail.Classification, error)
-	ChargeRead(p ledger.Principal) error
+	ChargeAgent(p ledger.Principal) error
 }
 
 // IntentReader reads intents, for their agent or their owner.
@@ -262,7 +262,7 @@ func (s *DecisionServer) GetIntent(ctx context.Context, req *countersignv1.Decis
 	if err != nil {
 		return nil, err
 	}
-	if err := s.engine.ChargeRead(p); err != nil {
+	if err := s.engine.ChargeAgent(p); err != nil {
 		var ex *quota.ExhaustedError
 		if errors.As(err, &ex) {
 			quota.SetRetryAfter(ctx, ex.RetryAfter)

@@ -108,12 +108,12 @@ func IsAuthRefusal(out Outcome) bool {
 // AuthError is the error of an outcome IsAuthRefusal accepts.
 func AuthError(out Outcome) error { return authError(out) }
 
-// ChargeRead takes a decision from the agent's bucket (limits.go) for a
-// read the agent asks of the ledger (the native GetIntent: its intent and
-// every attempt's stored request and answer), so that reads, as decisions
-// and reports, are bounded per agent. Past the bucket it is a
-// *quota.ExhaustedError.
-func (e *Engine) ChargeRead(p ledger.Principal) error {
+// ChargeAgent takes a decision from the agent's bucket (limits.go) for
+// something the agent asks of the ledger besides a decision: a read (the
+// native GetIntent: its intent and every attempt's stored request and
+// answer) or a report (CommitReported), so that these, as decisions, are
+// bounded per agent. Past the bucket it is a *quota.ExhaustedError.
+func (e *Engine) ChargeAgent(p ledger.Principal) error {
 	if ok, wait := e.decisions.Allow("agent\x00" + p.Agent.ID); !ok {
 		return &quota.ExhaustedError{Scope: "decisions, reports and reads of agent " + p.Agent.ID, RetryAfter: wait}
 	}
@@ -132,8 +132,8 @@ func (e *Engine) ChargeRead(p ledger.Principal) error {
 // may be reported again and again while the attempt's lease lasts. A
 // report past the bucket is a *quota.ExhaustedError, recorded nowhere.
 func (e *Engine) CommitReported(ctx context.Context, p ledger.Principal, token string, ref IntentRef, resp rail.Response) (ledger.Intent, rail.Classification, error) {
-	if ok, wait := e.decisions.Allow("agent\x00" + p.Agent.ID); !ok {
-		return ledger.Intent{}, rail.Classification{}, &quota.ExhaustedError{Scope: "decisions and reports of agent " + p.Agent.ID, RetryAfter: wait}
+	if err := e.ChargeAgent(p); err != nil {
+		return ledger.Intent{}, rail.Classification{}, err
 	}
 	rep := &ledger.Reporter{AgentID: p.Agent.ID, TokenHash: sha256.Sum256([]byte(token))}
 	if token == "" {
