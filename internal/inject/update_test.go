@@ -139,10 +139,7 @@ func runUpdates(t *testing.T, old *corev1.Pod, cfg Config, scope Scope, cases []
 // container may be added; labels, annotations and the agent's own image
 // may change.
 func TestUpdateOfAGuardedPodKeepsItGuarded(t *testing.T) {
-	for _, base := range []struct {
-		name string
-		cfg  Config
-	}{{"ns-basic", testConfig()}, {"egress-basic", egressTestConfig()}} {
+	for _, base := range guardedBases() {
 		t.Run(base.name, func(t *testing.T) {
 			old := storedPod(t, base.name, base.cfg)
 			if err := Guarded(old, base.cfg); err != nil {
@@ -288,10 +285,7 @@ func TestUpdateKeepsTheInjectorsLabelAndAnnotations(t *testing.T) {
 // configuration whose mark went may change nothing of its sidecars.
 func TestUpdateOfAGuardedPodWhoseMarkIsGone(t *testing.T) {
 	const unmarked = "so it is guarded though it has lost the countersign.io/status mark"
-	for _, base := range []struct {
-		name string
-		cfg  Config
-	}{{"ns-basic", testConfig()}, {"egress-basic", egressTestConfig()}} {
+	for _, base := range guardedBases() {
 		t.Run(base.name, func(t *testing.T) {
 			old := storedPod(t, base.name, base.cfg)
 			delete(old.Annotations, StatusKey) // through pods/status: no webhook saw it
@@ -346,4 +340,17 @@ func TestUpdateOfAGuardedPodWhoseMarkIsGone(t *testing.T) {
 			}, "it carries the injector's volume countersign-"},
 		})
 	})
+}
+
+// guardedBases are the injected pods the update tests start from: a
+// namespace-injected pod and an egress-closing one, each with its
+// injector's configuration.
+func guardedBases() []struct {
+	name string
+	cfg  Config
+} {
+	return []struct {
+		name string
+		cfg  Config
+	}{{"ns-basic", testConfig()}, {"egress-basic", egressTestConfig()}}
 }
