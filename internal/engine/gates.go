@@ -45,8 +45,9 @@ func (c *mandateCache) get(rec ledger.MandateRecord) (*countersignv1.Mandate, er
 }
 
 // ladder runs the gates inside the deciding transaction: the mandate is
-// share-locked, the mandate's usage row is locked for update (so no other
-// decision under it reads usage until this one commits, B1), the usage is
+// share-locked, its lineage's lock is taken (so no other decision under it,
+// or under another mandate of the agent on the account, whose windows count
+// each other's holds, reads usage until this one commits, B1), the usage is
 // counted, and the pure gates decide.
 func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (verdict, error) {
 	in := g.input(it.Subject, it.Canonical)

@@ -62,21 +62,26 @@ func latestMandate(ctx context.Context, q querier, agentID, railAccount string, 
 }
 
 // LockMandateUsage serialises the deciding transactions of one mandate
-// (B1): the usage read after it cannot change until this transaction ends.
+// and of every other mandate of its agent on its rail account (its
+// lineage, whose windows count each other's holds: migration 00036): the
+// usage read after it cannot change until this transaction ends (B1).
 func (tx *Tx) LockMandateUsage(ctx context.Context, hash string) error {
-	if _, err := tx.tx.Exec(ctx, usageRowSQL, hash); err != nil {
+	var held bool
+	if err := tx.tx.QueryRow(ctx, `SELECT `+lockLineageSQL, hash).Scan(&held); err != nil {
 		return err
 	}
-	_, err := tx.tx.Exec(ctx, lockUsageSQL, hash)
-	return err
+	if !held {
+		return fmt.Errorf("%w: mandate %s", ErrNotFound, hash)
+	}
+	return nil
 }
 
-const (
-	usageRowSQL  = `INSERT INTO mandate_usage (mandate_hash) VALUES ($1) ON CONFLICT DO NOTHING`
-	lockUsageSQL = `SELECT 1 FROM mandate_usage WHERE mandate_hash = $1 FOR UPDATE`
-)
+// lockLineageSQL takes the lock of the mandate $1's lineage; it is true
+// when the mandate is in the ledger.
+const lockLineageSQL = `countersign_lock_lineage($1)`
 
-// WindowUsage counts a mandate's holds in a window starting at since: the
+// WindowUsage counts the holds of a mandate's lineage (the mandates of its
+// agent on its rail account) in a window starting at since: the
 // held ones (in flight or unknown) always, the posted ones whose answer was
 // recorded at or after since (migration 00019), for one agent (byPayee
 // false) or one payee key (byPayee true), in currency for the amount (""

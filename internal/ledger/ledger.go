@@ -63,7 +63,7 @@ type Store struct {
 	// observe, when set, is told of every write transaction (WithTxObserver).
 	observe TxObserver
 	// rows are rows this store saw committed that are never deleted (a
-	// mandate's usage row, its budget row in a currency): a Write from
+	// mandate's budget row in a currency): a Write from
 	// NewWrite relies on them instead of inserting them again.
 	rows *knownRows
 	// seals is what this process's sealings signed, per rail account

@@ -24,10 +24,11 @@ type UsageQuery struct {
 	Fee bool
 }
 
-// WindowQuery is one sliding window's count: the mandate's holds of Key
-// (the agent, or a payee key when ByPayee) still held, or posted at or
-// after Since (countersign_window_usage, migration 00019); AmountMinor
-// counts Currency only ("" counts calls only).
+// WindowQuery is one sliding window's count: the holds of Key (the agent,
+// or a payee key when ByPayee) under the mandate or another of its agent's
+// on its rail account (its lineage, migration 00036) still held, or posted
+// at or after Since (countersign_window_usage, migration 00019);
+// AmountMinor counts Currency only ("" counts calls only).
 type WindowQuery struct {
 	// Index is the caller's (the window's index in the mandate).
 	Index    int
@@ -136,21 +137,23 @@ func (tx *Tx) windowCount(ctx context.Context, hash string, w WindowQuery) (Wind
 	// The posted holds countersign_window_usage counts (of the key,
 	// settled at or after since), through the same partial indexes.
 	// Each names its scope, as the indexes' predicates do (00022).
-	q := `SELECT min(settled_at) FROM budget_holds WHERE mandate_hash = $1 AND agent_id = $2 AND state = 'posted' AND window_agent AND settled_at >= $3`
+	q := `SELECT min(settled_at) FROM budget_holds WHERE mandate_hash = ANY (countersign_mandate_lineage($1)) AND agent_id = $2
+		AND state = 'posted' AND window_agent AND settled_at >= $3`
 	if w.ByPayee {
-		q = `SELECT min(settled_at) FROM budget_holds WHERE mandate_hash = $1 AND payee_key = $2 AND state = 'posted' AND window_payee AND settled_at >= $3`
+		q = `SELECT min(settled_at) FROM budget_holds WHERE mandate_hash = ANY (countersign_mandate_lineage($1)) AND payee_key = $2
+			AND state = 'posted' AND window_payee AND settled_at >= $3`
 	}
 	err = tx.tx.QueryRow(ctx, q, hash, w.Key, w.Since).Scan(&c.FirstPosted)
 	return c, err
 }
 
-// windowPayeeKeys lists, in order, the payee keys of a mandate whose
+// windowPayeeKeys lists, in order, the payee keys of a mandate's lineage whose
 // per-minute counters have holds in the minute of since or later (the
 // minutes a window starting at since sums); more says there were more
 // than limit.
 func (tx *Tx) windowPayeeKeys(ctx context.Context, hash string, since time.Time, limit int) (keys []string, more bool, err error) {
 	rows, err := tx.tx.Query(ctx, `SELECT DISTINCT key FROM window_buckets
-		WHERE mandate_hash = $1 AND by_payee AND bucket >= countersign_window_bucket($2) AND calls > 0
+		WHERE mandate_hash = ANY (countersign_mandate_lineage($1)) AND by_payee AND bucket >= countersign_window_bucket($2) AND calls > 0
 		ORDER BY key LIMIT $3`, hash, since, limit+1)
 	if err != nil {
 		return nil, false, err

@@ -685,10 +685,12 @@ func TestWindowCountReadsOnlyItsOwnScopesIndex(t *testing.T) {
 		if len(indexes) != 1 || !indexes[want] {
 			t.Errorf("%s: counted through %v, want only %s", q, indexes, want)
 		}
-		// The minute's holds fit in a few pages of each index; the
-		// mandate's 5,000 do not.
-		if hits > 12 {
-			t.Errorf("%s: read %.0f pages of holds, want at most 12 (the count must not read the mandate's every hold)", q, hits)
+		// The minute's holds fit in a few pages of each index (5 read
+		// here), and the scan's figures include the lineage's lookup in
+		// mandates (00036; 15 in all); the mandate's 5,000 holds fill
+		// dozens of the index's pages.
+		if hits > 18 {
+			t.Errorf("%s: read %.0f pages of holds, want at most 18 (the count must not read the mandate's every hold)", q, hits)
 		}
 	}
 }

@@ -33,7 +33,7 @@ import (
 // the batch and commits.
 //
 // The leading assertions (those queued before anything else: who asks, the
-// mandate, the request unseen, the usage rows present) are one statement,
+// mandate, the request unseen, the rows relied on present) are one statement,
 // the batch's first, which also pins synchronous_commit: they read nothing
 // another statement of the batch writes, and each is a statement's worth
 // of work PostgreSQL would otherwise start and end on every decision.
@@ -53,7 +53,7 @@ type Write struct {
 func NewWrite() *Write { return &Write{} }
 
 // NewWrite is NewWrite relying on the rows this store saw committed that
-// are never deleted (a mandate's usage row, its budget rows): it does not
+// are never deleted (a mandate's budget rows): it does not
 // insert them again, and asserts what it relies on (if one is missing
 // after all, Apply refuses with a *GuardError and the store forgets it).
 func (s *Store) NewWrite() *Write { return &Write{rows: s.rows} }
@@ -62,7 +62,6 @@ func (s *Store) NewWrite() *Write { return &Write{rows: s.rows} }
 // Write found missing.
 type knownRows struct{ m sync.Map }
 
-func usageRowName(hash string) string            { return "usage/" + hash }
 func budgetRowName(hash, currency string) string { return "budget/" + hash + "/" + currency }
 
 // known says whether w may rely on the row named n, noting that it does.
@@ -408,15 +407,11 @@ func (w *Write) AssertNoAlias(railAccount, alias string) {
 }
 
 // LockMandateUsage serialises, from here to the commit, the decisions of
-// one mandate (B1): what the assertions after it count cannot change until
-// this transaction ends.
+// one mandate's lineage (the mandates of its agent on its rail account,
+// whose windows count each other's holds; B1): what the assertions after it
+// count cannot change until this transaction ends.
 func (w *Write) LockMandateUsage(hash string) {
-	if w.known(usageRowName(hash)) {
-		w.queue(`SELECT countersign_assert(count(*) = 1, 'the mandate has no usage row') FROM (`+lockUsageSQL+`) u`, hash)
-		return
-	}
-	w.queue(usageRowSQL, hash)
-	w.queue(lockUsageSQL, hash)
+	w.queue(`SELECT countersign_assert(`+lockLineageSQL+`, 'the mandate is not in the ledger')`, hash)
 }
 
 // AssertWindow asserts that the mandate's holds of key (an agent, or a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -147,15 +148,19 @@ func TestRenumberShiftsParameters(t *testing.T) {
 }
 
 // TestWriteReliesOnRowsItsStoreSawCommitted: a store's Write inserts a
-// mandate's usage and budget rows the first time only; later ones lock and
-// rely on them, two statements fewer. One that finds a relied-on row
-// missing writes nothing and is refused as a *GuardError (the engine then
-// decides with locks), and the store inserts what it relied on again next
-// time.
+// mandate's budget row the first time only; later ones rely on it, one
+// statement fewer. One that finds a relied-on row missing writes nothing
+// and is refused as a *GuardError (the engine then decides with locks),
+// and the store inserts what it relied on again next time. Taking the
+// mandate lineage's turn is a statement of its own each time; a write
+// under a mandate the ledger does not hold is refused.
 func TestWriteReliesOnRowsItsStoreSawCommitted(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
-	hash := fmt.Sprintf("%064x", 77)
+	agent := createMandateAgent(t, s, "own_rows")
+	m := testMandate(t, agent.ID, "acct_1", time.Now().Add(-time.Hour).Truncate(time.Second), time.Now().Add(time.Hour).Truncate(time.Second), "rows")
+	mustCreateMandate(t, s, m)
+	hash := m.Hash
 	write := func(n int) (*Write, error) {
 		p := proposal(n)
 		w := s.NewWrite()
@@ -169,7 +174,7 @@ func TestWriteReliesOnRowsItsStoreSawCommitted(t *testing.T) {
 			return nil, err
 		}
 		w.LockMandateUsage(hash)
-		w.PlaceHold(*it, HoldSpec{MandateHash: hash, AgentID: "agent_a", PayeeKey: "pi_1", Currency: "USD", AmountMinor: 100, BudgetMinor: 100000})
+		w.PlaceHold(*it, HoldSpec{MandateHash: hash, AgentID: agent.ID, PayeeKey: "pi_1", Currency: "USD", AmountMinor: 100, BudgetMinor: 100000})
 		return w, s.Apply(ctx, w)
 	}
 	first, err := write(70)
@@ -180,16 +185,17 @@ func TestWriteReliesOnRowsItsStoreSawCommitted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if second.b.Len() != first.b.Len()-2 {
-		t.Fatalf("the second write has %d statements, the first %d; want two fewer", second.b.Len(), first.b.Len())
+	if second.b.Len() != first.b.Len()-1 {
+		t.Fatalf("the second write has %d statements, the first %d; want one fewer", second.b.Len(), first.b.Len())
 	}
-	// The usage row goes, as only someone editing the database by hand could.
-	if _, err := s.pool.Exec(ctx, `DELETE FROM mandate_usage WHERE mandate_hash = $1`, hash); err != nil {
+	// The budget row goes, as only someone editing the database by hand
+	// could: the hold's guard finds it missing.
+	if _, err := s.pool.Exec(ctx, `DELETE FROM mandate_budgets WHERE mandate_hash = $1`, hash); err != nil {
 		t.Fatal(err)
 	}
 	var guard *GuardError
 	if _, err := write(72); !errors.As(err, &guard) {
-		t.Fatalf("a write relying on a missing usage row = %v, want a *GuardError", err)
+		t.Fatalf("a write relying on a missing budget row = %v, want a *GuardError", err)
 	}
 	var n int
 	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM intents WHERE sik = $1`, proposal(72).SIK).Scan(&n); err != nil || n != 0 {
@@ -202,18 +208,16 @@ func TestWriteReliesOnRowsItsStoreSawCommitted(t *testing.T) {
 	if fourth.b.Len() != first.b.Len() {
 		t.Fatalf("after the refusal a write has %d statements, want %d (what it relied on inserted again)", fourth.b.Len(), first.b.Len())
 	}
-	if fifth, err := write(74); err != nil || fifth.b.Len() != first.b.Len()-2 {
-		t.Fatalf("then a write has %d statements (%v), want %d", fifth.b.Len(), err, first.b.Len()-2)
+	if fifth, err := write(74); err != nil || fifth.b.Len() != first.b.Len()-1 {
+		t.Fatalf("then a write has %d statements (%v), want %d", fifth.b.Len(), err, first.b.Len()-1)
 	}
-	// Likewise the budget row: the hold's guard finds it missing.
-	if _, err := s.pool.Exec(ctx, `DELETE FROM mandate_budgets WHERE mandate_hash = $1`, hash); err != nil {
-		t.Fatal(err)
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM mandate_budgets WHERE mandate_hash = $1`, hash).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d budget rows (%v), want the one inserted again", n, err)
 	}
-	if _, err := write(75); !errors.As(err, &guard) {
-		t.Fatalf("a write relying on a missing budget row = %v, want a *GuardError", err)
-	}
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM mandate_usage WHERE mandate_hash = $1`, hash).Scan(&n); err != nil || n != 1 {
-		t.Fatalf("%d usage rows (%v), want the one inserted again", n, err)
+	// A mandate the ledger does not hold has no lineage to take turns in.
+	hash = fmt.Sprintf("%064x", 77)
+	if _, err := write(75); !errors.As(err, &guard) || !strings.Contains(err.Error(), "the mandate is not in the ledger") {
+		t.Fatalf("a write under a mandate not in the ledger = %v, want a *GuardError naming it", err)
 	}
 }
 
@@ -226,16 +230,12 @@ func TestApplyRetriesADeadlockedWrite(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
 	a, b := fmt.Sprintf("%064x", 81), fmt.Sprintf("%064x", 82)
-	for _, h := range []string{a, b} {
-		if _, err := s.pool.Exec(ctx, usageRowSQL, h); err != nil {
-			t.Fatal(err)
-		}
-	}
+	const lock = `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`
 	write := func(first, second string) error {
 		w := NewWrite()
-		w.queue(lockUsageSQL, first)
+		w.queue(lock, first)
 		w.queue(`SELECT pg_sleep(0.3)`)
-		w.queue(lockUsageSQL, second)
+		w.queue(lock, second)
 		w.queue(`INSERT INTO mandate_fee_spent AS f (mandate_hash, shard, fee_minor) VALUES ($1, 0, 1)
 			ON CONFLICT (mandate_hash, shard) DO UPDATE SET fee_minor = f.fee_minor + 1`, first)
 		return s.Apply(ctx, w)
@@ -406,7 +406,10 @@ func TestGuardErrorSaysWhetherTheFactsMoved(t *testing.T) {
 func TestFeeCommitDoesNotTakeTheMandatesTurn(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
-	mandate := fmt.Sprintf("%064x", 28)
+	agent := createMandateAgent(t, s, "own_fee_turn")
+	m := testMandate(t, agent.ID, "acct_1", time.Now().Add(-time.Hour).Truncate(time.Second), time.Now().Add(time.Hour).Truncate(time.Second), "fee turn")
+	mustCreateMandate(t, s, m)
+	mandate := m.Hash
 	p := proposal(2800)
 	res, err := startFirst(ctx, s, p)
 	if err != nil {
@@ -417,17 +420,15 @@ func TestFeeCommitDoesNotTakeTheMandatesTurn(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.pool.Exec(ctx, usageRowSQL, mandate); err != nil {
-		t.Fatal(err)
-	}
 	// A decision under the mandate holds its turn until released.
 	decision, err := s.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = decision.Rollback(ctx) }()
-	if _, err := decision.Exec(ctx, lockUsageSQL, mandate); err != nil {
-		t.Fatal(err)
+	var locked bool
+	if err := decision.QueryRow(ctx, `SELECT `+lockLineageSQL, mandate).Scan(&locked); err != nil || !locked {
+		t.Fatalf("taking the mandate lineage's turn: %v, %v", locked, err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()

@@ -124,6 +124,53 @@ func TestSlidingWindowAdmitsExactlyWhatFits(t *testing.T) {
 	}
 }
 
+// TestAReplacementMandateCountsTheWindowSoFar: a window limits an agent's
+// pace on its rail account, not one mandate's. An owner who changes a
+// daily cap applies a new mandate (the newest valid one decides); the
+// actions under the old one count against the new one's windows, and the
+// owner's usage figure says so (migration 00036; found by an
+// attacker's-eye review: the new mandate's windows started empty, so
+// tightening a cap let the agent move the new cap again at once). A
+// sibling agent's actions count against its own windows only.
+func TestAReplacementMandateCountsTheWindowSoFar(t *testing.T) {
+	h := bareRailHarness(t, unlimitedAgent)
+	sibling, siblingID := newAgentCredential(t, h.store, h.ownerID, "sibling")
+	capOf := func(agentID, purpose string, calls int32) *countersignv1.Mandate {
+		m := mandateFor(h)
+		m.AgentId, m.Purpose = agentID, purpose
+		m.Windows = []*countersignv1.Window{{Scope: countersignv1.WindowScope_WINDOW_SCOPE_AGENT, Duration: durationpb.New(24 * time.Hour), MaxCalls: calls}}
+		return m
+	}
+	n := 0
+	send := func(secret string, want ...countersignv1.Verdict) {
+		t.Helper()
+		for i, v := range want {
+			n++
+			r := h.decideAs(t, secret, refund("pi_bench", 100, fmt.Sprintf("refund %d", n)))
+			if r.GetVerdict() != v || (v == countersignv1.Verdict_VERDICT_BLOCK && r.GetReasonCode() != "window_calls_exceeded") {
+				t.Fatalf("refund %d of %d: %s %s (%s), want %s", i+1, len(want), r.GetVerdict(), r.GetReasonCode(), r.GetReason(), v)
+			}
+		}
+	}
+	allow, block := countersignv1.Verdict_VERDICT_ALLOW, countersignv1.Verdict_VERDICT_BLOCK
+	applyMandateTo(t, h, capOf(h.agentID, "three a day", 3))
+	applyMandateTo(t, h, capOf(siblingID, "the sibling's two a day", 2))
+	send(h.secret, allow, allow, allow, block)
+	// The owner raises the cap to five: two more.
+	applyMandateTo(t, h, capOf(h.agentID, "five a day", 5))
+	send(h.secret, allow, allow, block)
+	// And lowers it to four: none.
+	four := applyMandateTo(t, h, capOf(h.agentID, "four a day", 4))
+	send(h.secret, block)
+	u, err := h.store.MandateUsage(context.Background(), ledger.UsageQuery{Hash: four,
+		Windows: []ledger.WindowQuery{{Key: h.agentID, Since: time.Now().Add(-24 * time.Hour), Currency: "USD"}}})
+	if err != nil || len(u.Windows) != 1 || u.Windows[0].Calls != 5 {
+		t.Fatalf("the owner's usage of the four-a-day mandate = %+v, %v; want the 5 calls made under the three mandates", u, err)
+	}
+	// The sibling's windows count its own actions only.
+	send(sibling, allow, allow, block)
+}
+
 func TestStructuringIsBlocked(t *testing.T) {
 	h := bareRailHarness(t)
 	m := mandateFor(h)
