@@ -170,8 +170,9 @@ func newMandateApply() *cobra.Command {
 }
 
 // noteOtherActive tells the owner when another mandate also covers the
-// agent and rail account: the newest one applies, and an older one comes
-// back into force if the newer is revoked.
+// agent and rail account: the newest one applies, an older one comes back
+// into force if the newer is revoked, and what carries over (windows count
+// across the agent's mandates on the account; budgets do not).
 func noteOtherActive(ctx context.Context, w io.Writer, store *ledger.Store, rec ledger.MandateRecord, now time.Time) error {
 	all, err := store.ListMandates(ctx, "", rec.AgentID)
 	if err != nil {
@@ -180,7 +181,8 @@ func noteOtherActive(ctx context.Context, w io.Writer, store *ledger.Store, rec 
 	for _, o := range all {
 		if o.Hash != rec.Hash && o.RailAccount == rec.RailAccount && o.RevokedAt == nil && o.ValidUntil.After(now) {
 			fmt.Fprintf(w, "note: mandate %s also covers agent %s on %s until %s; the newest valid mandate applies, "+
-				"so revoke the old one if this one replaces it\n", o.Hash, rec.AgentID, rec.RailAccount, o.ValidUntil.UTC().Format(time.RFC3339))
+				"so revoke the old one if this one replaces it. This one's windows count the agent's actions under both; "+
+				"its budgets start at zero\n", o.Hash, rec.AgentID, rec.RailAccount, o.ValidUntil.UTC().Format(time.RFC3339))
 		}
 	}
 	return nil

@@ -207,7 +207,8 @@ func TestMandateApplyShowRevoke(t *testing.T) {
 	// A second mandate for the same agent and account: the owner is told.
 	second := writeMandateFile(t, dir, "m2.yaml", mandateYAML(agent.ID, "refunds, second edition", 30*24*time.Hour))
 	r = runCLI(t, "", "mandate", "apply", second, db)
-	if r.err != nil || !hashLine.MatchString(r.out) || !strings.Contains(r.errOut, "note: mandate "+hash+" also covers agent") {
+	if r.err != nil || !hashLine.MatchString(r.out) || !strings.Contains(r.errOut, "note: mandate "+hash+" also covers agent") ||
+		!strings.Contains(r.errOut, "windows count the agent's actions under both; its budgets start at zero") {
 		t.Fatalf("apply of a second mandate = %q, %v, stderr %q", r.out, r.err, r.errOut)
 	}
 	secondHash := strings.TrimSpace(r.out)
