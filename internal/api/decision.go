@@ -31,15 +31,18 @@ type Engine interface {
 	ChargeAgent(p ledger.Principal) error
 }
 
-// IntentReader reads intents, for their agent or their owner.
+// IntentReader reads intents, for their agent or their owner, and tells
+// whether an owner holds a rail account.
 type IntentReader interface {
 	GetIntent(ctx context.Context, k ledger.Key) (ledger.Intent, []ledger.Attempt, error)
 	OwnerIntent(ctx context.Context, ownerID string, k ledger.Key) (ledger.Intent, []ledger.Attempt, error)
+	OwnerHoldsRailAccount(ctx context.Context, ownerID, railAccount string) error
 }
 
-// Reconciler runs a reconciliation pass.
+// Reconciler runs a reconciliation pass over the intents in scope,
+// claiming at most limit (0: its own batch size, which also bounds limit).
 type Reconciler interface {
-	Pass(ctx context.Context, only *ledger.Key) (reconcile.Report, error)
+	PassIn(ctx context.Context, scope ledger.ReconcileScope, limit int) (reconcile.Report, error)
 }
 
 // DecisionServer implements countersign.v1.DecisionService: the engine
@@ -287,36 +290,52 @@ func (s *DecisionServer) GetIntent(ctx context.Context, req *countersignv1.Decis
 // Reconcile runs one reconciliation pass, for one intent or a batch. The
 // minimum delay before the first query still applies: an intent that is
 // not due yet is reported NOT_DUE. Only an owner calls it (the guard has
-// refused anyone else), about its own agents' intents: another owner's
-// intent is NotFound, and a batch reports only the caller's findings.
+// refused anyone else, agents included), and the pass acts only on what
+// the owner owns (A1): intents of its own agents on rail accounts it
+// holds. Another owner's intent is NotFound, as one that does not exist; a
+// batch naming a rail account the owner does not hold is refused, with one
+// answer whether the account exists or not; a batch claims at most limit
+// intents (0: the reconciler's batch size, which also bounds it), of
+// rail_account when set, and expires, claims and reads the rail for no
+// one else's.
 func (s *DecisionServer) Reconcile(ctx context.Context, req *countersignv1.ReconcileRequest) (*countersignv1.ReconcileResponse, error) {
 	owner, err := s.ownerOf(ctx)
 	if err != nil {
 		return nil, ToStatus(err)
 	}
-	var only *ledger.Key
+	if owner == "" {
+		return nil, ToStatus(ownerauth.ErrUnauthenticated)
+	}
+	scope := ledger.ReconcileScope{OwnerID: owner}
+	limit := 0
 	if k := req.GetIntent(); k != nil {
-		only = &ledger.Key{RailAccount: k.GetRailAccount(), SIK: k.GetSik()}
-		if _, _, err := s.intents.OwnerIntent(ctx, owner, *only); err != nil {
+		scope.Only = &ledger.Key{RailAccount: k.GetRailAccount(), SIK: k.GetSik()}
+		if _, _, err := s.intents.OwnerIntent(ctx, owner, *scope.Only); err != nil {
 			return nil, ToStatus(err)
 		}
+		// Its own agent's intent: the refusal tells it nothing it did not
+		// know (the account was withdrawn from it).
+		if err := s.intents.OwnerHoldsRailAccount(ctx, owner, scope.Only.RailAccount); err != nil {
+			return nil, ToStatus(err)
+		}
+	} else {
+		b := req.GetBatch()
+		if b.GetLimit() < 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "batch.limit is %d; it may not be negative", b.GetLimit())
+		}
+		limit = int(b.GetLimit())
+		if scope.RailAccount = b.GetRailAccount(); scope.RailAccount != "" {
+			if err := s.intents.OwnerHoldsRailAccount(ctx, owner, scope.RailAccount); err != nil {
+				return nil, ToStatus(err)
+			}
+		}
 	}
-	rep, err := s.reconciler.Pass(ctx, only)
+	rep, err := s.reconciler.PassIn(ctx, scope, limit)
 	if err != nil {
 		return nil, ToStatus(err)
 	}
 	out := &countersignv1.ReconcileResponse{}
 	for _, r := range rep.Results {
-		if only == nil {
-			if acct := req.GetBatch().GetRailAccount(); acct != "" && r.Key.RailAccount != acct {
-				continue
-			}
-			if _, _, err := s.intents.OwnerIntent(ctx, owner, r.Key); errors.Is(err, ledger.ErrNotFound) {
-				continue // another owner's: its pass happened, its finding is not ours to show
-			} else if err != nil {
-				return nil, ToStatus(err)
-			}
-		}
 		f := &countersignv1.ReconcileFinding{
 			Intent:              &countersignv1.IntentKey{RailAccount: r.Key.RailAccount, Sik: r.Key.SIK},
 			ToState:             intentStates[r.State],
@@ -337,8 +356,8 @@ func (s *DecisionServer) Reconcile(ctx context.Context, req *countersignv1.Recon
 		}
 		out.Findings = append(out.Findings, f)
 	}
-	if only != nil && len(out.Findings) == 0 {
-		it, _, err := s.intents.GetIntent(ctx, *only)
+	if scope.Only != nil && len(out.Findings) == 0 {
+		it, _, err := s.intents.GetIntent(ctx, *scope.Only)
 		if err != nil {
 			return nil, ToStatus(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -362,15 +363,15 @@ func (s *OwnerServer) CreateMandate(ctx context.Context, req *countersignv1.Crea
 	return &countersignv1.CreateMandateResponse{MandateHash: rec.Hash, Mandate: out}, nil
 }
 
+// ownedMandate returns the owner's mandate with hash. Another owner's
+// mandate and one that exists nowhere are the one error, word for word:
+// the answer must not tell an owner which hashes exist.
 func (s *OwnerServer) ownedMandate(ctx context.Context, owner, hash string) (ledger.MandateRecord, error) {
 	r, err := s.store.GetMandate(ctx, hash)
-	if err != nil {
-		return r, err
+	if errors.Is(err, ledger.ErrNotFound) || (err == nil && r.OwnerID != owner) {
+		return ledger.MandateRecord{}, fmt.Errorf("%w: mandate %s", ledger.ErrNotFound, hash)
 	}
-	if r.OwnerID != owner {
-		return ledger.MandateRecord{}, ledger.ErrNotFound
-	}
-	return r, nil
+	return r, err
 }
 
 // GetMandate returns one of the owner's mandates.

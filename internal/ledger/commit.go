@@ -261,44 +261,10 @@ func answerStatement(r AttemptResult, outcome string) (string, []any, error) {
 
 // ExpireLeases turns every IN_FLIGHT intent whose attempt lease has expired
 // into UNKNOWN (LEASE_EXPIRED), to be reconciled after delay. It is run at
-// boot and periodically; SKIP LOCKED lets several processes share it.
+// boot and periodically; SKIP LOCKED lets several processes share it. It is
+// ExpireLeasesIn over every owner's intents.
 func (s *Store) ExpireLeases(ctx context.Context, limit int, delay time.Duration) (int, error) {
-	n := 0
-	err := s.inTx(ctx, OpExpireLeases, func(tx *Tx) error {
-		n = 0
-		rows, err := tx.tx.Query(ctx, `
-			SELECT `+intentColumns+` FROM intents i
-			WHERE state = 'IN_FLIGHT' AND EXISTS (
-				SELECT 1 FROM attempts a WHERE a.rail_account = i.rail_account AND a.sik = i.sik
-				  AND a.attempt_seq = i.attempt_count AND a.lease_expires_at < now())
-			ORDER BY updated_at, rail_account, sik LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
-		if err != nil {
-			return err
-		}
-		var expired []Intent
-		for rows.Next() {
-			it, err := scanIntent(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			expired = append(expired, it)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, it := range expired {
-			if _, err := tx.transition(ctx, it, intent.LeaseExpired, transitionOpts{
-				reason: "attempt lease expired before the rail's answer was recorded", reconcileIn: &delay,
-				attemptOutcome: "lease_expired"}); err != nil {
-				return err
-			}
-			n++
-		}
-		return nil
-	})
-	return n, classify(err)
+	return s.ExpireLeasesIn(ctx, limit, delay, ReconcileScope{})
 }
 
 // MarkSent records, before the request may leave through Envoy, whether

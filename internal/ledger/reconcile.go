@@ -30,6 +30,43 @@ const earlierMayHaveLeftSQL = `SELECT EXISTS (SELECT 1 FROM attempts
 	WHERE rail_account = $1 AND sik = $2 AND attempt_seq < $3 AND stamp = $4
 	  AND (body_stamped OR left_unstamped OR NOT via_envoy))`
 
+// ReconcileScope narrows what a reconciliation pass expires and claims.
+// The zero value is every intent: the reconciler's own pass, which no
+// caller starts. An owner's pass (DecisionService.Reconcile) sets OwnerID,
+// so that it acts only on what that owner owns (DESIGN.md §1, A1).
+type ReconcileScope struct {
+	// Only, when set, is the one intent.
+	Only *Key
+	// OwnerID, when set, restricts the pass to intents of that owner's
+	// agents on rail accounts it holds (the grant not revoked).
+	OwnerID string
+	// RailAccount, when set, restricts the pass to that rail account.
+	RailAccount string
+}
+
+// inScopeSQL is ReconcileScope as a condition on intents aliased i, with
+// its arguments at $2 to $5 (ReconcileScope.args).
+const inScopeSQL = `($2::text IS NULL OR (i.rail_account = $2 AND i.sik = $3))
+	  AND ($4::text IS NULL OR (i.agent_id IN (SELECT id FROM agents WHERE owner_id = $4)
+	       AND i.rail_account IN (SELECT rail_account FROM rail_account_owners WHERE owner_id = $4 AND revoked_at IS NULL)))
+	  AND ($5::text IS NULL OR i.rail_account = $5)`
+
+// args are inScopeSQL's arguments; an unset field is NULL, which matches
+// every intent.
+func (sc ReconcileScope) args() []any {
+	var onlyAccount, onlySIK, owner, account any
+	if sc.Only != nil {
+		onlyAccount, onlySIK = sc.Only.RailAccount, sc.Only.SIK
+	}
+	if sc.OwnerID != "" {
+		owner = sc.OwnerID
+	}
+	if sc.RailAccount != "" {
+		account = sc.RailAccount
+	}
+	return []any{onlyAccount, onlySIK, owner, account}
+}
+
 // ClaimReconcile leases up to limit intents that are due for
 // reconciliation to owner for ttl, moving UNKNOWN ones to RECONCILING. An
 // intent whose previous reconciler died (its lease expired) is claimed
@@ -37,19 +74,22 @@ const earlierMayHaveLeftSQL = `SELECT EXISTS (SELECT 1 FROM attempts
 //
 // only, when set, restricts the claim to that intent.
 func (s *Store) ClaimReconcile(ctx context.Context, owner string, ttl time.Duration, limit int, only *Key) ([]ReconcileWork, error) {
+	return s.ClaimReconcileIn(ctx, owner, ttl, limit, ReconcileScope{Only: only})
+}
+
+// ClaimReconcileIn is ClaimReconcile of the intents in scope only: an
+// intent outside it is neither claimed nor moved, nor is its rail account
+// read for it.
+func (s *Store) ClaimReconcileIn(ctx context.Context, owner string, ttl time.Duration, limit int, scope ReconcileScope) ([]ReconcileWork, error) {
 	var work []ReconcileWork
-	var onlyAccount, onlySIK any
-	if only != nil {
-		onlyAccount, onlySIK = only.RailAccount, only.SIK
-	}
 	err := s.inTx(ctx, OpReconcileClaim, func(tx *Tx) error {
 		work = nil
 		rows, err := tx.tx.Query(ctx, `
-			SELECT `+intentColumns+` FROM intents
+			SELECT `+intentColumns+` FROM intents i
 			WHERE state IN ('UNKNOWN', 'RECONCILING') AND next_reconcile_at <= now()
 			  AND (reconcile_expires IS NULL OR reconcile_expires < now())
-			  AND ($2::text IS NULL OR (rail_account = $2 AND sik = $3))
-			ORDER BY next_reconcile_at, rail_account, sik LIMIT $1 FOR UPDATE SKIP LOCKED`, limit, onlyAccount, onlySIK)
+			  AND `+inScopeSQL+`
+			ORDER BY next_reconcile_at, rail_account, sik LIMIT $1 FOR UPDATE SKIP LOCKED`, append([]any{limit}, scope.args()...)...)
 		if err != nil {
 			return err
 		}
@@ -86,6 +126,41 @@ func (s *Store) ClaimReconcile(ctx context.Context, owner string, ttl time.Durat
 		return nil, classify(fmt.Errorf("ledger: claim reconcile: %w", err))
 	}
 	return work, nil
+}
+
+// ExpireLeasesIn is ExpireLeases of the intents in scope only: every
+// IN_FLIGHT one whose attempt lease has expired becomes UNKNOWN
+// (LEASE_EXPIRED), to be reconciled after delay. An owner's pass moves
+// none of another owner's intents.
+func (s *Store) ExpireLeasesIn(ctx context.Context, limit int, delay time.Duration, scope ReconcileScope) (int, error) {
+	n := 0
+	err := s.inTx(ctx, OpExpireLeases, func(tx *Tx) error {
+		n = 0
+		rows, err := tx.tx.Query(ctx, `
+			SELECT `+intentColumns+` FROM intents i
+			WHERE state = 'IN_FLIGHT' AND EXISTS (
+				SELECT 1 FROM attempts a WHERE a.rail_account = i.rail_account AND a.sik = i.sik
+				  AND a.attempt_seq = i.attempt_count AND a.lease_expires_at < now())
+			  AND `+inScopeSQL+`
+			ORDER BY updated_at, rail_account, sik LIMIT $1 FOR UPDATE SKIP LOCKED`, append([]any{limit}, scope.args()...)...)
+		if err != nil {
+			return err
+		}
+		expired, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Intent, error) { return scanIntent(r) })
+		if err != nil {
+			return err
+		}
+		for _, it := range expired {
+			if _, err := tx.transition(ctx, it, intent.LeaseExpired, transitionOpts{
+				reason: "attempt lease expired before the rail's answer was recorded", reconcileIn: &delay,
+				attemptOutcome: "lease_expired"}); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	return n, classify(err)
 }
 
 // FindingOutcome is what one reconciliation pass concluded.

@@ -19,8 +19,10 @@ import (
 // UNKNOWN.
 type settling struct{ work []ledger.ReconcileWork }
 
-func (s *settling) ExpireLeases(context.Context, int, time.Duration) (int, error) { return 2, nil }
-func (s *settling) ClaimReconcile(context.Context, string, time.Duration, int, *ledger.Key) ([]ledger.ReconcileWork, error) {
+func (s *settling) ExpireLeasesIn(context.Context, int, time.Duration, ledger.ReconcileScope) (int, error) {
+	return 2, nil
+}
+func (s *settling) ClaimReconcileIn(context.Context, string, time.Duration, int, ledger.ReconcileScope) ([]ledger.ReconcileWork, error) {
 	return s.work, nil
 }
 func (s *settling) RecordFinding(_ context.Context, f ledger.Finding) (ledger.Intent, error) {

@@ -22,8 +22,8 @@ import (
 
 // Ledger is what the reconciler needs from the ledger.
 type Ledger interface {
-	ExpireLeases(ctx context.Context, limit int, delay time.Duration) (int, error)
-	ClaimReconcile(ctx context.Context, owner string, ttl time.Duration, limit int, only *ledger.Key) ([]ledger.ReconcileWork, error)
+	ExpireLeasesIn(ctx context.Context, limit int, delay time.Duration, scope ledger.ReconcileScope) (int, error)
+	ClaimReconcileIn(ctx context.Context, owner string, ttl time.Duration, limit int, scope ledger.ReconcileScope) ([]ledger.ReconcileWork, error)
 	RecordFinding(ctx context.Context, f ledger.Finding) (ledger.Intent, error)
 }
 
@@ -106,15 +106,26 @@ type Result struct {
 
 // Pass expires stale attempt leases, then reconciles the intents that are
 // due (only, when set, restricts it to one intent).
-func (w *Worker) Pass(ctx context.Context, only *ledger.Key) (rep Report, err error) {
+func (w *Worker) Pass(ctx context.Context, only *ledger.Key) (Report, error) {
+	return w.PassIn(ctx, ledger.ReconcileScope{Only: only}, 0)
+}
+
+// PassIn is Pass over the intents in scope only, claiming at most limit
+// of them (0, or more than Options.Batch: Options.Batch). An owner's pass
+// (scope.OwnerID) expires, claims and reads the rail for none of another
+// owner's intents.
+func (w *Worker) PassIn(ctx context.Context, scope ledger.ReconcileScope, limit int) (rep Report, err error) {
 	start := time.Now()
-	n, err := w.ledger.ExpireLeases(ctx, w.opts.Batch*4, w.opts.Delay)
+	if limit <= 0 || limit > w.opts.Batch {
+		limit = w.opts.Batch
+	}
+	n, err := w.ledger.ExpireLeasesIn(ctx, w.opts.Batch*4, w.opts.Delay, scope)
 	if err != nil {
 		return rep, err
 	}
 	rep.Expired = n
 	w.opts.Metrics.expired(n)
-	work, err := w.ledger.ClaimReconcile(ctx, w.opts.Owner, w.opts.ClaimTTL, w.opts.Batch, only)
+	work, err := w.ledger.ClaimReconcileIn(ctx, w.opts.Owner, w.opts.ClaimTTL, limit, scope)
 	if err != nil {
 		return rep, err
 	}

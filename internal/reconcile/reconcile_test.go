@@ -21,8 +21,10 @@ type scripted struct {
 	finding *ledger.Finding
 }
 
-func (s *scripted) ExpireLeases(context.Context, int, time.Duration) (int, error) { return 0, nil }
-func (s *scripted) ClaimReconcile(context.Context, string, time.Duration, int, *ledger.Key) ([]ledger.ReconcileWork, error) {
+func (s *scripted) ExpireLeasesIn(context.Context, int, time.Duration, ledger.ReconcileScope) (int, error) {
+	return 0, nil
+}
+func (s *scripted) ClaimReconcileIn(context.Context, string, time.Duration, int, ledger.ReconcileScope) ([]ledger.ReconcileWork, error) {
 	w := s.work
 	s.work = nil
 	return w, nil
