@@ -234,7 +234,7 @@ func (e *Engine) advance(ctx context.Context, tx *ledger.Tx, g gateRun, pr *prop
 			if res.intent, err = tx.Transition(ctx, it, intent.GatesBlocked, ledger.TransitionOpts{Reason: v.Reason}); err != nil {
 				return err
 			}
-			return tx.SettleApproval(ctx, it.Key, "approved", "void")
+			return tx.VoidApprovals(ctx, it.Key)
 		}
 		// The identical request again: if the owner approved it, the gates
 		// run again against the live limits (an approval never widens a
@@ -252,17 +252,28 @@ func (e *Engine) advance(ctx context.Context, tx *ledger.Tx, g gateRun, pr *prop
 			if res.intent, err = tx.Transition(ctx, it, intent.GatesBlocked, ledger.TransitionOpts{Reason: v.Reason}); err != nil {
 				return err
 			}
-			return tx.SettleApproval(ctx, it.Key, "approved", "void")
+			return tx.VoidApprovals(ctx, it.Key)
 		case Hold:
 			return tx.OpenApproval(ctx, it, v.Approval) // keeps a live one; reopens an expired one
 		}
-		if it, err = tx.Transition(ctx, it, intent.HoldReleased, ledger.TransitionOpts{Reason: "approved by the owner"}); err != nil {
+		reason := "approved by the owner"
+		if !v.UsesApproval {
+			reason = "sent by the agent under a mandate that needs no approval"
+		}
+		if it, err = tx.Transition(ctx, it, intent.HoldReleased, ledger.TransitionOpts{Reason: reason}); err != nil {
 			return err
 		}
+		// The approval that released it is used; released without one
+		// (another credential of the agent, under a mandate that needs no
+		// approval), the ones it waited on are void, never left in the
+		// owner's queue for a request already sent (a review).
 		if v.UsesApproval {
 			if err := tx.SettleApproval(ctx, it.Key, "approved", "used"); err != nil {
 				return err
 			}
+		}
+		if err := tx.VoidApprovals(ctx, it.Key); err != nil {
+			return err
 		}
 		if err := placeHold(ctx, tx, it, v); err != nil {
 			return err

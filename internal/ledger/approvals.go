@@ -240,6 +240,17 @@ func (tx *Tx) SettleApproval(ctx context.Context, k Key, from, to string) error 
 	return err
 }
 
+// VoidApprovals voids the intent's approvals that can still be decided or
+// used (pending or approved): the intent left HELD without them (sent
+// under another of its agent's credentials, whose mandate needs no
+// approval, or blocked when re-checked), so none may stay in the owner's
+// queue as though its request waited.
+func (tx *Tx) VoidApprovals(ctx context.Context, k Key) error {
+	_, err := tx.tx.Exec(ctx, `UPDATE approvals SET state = 'void' WHERE rail_account = $1 AND sik = $2 AND state IN ('pending', 'approved')`,
+		k.RailAccount, k.SIK)
+	return err
+}
+
 // ListApprovals pages through an owner's approvals (state "" for all).
 func (s *Store) ListApprovals(ctx context.Context, ownerID, state, agentID, after string, limit int) ([]Approval, error) {
 	// The stored state narrows the scan (approvals_owner); the effective
@@ -309,6 +320,21 @@ func (s *Store) decideApproval(ctx context.Context, ownerID, id, fingerprint, no
 		if fingerprint != "" && fingerprint != a.Fingerprint {
 			return fmt.Errorf("%w: approval %s is for request %s, not %s", ErrApprovalState, id, a.Fingerprint, fingerprint)
 		}
+		// Only a request that still waits may be decided: a held intent,
+		// or a retry held in place. One sent, or blocked, without this
+		// approval is not decided by it (its approvals are voided then; an
+		// approval left from before that is refused here). Read without a
+		// lock: what moves the intent voids the approval under the row
+		// lock this transaction holds.
+		var state intent.State
+		if err := tx.tx.QueryRow(ctx, `SELECT state FROM intents WHERE rail_account = $1 AND sik = $2`, a.Key.RailAccount, a.Key.SIK).Scan(&state); err != nil {
+			return err
+		}
+		switch state {
+		case intent.Held, intent.FailedTerminal, intent.ConfirmedNotApplied:
+		default:
+			return fmt.Errorf("%w: approval %s can no longer be decided: its intent %s is %s, so its request was sent or settled without it", ErrApprovalState, id, a.Key, state)
+		}
 		if _, err := tx.tx.Exec(ctx, `UPDATE approvals SET state = $2, note = $3 WHERE id = $1`, id, to, note); err != nil {
 			return err
 		}
@@ -365,7 +391,9 @@ func notDecidable(a Approval, now time.Time) string {
 		}
 		return fmt.Sprintf("approval %s expired at %s before it was decided; the agent's identical request will open a new approval", a.ID, expires)
 	case "void":
-		return fmt.Sprintf("approval %s was voided: its agent or mandate was revoked, its request was blocked when re-checked against the mandate, or the agent changed the request's labels (a new approval covers the changed request); it can no longer be decided", a.ID)
+		return fmt.Sprintf("approval %s was voided: its agent or mandate was revoked, its request was blocked when re-checked against the mandate, "+
+			"its request was sent without it (by another credential of its agent, under a mandate that needs no approval), "+
+			"or the agent changed the request's labels (a new approval covers the changed request); it can no longer be decided", a.ID)
 	}
 	return fmt.Sprintf("approval %s is %s", a.ID, a.State)
 }

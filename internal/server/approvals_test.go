@@ -11,9 +11,11 @@ import (
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/api"
+	"github.com/countersign/countersign/internal/credential"
 	"github.com/countersign/countersign/internal/engine"
 	"github.com/countersign/countersign/internal/testing/mockrail"
 	"github.com/countersign/countersign/internal/testing/pgtest"
@@ -376,4 +378,73 @@ func approvalRequired(t *testing.T, h *allowHarness, agent string, shape func(*c
 		shape(m)
 	}
 	return applyMandateTo(t, h, m)
+}
+
+// TestAnApprovalOfARequestSentWithoutItIsVoid: an agent's propose
+// credential's request is held for the owner; the same agent's execute
+// credential, under a mandate that needs no approval, sends the identical
+// request, which is released and applied. The approval the first waited on
+// is void, not left pending in the owner's queue, and deciding it is
+// refused, naming why (found by a review: it stayed pending, and the
+// owner's "reject" succeeded for a refund that had already moved; one
+// from before, left pending, is refused likewise). Approving it never
+// moves money again.
+func TestAnApprovalOfARequestSentWithoutItIsVoid(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	h := railHarnessOn(t, url, noReconcileDelay)
+	grantAll(t, h.store, h.agentID, "acct_bench")
+	secret, hash, err := credential.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.store.IssueCredential(context.Background(), h.agentID, credential.ScopePropose, time.Now().Add(time.Hour), hash); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	held := h.decideAs(t, secret, refund("pi_bench", 1500, ""))
+	if held.GetVerdict() != countersignv1.Verdict_VERDICT_HOLD {
+		t.Fatalf("the propose credential's refund = %s %s, want HOLD", held.GetVerdict(), held.GetReasonCode())
+	}
+	sik := held.GetIntent().GetSik()
+	ap := pendingApproval(t, h, sik)
+	sent := h.decide(t, refund("pi_bench", 1500, ""))
+	if sent.GetVerdict() != countersignv1.Verdict_VERDICT_ALLOW {
+		t.Fatalf("the execute credential's identical refund = %s %s, want ALLOW", sent.GetVerdict(), sent.GetReasonCode())
+	}
+	h.sendAndCommit(t, sent, "pi_bench", 1500)
+	got, err := owners(h).GetApproval(ctx, &countersignv1.GetApprovalRequest{ApprovalId: ap.GetApprovalId()})
+	if err != nil || got.GetApproval().GetState() != countersignv1.ApprovalState_APPROVAL_STATE_VOID {
+		t.Fatalf("the approval of the request sent without it = %s (%v), want VOID", got.GetApproval().GetState(), err)
+	}
+	pending, err := owners(h).ListApprovals(ctx, &countersignv1.ListApprovalsRequest{State: countersignv1.ApprovalState_APPROVAL_STATE_PENDING})
+	if err != nil || len(pending.GetApprovals()) != 0 {
+		t.Fatalf("the owner's queue holds %d pending approvals (%v), want none", len(pending.GetApprovals()), err)
+	}
+	// One left pending from before (stored so by hand, as an older
+	// version left it): deciding it either way is refused.
+	db, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(ctx)
+	for _, q := range []string{`ALTER TABLE approvals DISABLE TRIGGER approvals_guard`,
+		`UPDATE approvals SET state = 'pending', decided_at = NULL WHERE id = '` + ap.GetApprovalId() + `'`,
+		`ALTER TABLE approvals ENABLE TRIGGER approvals_guard`} {
+		if _, err := db.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, rejErr := owners(h).RejectApproval(ctx, &countersignv1.RejectApprovalRequest{ApprovalId: ap.GetApprovalId(), Note: "no"})
+	_, appErr := owners(h).ApproveApproval(ctx, &countersignv1.ApproveApprovalRequest{ApprovalId: ap.GetApprovalId(), RequestFingerprint: ap.GetRequestFingerprint()})
+	for what, err := range map[string]error{"reject": rejErr, "approve": appErr} {
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "is APPLIED, so its request was sent or settled without it") {
+			t.Errorf("%s of an approval whose intent is APPLIED = %v, want FailedPrecondition naming why", what, err)
+		}
+	}
+	if again := h.decideAs(t, secret, refund("pi_bench", 1500, "")); again.GetVerdict() == countersignv1.Verdict_VERDICT_ALLOW {
+		t.Fatalf("the propose credential's identical refund afterwards = ALLOW")
+	}
+	if n := len(h.mock.Journal().EffectsOn("pi_bench")); n != 1 {
+		t.Fatalf("%d rail effects on pi_bench, want the one refund", n)
+	}
 }
