@@ -2,14 +2,17 @@ package api
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
@@ -26,6 +29,10 @@ func (s *OwnerServer) WithAuditVerifier(v note.Verifier) *OwnerServer {
 	s.auditVerifier = v
 	return s
 }
+
+// verifyRetryDelay is the wait VerifyAudit suggests when another
+// verification holds the server's one slot.
+const verifyRetryDelay = 5 * time.Second
 
 // DefaultMaxUnsealedAge is how long VerifyAudit lets a record wait for
 // sealing before it reports it, when the request does not say.
@@ -77,7 +84,9 @@ func (s *OwnerServer) ListAuditRecords(ctx context.Context, req *countersignv1.L
 // account exists), and that each intent on it is the action its SIK was
 // derived from. The log holds other owners' records too (the tree links
 // them); only counts and problems are returned, and a problem names
-// another owner's intent by record id only, and never its action.
+// another owner's intent by record id only, and never its action or
+// agent. One verification runs at a time in the server: another meanwhile
+// is ResourceExhausted (AUDIT_VERIFY_BUSY) at once, not queued.
 func (s *OwnerServer) VerifyAudit(ctx context.Context, req *countersignv1.VerifyAuditRequest) (*countersignv1.VerifyAuditResponse, error) {
 	owner, err := s.owner(ctx)
 	if err != nil {
@@ -95,6 +104,13 @@ func (s *OwnerServer) VerifyAudit(ctx context.Context, req *countersignv1.Verify
 		opts.Verifiers = []note.Verifier{s.auditVerifier}
 	}
 	rep, err := s.store.VerifyAudit(ctx, opts)
+	if errors.Is(err, ledger.ErrAuditVerifyBusy) {
+		// One verification at a time per process: refused at once, not
+		// queued, so no caller can stack them on the sidecar.
+		return nil, withDetails(status.New(codes.ResourceExhausted,
+			"an audit verification is already running in this server (one runs at a time); try again when it has finished"),
+			"AUDIT_VERIFY_BUSY", &errdetails.RetryInfo{RetryDelay: durationpb.New(verifyRetryDelay)})
+	}
 	if err != nil {
 		return nil, ToStatus(err)
 	}
@@ -116,6 +132,14 @@ func (s *OwnerServer) VerifyAudit(ctx context.Context, req *countersignv1.Verify
 			ap.LeafIndex = &p.LeafIndex
 		}
 		switch {
+		case p.Kind == ledger.AuditAgentMismatch:
+			// The agents named are maybe another owner's (the intent was
+			// moved from or to one): say what, not whose.
+			ap.Problem = "(another owner's intent) is not made by the agent its birth record names (it was moved to another agent)"
+			if mine[p.SIK] {
+				ap.Sik = p.SIK
+				ap.Problem = "intent " + p.SIK + " is not made by the agent its birth record names (it was moved to another agent)"
+			}
 		case p.SIK != "" && mine[p.SIK]:
 			ap.Sik = p.SIK
 		case p.Kind == ledger.AuditActionMismatch:

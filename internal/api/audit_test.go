@@ -12,8 +12,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -411,6 +413,119 @@ func TestOwnerAuditProofs(t *testing.T) {
 		})
 		if code(err) != codes.InvalidArgument {
 			t.Fatalf("%T %v: %v, want InvalidArgument", req, req, err)
+		}
+	}
+}
+
+// TestOwnerAPIVerifyAuditRunsOneAtATime: while one verification runs in
+// the server, another (of any owner) is refused at once with
+// ResourceExhausted and AUDIT_VERIFY_BUSY, not queued; when it ends the
+// next runs. Found by a review: every call loaded the whole log, so a
+// burst of them OOM-killed the sidecar.
+func TestOwnerAPIVerifyAuditRunsOneAtATime(t *testing.T) {
+	ctx := context.Background()
+	_, s, url, _, _, _ := auditFixture(t)
+	req := &countersignv1.VerifyAuditRequest{RailAccount: acct}
+	// The first verification waits inside the server on a lock held here.
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `LOCK TABLE audit_records IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() {
+		v, err := s.VerifyAudit(as("own_a"), req)
+		if err == nil && !v.GetOk() {
+			err = fmt.Errorf("the first verification found problems: %v", v.GetProblems())
+		}
+		first <- err
+	}()
+	watch, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close(ctx)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		var waiting bool
+		if err := watch.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+			WHERE c.relname = 'audit_records' AND NOT l.granted)`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first verification never reached the audit records")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, owner := range []string{"own_a", "own_b"} {
+		start := time.Now()
+		// A call that queued would wait on the lock: its deadline fails it.
+		cctx, cancel := context.WithTimeout(as(owner), 5*time.Second)
+		_, err := s.VerifyAudit(cctx, req)
+		cancel()
+		st, _ := status.FromError(err)
+		reason := ""
+		for _, d := range st.Details() {
+			if info, ok := d.(*errdetails.ErrorInfo); ok {
+				reason = info.GetReason()
+			}
+		}
+		if st.Code() != codes.ResourceExhausted || reason != "AUDIT_VERIFY_BUSY" || !strings.Contains(st.Message(), "one runs at a time") {
+			t.Fatalf("%s's verification while another runs: %v (reason %q), want ResourceExhausted AUDIT_VERIFY_BUSY", owner, err, reason)
+		}
+		if el := time.Since(start); el > 5*time.Second {
+			t.Fatalf("the refusal took %s: it waited", el)
+		}
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if v, err := s.VerifyAudit(as("own_b"), req); err != nil || !v.GetOk() {
+		t.Fatalf("a verification after the first ended = %v, %v", v, err)
+	}
+}
+
+// TestOwnerAPIVerifyAuditSaysAnIntentWasMoved: an intent moved to another
+// owner's agent is reported to both owners (to the one it was moved to by
+// its SIK), without naming either agent.
+func TestOwnerAPIVerifyAuditSaysAnIntentWasMoved(t *testing.T) {
+	ctx := context.Background()
+	_, s, url, siks, mine, theirs := auditFixture(t)
+	var moved string
+	for k, agent := range siks {
+		if agent == theirs {
+			moved = k
+			break
+		}
+	}
+	if n, err := pgxExec(ctx, url, `UPDATE intents SET agent_id = $2 WHERE rail_account = $3 AND sik = $1`, moved, mine, acct); err != nil || n != 1 {
+		t.Fatalf("move the intent: %d, %v", n, err)
+	}
+	for owner, sik := range map[string]string{"own_a": moved, "own_b": ""} {
+		v, err := s.VerifyAudit(as(owner), &countersignv1.VerifyAuditRequest{RailAccount: acct})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.GetOk() || !hasProblem(v, string(ledger.AuditAgentMismatch), sik, "is not made by the agent its birth record names") {
+			t.Fatalf("%s: problems %v do not say intent %q was moved", owner, v.GetProblems(), sik)
+		}
+		for _, p := range v.GetProblems() {
+			if strings.Contains(p.GetProblem(), mine) || strings.Contains(p.GetProblem(), theirs) {
+				t.Fatalf("%s: problem %q names an agent", owner, p.GetProblem())
+			}
 		}
 	}
 }

@@ -147,6 +147,9 @@ func newAuditVerify() *cobra.Command {
 			} else {
 				fmt.Fprintln(out, "no kept checkpoint given: a log re-sealed from an edited history would pass (pass --trusted-checkpoint)")
 			}
+			if rep.AgentsUnchecked > 0 {
+				fmt.Fprintf(out, "%d intents were born before their birth record named their agent (migration 00037): who made them is not checked\n", rep.AgentsUnchecked)
+			}
 			fmt.Fprintf(out, "%d rail accounts, %d sealed records, %d unsealed, %d checkpoints, %d problems\n",
 				rep.Accounts, rep.Sealed, rep.Unsealed, rep.Checkpoints, len(rep.Problems))
 			if !rep.Ok() {

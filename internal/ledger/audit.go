@@ -229,16 +229,35 @@ func checkFreshLog(ctx context.Context, tx pgx.Tx, railAccount string) error {
 // than re-signed. A restarted process remembers nothing and trusts the
 // ledger: only checkpoints kept outside it (verify --trusted-checkpoint)
 // catch a rewrite then.
+//
+// It also holds the Store's one audit verification slot (VerifyAudit runs
+// one at a time): the sealMemory is the one audit state a Store and every
+// handle on its pool share.
 type sealMemory struct {
-	mu   sync.Mutex
-	last map[string]audit.Checkpoint
+	mu        sync.Mutex
+	last      map[string]audit.Checkpoint
+	verifying chan struct{} // holds a token while a verification runs
 }
 
 // sealMemory is the Store's memory of its sealings, shared by every handle
 // on the same pool (WithTxObserver copies the Store, not the memory).
 func (s *Store) sealMemory() *sealMemory { return s.seals }
 
-func newSealMemory() *sealMemory { return &sealMemory{last: map[string]audit.Checkpoint{}} }
+func newSealMemory() *sealMemory {
+	return &sealMemory{last: map[string]audit.Checkpoint{}, verifying: make(chan struct{}, 1)}
+}
+
+// startVerify takes the verification slot without waiting; ok is false
+// when a verification holds it. release gives it back (once).
+func (m *sealMemory) startVerify() (release func(), ok bool) {
+	select {
+	case m.verifying <- struct{}{}:
+		var once sync.Once
+		return func() { once.Do(func() { <-m.verifying }) }, true
+	default:
+		return nil, false
+	}
+}
 
 // check says whether next, the tree over hashes about to be signed for
 // railAccount, extends the last checkpoint this process signed for it.

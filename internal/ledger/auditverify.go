@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -59,6 +59,11 @@ const (
 	// An intent's row is not the action its SIK was derived from: its
 	// SIK, amount, currency, subject, payee or reason was changed.
 	AuditActionMismatch AuditProblemKind = "action-mismatch"
+	// An intent's agent is not the one its birth record names: the
+	// intent was moved to another agent (and so, maybe, another owner).
+	AuditAgentMismatch AuditProblemKind = "agent-mismatch"
+	// An intent's reason is not the one its last record holds.
+	AuditReasonMismatch AuditProblemKind = "reason-mismatch"
 )
 
 // AuditProblem is one thing wrong with a rail account's audit log.
@@ -104,6 +109,9 @@ type AuditVerifyOptions struct {
 
 // AuditReport is the result of verifying audit logs.
 type AuditReport struct {
+	// Accounts counts the accounts verified that the ledger holds
+	// anything of, or a kept checkpoint names (a named account holding
+	// nothing is verified, finds nothing, and is not counted).
 	Accounts          int
 	Sealed            int64 // sealed records checked
 	Unsealed          int64 // records not sealed yet (their path is still checked)
@@ -116,44 +124,59 @@ type AuditReport struct {
 	// OldestUnsealedMicros is when the oldest unsealed record was written
 	// (0 if none).
 	OldestUnsealedMicros int64
-	Problems             []AuditProblem
+	// AgentsUnchecked counts intents whose birth record names no agent
+	// (written before migration 00037): nothing covers who made them.
+	AgentsUnchecked int64
+	Problems        []AuditProblem
 }
 
 // Ok says nothing is wrong.
 func (r AuditReport) Ok() bool { return len(r.Problems) == 0 }
+
+// ErrAuditVerifyBusy means an audit verification is already running in
+// this process. VerifyAudit runs one at a time per Store: a verification
+// reads a whole log, and callers stacking them on one process (an owner's
+// burst of VerifyAudit calls) would hold that many reads at once.
+var ErrAuditVerifyBusy = errors.New("ledger: an audit verification is already running in this process; try again when it has finished")
+
+// verifyBatch is the most rows of each of its streams a verification
+// holds at once.
+const verifyBatch = 500
 
 // VerifyAudit verifies the audit logs opts names, reading one consistent
 // snapshot: every sealed record against its leaf, the tree against every
 // checkpoint, every checkpoint's signature and its consistency with the
 // previous one, that leaf indexes run 0..size-1 with nothing sealed past
 // the latest checkpoint, that each intent's records form a path of its
-// states ending where the intent is, and how long records stay unsealed.
+// states from its birth to where the intent is, and how long records stay
+// unsealed. It streams each log (records in leaf order, the tree as the
+// hashes of its complete subtrees, O(log n)), so its memory does not grow
+// with the log, only with what it finds wrong. One runs at a time per
+// Store: another call meanwhile is ErrAuditVerifyBusy, at once.
 func (s *Store) VerifyAudit(ctx context.Context, opts AuditVerifyOptions) (AuditReport, error) {
+	release, ok := s.sealMemory().startVerify()
+	if !ok {
+		return AuditReport{}, ErrAuditVerifyBusy
+	}
+	defer release()
 	rep := AuditReport{SignaturesChecked: len(opts.Verifiers) > 0}
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT rail_account FROM audit_records WHERE $1 = '' OR rail_account = $1
-			UNION SELECT rail_account FROM audit_checkpoints WHERE $1 = '' OR rail_account = $1 ORDER BY 1`, opts.RailAccount)
+		accounts, err := auditAccounts(ctx, tx, opts)
 		if err != nil {
 			return err
 		}
-		accounts, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return err
-		}
-		for _, k := range opts.Kept {
-			if acct, ok := audit.RailAccountOf(k.Origin); ok && (opts.RailAccount == "" || acct == opts.RailAccount) && !slices.Contains(accounts, acct) {
-				accounts = append(accounts, acct)
-			}
-		}
-		slices.Sort(accounts)
 		var now int64
 		if err := tx.QueryRow(ctx, `SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint`).Scan(&now); err != nil {
 			return err
 		}
 		for _, acct := range accounts {
-			rep.Accounts++
-			if err := verifyAccount(ctx, tx, acct, opts, now, &rep); err != nil {
+			v := &accountVerify{tx: tx, acct: acct, origin: audit.Origin(acct), opts: opts, now: now, rep: rep}
+			if err := v.run(ctx); err != nil {
 				return err
+			}
+			rep = v.rep
+			if v.held {
+				rep.Accounts++
 			}
 		}
 		return nil
@@ -161,157 +184,524 @@ func (s *Store) VerifyAudit(ctx context.Context, opts AuditVerifyOptions) (Audit
 	return rep, classify(err)
 }
 
-// verifyAccount verifies one rail account's log into rep.
-func verifyAccount(ctx context.Context, tx pgx.Tx, acct string, opts AuditVerifyOptions, now int64, rep *AuditReport) error {
-	problem := func(kind AuditProblemKind, recordID, leaf, size int64, sik, format string, args ...any) {
-		rep.Problems = append(rep.Problems, AuditProblem{RailAccount: acct, Kind: kind, RecordID: recordID, LeafIndex: leaf,
-			TreeSize: size, SIK: sik, Problem: fmt.Sprintf(format, args...)})
-	}
-	rows, err := tx.Query(ctx, `SELECT `+auditRecordColumns+` FROM audit_records r WHERE r.rail_account = $1
-		ORDER BY r.leaf_index NULLS LAST, r.id`, acct)
-	if err != nil {
-		return err
-	}
-	recs, err := pgx.CollectRows(rows, scanAuditRecord)
-	if err != nil {
-		return err
-	}
-	stored := map[int64]tlog.Hash{}
-	rows, err = tx.Query(ctx, `SELECT idx, hash FROM audit_hashes WHERE rail_account = $1`, acct)
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var i int64
-		var b []byte
-		if err := rows.Scan(&i, &b); err != nil {
-			rows.Close()
-			return err
+// auditAccounts lists the rail accounts to verify: the one opts names,
+// whether or not the ledger holds anything of it, else every account with
+// an intent, an audit record, a checkpoint or a log head (an account whose
+// log was removed whole still has its intents); and the account of each
+// kept checkpoint within that.
+func auditAccounts(ctx context.Context, tx pgx.Tx, opts AuditVerifyOptions) ([]string, error) {
+	accounts := []string{opts.RailAccount}
+	if opts.RailAccount == "" {
+		rows, err := tx.Query(ctx, `SELECT rail_account FROM intents UNION SELECT rail_account FROM audit_records
+			UNION SELECT rail_account FROM audit_checkpoints UNION SELECT rail_account FROM audit_logs`)
+		if err != nil {
+			return nil, err
 		}
-		var h tlog.Hash
-		copy(h[:], b)
-		stored[i] = h
+		if accounts, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return nil, err
+		}
 	}
-	if err := rows.Err(); err != nil {
-		return err
+	for _, k := range opts.Kept {
+		if acct, ok := audit.RailAccountOf(k.Origin); ok && (opts.RailAccount == "" || acct == opts.RailAccount) && !slices.Contains(accounts, acct) {
+			accounts = append(accounts, acct)
+		}
 	}
-	rows, err = tx.Query(ctx, `SELECT rail_account, tree_size, note FROM audit_checkpoints WHERE rail_account = $1 ORDER BY tree_size`, acct)
-	if err != nil {
-		return err
-	}
-	cps, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditCheckpoint, error) {
-		var c AuditCheckpoint
-		err := r.Scan(&c.RailAccount, &c.TreeSize, &c.Note)
-		return c, err
-	})
-	if err != nil {
-		return err
-	}
-	var logSize int64
-	if err := tx.QueryRow(ctx, `SELECT COALESCE((SELECT tree_size FROM audit_logs WHERE rail_account = $1), 0)`, acct).Scan(&logSize); err != nil {
-		return err
-	}
+	slices.Sort(accounts)
+	return accounts, nil
+}
 
-	// Checkpoints: signature, shape, and what the row says.
-	origin := audit.Origin(acct)
-	var trees []audit.Checkpoint // readable checkpoints, by size
-	for _, c := range cps {
-		rep.Checkpoints++
-		cp, err := audit.OpenCheckpoint(c.Note, opts.Verifiers...)
+// accountVerify is the verification of one rail account's log.
+type accountVerify struct {
+	tx     pgx.Tx
+	acct   string
+	origin string
+	opts   AuditVerifyOptions
+	now    int64
+	rep    AuditReport
+
+	latest  audit.Checkpoint // the latest readable checkpoint
+	logSize int64            // the log head's size
+	held    bool             // the ledger holds anything of the account, or a kept checkpoint names it
+}
+
+func (v *accountVerify) problem(kind AuditProblemKind, recordID, leaf, size int64, sik, format string, args ...any) {
+	v.rep.Problems = append(v.rep.Problems, AuditProblem{RailAccount: v.acct, Kind: kind, RecordID: recordID, LeafIndex: leaf,
+		TreeSize: size, SIK: sik, Problem: fmt.Sprintf(format, args...)})
+}
+
+func (v *accountVerify) run(ctx context.Context) error {
+	if err := v.tx.QueryRow(ctx, `SELECT COALESCE((SELECT tree_size FROM audit_logs WHERE rail_account = $1), 0)`, v.acct).Scan(&v.logSize); err != nil {
+		return err
+	}
+	if v.logSize > 0 {
+		v.saw()
+	}
+	if err := v.checkpoints(ctx); err != nil {
+		return err
+	}
+	v.rep.TreeSize += v.latest.Size
+	if v.logSize > v.latest.Size {
+		v.problem(AuditMissing, -1, -1, v.logSize, "", "the log's head says %d leaves, the latest checkpoint has %d (checkpoints were removed)", v.logSize, v.latest.Size)
+	}
+	rebuilt, err := v.leaves(ctx)
+	if err != nil {
+		return err
+	}
+	if v.latest.Size > 0 {
+		if root, err := tlog.TreeHash(v.latest.Size, v.storedHashes(ctx)); err != nil || root != v.latest.Root {
+			v.problem(AuditStoredHashes, -1, -1, v.latest.Size, "", "the stored tree hashes do not give the root of the checkpoint of size %d (%v)", v.latest.Size, err)
+		}
+	}
+	v.kept(ctx, rebuilt)
+	return v.paths(ctx)
+}
+
+// saw notes that the ledger holds something of the account.
+func (v *accountVerify) saw() { v.held = true }
+
+// checkpoints checks each checkpoint's signature, shape and row, and its
+// consistency with the previous readable one in the stored tree, and sets
+// latest to the latest readable one.
+func (v *accountVerify) checkpoints(ctx context.Context) error {
+	cur, err := openCursor(ctx, v.tx, "audit_verify_checkpoints", scanCheckpoint,
+		`SELECT rail_account, tree_size, note FROM audit_checkpoints WHERE rail_account = $1 ORDER BY tree_size`, v.acct)
+	if err != nil {
+		return err
+	}
+	var prev audit.Checkpoint
+	for {
+		c, ok, err := cur.next(ctx)
+		if err != nil || !ok {
+			return errors.Join(err, cur.close(ctx))
+		}
+		v.rep.Checkpoints++
+		v.saw()
+		_, err = audit.OpenCheckpoint(c.Note, v.opts.Verifiers...)
 		switch {
 		case errors.Is(err, audit.ErrBadSignature):
-			problem(AuditBadSignature, -1, -1, c.TreeSize, "", "checkpoint of size %d: %v (altered or forged)", c.TreeSize, err)
-			cp, err = audit.OpenCheckpoint(c.Note)
+			v.problem(AuditBadSignature, -1, -1, c.TreeSize, "", "checkpoint of size %d: %v (altered or forged)", c.TreeSize, err)
 		case errors.Is(err, audit.ErrUntrustedSigner):
-			problem(AuditUntrustedSigner, -1, -1, c.TreeSize, "", "checkpoint of size %d: %v", c.TreeSize, err)
-			cp, err = audit.OpenCheckpoint(c.Note)
+			v.problem(AuditUntrustedSigner, -1, -1, c.TreeSize, "", "checkpoint of size %d: %v", c.TreeSize, err)
 		}
-		if err != nil {
-			problem(AuditMalformedCheckpoint, -1, -1, c.TreeSize, "", "checkpoint of size %d: %v", c.TreeSize, err)
+		cp, ok := v.readable(c)
+		if !ok {
 			continue
 		}
-		if cp.Size != c.TreeSize || cp.Origin != origin {
-			problem(AuditMalformedCheckpoint, -1, -1, c.TreeSize, "", "checkpoint stored as size %d of %q says size %d of %q",
-				c.TreeSize, origin, cp.Size, cp.Origin)
-			continue
+		if prev.Size > 0 {
+			proof, err := tlog.ProveTree(cp.Size, prev.Size, v.storedHashes(ctx))
+			if err == nil {
+				err = audit.CheckConsistency(prev, cp, proof)
+			}
+			if err != nil {
+				v.problem(AuditInconsistent, -1, -1, cp.Size, "", "checkpoint of size %d is not consistent with checkpoint of size %d: %v", cp.Size, prev.Size, err)
+			}
 		}
-		trees = append(trees, cp)
+		prev, v.latest = cp, cp
 	}
-	var latest audit.Checkpoint
-	if len(trees) > 0 {
-		latest = trees[len(trees)-1]
-	}
-	rep.TreeSize += latest.Size
-	if logSize > latest.Size {
-		problem(AuditMissing, -1, -1, logSize, "", "the log's head says %d leaves, the latest checkpoint has %d (checkpoints were removed)", logSize, latest.Size)
-	}
+}
 
-	// Leaves: contiguous, each hashing to what was sealed at its index.
-	sealedAt := map[tlog.Hash]int64{} // sealed leaf hash → its index
-	for i := range max(latest.Size, logSize) {
-		if h, ok := stored[tlog.StoredHashIndex(0, i)]; ok {
-			sealedAt[h] = i
+// readable opens c without checking its signature and says whether it is
+// what its row says it is (reporting it when not, on the first pass).
+func (v *accountVerify) readable(c AuditCheckpoint) (audit.Checkpoint, bool) {
+	cp, err := audit.OpenCheckpoint(c.Note)
+	if err != nil {
+		v.problem(AuditMalformedCheckpoint, -1, -1, c.TreeSize, "", "checkpoint of size %d: %v", c.TreeSize, err)
+		return cp, false
+	}
+	if cp.Size != c.TreeSize || cp.Origin != v.origin {
+		v.problem(AuditMalformedCheckpoint, -1, -1, c.TreeSize, "", "checkpoint stored as size %d of %q says size %d of %q",
+			c.TreeSize, v.origin, cp.Size, cp.Origin)
+		return cp, false
+	}
+	return cp, true
+}
+
+// leaves streams the sealed records in leaf order: each must hash to the
+// leaf sealed at its index, and indexes must run 0..size-1. While they do,
+// it rebuilds the tree (its complete subtrees only) and compares its root
+// with each checkpoint's; it returns the rebuilt roots at the latest
+// checkpoint's size and at each kept checkpoint's, or nil if the records
+// do not make the whole tree.
+func (v *accountVerify) leaves(ctx context.Context) (map[int64]tlog.Hash, error) {
+	recs, err := openCursor(ctx, v.tx, "audit_verify_leaves", scanAuditRecord, `SELECT `+auditRecordColumns+` FROM audit_records r
+		WHERE r.rail_account = $1 AND r.leaf_index IS NOT NULL ORDER BY r.leaf_index`, v.acct)
+	if err != nil {
+		return nil, err
+	}
+	hashes, err := openCursor(ctx, v.tx, "audit_verify_hashes", scanStoredHash,
+		`SELECT idx, hash FROM audit_hashes WHERE rail_account = $1 ORDER BY idx`, v.acct)
+	if err != nil {
+		return nil, err
+	}
+	cps, err := openCursor(ctx, v.tx, "audit_verify_roots", scanCheckpoint,
+		`SELECT rail_account, tree_size, note FROM audit_checkpoints WHERE rail_account = $1 ORDER BY tree_size`, v.acct)
+	if err != nil {
+		return nil, err
+	}
+	roots := map[int64]tlog.Hash{} // rebuilt roots wanted: at the latest size and each kept size
+	if v.latest.Size > 0 {
+		roots[v.latest.Size] = tlog.Hash{}
+	}
+	for _, k := range v.opts.Kept {
+		if k.Origin == v.origin && k.Size > 0 && k.Size <= v.latest.Size {
+			roots[k.Size] = tlog.Hash{}
 		}
 	}
-	leaves := make([]tlog.Hash, latest.Size)
-	present := make([]bool, latest.Size)
-	var next int64
-	var unsealed []AuditRecord
-	for _, r := range recs {
-		if r.LeafIndex == nil {
-			unsealed = append(unsealed, r)
-			continue
+	var (
+		tree       frontier
+		mismatches []AuditProblem // root mismatches, reported if the records make the whole tree
+		moved      movedLeaves
+		next       int64
+		complete   = true
+		stored     storedHash
+		haveStored bool
+	)
+	for {
+		r, ok, err := recs.next(ctx)
+		if err != nil {
+			return nil, err
 		}
-		rep.Sealed++
+		if !ok {
+			break
+		}
+		v.rep.Sealed++
 		i := *r.LeafIndex
-		if i > next && next < latest.Size {
-			problem(AuditMissing, -1, next, latest.Size, "", "leaves %d to %d hold no record (sealed records were deleted)", next, min(i, latest.Size)-1)
+		if i > next && next < v.latest.Size {
+			v.problem(AuditMissing, -1, next, v.latest.Size, "", "leaves %d to %d hold no record (sealed records were deleted)", next, min(i, v.latest.Size)-1)
+			complete = false
 		}
 		next = i + 1
-		if i >= latest.Size {
-			problem(AuditBeyondCheckpoint, r.ID, i, latest.Size, r.SIK, "record %d has leaf index %d, outside the latest checkpoint (size %d)", r.ID, i, latest.Size)
+		if i >= v.latest.Size {
+			v.problem(AuditBeyondCheckpoint, r.ID, i, v.latest.Size, r.SIK, "record %d has leaf index %d, outside the latest checkpoint (size %d)", r.ID, i, v.latest.Size)
 			continue
 		}
 		h := r.Leaf().LeafHash()
-		leaves[i], present[i] = h, true
-		if want, ok := stored[tlog.StoredHashIndex(0, i)]; ok && want != h {
-			if j, moved := sealedAt[h]; moved {
-				problem(AuditReordered, r.ID, i, latest.Size, r.SIK, "record %d is at leaf %d, but it was sealed as leaf %d (records were reordered)", r.ID, i, j)
-			} else {
-				problem(AuditAltered, r.ID, i, latest.Size, r.SIK, "record %d (leaf %d): its fields do not hash to the sealed leaf (the record was altered)", r.ID, i)
+		want := tlog.StoredHashIndex(0, i)
+		for !haveStored || stored.idx < want {
+			if stored, haveStored, err = hashes.next(ctx); err != nil {
+				return nil, err
+			}
+			if !haveStored {
+				break
 			}
 		}
+		if haveStored && stored.idx == want && stored.hash != h {
+			v.problem(AuditAltered, r.ID, i, v.latest.Size, r.SIK, "record %d (leaf %d): its fields do not hash to the sealed leaf (the record was altered)", r.ID, i)
+			if err := moved.add(ctx, v, len(v.rep.Problems)-1, h); err != nil {
+				return nil, err
+			}
+		}
+		if !complete {
+			continue
+		}
+		tree.add(h)
+		if _, ok := roots[tree.size]; ok {
+			roots[tree.size] = tree.root()
+		}
+		if err := v.compareRoots(ctx, cps, &tree, &mismatches); err != nil {
+			return nil, err
+		}
 	}
-	if next < latest.Size {
-		problem(AuditMissing, -1, next, latest.Size, "", "leaves %d to %d hold no record (sealed records were deleted)", next, latest.Size-1)
+	if err := moved.resolve(ctx, v); err != nil {
+		return nil, err
 	}
+	if next < v.latest.Size {
+		v.problem(AuditMissing, -1, next, v.latest.Size, "", "leaves %d to %d hold no record (sealed records were deleted)", next, v.latest.Size-1)
+		complete = false
+	}
+	if err := errors.Join(recs.close(ctx), hashes.close(ctx), cps.close(ctx)); err != nil {
+		return nil, err
+	}
+	if !complete || v.latest.Size == 0 {
+		return nil, nil
+	}
+	v.rep.Problems = append(v.rep.Problems, mismatches...)
+	return roots, nil
+}
 
-	// The tree rebuilt from the records must be every checkpoint's tree;
-	// consecutive checkpoints must be consistent in the stored tree.
-	complete := true
-	for _, p := range present {
-		complete = complete && p
-	}
-	var rebuilt tlog.HashReader
-	if complete && latest.Size > 0 {
-		if rebuilt, err = rebuildTree(leaves); err != nil {
+// compareRoots compares the rebuilt tree's root with the root of each
+// readable checkpoint of its size, reading checkpoints up to it.
+func (v *accountVerify) compareRoots(ctx context.Context, cps *rowCursor[AuditCheckpoint], tree *frontier, mismatches *[]AuditProblem) error {
+	for {
+		c, ok, err := cps.peek(ctx)
+		if err != nil || !ok || c.TreeSize > tree.size {
 			return err
 		}
-		for _, c := range trees {
-			root, err := tlog.TreeHash(c.Size, rebuilt)
-			if err != nil {
+		if _, _, err := cps.next(ctx); err != nil {
+			return err
+		}
+		cp, err := audit.OpenCheckpoint(c.Note)
+		if err != nil || cp.Size != c.TreeSize || cp.Origin != v.origin || cp.Size != tree.size {
+			continue // reported by checkpoints
+		}
+		if root := tree.root(); root != cp.Root {
+			*mismatches = append(*mismatches, AuditProblem{RailAccount: v.acct, Kind: AuditRootMismatch, RecordID: -1, LeafIndex: -1, TreeSize: cp.Size,
+				Problem: fmt.Sprintf("the tree rebuilt from the first %d records has root %s, the checkpoint of size %d says %s", cp.Size, root, cp.Size, cp.Root)})
+		}
+	}
+}
+
+// kept checks that the log extends each kept checkpoint of the account:
+// in the tree rebuilt from the records when they make the whole tree (its
+// roots at the kept size and at the latest are the kept and the latest
+// checkpoint's), else by a consistency proof from the stored tree.
+func (v *accountVerify) kept(ctx context.Context, rebuilt map[int64]tlog.Hash) {
+	for _, k := range v.opts.Kept {
+		if k.Origin != v.origin {
+			continue
+		}
+		v.rep.KeptChecked++
+		v.saw()
+		var err error
+		switch {
+		case rebuilt == nil || k.Size == 0 || k.Size > v.latest.Size || (k.Size == v.latest.Size && k.Root != v.latest.Root):
+			err = extendsKept(k, v.latest, v.storedHashes(ctx))
+		case rebuilt[k.Size] != k.Root:
+			err = fmt.Errorf("the log at size %d does not extend it (the tree rebuilt from its records has root %s at size %d)", v.latest.Size, rebuilt[k.Size], k.Size)
+		case rebuilt[v.latest.Size] != v.latest.Root:
+			err = fmt.Errorf("the log at size %d does not extend it (the tree rebuilt from its records is not the latest checkpoint's)", v.latest.Size)
+		}
+		if err != nil {
+			v.problem(AuditForked, -1, -1, k.Size, "", "the kept checkpoint of size %d (root %s): %v: the log was rewritten or truncated since", k.Size, k.Root, err)
+		}
+	}
+}
+
+// paths streams each intent with its records, sealed ones in leaf order
+// then unsealed ones in id order: they must be a path from its birth to
+// where the intent stands, and (CheckActions) the intent the action its
+// SIK was derived from. It counts unsealed records and how long they wait.
+func (v *accountVerify) paths(ctx context.Context) error {
+	// Both streams in byte order of the SIK, the order Go compares in.
+	recs, err := openCursor(ctx, v.tx, "audit_verify_paths", scanAuditRecord, `SELECT `+auditRecordColumns+` FROM audit_records r
+		WHERE r.rail_account = $1 ORDER BY r.sik COLLATE "C", r.leaf_index NULLS LAST, r.id`, v.acct)
+	if err != nil {
+		return err
+	}
+	intents, err := openCursor(ctx, v.tx, "audit_verify_intents", pgx.RowToStructByPos[intentRow],
+		`SELECT sik, state, action, subject, amount_minor, currency, payee, distinct_reason, canonical, COALESCE(agent_id, ''), reason
+		FROM intents WHERE rail_account = $1 ORDER BY sik COLLATE "C"`, v.acct)
+	if err != nil {
+		return err
+	}
+	var unsealed unsealedRecords
+	for {
+		r, rok, err := recs.peek(ctx)
+		if err != nil {
+			return err
+		}
+		it, iok, err := intents.peek(ctx)
+		if err != nil {
+			return err
+		}
+		if !rok && !iok {
+			break
+		}
+		v.saw()
+		var sk string
+		switch {
+		case !rok || (iok && it.SIK <= r.SIK):
+			sk = it.SIK
+		default:
+			sk = r.SIK
+		}
+		var last, birth AuditRecord
+		seen := false
+		for rok && r.SIK == sk {
+			if _, _, err := recs.next(ctx); err != nil {
 				return err
 			}
-			if root != c.Root {
-				problem(AuditRootMismatch, -1, -1, c.Size, "", "the tree rebuilt from the first %d records has root %s, the checkpoint of size %d says %s",
-					c.Size, root, c.Size, c.Root)
+			v.step(r, last, seen)
+			if !seen {
+				birth = r
+			}
+			unsealed.count(r, v)
+			last, seen = r, true
+			if r, rok, err = recs.peek(ctx); err != nil {
+				return err
+			}
+		}
+		if !iok || it.SIK != sk {
+			v.problem(AuditPathBroken, last.ID, leafOf(last), 0, sk, "intent %s has audit records (the last, %d, ends at %s) but no intent row (the intent was deleted)", sk, last.ID, last.ToState)
+			continue
+		}
+		if _, _, err := intents.next(ctx); err != nil {
+			return err
+		}
+		switch {
+		case !seen:
+			v.problem(AuditPathBroken, -1, -1, 0, sk, "intent %s is %s but has no audit record", sk, it.State)
+		case last.ToState != it.State:
+			v.problem(AuditPathBroken, last.ID, leafOf(last), 0, sk, "intent %s is %s, but its last record (%d) ends at %s (later records are missing)", sk, it.State, last.ID, last.ToState)
+		}
+		if seen {
+			v.covered(it, birth, last)
+		}
+		if v.opts.CheckActions {
+			for _, why := range checkIntentAction(v.acct, it) {
+				v.problem(AuditActionMismatch, -1, -1, 0, it.SIK, "intent %s: %s (the intent was edited after it was keyed)", it.SIK, why)
 			}
 		}
 	}
-	reader := tlog.HashReaderFunc(func(idx []int64) ([]tlog.Hash, error) {
+	unsealed.report(v)
+	return errors.Join(recs.close(ctx), intents.close(ctx))
+}
+
+// birthAgentPrefix opens the detail of a birth record that names the
+// intent's agent (migration 00037): "agent: <id>", then on a line of its
+// own what the detail held before.
+const birthAgentPrefix = "agent: "
+
+// birthAgent reads the agent a birth record's detail names, and the rest
+// of the detail; ok is false when it names none (written before 00037).
+func birthAgent(detail string) (agent, rest string, ok bool) {
+	after, ok := strings.CutPrefix(detail, birthAgentPrefix)
+	if !ok {
+		return "", detail, false
+	}
+	agent, rest, _ = strings.Cut(after, "\n")
+	return agent, rest, true
+}
+
+// covered checks the intent's columns its records cover beyond its state:
+// its agent is the one its birth record names, and its reason is the
+// detail of its last record (a transition writes the intent's reason as
+// its record's detail; a birth writes it unless the intent has a
+// distinct reason, which the detail holds instead).
+func (v *accountVerify) covered(it intentRow, birth, last AuditRecord) {
+	agent, rest, named := birthAgent(birth.Detail)
+	switch {
+	case birth.FromState != "":
+		// No birth record: reported as a broken path.
+	case !named:
+		v.rep.AgentsUnchecked++
+	case agent != it.AgentID:
+		v.problem(AuditAgentMismatch, birth.ID, leafOf(birth), 0, it.SIK, "intent %s: its agent is %q, but its birth record (%d) names %q (the intent was moved to another agent)",
+			it.SIK, it.AgentID, birth.ID, agent)
+	}
+	want, checked := last.Detail, last.FromState != ""
+	if last.ID == birth.ID && it.Distinct == "" {
+		want, checked = rest, true
+	}
+	if checked && it.Reason != want {
+		v.problem(AuditReasonMismatch, last.ID, leafOf(last), 0, it.SIK, "intent %s: its reason is not its last record's (%d) (the intent was edited after the record)", it.SIK, last.ID)
+	}
+}
+
+// step checks that r, the record of an intent after prev (seen: there is
+// one), is its birth or a transition from where prev left it.
+func (v *accountVerify) step(r, prev AuditRecord, seen bool) {
+	switch {
+	case !seen && r.FromState != "":
+		v.problem(AuditPathBroken, r.ID, leafOf(r), 0, r.SIK, "intent %s: its first record (%d) starts from %s, not from its birth (earlier records are missing)", r.SIK, r.ID, r.FromState)
+	case !seen && !legalBirth(r):
+		v.problem(AuditIllegalTransition, r.ID, leafOf(r), 0, r.SIK, "intent %s: its birth record (%d) is '' → %s by %s (attempt %d); an intent is born PROPOSED, or IN_FLIGHT by its first attempt's start",
+			r.SIK, r.ID, r.ToState, r.Event, r.AttemptSeq)
+	case seen && r.FromState != prev.ToState:
+		v.problem(AuditPathBroken, r.ID, leafOf(r), 0, r.SIK, "intent %s: record %d goes from %s, but the record before it (%d) ends at %s (a record between them is missing or out of order)",
+			r.SIK, r.ID, r.FromState, prev.ID, prev.ToState)
+	case seen && !legalEdge(r):
+		v.problem(AuditIllegalTransition, r.ID, leafOf(r), 0, r.SIK, "intent %s: record %d moves %s → %s by %s, which the intent state machine does not allow",
+			r.SIK, r.ID, r.FromState, r.ToState, r.Event)
+	}
+}
+
+// unsealedRecords counts an account's unsealed records, those waiting
+// longer than the bound, and the oldest.
+type unsealedRecords struct {
+	n, stale int64
+	oldest   AuditRecord
+}
+
+func (u *unsealedRecords) count(r AuditRecord, v *accountVerify) {
+	if r.LeafIndex != nil {
+		return
+	}
+	u.n++
+	if u.oldest.ID == 0 || r.AtMicros < u.oldest.AtMicros {
+		u.oldest = r
+	}
+	if v.opts.MaxUnsealedAge > 0 && v.now-r.AtMicros > v.opts.MaxUnsealedAge.Microseconds() {
+		u.stale++
+	}
+}
+
+func (u *unsealedRecords) report(v *accountVerify) {
+	v.rep.Unsealed += u.n
+	if u.oldest.ID != 0 && (v.rep.OldestUnsealedMicros == 0 || u.oldest.AtMicros < v.rep.OldestUnsealedMicros) {
+		v.rep.OldestUnsealedMicros = u.oldest.AtMicros
+	}
+	if u.stale > 0 {
+		v.problem(AuditStaleUnsealed, u.oldest.ID, -1, 0, u.oldest.SIK, "%d records unsealed for longer than %s (the oldest, record %d, since %s): is a sequencer running with a signing key?",
+			u.stale, v.opts.MaxUnsealedAge, u.oldest.ID, time.UnixMicro(u.oldest.AtMicros).UTC().Format(time.RFC3339))
+	}
+}
+
+// movedLeaves tells a moved record from an altered one: a record whose
+// leaf hash is sealed at another of the log's leaf indexes was moved. The
+// records found altered are looked up verifyBatch at a time.
+type movedLeaves struct {
+	problems []int // indexes in the report's problems, reported altered
+	hashes   [][]byte
+}
+
+func (m *movedLeaves) add(ctx context.Context, v *accountVerify, problem int, h tlog.Hash) error {
+	m.problems, m.hashes = append(m.problems, problem), append(m.hashes, h[:])
+	if len(m.problems) < verifyBatch {
+		return nil
+	}
+	return m.resolve(ctx, v)
+}
+
+func (m *movedLeaves) resolve(ctx context.Context, v *accountVerify) error {
+	if len(m.problems) == 0 {
+		return nil
+	}
+	rows, err := v.tx.Query(ctx, `SELECT idx, hash FROM audit_hashes WHERE rail_account = $1 AND hash = ANY($2::bytea[])`, v.acct, m.hashes)
+	if err != nil {
+		return err
+	}
+	found, err := pgx.CollectRows(rows, scanStoredHash)
+	if err != nil {
+		return err
+	}
+	sealedAt := map[tlog.Hash]int64{}
+	for _, f := range found {
+		if level, n := tlog.SplitStoredHashIndex(f.idx); level == 0 && n < max(v.latest.Size, v.logSize) {
+			sealedAt[f.hash] = n
+		}
+	}
+	for j, pi := range m.problems {
+		var h tlog.Hash
+		copy(h[:], m.hashes[j])
+		if at, moved := sealedAt[h]; moved {
+			p := &v.rep.Problems[pi]
+			p.Kind = AuditReordered
+			p.Problem = fmt.Sprintf("record %d is at leaf %d, but it was sealed as leaf %d (records were reordered)", p.RecordID, p.LeafIndex, at)
+		}
+	}
+	m.problems, m.hashes = m.problems[:0], m.hashes[:0]
+	return nil
+}
+
+// storedHashes reads the account's stored tree hashes from the ledger.
+func (v *accountVerify) storedHashes(ctx context.Context) tlog.HashReader {
+	return tlog.HashReaderFunc(func(idx []int64) ([]tlog.Hash, error) {
+		rows, err := v.tx.Query(ctx, `SELECT idx, hash FROM audit_hashes WHERE rail_account = $1 AND idx = ANY($2)`, v.acct, idx)
+		if err != nil {
+			return nil, err
+		}
+		found, err := pgx.CollectRows(rows, scanStoredHash)
+		if err != nil {
+			return nil, err
+		}
+		got := make(map[int64]tlog.Hash, len(found))
+		for _, f := range found {
+			got[f.idx] = f.hash
+		}
 		out := make([]tlog.Hash, len(idx))
 		for j, i := range idx {
-			h, ok := stored[i]
+			h, ok := got[i]
 			if !ok {
 				return nil, fmt.Errorf("stored hash %d is missing", i)
 			}
@@ -319,112 +709,108 @@ func verifyAccount(ctx context.Context, tx pgx.Tx, acct string, opts AuditVerify
 		}
 		return out, nil
 	})
-	if latest.Size > 0 {
-		if root, err := tlog.TreeHash(latest.Size, reader); err != nil || root != latest.Root {
-			problem(AuditStoredHashes, -1, -1, latest.Size, "", "the stored tree hashes do not give the root of the checkpoint of size %d (%v)", latest.Size, err)
-		}
-	}
-	for k := 1; k < len(trees); k++ {
-		older, newer := trees[k-1], trees[k]
-		proof, err := tlog.ProveTree(newer.Size, older.Size, reader)
-		if err == nil {
-			err = audit.CheckConsistency(older, newer, proof)
-		}
-		if err != nil {
-			problem(AuditInconsistent, -1, -1, newer.Size, "", "checkpoint of size %d is not consistent with checkpoint of size %d: %v", newer.Size, older.Size, err)
-		}
-	}
-	// Kept checkpoints: the log now must extend each, proved from the tree
-	// rebuilt from the records when it is whole, else from the stored one.
-	proofs := tlog.HashReader(reader)
-	if rebuilt != nil {
-		proofs = rebuilt
-	}
-	for _, k := range opts.Kept {
-		if k.Origin != origin {
-			continue
-		}
-		rep.KeptChecked++
-		if err := extendsKept(k, latest, proofs); err != nil {
-			problem(AuditForked, -1, -1, k.Size, "", "the kept checkpoint of size %d (root %s): %v: the log was rewritten or truncated since", k.Size, k.Root, err)
-		}
-	}
+}
 
-	// Each intent's records, sealed ones in leaf order then unsealed ones
-	// in id order, are a path from birth to where the intent stands.
-	rep.Unsealed += int64(len(unsealed))
-	var stale int64
-	var oldest AuditRecord
-	for _, r := range unsealed {
-		if oldest.ID == 0 || r.AtMicros < oldest.AtMicros {
-			oldest = r
+// frontier is a tree being rebuilt leaf by leaf, as the roots of its
+// maximal complete subtrees, left to right (at most log2(size)+1 of them).
+type frontier struct {
+	size    int64
+	hashes  []tlog.Hash
+	heights []int
+}
+
+func (f *frontier) add(h tlog.Hash) {
+	f.size++
+	f.hashes, f.heights = append(f.hashes, h), append(f.heights, 0)
+	for n := len(f.hashes); n >= 2 && f.heights[n-1] == f.heights[n-2]; n = len(f.hashes) {
+		f.hashes[n-2] = tlog.NodeHash(f.hashes[n-2], f.hashes[n-1])
+		f.heights[n-2]++
+		f.hashes, f.heights = f.hashes[:n-1], f.heights[:n-1]
+	}
+}
+
+// root is the RFC 6962 root of the tree so far (at least one leaf): its
+// subtrees folded from the right.
+func (f *frontier) root() tlog.Hash {
+	r := f.hashes[len(f.hashes)-1]
+	for i := len(f.hashes) - 2; i >= 0; i-- {
+		r = tlog.NodeHash(f.hashes[i], r)
+	}
+	return r
+}
+
+// rowCursor streams one query's rows through a server-side cursor of the
+// verification's transaction, verifyBatch rows at a time: several streams
+// are read side by side on the one connection, and memory holds one batch
+// of each however long the log.
+type rowCursor[T any] struct {
+	tx   pgx.Tx
+	name string
+	scan pgx.RowToFunc[T]
+	buf  []T
+	done bool
+}
+
+func openCursor[T any](ctx context.Context, tx pgx.Tx, name string, scan pgx.RowToFunc[T], query string, args ...any) (*rowCursor[T], error) {
+	if _, err := tx.Exec(ctx, `DECLARE `+name+` NO SCROLL CURSOR FOR `+query, args...); err != nil {
+		return nil, err
+	}
+	return &rowCursor[T]{tx: tx, name: name, scan: scan}, nil
+}
+
+// peek returns the next row without taking it (ok false at the end).
+func (c *rowCursor[T]) peek(ctx context.Context) (T, bool, error) {
+	var zero T
+	if len(c.buf) == 0 && !c.done {
+		rows, err := c.tx.Query(ctx, `FETCH `+strconv.Itoa(verifyBatch)+` FROM `+c.name)
+		if err != nil {
+			return zero, false, err
 		}
-		if opts.MaxUnsealedAge > 0 && now-r.AtMicros > opts.MaxUnsealedAge.Microseconds() {
-			stale++
+		if c.buf, err = pgx.CollectRows(rows, c.scan); err != nil {
+			return zero, false, err
 		}
+		c.done = len(c.buf) < verifyBatch
 	}
-	if oldest.ID != 0 && (rep.OldestUnsealedMicros == 0 || oldest.AtMicros < rep.OldestUnsealedMicros) {
-		rep.OldestUnsealedMicros = oldest.AtMicros
+	if len(c.buf) == 0 {
+		return zero, false, nil
 	}
-	if stale > 0 {
-		problem(AuditStaleUnsealed, oldest.ID, -1, 0, oldest.SIK, "%d records unsealed for longer than %s (the oldest, record %d, since %s): is a sequencer running with a signing key?",
-			stale, opts.MaxUnsealedAge, oldest.ID, time.UnixMicro(oldest.AtMicros).UTC().Format(time.RFC3339))
+	return c.buf[0], true, nil
+}
+
+// next takes the next row (ok false at the end).
+func (c *rowCursor[T]) next(ctx context.Context) (T, bool, error) {
+	v, ok, err := c.peek(ctx)
+	if ok {
+		var zero T
+		c.buf[0] = zero
+		c.buf = c.buf[1:]
 	}
-	rows, err = tx.Query(ctx, `SELECT sik, state, action, subject, amount_minor, currency, payee, distinct_reason, canonical
-		FROM intents WHERE rail_account = $1`, acct)
-	if err != nil {
-		return err
-	}
-	intents, err := pgx.CollectRows(rows, pgx.RowToStructByPos[intentRow])
-	if err != nil {
-		return err
-	}
-	states := map[string]string{}
-	for _, it := range intents {
-		states[it.SIK] = it.State
-	}
-	if opts.CheckActions {
-		for _, it := range intents {
-			for _, why := range checkIntentAction(acct, it) {
-				problem(AuditActionMismatch, -1, -1, 0, it.SIK, "intent %s: %s (the intent was edited after it was keyed)", it.SIK, why)
-			}
-		}
-	}
-	last := map[string]AuditRecord{}
-	for _, r := range recs {
-		prev, seen := last[r.SIK]
-		switch {
-		case !seen && r.FromState != "":
-			problem(AuditPathBroken, r.ID, leafOf(r), 0, r.SIK, "intent %s: its first record (%d) starts from %s, not from its birth (earlier records are missing)", r.SIK, r.ID, r.FromState)
-		case !seen && !legalBirth(r):
-			problem(AuditIllegalTransition, r.ID, leafOf(r), 0, r.SIK, "intent %s: its birth record (%d) is '' → %s by %s (attempt %d); an intent is born PROPOSED, or IN_FLIGHT by its first attempt's start",
-				r.SIK, r.ID, r.ToState, r.Event, r.AttemptSeq)
-		case seen && r.FromState != prev.ToState:
-			problem(AuditPathBroken, r.ID, leafOf(r), 0, r.SIK, "intent %s: record %d goes from %s, but the record before it (%d) ends at %s (a record between them is missing or out of order)",
-				r.SIK, r.ID, r.FromState, prev.ID, prev.ToState)
-		case seen && !legalEdge(r):
-			problem(AuditIllegalTransition, r.ID, leafOf(r), 0, r.SIK, "intent %s: record %d moves %s → %s by %s, which the intent state machine does not allow",
-				r.SIK, r.ID, r.FromState, r.ToState, r.Event)
-		}
-		last[r.SIK] = r
-	}
-	for _, k := range slices.Sorted(maps.Keys(states)) {
-		st := states[k]
-		r, ok := last[k]
-		switch {
-		case !ok:
-			problem(AuditPathBroken, -1, -1, 0, k, "intent %s is %s but has no audit record", k, st)
-		case r.ToState != st:
-			problem(AuditPathBroken, r.ID, leafOf(r), 0, k, "intent %s is %s, but its last record (%d) ends at %s (later records are missing)", k, st, r.ID, r.ToState)
-		}
-	}
-	for _, k := range slices.Sorted(maps.Keys(last)) {
-		if _, ok := states[k]; !ok {
-			r := last[k]
-			problem(AuditPathBroken, r.ID, leafOf(r), 0, k, "intent %s has audit records (the last, %d, ends at %s) but no intent row (the intent was deleted)", k, r.ID, r.ToState)
-		}
-	}
-	return nil
+	return v, ok, err
+}
+
+func (c *rowCursor[T]) close(ctx context.Context) error {
+	_, err := c.tx.Exec(ctx, `CLOSE `+c.name)
+	return err
+}
+
+// storedHash is one stored hash of a tree.
+type storedHash struct {
+	idx  int64
+	hash tlog.Hash
+}
+
+func scanStoredHash(r pgx.CollectableRow) (storedHash, error) {
+	var h storedHash
+	var b []byte
+	err := r.Scan(&h.idx, &b)
+	copy(h.hash[:], b)
+	return h, err
+}
+
+func scanCheckpoint(r pgx.CollectableRow) (AuditCheckpoint, error) {
+	var c AuditCheckpoint
+	err := r.Scan(&c.RailAccount, &c.TreeSize, &c.Note)
+	return c, err
 }
 
 // extendsKept says why the log whose latest checkpoint is latest, over
@@ -454,6 +840,7 @@ type intentRow struct {
 	AmountMinor                 int64
 	Currency, Payee, Distinct   string
 	Canonical                   string
+	AgentID, Reason             string
 }
 
 // checkIntentAction says how it is not the action its canonical column
@@ -530,24 +917,4 @@ func leafOf(r AuditRecord) int64 {
 		return -1
 	}
 	return *r.LeafIndex
-}
-
-// rebuildTree computes every stored hash of the tree over leaves, in memory.
-func rebuildTree(leaves []tlog.Hash) (tlog.HashReader, error) {
-	var all []tlog.Hash
-	r := tlog.HashReaderFunc(func(idx []int64) ([]tlog.Hash, error) {
-		out := make([]tlog.Hash, len(idx))
-		for j, i := range idx {
-			out[j] = all[i]
-		}
-		return out, nil
-	})
-	for n, h := range leaves {
-		hs, err := tlog.StoredHashesForRecordHash(int64(n), h, r)
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, hs...)
-	}
-	return r, nil
 }
