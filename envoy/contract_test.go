@@ -131,19 +131,11 @@ type chainFilter struct {
 
 func (c *contract) hcm(path string, h *hcmv3.HttpConnectionManager) {
 	c.accessLogs(path, h.GetAccessLog())
-	// The agent chooses its request's headers, x-forwarded-for among them.
-	// Envoy honours x-envoy-* request headers (x-envoy-retry-on,
-	// x-envoy-retriable-status-codes, x-envoy-upstream-rq-timeout-ms, …)
-	// only from a request it takes for internal, and strips them from
-	// others. Since Envoy 1.36 no address is internal unless
-	// internal_address_config names it (the explicit_internal_address_config
-	// guard became the default, http_connection_manager/config.cc,
-	// createInternalAddressConfig): leaving it unset keeps every agent
-	// request external, so an agent cannot have Envoy send its payment
-	// again (a retry an MCP server without an idempotency key would pay
-	// twice) or cut its timeout. Configuring it would trust what reaches it.
-	if h.GetInternalAddressConfig() != nil {
-		c.fail("%s: internal_address_config must be unset: an address it names (the agent's loopback among them) may set x-envoy-* request headers such as x-envoy-retry-on", path)
+	// No agent request is ever internal to Envoy, so Envoy strips the
+	// x-envoy-* controls that would have it send the payment again or cut
+	// it short (envoyconfig.InternalTrust says how, with Envoy's source).
+	for _, p := range envoyconfig.InternalTrust(h) {
+		c.fail("%s: %s", path, p)
 	}
 	var authz, proc, router []chainFilter
 	for i, f := range h.GetHttpFilters() {
@@ -223,6 +215,9 @@ func (c *contract) extAuthz(path string, x *extauthzv3.ExtAuthz) {
 	}
 	if x.GetEncodeRawHeaders() {
 		c.fail("%s: encode_raw_headers must be false: Countersign reads the headers map", path)
+	}
+	if x.GetAllowedHeaders() != nil || x.GetDisallowedHeaders() != nil {
+		c.fail("%s: %s", path, envoyconfig.EveryHeaderWhy)
 	}
 	if e := x.GetEnableDynamicMetadataIngestion(); e != nil && !e.GetValue() {
 		c.fail("%s: dynamic metadata ingestion must stay on: it carries the attempt to ext_proc", path)

@@ -17,6 +17,8 @@ import (
 	// relays loopback TCP to Countersign's socket must be refused by the
 	// contract, not by an unknown @type.
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	// Likewise Envoy's default original-IP detector, in a copy that adds it.
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/http/original_ip_detection/xff/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"sigs.k8s.io/yaml"
 )
@@ -78,6 +80,7 @@ func TestDeepValidationReachesEveryAny(t *testing.T) {
 		"envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
 		"envoy.extensions.filters.http.router.v3.Router",
 		"envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+		"envoy.extensions.http.original_ip_detection.custom_header.v3.CustomHeaderConfig",
 		"envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
 		"envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
 	}
@@ -204,10 +207,30 @@ func TestBrokenCopiesAreCaught(t *testing.T) {
 		{name: "no body in the check", at: authz, edit: del("with_request_body"), want: failsContract, errHas: "with_request_body must be set"},
 		{name: "route cache cleared", at: authz, edit: set("clear_route_cache", true), want: failsContract, errHas: "clear_route_cache must be false"},
 		{name: "raw headers", at: authz, edit: set("encode_raw_headers", true), want: failsContract, errHas: "encode_raw_headers must be false"},
+		{name: "the check shown some headers only", at: authz, edit: set("allowed_headers", map[string]any{"patterns": []any{map[string]any{"exact": "authorization"}}}),
+			want: failsContract, errHas: "allowed_headers and disallowed_headers must be unset"},
+		{name: "x-envoy-* headers hidden from the check", at: authz, edit: set("disallowed_headers", map[string]any{"patterns": []any{map[string]any{"prefix": "x-envoy-"}}}),
+			want: failsContract, errHas: "allowed_headers and disallowed_headers must be unset"},
 		{name: "routing headers mutable", at: append(slices.Clone(authz), "decoder_header_mutation_rules"), edit: set("allow_all_routing", true), want: failsContract, errHas: "allow_all_routing"},
 		{name: "ext_proc before ext_authz", at: hcm, edit: swapFilters(0, 1), want: failsContract, errHas: "filter order"},
+		// No agent request is internal, or Envoy would obey its
+		// x-envoy-retry-on, x-envoy-upstream-rq-timeout-ms, ….
 		{name: "loopback trusted to set x-envoy headers", at: hcm, edit: set("internal_address_config", map[string]any{"cidr_ranges": []any{map[string]any{"address_prefix": "127.0.0.1", "prefix_len": 32}}}),
 			want: failsContract, errHas: "internal_address_config must be unset"},
+		{name: "an internal_address_config without ranges: RFC 1918 and loopback trusted", at: hcm, edit: set("internal_address_config", map[string]any{}),
+			want: failsContract, errHas: "internal_address_config must be unset: with no cidr_ranges"},
+		{name: "Envoy's default detector: a one-address X-Forwarded-For trusted", at: hcm, edit: del("original_ip_detection_extensions"),
+			want: failsContract, errHas: "original_ip_detection_extensions must be one custom_header detector"},
+		{name: "the detector trusts X-Forwarded-For", at: append(slices.Clone(hcm), "original_ip_detection_extensions", 0, "typed_config"),
+			edit: set("allow_extension_to_set_address_as_trusted", true), want: failsContract, errHas: "allow_extension_to_set_address_as_trusted: false"},
+		{name: "a second detector", at: hcm, edit: func(m map[string]any) {
+			m["original_ip_detection_extensions"] = append(m["original_ip_detection_extensions"].([]any), map[string]any{
+				"name":         "envoy.http.original_ip_detection.xff",
+				"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.extensions.http.original_ip_detection.xff.v3.XffConfig"},
+			})
+		}, want: failsContract, errHas: "original_ip_detection_extensions must be one custom_header detector"},
+		{name: "the peer's address trusted", at: hcm, edit: set("use_remote_address", true), want: failsContract, errHas: "use_remote_address must be unset"},
+		{name: "a hop in front trusted", at: hcm, edit: set("xff_num_trusted_hops", 1), want: failsContract, errHas: "xff_num_trusted_hops must be 0"},
 		{name: "router before ext_proc", at: hcm, edit: swapFilters(1, 2), want: failsContract, errHas: "filter order"},
 		{name: "streamed request body", at: append(slices.Clone(proc), "processing_mode"), edit: set("request_body_mode", "STREAMED"), want: failsContract, errHas: "request_body_mode:STREAMED"},
 		{name: "response body not sent", at: append(slices.Clone(proc), "processing_mode"), edit: set("response_body_mode", "NONE"), want: failsContract, errHas: "processing_mode must be"},

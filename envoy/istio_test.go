@@ -162,6 +162,29 @@ func checkIstio(values map[string]any, docs []map[string]any) error {
 		fail("no DestinationRule for %s originates TLS that accepts only subjectAltNames [%s]", railHost, railHost)
 	}
 
+	// The gateway sends an allowed request to the rail once: Istio gives a
+	// route without retries its default policy (two retries, on a 503
+	// among others: pilot/pkg/networking/core/route/retry/retry.go,
+	// DefaultPolicy), and attempts: 0 is how a VirtualService says none.
+	toRail := 0
+	for _, vs := range kinds["VirtualService"] {
+		for i, r := range list(vs, "spec", "http") {
+			for _, d := range list(r, "route") {
+				if str(d, "destination", "host") != railHost {
+					continue
+				}
+				toRail++
+				if a, ok := get(r, "retries", "attempts").(float64); !ok || a != 0 {
+					fail("VirtualService %s http[%d] sends to %s with retries %v: it must say retries.attempts: 0 (Istio's default retries a 503, a second rail call on one decision)",
+						str(vs, "metadata", "name"), i, railHost, get(r, "retries"))
+				}
+			}
+		}
+	}
+	if toRail == 0 {
+		fail("no VirtualService route sends to %s", railHost)
+	}
+
 	covered := false
 	for _, ap := range kinds["AuthorizationPolicy"] {
 		n := str(ap, "metadata", "name")
@@ -280,6 +303,18 @@ func TestIstioBrokenCopiesAreCaught(t *testing.T) {
 				}
 			}
 		}, "accepts only subjectAltNames"},
+		{"Istio's default retries on the route to the rail", func(_ map[string]any, d []map[string]any) {
+			for _, r := range list(ofKind(d, "VirtualService"), "spec", "http") {
+				delete(r.(map[string]any), "retries")
+			}
+		}, "must say retries.attempts: 0"},
+		{"the rail call retried", func(_ map[string]any, d []map[string]any) {
+			for _, r := range list(ofKind(d, "VirtualService"), "spec", "http") {
+				if get(r, "retries") != nil {
+					r.(map[string]any)["retries"] = map[string]any{"attempts": 2, "retryOn": "5xx"}
+				}
+			}
+		}, "must say retries.attempts: 0"},
 		{"Countersign not on loopback", func(_ map[string]any, d []map[string]any) {
 			list(ofKind(d, "ServiceEntry"), "spec", "endpoints")[0].(map[string]any)["address"] = "10.0.0.7"
 		}, "is not loopback"},

@@ -81,7 +81,11 @@ func (e *Engine) route(req Request) target {
 		return refusal(refuse(req, ReasonRouteUnknown, fmt.Sprintf("Countersign does not guard %s %s%s: no rail account is configured for this host.", req.Method, req.Host, pathOnly(req.Path)), http.StatusForbidden))
 	}
 	parsed, err := acct.Adapter.Parse(rail.Request{Method: req.Method, Host: req.Host, Path: req.Path, Headers: req.Headers, Body: req.Body})
+	var header *rail.RefusedHeader
 	switch {
+	case errors.As(err, &header):
+		// The refusal names the header, or the agent cannot tell what to drop.
+		return refusal(refuseRail(acct, req, ReasonActionUnknown, fmt.Sprintf("Countersign refuses %s %s on %s: its header %s %s.", req.Method, pathOnly(req.Path), acct.Rail, header.Name, header.Why), http.StatusForbidden))
 	case errors.Is(err, rail.ErrUnrecognised):
 		return refusal(refuseRail(acct, req, ReasonActionUnknown, fmt.Sprintf("%s %s is not an action Countersign knows on %s, so it is refused.", req.Method, pathOnly(req.Path), acct.Rail), http.StatusForbidden))
 	case err != nil:

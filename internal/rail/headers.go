@@ -73,13 +73,54 @@ var commonRules = map[string]HeaderRule{
 	}},
 	"authorization":          {Class: HeaderStamp}, // the agent's credential, replaced by the rail key
 	"x-countersign-distinct": {Class: HeaderKey},
+	// The two x-envoy-* headers a proxy itself puts on a request before the
+	// check, neither a control of the rail call (envoyNamespace):
+	// x-envoy-auth-partial-body is ext_authz's flag in the check alone (it
+	// drops a client's own: check_request_utils.cc, setHttpRequest), read
+	// by extauthz.BodyIsWhole; x-envoy-attempt-count is a router's count of
+	// its own tries, which a mesh sidecar in front adds (Istio's virtual
+	// hosts include it) and no router reads from a request.
+	"x-envoy-auth-partial-body": {Class: HeaderTransport},
+	"x-envoy-attempt-count":     {Class: HeaderTransport},
 }
 
 // countersignNamespace is Countersign's own header prefix.
 const countersignNamespace = "x-countersign-"
 
-// Check returns an ErrUnrecognised error for a refused header, an
-// ErrMalformed one for a pinned header with another value, nil otherwise.
+// envoyNamespace is Envoy's. Its router reads x-envoy-* request headers as
+// controls of the call it sends (envoyproxy/envoy at 8179eba, 1.37-dev:
+// router.cc finalTimeout, finalHedgingParams, decodeHeaders;
+// retry_state_impl.cc): x-envoy-retry-on, -retry-grpc-on, -max-retries,
+// -retriable-status-codes and -retriable-header-names send the allowed
+// request again, -hedge-on-per-try-timeout sends it twice at once,
+// -upstream-rq-timeout-ms, -upstream-rq-per-try-timeout-ms and
+// -upstream-stream-duration-ms cut it short. The connection manager strips
+// most of them from a request it does not take for internal, but not
+// -upstream-stream-duration-ms, and whether a request is internal depends
+// on Envoy's version and configuration. One decision is one rail call, sent
+// as decided, so a request that carries any x-envoy-* header but those in
+// commonRules is refused, whatever Envoy in front would make of it.
+const envoyNamespace = "x-envoy-"
+
+// RefusedHeader is Check's refusal of one header. It wraps ErrUnrecognised
+// (the request is not one Countersign knows) and names the header, so the
+// refusal the agent reads says which one and why.
+type RefusedHeader struct {
+	Name string
+	// Why completes "header <Name> …".
+	Why string
+}
+
+func (e *RefusedHeader) Error() string {
+	return fmt.Sprintf("%v: header %s %s", ErrUnrecognised, e.Name, e.Why)
+}
+
+// Unwrap makes a RefusedHeader an ErrUnrecognised.
+func (e *RefusedHeader) Unwrap() error { return ErrUnrecognised }
+
+// Check returns a *RefusedHeader (an ErrUnrecognised) for a refused
+// header, an ErrMalformed error for a pinned header with another value,
+// nil otherwise.
 // Headers are checked in name order, so the error is deterministic.
 func (p HeaderPolicy) Check(headers map[string]string) error {
 	for _, name := range slices.Sorted(maps.Keys(headers)) {
@@ -89,16 +130,20 @@ func (p HeaderPolicy) Check(headers map[string]string) error {
 			r, ok = commonRules[name]
 		}
 		if !ok {
+			if strings.HasPrefix(name, envoyNamespace) {
+				return &RefusedHeader{Name: name, Why: "is one of Envoy's controls of the rail call (" + envoyNamespace +
+					"… headers retry it, hedge it or cut it short), and one decision sends one rail call, as decided"}
+			}
 			for _, ns := range append(p.Namespaces, countersignNamespace) {
 				if strings.HasPrefix(name, ns) {
-					return fmt.Errorf("%w: header %s is not one Countersign knows, and headers named %s… may change what the rail does", ErrUnrecognised, name, ns)
+					return &RefusedHeader{Name: name, Why: fmt.Sprintf("is not one Countersign knows, and headers named %s… may change what the rail does", ns)}
 				}
 			}
 			continue // transport
 		}
 		switch r.Class {
 		case HeaderRefused:
-			return fmt.Errorf("%w: header %s is refused: %s", ErrUnrecognised, name, r.Why)
+			return &RefusedHeader{Name: name, Why: "is refused: " + r.Why}
 		case HeaderPinned:
 			if r.Check != nil {
 				if err := r.Check(v); err != nil {

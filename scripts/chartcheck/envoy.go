@@ -117,10 +117,11 @@ func checkEnvoyBootstrap(r *result, data string, accounts map[string]rails.Accou
 }
 
 func checkHCM(r *result, h *hcmv3.HttpConnectionManager, clusters map[string]*clusterv3.Cluster, accounts map[string]rails.AccountConfig, info *envoyInfo) {
-	// No address is trusted to set x-envoy-* request headers (retries,
-	// timeouts): envoy/contract_test.go says why.
-	r.ok(invEnvoy, h.GetInternalAddressConfig() == nil,
-		"internal_address_config must be unset: an address it names (the agent's loopback among them) may set x-envoy-* request headers such as x-envoy-retry-on")
+	// No agent request is ever internal to Envoy, which would obey its
+	// x-envoy-* retries and timeouts: envoyconfig.InternalTrust says why.
+	for _, p := range envoyconfig.InternalTrust(h) {
+		r.ok(invEnvoy, false, "%s", p)
+	}
 	// ext_authz, then ext_proc, then the router, each failing closed.
 	fs := h.GetHttpFilters()
 	var names []string
@@ -136,6 +137,7 @@ func checkHCM(r *result, h *hcmv3.HttpConnectionManager, clusters map[string]*cl
 		r.ok(invEnvoy, !az.GetFailureModeAllow(), "ext_authz must fail closed (failure_mode_allow: false)")
 		r.ok(invEnvoy, az.GetGrpcService().GetEnvoyGrpc().GetClusterName() == countersignCluster, "ext_authz must call the %q cluster", countersignCluster)
 		r.ok(invEnvoy, az.GetWithRequestBody().GetAllowPartialMessage(), "ext_authz must send a truncated body on (allow_partial_message) for Countersign to refuse")
+		r.ok(invEnvoy, az.GetAllowedHeaders() == nil && az.GetDisallowedHeaders() == nil, "ext_authz: %s", envoyconfig.EveryHeaderWhy)
 	}
 	ep := &extprocv3.ExternalProcessor{}
 	if r.ok(invEnvoy, fs[1].GetTypedConfig().UnmarshalTo(ep) == nil, "ext_proc filter is not an ExternalProcessor") {

@@ -130,8 +130,17 @@ var mutations = []mutation{
 	{"ext_authz failing open", invEnvoy, func(d []map[string]any) error {
 		return editConfigMapData(d, "envoy.yaml", "failure_mode_allow: false", "failure_mode_allow: true")
 	}},
+	{"x-envoy-* headers hidden from the check", invEnvoy, func(d []map[string]any) error {
+		return editConfigMapData(d, "envoy.yaml", "encode_raw_headers: false", "encode_raw_headers: false\n              disallowed_headers: { patterns: [ { prefix: x-envoy- } ] }")
+	}},
 	{"an unknown field in the Envoy bootstrap", invEnvoy, func(d []map[string]any) error {
 		return editConfigMapData(d, "envoy.yaml", "stat_prefix: egress", "stat_prefix: egress\n              no_such_field: true")
+	}},
+	{"an Envoy that trusts RFC 1918 and loopback addresses (an agent's x-envoy-retry-on obeyed)", invEnvoy, func(d []map[string]any) error {
+		return editConfigMapData(d, "envoy.yaml", "stat_prefix: egress", "stat_prefix: egress\n          internal_address_config: {}")
+	}},
+	{"an Envoy with its default original-IP detector (a one-address X-Forwarded-For trusted)", invEnvoy, func(d []map[string]any) error {
+		return editConfigMapData(d, "envoy.yaml", untrustedXFF, "")
 	}},
 	{"a rail route that retries the payment", invEnvoy, func(d []map[string]any) error {
 		return editConfigMapData(d, "envoy.yaml", "host_rewrite_literal: ", `retry_policy: { retry_on: "reset,connect-failure,5xx", num_retries: 3 }, host_rewrite_literal: `)
@@ -326,6 +335,16 @@ func appendEnv(docs []map[string]any, container, name, value string) error {
 	c["env"] = append(env, map[string]any{"name": name, "value": value})
 	return nil
 }
+
+// untrustedXFF is the chart's original-IP detector, as rendered into
+// envoy.yaml: X-Forwarded-For, never trusted.
+const untrustedXFF = `          original_ip_detection_extensions:
+          - name: envoy.http.original_ip_detection.custom_header
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.http.original_ip_detection.custom_header.v3.CustomHeaderConfig
+              header_name: x-forwarded-for
+              allow_extension_to_set_address_as_trusted: false
+`
 
 func editConfigMapData(docs []map[string]any, key, old, replacement string) error {
 	for _, o := range docs {

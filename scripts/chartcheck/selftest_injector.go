@@ -180,6 +180,9 @@ var injectorMutations = []mutation{
 	{"the sidecar Envoy failing open", invEnvoy, func(d []map[string]any) error {
 		return editConfigMapData(d, "envoy.yaml", "failure_mode_allow: false", "failure_mode_allow: true")
 	}},
+	{"the sidecar Envoy trusting the agent's X-Forwarded-For (its x-envoy-retry-on obeyed)", invEnvoy, func(d []map[string]any) error {
+		return editConfigMapData(d, "envoy.yaml", "allow_extension_to_set_address_as_trusted: false", "allow_extension_to_set_address_as_trusted: true")
+	}},
 	{"a rail key for an account the rails file lacks", invSidecarRails, func(d []map[string]any) error {
 		inj, err := injectorPod(d)
 		if err != nil {

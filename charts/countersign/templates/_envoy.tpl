@@ -66,6 +66,14 @@ static_resources:
           path_with_escaped_slashes_action: REJECT_REQUEST
           common_http_protocol_options:
             headers_with_underscores_action: REJECT_REQUEST
+          # No request is internal, so Envoy strips the x-envoy-* retries and
+          # timeouts an agent sends (envoy/egress.yaml says why).
+          original_ip_detection_extensions:
+          - name: envoy.http.original_ip_detection.custom_header
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.http.original_ip_detection.custom_header.v3.CustomHeaderConfig
+              header_name: x-forwarded-for
+              allow_extension_to_set_address_as_trusted: false
           stream_idle_timeout: 300s
           access_log:
           - name: envoy.access_loggers.stdout

@@ -222,6 +222,33 @@ func runParse(t *testing.T, newAdapter func() rail.Adapter, fx Fixtures) {
 			}
 		})
 	}
+	// Every rail refuses, by name, an action that asks Envoy to send it
+	// again or cut it short (rail.HeaderPolicy's x-envoy-* namespace), and
+	// takes one that carries only ext_authz's own flag.
+	for _, tc := range fx.Actions {
+		t.Run("envoy_control/"+tc.Name, func(t *testing.T) {
+			for _, h := range []string{"x-envoy-retry-on", "x-envoy-hedge-on-per-try-timeout", "x-envoy-upstream-stream-duration-ms"} {
+				_, err := newAdapter().Parse(withHeader(tc.Req, h, "1"))
+				var rh *rail.RefusedHeader
+				if !errors.Is(err, rail.ErrUnrecognised) || !errors.As(err, &rh) || rh.Name != h {
+					t.Errorf("Parse with %s = %v, want a RefusedHeader naming it", h, err)
+				}
+			}
+			if _, err := newAdapter().Parse(withHeader(tc.Req, "x-envoy-auth-partial-body", "false")); err != nil {
+				t.Errorf("Parse with ext_authz's partial-body flag: %v", err)
+			}
+		})
+	}
+}
+
+// withHeader is r with header name set to v (r's map is not changed).
+func withHeader(r rail.Request, name, v string) rail.Request {
+	r.Headers = maps.Clone(r.Headers)
+	if r.Headers == nil {
+		r.Headers = map[string]string{}
+	}
+	r.Headers[name] = v
+	return r
 }
 
 func checkMalformed(t *testing.T, ad rail.Adapter, req rail.Request, field string) {

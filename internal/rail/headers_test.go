@@ -1,0 +1,88 @@
+package rail
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// TestHeaderPolicyCheck: each header stands where its rule, the common
+// rules or a namespace put it; Envoy's controls of the rail call are
+// refused by name, on any rail, and the two x-envoy-* headers a proxy adds
+// itself pass.
+func TestHeaderPolicyCheck(t *testing.T) {
+	p := HeaderPolicy{
+		Rules: map[string]HeaderRule{
+			"rail-account": {Class: HeaderRefused, Why: "it acts on another account"},
+			"rail-key":     {Class: HeaderStamp},
+		},
+		Namespaces: []string{"rail-"},
+	}
+	envoyWhy := "is one of Envoy's controls of the rail call"
+	for _, tc := range []struct {
+		name    string
+		headers map[string]string
+		// refused names the header a RefusedHeader must name ("" for none);
+		// why is what its reason must say.
+		refused, why string
+		// malformed: the error is ErrMalformed.
+		malformed bool
+	}{
+		{name: "none", headers: nil},
+		{name: "transport", headers: map[string]string{"user-agent": "sdk/1", "accept": "*/*", "x-request-id": "r1", ":authority": "stripe.egress.local:15001"}},
+		// x-forwarded-for is the agent's to say: Envoy never trusts it (the
+		// shipped configs' original-IP detection, envoyconfig.NoInternalRequests).
+		{name: "x-forwarded-for", headers: map[string]string{"x-forwarded-for": "127.0.0.1"}},
+		{name: "the rail's stamp", headers: map[string]string{"rail-key": "k"}},
+		{name: "a refused rule", headers: map[string]string{"rail-account": "acct_2"}, refused: "rail-account", why: "it acts on another account"},
+		{name: "the rail's namespace", headers: map[string]string{"rail-other": "1"}, refused: "rail-other", why: "headers named rail-… may change what the rail does"},
+		{name: "countersign's namespace", headers: map[string]string{"x-countersign-verdict": "ALLOW"}, refused: "x-countersign-verdict", why: "headers named x-countersign-…"},
+		{name: "a common refusal", headers: map[string]string{"x-http-method-override": "GET"}, refused: "x-http-method-override", why: "another method"},
+		{name: "a pinned value", headers: map[string]string{"content-encoding": "gzip"}, malformed: true},
+
+		// Envoy's ext_authz flag and a sidecar's attempt count pass.
+		{name: "ext_authz's partial-body flag", headers: map[string]string{"x-envoy-auth-partial-body": "false"}},
+		{name: "a sidecar's attempt count", headers: map[string]string{"x-envoy-attempt-count": "1"}},
+
+		// Every control Envoy's router reads from a request (router.cc,
+		// retry_state_impl.cc), whether or not its connection manager
+		// would strip it first.
+		{name: "retry on 5xx", headers: map[string]string{"x-envoy-retry-on": "5xx"}, refused: "x-envoy-retry-on", why: envoyWhy},
+		{name: "retry on a gRPC status", headers: map[string]string{"x-envoy-retry-grpc-on": "unavailable"}, refused: "x-envoy-retry-grpc-on", why: envoyWhy},
+		{name: "max retries", headers: map[string]string{"x-envoy-max-retries": "10"}, refused: "x-envoy-max-retries", why: envoyWhy},
+		{name: "retriable status codes", headers: map[string]string{"x-envoy-retriable-status-codes": "200,201"}, refused: "x-envoy-retriable-status-codes", why: envoyWhy},
+		{name: "retriable header names", headers: map[string]string{"x-envoy-retriable-header-names": "request-id"}, refused: "x-envoy-retriable-header-names", why: envoyWhy},
+		{name: "hedge", headers: map[string]string{"x-envoy-hedge-on-per-try-timeout": "true"}, refused: "x-envoy-hedge-on-per-try-timeout", why: envoyWhy},
+		{name: "timeout", headers: map[string]string{"x-envoy-upstream-rq-timeout-ms": "1"}, refused: "x-envoy-upstream-rq-timeout-ms", why: envoyWhy},
+		{name: "per-try timeout", headers: map[string]string{"x-envoy-upstream-rq-per-try-timeout-ms": "1"}, refused: "x-envoy-upstream-rq-per-try-timeout-ms", why: envoyWhy},
+		// Never stripped by Envoy's connection manager, internal or not.
+		{name: "stream duration", headers: map[string]string{"x-envoy-upstream-stream-duration-ms": "1"}, refused: "x-envoy-upstream-stream-duration-ms", why: envoyWhy},
+		{name: "expected timeout", headers: map[string]string{"x-envoy-expected-rq-timeout-ms": "1"}, refused: "x-envoy-expected-rq-timeout-ms", why: envoyWhy},
+		{name: "alternate stat name", headers: map[string]string{"x-envoy-upstream-alt-stat-name": "x"}, refused: "x-envoy-upstream-alt-stat-name", why: envoyWhy},
+		// Envoy removes a client's own and sets it only on a request it
+		// trusts: a request Envoy took for internal is refused.
+		{name: "internal", headers: map[string]string{"x-envoy-internal": "true"}, refused: "x-envoy-internal", why: envoyWhy},
+		{name: "the logged path", headers: map[string]string{"x-envoy-original-path": "/v1/balance"}, refused: "x-envoy-original-path", why: envoyWhy},
+		{name: "one Envoy does not have yet", headers: map[string]string{"x-envoy-anything": "1"}, refused: "x-envoy-anything", why: envoyWhy},
+		{name: "among harmless ones", headers: map[string]string{"user-agent": "sdk/1", "x-envoy-auth-partial-body": "false", "x-envoy-retry-on": "reset"}, refused: "x-envoy-retry-on", why: envoyWhy},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := p.Check(tc.headers)
+			var rh *RefusedHeader
+			switch {
+			case tc.malformed:
+				if !errors.Is(err, ErrMalformed) {
+					t.Fatalf("Check = %v, want ErrMalformed", err)
+				}
+			case tc.refused == "":
+				if err != nil {
+					t.Fatalf("Check = %v, want nil", err)
+				}
+			case !errors.As(err, &rh) || !errors.Is(err, ErrUnrecognised):
+				t.Fatalf("Check = %v, want a RefusedHeader (ErrUnrecognised) for %s", err, tc.refused)
+			case rh.Name != tc.refused || !strings.Contains(err.Error(), tc.why):
+				t.Fatalf("Check = %q (header %q), want header %q refused saying %q", err, rh.Name, tc.refused, tc.why)
+			}
+		})
+	}
+}
