@@ -106,6 +106,11 @@ func newAuditVerify() *cobra.Command {
 			"path of its states ending where the intent is, and that every record's intent still exists; that each intent " +
 			"is the action its SIK was derived from (its SIK recomputed from its canonical form, its amount, currency, " +
 			"subject and payee that form's); and that no record waited longer than --max-unsealed-age.\n\n" +
+			"How long records waited is judged by this machine's clock against the sequencer's heartbeats (signed with the " +
+			"audit signing key after each pass that sealed everything waiting), not by the records' own times or the " +
+			"database's clock: records are stale when the newest valid heartbeat is older than --max-unsealed-age, or a " +
+			"heartbeat older than that says they were sealed. The bound must exceed 30s plus the seal interval (a running " +
+			"sequencer heartbeats every 30s when idle).\n\n" +
 			"The ledger's own checkpoints prove nothing against whoever can write the ledger and run the sequencer: a log " +
 			"removed and re-sealed from an edited history is signed with the real key. --trusted-checkpoint FILE names " +
 			"checkpoints kept outside the ledger (from `audit inclusion|consistency --save-checkpoint`, or copied from " +
@@ -130,8 +135,9 @@ func newAuditVerify() *cobra.Command {
 				return err
 			}
 			defer store.Close()
+			// Staleness is judged by this machine's clock, not the ledger's.
 			rep, err := store.VerifyAudit(cmd.Context(), ledger.AuditVerifyOptions{RailAccount: railAccount, Verifiers: vs, MaxUnsealedAge: maxAge,
-				Kept: kept, CheckActions: true})
+				Now: time.Now(), Kept: kept, CheckActions: true})
 			if err != nil {
 				return err
 			}
@@ -147,6 +153,12 @@ func newAuditVerify() *cobra.Command {
 			} else {
 				fmt.Fprintln(out, "no kept checkpoint given: a log re-sealed from an edited history would pass (pass --trusted-checkpoint)")
 			}
+			if rep.HeartbeatsIgnored > 0 {
+				fmt.Fprintf(out, "%d sequencer heartbeats ignored: not validly signed, or their row misdescribes them (forged or altered)\n", rep.HeartbeatsIgnored)
+			}
+			if maxAge > 0 && rep.Unsealed > 0 && rep.NewestHeartbeatMicros != 0 {
+				fmt.Fprintf(out, "newest valid sequencer heartbeat: %s\n", time.UnixMicro(rep.NewestHeartbeatMicros).UTC().Format(time.RFC3339))
+			}
 			if rep.AgentsUnchecked > 0 {
 				fmt.Fprintf(out, "%d intents were born before their birth record named their agent (migration 00037): who made them is not checked\n", rep.AgentsUnchecked)
 			}
@@ -161,7 +173,7 @@ func newAuditVerify() *cobra.Command {
 	cfg.BindDatabase(cmd.Flags())
 	cmd.Flags().StringVar(&railAccount, "rail-account", "", "verify only this rail account's log (default: every account)")
 	cmd.Flags().StringArrayVar(&verifierFiles, "audit-verifier-key", nil, "file holding an audit verifier key (countersign audit keygen's NAME.pub); repeat it for the keys of earlier, rotated signing keys")
-	cmd.Flags().DurationVar(&maxAge, "max-unsealed-age", time.Minute, "report records unsealed for longer than this (0: never)")
+	cmd.Flags().DurationVar(&maxAge, "max-unsealed-age", time.Minute, "report records unsealed for longer than this, by this machine's clock and the sequencer's signed heartbeats (0: never; more than 30s plus the seal interval)")
 	cmd.Flags().StringArrayVar(&keptFiles, "trusted-checkpoint", nil, "file holding signed checkpoints kept outside the ledger (one or several notes); the log must extend each; repeatable")
 	return cmd
 }

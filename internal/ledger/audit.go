@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/mod/sumdb/note"
@@ -70,6 +73,9 @@ type SealReport struct {
 	Accounts int   // rail accounts that had records to seal
 	Records  int64 // records sealed
 	Failed   int   // rail accounts whose sealing failed (the error says why)
+	// Heartbeat says the pass signed and stored a heartbeat (it sealed
+	// everything waiting, and one was due: see writeHeartbeat).
+	Heartbeat bool
 }
 
 // Seal seals every unsealed audit record, account by account, into its
@@ -78,8 +84,19 @@ type SealReport struct {
 // take that account's log row lock, and nothing else. An account whose
 // sealing fails does not hold up the others: Seal goes on with them and
 // returns every account's failure, joined, with what it did seal.
+//
+// When every account sealed everything waiting (or nothing was), Seal
+// signs a heartbeat (see AuditHeartbeat): at this process's clock when the
+// pass began, every record up to the highest id it saw then is sealed.
 func (s *Store) Seal(ctx context.Context, signer note.Signer) (SealReport, error) {
 	var rep SealReport
+	// Read the clock, then the highest id, before listing what waits: a
+	// record the heartbeat covers was committed when the listing ran.
+	began := time.Now()
+	var maxID int64
+	if err := s.pool.QueryRow(ctx, `SELECT COALESCE(max(id), 0) FROM audit_records`).Scan(&maxID); err != nil {
+		return rep, classify(err)
+	}
 	rows, err := s.pool.Query(ctx, `SELECT DISTINCT rail_account FROM audit_records WHERE leaf_index IS NULL ORDER BY 1`)
 	if err != nil {
 		return rep, classify(err)
@@ -112,7 +129,141 @@ func (s *Store) Seal(ctx context.Context, signer note.Signer) (SealReport, error
 			rep.Records += sealed
 		}
 	}
+	if len(errs) == 0 && ctx.Err() == nil {
+		wrote, err := s.writeHeartbeat(ctx, signer, AuditHeartbeat{MaxRecordID: maxID, AtMicros: began.UnixMicro()})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("audit heartbeat: %w", err))
+		}
+		rep.Heartbeat = wrote
+	}
 	return rep, errors.Join(errs...)
+}
+
+// AuditHeartbeat is a sequencer's signed statement that, at AtMicros by
+// its own clock, every audit record with an id up to MaxRecordID was
+// sealed (or not yet committed: a deciding transaction commits its record
+// after its id is drawn, and the next pass seals it). `audit verify`
+// judges how long records wait by the newest heartbeat whose signature
+// verifies, against the verifier's clock, not by the records' at_micros,
+// which whoever writes the ledger can set.
+type AuditHeartbeat struct {
+	MaxRecordID int64
+	AtMicros    int64
+}
+
+// heartbeatOrigin opens every heartbeat note. It is not under the origin
+// prefix of a rail account's log, and a heartbeat's third line is not a
+// root hash, so a heartbeat never reads as a checkpoint nor the reverse.
+const heartbeatOrigin = "countersign/audit-heartbeat"
+
+// Heartbeat pacing: a heartbeat is written when the highest record id has
+// moved on since the newest one, at most every heartbeatMinGap, and else
+// every HeartbeatIdle. A verification bound (--max-unsealed-age) must be
+// longer than HeartbeatIdle plus the seal interval, or a running
+// sequencer's records may be reported stale while they wait for a pass.
+const (
+	HeartbeatIdle   = 30 * time.Second
+	heartbeatMinGap = time.Second
+)
+
+// body is the heartbeat's note text: its origin, then "max-record-id N"
+// and "time MICROS" (Unix microseconds), one per line.
+func (h AuditHeartbeat) body() string {
+	return fmt.Sprintf("%s\nmax-record-id %d\ntime %d\n", heartbeatOrigin, h.MaxRecordID, h.AtMicros)
+}
+
+// parseHeartbeat reads a heartbeat note's text, exactly as body writes it.
+func parseHeartbeat(text string) (AuditHeartbeat, error) {
+	lines := strings.Split(text, "\n")
+	if len(lines) != 4 || lines[0] != heartbeatOrigin || lines[3] != "" {
+		return AuditHeartbeat{}, errors.New("not a heartbeat: want its origin, max-record-id and time lines")
+	}
+	num := func(line, key string) (int64, error) {
+		v, ok := strings.CutPrefix(line, key+" ")
+		n, err := strconv.ParseInt(v, 10, 64)
+		if !ok || err != nil || n < 0 || strconv.FormatInt(n, 10) != v {
+			return 0, fmt.Errorf("heartbeat: %q is not %s and a decimal number", line, key)
+		}
+		return n, nil
+	}
+	id, err := num(lines[1], "max-record-id")
+	if err != nil {
+		return AuditHeartbeat{}, err
+	}
+	at, err := num(lines[2], "time")
+	if err != nil {
+		return AuditHeartbeat{}, err
+	}
+	h := AuditHeartbeat{MaxRecordID: id, AtMicros: at}
+	if h.body() != text {
+		return AuditHeartbeat{}, errors.New("heartbeat: not in its canonical form")
+	}
+	return h, nil
+}
+
+// openHeartbeat verifies a signed heartbeat note with any of the trusted
+// verifiers and parses it. No verifier checks no signature (as for
+// checkpoints: the report says signatures were not checked).
+func openHeartbeat(signed string, trusted ...note.Verifier) (AuditHeartbeat, error) {
+	var text string
+	if len(trusted) == 0 {
+		_, err := note.Open([]byte(signed), note.VerifierList())
+		var unverified *note.UnverifiedNoteError
+		if !errors.As(err, &unverified) {
+			return AuditHeartbeat{}, err
+		}
+		text = unverified.Note.Text
+	} else {
+		n, err := note.Open([]byte(signed), note.VerifierList(trusted...))
+		if err != nil {
+			return AuditHeartbeat{}, err
+		}
+		text = n.Text
+	}
+	return parseHeartbeat(text)
+}
+
+// writeHeartbeat signs h and stores it, unless one is not due: the newest
+// stored heartbeat (not after h, by its row) covers h's record id and is
+// less than HeartbeatIdle old, or it is less than heartbeatMinGap old.
+// Writers across processes take turns on the table's lock, so concurrent
+// sequencers do not each add one.
+func (s *Store) writeHeartbeat(ctx context.Context, signer note.Signer, h AuditHeartbeat) (bool, error) {
+	signed, err := note.Sign(&note.Note{Text: h.body()}, signer)
+	if err != nil {
+		return false, fmt.Errorf("sign heartbeat: %w", err)
+	}
+	wrote := false
+	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{BeginQuery: beginSeal}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `LOCK TABLE audit_heartbeats IN SHARE ROW EXCLUSIVE MODE`); err != nil {
+			return err
+		}
+		// A row dated after h (a clock set back, or a row written to stop
+		// heartbeats) is not trusted to make this one unnecessary.
+		var lastID, lastAt int64
+		err := tx.QueryRow(ctx, `SELECT max_record_id, signed_micros FROM audit_heartbeats WHERE signed_micros <= $1
+			ORDER BY signed_micros DESC, id DESC LIMIT 1`, h.AtMicros).Scan(&lastID, &lastAt)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return err
+		default:
+			age := time.Duration(h.AtMicros-lastAt) * time.Microsecond
+			if age < heartbeatMinGap || (h.MaxRecordID <= lastID && age < HeartbeatIdle) {
+				return nil
+			}
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO audit_heartbeats (max_record_id, signed_micros, note) VALUES ($1, $2, $3)`,
+			h.MaxRecordID, h.AtMicros, string(signed)); err != nil {
+			return err
+		}
+		wrote = true
+		return nil
+	})
+	if err != nil {
+		return false, classify(err)
+	}
+	return wrote, nil
 }
 
 // SealAccount seals up to batch of railAccount's unsealed records, in id

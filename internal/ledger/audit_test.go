@@ -576,24 +576,29 @@ func TestMigrationCarriesChainedRecordsIntoTheLog(t *testing.T) {
 	})
 }
 
-// TestVerifyReportsRecordsUnsealedTooLong: a record that waited longer
-// than the bound (no sequencer ran) is reported, one finding per account.
+// TestVerifyReportsRecordsUnsealedTooLong: records that waited longer
+// than the bound (no sequencer heartbeat since, by the verifier's clock)
+// are reported, one finding per account.
 func TestVerifyReportsRecordsUnsealedTooLong(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
+	signer, _ := testSigner(t, "audit.test")
+	if _, err := s.Seal(ctx, signer); err != nil {
+		t.Fatal(err)
+	}
 	proposeN(t, s, 700, 2)
-	opts := AuditVerifyOptions{MaxUnsealedAge: time.Minute}
+	opts := AuditVerifyOptions{MaxUnsealedAge: time.Minute, Now: time.Now()}
 	if rep, err := s.VerifyAudit(ctx, opts); err != nil || !rep.Ok() || rep.Unsealed != 6 || rep.OldestUnsealedMicros == 0 {
 		t.Fatalf("fresh unsealed records: %+v, %v", rep, err)
 	}
-	// Written an hour ago, as far as the ledger can tell.
-	tamper(t, s, `UPDATE audit_records SET at_micros = at_micros - 3600000000 WHERE sik = $1`, testSIK(700))
+	// An hour on, by the verifier's clock, with no sequencer since.
+	opts.Now = time.Now().Add(time.Hour)
 	rep, err := s.VerifyAudit(ctx, opts)
 	if err != nil || len(rep.Problems) != 1 || rep.Problems[0].Kind != AuditStaleUnsealed ||
-		!strings.Contains(rep.Problems[0].Problem, "3 records unsealed for longer than 1m0s") {
+		!strings.Contains(rep.Problems[0].Problem, "6 records unsealed for longer than 1m0s") {
 		t.Fatalf("stale unsealed records: %+v, %v", rep.Problems, err)
 	}
-	if rep, err := s.VerifyAudit(ctx, AuditVerifyOptions{}); err != nil || !rep.Ok() {
+	if rep, err := s.VerifyAudit(ctx, AuditVerifyOptions{Now: opts.Now}); err != nil || !rep.Ok() {
 		t.Fatalf("without a bound: %+v, %v", rep, err)
 	}
 }

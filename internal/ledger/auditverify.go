@@ -51,7 +51,8 @@ const (
 	AuditPathBroken AuditProblemKind = "path-broken"
 	// A record is not a birth or a transition the state machine allows.
 	AuditIllegalTransition AuditProblemKind = "illegal-transition"
-	// Records have waited for sealing longer than the bound.
+	// Records have waited for sealing longer than the bound, as the
+	// sequencer's signed heartbeats and the verifier's clock tell.
 	AuditStaleUnsealed AuditProblemKind = "stale-unsealed"
 	// A checkpoint the caller kept is not of a prefix of the log: the
 	// log was rewritten (re-sealed from another history) or truncated.
@@ -92,7 +93,16 @@ type AuditVerifyOptions struct {
 	// (the report says so in SignaturesChecked).
 	Verifiers []note.Verifier
 	// MaxUnsealedAge reports records unsealed for longer; 0 reports none.
+	// How long a record waited is judged by the sequencer's heartbeats
+	// (signed by a trusted key, when Verifiers are given) and Now, never
+	// by the record's at_micros or the database's clock, which whoever
+	// writes the ledger can set: records are stale when the newest valid
+	// heartbeat is older than the bound, or when a heartbeat older than
+	// the bound says they were sealed. It must be longer than
+	// HeartbeatIdle plus the seal interval.
 	MaxUnsealedAge time.Duration
+	// Now is the verifier's clock (zero: this process's time.Now()).
+	Now time.Time
 	// Kept are checkpoints kept outside the ledger (by an owner, an
 	// auditor), already verified with the trusted keys: each must be of a
 	// prefix of its account's log now, else the log was rewritten and
@@ -121,9 +131,16 @@ type AuditReport struct {
 	// KeptChecked counts the kept checkpoints checked against their log
 	// (those of accounts outside RailAccount are not).
 	KeptChecked int
-	// OldestUnsealedMicros is when the oldest unsealed record was written
-	// (0 if none).
+	// OldestUnsealedMicros is when the oldest unsealed record says it was
+	// written (0 if none): informational, the ledger's writer can set it.
 	OldestUnsealedMicros int64
+	// NewestHeartbeatMicros is the sequencer's clock in the newest valid
+	// heartbeat (0 if none, or if MaxUnsealedAge is 0: none was read).
+	NewestHeartbeatMicros int64
+	// HeartbeatsIgnored counts the heartbeats read that were not valid
+	// (unsigned by a trusted key, unreadable, or misdescribed by their
+	// row): forged or altered, they count for nothing.
+	HeartbeatsIgnored int
 	// AgentsUnchecked counts intents whose birth record names no agent
 	// (written before migration 00037): nothing covers who made them.
 	AgentsUnchecked int64
@@ -165,12 +182,19 @@ func (s *Store) VerifyAudit(ctx context.Context, opts AuditVerifyOptions) (Audit
 		if err != nil {
 			return err
 		}
-		var now int64
-		if err := tx.QueryRow(ctx, `SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint`).Scan(&now); err != nil {
-			return err
+		var hb heartbeats
+		if opts.MaxUnsealedAge > 0 {
+			now := opts.Now
+			if now.IsZero() {
+				now = time.Now()
+			}
+			if hb, err = readHeartbeats(ctx, tx, opts.Verifiers, now.Add(-opts.MaxUnsealedAge).UnixMicro()); err != nil {
+				return err
+			}
+			rep.NewestHeartbeatMicros, rep.HeartbeatsIgnored = hb.newest.AtMicros, hb.ignored
 		}
 		for _, acct := range accounts {
-			v := &accountVerify{tx: tx, acct: acct, origin: audit.Origin(acct), opts: opts, now: now, rep: rep}
+			v := &accountVerify{tx: tx, acct: acct, origin: audit.Origin(acct), opts: opts, hb: hb, rep: rep}
 			if err := v.run(ctx); err != nil {
 				return err
 			}
@@ -216,7 +240,7 @@ type accountVerify struct {
 	acct   string
 	origin string
 	opts   AuditVerifyOptions
-	now    int64
+	hb     heartbeats
 	rep    AuditReport
 
 	latest  audit.Checkpoint // the latest readable checkpoint
@@ -606,11 +630,69 @@ func (v *accountVerify) step(r, prev AuditRecord, seen bool) {
 	}
 }
 
+// heartbeats is what verification takes from the sequencer's heartbeats:
+// the newest valid one, and the highest record id a valid heartbeat older
+// than the bound says was sealed.
+type heartbeats struct {
+	newest  AuditHeartbeat // AtMicros 0: no valid heartbeat
+	covered int64          // records up to this id were sealed before the bound
+	cutoff  int64          // now minus the bound, Unix microseconds
+	ignored int
+}
+
+// readHeartbeats reads the heartbeats from the newest down to the first
+// valid one at or before cutoff: a heartbeat is valid when its note
+// verifies with a trusted key (any, with none given) and its row says
+// what its note does. Rows are ordered by their signed_micros; one that
+// lies about it is not valid, so the first valid row found is the newest.
+func readHeartbeats(ctx context.Context, tx pgx.Tx, trusted []note.Verifier, cutoff int64) (heartbeats, error) {
+	hb := heartbeats{cutoff: cutoff}
+	type row struct {
+		maxID, at int64
+		note      string
+	}
+	cur, err := openCursor(ctx, tx, "audit_verify_heartbeats", func(r pgx.CollectableRow) (row, error) {
+		var x row
+		err := r.Scan(&x.maxID, &x.at, &x.note)
+		return x, err
+	}, `SELECT max_record_id, signed_micros, note FROM audit_heartbeats ORDER BY signed_micros DESC, id DESC`)
+	if err != nil {
+		return hb, err
+	}
+	for {
+		x, ok, err := cur.next(ctx)
+		if err != nil || !ok {
+			return hb, errors.Join(err, cur.close(ctx))
+		}
+		h, err := openHeartbeat(x.note, trusted...)
+		if err != nil || h.MaxRecordID != x.maxID || h.AtMicros != x.at {
+			hb.ignored++
+			continue
+		}
+		if hb.newest.AtMicros == 0 {
+			hb.newest = h
+		}
+		if h.AtMicros <= cutoff {
+			hb.covered = h.MaxRecordID
+			return hb, cur.close(ctx)
+		}
+	}
+}
+
+// stale says whether the unsealed record r has waited longer than the
+// bound: no valid heartbeat is newer than the bound (no sequencer has
+// sealed what waited since), or one older than the bound covers r.
+func (h heartbeats) stale(r AuditRecord) bool {
+	return h.newest.AtMicros <= h.cutoff || r.ID <= h.covered
+}
+
 // unsealedRecords counts an account's unsealed records, those waiting
-// longer than the bound, and the oldest.
+// longer than the bound, and the oldest (by id: at_micros is the
+// writer's to set).
 type unsealedRecords struct {
 	n, stale int64
 	oldest   AuditRecord
+	earliest int64 // the lowest at_micros, informational
 }
 
 func (u *unsealedRecords) count(r AuditRecord, v *accountVerify) {
@@ -618,23 +700,31 @@ func (u *unsealedRecords) count(r AuditRecord, v *accountVerify) {
 		return
 	}
 	u.n++
-	if u.oldest.ID == 0 || r.AtMicros < u.oldest.AtMicros {
+	if u.oldest.ID == 0 || r.ID < u.oldest.ID {
 		u.oldest = r
 	}
-	if v.opts.MaxUnsealedAge > 0 && v.now-r.AtMicros > v.opts.MaxUnsealedAge.Microseconds() {
+	if u.earliest == 0 || r.AtMicros < u.earliest {
+		u.earliest = r.AtMicros
+	}
+	if v.opts.MaxUnsealedAge > 0 && v.hb.stale(r) {
 		u.stale++
 	}
 }
 
 func (u *unsealedRecords) report(v *accountVerify) {
 	v.rep.Unsealed += u.n
-	if u.oldest.ID != 0 && (v.rep.OldestUnsealedMicros == 0 || u.oldest.AtMicros < v.rep.OldestUnsealedMicros) {
-		v.rep.OldestUnsealedMicros = u.oldest.AtMicros
+	if u.earliest != 0 && (v.rep.OldestUnsealedMicros == 0 || u.earliest < v.rep.OldestUnsealedMicros) {
+		v.rep.OldestUnsealedMicros = u.earliest
 	}
-	if u.stale > 0 {
-		v.problem(AuditStaleUnsealed, u.oldest.ID, -1, 0, u.oldest.SIK, "%d records unsealed for longer than %s (the oldest, record %d, since %s): is a sequencer running with a signing key?",
-			u.stale, v.opts.MaxUnsealedAge, u.oldest.ID, time.UnixMicro(u.oldest.AtMicros).UTC().Format(time.RFC3339))
+	if u.stale == 0 {
+		return
 	}
+	since := "no valid sequencer heartbeat at all"
+	if v.hb.newest.AtMicros != 0 {
+		since = "the newest valid sequencer heartbeat is from " + time.UnixMicro(v.hb.newest.AtMicros).UTC().Format(time.RFC3339)
+	}
+	v.problem(AuditStaleUnsealed, u.oldest.ID, -1, 0, u.oldest.SIK, "%d records unsealed for longer than %s (the oldest is record %d; %s, verifier's clock %s): is a sequencer running with a signing key?",
+		u.stale, v.opts.MaxUnsealedAge, u.oldest.ID, since, time.UnixMicro(v.hb.cutoff).Add(v.opts.MaxUnsealedAge).UTC().Format(time.RFC3339))
 }
 
 // movedLeaves tells a moved record from an altered one: a record whose
