@@ -125,40 +125,52 @@ var (
 	ErrMalformedCheckpoint = errors.New("malformed checkpoint")
 )
 
-// OpenCheckpoint verifies a signed checkpoint note with any of the
-// trusted verifiers (several across a key rotation) and parses its body.
-// No verifier skips the signature (the caller must say it did).
-func OpenCheckpoint(signed string, trusted ...note.Verifier) (Checkpoint, error) {
-	var text string
+// OpenNote verifies a signed note with any of the trusted verifiers
+// (several across a key rotation) and returns its text. No verifier skips
+// the signature (the caller must say it did). A signature that fails is
+// ErrBadSignature, one by no trusted key ErrUntrustedSigner; any other
+// error is a note that cannot be read.
+func OpenNote(signed string, trusted ...note.Verifier) (string, error) {
 	if len(trusted) == 0 {
 		// Parse without trusting anyone: Open fails with the unverified
 		// note inside, which is all we need.
 		_, err := note.Open([]byte(signed), note.VerifierList())
 		var unverified *note.UnverifiedNoteError
 		if !errors.As(err, &unverified) {
-			return Checkpoint{}, fmt.Errorf("%w: %w", ErrMalformedCheckpoint, err)
+			return "", err
 		}
-		text = unverified.Note.Text
-	} else {
-		n, err := note.Open([]byte(signed), note.VerifierList(trusted...))
-		var invalid *note.InvalidSignatureError
-		var unverified *note.UnverifiedNoteError
-		switch {
-		case errors.As(err, &invalid):
-			return Checkpoint{}, fmt.Errorf("%w (%s+%08x)", ErrBadSignature, invalid.Name, invalid.Hash)
-		case errors.As(err, &unverified):
-			var by, keys []string
-			for _, s := range unverified.Note.UnverifiedSigs {
-				by = append(by, fmt.Sprintf("%s+%08x", s.Name, s.Hash))
-			}
-			for _, v := range trusted {
-				keys = append(keys, fmt.Sprintf("%s+%08x", v.Name(), v.KeyHash()))
-			}
-			return Checkpoint{}, fmt.Errorf("%w %s (signed by %s)", ErrUntrustedSigner, strings.Join(keys, ", "), strings.Join(by, ", "))
-		case err != nil:
-			return Checkpoint{}, fmt.Errorf("%w: %w", ErrMalformedCheckpoint, err)
+		return unverified.Note.Text, nil
+	}
+	n, err := note.Open([]byte(signed), note.VerifierList(trusted...))
+	var invalid *note.InvalidSignatureError
+	var unverified *note.UnverifiedNoteError
+	switch {
+	case errors.As(err, &invalid):
+		return "", fmt.Errorf("%w (%s+%08x)", ErrBadSignature, invalid.Name, invalid.Hash)
+	case errors.As(err, &unverified):
+		var by, keys []string
+		for _, s := range unverified.Note.UnverifiedSigs {
+			by = append(by, fmt.Sprintf("%s+%08x", s.Name, s.Hash))
 		}
-		text = n.Text
+		for _, v := range trusted {
+			keys = append(keys, fmt.Sprintf("%s+%08x", v.Name(), v.KeyHash()))
+		}
+		return "", fmt.Errorf("%w %s (signed by %s)", ErrUntrustedSigner, strings.Join(keys, ", "), strings.Join(by, ", "))
+	case err != nil:
+		return "", err
+	}
+	return n.Text, nil
+}
+
+// OpenCheckpoint verifies a signed checkpoint note with any of the
+// trusted verifiers (OpenNote) and parses its body.
+func OpenCheckpoint(signed string, trusted ...note.Verifier) (Checkpoint, error) {
+	text, err := OpenNote(signed, trusted...)
+	switch {
+	case errors.Is(err, ErrBadSignature), errors.Is(err, ErrUntrustedSigner):
+		return Checkpoint{}, err
+	case err != nil:
+		return Checkpoint{}, fmt.Errorf("%w: %w", ErrMalformedCheckpoint, err)
 	}
 	c, err := ParseCheckpoint(text)
 	if err != nil {

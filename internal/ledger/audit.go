@@ -202,23 +202,13 @@ func parseHeartbeat(text string) (AuditHeartbeat, error) {
 }
 
 // openHeartbeat verifies a signed heartbeat note with any of the trusted
-// verifiers and parses it. No verifier checks no signature (as for
-// checkpoints: the report says signatures were not checked).
+// verifiers (audit.OpenNote) and parses it. No verifier checks no
+// signature (as for checkpoints: the report says signatures were not
+// checked).
 func openHeartbeat(signed string, trusted ...note.Verifier) (AuditHeartbeat, error) {
-	var text string
-	if len(trusted) == 0 {
-		_, err := note.Open([]byte(signed), note.VerifierList())
-		var unverified *note.UnverifiedNoteError
-		if !errors.As(err, &unverified) {
-			return AuditHeartbeat{}, err
-		}
-		text = unverified.Note.Text
-	} else {
-		n, err := note.Open([]byte(signed), note.VerifierList(trusted...))
-		if err != nil {
-			return AuditHeartbeat{}, err
-		}
-		text = n.Text
+	text, err := audit.OpenNote(signed, trusted...)
+	if err != nil {
+		return AuditHeartbeat{}, err
 	}
 	return parseHeartbeat(text)
 }
