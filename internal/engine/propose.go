@@ -205,6 +205,11 @@ func (e *Engine) advance(ctx context.Context, tx *ledger.Tx, g gateRun, pr *prop
 		if err != nil {
 			return err
 		}
+		// Sent without the retry's approval (a mandate that needs none),
+		// that approval no longer waits on anything (a review).
+		if err := tx.VoidApprovals(ctx, it.Key); err != nil {
+			return err
+		}
 		if err := placeHold(ctx, tx, it, v); err != nil {
 			return err
 		}

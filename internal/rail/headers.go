@@ -73,8 +73,8 @@ var commonRules = map[string]HeaderRule{
 	}},
 	"authorization":          {Class: HeaderStamp}, // the agent's credential, replaced by the rail key
 	"x-countersign-distinct": {Class: HeaderKey},
-	// The two x-envoy-* headers a proxy itself puts on a request before the
-	// check, neither a control of the rail call (envoyNamespace):
+	// x-envoy-* headers a proxy itself puts on a request before the check,
+	// none a control of the rail call (envoyNamespace):
 	// x-envoy-auth-partial-body is ext_authz's flag in the check alone (it
 	// drops a client's own: check_request_utils.cc, setHttpRequest), read
 	// by extauthz.BodyIsWhole; x-envoy-attempt-count is a router's count of
@@ -82,6 +82,19 @@ var commonRules = map[string]HeaderRule{
 	// hosts include it) and no router reads from a request.
 	"x-envoy-auth-partial-body": {Class: HeaderTransport},
 	"x-envoy-attempt-count":     {Class: HeaderTransport},
+	// What a connection manager itself adds before its filters run, as a
+	// mesh gateway's does (use_remote_address, tracing, Istio's peer
+	// exchange; conn_manager_utility.cc mutateRequestHeaders,
+	// conn_manager_impl.cc traceRequest): marks and metadata no router
+	// reads as a control of the call (found by a review: refusing the
+	// whole namespace refused every request through such a gateway).
+	"x-envoy-internal":                   {Class: HeaderTransport},
+	"x-envoy-external-address":           {Class: HeaderTransport},
+	"x-envoy-decorator-operation":        {Class: HeaderTransport},
+	"x-envoy-downstream-service-cluster": {Class: HeaderTransport},
+	"x-envoy-downstream-service-node":    {Class: HeaderTransport},
+	"x-envoy-peer-metadata":              {Class: HeaderTransport},
+	"x-envoy-peer-metadata-id":           {Class: HeaderTransport},
 }
 
 // countersignNamespace is Countersign's own header prefix.

@@ -448,3 +448,58 @@ func TestAnApprovalOfARequestSentWithoutItIsVoid(t *testing.T) {
 		t.Fatalf("%d rail effects on pi_bench, want the one refund", n)
 	}
 }
+
+// TestARetrysApprovalIsVoidOnceItIsSentWithoutIt: a refund the rail
+// declined, sent again, is held for the owner in place (a retry's
+// approval); the owner then applies a mandate that needs no approval and
+// the retry is sent. The retry's approval is void, not left pending in the
+// owner's queue for a refund already applied (found by a review of the
+// fix for a held intent's approvals, which covered HELD only).
+func TestARetrysApprovalIsVoidOnceItIsSentWithoutIt(t *testing.T) {
+	h := bareRailHarness(t)
+	m := mandateFor(h)
+	m.Mode = countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED
+	applyMandateTo(t, h, m)
+	base := egress(t, h)
+	ctx := context.Background()
+	const form = "payment_intent=pi_bench&amount=1500"
+	pending := func() []*countersignv1.Approval {
+		t.Helper()
+		l, err := owners(h).ListApprovals(ctx, &countersignv1.ListApprovalsRequest{State: countersignv1.ApprovalState_APPROVAL_STATE_PENDING})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.GetApprovals()
+	}
+	if a := refundVia(t, base, h.secret, form); a.headers.Get("X-Countersign-Verdict") != "HOLD" {
+		t.Fatalf("the first send: %d %s", a.status, a.body)
+	}
+	first := pending()[0]
+	if _, err := owners(h).ApproveApproval(ctx, &countersignv1.ApproveApprovalRequest{ApprovalId: first.GetApprovalId(), RequestFingerprint: first.GetRequestFingerprint()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.mock.SetFaults(mockrail.Fault{Profile: mockrail.FaultDeclineBeforeApply, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if a := refundVia(t, base, h.secret, form); a.status != 402 {
+		t.Fatalf("the approved send, declined: %d %s", a.status, a.body)
+	}
+	if a := refundVia(t, base, h.secret, form); a.headers.Get("X-Countersign-Verdict") != "HOLD" {
+		t.Fatalf("the retry: %d %s, want it held for the owner", a.status, a.body)
+	}
+	retry := pending()
+	if len(retry) != 1 {
+		t.Fatalf("%d pending approvals after the retry, want its one", len(retry))
+	}
+	applyMandateTo(t, h, mandateFor(h)) // no approval needed any more
+	if a := refundVia(t, base, h.secret, form); a.status != 200 {
+		t.Fatalf("the retry under the new mandate: %d %s", a.status, a.body)
+	}
+	got, err := owners(h).GetApproval(ctx, &countersignv1.GetApprovalRequest{ApprovalId: retry[0].GetApprovalId()})
+	if err != nil || got.GetApproval().GetState() != countersignv1.ApprovalState_APPROVAL_STATE_VOID {
+		t.Fatalf("the retry's approval after the retry was sent without it = %s (%v), want VOID", got.GetApproval().GetState(), err)
+	}
+	if p := pending(); len(p) != 0 {
+		t.Fatalf("%d approvals still pending in the owner's queue", len(p))
+	}
+}
