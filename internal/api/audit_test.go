@@ -26,6 +26,7 @@ import (
 	"github.com/countersign/countersign/internal/sik"
 	"github.com/countersign/countersign/internal/testing/ledgertest"
 	"github.com/countersign/countersign/internal/testing/pgtest"
+	"github.com/countersign/countersign/internal/testing/wait"
 )
 
 const acct = "acct_audit"
@@ -455,19 +456,13 @@ func TestOwnerAPIVerifyAuditRunsOneAtATime(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer watch.Close(ctx)
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	if !wait.Until(10*time.Second, func() bool {
 		var waiting bool
-		if err := watch.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
-			WHERE c.relname = 'audit_records' AND NOT l.granted)`).Scan(&waiting); err != nil {
-			t.Fatal(err)
-		}
-		if waiting {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the first verification never reached the audit records")
-		}
-		time.Sleep(10 * time.Millisecond)
+		err := watch.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+			WHERE c.relname = 'audit_records' AND NOT l.granted)`).Scan(&waiting)
+		return err == nil && waiting
+	}) {
+		t.Fatal("the first verification never reached the audit records")
 	}
 	for _, owner := range []string{"own_a", "own_b"} {
 		start := time.Now()
