@@ -208,7 +208,7 @@ func assertHeadroom(w *ledger.Write, pr *proposal, m *countersignv1.Mandate, in 
 	h := gate.HeadroomOf(in)
 	hash := pr.facts.Mandate.Hash
 	if stateful(m) {
-		w.LockMandateUsage(hash)
+		w.LockMandateLineage(hash)
 		for _, wh := range h.Windows {
 			if wh.MaxCalls < gate.Unlimited || wh.MaxAmountMinor < gate.Unlimited {
 				w.AssertWindow(hash, wh.Scope == countersignv1.WindowScope_WINDOW_SCOPE_PAYEE, wh.Key, wh.Since, wh.Currency,

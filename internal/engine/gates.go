@@ -86,7 +86,7 @@ func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (v
 	// Only limits that accumulate need the decisions under a mandate to
 	// take turns; a mandate of grants alone decides in parallel.
 	if stateful(m) {
-		if err := tx.LockMandateUsage(ctx, rec.Hash); err != nil {
+		if err := tx.LockMandateLineage(ctx, rec.Hash); err != nil {
 			return verdict{}, err
 		}
 	}

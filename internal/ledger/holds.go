@@ -61,11 +61,11 @@ func latestMandate(ctx context.Context, q querier, agentID, railAccount string, 
 	return r, classify(err)
 }
 
-// LockMandateUsage serialises the deciding transactions of one mandate
+// LockMandateLineage serialises the deciding transactions of one mandate
 // and of every other mandate of its agent on its rail account (its
 // lineage, whose windows count each other's holds: migration 00036): the
 // usage read after it cannot change until this transaction ends (B1).
-func (tx *Tx) LockMandateUsage(ctx context.Context, hash string) error {
+func (tx *Tx) LockMandateLineage(ctx context.Context, hash string) error {
 	var held bool
 	if err := tx.tx.QueryRow(ctx, `SELECT `+lockLineageSQL, hash).Scan(&held); err != nil {
 		return err

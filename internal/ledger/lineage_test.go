@@ -48,7 +48,7 @@ func TestALineagesDecisionsTakeTurns(t *testing.T) {
 
 	write := func(hash string) error {
 		w := s.NewWrite()
-		w.LockMandateUsage(hash)
+		w.LockMandateLineage(hash)
 		return s.Apply(ctx, w)
 	}
 	// Another agent's decision on the same account goes ahead meanwhile.

@@ -28,7 +28,7 @@ import (
 // Assert… primitives re-check, in the transaction, what the gates relied
 // on. AssertPrincipal and AssertMandate share-lock (decisions never wait
 // for each other on them) and go first; the counts' assertions go last,
-// after LockMandateUsage and before the budget hold, so that the lock that
+// after LockMandateLineage and before the budget hold, so that the lock that
 // makes decisions take turns is held only while PostgreSQL runs the end of
 // the batch and commits.
 //
@@ -406,11 +406,11 @@ func (w *Write) AssertNoAlias(railAccount, alias string) {
 	w.assert(`NOT EXISTS (SELECT 1 FROM intent_aliases WHERE rail_account = $1 AND alias = $2)`, `the request was seen before`, railAccount, alias)
 }
 
-// LockMandateUsage serialises, from here to the commit, the decisions of
+// LockMandateLineage serialises, from here to the commit, the decisions of
 // one mandate's lineage (the mandates of its agent on its rail account,
 // whose windows count each other's holds; B1): what the assertions after it
 // count cannot change until this transaction ends.
-func (w *Write) LockMandateUsage(hash string) {
+func (w *Write) LockMandateLineage(hash string) {
 	w.queue(`SELECT countersign_assert(`+lockLineageSQL+`, 'the mandate is not in the ledger')`, hash)
 }
 

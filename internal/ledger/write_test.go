@@ -173,7 +173,7 @@ func TestWriteReliesOnRowsItsStoreSawCommitted(t *testing.T) {
 		if _, err := w.StartAttempt(a); err != nil {
 			return nil, err
 		}
-		w.LockMandateUsage(hash)
+		w.LockMandateLineage(hash)
 		w.PlaceHold(*it, HoldSpec{MandateHash: hash, AgentID: agent.ID, PayeeKey: "pi_1", Currency: "USD", AmountMinor: 100, BudgetMinor: 100000})
 		return w, s.Apply(ctx, w)
 	}
