@@ -3,8 +3,10 @@ package api
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/mod/sumdb/note"
@@ -33,6 +35,50 @@ func (s *OwnerServer) WithAuditVerifier(v note.Verifier) *OwnerServer {
 // verifyRetryDelay is the wait VerifyAudit suggests when another
 // verification holds the server's one slot.
 const verifyRetryDelay = 5 * time.Second
+
+// verifyTurnAfter is how long a verification must have run before its
+// owner waits its turn (verifyTurns): shorter ones hold the slot too
+// briefly to keep anyone out.
+const verifyTurnAfter = time.Second
+
+// verifyTurns keeps one owner from holding the server's one verification
+// slot back to back (each run refusing every other owner's): after an
+// owner's verification that ran a second or more ends, that owner may
+// start its next only once as long again has passed, so it holds the slot
+// at most half the time and other owners find it free in between. Its
+// zero value is ready.
+type verifyTurns struct {
+	mu   sync.Mutex
+	next map[string]time.Time // owner → earliest start of its next verification
+}
+
+// wait is how long owner must still wait at now (0: it may start).
+func (v *verifyTurns) wait(owner string, now time.Time) time.Duration {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if d := v.next[owner].Sub(now); d > 0 {
+		return d
+	}
+	return 0
+}
+
+// ran records that owner's verification ran from start to end, and forgets
+// the turns already over.
+func (v *verifyTurns) ran(owner string, start, end time.Time) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for o, t := range v.next {
+		if !t.After(end) {
+			delete(v.next, o)
+		}
+	}
+	if took := end.Sub(start); took >= verifyTurnAfter {
+		if v.next == nil {
+			v.next = map[string]time.Time{}
+		}
+		v.next[owner] = end.Add(took)
+	}
+}
 
 // DefaultMaxUnsealedAge is how long VerifyAudit lets a record wait for
 // sealing before it reports it, when the request does not say.
@@ -86,7 +132,10 @@ func (s *OwnerServer) ListAuditRecords(ctx context.Context, req *countersignv1.L
 // them); only counts and problems are returned, and a problem names
 // another owner's intent by record id only, and never its action or
 // agent. One verification runs at a time in the server: another meanwhile
-// is ResourceExhausted (AUDIT_VERIFY_BUSY) at once, not queued.
+// is ResourceExhausted (AUDIT_VERIFY_BUSY) at once, not queued; and an
+// owner whose verification ran for a second or more starts its next only
+// once as long again has passed (AUDIT_VERIFY_TOO_SOON), so that no owner
+// keeps the slot from the others.
 func (s *OwnerServer) VerifyAudit(ctx context.Context, req *countersignv1.VerifyAuditRequest) (*countersignv1.VerifyAuditResponse, error) {
 	owner, err := s.owner(ctx)
 	if err != nil {
@@ -103,7 +152,16 @@ func (s *OwnerServer) VerifyAudit(ctx context.Context, req *countersignv1.Verify
 	if s.auditVerifier != nil {
 		opts.Verifiers = []note.Verifier{s.auditVerifier}
 	}
+	start := s.clock()
+	if d := s.verifyTurns.wait(owner, start); d > 0 {
+		return nil, withDetails(status.New(codes.ResourceExhausted, fmt.Sprintf(
+			"this owner's last audit verification ended less than as long ago as it ran; the next may start in %s, so that other owners find the server's one verification slot free", d.Round(time.Second))),
+			"AUDIT_VERIFY_TOO_SOON", &errdetails.RetryInfo{RetryDelay: durationpb.New(d)})
+	}
 	rep, err := s.store.VerifyAudit(ctx, opts)
+	if !errors.Is(err, ledger.ErrAuditVerifyBusy) {
+		s.verifyTurns.ran(owner, start, s.clock())
+	}
 	if errors.Is(err, ledger.ErrAuditVerifyBusy) {
 		// One verification at a time per process: refused at once, not
 		// queued, so no caller can stack them on the sidecar.

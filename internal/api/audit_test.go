@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -429,6 +430,12 @@ func TestOwnerAPIVerifyAuditRunsOneAtATime(t *testing.T) {
 	// No sequencer ran here (no heartbeat): no unsealed-age bound, so the
 	// verifications find nothing wrong and only their concurrency is tested.
 	req := &countersignv1.VerifyAuditRequest{RailAccount: acct, MaxUnsealedAge: durationpb.New(0)}
+	// The server's clock, moved by hand: the first verification is made
+	// to run for a minute.
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC).UnixNano())
+	s.now = func() time.Time { return time.Unix(0, clock.Load()) }
+	advance := func(d time.Duration) { clock.Add(int64(d)) }
 	// The first verification waits inside the server on a lock held here.
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
@@ -484,14 +491,41 @@ func TestOwnerAPIVerifyAuditRunsOneAtATime(t *testing.T) {
 			t.Fatalf("the refusal took %s: it waited", el)
 		}
 	}
+	advance(time.Minute)
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
+	// own_a's verification ran a minute: its next may start a minute after
+	// it ended, and other owners' at once.
+	advance(59 * time.Second)
+	_, err = s.VerifyAudit(as("own_a"), req)
+	st, _ := status.FromError(err)
+	var retry time.Duration
+	reason := ""
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			reason = d.GetReason()
+		case *errdetails.RetryInfo:
+			retry = d.GetRetryDelay().AsDuration()
+		}
+	}
+	if st.Code() != codes.ResourceExhausted || reason != "AUDIT_VERIFY_TOO_SOON" || retry != time.Second {
+		t.Fatalf("own_a's next verification 59 s after its minute-long one ended: %v (reason %q, retry in %s), want ResourceExhausted AUDIT_VERIFY_TOO_SOON in 1s", err, reason, retry)
+	}
 	if v, err := s.VerifyAudit(as("own_b"), req); err != nil || !v.GetOk() {
-		t.Fatalf("a verification after the first ended = %v, %v", v, err)
+		t.Fatalf("another owner's verification after the first ended = %v, %v", v, err)
+	}
+	// own_b's ran no time on this clock: it may verify again at once.
+	if v, err := s.VerifyAudit(as("own_b"), req); err != nil || !v.GetOk() {
+		t.Fatalf("a second short verification of the same owner = %v, %v", v, err)
+	}
+	advance(time.Second)
+	if v, err := s.VerifyAudit(as("own_a"), req); err != nil || !v.GetOk() {
+		t.Fatalf("own_a's verification once its turn came = %v, %v", v, err)
 	}
 }
 

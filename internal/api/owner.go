@@ -41,10 +41,13 @@ type OwnerServer struct {
 	// refundables reads a held refund's refundable balance now (the
 	// engine); nil reports that this server cannot read the rail.
 	refundables Refundables
-	// now is the clock usage is counted at; nil means time.Now.
+	// now is the clock usage is counted at and audit verifications are
+	// spaced by; nil means time.Now.
 	now func() time.Time
 	// watches caps each owner's open watch streams (intents.go).
 	watches watchSlots
+	// verifyTurns spaces each owner's audit verifications (audit.go).
+	verifyTurns verifyTurns
 }
 
 // Refundables reads what is still refundable on a refund now, as G2 would
