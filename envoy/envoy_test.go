@@ -169,6 +169,11 @@ func TestBrokenCopiesAreCaught(t *testing.T) {
 		edit   func(m map[string]any)
 		want   stage
 		errHas string // what the rejecting stage's error must say
+		// contractHas, for a fault an earlier stage catches, is what the
+		// contract must say of it as well: Envoy only warns of a
+		// deprecated field, and validateDeep's refusal of them is not the
+		// contract's reason.
+		contractHas string
 	}{
 		{name: "unchanged", at: nil, edit: func(map[string]any) {}, want: passes},
 
@@ -248,6 +253,21 @@ func TestBrokenCopiesAreCaught(t *testing.T) {
 		{name: "countersign over HTTP/1.1", at: cluster("countersign"), edit: del("typed_extension_protocol_options"), want: failsContract, errHas: "must speak HTTP/2"},
 		{name: "authorization in the access log", at: append(slices.Clone(hcm), "access_log", 0, "typed_config", "log_format", "json_format"),
 			edit: set("auth", "%REQ(AUTHORIZATION)%"), want: failsContract, errHas: "credentials must never be logged"},
+		// An x-envoy-* request header is the agent's: a log of one shows
+		// what the agent claims, not what Envoy did.
+		{name: "the access log shows the agent's x-envoy-original-path", at: append(slices.Clone(hcm), "access_log", 0, "typed_config", "log_format", "json_format"),
+			edit: set("path", "%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%"), want: failsContract, errHas: "access_log[0] (type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog) reads x-envoy-original-path"},
+		{name: "the access log names an x-envoy-* header through REQUEST_HEADER", at: append(slices.Clone(hcm), "access_log", 0, "typed_config", "log_format", "json_format"),
+			edit: set("retry", "%REQUEST_HEADER(x-envoy-retry-on)%"), want: failsContract, errHas: "reads x-envoy-retry-on"},
+		{name: "the agent's x-envoy-* header chooses which requests are logged", at: append(slices.Clone(hcm), "access_log", 0),
+			edit: set("filter", map[string]any{"header_filter": map[string]any{"header": map[string]any{"name": "x-envoy-force-trace", "present_match": true, "invert_match": true}}}),
+			want: failsContract, errHas: "reads x-envoy-force-trace"},
+		{name: "the router's upstream log shows the rail key", at: filter("envoy.filters.http.router"),
+			edit: set("upstream_log", []any{map[string]any{"name": "envoy.access_loggers.stdout", "typed_config": map[string]any{
+				"@type":      "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog",
+				"log_format": map[string]any{"json_format": map[string]any{"key": "%REQ(AUTHORIZATION)%"}},
+			}}}),
+			want: failsContract, errHas: "router upstream_log: access_log[0] (type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog) names \"authorization\""},
 		// The agent shares the pod's loopback: admin and Countersign's
 		// Envoy listener are sockets on the private volume, never addresses.
 		{name: "admin on loopback", at: []any{"admin", "address"}, edit: func(m map[string]any) {
@@ -288,6 +308,26 @@ func TestBrokenCopiesAreCaught(t *testing.T) {
 		{name: "route configuration adds a header", at: append(slices.Clone(hcm), "route_config"),
 			edit: set("request_headers_to_add", []any{map[string]any{"header": map[string]any{"key": "x-a", "value": "b"}}}),
 			want: failsContract, errHas: "route_config: request_headers_to_add"},
+		// The rail call's timeout is the route's, never the agent's
+		// grpc-timeout header.
+		{name: "rail route times the call by the agent's grpc-timeout", at: append(slices.Clone(stripeRoute), "route"),
+			edit: set("max_stream_duration", map[string]any{"max_stream_duration": "60s", "grpc_timeout_header_max": "60s"}),
+			want: failsContract, errHas: "max_stream_duration.grpc_timeout_header_max must be unset: Envoy would time the rail call by the request's grpc-timeout header"},
+		{name: "rail route lets the agent's grpc-timeout run unbounded", at: append(slices.Clone(stripeRoute), "route"),
+			edit: set("max_stream_duration", map[string]any{"grpc_timeout_header_max": "0s"}),
+			want: failsContract, errHas: "grpc_timeout_header_max must be unset"},
+		{name: "rail route offsets the agent's grpc-timeout", at: append(slices.Clone(stripeRoute), "route"),
+			edit: set("max_stream_duration", map[string]any{"grpc_timeout_header_offset": "1s"}),
+			want: failsContract, errHas: "max_stream_duration.grpc_timeout_header_offset must be unset"},
+		{name: "rail route's max_stream_duration turns its timeout off", at: append(slices.Clone(stripeRoute), "route"),
+			edit: set("max_stream_duration", map[string]any{}),
+			want: failsContract, errHas: "max_stream_duration must be unset: with it Envoy's router ignores the route's timeout"},
+		{name: "rail route honours a gRPC request's grpc-timeout (deprecated field)", at: append(slices.Clone(stripeRoute), "route"),
+			edit: set("max_grpc_timeout", "0s"), want: failsValidation, errHas: "max_grpc_timeout is deprecated",
+			contractHas: "max_grpc_timeout must be unset: Envoy would time the rail call by the request's grpc-timeout header"},
+		{name: "rail route offsets a gRPC request's grpc-timeout (deprecated field)", at: append(slices.Clone(stripeRoute), "route"),
+			edit: set("grpc_timeout_offset", "1s"), want: failsValidation, errHas: "grpc_timeout_offset is deprecated",
+			contractHas: "grpc_timeout_offset must be unset"},
 		{name: "rail route follows redirects internally", at: append(slices.Clone(stripeRoute), "route"),
 			edit: set("internal_redirect_policy", map[string]any{"max_internal_redirects": 1}), want: failsContract, errHas: "internal_redirect_policy must be unset"},
 		{name: "rail virtual host routed by a matcher tree", at: stripeVH,
@@ -332,6 +372,15 @@ func TestBrokenCopiesAreCaught(t *testing.T) {
 			}
 			if tc.errHas == "" || !strings.Contains(err.Error(), tc.errHas) {
 				t.Errorf("error does not say %q:\n%v", tc.errHas, err)
+			}
+			if tc.contractHas != "" {
+				b, err := parseBootstrap(broken)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := checkContract(b); err == nil || !strings.Contains(err.Error(), tc.contractHas) {
+					t.Errorf("contract does not say %q:\n%v", tc.contractHas, err)
+				}
 			}
 			if tc.want == failsValidation && strings.Contains(tc.errHas, "<") {
 				// The fault is inside an Any: the generated validation of

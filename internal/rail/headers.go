@@ -65,6 +65,12 @@ var commonRules = map[string]HeaderRule{
 	"x-original-url":     {Class: HeaderRefused, Why: "it can make the rail read the request as another path"},
 	"x-rewrite-url":      {Class: HeaderRefused, Why: "it can make the rail read the request as another path"},
 	"x-forwarded-prefix": {Class: HeaderRefused, Why: "it can make the rail read the request as another path"},
+	// Envoy times a call by a request's grpc-timeout on a route with
+	// max_grpc_timeout or max_stream_duration.grpc_timeout_header_max
+	// (router.cc finalTimeout, conn_manager_impl.cc
+	// refreshDurationTimeout); the shipped configs set neither
+	// (envoyconfig.RouteTimeoutFaults), and no rail reads it.
+	"grpc-timeout": {Class: HeaderRefused, Why: "it can make Envoy cut the rail call short when the agent chooses, leaving its outcome unknown"},
 	"content-encoding": {Class: HeaderPinned, Check: func(v string) error {
 		if !strings.EqualFold(strings.TrimSpace(v), "identity") {
 			return fmt.Errorf("%q: the body must be sent unencoded, as Countersign reads it", v)

@@ -38,6 +38,7 @@ func TestHeaderPolicyCheck(t *testing.T) {
 		{name: "the rail's namespace", headers: map[string]string{"rail-other": "1"}, refused: "rail-other", why: "headers named rail-… may change what the rail does"},
 		{name: "countersign's namespace", headers: map[string]string{"x-countersign-verdict": "ALLOW"}, refused: "x-countersign-verdict", why: "headers named x-countersign-…"},
 		{name: "a common refusal", headers: map[string]string{"x-http-method-override": "GET"}, refused: "x-http-method-override", why: "another method"},
+		{name: "a client's timeout", headers: map[string]string{"grpc-timeout": "1m"}, refused: "grpc-timeout", why: "cut the rail call short"},
 		{name: "a pinned value", headers: map[string]string{"content-encoding": "gzip"}, malformed: true},
 
 		// Envoy's ext_authz flag and a sidecar's attempt count pass.

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -98,6 +99,7 @@ func checkEnvoyBootstrap(r *result, data string, accounts map[string]rails.Accou
 	if !r.ok(invEnvoy, len(ls) == 1, "want one listener (the agents' egress), got %d", len(ls)) {
 		return info
 	}
+	checkAccessLogs(r, "listener "+ls[0].GetName(), ls[0].GetAccessLog())
 	info.listenerPort = int(ls[0].GetAddress().GetSocketAddress().GetPortValue())
 	info.listenerAddr = ls[0].GetAddress().GetSocketAddress().GetAddress()
 	r.ok(invEnvoy, info.listenerPort > 0, "the listener needs a TCP port")
@@ -144,7 +146,13 @@ func checkHCM(r *result, h *hcmv3.HttpConnectionManager, clusters map[string]*cl
 		r.ok(invEnvoy, !ep.GetFailureModeAllow(), "ext_proc must fail closed (failure_mode_allow: false)")
 		r.ok(invEnvoy, ep.GetGrpcService().GetEnvoyGrpc().GetClusterName() == countersignCluster, "ext_proc must call the %q cluster", countersignCluster)
 	}
-	r.ok(invEnvoy, fs[2].GetTypedConfig().UnmarshalTo(&routerv3.Router{}) == nil, "the last filter must be the router")
+	checkAccessLogs(r, "http connection manager", h.GetAccessLog())
+	rt := &routerv3.Router{}
+	if r.ok(invEnvoy, fs[2].GetTypedConfig().UnmarshalTo(rt) == nil, "the last filter must be the router") {
+		// The upstream log sees the request as sent: the rail key in
+		// authorization.
+		checkAccessLogs(r, "router upstream_log", rt.GetUpstreamLog())
+	}
 
 	// Routes: every rail route names a rail account of the rails file and
 	// goes to it over verified TLS; anything else is answered by Envoy.
@@ -206,6 +214,9 @@ func checkRailRoute(r *result, where string, rt *routev3.Route, ra *routev3.Rout
 	r.ok(invEnvoy, name != "" && name != countersignCluster, "%s: a rail route names one rail cluster, got %q", where, name)
 	bad := envoyconfig.RouteResends(rt, ra)
 	r.ok(invEnvoy, len(bad) == 0, "%s: %s", where, envoyconfig.OnceWhy(strings.Join(bad, ", ")))
+	for _, f := range envoyconfig.RouteTimeoutFaults(ra) {
+		r.ok(invEnvoy, false, "%s: %s", where, f)
+	}
 	r.ok(invEnvoy, host != "", "%s: host_rewrite_literal must name the rail host", where)
 	per := rt.GetTypedPerFilterConfig()
 	apr := &extauthzv3.ExtAuthzPerRoute{}
@@ -251,6 +262,18 @@ func checkRailRoute(r *result, where string, rt *routev3.Route, ra *routev3.Rout
 		return m.GetSanType() == tlsv3.SubjectAltNameMatcher_DNS && m.GetMatcher().GetExact() == host
 	}), "%s: cluster %q must match the DNS SAN %q", where, name, host)
 	return acct.Account
+}
+
+// checkAccessLogs: no access log names a credential header or reads an
+// x-envoy-* header the agent sets (envoyconfig.AccessLogFaults says why).
+func checkAccessLogs(r *result, where string, logs []*accesslogv3.AccessLog) {
+	for i, l := range logs {
+		faults, err := envoyconfig.AccessLogFaults(l)
+		r.ok(invEnvoy, err == nil, "%s: access_log[%d]: %v", where, i, err)
+		for _, f := range faults {
+			r.ok(invEnvoy, false, "%s: access_log[%d] %s", where, i, f)
+		}
+	}
 }
 
 func isGET(m *routev3.RouteMatch) bool {

@@ -163,6 +163,19 @@ var mutations = []mutation{
 	{"a rail virtual host that sets a request header over the stamps", invEnvoy, func(d []map[string]any) error {
 		return editConfigMapData(d, "envoy.yaml", "\n              routes:\n", "\n              request_headers_to_add: [ { header: { key: authorization, value: fixed } } ]\n              routes:\n")
 	}},
+	{"an access log of the agent's x-envoy-original-path (a refused request logged under a forged path)", invEnvoy, func(d []map[string]any) error {
+		return editConfigMapData(d, "envoy.yaml", `path: "%REQ(:PATH)%"`, `path: "%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%"`)
+	}},
+	{"the router's upstream log showing the rail key", invEnvoy, func(d []map[string]any) error {
+		return editConfigMapData(d, "envoy.yaml", "suppress_envoy_headers: true", "suppress_envoy_headers: true\n"+
+			`              upstream_log: [ { name: envoy.access_loggers.stdout, typed_config: { "@type": type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog, log_format: { json_format: { key: "%REQ(AUTHORIZATION)%" } } } } ]`)
+	}},
+	{"a rail route that times the call by the agent's grpc-timeout header", invEnvoy, func(d []map[string]any) error {
+		return editConfigMapData(d, "envoy.yaml", "host_rewrite_literal: ", `max_stream_duration: { grpc_timeout_header_max: 0s }, host_rewrite_literal: `)
+	}},
+	{"a rail route whose max_stream_duration turns its timeout off", invEnvoy, func(d []map[string]any) error {
+		return editConfigMapData(d, "envoy.yaml", "host_rewrite_literal: ", `max_stream_duration: {}, host_rewrite_literal: `)
+	}},
 	{"a route to an account the rails file lacks", invEnvoy, func(d []map[string]any) error {
 		return editConfigMapData(d, "envoy.yaml", "rail_account: \"", "rail_account: \"not_configured_")
 	}},

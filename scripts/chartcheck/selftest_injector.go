@@ -177,6 +177,12 @@ var injectorMutations = []mutation{
 	{"the sidecar Envoy mirroring a rail call, rail key included", invEnvoy, func(d []map[string]any) error {
 		return editConfigMapData(d, "envoy.yaml", "\n              routes:\n", "\n              request_mirror_policies: [ { cluster: countersign } ]\n              routes:\n")
 	}},
+	{"the sidecar Envoy logging the agent's x-envoy-original-path", invEnvoy, func(d []map[string]any) error {
+		return editConfigMapData(d, "envoy.yaml", `path: "%REQ(:PATH)%"`, `path: "%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%"`)
+	}},
+	{"the sidecar Envoy timing a rail call by the agent's grpc-timeout header", invEnvoy, func(d []map[string]any) error {
+		return editConfigMapData(d, "envoy.yaml", "host_rewrite_literal: ", `max_stream_duration: { grpc_timeout_header_offset: 1s }, host_rewrite_literal: `)
+	}},
 	{"the sidecar Envoy failing open", invEnvoy, func(d []map[string]any) error {
 		return editConfigMapData(d, "envoy.yaml", "failure_mode_allow: false", "failure_mode_allow: true")
 	}},

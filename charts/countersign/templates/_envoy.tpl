@@ -84,7 +84,8 @@ static_resources:
                   time: "%START_TIME%"
                   request_id: "%REQ(X-REQUEST-ID)%"
                   method: "%REQ(:METHOD)%"
-                  path: "%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%"
+                  # The path Envoy routed: an x-envoy-* header is the agent's.
+                  path: "%REQ(:PATH)%"
                   authority: "%REQ(:AUTHORITY)%"
                   {{- if not $sidecar }}
                   client: "%DOWNSTREAM_DIRECT_REMOTE_ADDRESS_WITHOUT_PORT%"
