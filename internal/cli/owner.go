@@ -1,11 +1,8 @@
 package cli
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,9 +10,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -24,63 +18,6 @@ import (
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/ownerauth"
 )
-
-// ownerClient is the owner API of a running server, with the owner's token.
-type ownerClient struct {
-	conn   *grpc.ClientConn
-	client countersignv1.OwnerServiceClient
-	token  string
-}
-
-// ownerFlags are the flags of every owner command.
-type ownerFlags struct {
-	server string
-	token  string
-}
-
-func (f *ownerFlags) bind(cmd *cobra.Command) {
-	cmd.PersistentFlags().StringVar(&f.server, "server", "", "gRPC address of a running countersign (host:port or unix:/path); required")
-	cmd.PersistentFlags().StringVar(&f.token, "owner-token", "", "owner token (cso_…); default $COUNTERSIGN_OWNER_TOKEN")
-}
-
-func (f *ownerFlags) dial() (*ownerClient, error) {
-	token := f.token
-	if token == "" {
-		token = os.Getenv("COUNTERSIGN_OWNER_TOKEN")
-	}
-	if token == "" {
-		return nil, errors.New("an owner token is needed: --owner-token or COUNTERSIGN_OWNER_TOKEN (see `countersign owner bootstrap`)")
-	}
-	// No default: the owner token goes wherever this points, and in a pod
-	// 127.0.0.1 is shared with the agent, which can listen on a port the
-	// API left free (the chart and the injector put the API on a Unix
-	// socket) and take the token (found by a review).
-	if f.server == "" {
-		return nil, errors.New("say where the owner API is: --server unix:/var/run/countersign/api.sock (in the chart's pods) or host:port; " +
-			"there is no default, because the owner token goes to whatever listens there")
-	}
-	target := f.server
-	if p, ok := config.UnixPath(target); ok {
-		target = "unix://" + p
-	}
-	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, err
-	}
-	return &ownerClient{conn: conn, client: countersignv1.NewOwnerServiceClient(conn), token: token}, nil
-}
-
-// open dials the server and returns the client, a context carrying the
-// owner token with a deadline, and the function that releases both.
-func (f *ownerFlags) open(parent context.Context) (*ownerClient, context.Context, func(), error) {
-	c, err := f.dial()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	ctx, cancel := context.WithTimeout(parent, 30*time.Second)
-	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+c.token)
-	return c, ctx, func() { cancel(); _ = c.conn.Close() }, nil
-}
 
 func table(w io.Writer, header string, rows [][]string) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)

@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"regexp"
@@ -171,6 +172,9 @@ func load(c AccountConfig, adapters Adapters, hc *http.Client) (*Account, error)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 		return nil, fmt.Errorf("base_url %q must be an http(s) URL", base)
 	}
+	if err := keyOverTLS("base_url", u); err != nil {
+		return nil, err
+	}
 	if c.KeyFile == "" {
 		return nil, errors.New("key_file is required: the rail key lives in a mounted file, never in configuration")
 	}
@@ -209,12 +213,36 @@ func load(c AccountConfig, adapters Adapters, hc *http.Client) (*Account, error)
 		if mbase == "" {
 			mbase = "https://" + hosts[0]
 		}
-		if u, err := url.Parse(mbase); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		mu, err := url.Parse(mbase)
+		if err != nil || (mu.Scheme != "https" && mu.Scheme != "http") || mu.Host == "" || (mu.Path != "" && mu.Path != "/") || mu.RawQuery != "" {
 			return nil, fmt.Errorf("mcp: base_url %q must be an http(s) URL without a path (the endpoint is appended)", mbase)
+		}
+		if err := keyOverTLS("mcp: base_url", mu); err != nil {
+			return nil, err
 		}
 		a.ToolClient = &httpClient{base: strings.TrimRight(mbase, "/"), auth: mcpAuth, hc: hc}
 	}
 	return a, nil
+}
+
+// keyOverTLS refuses a plain http URL off this machine: every call to it
+// carries the rail's secret key. http stays for a mock rail on a loopback
+// address (tests, `countersign dev`).
+func keyOverTLS(field string, u *url.URL) error {
+	if u.Scheme != "http" || isLoopbackHost(u.Hostname()) {
+		return nil
+	}
+	return fmt.Errorf("%s %q is http to %s, which is not a loopback address (127.0.0.0/8, ::1, localhost): "+
+		"the rail's secret key would cross the network unencrypted; use https", field, u.Redacted(), u.Hostname())
+}
+
+// isLoopbackHost reports whether host is localhost or a loopback address.
+func isLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // normalizeHost lower-cases and drops a default port.

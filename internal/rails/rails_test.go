@@ -166,3 +166,56 @@ func TestRailRedirectIsNotFollowed(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainHTTPOnlyToLoopback: every call to base_url (and mcp.base_url)
+// carries the rail's secret key, so plain http is refused unless the host
+// is a loopback address, where the mock rail of tests and `countersign
+// dev` listens.
+func TestPlainHTTPOnlyToLoopback(t *testing.T) {
+	key := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(key, []byte("sk_test_x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	adapters := Adapters{sik.RailStripe: func() rail.Adapter { return stripe.New() }}
+	const refused = "which is not a loopback address (127.0.0.0/8, ::1, localhost): the rail's secret key would cross the network unencrypted; use https"
+	for _, tc := range []struct {
+		name, baseURL, mcpBaseURL, wantErr string
+	}{
+		{name: "https", baseURL: "https://api.stripe.com"},
+		{name: "default https", baseURL: ""},
+		{name: "ipv4 loopback", baseURL: "http://127.0.0.1:12111"},
+		{name: "all of 127/8", baseURL: "http://127.8.9.10:12111"},
+		{name: "ipv6 loopback", baseURL: "http://[::1]:12111"},
+		{name: "localhost", baseURL: "http://localhost:12111"},
+		{name: "localhost any case", baseURL: "http://LocalHost:12111"},
+		{name: "mcp on loopback", baseURL: "http://127.0.0.1:12111", mcpBaseURL: "http://127.0.0.1:9000"},
+		{name: "host name", baseURL: "http://api.stripe.com", wantErr: `base_url "http://api.stripe.com" is http to api.stripe.com, ` + refused},
+		{name: "private address", baseURL: "http://10.0.0.7:8080", wantErr: "is http to 10.0.0.7, " + refused},
+		{name: "any address", baseURL: "http://0.0.0.0:12111", wantErr: "is http to 0.0.0.0, " + refused},
+		{name: "loopback look-alike", baseURL: "http://127.0.0.1.nip.io", wantErr: refused},
+		{name: "localhost look-alike", baseURL: "http://localhost.example.com", wantErr: refused},
+		{name: "credentials in the url are not echoed", baseURL: "http://user:hunter2@rail.example", wantErr: `"http://user:xxxxx@rail.example" is http to rail.example`},
+		{name: "mcp host name", baseURL: "https://api.stripe.com", mcpBaseURL: "http://stripe-mcp.internal",
+			wantErr: `mcp: base_url "http://stripe-mcp.internal" is http to stripe-mcp.internal, ` + refused},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := AccountConfig{Account: "acct_1", Rail: "stripe", Hosts: []string{"api.stripe.com"}, BaseURL: tc.baseURL, KeyFile: key}
+			if tc.mcpBaseURL != "" {
+				c.MCP = &MCPConfig{Preset: "stripe", BaseURL: tc.mcpBaseURL}
+			}
+			_, err := New(File{Rails: []AccountConfig{c}}, adapters, nil)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("New = %v, want an error containing %q", err, tc.wantErr)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Fatalf("the error shows the URL's password: %v", err)
+			}
+		})
+	}
+}
