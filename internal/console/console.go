@@ -8,9 +8,11 @@
 // only by an owner token (through ownerauth, as the API checks it) or an
 // ID token of the configured issuer for an allowlisted subject; sign-in
 // attempts are bounded per peer address (quota.Failures, shared with the
-// owner API); a session is an owner credential stored hashed in Postgres
-// and refused once expired or signed out; and a cookie reaches the API only
-// after CSRF checks.
+// owner API), and so are the OIDC code exchanges they cause; the sessions
+// an owner opens are bounded in rate and in number, so that no owner can
+// use them to crowd another out of the failure exemption; a session is an
+// owner credential stored hashed in Postgres and refused once expired or
+// signed out; and a cookie reaches the API only after CSRF checks.
 package console
 
 import (
@@ -49,6 +51,26 @@ const DefaultSessionTTL = 8 * time.Hour
 // re-reads its session, so that a sign-out ends it.
 const DefaultRecheck = 30 * time.Second
 
+// DefaultMaxSessions is how many live sessions one owner may hold when
+// Options.MaxSessions is 0: a new one signs the oldest out.
+const DefaultMaxSessions = 10
+
+// The default bounds of Options.OwnerSignIns and Options.OIDCExchanges.
+//
+// An owner opens ten sessions at once, then one a minute (token or OIDC):
+// a sign-in is cheap to repeat for whoever holds an owner token, and each
+// one writes a session row and is one more credential the failure counter
+// remembers.
+//
+// A source has twenty authorization codes redeemed at the issuer's token
+// endpoint at once, then one every five seconds: starting a sign-in takes
+// no credential, so without a bound anyone who reaches the listener could
+// make Countersign call the issuer (with the client secret) at will.
+const (
+	ownerSignInRate, ownerSignInBurst   = 1.0 / 60, 10
+	oidcExchangeRate, oidcExchangeBurst = 0.2, 20
+)
+
 // csp is the Content-Security-Policy of every /console/ response: the
 // console runs its own files only and talks to its own origin only.
 const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
@@ -58,6 +80,9 @@ const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 's
 // key every replica seals the OIDC sign-in cookie with.
 type Store interface {
 	ownerauth.SessionIssuer
+	// TrimOwnerSessions signs out an owner's oldest live sessions but
+	// keepID so that keep remain (ledger.Store.TrimOwnerSessions).
+	TrimOwnerSessions(ctx context.Context, ownerID, keepID string, keep int) (int64, error)
 	ConsoleKey(ctx context.Context, name string, candidate []byte) ([]byte, error)
 }
 
@@ -90,6 +115,15 @@ type Options struct {
 	// that the two are one budget). Nil Failures: nothing is bounded.
 	Peers    quota.Peers
 	Failures *quota.Failures
+	// OwnerSignIns limits the sessions opened per owner id; nil: ten at
+	// once, then one a minute.
+	OwnerSignIns *quota.Limiter
+	// OIDCExchanges limits the authorization code exchanges per source
+	// (Peers); nil: twenty at once, then one every five seconds.
+	OIDCExchanges *quota.Limiter
+	// MaxSessions is how many live sessions an owner may hold; opening
+	// one more signs its oldest out (DefaultMaxSessions when 0).
+	MaxSessions int
 	// URL is the console's external base URL (scheme://host[:port]): the
 	// origin its pages are served from behind a proxy, and the base of the
 	// OIDC redirect_uri. Required with OIDC.
@@ -126,6 +160,18 @@ func New(o Options) (*Console, error) {
 	}
 	if o.Recheck <= 0 {
 		o.Recheck = DefaultRecheck
+	}
+	if o.MaxSessions == 0 {
+		o.MaxSessions = DefaultMaxSessions
+	}
+	if o.MaxSessions < 1 {
+		return nil, fmt.Errorf("console: an owner's live sessions must be bounded by at least 1, got %d", o.MaxSessions)
+	}
+	if o.OwnerSignIns == nil {
+		o.OwnerSignIns = quota.NewLimiter(quota.Options{Rate: ownerSignInRate, Burst: ownerSignInBurst})
+	}
+	if o.OIDCExchanges == nil {
+		o.OIDCExchanges = quota.NewLimiter(quota.Options{Rate: oidcExchangeRate, Burst: oidcExchangeBurst})
 	}
 	if o.Now == nil {
 		o.Now = time.Now

@@ -3,6 +3,7 @@ package console_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/http"
 	"strings"
@@ -290,5 +291,89 @@ func TestSessionNeverOutlivesItsToken(t *testing.T) {
 	exp, _ := time.Parse(time.RFC3339, x.json(t)["expire_time"].(string))
 	if exp.After(time.Now().Add(time.Hour + time.Second)) {
 		t.Errorf("session expires %v, after its token", exp)
+	}
+}
+
+// TestOneOwnerCannotEvictAnothersExemption: alice's token and session are
+// exempt from the block her agent keeps on their shared source (127.0.0.1
+// behind a port-forward). Bob, another owner, signing in again and again
+// (each sign-in a new session, each remembered as authenticated) churns
+// only his own remembered credentials: alice stays exempt.
+func TestOneOwnerCannotEvictAnothersExemption(t *testing.T) {
+	// A remembered set a few owners wide, so that a few dozen sign-ins
+	// would have filled it (the server's holds 10,000).
+	const maxKeys = 2 * quota.DefaultKnownPerOwner
+	failures := quota.NewFailures(quota.Options{Rate: 0.001, Burst: 3}, quota.Options{Rate: 0.001, Burst: 3, MaxKeys: maxKeys})
+	r := newRig(t, rigOptions{failures: failures, console: func(o *console.Options) {
+		o.OwnerSignIns = quota.NewLimiter(quota.Options{}) // unbounded here: this is about what the set remembers
+	}})
+	_, bobToken, _, err := ownerauth.Bootstrap(context.Background(), r.store, "bob", 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.signIn(r.token)
+	for range 2 * maxKeys {
+		r.signIn(bobToken)
+	}
+	// Alice's agent fails until the source is blocked.
+	for range 3 {
+		r.do("POST", "/console/api/session", "x", "Content-Type", "application/json")
+	}
+	if x := r.do("POST", "/console/api/session", `{"token":"cso_`+strings.Repeat("b", 52)+`"}`, "Content-Type", "application/json"); x.status != 429 {
+		t.Fatalf("the source is not blocked: %d %s", x.status, x.body)
+	}
+	if x := r.do("POST", "/console/api/session", fmt.Sprintf(`{"token":%q}`, r.token), "Content-Type", "application/json"); x.status != 200 {
+		t.Fatalf("alice, after bob's %d sign-ins, on the source her agent blocks = %d %s", 2*maxKeys, x.status, x.body)
+	}
+}
+
+// TestOwnerSignInsAreBounded: one owner opens at most OwnerSignIns
+// sessions (429 with Retry-After past it), without holding back another.
+func TestOwnerSignInsAreBounded(t *testing.T) {
+	r := newRig(t, rigOptions{console: func(o *console.Options) {
+		o.OwnerSignIns = quota.NewLimiter(quota.Options{Rate: 1.0 / 60, Burst: 3, Now: o.Now})
+	}})
+	_, bobToken, _, err := ownerauth.Bootstrap(context.Background(), r.store, "bob", 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		r.signIn(r.token)
+	}
+	x := r.do("POST", "/console/api/session", fmt.Sprintf(`{"token":%q}`, r.token), "Content-Type", "application/json")
+	if x.status != 429 || x.header.Get("Retry-After") != "60" || !strings.Contains(x.body, "too many sign-ins by this owner") {
+		t.Fatalf("a fourth sign-in = %d %s (Retry-After %q), want 429 after 60s", x.status, x.body, x.header.Get("Retry-After"))
+	}
+	if c := x.header.Get("Set-Cookie"); c != "" {
+		t.Fatalf("a refused sign-in set a cookie: %q", c)
+	}
+	r.signIn(bobToken)
+	r.clock.Advance(time.Minute)
+	r.signIn(r.token)
+}
+
+// TestOwnerSessionsAreBounded: an owner holds at most MaxSessions live
+// sessions; each new one signs the oldest out, on the console and the API.
+func TestOwnerSessionsAreBounded(t *testing.T) {
+	r := newRig(t, rigOptions{console: func(o *console.Options) {
+		o.MaxSessions = 3
+		o.OwnerSignIns = quota.NewLimiter(quota.Options{})
+	}})
+	var secrets []string
+	for range 5 {
+		s, _ := r.signIn(r.token)
+		secrets = append(secrets, s)
+	}
+	for i, s := range secrets {
+		want := 200
+		if i < 2 {
+			want = 401
+		}
+		if x := r.do("GET", "/console/api/session", "", "Cookie", cookie(s)); x.status != want {
+			t.Errorf("session %d = %d %s, want %d", i, x.status, x.body, want)
+		}
+	}
+	if _, err := r.auth.Authenticate(context.Background(), "Bearer "+secrets[0]); err == nil || !strings.Contains(err.Error(), "signed out") {
+		t.Errorf("the API on a session signed out by newer ones: %v", err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/oauth2"
 
 	"github.com/countersign/countersign/internal/ownerauth"
+	"github.com/countersign/countersign/internal/quota"
 )
 
 // oidcStateTTL is how long a sign-in at the issuer may take.
@@ -41,6 +42,8 @@ type oidcFlow struct {
 	clientID string
 	secret   string
 	client   *http.Client
+
+	used *usedStates // the sign-ins whose callback has come
 
 	mu       sync.Mutex
 	endpoint oauth2.Endpoint // zero until discovered (or given)
@@ -65,7 +68,7 @@ func newOIDCFlow(c *Console, o OIDC) (*oidcFlow, error) {
 			}
 		}
 	}
-	f := &oidcFlow{c: c, clientID: o.ClientID, secret: o.ClientSecret, client: o.HTTPClient,
+	f := &oidcFlow{c: c, clientID: o.ClientID, secret: o.ClientSecret, client: o.HTTPClient, used: newUsedStates(maxUsedStates),
 		endpoint: oauth2.Endpoint{AuthURL: o.AuthURL, TokenURL: o.TokenURL}}
 	if f.client == nil {
 		f.client = defaultClient()
@@ -275,16 +278,24 @@ func (c *Console) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: "oidc_disabled"})
 		return
 	}
-	// The sign-in is single-use whatever happens next.
+	// The sign-in is single-use whatever happens next: cleared in the
+	// browser here, and claimed in this process (usedStates) below.
 	clearCookie(w, OIDCCookie, "Lax")
 	src := c.o.Peers.HTTPSource(r)
-	// The source's failure block applies only to callbacks that do not
-	// carry this browser's own sign-in (sealed cookie and matching state):
-	// the agent shares the owner's source address and could otherwise keep
-	// every OIDC sign-in blocked by failing on purpose.
 	fail := func(status int, msg string) {
 		c.o.Failures.Note(src, "")
 		writeJSON(w, status, errorBody{Error: msg})
+	}
+	// The source's failure block applies only to callbacks that do not
+	// carry this browser's own sign-in (sealed cookie, matching state, not
+	// yet used): the agent shares the owner's source address and could
+	// otherwise keep every OIDC sign-in blocked by failing on purpose.
+	notOurs := func(status int, msg string) {
+		if err := c.o.Failures.Check(src, ""); err != nil {
+			tooMany(w, err, "too many failed sign-ins from this address; retry later")
+			return
+		}
+		fail(status, msg)
 	}
 	var sealed []string
 	for _, ck := range r.Cookies() {
@@ -293,12 +304,12 @@ func (c *Console) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if len(sealed) != 1 {
-		fail(http.StatusBadRequest, errNoSignIn.Error())
+		notOurs(http.StatusBadRequest, errNoSignIn.Error())
 		return
 	}
 	p, err := f.open(r.Context(), sealed[0])
 	if errors.Is(err, errNoSignIn) {
-		fail(http.StatusBadRequest, err.Error())
+		notOurs(http.StatusBadRequest, err.Error())
 		return
 	}
 	if err != nil {
@@ -307,7 +318,11 @@ func (c *Console) oidcCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	if subtle.ConstantTimeCompare([]byte(q.Get("state")), []byte(p.State)) != 1 || len(q["state"]) != 1 {
-		fail(http.StatusBadRequest, "the sign-in's state does not match this browser's: start again")
+		notOurs(http.StatusBadRequest, "the sign-in's state does not match this browser's: start again")
+		return
+	}
+	if !f.used.claim(p.State, time.Unix(p.Expires, 0), c.o.Now()) {
+		notOurs(http.StatusBadRequest, "this sign-in has already been used: start again")
 		return
 	}
 	if e := q.Get("error"); e != "" {
@@ -317,6 +332,14 @@ func (c *Console) oidcCallback(w http.ResponseWriter, r *http.Request) {
 	code := q.Get("code")
 	if code == "" || len(q["code"]) != 1 || len(code) > 4096 {
 		fail(http.StatusBadRequest, "the callback carries no authorization code")
+		return
+	}
+	// Every exchange calls the issuer with the client secret, and a
+	// sign-in to start one takes no credential: bound them per source.
+	if ok, wait := c.o.OIDCExchanges.Allow(src); !ok {
+		c.o.Log.Info("console: OIDC code exchange refused: too many from this source", "source", src)
+		tooMany(w, &quota.ExhaustedError{Scope: "OIDC sign-ins from this source", RetryAfter: wait},
+			"too many OIDC sign-ins from this address; retry later")
 		return
 	}
 	cfg, err := f.config(r.Context())

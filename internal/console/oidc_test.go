@@ -7,11 +7,14 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -41,6 +44,8 @@ type provider struct {
 	subject       string
 	nonceOverride string
 	audience      string
+	// exchanges counts the calls to the token endpoint.
+	exchanges atomic.Int64
 }
 
 type grant struct {
@@ -84,6 +89,7 @@ func (p *provider) authorize(w http.ResponseWriter, r *http.Request) {
 }
 
 func (p *provider) token(w http.ResponseWriter, r *http.Request) {
+	p.exchanges.Add(1)
 	_ = r.ParseForm()
 	fail := func(msg string) {
 		w.Header().Set("Content-Type", "application/json")
@@ -236,11 +242,19 @@ func TestOIDCSignIn(t *testing.T) {
 			f.cookie = f.cookie[:len(f.cookie)-2] + "AA"
 			return f
 		}},
-		{name: "replayed code", status: 401, reason: "refused the authorization code", tamper: func(t *testing.T, r *rig, _ *provider, f flow) flow {
+		{name: "replayed sign-in", status: 400, reason: "already been used", tamper: func(t *testing.T, r *rig, _ *provider, f flow) flow {
 			if x := r.callback(f); x.status != 303 {
 				t.Fatalf("first callback = %d %s", x.status, x.body)
 			}
 			return f
+		}},
+		{name: "redeemed code in a new sign-in", status: 401, reason: "refused the authorization code", tamper: func(t *testing.T, r *rig, p *provider, f flow) flow {
+			if x := r.callback(f); x.status != 303 {
+				t.Fatalf("first callback = %d %s", x.status, x.body)
+			}
+			other := r.startOIDC(t, p)
+			other.query.Set("code", f.query.Get("code"))
+			return other
 		}},
 		{name: "PKCE mismatch", status: 401, reason: "refused the authorization code", tamper: func(t *testing.T, r *rig, p *provider, f flow) flow {
 			// This browser's state and verifier, with the code another
@@ -321,5 +335,123 @@ func TestOIDCCallbackSurvivesABlockedSource(t *testing.T) {
 	}
 	if x := r.callback(fl); x.status != 303 {
 		t.Fatalf("the owner's callback on a blocked source = %d %s, want 303", x.status, x.body)
+	}
+}
+
+// blockedOIDCRig is an OIDC rig whose source (shared, as the agent's and
+// the owner's are behind a port-forward) has been blocked by failed
+// sign-ins; exchanges bounds its code exchanges (nil: the default).
+func blockedOIDCRig(t *testing.T, p *provider, exchanges *quota.Limiter) *rig {
+	t.Helper()
+	cfg := &ownerauth.Config{Issuer: p.srv.URL, Audience: "countersign-owner-api", JWKSURL: p.srv.URL + "/jwks",
+		AllowedSubjects: []string{"alice"}}
+	f := quota.NewFailures(quota.Options{Rate: 0.001, Burst: 3}, quota.Options{Rate: 0.001, Burst: 3})
+	r := newRig(t, rigOptions{oidc: cfg, failures: f, console: func(o *console.Options) {
+		o.URL = "http://127.0.0.1:8443"
+		o.OIDC = &console.OIDC{ClientID: clientID}
+		o.OIDCExchanges = exchanges
+	}})
+	for range 3 {
+		r.do("POST", "/console/api/session", "x", "Content-Type", "application/json")
+	}
+	if x := r.do("POST", "/console/api/session", `{"token":"cso_`+strings.Repeat("b", 52)+`"}`, "Content-Type", "application/json"); x.status != 429 {
+		t.Fatalf("the source is not blocked: %d %s", x.status, x.body)
+	}
+	return r
+}
+
+// TestOIDCSignInIsSingleUse: the sealed cookie and state of one sign-in,
+// replayed (the browser clears the cookie; a copy of it is still valid for
+// ten minutes), reach the issuer's token endpoint once: every replay is
+// refused before it, and counted against the source like any callback
+// that is not this browser's own sign-in.
+func TestOIDCSignInIsSingleUse(t *testing.T) {
+	p := newProvider(t)
+	r := oidcRig(t, p)
+	f := r.startOIDC(t, p)
+	if x := r.callback(f); x.status != 303 {
+		t.Fatalf("first callback = %d %s", x.status, x.body)
+	}
+	for i := range 20 {
+		f.query.Set("code", fmt.Sprintf("guess%d", i))
+		x := r.callback(f)
+		if x.status != 400 || !strings.Contains(x.json(t)["error"].(string), "already been used") {
+			t.Fatalf("replay %d = %d %s, want 400 already used", i, x.status, x.body)
+		}
+	}
+	if n := p.exchanges.Load(); n != 1 {
+		t.Fatalf("one sign-in, replayed, made %d token exchanges; want 1", n)
+	}
+}
+
+// TestOIDCCallbackHonoursTheSourceBlock: a callback that does not carry
+// this browser's own sign-in (no cookie, another state, a used sign-in)
+// is refused 429 from a blocked source, as every other sign-in attempt
+// is; this browser's own still completes (TestOIDCCallbackSurvivesABlockedSource).
+func TestOIDCCallbackHonoursTheSourceBlock(t *testing.T) {
+	p := newProvider(t)
+	r := blockedOIDCRig(t, p, nil)
+	used := r.startOIDC(t, p)
+	if x := r.callback(used); x.status != 303 {
+		t.Fatalf("the owner's own callback on a blocked source = %d %s", x.status, x.body)
+	}
+	wrongState := r.startOIDC(t, p)
+	wrongState.query.Set("state", "forged")
+	for _, tc := range []struct {
+		name string
+		f    flow
+	}{
+		{"no cookie", flow{cookie: "other=1", query: url.Values{"state": {"x"}, "code": {"y"}}}},
+		{"another state", wrongState},
+		{"a used sign-in", used},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := r.callback(tc.f)
+			if x.status != 429 || x.header.Get("Retry-After") == "" {
+				t.Fatalf("= %d %s (Retry-After %q), want 429", x.status, x.body, x.header.Get("Retry-After"))
+			}
+		})
+	}
+	if n := p.exchanges.Load(); n != 1 {
+		t.Fatalf("token exchanges = %d, want 1 (the owner's)", n)
+	}
+}
+
+// TestOIDCExchangesAreBoundedPerSource: starting a sign-in takes no
+// credential, so fresh sign-ins with made-up codes are what an agent can
+// send without end; the code exchanges they cause are bounded per source,
+// with Retry-After, and another source is not held to that bound.
+func TestOIDCExchangesAreBoundedPerSource(t *testing.T) {
+	p := newProvider(t)
+	cfg := &ownerauth.Config{Issuer: p.srv.URL, Audience: "countersign-owner-api", JWKSURL: p.srv.URL + "/jwks",
+		AllowedSubjects: []string{"alice"}}
+	r := newRig(t, rigOptions{oidc: cfg, console: func(o *console.Options) {
+		o.URL = "http://127.0.0.1:8443"
+		o.OIDC = &console.OIDC{ClientID: clientID}
+		o.Peers = quota.Peers{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}}
+		o.OIDCExchanges = quota.NewLimiter(quota.Options{Rate: 1.0 / 60, Burst: 3, Now: o.Now})
+	}})
+	for i := range 3 {
+		f := r.startOIDC(t, p)
+		f.query.Set("code", fmt.Sprintf("made-up-%d", i))
+		if x := r.callback(f); x.status != 401 {
+			t.Fatalf("made-up code %d = %d %s, want the issuer's refusal", i, x.status, x.body)
+		}
+	}
+	f := r.startOIDC(t, p)
+	x := r.callback(f)
+	if x.status != 429 || x.header.Get("Retry-After") != "60" || !strings.Contains(x.body, "too many OIDC sign-ins") {
+		t.Fatalf("exchange past the bound = %d %s (Retry-After %q), want 429 after 60s", x.status, x.body, x.header.Get("Retry-After"))
+	}
+	if n := p.exchanges.Load(); n != 3 {
+		t.Fatalf("token exchanges = %d, want 3", n)
+	}
+	other := r.startOIDC(t, p)
+	if x := r.do("GET", "/console/oidc/callback?"+other.query.Encode(), "", "Cookie", other.cookie, "X-Forwarded-For", "203.0.113.9"); x.status != 303 {
+		t.Fatalf("another source, through the trusted proxy = %d %s", x.status, x.body)
+	}
+	r.clock.Advance(time.Minute)
+	if x := r.callback(r.startOIDC(t, p)); x.status != 303 {
+		t.Fatalf("after the wait = %d %s", x.status, x.body)
 	}
 }

@@ -82,7 +82,7 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	}
 	id := credentialKey(token)
 	if err := c.o.Failures.Check(src, id); err != nil {
-		tooMany(w, err)
+		tooMany(w, err, "too many failed sign-ins from this address; retry later")
 		return
 	}
 	o, tokenExpires, err := c.o.Auth.SignInToken(r.Context(), token)
@@ -95,7 +95,7 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 		c.unavailable(w, err)
 		return
 	}
-	c.o.Failures.Admit(id)
+	c.o.Failures.AdmitFor(o.ID, id)
 	expires := c.o.Now().Add(c.o.TTL)
 	if tokenExpires.Before(expires) {
 		expires = tokenExpires // a session never outlives its token
@@ -105,22 +105,41 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// open starts a session for o, sets its cookie and calls done.
+// open starts a session for o, sets its cookie and calls done. An owner
+// opens at most OwnerSignIns sessions and holds at most MaxSessions live
+// ones (the oldest is signed out): each session is one more credential
+// exempt from the source block, and an owner signing in without end must
+// not be able to grow that set, or the ledger, without bound.
 func (c *Console) open(w http.ResponseWriter, r *http.Request, o ownerauth.Owner, expires time.Time,
 	done func(secret string, s ownerauth.Session),
 ) {
+	if ok, wait := c.o.OwnerSignIns.Allow(o.ID); !ok {
+		c.o.Log.Info("console: sign-in refused: too many by this owner", "owner", o.ID, "subject", o.Subject)
+		tooMany(w, &quota.ExhaustedError{Scope: "sign-ins by this owner", RetryAfter: wait}, "too many sign-ins by this owner; retry later")
+		return
+	}
 	secret, row, err := ownerauth.StartSession(r.Context(), c.o.Store, o, expires)
+	if err != nil {
+		c.unavailable(w, err)
+		return
+	}
+	// Without the trim the bound does not hold: fail closed. The new
+	// session's secret is never sent, so its row is worth nothing, and the
+	// next trim counts it among the oldest.
+	signedOut, err := c.o.Store.TrimOwnerSessions(r.Context(), o.ID, row.ID, c.o.MaxSessions)
 	if err != nil {
 		c.unavailable(w, err)
 		return
 	}
 	// The new secret is a credential that has authenticated: its calls are
 	// exempt from the blocks on their source address, which the agent shares
-	// (127.0.0.1 through a port-forward) and can exhaust on purpose.
-	c.o.Failures.Admit(credentialKey(secret))
+	// (127.0.0.1 through a port-forward) and can exhaust on purpose. It is
+	// remembered among o's own credentials, which no other owner can evict.
+	c.o.Failures.AdmitFor(o.ID, credentialKey(secret))
 	maxAge := int((row.ExpiresAt.Sub(c.o.Now()) + time.Second/2) / time.Second)
 	w.Header().Add("Set-Cookie", SessionCookie+"="+secret+"; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age="+strconv.Itoa(max(maxAge, 1)))
-	c.o.Log.Info("console: session opened", "session", row.ID, "owner", o.ID, "method", string(o.Method), "subject", o.Subject)
+	c.o.Log.Info("console: session opened", "session", row.ID, "owner", o.ID, "method", string(o.Method), "subject", o.Subject,
+		"oldest_signed_out", signedOut)
 	done(secret, ownerauth.Session{Owner: o, ID: row.ID, ExpiresAt: row.ExpiresAt})
 }
 
@@ -207,12 +226,13 @@ func credentialKey(secret string) string {
 	return "cred:" + hex.EncodeToString(sum[:8])
 }
 
-func tooMany(w http.ResponseWriter, err error) {
+// tooMany answers 429 with msg, and Retry-After when err says how long.
+func tooMany(w http.ResponseWriter, err error, msg string) {
 	var ex *quota.ExhaustedError
 	if errors.As(err, &ex) {
 		w.Header().Set("Retry-After", strconv.FormatInt(quota.RetryAfterSeconds(ex.RetryAfter), 10))
 	}
-	writeJSON(w, http.StatusTooManyRequests, errorBody{Error: "too many failed sign-ins from this address; retry later"})
+	writeJSON(w, http.StatusTooManyRequests, errorBody{Error: msg})
 }
 
 // reason is a refusal as the console shows it.

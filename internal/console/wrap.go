@@ -22,6 +22,10 @@ import (
 //     token and must not come cross-site (Origin, Sec-Fetch-Site):
 //     otherwise 403 {"error":"csrf"} and next is never called.
 //
+// Every response, whoever the caller, carries the console's security
+// headers (Content-Security-Policy, nosniff, no framing, no referrer) and
+// Cache-Control: no-store.
+//
 // A request on a session is bound to it: its context ends when the session
 // expires, and it re-reads the session every Options.Recheck, ending when
 // the session is signed out, revoked through its owner token, or cannot be
@@ -31,6 +35,12 @@ import (
 // http.ResponseController) works for streams.
 func (c *Console) WrapAPI(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Owner data (the approvals queue with agent text, a credential
+		// secret shown once) is served to the browser here: no cache may
+		// keep it, no other page may frame or sniff it. Set before next,
+		// on every answer, the gateway's errors included.
+		setSecurityHeaders(w.Header())
+		w.Header().Set("Cache-Control", "no-store")
 		secret, hasSession := sessionCookie(r)
 		_, hasAuthz := r.Header["Authorization"]
 		r = r.Clone(r.Context())
@@ -43,7 +53,6 @@ func (c *Console) WrapAPI(next http.Handler) http.Handler {
 		case http.MethodGet, http.MethodHead, http.MethodOptions:
 		default:
 			if c.crossSite(r) || !ownerauthCSRF(secret, r.Header.Values(CSRFHeader)) {
-				setSecurityHeaders(w.Header())
 				writeJSON(w, http.StatusForbidden, errorBody{Error: "csrf"})
 				return
 			}

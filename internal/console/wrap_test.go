@@ -13,7 +13,8 @@ import (
 )
 
 // TestWrapAPI: what of a request reaches the gateway, and when nothing
-// does.
+// does; and that every answer carries the console's security headers and
+// Cache-Control: no-store.
 func TestWrapAPI(t *testing.T) {
 	r := newRig(t, rigOptions{})
 	secret, body := r.signIn(r.token)
@@ -45,6 +46,12 @@ func TestWrapAPI(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before := r.reachedCount()
 			x := r.do(tc.method, "/v1/agents", "", tc.headers...)
+			// Owner data served to a browser: never cached, framed or
+			// sniffed, whatever the answer and whoever asked.
+			checkSecurityHeaders(t, tc.name, x.header)
+			if v := x.header.Values("Cache-Control"); len(v) != 1 || v[0] != "no-store" {
+				t.Errorf("Cache-Control = %q, want no-store", v)
+			}
 			if !tc.reaches {
 				if x.status != 403 || strings.TrimSpace(x.body) != `{"error":"csrf"}` || r.reachedCount() != before {
 					t.Fatalf("= %d %s, reached %d; want 403 csrf and nothing reaching the gateway", x.status, x.body, r.reachedCount()-before)

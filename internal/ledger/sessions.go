@@ -76,6 +76,29 @@ func (s *Store) RevokeOwnerSession(ctx context.Context, id string) error {
 	return s.revokeOnce(ctx, "owner_sessions", "owner session", id)
 }
 
+// TrimOwnerSessions revokes ownerID's live sessions (not revoked, not
+// expired) other than keepID, newest first kept, beyond the newest keep-1
+// of them: with keepID, the session just opened, keep stay live. It
+// returns how many it revoked. Run after each new session, it bounds how
+// many sessions one owner holds at once, whatever other replicas do.
+func (s *Store) TrimOwnerSessions(ctx context.Context, ownerID, keepID string, keep int) (int64, error) {
+	if keep < 1 {
+		return 0, fmt.Errorf("ledger: trim owner sessions: keep must be at least 1, got %d", keep)
+	}
+	tag, err := s.pool.Exec(ctx, `
+		UPDATE owner_sessions SET revoked_at = now()
+		WHERE id IN (
+			SELECT id FROM owner_sessions
+			WHERE owner_id = $1 AND id <> $2 AND revoked_at IS NULL AND expires_at > now()
+			ORDER BY created_at DESC, id DESC
+			OFFSET $3)
+		AND revoked_at IS NULL`, ownerID, keepID, keep-1)
+	if err != nil {
+		return 0, classify(fmt.Errorf("ledger: trim owner sessions: %w", err))
+	}
+	return tag.RowsAffected(), nil
+}
+
 // ConsoleKey returns the 32-byte key named name that every replica shares,
 // storing candidate as that key if there is none yet (the first caller's
 // candidate wins; later candidates are discarded).

@@ -114,3 +114,59 @@ func TestConsoleKeyIsShared(t *testing.T) {
 		t.Fatal("a short candidate was accepted")
 	}
 }
+
+// TestTrimOwnerSessions: after a new session, an owner keeps its newest
+// live sessions up to the bound (the new one always among them); older
+// ones are revoked, and another owner's, or already ended ones, are not
+// touched.
+func TestTrimOwnerSessions(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	open := func(owner, name string, expires time.Time) OwnerSession {
+		t.Helper()
+		sess, err := s.CreateOwnerSession(ctx, owner, name, "oidc", expires, sha256.Sum256([]byte("css_trim_"+owner+name)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sess
+	}
+	live := func(sess OwnerSession, owner, name string) bool {
+		t.Helper()
+		got, err := s.LookupOwnerSession(ctx, sha256.Sum256([]byte("css_trim_"+owner+name)))
+		if err != nil || got.ID != sess.ID {
+			t.Fatalf("lookup %s: %+v, %v", name, got, err)
+		}
+		return got.RevokedAt == nil
+	}
+	const a, b = "oidc:0123456789ab:alice", "oidc:0123456789ab:bob"
+	later := time.Now().Add(time.Hour)
+	ended := open(a, "ended", time.Now().Add(time.Hour))
+	if err := s.RevokeOwnerSession(ctx, ended.ID); err != nil {
+		t.Fatal(err)
+	}
+	bobs := open(b, "bob", later)
+	var alices []OwnerSession
+	for i := range 5 {
+		alices = append(alices, open(a, string(rune('0'+i)), later))
+	}
+	// The newest is the one just opened; keep 3 of alice's.
+	n, err := s.TrimOwnerSessions(ctx, a, alices[4].ID, 3)
+	if err != nil || n != 2 {
+		t.Fatalf("TrimOwnerSessions = %d, %v; want 2 revoked", n, err)
+	}
+	for i, sess := range alices {
+		if got, want := live(sess, a, string(rune('0'+i))), i >= 2; got != want {
+			t.Errorf("alice's session %d live = %v, want %v", i, got, want)
+		}
+	}
+	if !live(bobs, b, "bob") {
+		t.Error("another owner's session was revoked")
+	}
+	// The session named as the new one stays, even when it is not the newest.
+	if n, err := s.TrimOwnerSessions(ctx, a, alices[2].ID, 1); err != nil || n != 2 || !live(alices[2], a, "2") || live(alices[4], a, "4") {
+		t.Fatalf("keep 1 = %d, %v; the named session must be the one kept", n, err)
+	}
+	if _, err := s.TrimOwnerSessions(ctx, a, alices[2].ID, 0); err == nil {
+		t.Error("keep 0 accepted")
+	}
+}

@@ -51,7 +51,8 @@ func FromContext(ctx context.Context) (Owner, bool) {
 // authenticated skips steps 1 and 2: another caller's failures or floods
 // from the same address cannot lock it out, and it is held to step 5, its
 // owner's quota, instead. A caller without a working credential cannot
-// earn the exemption (see quota.Failures).
+// earn the exemption, and one owner cannot take it from another: it is
+// remembered per owner (see quota.Failures).
 //
 // Calls to every other service (other than Methods) pass through untouched.
 type Guard struct {
@@ -250,7 +251,9 @@ func (g *Guard) admit(ctx context.Context) (Owner, string, time.Time, error) {
 		}
 		return Owner{}, "", time.Time{}, err
 	}
-	g.Failures.Admit(credKey)
+	// Remembered among o's own credentials: no other owner's activity can
+	// push it out of the exemption (quota.Failures).
+	g.Failures.AdmitFor(o.ID, credKey)
 	if ok, wait := g.Owners.Allow(o.ID); !ok {
 		return Owner{}, "", time.Time{}, &quota.ExhaustedError{Scope: "owner API calls by this owner", RetryAfter: wait}
 	}

@@ -3,6 +3,7 @@ package ownerauth_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -321,6 +322,47 @@ func TestGuardBlocksRepeatedFailures(t *testing.T) {
 		// from the blocked source is refused before it is looked up.
 		if _, err := h.owner.GetAgent(withAuth("Bearer "+bob), req); status.Code(err) != codes.ResourceExhausted {
 			t.Fatalf("an unadmitted credential from the blocked source = %v, want ResourceExhausted", err)
+		}
+	})
+
+	// Owner bob authenticating with one new credential after another (as
+	// every console sign-in is) must not push alice's credential out of
+	// the remembered set and so behind the block her agent keeps on their
+	// shared source.
+	t.Run("another owner's credentials do not evict an admitted owner", func(t *testing.T) {
+		clk := newClock()
+		store := &fakeTokens{}
+		alice := store.add(t, ledger.OwnerToken{ID: "otk_alice", OwnerID: "own_alice", ExpiresAt: clk.Now().Add(24 * time.Hour)})
+		const maxKeys = 2 * quota.DefaultKnownPerOwner
+		var bobs []string
+		for i := range 3 * maxKeys {
+			bobs = append(bobs, store.add(t, ledger.OwnerToken{ID: fmt.Sprintf("otk_bob%d", i), OwnerID: "own_bob", ExpiresAt: clk.Now().Add(24 * time.Hour)}))
+		}
+		a, err := ownerauth.New(ownerauth.Config{Now: clk.Now}, store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := serve(t, &ownerauth.Guard{Auth: a, ToStatus: api.ToStatus,
+			Failures: quota.NewFailures(quota.Options{Rate: 0.1, Burst: 3, Now: clk.Now}, quota.Options{Rate: 0.1, Burst: 3, Now: clk.Now, MaxKeys: maxKeys})})
+		req := &countersignv1.GetAgentRequest{AgentId: "agt_x"}
+		if _, err := h.owner.GetAgent(withAuth("Bearer "+alice), req); err != nil {
+			t.Fatal(err)
+		}
+		for i, bob := range bobs {
+			if _, err := h.owner.GetAgent(withAuth("Bearer "+bob), req); err != nil {
+				t.Fatalf("bob's credential %d: %v", i, err)
+			}
+		}
+		// Alice's agent, on her source, fails until the source is blocked.
+		agent, _, _ := credential.Generate()
+		for range 3 {
+			_, _ = h.owner.GetAgent(withAuth("Bearer "+agent), req)
+		}
+		if _, err := h.owner.GetAgent(withAuth("Bearer "+bobs[0]), req); status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("bob's oldest credential, forgotten, from the blocked source = %v, want ResourceExhausted", err)
+		}
+		if _, err := h.owner.GetAgent(withAuth("Bearer "+alice), req); err != nil {
+			t.Fatalf("alice after another owner's %d credentials: %v", len(bobs), err)
 		}
 	})
 

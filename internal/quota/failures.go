@@ -52,30 +52,52 @@ func RetryAfterSeconds(d time.Duration) int64 {
 //   - But a source can be shared: every agent in a pod reaches Envoy, and
 //     every owner behind a port-forward reaches the API, from 127.0.0.1. A
 //     source blocked by one caller's failures would lock out every other
-//     caller there. So a credential that has authenticated (Admit) is
-//     exempt from its source's block from then on: it is the one thing a
-//     guesser cannot produce. It stays subject to its own identity bucket
-//     and is forgotten as soon as it fails (Note, Forget).
+//     caller there. So a credential that has authenticated (Admit,
+//     AdmitFor) is exempt from its source's block from then on: it is the
+//     one thing a guesser cannot produce. It stays subject to its own
+//     identity bucket and is forgotten as soon as it fails (Note, Forget).
+//
+// The exemption is a memory of credentials that authenticated, not a
+// lookup: deciding it from the credential's validity would mean looking
+// every presented credential up in the ledger first, from a blocked source
+// too, and the block exists precisely to stop an unauthenticated flood of
+// those lookups. Only a credential already remembered skips the block
+// without a lookup; anything else waits with its source.
+//
+// That memory is bounded, so who can make it forget matters. Credentials
+// admitted for an owner (AdmitFor) are kept per owner: each owner holds at
+// most DefaultKnownPerOwner of them and its newest evicts its own oldest,
+// so an owner that authenticates without end (a console sign-in mints a
+// new session each time) churns only its own entries. Another owner's are
+// forgotten only when the whole set is full, which takes MaxKeys /
+// DefaultKnownPerOwner owners active at once: owner ids are issued by the
+// operator (tokens) or the issuer's allowlist (OIDC), so no caller can
+// mint them to get there. Credentials admitted without an owner (Admit:
+// agent credentials) share one partition bounded by MaxKeys, as before.
 //
 // What remains: a valid credential never seen by this process (new, or
-// first used after a restart) from a source another caller keeps blocked
-// waits until that source's bucket refills, 1/Rate seconds per attempt.
+// first used after a restart, or forgotten) from a source another caller
+// keeps blocked waits until that source's bucket refills, 1/Rate seconds
+// per attempt.
 //
 // Callers check Check (or Blocked and BlockedIdentity) before they look a
-// credential up, Note after it failed, Admit after it succeeded. The
+// credential up, Note after it failed, AdmitFor (or Admit) after it
+// succeeded. The
 // identity must never be the secret itself: use a hash of it (e.g. the hex
 // of the first 8 bytes of its SHA-256) or the credential's id.
 type Failures struct {
 	source, identity *Limiter
-	known            *recentSet
+	known            *knownSet
 }
 
 // NewFailures returns a failure counter. Each Options' Burst is how many
 // failures are tolerated at once and Rate how fast they are forgiven (events
 // per second); a zero Rate turns that half off. perIdentity's MaxKeys also
-// bounds how many authenticated credentials are remembered.
+// bounds how many authenticated credentials are remembered in all, and
+// DefaultKnownPerOwner how many of one owner's.
 func NewFailures(perSource, perIdentity Options) *Failures {
-	return &Failures{source: NewLimiter(perSource), identity: NewLimiter(perIdentity), known: newRecentSet(perIdentity.MaxKeys)}
+	return &Failures{source: NewLimiter(perSource), identity: NewLimiter(perIdentity),
+		known: newKnownSet(perIdentity.MaxKeys, DefaultKnownPerOwner)}
 }
 
 // Note counts one failed attempt from source with identity; an empty
@@ -92,13 +114,20 @@ func (f *Failures) Note(source, identity string) {
 	}
 }
 
-// Admit records that identity authenticated: from now on its source's
-// failures do not block it.
+// Admit records that identity authenticated, for no owner in particular
+// (an agent credential): from now on its source's failures do not block it.
 func (f *Failures) Admit(identity string) {
+	f.AdmitFor("", identity)
+}
+
+// AdmitFor records that identity authenticated as owner: from now on its
+// source's failures do not block it. It is remembered among owner's own
+// credentials, so that no other owner's activity can push it out.
+func (f *Failures) AdmitFor(owner, identity string) {
 	if f == nil || identity == "" {
 		return
 	}
-	f.known.add(identity)
+	f.known.add(owner, identity)
 }
 
 // Forget withdraws identity's exemption (its credential was found revoked

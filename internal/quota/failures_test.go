@@ -2,8 +2,11 @@ package quota
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"pgregory.net/rapid"
 )
 
 func TestFailuresBlockASourceAndAnIdentity(t *testing.T) {
@@ -163,4 +166,110 @@ func TestFailuresRemembersABoundedNumberOfCredentials(t *testing.T) {
 	if nilF.Known("x") || nilF.Check("s", "x") != nil {
 		t.Fatal("a nil Failures remembers or blocks")
 	}
+}
+
+// One owner authenticating without end (a console sign-in mints a new
+// session every time) churns only its own remembered credentials: another
+// owner's stay exempt from their shared source's block.
+func TestFailuresKnownCredentialsArePerOwner(t *testing.T) {
+	const pod = "127.0.0.1"
+	clk := newClock()
+	f := NewFailures(Options{Rate: 0.1, Burst: 3, Now: clk.Now}, Options{Rate: 0.1, Burst: 3, Now: clk.Now, MaxKeys: 4 * DefaultKnownPerOwner})
+	f.AdmitFor("own_alice", "alice-token")
+	f.AdmitFor("own_alice", "alice-session")
+	for range 3 {
+		f.Note(pod, "")
+	}
+	for i := range 10 * f.known.max {
+		f.AdmitFor("own_bob", fmt.Sprintf("bob-session-%d", i))
+	}
+	for _, k := range []string{"alice-token", "alice-session"} {
+		if err := f.Check(pod, k); err != nil {
+			t.Errorf("%s after another owner's %d sign-ins: %v", k, 10*f.known.max, err)
+		}
+	}
+	all, bobs := f.known.len("own_bob")
+	if bobs != DefaultKnownPerOwner || all != DefaultKnownPerOwner+2 {
+		t.Errorf("remembered %d in all, %d of bob's; want bob's bounded at %d", all, bobs, DefaultKnownPerOwner)
+	}
+	if newest := fmt.Sprintf("bob-session-%d", 10*f.known.max-1); !f.Known(newest) || f.Known("bob-session-0") {
+		t.Error("bob's partition does not keep his newest and forget his oldest")
+	}
+}
+
+// The set as a whole stays bounded: when it is full, the key forgotten is
+// the oldest of the least recently active owner; a key admitted for another
+// owner moves; a partition emptied by Note or Forget is gone.
+func TestKnownSetBounds(t *testing.T) {
+	s := newKnownSet(4, 2)
+	s.add("a", "a1")
+	s.add("a", "a2")
+	s.add("b", "b1")
+	s.add("b", "b2")
+	s.has("a1") // a is now the most recently active, and a1 its newest
+	s.add("c", "c1")
+	if !s.has("a1") || !s.has("a2") || s.has("b1") || !s.has("b2") || !s.has("c1") {
+		t.Fatal("a full set did not forget the oldest key of the least recently active owner")
+	}
+	s.add("c", "a2") // now c's
+	if all, as := s.len("a"); all != 4 || as != 1 {
+		t.Fatalf("after moving a2: %d in all, %d of a's", all, as)
+	}
+	s.add("c", "c3") // c is full: its own oldest (c1) goes
+	if s.has("c1") || !s.has("a2") || !s.has("c3") {
+		t.Fatal("a full partition did not forget its own oldest")
+	}
+	s.remove("a1")
+	if _, ok := s.byOwner["a"]; ok {
+		t.Fatal("an emptied partition is kept")
+	}
+	var nilSet *knownSet
+	nilSet.add("a", "x")
+	if nilSet.has("x") {
+		t.Fatal("a nil set remembers")
+	}
+}
+
+// Whatever is admitted, forgotten or looked up, the set's bounds and its
+// indexes hold.
+func TestKnownSetInvariants(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		maxKeys := rapid.IntRange(1, 12).Draw(t, "max")
+		perOwner := rapid.IntRange(1, 6).Draw(t, "perOwner")
+		s := newKnownSet(maxKeys, perOwner)
+		owners := []string{"", "a", "b", "c"}
+		for range rapid.IntRange(0, 200).Draw(t, "steps") {
+			key := fmt.Sprint(rapid.IntRange(0, 20).Draw(t, "key"))
+			switch rapid.IntRange(0, 2).Draw(t, "op") {
+			case 0:
+				owner := rapid.SampledFrom(owners).Draw(t, "owner")
+				s.add(owner, key)
+				if !s.has(key) {
+					t.Fatalf("%s not remembered right after add", key)
+				}
+			case 1:
+				s.remove(key)
+				if s.has(key) {
+					t.Fatalf("%s remembered after remove", key)
+				}
+			default:
+				s.has(key)
+			}
+			total := 0
+			for _, o := range owners {
+				_, n := s.len(o)
+				limit := min(perOwner, maxKeys)
+				if o == "" {
+					limit = maxKeys
+				}
+				if n > limit {
+					t.Fatalf("owner %q holds %d, over %d", o, n, limit)
+				}
+				total += n
+			}
+			if all, _ := s.len(""); all != total || all != len(s.byKey) || all > maxKeys || s.parts.Len() != len(s.byOwner) {
+				t.Fatalf("counts: n=%d, partitions sum %d, index %d, max %d", all, total, len(s.byKey), maxKeys)
+			}
+		}
+	})
 }
