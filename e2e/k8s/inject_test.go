@@ -252,6 +252,9 @@ func agentPod(name string) *corev1.Pod {
 				Name:  "agent",
 				Image: "registry.example/agent:v1",
 				Env:   []corev1.EnvVar{{Name: "AGENT_MODE", Value: "test"}},
+				// Every agent container must say it does not escalate
+				// (inject's agentRefusals).
+				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptrTo(false)},
 			}},
 		},
 	}

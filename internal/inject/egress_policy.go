@@ -6,14 +6,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	apiequality "k8s.io/apimachinery/pkg/api/equality"
 )
-
-// Capabilities an agent container may not add when egress is closed, on
-// top of forbiddenCaps (which already has NET_ADMIN and ALL): with them a
-// process could leave the agent's UID (SETUID, SETGID) or send packets
-// that netfilter never sees (NET_RAW: packet sockets).
-var egressForbiddenCaps = []string{"NET_RAW", "SETUID", "SETGID"}
 
 // Resolver options a pod may set while host names are closed: none of
 // them changes which addresses a fully qualified name resolves to.
@@ -21,8 +14,9 @@ var harmlessDNSOptions = []string{"ndots", "timeout", "attempts", "edns0", "sing
 
 // egressRefusals are the reasons the egress rules would not hold for pod:
 // they match the agent's UID, so every agent container (init and
-// ephemeral ones too) must run as exactly that UID, non-root, unable to
-// gain privileges or the capabilities that leave it; and the closed host
+// ephemeral ones too) must run as exactly that UID (non-root, without
+// privilege escalation and within the capability allowlist, as in every
+// mode: agentPodRefusals); and the closed host
 // names are resolved inside the pod, so the pod may not steer how.
 func egressRefusals(pod *corev1.Pod, cfg Config) []string {
 	e := cfg.Egress
@@ -60,17 +54,10 @@ func uidRefusals(c view, psc *corev1.PodSecurityContext, uid int64) []string {
 	case *user != uid:
 		out = append(out, fmt.Sprintf("%s runs as UID %d: the egress rules match the agent's UID %d only", at, *user, uid))
 	}
-	// runAsNonRoot is required with or without closed egress (preflight).
-	if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-		out = append(out, fmt.Sprintf("%s does not set allowPrivilegeEscalation: false: a setuid program could leave UID %d, for which egress is closed", at, uid))
-	}
-	if sc.Capabilities != nil {
-		for _, cp := range sc.Capabilities.Add {
-			if slices.Contains(egressForbiddenCaps, strings.TrimPrefix(strings.ToUpper(string(cp)), "CAP_")) {
-				out = append(out, fmt.Sprintf("%s adds capability %s: with it the agent could get around the egress rules for UID %d", at, cp, uid))
-			}
-		}
-	}
+	// runAsNonRoot, allowPrivilegeEscalation: false and the capability
+	// allowlist (no SETUID, SETGID or NET_RAW: leaving the UID, packet
+	// sockets that netfilter never sees) hold in every mode
+	// (agentPodRefusals).
 	return out
 }
 
@@ -136,23 +123,4 @@ func egressGuarded(pod *corev1.Pod, cfg Config) []string {
 		}
 	}
 	return out
-}
-
-// asBuilt compares a stored container with the one built, once the API
-// server's defaults for fields the injector leaves unset are taken out.
-// Resources are not compared: a LimitRange's defaults may be filled in
-// when the in-tree admission plugins run again after the patch, and they
-// open no way around the rules.
-func asBuilt(got, want corev1.Container) bool {
-	got.Resources = want.Resources
-	if want.TerminationMessagePath == "" && got.TerminationMessagePath == corev1.TerminationMessagePathDefault {
-		got.TerminationMessagePath = ""
-	}
-	if want.TerminationMessagePolicy == "" && got.TerminationMessagePolicy == corev1.TerminationMessageReadFile {
-		got.TerminationMessagePolicy = ""
-	}
-	if want.ImagePullPolicy == "" {
-		got.ImagePullPolicy = "" // defaulted from the image's tag
-	}
-	return apiequality.Semantic.DeepEqual(got, want)
 }

@@ -7,28 +7,42 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 )
 
-// Guarded says whether pod is a guarded agent pod under cfg: the
-// invariants the injection exists for, checked on the pod the API server
-// would store. Mutate checks every patched pod with it before answering
-// (and a pod that arrives already marked injected), so a bug in the patch
-// refuses a pod instead of admitting it unguarded.
+// Guarded says whether pod is a guarded agent pod under cfg: the pod that
+// injecting it would make, checked on the pod the API server would store.
+// Mutate checks every patched pod with it before answering, so a bug in
+// the patch refuses a pod instead of admitting it unguarded; and it is all
+// that admits a pod arriving already marked injected (the second pass of a
+// reinvocation, which is a CREATE too) and an UPDATE of a guarded pod, so
+// it holds such a pod to everything injection would:
 //
 //   - Countersign and Envoy are native sidecars (init containers with
-//     restartPolicy Always, Countersign first), with cfg's images, hardened;
-//   - the socket volume is an emptyDir mounted by those two only;
-//   - the rail keys and the ledger URL are readable by Countersign only;
-//   - no agent container is privileged, escalates, adds a dangerous
-//     capability or mounts a hostPath; the pod shares no host namespace
-//     and not its process namespace;
-//   - every agent container (init and regular) has the base URLs;
+//     restartPolicy Always, Countersign first), each once and exactly as
+//     build(cfg) makes it (its image, command, arguments, environment,
+//     mounts, ports, probes and security context; resources and the API
+//     server's defaults aside): a sidecar of the pod's own choosing would
+//     hold the rail keys, or decide from a ledger of the pod's choosing;
+//   - every volume named like the injector's is one build(cfg) makes, with
+//     its source (the socket volume an emptyDir, the ConfigMaps and Secrets
+//     the configured ones), and each is there once;
+//   - the rest of the pod passes every whole-pod check of injection
+//     (agentPodRefusals): no agent container privileged, escalating,
+//     adding a capability beyond the allowlist, running as root, mounting
+//     a hostPath or anything of ours, claiming a sidecar's port or reading
+//     a Secret only Countersign may read; no other volume holding one; no
+//     host namespace, no shared process namespace, no hostAliases entry or
+//     resolver of the pod's choosing;
+//   - every agent container (init and regular) has the base URLs, and
+//     their hosts are aliased to 127.0.0.1;
 //   - with egress closed, the first init container is the egress
 //     container as built, and every agent container runs as the agent's
 //     UID with no way to leave it (egressRefusals).
 func Guarded(pod *corev1.Pod, cfg Config) error {
-	bad := append(podRefusals(pod), egressGuarded(pod, cfg)...)
-	bad = append(bad, egressRefusals(pod, cfg)...)
+	in := build(cfg)
+	bad := agentPodRefusals(pod, cfg, true)
+	bad = append(bad, egressGuarded(pod, cfg)...)
 	fail := func(format string, args ...any) { bad = append(bad, fmt.Sprintf(format, args...)) }
 
 	cs := slices.IndexFunc(pod.Spec.InitContainers, func(c corev1.Container) bool { return c.Name == CountersignContainer })
@@ -40,13 +54,19 @@ func Guarded(pod *corev1.Pod, cfg Config) error {
 	if cs > ev {
 		fail("%s starts after %s", CountersignContainer, EnvoyContainer)
 	}
+	for _, name := range []string{CountersignContainer, EnvoyContainer} {
+		if n := len(slices.DeleteFunc(containers(pod), func(c view) bool { return c.name != name })); n > 1 {
+			fail("%d containers are named %s", n, name)
+		}
+	}
 	for _, i := range []int{cs, ev} {
 		c := pod.Spec.InitContainers[i]
+		want := map[int]corev1.Container{cs: in.countersign, ev: in.envoy}[i]
 		if c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
 			fail("%s is not a native sidecar (restartPolicy: Always)", c.Name)
 		}
-		if want := map[int]string{cs: cfg.CountersignImage, ev: cfg.EnvoyImage}[i]; c.Image != want {
-			fail("%s runs image %q, not %q", c.Name, c.Image, want)
+		if c.Image != want.Image {
+			fail("%s runs image %q, not %q", c.Name, c.Image, want.Image)
 		}
 		if err := isHardened(c.SecurityContext); err != nil {
 			fail("%s: %v", c.Name, err)
@@ -56,37 +76,40 @@ func Guarded(pod *corev1.Pod, cfg Config) error {
 		}) {
 			fail("%s has no empty directory at %s: the pod's service account token would be mounted there", c.Name, serviceAccountDir)
 		}
-	}
-	if slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return ours(c.Name) }) {
-		fail("a regular container has a sidecar's name")
-	}
-
-	vols, protected := volumeMap(pod), protectedSecrets(cfg)
-	for _, name := range []string{SocketVolume, NoTokenVolume} {
-		if v, ok := vols[name]; !ok || v.EmptyDir == nil {
-			fail("volume %s is not an emptyDir", name)
+		// The image and restart policy are reported above.
+		c.Image, c.RestartPolicy = want.Image, want.RestartPolicy
+		if diff := builtDiff(c, want); len(diff) > 0 {
+			fail("%s is not the container the injector builds: its %s differ", c.Name, strings.Join(diff, ", "))
 		}
 	}
-	for _, c := range containers(pod) {
-		if ours(c.name) && c.init {
-			if c.name == CountersignContainer || c.name == EgressContainer {
-				continue // checked above, and by egressGuarded
-			}
-			// Envoy holds no secret: only the socket, its bootstrap, and
-			// the empty directory where a token would go.
-			for _, m := range c.mount {
-				if m.Name != SocketVolume && m.Name != EnvoyConfigVolume && m.Name != NoTokenVolume {
-					fail("%s mounts %s", c.name, m.Name)
-				}
-			}
 
-			if len(c.env) > 0 || len(c.from) > 0 {
-				fail("%s has environment variables", c.name)
-			}
+	// The injector's volumes: each once, with the source it builds.
+	built := map[string]corev1.Volume{}
+	for _, v := range in.volumes {
+		built[v.Name] = v
+	}
+	seen := map[string]int{}
+	for i, v := range pod.Spec.Volumes {
+		if !ourVolume(v.Name) {
 			continue
 		}
-		bad = append(bad, agentRefusals(c, vols, protected)...)
-		if strings.HasPrefix(c.field, "spec.ephemeralContainers") {
+		seen[v.Name]++
+		want, ok := built[v.Name]
+		switch {
+		case !ok:
+			fail("spec.volumes[%d] is named %q, the name of an injected volume, but the injector builds none of that name", i, v.Name)
+		case !apiequality.Semantic.DeepEqual(volumeDefaults(v.VolumeSource), volumeDefaults(want.VolumeSource)):
+			fail("volume %s does not have the source the injector builds (%s)", v.Name, volumeSourceName(want.VolumeSource))
+		}
+	}
+	for _, v := range in.volumes {
+		if seen[v.Name] != 1 {
+			fail("volume %s is there %d times, not once", v.Name, seen[v.Name])
+		}
+	}
+
+	for _, c := range containers(pod) {
+		if (ours(c.name) && c.init) || strings.HasPrefix(c.field, "spec.ephemeralContainers") {
 			continue
 		}
 		for _, want := range cfg.BaseURLs {

@@ -3,6 +3,7 @@ package inject
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -337,6 +338,10 @@ func TestGuardedRefusesBrokenPods(t *testing.T) {
 		"share process namespace": func(p *corev1.Pod) { p.Spec.ShareProcessNamespace = ptr(true) },
 		"no host alias":           func(p *corev1.Pod) { p.Spec.HostAliases = p.Spec.HostAliases[:1] },
 	}
+	// What a pod that arrives marked injected could rewire (found by an
+	// attacker's-eye review: Guarded checked a few fields of the sidecars
+	// and none of the whole-pod refusals of injection).
+	maps.Copy(breaks, forgedSidecars())
 	for name, brk := range breaks {
 		t.Run(name, func(t *testing.T) {
 			p := base.DeepCopy()

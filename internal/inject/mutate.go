@@ -15,9 +15,10 @@ const DecisionKey = "decision"
 
 // Mutate judges one decoded review (see Decode). A pod CREATE is left
 // alone (not opted in, opted out, a namespace never injected, or already
-// guarded), refused with the reasons, or admitted with the JSON patch that
-// guards it; a pod of an injected namespace that opts out is still refused
-// if it holds or reads the Secrets only Countersign may read. An UPDATE is
+// exactly as injected), refused with the reasons, or admitted with the
+// JSON patch that guards it; a pod that is not opted in, or opts out, is
+// still refused if it holds or reads the Secrets only Countersign may
+// read. An UPDATE is
 // judged by judgeUpdate and never patched. It reads nothing but its
 // arguments.
 func Mutate(req *admissionv1.AdmissionRequest, pod *corev1.Pod, cfg Config, scope Scope) *admissionv1.AdmissionResponse {
@@ -36,25 +37,35 @@ func Mutate(req *admissionv1.AdmissionRequest, pod *corev1.Pod, cfg Config, scop
 		return deny(err.Error())
 	}
 	if !in {
-		if scope == ScopeNamespace {
-			// The rail keys' and the ledger's Secrets live in an injected
-			// namespace: opting out of the sidecars is no way to read them.
-			reasons := secretRefusals(pod, cfg)
-			if _, ok := pod.Annotations[StatusKey]; ok {
-				reasons = append(reasons, fmt.Sprintf("annotation %s is the injector's, and this pod is not injected", StatusKey))
-			}
-			if len(reasons) > 0 {
-				return denyPod(why + ", yet " + refusal(reasons).Error())
-			}
+		// The rail keys' and the ledger's Secrets live in every namespace
+		// the injector serves, the pod entry's included (a pod opted in
+		// there needs them beside it): not opting in, or opting out, is
+		// no way to read them. (The chart's pod entry is called only for
+		// pods labelled to opt in; its ValidatingAdmissionPolicy refuses
+		// the others that name those Secrets.)
+		reasons := secretRefusals(pod, cfg)
+		if _, ok := pod.Annotations[StatusKey]; ok && scope == ScopeNamespace {
+			reasons = append(reasons, fmt.Sprintf("annotation %s is the injector's, and this pod is not injected", StatusKey))
+		}
+		if len(reasons) > 0 {
+			return denyPod(why + ", yet " + refusal(reasons).Error())
 		}
 		return skip("skipped: " + why)
 	}
 	switch pod.Annotations[StatusKey] {
 	case StatusInjected:
-		// A second pass (reinvocation, or a pod copied from a guarded one)
-		// changes nothing, but a forged mark is no guard.
+		// A CREATE that arrives marked is either the second pass of a
+		// reinvocation (the API server calls the injector again, still a
+		// CREATE, with the pod it patched once another webhook or an
+		// in-tree plugin changed it) or a pod made to look injected: a
+		// copy of a guarded pod, or a forgery with sidecars rewired to the
+		// pod's liking. Nothing in the request tells them apart, so it is
+		// admitted unchanged only if it is exactly what injecting it would
+		// make (Guarded: the sidecars and volumes as built, and every
+		// whole-pod check of injection), and refused otherwise.
 		if err := Guarded(pod, cfg); err != nil {
-			return deny(fmt.Sprintf("it is marked %s: %s but is not guarded: %v", StatusKey, StatusInjected, err))
+			return deny(fmt.Sprintf("it arrives marked %s: %s, but it is not the pod the injector makes: %v; "+
+				"create it without the mark, the injector's containers and volumes, and it is injected", StatusKey, StatusInjected, err))
 		}
 		return skip("skipped: already injected")
 	case "":

@@ -90,10 +90,13 @@ func ourVolume(name string) bool {
 		name == AuditKeyVolume || name == XtablesVolume || name == NoTokenVolume || strings.HasPrefix(name, railKeyVolume)
 }
 
-// Capabilities an agent container may not add: each lets a process reach
-// around the sidecars (ptrace into them, rewrite the pod's routes or
-// filters, mount what it was not given).
-var forbiddenCaps = []string{"ALL", "SYS_ADMIN", "SYS_PTRACE", "NET_ADMIN", "BPF", "SYS_MODULE", "DAC_READ_SEARCH"}
+// allowedCaps are the only capabilities an agent container may add: an
+// allowlist, as anything else (SYS_TIME sets the node's clock, SYS_PTRACE
+// reaches into the sidecars, NET_ADMIN and NET_RAW rewrite or bypass the
+// pod's filters, SETUID leaves the agent's UID, …) would let a process
+// reach around the sidecars or the node. NET_BIND_SERVICE binds a port
+// below 1024, which the sidecars neither use nor read.
+var allowedCaps = []string{"NET_BIND_SERVICE"}
 
 // podRefusals are the pod-level settings that undo the isolation.
 func podRefusals(pod *corev1.Pod) []string {
@@ -115,25 +118,34 @@ func podRefusals(pod *corev1.Pod) []string {
 }
 
 // agentRefusals are what an agent container may not do: be privileged,
-// gain privileges or dangerous capabilities, mount a hostPath or anything
-// of ours, or read the Secrets only Countersign may read.
+// leave privilege escalation on (allowPrivilegeEscalation must be false),
+// add a capability beyond allowedCaps, mount a hostPath or anything of
+// ours, or read the Secrets only Countersign may read.
 func agentRefusals(c view, vols map[string]corev1.Volume, protected map[string]bool) []string {
 	var out []string
 	if sc := c.sc; sc != nil {
 		if sc.Privileged != nil && *sc.Privileged {
 			out = append(out, c.field+" ("+c.name+") is privileged")
 		}
-		if sc.AllowPrivilegeEscalation != nil && *sc.AllowPrivilegeEscalation {
-			out = append(out, c.field+" ("+c.name+") sets allowPrivilegeEscalation: true")
-		}
 		if sc.Capabilities != nil {
 			for _, cp := range sc.Capabilities.Add {
-				name := strings.TrimPrefix(strings.ToUpper(string(cp)), "CAP_")
-				if slices.Contains(forbiddenCaps, name) {
-					out = append(out, fmt.Sprintf("%s (%s) adds capability %s", c.field, c.name, cp))
+				if name := strings.TrimPrefix(strings.ToUpper(string(cp)), "CAP_"); !slices.Contains(allowedCaps, name) {
+					out = append(out, fmt.Sprintf("%s (%s) adds capability %s: an agent container may add %s alone", c.field, c.name, cp, strings.Join(allowedCaps, ", ")))
 				}
 			}
 		}
+	}
+	// Unset is true: no_new_privs stays off, and a setuid-root or
+	// file-capability program in the image gives the process back what
+	// runAsNonRoot and the capability allowlist took away (root could
+	// rewrite the pod's /etc/hosts, which the sidecars read).
+	if sc := c.sc; sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		is := "unset, which is true"
+		if sc != nil && sc.AllowPrivilegeEscalation != nil {
+			is = "true"
+		}
+		out = append(out, fmt.Sprintf("%s (%s) does not set allowPrivilegeEscalation: false (it is %s): a setuid or file-capability "+
+			"program in its image would make it root again or give it capabilities", c.field, c.name, is))
 	}
 	for _, m := range c.mount {
 		v, ok := vols[m.Name]
@@ -198,9 +210,14 @@ func secretRefusals(pod *corev1.Pod, cfg Config) []string {
 	return out
 }
 
-// protectedSecrets are the rail keys and the ledger URL.
+// protectedSecrets are the rail keys, the ledger URL and the audit log's
+// signing key: what the injector mounts into the countersign container
+// alone.
 func protectedSecrets(cfg Config) map[string]bool {
 	p := map[string]bool{cfg.DatabaseSecret: true}
+	if cfg.AuditKeySecret != "" {
+		p[cfg.AuditKeySecret] = true
+	}
 	for _, k := range cfg.RailKeys {
 		p[k.Secret] = true
 	}
@@ -235,15 +252,34 @@ func volumeMap(pod *corev1.Pod) map[string]corev1.Volume {
 // (closed egress included), and names that collide with what would be
 // injected.
 func preflight(pod *corev1.Pod, cfg Config) []string {
+	return agentPodRefusals(pod, cfg, false)
+}
+
+// agentPodRefusals are the refusals of a whole agent pod: the pod-level
+// settings, every agent container (agentRefusals, runAsNonRoot, the
+// sidecars' ports), its volumes (none named like ours, none holding a
+// Secret only Countersign may read), its resolver and, with egress closed,
+// the UID rules. Of a pod before injection (injected false) a container or
+// volume named like the injector's is refused; of an injected pod
+// (Guarded) the injector's own init containers and volumes are left out
+// here, and compared with build(cfg) instead.
+func agentPodRefusals(pod *corev1.Pod, cfg Config, injected bool) []string {
 	out := podRefusals(pod)
 	vols, protected := volumeMap(pod), protectedSecrets(cfg)
+	sidecar := func(c view) bool { return injected && c.init && ours(c.name) }
 	for _, c := range containers(pod) {
+		if sidecar(c) {
+			continue
+		}
 		if ours(c.name) {
 			out = append(out, fmt.Sprintf("%s is named %q, the name of an injected sidecar", c.field, c.name))
 		}
 		out = append(out, agentRefusals(c, vols, protected)...)
 	}
 	for i, v := range pod.Spec.Volumes {
+		if injected && ourVolume(v.Name) {
+			continue // Guarded compares it with build(cfg)
+		}
 		if ourVolume(v.Name) {
 			out = append(out, fmt.Sprintf("spec.volumes[%d] is named %q, the name of an injected volume", i, v.Name))
 		}
@@ -254,7 +290,9 @@ func preflight(pod *corev1.Pod, cfg Config) []string {
 	// The sidecars share the pod's ports: a container that claims theirs
 	// would keep them from starting.
 	for _, c := range pod.Spec.InitContainers {
-		out = append(out, portRefusals(c, cfg)...)
+		if !injected || !ours(c.Name) {
+			out = append(out, portRefusals(c, cfg)...)
+		}
 	}
 	for _, c := range pod.Spec.Containers {
 		out = append(out, portRefusals(c, cfg)...)
@@ -264,6 +302,9 @@ func preflight(pod *corev1.Pod, cfg Config) []string {
 		psc = &corev1.PodSecurityContext{}
 	}
 	for _, c := range containers(pod) {
+		if sidecar(c) {
+			continue // the egress container runs as root by design, checked as built
+		}
 		sc := c.sc
 		if sc == nil {
 			sc = &corev1.SecurityContext{}

@@ -280,6 +280,7 @@ func checkInjectorMode(r *result, docs []map[string]any, objs []object) *injecto
 			"%s: %s probe must be HTTPS GET /healthz on --listen-addr's port %d, got %s %s %v", where, pr.name, listenPort, pr.p.HTTPGet.Scheme, pr.p.HTTPGet.Path, pr.p.HTTPGet.Port)
 	}
 	checkWebhooks(r, mwcs[0], ns, services, c, listenPort, ws.Template.Metadata.Labels)
+	checkSecretsPolicy(r, docs, objs, flags, mwcs[0])
 
 	checkSidecarConfig(r, where, flags, configMaps, ns)
 	// Injected Countersigns never migrate: the hook Job must.

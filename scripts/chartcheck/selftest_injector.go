@@ -45,6 +45,57 @@ var injectorMutations = []mutation{
 		mwc["webhooks"] = mwc["webhooks"].([]any)[:1]
 		return nil
 	}},
+	{"no secrets policy (a pod without the label reads the rail key in a pod-entry namespace)", invSecretsPolicy, func(d []map[string]any) error {
+		removeKind(d, "ValidatingAdmissionPolicy")
+		removeKind(d, "ValidatingAdmissionPolicyBinding")
+		return nil
+	}},
+	{"the secrets policy bound to audit only", invSecretsPolicy, func(d []map[string]any) error {
+		return editKind(d, "ValidatingAdmissionPolicyBinding", func(o map[string]any) { o["spec"].(map[string]any)["validationActions"] = []any{"Audit"} })
+	}},
+	{"the secrets policy failing open", invSecretsPolicy, func(d []map[string]any) error {
+		return editKind(d, "ValidatingAdmissionPolicy", func(o map[string]any) { o["spec"].(map[string]any)["failurePolicy"] = "Ignore" })
+	}},
+	{"the secrets policy for CREATE only (an ephemeral container reads the key)", invSecretsPolicy, func(d []map[string]any) error {
+		return editKind(d, "ValidatingAdmissionPolicy", func(o map[string]any) {
+			o["spec"].(map[string]any)["matchConstraints"].(map[string]any)["resourceRules"].([]any)[0].(map[string]any)["operations"] = []any{"CREATE"}
+		})
+	}},
+	{"the secrets policy binding excluding an agent namespace", invSecretsPolicy, func(d []map[string]any) error {
+		return editKind(d, "ValidatingAdmissionPolicyBinding", func(o map[string]any) {
+			e := o["spec"].(map[string]any)["matchResources"].(map[string]any)["namespaceSelector"].(map[string]any)["matchExpressions"].([]any)[0].(map[string]any)
+			e["values"] = append(e["values"].([]any), "agents")
+		})
+	}},
+	{"the secrets policy missing a rail key's Secret", invSecretsPolicy, func(d []map[string]any) error {
+		inj, err := injectorPod(d)
+		if err != nil {
+			return err
+		}
+		secret, _, _ := strings.Cut(strings.SplitN(inj.arg("--rail-key"), "=", 3)[2], "/")
+		return editKind(d, "ValidatingAdmissionPolicy", func(o map[string]any) {
+			for _, v := range o["spec"].(map[string]any)["variables"].([]any) {
+				if v := v.(map[string]any); v["name"] == "protected" {
+					v["expression"] = strings.Replace(v["expression"].(string), `"`+secret+`"`, `"not-it"`, 1)
+				}
+			}
+		})
+	}},
+	{"the secrets policy trusting a pod's annotation", invSecretsPolicy, func(d []map[string]any) error {
+		return editKind(d, "ValidatingAdmissionPolicy", func(o map[string]any) {
+			for _, v := range o["spec"].(map[string]any)["variables"].([]any) {
+				if v := v.(map[string]any); v["name"] == "judged" {
+					v["expression"] = v["expression"].(string) + " || (has(object.metadata.annotations) && 'countersign.io/status' in object.metadata.annotations)"
+				}
+			}
+		})
+	}},
+	{"the secrets policy not looking at init containers", invSecretsPolicy, func(d []map[string]any) error {
+		return editKind(d, "ValidatingAdmissionPolicy", func(o map[string]any) {
+			v := o["spec"].(map[string]any)["validations"].([]any)[0].(map[string]any)
+			v["expression"] = strings.Replace(v["expression"].(string), " || variables.initContainers", "", 1)
+		})
+	}},
 	{"kube-system not excluded", invWebhookScope, func(d []map[string]any) error {
 		return dropExcluded(d, "kube-system")
 	}},
@@ -249,6 +300,16 @@ func setArg(d []map[string]any, name, value string) error {
 		}
 	}
 	return fmt.Errorf("the injector has no %s", name)
+}
+
+// editKind applies f to the first object of a kind.
+func editKind(d []map[string]any, kind string, f func(map[string]any)) error {
+	o, err := kindObject(d, kind)
+	if err != nil {
+		return err
+	}
+	f(o)
+	return nil
 }
 
 func kindObject(d []map[string]any, kind string) (map[string]any, error) {

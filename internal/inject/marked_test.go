@@ -1,0 +1,183 @@
+package inject
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// container is the index of the container named name in cs (-1 if none).
+func container(cs []corev1.Container, name string) int {
+	return slices.IndexFunc(cs, func(c corev1.Container) bool { return c.Name == name })
+}
+
+// setEnv sets (or adds) a variable of the init container named name.
+func setEnv(p *corev1.Pod, name string, e corev1.EnvVar) {
+	c := &p.Spec.InitContainers[container(p.Spec.InitContainers, name)]
+	if i := slices.IndexFunc(c.Env, func(x corev1.EnvVar) bool { return x.Name == e.Name }); i >= 0 {
+		c.Env[i] = e
+		return
+	}
+	c.Env = append(c.Env, e)
+}
+
+func setConfigMap(p *corev1.Pod, volume, configMap string) {
+	for i := range p.Spec.Volumes {
+		if p.Spec.Volumes[i].Name == volume {
+			p.Spec.Volumes[i].ConfigMap.Name = configMap
+		}
+	}
+}
+
+// forgedSidecars are the ways a pod that arrives marked injected (or an
+// update) could rewire an injected pod around the guard, each of which
+// Guarded must refuse: the sidecars, their volumes, and what the whole-pod
+// checks of injection refuse.
+func forgedSidecars() map[string]func(p *corev1.Pod) {
+	return map[string]func(p *corev1.Pod){
+		"countersign serves ext_authz on TCP with the unsafe override (an ALLOW carries the rail key)": func(p *corev1.Pod) {
+			setEnv(p, CountersignContainer, corev1.EnvVar{Name: "COUNTERSIGN_ENVOY_ADDR", Value: "0.0.0.0:9911"})
+			setEnv(p, CountersignContainer, corev1.EnvVar{Name: "COUNTERSIGN_UNSAFE_ENVOY_TCP_EXPOSES_RAIL_KEYS", Value: "true"})
+		},
+		"countersign's ledger URL is the pod's": func(p *corev1.Pod) {
+			setEnv(p, CountersignContainer, corev1.EnvVar{Name: "COUNTERSIGN_DATABASE_URL", Value: "postgres://evil@10.0.0.66:5432/ledger"})
+		},
+		"countersign runs a command of the pod's": func(p *corev1.Pod) {
+			p.Spec.InitContainers[container(p.Spec.InitContainers, CountersignContainer)].Command = []string{"/bin/sh", "-c", "cat /var/run/secrets/countersign/rails/*/key"}
+		},
+		"envoy runs an inline bootstrap of the pod's": func(p *corev1.Pod) {
+			p.Spec.InitContainers[container(p.Spec.InitContainers, EnvoyContainer)].Args = []string{"--config-yaml", "{static_resources: {}}"}
+		},
+		"the rails ConfigMap is another": func(p *corev1.Pod) { setConfigMap(p, RailsVolume, "attacker-rails") },
+		"the Envoy bootstrap ConfigMap is another": func(p *corev1.Pod) {
+			setConfigMap(p, EnvoyConfigVolume, "attacker-envoy")
+		},
+		"a rail key volume holds another Secret": func(p *corev1.Pod) {
+			for i := range p.Spec.Volumes {
+				if p.Spec.Volumes[i].Name == railKeyVolume+"0" {
+					p.Spec.Volumes[i].Secret.SecretName = "attacker-key"
+				}
+			}
+		},
+		"countersign's socket is on a volume the agent mounts": func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "shared", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+			cs := &p.Spec.InitContainers[container(p.Spec.InitContainers, CountersignContainer)]
+			for j := range cs.VolumeMounts {
+				if cs.VolumeMounts[j].Name == SocketVolume {
+					cs.VolumeMounts[j].Name = "shared"
+				}
+			}
+			p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "shared", MountPath: SocketDir})
+		},
+		"a second volume named like the sockets'": func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: SocketVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		},
+		"a hostAliases entry steers the ledger's and the rail's hosts": func(p *corev1.Pod) {
+			p.Spec.HostAliases = append(p.Spec.HostAliases, corev1.HostAlias{IP: "10.0.0.66", Hostnames: []string{"pgbouncer.countersign.svc.cluster.local", "api.stripe.com"}})
+		},
+		"the pod picks its own name server": func(p *corev1.Pod) {
+			p.Spec.DNSPolicy = corev1.DNSNone
+			p.Spec.DNSConfig = &corev1.PodDNSConfig{Nameservers: []string{"10.0.0.66"}}
+		},
+		"the agent may run as root": func(p *corev1.Pod) {
+			p.Spec.SecurityContext.RunAsNonRoot = nil
+			for i := range p.Spec.Containers {
+				if sc := p.Spec.Containers[i].SecurityContext; sc != nil {
+					sc.RunAsNonRoot = nil
+				}
+			}
+		},
+		"the agent may escalate": func(p *corev1.Pod) { p.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = nil },
+		"the agent adds SYS_TIME": func(p *corev1.Pod) {
+			p.Spec.Containers[0].SecurityContext.Capabilities = &corev1.Capabilities{Add: []corev1.Capability{"SYS_TIME"}}
+		},
+		"the agent claims Envoy's port": func(p *corev1.Pod) {
+			p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{ContainerPort: EnvoyPort})
+		},
+		"another volume holds the ledger URL's Secret": func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "db", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "countersign-database"}}})
+		},
+	}
+}
+
+// withAPIServerDefaults is p as the API server stores it: the defaults it
+// fills in on every container and volume, and resources a LimitRange
+// gives the containers that set none.
+func withAPIServerDefaults(p *corev1.Pod) *corev1.Pod {
+	p = p.DeepCopy()
+	all := []*corev1.Container{}
+	for i := range p.Spec.InitContainers {
+		all = append(all, &p.Spec.InitContainers[i])
+	}
+	for i := range p.Spec.Containers {
+		all = append(all, &p.Spec.Containers[i])
+	}
+	for _, c := range all {
+		containerDefaults(c)
+		if c.ImagePullPolicy == "" {
+			c.ImagePullPolicy = corev1.PullIfNotPresent
+		}
+		if c.Resources.Limits == nil {
+			c.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}
+		}
+	}
+	for i := range p.Spec.Volumes {
+		p.Spec.Volumes[i].VolumeSource = volumeDefaults(p.Spec.Volumes[i].VolumeSource)
+	}
+	if p.Spec.DNSPolicy == "" {
+		p.Spec.DNSPolicy = corev1.DNSClusterFirst
+	}
+	return p
+}
+
+// TestCreateOfAMarkedPod: a CREATE that arrives marked injected is the
+// second pass of a reinvocation (still a CREATE: the API server calls the
+// injector again once an in-tree plugin or another webhook changed the
+// pod it patched) or a pod made to look injected. It is admitted
+// unchanged only if it is exactly the pod injection makes, after the API
+// server's defaults; every rewiring of it is refused with the reason
+// (found by an attacker's-eye review: a forged pod with its own sidecars
+// was admitted as it came).
+func TestCreateOfAMarkedPod(t *testing.T) {
+	for _, base := range guardedBases() {
+		t.Run(base.name, func(t *testing.T) {
+			injected := storedPod(t, base.name, base.cfg)
+			for name, p := range map[string]*corev1.Pod{"as patched": injected, "after the API server's defaults": withAPIServerDefaults(injected)} {
+				if resp := mutatePod(t, p, base.cfg); !resp.Allowed || len(resp.Patch) != 0 {
+					t.Fatalf("%s: the second pass is not admitted unchanged: %+v", name, resp.Result)
+				}
+			}
+			for name, edit := range forgedSidecars() {
+				t.Run(name, func(t *testing.T) {
+					p := withAPIServerDefaults(injected)
+					edit(p)
+					resp := mutatePod(t, p, base.cfg)
+					const want = "it arrives marked countersign.io/status: injected, but it is not the pod the injector makes: "
+					if resp.Allowed || resp.Result == nil || resp.Result.Code != 403 || !strings.Contains(resp.Result.Message, want) {
+						t.Fatalf("want a refusal saying %q, got allowed=%v %+v", want, resp.Allowed, resp.Result)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestBuiltDiffNamesTheFields: a sidecar that is not as built is refused
+// naming what differs, and the API server's defaults are no difference.
+func TestBuiltDiffNamesTheFields(t *testing.T) {
+	want := build(testConfig()).countersign
+	got := *want.DeepCopy()
+	containerDefaults(&got)
+	got.Resources = corev1.ResourceRequirements{}
+	if d := builtDiff(got, want); len(d) > 0 {
+		t.Fatalf("the defaults and resources differ: %v", d)
+	}
+	got.Command = []string{"/bin/sh"}
+	got.Env = got.Env[1:]
+	if d := builtDiff(got, want); !slices.Equal(d, []string{"command", "env"}) {
+		t.Fatalf("builtDiff = %v, want [command env]", d)
+	}
+}
