@@ -278,12 +278,6 @@ type Delivery struct {
 // ID is the delivery's stable id.
 func (d Delivery) ID() string { return DeliveryID(d.OutboxID, d.WebhookID) }
 
-// claimScan bounds how far into one webhook's oldest pending (or dead)
-// deliveries a claim looks for due ones. A webhook whose due deliveries lie
-// deeper (behind many dead letters or backing-off deliveries) is still
-// reached by the claim's oldest-first scan, as before.
-const claimScan = 256
-
 // ClaimDeliveries leases up to limit pending deliveries that are due and
 // not leased (or whose lease expired: their dispatcher died) to owner for
 // ttl, counting the attempt. Concurrent dispatchers never claim the same
@@ -297,10 +291,41 @@ const claimScan = 256
 // still fills the batch. The candidates are the oldest due deliveries
 // overall and, for each live webhook, its own oldest due ones (so the
 // claim reads at most limit rows per live webhook, and each owner has at
-// most MaxWebhooksPerOwner).
+// most MaxWebhooksPerOwner). A webhook's own candidates come from its due
+// pending deliveries only, in the order they fall due (index
+// outbox_deliveries_webhook_due, migration 00040): its dead letters and
+// the deliveries still backing off take no place among them, however many
+// there are. Only the deliveries leased right now (at most what the
+// dispatchers have in flight) are read and passed over.
 func (s *Store) ClaimDeliveries(ctx context.Context, owner string, ttl time.Duration, limit int) ([]Delivery, error) {
-	if owner == "" || ttl <= 0 || limit <= 0 {
-		return nil, fmt.Errorf("%w: claim needs an owner, a positive lease and a positive limit", ErrOutboxInvalid)
+	return s.ClaimDeliveriesCapped(ctx, owner, ttl, limit, OwnerCap{})
+}
+
+// OwnerCap bounds how many of one owner's deliveries a dispatcher holds at
+// once, so that an owner whose webhooks answer slowly (or never) fills
+// only its own share of the dispatcher's slots.
+type OwnerCap struct {
+	// Max is the most deliveries of one owner the dispatcher may hold,
+	// those it holds already included; 0 means no cap.
+	Max int
+	// Held is how many of each owner's deliveries it holds already.
+	Held map[string]int
+}
+
+// ClaimDeliveriesCapped is ClaimDeliveries taking no more of an owner's
+// deliveries than oc leaves room for. An owner's turns in the shared batch
+// begin after those of its deliveries the dispatcher holds already, so the
+// owners it holds fewer deliveries of go first.
+func (s *Store) ClaimDeliveriesCapped(ctx context.Context, owner string, ttl time.Duration, limit int, oc OwnerCap) ([]Delivery, error) {
+	if owner == "" || ttl <= 0 || limit <= 0 || oc.Max < 0 {
+		return nil, fmt.Errorf("%w: claim needs an owner, a positive lease, a positive limit and a cap of 0 or more", ErrOutboxInvalid)
+	}
+	heldOwners := make([]string, 0, len(oc.Held))
+	heldCounts := make([]int64, 0, len(oc.Held))
+	for o, n := range oc.Held {
+		if n > 0 {
+			heldOwners, heldCounts = append(heldOwners, o), append(heldCounts, int64(n))
+		}
 	}
 	rows, err := s.pool.Query(ctx, `
 		WITH candidates AS (
@@ -313,20 +338,19 @@ func (s *Store) ClaimDeliveries(ctx context.Context, owner string, ttl time.Dura
 			UNION
 			(SELECT c.outbox_id, c.webhook_id, c.next_attempt_at
 			FROM webhooks w CROSS JOIN LATERAL (
-				SELECT f.outbox_id, f.webhook_id, f.next_attempt_at
-				FROM (SELECT d.outbox_id, d.webhook_id, d.next_attempt_at, d.state, d.lease_expires_at
-				      FROM outbox_deliveries d
-				      WHERE d.webhook_id = w.id AND d.state IN ('pending', 'dead')
-				      ORDER BY d.outbox_id LIMIT $4) f
-				WHERE f.state = 'pending' AND f.next_attempt_at <= now()
-				  AND (f.lease_expires_at IS NULL OR f.lease_expires_at <= now())
-				ORDER BY f.next_attempt_at, f.outbox_id
+				SELECT d.outbox_id, d.webhook_id, d.next_attempt_at
+				FROM outbox_deliveries d
+				WHERE d.webhook_id = w.id AND d.state = 'pending' AND d.next_attempt_at <= now()
+				  AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= now())
+				ORDER BY d.next_attempt_at, d.outbox_id
 				LIMIT $1) c
 			WHERE w.deleted_at IS NULL)
 		), turns AS (
 			SELECT c.outbox_id, c.webhook_id, c.next_attempt_at,
-			       row_number() OVER (PARTITION BY w.owner_id ORDER BY c.next_attempt_at, c.outbox_id, c.webhook_id) AS turn
+			       row_number() OVER (PARTITION BY w.owner_id ORDER BY c.next_attempt_at, c.outbox_id, c.webhook_id)
+			         + COALESCE(h.held, 0) AS turn
 			FROM candidates c JOIN webhooks w ON w.id = c.webhook_id
+			LEFT JOIN unnest($4::text[], $5::bigint[]) AS h(owner_id, held) ON h.owner_id = w.owner_id
 		), due AS (
 			SELECT d.outbox_id, d.webhook_id, w.deleted_at IS NOT NULL AS gone
 			FROM turns t
@@ -334,6 +358,7 @@ func (s *Store) ClaimDeliveries(ctx context.Context, owner string, ttl time.Dura
 			JOIN webhooks w ON w.id = d.webhook_id
 			WHERE d.state = 'pending' AND d.next_attempt_at <= now()
 			  AND (d.lease_expires_at IS NULL OR d.lease_expires_at <= now())
+			  AND ($6::bigint = 0 OR t.turn <= $6::bigint)
 			ORDER BY t.turn, t.next_attempt_at, t.outbox_id, t.webhook_id
 			LIMIT $1
 			FOR UPDATE OF d SKIP LOCKED
@@ -348,7 +373,7 @@ func (s *Store) ClaimDeliveries(ctx context.Context, owner string, ttl time.Dura
 		WHERE d.outbox_id = due.outbox_id AND d.webhook_id = due.webhook_id
 		RETURNING due.gone, d.outbox_id, d.webhook_id, o.owner_id, o.event_type, o.payload, w.url, w.secret,
 		          d.attempts, d.claims, COALESCE(d.lease_expires_at, now()), o.created_at`,
-		limit, owner, ttl.Microseconds(), claimScan)
+		limit, owner, ttl.Microseconds(), heldOwners, heldCounts, int64(oc.Max))
 	if err != nil {
 		return nil, classify(fmt.Errorf("ledger: claim deliveries: %w", err))
 	}

@@ -5,7 +5,10 @@
 // dispatcher that dies mid-delivery loses its claim when the lease expires;
 // the delivery is then sent again, with the same Countersign-Delivery id.
 // Failures back off exponentially with full jitter; after MaxAttempts the
-// delivery becomes a dead letter that the owner can list and replay.
+// delivery becomes a dead letter that the owner can list and replay. A
+// dispatcher keeps up to Batch deliveries in flight, claiming more as each
+// ends, and at most PerOwner of one owner's: an owner whose webhooks answer
+// slowly, or never, holds its own slots and no one else's.
 package outbox
 
 import (
@@ -16,9 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,7 +37,7 @@ import (
 
 // Store is what the dispatcher needs from the ledger.
 type Store interface {
-	ClaimDeliveries(ctx context.Context, owner string, ttl time.Duration, limit int) ([]ledger.Delivery, error)
+	ClaimDeliveriesCapped(ctx context.Context, owner string, ttl time.Duration, limit int, oc ledger.OwnerCap) ([]ledger.Delivery, error)
 	MarkDelivered(ctx context.Context, d ledger.Delivery, owner string) error
 	MarkFailed(ctx context.Context, d ledger.Delivery, owner string, f ledger.DeliveryFailure) error
 }
@@ -72,8 +73,13 @@ type Dispatcher struct {
 	// Lease is how long a claimed delivery stays this dispatcher's. If it
 	// dies, the delivery is sent again once the lease has expired.
 	Lease time.Duration
-	// Batch is how many deliveries one pass claims and sends concurrently.
+	// Batch is how many deliveries the dispatcher sends at once.
 	Batch int
+	// PerOwner is how many of them may be one owner's at once; 0 means
+	// max(1, Batch/4). An owner whose webhooks never answer holds PerOwner
+	// slots for an attempt's Timeout; the other owners' deliveries go on
+	// through the rest.
+	PerOwner int
 	// Timeout bounds one attempt; it is capped at Lease/2 so that the
 	// result is recorded while the lease still holds.
 	Timeout time.Duration
@@ -109,6 +115,10 @@ func (d *Dispatcher) settings() *worker {
 	if c.Batch <= 0 {
 		c.Batch = DefaultBatch
 	}
+	if c.PerOwner <= 0 {
+		c.PerOwner = max(1, c.Batch/4)
+	}
+	c.PerOwner = min(c.PerOwner, c.Batch)
 	if c.Timeout <= 0 {
 		c.Timeout = DefaultTimeout
 	}
@@ -125,9 +135,12 @@ func (d *Dispatcher) settings() *worker {
 	return c
 }
 
-// Run delivers until ctx ends: a pass every interval, and at once again
-// after a pass that found a full batch. Deliveries in flight when ctx ends
-// are abandoned unrecorded; their leases expire and they are sent again.
+// Run delivers until ctx ends. It keeps up to Batch deliveries in flight,
+// at most PerOwner of one owner's, and claims more as they end: at once
+// while claims come back full or an owner at its cap frees a slot, and
+// otherwise every interval. It returns once every delivery in flight has
+// ended; those cut short by ctx are abandoned unrecorded, and their
+// leases expire and they are sent again.
 func (d *Dispatcher) Run(ctx context.Context, interval time.Duration) {
 	if interval <= 0 {
 		interval = time.Second
@@ -136,31 +149,70 @@ func (d *Dispatcher) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	outage := &logging.Outage{Log: c.Log, What: "outbox dispatch"}
+	f := c.flight()
+	defer f.wait()
+	var (
+		claim = true  // claim as soon as a slot is free
+		more  = false // the last claim came back full: there may be more due
+		errs  []error // results not recorded since the last claim
+	)
+	land := func(l landed) {
+		if f.land(l) || more {
+			claim = true
+		}
+		if l.err != nil {
+			errs = append(errs, l.err)
+		}
+	}
 	for {
-		rep, err := c.pass(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		outage.Observe(err)
-		if err == nil && rep.claimed >= c.Batch {
-			continue
+		if claim && f.n < c.Batch {
+			_, full, err := f.claim(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			outage.Observe(errors.Join(append(errs, err)...))
+			errs, claim, more = nil, full, full
 		}
 		select {
 		case <-ctx.Done():
 			return
+		case l := <-f.done:
+			land(l)
+			for drained := false; !drained; { // take every delivery that has ended before claiming again
+				select {
+				case l := <-f.done:
+					land(l)
+				default:
+					drained = true
+				}
+			}
 		case <-t.C:
+			claim = true
 		}
 	}
 }
 
-// Pass claims one batch of due deliveries, sends them concurrently and
-// records each result. It returns how many were delivered, failed (to be
-// retried) and became dead letters. A result the dispatcher may no longer
-// record (its lease was lost) is logged, not returned as an error.
+// Pass claims one batch of due deliveries (up to Batch, at most PerOwner
+// of one owner's), sends them concurrently and records each result. It
+// returns how many were delivered, failed (to be retried) and became dead
+// letters. A result the dispatcher may no longer record (its lease was
+// lost) is logged, not returned as an error.
 func (d *Dispatcher) Pass(ctx context.Context) (delivered, failed, dead int, err error) {
 	c := d.settings()
-	rep, err := c.pass(ctx)
-	return rep.delivered, rep.failed, rep.dead, err
+	f := c.flight()
+	b, _, err := f.claim(ctx)
+	if err != nil || b == nil {
+		return 0, 0, 0, err
+	}
+	f.wait()
+	errs := b.errs
+	if err := ctx.Err(); err != nil {
+		errs = append(errs, err)
+	}
+	return b.rep.delivered, b.rep.failed, b.rep.dead, errors.Join(errs...)
 }
 
 type report struct {
@@ -177,54 +229,113 @@ const (
 	outcomeLeaseLost
 )
 
-func (c *worker) pass(ctx context.Context) (rep report, err error) {
+// inFlight is the deliveries a dispatcher is sending. Only the goroutine
+// that claims (Run's or Pass's) touches it; each delivery reports its end
+// on done.
+type inFlight struct {
+	c    *worker
+	wg   sync.WaitGroup
+	done chan landed // room for Batch: a delivery never waits to report
+	n    int
+	held map[string]int // per owner
+}
+
+// landed is the end of one delivery.
+type landed struct {
+	b     *batch
+	owner string
+	o     outcome
+	err   error
+}
+
+// batch is the deliveries of one claim: an outbox.batch span (an idle
+// claim, every interval, would be noise) from the claim to the end of its
+// last delivery.
+type batch struct {
+	rep  report
+	left int
+	errs []error
+	span trace.Span
+}
+
+func (c *worker) flight() *inFlight {
+	return &inFlight{c: c, done: make(chan landed, c.Batch), held: map[string]int{}}
+}
+
+// claim claims due deliveries for the free slots, within the per-owner
+// cap, and starts sending them. It returns their batch (nil if none) and
+// whether the claim filled every free slot.
+func (f *inFlight) claim(ctx context.Context) (*batch, bool, error) {
+	c := f.c
 	if c.Store == nil || c.Owner == "" {
-		return rep, errNoOwner
+		return nil, false, errNoOwner
+	}
+	free := c.Batch - f.n
+	if free <= 0 {
+		return nil, false, nil
 	}
 	start := time.Now()
-	ds, err := c.Store.ClaimDeliveries(ctx, c.Owner, c.Lease, c.Batch)
+	ds, err := c.Store.ClaimDeliveriesCapped(ctx, c.Owner, c.Lease, free, ledger.OwnerCap{Max: c.PerOwner, Held: f.held})
 	if err != nil {
-		return rep, fmt.Errorf("outbox: claim: %w", err)
+		return nil, false, fmt.Errorf("outbox: claim: %w", err)
 	}
-	rep.claimed = len(ds)
-	if len(ds) > 0 {
-		// A span per batch (an idle pass every second would be noise),
-		// from the pass's start.
-		var span trace.Span
-		ctx, span = telemetry.Tracer(c.Tracer).Start(ctx, "outbox.batch", trace.WithTimestamp(start))
-		defer func() {
-			span.SetAttributes(attribute.Int("countersign.outbox.claimed", rep.claimed), attribute.Int("countersign.outbox.delivered", rep.delivered),
-				attribute.Int("countersign.outbox.failed", rep.failed), attribute.Int("countersign.outbox.dead", rep.dead))
-			telemetry.End(span, err)
-		}()
+	if len(ds) == 0 {
+		return nil, false, nil
 	}
-	outcomes := make([]outcome, len(ds))
-	errs := make([]error, len(ds))
-	var wg sync.WaitGroup
-	for i, dl := range ds {
-		wg.Go(func() { outcomes[i], errs[i] = c.deliver(ctx, dl) })
+	b := &batch{rep: report{claimed: len(ds)}, left: len(ds)}
+	bctx, span := telemetry.Tracer(c.Tracer).Start(ctx, "outbox.batch", trace.WithTimestamp(start))
+	b.span = span
+	for _, dl := range ds {
+		f.n++
+		f.held[dl.OwnerID]++
+		f.wg.Go(func() {
+			o, err := c.deliver(bctx, dl)
+			f.done <- landed{b: b, owner: dl.OwnerID, o: o, err: err}
+		})
 	}
-	wg.Wait()
-	for _, o := range outcomes {
-		switch o {
-		case outcomeDelivered:
-			rep.delivered++
-		case outcomeFailed:
-			rep.failed++
-		case outcomeDead:
-			rep.dead++
-		}
+	return b, len(ds) == free, nil
+}
+
+// land books the end of a delivery. It reports whether its owner was at
+// the cap: a slot of its has come free, and it may have more due.
+func (f *inFlight) land(l landed) (wasCapped bool) {
+	wasCapped = f.held[l.owner] >= f.c.PerOwner
+	f.n--
+	if f.held[l.owner]--; f.held[l.owner] <= 0 {
+		delete(f.held, l.owner)
 	}
-	if err := ctx.Err(); err != nil {
-		errs = append(errs, err)
+	b := l.b
+	switch l.o {
+	case outcomeDelivered:
+		b.rep.delivered++
+	case outcomeFailed:
+		b.rep.failed++
+	case outcomeDead:
+		b.rep.dead++
 	}
-	return rep, errors.Join(errs...)
+	if l.err != nil {
+		b.errs = append(b.errs, l.err)
+	}
+	if b.left--; b.left == 0 {
+		b.span.SetAttributes(attribute.Int("countersign.outbox.claimed", b.rep.claimed), attribute.Int("countersign.outbox.delivered", b.rep.delivered),
+			attribute.Int("countersign.outbox.failed", b.rep.failed), attribute.Int("countersign.outbox.dead", b.rep.dead))
+		telemetry.End(b.span, errors.Join(b.errs...))
+	}
+	return wasCapped
+}
+
+// wait lands every delivery in flight.
+func (f *inFlight) wait() {
+	for f.n > 0 {
+		f.land(<-f.done)
+	}
+	f.wg.Wait()
 }
 
 // deliver makes one attempt of dl and records its result.
 func (c *worker) deliver(ctx context.Context, dl ledger.Delivery) (outcome, error) {
 	log := c.Log.With("delivery", dl.ID(), "event", dl.EventType, "attempt", dl.Attempt)
-	status, failure := c.send(ctx, dl)
+	status, failure, detail := c.send(ctx, dl)
 	if failure != "" && ctx.Err() != nil {
 		// Stopped mid-delivery: not the webhook's failure. The lease
 		// lapses and a later pass (here or elsewhere) sends it again.
@@ -248,6 +359,9 @@ func (c *worker) deliver(ctx context.Context, dl ledger.Delivery) (outcome, erro
 		}
 		err = c.Store.MarkFailed(mctx, dl, c.Owner, f)
 		log = log.With("status", status, "error", failure, "retry_in", f.Retry, "dead", f.Dead)
+		if detail != "" {
+			log = log.With("detail", detail)
+		}
 	}
 	switch {
 	case errors.Is(err, ledger.ErrDeliveryLeaseLost):
@@ -273,13 +387,14 @@ func (c *worker) deliver(ctx context.Context, dl ledger.Delivery) (outcome, erro
 }
 
 // send POSTs dl once. It returns the HTTP status (0 if none) and, unless
-// the webhook answered 2xx, what went wrong.
-func (c *worker) send(ctx context.Context, dl ledger.Delivery) (int, string) {
+// the webhook answered 2xx, what went wrong: for the owner, and in more
+// detail for the operator's log.
+func (c *worker) send(ctx context.Context, dl ledger.Delivery) (status int, failure, detail string) {
 	rctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, dl.URL, bytes.NewReader(dl.Payload))
 	if err != nil {
-		return 0, "bad webhook url"
+		return 0, "bad webhook url", ""
 	}
 	now := time.Now()
 	req.Header.Set("Content-Type", "application/json")
@@ -291,35 +406,29 @@ func (c *worker) send(ctx context.Context, dl ledger.Delivery) (int, string) {
 	req.Header.Set(HeaderSignature, Sign(string(dl.Secret), now, dl.Payload))
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
-		return 0, describe(err, c.Timeout)
+		failure, detail = describe(err, c.Timeout)
+		return 0, failure, detail
 	}
 	defer func() { _ = resp.Body.Close() }()
 	head, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
-	// Drain a little more so the connection can be reused.
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	// Drain a short body so that the connection can be reused; a longer
+	// one, or one of unknown length, is not read (closing it closes the
+	// connection).
+	if resp.ContentLength >= 0 && resp.ContentLength <= maxDrain {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
+	}
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		return resp.StatusCode, ""
+		return resp.StatusCode, "", ""
 	}
 	msg := "HTTP " + strconv.Itoa(resp.StatusCode)
 	if s := printable(head); s != "" {
 		msg += ": " + s
 	}
-	return resp.StatusCode, msg
+	return resp.StatusCode, msg, ""
 }
 
-// describe says why a request got no answer, without its URL (which may
-// carry a token the owner put in it).
-func describe(err error, timeout time.Duration) string {
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		err = ue.Err
-	}
-	var ne net.Error
-	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
-		return "no answer within " + timeout.String()
-	}
-	return err.Error()
-}
+// maxDrain is the longest answer body read to the end.
+const maxDrain = 4 << 10
 
 func printable(b []byte) string {
 	s := strings.Map(func(r rune) rune {

@@ -90,11 +90,29 @@ func (p AddressPolicy) CheckURL(raw string) error {
 	return nil
 }
 
+// MaxResponseHeaderBytes bounds the headers of a webhook's answer (over
+// HTTP/1 and HTTP/2). net/http's default, 10 MiB, let a receiver make the
+// dispatcher hold ~10 MiB per delivery in flight (found by a review: 16
+// answers of 9 MiB headers grew the heap by ~250 MiB; an OOM-killed
+// sidecar stops every payment). A receiver needs none of it: only the
+// status and the first bytes of the body are read.
+const MaxResponseHeaderBytes = 16 << 10
+
+// h2StreamWindow and h2ConnWindow bound what an HTTP/2 receiver may send
+// of a body before the dispatcher reads it, per request and per connection
+// (net/http's defaults are 4 MiB and 1 GiB).
+const (
+	h2StreamWindow = 64 << 10
+	h2ConnWindow   = 1 << 20
+)
+
 // Client is the HTTP client deliveries go out on: it checks every address
 // it connects to against the policy after name resolution (so a name that
 // re-resolves to an internal address is refused too), never follows a
-// redirect (a 3xx is a failed attempt, never a POST elsewhere) and never
-// uses a proxy from the environment.
+// redirect (a 3xx is a failed attempt, never a POST elsewhere), never
+// uses a proxy from the environment, and bounds what a receiver's answer
+// can make it buffer: headers of at most MaxResponseHeaderBytes, no
+// transparent decompression, small HTTP/2 flow-control windows.
 func (p AddressPolicy) Client() *http.Client {
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second,
 		Control: func(_, address string, _ syscall.RawConn) error {
@@ -112,6 +130,14 @@ func (p AddressPolicy) Client() *http.Client {
 		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   10 * time.Second,
 		ExpectContinueTimeout: time.Second,
+		// Also HTTP/2's SETTINGS_MAX_HEADER_LIST_SIZE, enforced on the
+		// answer as it is decoded.
+		MaxResponseHeaderBytes: MaxResponseHeaderBytes,
+		DisableCompression:     true,
+		HTTP2: &http.HTTP2Config{
+			MaxReceiveBufferPerStream:     h2StreamWindow,
+			MaxReceiveBufferPerConnection: h2ConnWindow,
+		},
 	}
 	return &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }

@@ -2,11 +2,17 @@ package outbox
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -117,7 +123,112 @@ func TestDeliveryToARefusedAddressFails(t *testing.T) {
 		t.Fatalf("events = %+v, %v", evs, err)
 	}
 	st, err := f.store.GetDelivery(context.Background(), f.owner, evs[0].ID, f.webhook.ID)
-	if err != nil || st.State != "pending" || !strings.Contains(st.LastError, "special-purpose range 127.0.0.0/8") {
-		t.Fatalf("delivery = %+v, %v", st, err)
+	if err != nil || st.State != "pending" || st.LastError != failRefused {
+		t.Fatalf("delivery = %+v, %v; want last error %q", st, err, failRefused)
+	}
+}
+
+// TestReceiverCannotMakeTheDispatcherBufferItsAnswer: a receiver answering
+// 200 with headers beyond MaxResponseHeaderBytes, over HTTP/1.1 or HTTP/2,
+// has its answer refused (a failed attempt) instead of buffered; the
+// dispatcher asks for no compressed answer. Found by a review: net/http's
+// 10 MiB default let each delivery in flight hold a receiver's 9 MiB of
+// headers (~250 MiB for one batch).
+func TestReceiverCannotMakeTheDispatcherBufferItsAnswer(t *testing.T) {
+	cases := []struct {
+		name   string
+		h2     bool
+		fields int // of 1 MiB in all
+	}{
+		{"HTTP/1.1, one field", false, 1},
+		{"HTTP/1.1, many fields", false, 128},
+		{"HTTP/2, one field", true, 1},
+		{"HTTP/2, many fields", true, 128},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var protos, encodings []string
+			value := strings.Repeat("a", (1<<20)/tc.fields)
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				protos, encodings = append(protos, r.Proto), append(encodings, r.Header.Get("Accept-Encoding"))
+				mu.Unlock()
+				for i := range tc.fields {
+					w.Header().Set("X-Big-"+strconv.Itoa(i), value)
+				}
+				w.WriteHeader(200)
+			}))
+			client := loopback.Client()
+			t.Cleanup(client.CloseIdleConnections)
+			if tc.h2 {
+				srv.EnableHTTP2 = true
+				srv.StartTLS()
+				roots := x509.NewCertPool()
+				roots.AddCert(srv.Certificate())
+				client.Transport.(*http.Transport).TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+			} else {
+				srv.Start()
+			}
+			t.Cleanup(srv.Close)
+			f := newFixture(t, &receiver{srv: srv})
+			k := f.applied(t, 1)
+			d := &Dispatcher{Store: f.store, Owner: "dispatcher-1", HTTP: client}
+			delivered, failed, _, err := d.Pass(context.Background())
+			if err != nil || delivered != 0 || failed != 1 {
+				t.Fatalf("Pass = %d delivered, %d failed, %v; want the answer refused", delivered, failed, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			want := map[bool]string{false: "HTTP/1.1", true: "HTTP/2.0"}[tc.h2]
+			if len(protos) != 1 || protos[0] != want || encodings[0] != "" {
+				t.Fatalf("receiver got %v with Accept-Encoding %q; want one %s request asking for no compression", protos, encodings, want)
+			}
+			evs, _ := f.store.EventsOf(context.Background(), k)
+			st, err := f.store.GetDelivery(context.Background(), f.owner, evs[0].ID, f.webhook.ID)
+			// Over HTTP/2, headers far beyond the limit end the connection
+			// before their size is known.
+			if err != nil || st.State != "pending" || st.LastStatus != 0 ||
+				(st.LastError != failHeaders && (!tc.h2 || st.LastError != failProtocol)) {
+				t.Fatalf("delivery = %+v, %v; want last error %q", st, err, failHeaders)
+			}
+		})
+	}
+}
+
+// TestHugeResponseHeadersAllocateLittle: 9 MiB of headers answered over a
+// raw connection (so that what is measured is the dispatcher's) make one
+// delivery allocate far less than the headers.
+func TestHugeResponseHeadersAllocateLittle(t *testing.T) {
+	resp := []byte("HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-Big: " + strings.Repeat("a", 9<<20) + "\r\n\r\n")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 64<<10)
+		_, _ = c.Read(buf)
+		_, _ = c.Write(resp)
+	}()
+	t.Cleanup(func() { l.Close(); <-served })
+	f := newFixture(t, &receiver{srv: &httptest.Server{URL: "http://" + l.Addr().String()}})
+	f.applied(t, 1)
+	d := &Dispatcher{Store: f.store, Owner: "dispatcher-1", Addresses: loopback}
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	delivered, failed, _, err := d.Pass(context.Background())
+	runtime.ReadMemStats(&m1)
+	if err != nil || delivered != 0 || failed != 1 {
+		t.Fatalf("Pass = %d delivered, %d failed, %v; want the answer refused", delivered, failed, err)
+	}
+	if alloc := m1.TotalAlloc - m0.TotalAlloc; alloc > 4<<20 {
+		t.Fatalf("one delivery allocated %d MiB reading a receiver's 9 MiB of headers", alloc>>20)
 	}
 }
