@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
 	cdpruntime "github.com/chromedp/cdproto/runtime"
@@ -35,8 +36,9 @@ import (
 // each a real process or listener): sign in; a held agent request appears
 // without a reload; approving it lets the identical request through once
 // (one rail effect in the mock rail's journal); a rejection blocks; an
-// agent's <script> stays text; a cross-site form post approves nothing; an
-// expired session is sent back to sign-in. Screenshots of the main views
+// agent's <script> stays text; a cross-site form post approves nothing; the
+// queue holds still while the owner's pointer is over it; an expired
+// session is sent back to sign-in. Screenshots of the main views
 // go to $COUNTERSIGN_SCREENSHOTS (default: a temporary directory, logged).
 func TestConsoleInChromium(t *testing.T) {
 	browser := chromiumPath(t)
@@ -116,6 +118,9 @@ func TestConsoleInChromium(t *testing.T) {
 	run("approve", 30*time.Second,
 		chromedp.SendKeys(card+` textarea`, "customer called; refund agreed", chromedp.ByQuery),
 		chromedp.Click(card+` button.approve`, chromedp.ByQuery),
+		// A decided card stays, marked, while the owner is in the queue;
+		// it leaves once the pointer and focus have left.
+		leaveQueue(),
 		chromedp.WaitNotPresent(card, chromedp.ByQuery))
 	if status, h, body := send(t, curlRequest(t, holdLine)); status != http.StatusOK {
 		t.Fatalf("the approved request answered %d %q: %s", status, h.Get("X-Countersign-Verdict"), body)
@@ -225,6 +230,7 @@ func TestConsoleInChromium(t *testing.T) {
 	run("reject", 30*time.Second,
 		chromedp.SendKeys(card+` textarea`, "not a refund we owe", chromedp.ByQuery),
 		chromedp.Click(card+` button.reject`, chromedp.ByQuery),
+		leaveQueue(),
 		chromedp.WaitNotPresent(card, chromedp.ByQuery))
 	if state, note := approvalOf(t, base, ownerToken, held[0]); state != "APPROVAL_STATE_REJECTED" || note != "not a refund we owe" {
 		t.Fatalf("the rejected approval is %s with note %q, want REJECTED with the note as typed", state, note)
@@ -340,6 +346,8 @@ func TestConsoleInChromium(t *testing.T) {
 	}
 	shot("intents-phone")
 	run("back to a laptop", 10*time.Second, chromedp.EmulateViewport(1280, 900))
+
+	queueHoldsStill(t, run, holdLine, base, ownerToken)
 
 	// A flood of HOLDs costs the owner what is on screen: the page reads
 	// the live context (a rail read each) of the cards it shows, not of all.
@@ -599,4 +607,191 @@ func mustFind(t *testing.T, s, re string) string {
 		t.Fatalf("output lacks %s:\n%s", re, s)
 	}
 	return m[1]
+}
+
+// queueHoldsStill: while the owner's pointer is over the approvals queue,
+// nothing in it moves. An agent can open holds at will, and an approval
+// decided elsewhere leaves the queue; either, applied at once, moves the
+// card under the pointer, so the owner's click lands on another card's
+// Approve button (each acts on its own card's fingerprint). So while the
+// owner is in the queue a new hold is only counted, in a line of fixed
+// height above the list, and a card that stopped waiting, or that the
+// owner just approved (a double click must not approve the next card), is
+// marked in place with its buttons disabled; the queue catches up once the
+// pointer and focus have left it.
+func queueHoldsStill(t *testing.T, run func(string, time.Duration, ...chromedp.Action), holdLine, base, ownerToken string) {
+	// hold opens a hold for a refund delta minor units smaller than the
+	// demo's and returns its approval id.
+	hold := func(delta int64) string {
+		t.Helper()
+		before := map[string]bool{}
+		for _, id := range pendingApprovals(t, base, ownerToken) {
+			before[id] = true
+		}
+		form := curlForm(t, holdLine)
+		form.Set("amount", fmt.Sprint(atoi(t, form.Get("amount"))-delta))
+		r := curlRequest(t, holdLine)
+		r.Body, r.ContentLength = io.NopCloser(strings.NewReader(form.Encode())), int64(len(form.Encode()))
+		if status, h, body := send(t, r); h.Get("X-Countersign-Verdict") != "HOLD" {
+			t.Fatalf("a refund %d less answered %d %q: %s", delta, status, h.Get("X-Countersign-Verdict"), body)
+		}
+		for _, id := range pendingApprovals(t, base, ownerToken) {
+			if !before[id] {
+				return id
+			}
+		}
+		t.Fatalf("a refund %d less was held but no new approval is pending", delta)
+		return ""
+	}
+	cardOf := func(id string) string { return fmt.Sprintf(`article.approval[data-approval-id=%q]`, id) }
+	top := func(sel string, y *float64) chromedp.Action {
+		return chromedp.Evaluate(fmt.Sprintf(`document.querySelector(%q).getBoundingClientRect().top`, sel), y)
+	}
+
+	run("the queue, empty", 30*time.Second,
+		leaveQueue(),
+		chromedp.Navigate(base+"/console/#/approvals"),
+		waitText(`#live`, "live"),
+		chromedp.WaitVisible(`#no-approvals`, chromedp.ByQuery))
+	first := hold(300)
+	second := hold(301)
+	a, b := cardOf(first), cardOf(second)
+	run("two held requests", 30*time.Second,
+		chromedp.WaitVisible(a, chromedp.ByQuery),
+		chromedp.WaitVisible(b, chromedp.ByQuery),
+		// A card's live context loads once it is on screen and makes it
+		// taller: let both load before measuring.
+		waitText(a+` .live-context`, "As of"),
+		chromedp.ScrollIntoView(b+` h2`, chromedp.ByQuery),
+		waitText(b+` .live-context`, "As of"))
+
+	// The owner points at the second card; the first is rejected through
+	// the owner API, and a new hold arrives.
+	var before float64
+	run("point at the second card", 20*time.Second,
+		hoverOver(b+` h2`),
+		chromedp.Poll(fmt.Sprintf(`document.querySelector(%q).matches(':hover')`, b), nil, chromedp.WithPollingTimeout(10*time.Second)),
+		chromedp.Poll(`!((document.querySelector('#approvals-pending') || {}).textContent || '').includes('more')`, nil, chromedp.WithPollingTimeout(10*time.Second)),
+		top(b, &before))
+	decideElsewhere(t, base, ownerToken, first, "reject", "decided in another console")
+	third := hold(302)
+	c := cardOf(third)
+	run("both changes reach the page", 30*time.Second,
+		chromedp.Poll(fmt.Sprintf(`(() => {
+			const a = document.querySelector(%q), c = document.querySelector(%q);
+			return (!a || a.classList.contains('stale')) && (!!c || ((document.querySelector('#approvals-pending') || {}).textContent || '').includes('1 more'));
+		})()`, a, c), nil, chromedp.WithPollingTimeout(20*time.Second)))
+	var held struct {
+		Top                       float64
+		First, Stale, Disabled    bool
+		Third                     bool
+		FirstSays, Line, ShowThem string
+	}
+	run("read the queue", 10*time.Second, chromedp.Evaluate(fmt.Sprintf(`(() => {
+		const a = document.querySelector(%q), b = document.querySelector(%q), c = document.querySelector(%q);
+		const line = document.querySelector('#approvals-pending');
+		const show = line && line.querySelector('button');
+		return {
+			top: b.getBoundingClientRect().top,
+			first: !!a, stale: !!a && a.classList.contains('stale'),
+			disabled: !!a && [...a.querySelectorAll('button.approve, button.reject')].every(x => x.disabled),
+			third: !!c,
+			firstSays: a ? a.querySelector('.card-state').textContent : '',
+			line: line ? line.textContent : '<no line above the queue>',
+			showThem: show && getComputedStyle(show).visibility === 'visible' ? show.textContent : '',
+		};
+	})()`, a, b, c), &held))
+	if held.Top != before {
+		t.Errorf("with the pointer on the second card, the first decided elsewhere and a new hold arriving, the card moved from %.1f to %.1f px", before, held.Top)
+	}
+	if held.Third {
+		t.Error("a new hold was inserted into the queue while the pointer was over it")
+	}
+	if !held.First || !held.Stale || !held.Disabled || !strings.Contains(held.FirstSays, "rejected elsewhere") {
+		t.Errorf("the card rejected elsewhere: present %v, marked stale %v, buttons disabled %v, says %q; want it kept in place, marked, disabled and saying so",
+			held.First, held.Stale, held.Disabled, held.FirstSays)
+	}
+	if !strings.Contains(held.Line, "1 more held request will appear") || held.ShowThem != "Show them" {
+		t.Errorf("the line above the queue says %q with button %q, want the count of held requests waiting and Show them", held.Line, held.ShowThem)
+	}
+	run("leave the queue", 30*time.Second,
+		leaveQueue(),
+		chromedp.WaitVisible(c, chromedp.ByQuery),
+		chromedp.WaitNotPresent(a, chromedp.ByQuery),
+		chromedp.Poll(`!((document.querySelector('#approvals-pending') || {}).textContent || '').includes('more')`, nil, chromedp.WithPollingTimeout(10*time.Second)))
+
+	// The owner approves the second card in the page: it stays, marked,
+	// and the third does not move up under the pointer, so a second click
+	// where the first landed meets a disabled button of the same card.
+	var third0, third1 float64
+	var x, y float64
+	var under string
+	run("approve the second card", 30*time.Second,
+		chromedp.ScrollIntoView(c+` h2`, chromedp.ByQuery),
+		waitText(c+` .live-context`, "As of"),
+		chromedp.ScrollIntoView(b+` button.approve`, chromedp.ByQuery),
+		top(c, &third0),
+		chromedp.SendKeys(b+` textarea`, "agreed", chromedp.ByQuery),
+		chromedp.Click(b+` button.approve`, chromedp.ByQuery),
+		chromedp.Poll(fmt.Sprintf(`(() => { const b = document.querySelector(%q); return !b || b.classList.contains('stale'); })()`, b), nil, chromedp.WithPollingTimeout(20*time.Second)),
+		top(c, &third1),
+		chromedp.Evaluate(fmt.Sprintf(`(() => { const r = document.querySelector(%q).getBoundingClientRect(); return r.left + r.width / 2; })()`, b+` button.approve`), &x),
+		chromedp.Evaluate(fmt.Sprintf(`(() => { const r = document.querySelector(%q).getBoundingClientRect(); return r.top + r.height / 2; })()`, b+` button.approve`), &y))
+	run("what a second click would meet", 10*time.Second, chromedp.Evaluate(fmt.Sprintf(`(() => {
+		const e = document.elementFromPoint(%f, %f);
+		const card = e && e.closest('article.approval');
+		return (card ? card.getAttribute('data-approval-id') : '') + (e && e.disabled ? ' disabled' : ' enabled') + ' ' + (card ? card.querySelector('.card-state').textContent : '');
+	})()`, x, y), &under))
+	if third1 != third0 {
+		t.Errorf("after the owner approved the card above it, the next card moved from %.1f to %.1f px", third0, third1)
+	}
+	if want := second + " disabled Approved by you"; !strings.HasPrefix(under, want) {
+		t.Errorf("a second click where the owner approved would meet %q, want %q…", under, want)
+	}
+	if state, _ := approvalOf(t, base, ownerToken, second); state != "APPROVAL_STATE_APPROVED" {
+		t.Errorf("the approval approved in the page is %s", state)
+	}
+	run("leave the queue again", 30*time.Second,
+		leaveQueue(),
+		chromedp.WaitNotPresent(b, chromedp.ByQuery),
+		chromedp.WaitVisible(c, chromedp.ByQuery))
+	decideElsewhere(t, base, ownerToken, third, "reject", "test over")
+}
+
+// leaveQueue moves the pointer off the page's content (to its top left
+// corner, left of the main column) and takes focus out of it, as an owner
+// does when leaving the approvals queue.
+func leaveQueue() chromedp.Action {
+	return chromedp.Tasks{
+		chromedp.MouseEvent(input.MouseMoved, 1, 1),
+		chromedp.Evaluate(`document.activeElement && document.activeElement.blur(), true`, nil),
+	}
+}
+
+// hoverOver moves the pointer onto the middle of sel, scrolled into view.
+func hoverOver(sel string) chromedp.Action {
+	return chromedp.ActionFunc(func(ctx context.Context) error {
+		var at []float64
+		if err := chromedp.Run(ctx,
+			chromedp.ScrollIntoView(sel, chromedp.ByQuery),
+			chromedp.Evaluate(fmt.Sprintf(`(() => { const r = document.querySelector(%q).getBoundingClientRect(); return [r.left + r.width / 2, r.top + r.height / 2]; })()`, sel), &at)); err != nil {
+			return err
+		}
+		return chromedp.MouseEvent(input.MouseMoved, at[0], at[1]).Do(ctx)
+	})
+}
+
+// decideElsewhere approves or rejects an approval through the owner REST
+// API with the owner token, as another console or a script would.
+func decideElsewhere(t *testing.T, base, token, id, verb, note string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, base+"/v1/approvals/"+id+":"+verb, strings.NewReader(fmt.Sprintf(`{"note":%q}`, note)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	if status, _, body := send(t, req); status != http.StatusOK {
+		t.Fatalf("%s %s through the owner API: %d %s", verb, id, status, body)
+	}
 }
