@@ -19,12 +19,17 @@ var Adapters = rails.Adapters{
 }
 
 // loadRails loads the configured rail accounts; without a rails file the
-// registry is empty and every payment call is refused.
+// registry is empty and every payment call is refused. In the agent's pod
+// (in-agent-pod) every rail URL must be https, loopback included.
 func loadRails(cfg config.Config) (*rails.Registry, error) {
 	if cfg.RailsFile == "" {
 		return nil, nil
 	}
-	rs, err := rails.Load(cfg.RailsFile, Adapters, nil)
+	var opts []rails.Option
+	if cfg.InAgentPod {
+		opts = append(opts, rails.InAgentPod())
+	}
+	rs, err := rails.Load(cfg.RailsFile, Adapters, nil, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("rails-file (%s): %w", config.EnvName("rails-file"), err)
 	}

@@ -31,6 +31,11 @@ const DefaultEnvoySocket = "/var/run/countersign/envoy.sock"
 // plain TCP; its name says what it risks.
 const UnsafeEnvoyTCPFlag = "unsafe-envoy-tcp-exposes-rail-keys"
 
+// InAgentPodFlag says `countersign serve` runs in the agent's pod; the
+// injector sets it (as COUNTERSIGN_IN_AGENT_POD) on every countersign
+// sidecar it builds.
+const InAgentPodFlag = "in-agent-pod"
+
 // EnvPrefix is the prefix of every environment variable Countersign reads.
 const EnvPrefix = "COUNTERSIGN_"
 
@@ -51,7 +56,12 @@ type Config struct {
 	GRPCReflection bool
 	// UnsafeEnvoyTCP lets EnvoyAddr be plain TCP. Anything that can connect
 	// to it can ask for an ALLOW and read the rail key it carries.
-	UnsafeEnvoyTCP    bool
+	UnsafeEnvoyTCP bool
+	// InAgentPod says this process runs in the agent's pod (a sidecar the
+	// injector adds), so the agent shares its loopback and its /etc/hosts:
+	// the ledger must be reached over verify-full TLS (validateInAgentPod)
+	// and every rail URL over https (rails.InAgentPod).
+	InAgentPod        bool
 	HTTPAddr          string
 	DatabaseURL       string
 	DBMaxConns        int32
@@ -294,6 +304,8 @@ func (c *Config) BindServe(fs *pflag.FlagSet) {
 	fs.StringVar(&c.EnvoyTLSKey, "envoy-tls-key", c.EnvoyTLSKey, "PEM private key of a TCP envoy-addr (mutual TLS)")
 	fs.StringVar(&c.EnvoyClientCA, "envoy-client-ca", c.EnvoyClientCA, "PEM CA bundle Envoy's client certificate must chain to (mutual TLS on a TCP envoy-addr)")
 	fs.BoolVar(&c.UnsafeEnvoyTCP, UnsafeEnvoyTCPFlag, c.UnsafeEnvoyTCP, "DANGER: serve ext_authz/ext_proc on plain TCP. Whatever can connect to envoy-addr can obtain the rail keys; use only where no agent shares the network (e.g. Envoy in another pod reached over a mesh's mTLS)")
+	fs.BoolVar(&c.InAgentPod, InAgentPodFlag, c.InAgentPod, "this process runs in the agent's pod (as the injected sidecar does), whose loopback and /etc/hosts the agent shares: "+
+		"refuse a ledger URL that is not sslmode=verify-full or names a loopback host, and a rail or MCP base_url that is not https")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP listen address (REST, the owner console at /console/, /metrics, /healthz, /readyz, /openapi.json)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long a graceful shutdown may take before connections are cut")
 	fs.DurationVar(&c.ReadinessInterval, "readiness-interval", c.ReadinessInterval, "how often the ledger is probed for readiness")
@@ -502,6 +514,9 @@ func (c Config) Validate() error {
 		}
 	}
 	errs = append(errs, c.validateEnvoyListener())
+	if c.InAgentPod {
+		errs = append(errs, c.validateInAgentPod())
+	}
 	if c.GRPCAddr == c.HTTPAddr && !strings.HasSuffix(c.GRPCAddr, ":0") {
 		errs = append(errs, fmt.Errorf("grpc-addr and http-addr must differ, both are %q", c.GRPCAddr))
 	}

@@ -65,9 +65,35 @@ func containerDefaults(c *corev1.Container) {
 				*d.f = d.v
 			}
 		}
-		if p.HTTPGet != nil && p.HTTPGet.Scheme == "" {
-			p.HTTPGet.Scheme = corev1.URISchemeHTTP
+		httpGetDefaults(p.HTTPGet)
+	}
+	if l := c.Lifecycle; l != nil {
+		for _, h := range []*corev1.LifecycleHandler{l.PostStart, l.PreStop} {
+			if h != nil {
+				httpGetDefaults(h.HTTPGet)
+			}
 		}
+	}
+}
+
+// httpGetDefaults fills in an httpGet's defaults (SetDefaults_HTTPGetAction
+// for every httpGet; and, since Kubernetes 1.37 under the
+// H2CContainerProbe gate, SetDefaults_Pod's protocol HTTP1 on probes and
+// lifecycle hooks): the API server fills them in on the pod it stores, so
+// without them the second pass of every reinvocation, and every update,
+// would be refused as not built by the injector.
+func httpGetDefaults(a *corev1.HTTPGetAction) {
+	if a == nil {
+		return
+	}
+	if a.Path == "" {
+		a.Path = "/"
+	}
+	if a.Scheme == "" {
+		a.Scheme = corev1.URISchemeHTTP
+	}
+	if a.Protocol == nil {
+		a.Protocol = ptr(corev1.HTTPProtocolHTTP1)
 	}
 }
 

@@ -212,6 +212,20 @@ func TestEveryModeRefusesWhatSteersTheSidecars(t *testing.T) {
 				p.Spec.Containers[0].SecurityContext.RunAsNonRoot = nil
 			}, "(agent): neither it nor the pod sets runAsNonRoot: true; as root it could rewrite the pod's /etc/hosts"},
 			{"root init container", func(p *corev1.Pod) { p.Spec.InitContainers[0].SecurityContext.RunAsNonRoot = ptr(false) }, "(setup): neither it nor the pod sets runAsNonRoot"},
+			// The kubelet maps the pod's host name to the pod's own address
+			// in /etc/hosts (found by a review).
+			{"hostnameOverride of the ledger's name", func(p *corev1.Pod) { p.Spec.HostnameOverride = ptr("pgbouncer.countersign.svc.cluster.local") },
+				`spec.hostnameOverride is "pgbouncer.countersign.svc.cluster.local": the kubelet maps that name to the pod's own address in its /etc/hosts`},
+			{"host name as FQDN", func(p *corev1.Pod) {
+				p.Spec.Hostname, p.Spec.Subdomain, p.Spec.SetHostnameAsFQDN = "agent-0", "agents", ptr(true)
+			}, "spec.setHostnameAsFQDN is true: the pod's kernel host name would be its FQDN"},
+		}
+		// A StatefulSet's pod names itself (spec.hostname and subdomain):
+		// allowed, as countersign reaches the ledger with verify-full.
+		sts := base()
+		sts.Spec.Hostname, sts.Spec.Subdomain, sts.Spec.SetHostnameAsFQDN = "agent-0", "agents", ptr(false)
+		if resp := mutatePod(t, sts, cfg); !resp.Allowed {
+			t.Errorf("%s: a pod with spec.hostname and subdomain is refused: %+v", name, resp.Result)
 		}
 		for _, tc := range cases {
 			pod := base()

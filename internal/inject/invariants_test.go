@@ -117,6 +117,10 @@ func TestInjectedPodInvariants(t *testing.T) {
 				env(cs.Env, "COUNTERSIGN_GRPC_ADDR") != "unix:"+APISocket {
 				t.Errorf("countersign does not listen on the sockets: %v", cs.Env)
 			}
+			// It runs in the agent's pod, and knows it (verify-full ledger, https rails).
+			if env(cs.Env, InAgentPodEnv) != "true" {
+				t.Errorf("countersign does not run with %s=true: %v", InAgentPodEnv, cs.Env)
+			}
 			// The ledger through PgBouncer, and the audit log's signing key,
 			// a Secret file of countersign's (checked with the rail keys below).
 			if env(cs.Env, "COUNTERSIGN_DB_POOLER") != "pgbouncer" || env(cs.Env, "COUNTERSIGN_AUDIT_SIGNING_KEY") != AuditKeyDir+"/key" ||

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // container is the index of the container named name in cs (-1 if none).
@@ -97,6 +98,22 @@ func forgedSidecars() map[string]func(p *corev1.Pod) {
 		"the agent claims Envoy's port": func(p *corev1.Pod) {
 			p.Spec.Containers[0].Ports = append(p.Spec.Containers[0].Ports, corev1.ContainerPort{ContainerPort: EnvoyPort})
 		},
+		// Found by a review: the kubelet writes "<pod IP> <host name>" into
+		// the pod's /etc/hosts, so a hostnameOverride of the ledger's name
+		// sends countersign to the agent's own address.
+		"countersign no longer refuses what the agent can steer (in-agent-pod off)": func(p *corev1.Pod) {
+			setEnv(p, CountersignContainer, corev1.EnvVar{Name: InAgentPodEnv, Value: "false"})
+		},
+		"countersign without the in-agent-pod setting": func(p *corev1.Pod) {
+			c := &p.Spec.InitContainers[container(p.Spec.InitContainers, CountersignContainer)]
+			c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == InAgentPodEnv })
+		},
+		"the pod's hostnameOverride is the ledger's name": func(p *corev1.Pod) {
+			p.Spec.HostnameOverride = ptr("pgbouncer.countersign.svc.cluster.local")
+		},
+		"the pod's host name is its FQDN": func(p *corev1.Pod) {
+			p.Spec.Hostname, p.Spec.Subdomain, p.Spec.SetHostnameAsFQDN = "agent-0", "agents", ptr(true)
+		},
 		"another volume holds the ledger URL's Secret": func(p *corev1.Pod) {
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "db", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "countersign-database"}}})
 		},
@@ -162,6 +179,53 @@ func TestCreateOfAMarkedPod(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// TestCreateOfAMarkedPodWithH2CProbeDefaults: with the H2CContainerProbe
+// gate on (Kubernetes 1.37), the API server stores httpGet.protocol: HTTP1
+// on every probe and lifecycle hook that sets none; the second pass of a
+// reinvocation is still the pod injection makes (found by a review: every
+// such pass was refused), and a protocol the injector did not build is not.
+func TestCreateOfAMarkedPodWithH2CProbeDefaults(t *testing.T) {
+	setProtocol := func(p *corev1.Pod, proto corev1.HTTPProtocol) {
+		for i := range p.Spec.InitContainers {
+			c := &p.Spec.InitContainers[i]
+			for _, pr := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
+				if pr != nil && pr.HTTPGet != nil {
+					pr.HTTPGet.Protocol = ptr(proto)
+				}
+			}
+		}
+	}
+	for _, base := range guardedBases() {
+		t.Run(base.name, func(t *testing.T) {
+			p := storedPod(t, base.name, base.cfg)
+			setProtocol(p, corev1.HTTPProtocolHTTP1)
+			if resp := mutatePod(t, p, base.cfg); !resp.Allowed || len(resp.Patch) != 0 {
+				t.Fatalf("the second pass is not admitted unchanged once the API server set httpGet.protocol: %+v", resp.Result)
+			}
+			setProtocol(p, corev1.HTTPProtocolHTTP2)
+			if resp := mutatePod(t, p, base.cfg); resp.Allowed || !strings.Contains(resp.Result.Message, "livenessProbe, startupProbe differ") {
+				t.Fatalf("a probe over HTTP/2, which the injector does not build, is admitted: %+v", resp.Result)
+			}
+		})
+	}
+	// Lifecycle hooks get the same defaults (the injector builds none yet).
+	want := build(testConfig()).countersign
+	want.Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/drain", Port: intstr.FromInt32(15080)}},
+		PostStart: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Port: intstr.FromInt32(15080)}}}
+	got := *want.DeepCopy()
+	for _, h := range []*corev1.LifecycleHandler{got.Lifecycle.PreStop, got.Lifecycle.PostStart} {
+		h.HTTPGet.Protocol, h.HTTPGet.Scheme = ptr(corev1.HTTPProtocolHTTP1), corev1.URISchemeHTTP
+	}
+	got.Lifecycle.PostStart.HTTPGet.Path = "/"
+	if d := builtDiff(got, want); len(d) > 0 {
+		t.Fatalf("the API server's lifecycle hook defaults differ: %v", d)
+	}
+	got.Lifecycle.PreStop.HTTPGet.Protocol = ptr(corev1.HTTPProtocolHTTP2)
+	if d := builtDiff(got, want); !slices.Equal(d, []string{"lifecycle"}) {
+		t.Fatalf("builtDiff = %v, want [lifecycle]", d)
 	}
 }
 

@@ -322,8 +322,9 @@ func agentPodRefusals(pod *corev1.Pod, cfg Config, injected bool) []string {
 // to (Envoy its upstreams, Countersign its ledger) through the pod's
 // /etc/hosts and resolver, so the pod spec may not choose either: no
 // hostAliases entry but the base URL hosts on 127.0.0.1 (the one the
-// injector adds itself), no resolver of its own, no search domains, and no
-// resolver option beyond those that change no answer. A plain-HTTP
+// injector adds itself), no hostnameOverride, no setHostnameAsFQDN, no
+// resolver of its own, no search domains, and no resolver option beyond
+// those that change no answer. A plain-HTTP
 // upstream steered to the agent would receive the rail key; a ledger
 // steered to it would decide.
 func resolvesRefusals(pod *corev1.Pod, cfg Config) []string {
@@ -339,6 +340,26 @@ func resolvesRefusals(pod *corev1.Pod, cfg Config) []string {
 				out = append(out, fmt.Sprintf("spec.hostAliases[%d] maps %s, a base URL host, to %s instead of Envoy's 127.0.0.1", i, h, a.IP))
 			}
 		}
+	}
+	// The kubelet writes "<pod IP> <host name>" into /etc/hosts, the host
+	// name being spec.hostnameOverride, else spec.hostname (and
+	// subdomain), else the pod's name. hostnameOverride takes any DNS
+	// subdomain, the ledger's or an upstream's FQDN included. spec.hostname
+	// and the pod's name are a single label (with subdomain, a name under
+	// <subdomain>.<namespace>.svc): StatefulSets set them, so they stay
+	// allowed, and the countersign sidecar runs with in-agent-pod, which
+	// refuses a ledger not reached with sslmode=verify-full (a name steered
+	// to the pod reaches no server with the ledger's certificate), as the
+	// rails' Envoy clusters verify TLS.
+	if o := pod.Spec.HostnameOverride; o != nil {
+		out = append(out, fmt.Sprintf("spec.hostnameOverride is %q: the kubelet maps that name to the pod's own address in its /etc/hosts, "+
+			"through which the injected sidecars resolve their upstreams and the ledger, so the pod would choose where a name of theirs leads "+
+			"(spec.hostname, and subdomain, name the pod instead)", *o))
+	}
+	if f := pod.Spec.SetHostnameAsFQDN; f != nil && *f {
+		out = append(out, "spec.setHostnameAsFQDN is true: the pod's kernel host name would be its FQDN, from which a resolver without "+
+			"a search line (Go's, Envoy's) takes a search domain of the pod's choosing for the sidecars' names; few programs need it "+
+			"(those that read their FQDN from the host name)")
 	}
 	const why = "the injected sidecars resolve their upstreams and the ledger with the pod's resolver, which the pod may then not choose"
 	if pod.Spec.DNSPolicy == corev1.DNSNone {

@@ -56,6 +56,15 @@ func build(cfg Config) injected {
 			{Name: "COUNTERSIGN_ENVOY_ADDR", Value: "unix:" + EnvoySocket},
 			{Name: "COUNTERSIGN_GRPC_ADDR", Value: "unix:" + APISocket},
 			{Name: "COUNTERSIGN_HTTP_ADDR", Value: ":" + strconv.Itoa(cfg.HTTPPort)},
+			// This serve runs in the agent's pod, whose loopback and
+			// /etc/hosts the agent shares, and whose pod spec writes the
+			// pod's own host name into that file (spec.hostname, which
+			// StatefulSets set, or the pod's name): it refuses to start
+			// unless the ledger is reached with sslmode=verify-full on no
+			// loopback host, and every rail URL is https. Guarded compares
+			// this container with the one built here, so the pod cannot
+			// drop it.
+			{Name: InAgentPodEnv, Value: "true"},
 		},
 		Ports: []corev1.ContainerPort{{Name: httpPortName, ContainerPort: int32(cfg.HTTPPort), Protocol: corev1.ProtocolTCP}},
 		// A native sidecar's startup probe holds back the containers after
@@ -124,6 +133,10 @@ func build(cfg Config) injected {
 	}
 	return injected{egress: egress, countersign: cs, envoy: envoy, volumes: vols, env: env, hosts: aliasHosts(cfg)}
 }
+
+// InAgentPodEnv is `countersign serve --in-agent-pod` as an environment
+// variable (internal/config's InAgentPodFlag).
+const InAgentPodEnv = "COUNTERSIGN_IN_AGENT_POD"
 
 // httpPortName names Countersign's HTTP port for its probes.
 const httpPortName = "cs-http"

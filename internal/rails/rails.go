@@ -98,8 +98,22 @@ type Adapters map[sik.Rail]func() rail.Adapter
 
 var accountRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,128}$`)
 
+// Option changes how New and Load check a rails file.
+type Option func(*options)
+
+type options struct {
+	// inAgentPod: loopback is the agent's too (InAgentPod).
+	inAgentPod bool
+}
+
+// InAgentPod says the process runs in the agent's pod (countersign serve
+// --in-agent-pod, as the injector runs it): the agent shares its loopback,
+// so an http base_url is refused even on a loopback address, where
+// whatever the agent listens on would receive the rail key.
+func InAgentPod() Option { return func(o *options) { o.inAgentPod = true } }
+
 // Load reads the rails file at path and every key file it names.
-func Load(path string, adapters Adapters, hc *http.Client) (*Registry, error) {
+func Load(path string, adapters Adapters, hc *http.Client, opts ...Option) (*Registry, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("rails file: %w", err)
@@ -108,11 +122,15 @@ func Load(path string, adapters Adapters, hc *http.Client) (*Registry, error) {
 	if err := yaml.UnmarshalStrict(raw, &f); err != nil {
 		return nil, fmt.Errorf("rails file %s: %w", path, err)
 	}
-	return New(f, adapters, hc)
+	return New(f, adapters, hc, opts...)
 }
 
 // New builds a registry from a parsed configuration.
-func New(f File, adapters Adapters, hc *http.Client) (*Registry, error) {
+func New(f File, adapters Adapters, hc *http.Client, opts ...Option) (*Registry, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	if hc == nil {
 		hc = defaultHTTPClient()
 	}
@@ -124,7 +142,7 @@ func New(f File, adapters Adapters, hc *http.Client) (*Registry, error) {
 	r := &Registry{byID: map[string]*Account{}, byHost: map[string]*Account{}}
 	var errs []error
 	for i, c := range f.Rails {
-		acct, err := load(c, adapters, hc)
+		acct, err := load(c, adapters, hc, o)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("rails[%d] (%s): %w", i, c.Account, err))
 			continue
@@ -149,7 +167,7 @@ func New(f File, adapters Adapters, hc *http.Client) (*Registry, error) {
 	return r, nil
 }
 
-func load(c AccountConfig, adapters Adapters, hc *http.Client) (*Account, error) {
+func load(c AccountConfig, adapters Adapters, hc *http.Client, o options) (*Account, error) {
 	if !accountRE.MatchString(c.Account) {
 		return nil, fmt.Errorf("account %q must be 1–128 of [A-Za-z0-9_.:-]", c.Account)
 	}
@@ -172,7 +190,7 @@ func load(c AccountConfig, adapters Adapters, hc *http.Client) (*Account, error)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 		return nil, fmt.Errorf("base_url %q must be an http(s) URL", base)
 	}
-	if err := keyOverTLS("base_url", u); err != nil {
+	if err := keyOverTLS("base_url", u, o); err != nil {
 		return nil, err
 	}
 	if c.KeyFile == "" {
@@ -217,7 +235,7 @@ func load(c AccountConfig, adapters Adapters, hc *http.Client) (*Account, error)
 		if err != nil || (mu.Scheme != "https" && mu.Scheme != "http") || mu.Host == "" || (mu.Path != "" && mu.Path != "/") || mu.RawQuery != "" {
 			return nil, fmt.Errorf("mcp: base_url %q must be an http(s) URL without a path (the endpoint is appended)", mbase)
 		}
-		if err := keyOverTLS("mcp: base_url", mu); err != nil {
+		if err := keyOverTLS("mcp: base_url", mu, o); err != nil {
 			return nil, err
 		}
 		a.ToolClient = &httpClient{base: strings.TrimRight(mbase, "/"), auth: mcpAuth, hc: hc}
@@ -227,9 +245,19 @@ func load(c AccountConfig, adapters Adapters, hc *http.Client) (*Account, error)
 
 // keyOverTLS refuses a plain http URL off this machine: every call to it
 // carries the rail's secret key. http stays for a mock rail on a loopback
-// address (tests, `countersign dev`).
-func keyOverTLS(field string, u *url.URL) error {
-	if u.Scheme != "http" || isLoopbackHost(u.Hostname()) {
+// address (tests, `countersign dev`), except in the agent's pod, whose
+// loopback is the agent's as well: there an http URL on 127.0.0.1 reaches
+// whatever the agent listens on, and only https (the rail's certificate)
+// tells the rail from the agent.
+func keyOverTLS(field string, u *url.URL, o options) error {
+	if u.Scheme != "http" {
+		return nil
+	}
+	if o.inAgentPod {
+		return fmt.Errorf("%s %q is http: this process runs in the agent's pod (in-agent-pod), whose loopback and /etc/hosts the agent shares, "+
+			"so whatever answers there may be the agent, and would receive the rail's secret key; use https", field, u.Redacted())
+	}
+	if isLoopbackHost(u.Hostname()) {
 		return nil
 	}
 	return fmt.Errorf("%s %q is http to %s, which is not a loopback address (127.0.0.0/8, ::1, localhost): "+

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/rail/stripe"
 	"github.com/countersign/countersign/internal/sik"
@@ -215,6 +217,75 @@ func TestPlainHTTPOnlyToLoopback(t *testing.T) {
 			}
 			if strings.Contains(err.Error(), "hunter2") {
 				t.Fatalf("the error shows the URL's password: %v", err)
+			}
+		})
+	}
+}
+
+// TestInAgentPodRefusesPlainHTTPEvenToLoopback: in the agent's pod the
+// agent shares loopback, so an http rail URL on 127.0.0.1 would send the
+// rail key to whatever the agent listens on there (found by a review);
+// with InAgentPod only https is accepted, for base_url and mcp.base_url,
+// through New and Load alike.
+func TestInAgentPodRefusesPlainHTTPEvenToLoopback(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "key")
+	if err := os.WriteFile(key, []byte("sk_test_x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	adapters := Adapters{sik.RailStripe: func() rail.Adapter { return stripe.New() }}
+	const refused = "is http: this process runs in the agent's pod (in-agent-pod), whose loopback and /etc/hosts the agent shares"
+	for _, tc := range []struct {
+		name, baseURL, mcpBaseURL, wantErr string
+	}{
+		{name: "https", baseURL: "https://api.stripe.com"},
+		{name: "default https", baseURL: ""},
+		{name: "mcp https", baseURL: "https://api.stripe.com", mcpBaseURL: "https://stripe-mcp.tools.svc"},
+		{name: "ipv4 loopback", baseURL: "http://127.0.0.1:12111", wantErr: `base_url "http://127.0.0.1:12111" ` + refused},
+		{name: "ipv6 loopback", baseURL: "http://[::1]:12111", wantErr: refused},
+		{name: "localhost", baseURL: "http://localhost:12111", wantErr: refused},
+		{name: "host name", baseURL: "http://api.stripe.com", wantErr: refused},
+		{name: "mcp on loopback", baseURL: "https://api.stripe.com", mcpBaseURL: "http://127.0.0.1:9000", wantErr: `mcp: base_url "http://127.0.0.1:9000" ` + refused},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := AccountConfig{Account: "acct_1", Rail: "stripe", Hosts: []string{"api.stripe.com"}, BaseURL: tc.baseURL, KeyFile: key}
+			if tc.mcpBaseURL != "" {
+				c.MCP = &MCPConfig{Preset: "stripe", BaseURL: tc.mcpBaseURL}
+			}
+			raw, err := yaml.Marshal(File{Rails: []AccountConfig{c}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			file := filepath.Join(t.TempDir(), "rails.yaml")
+			if err := os.WriteFile(file, raw, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			for name, load := range map[string]func(...Option) error{
+				"New": func(o ...Option) error {
+					_, err := New(File{Rails: []AccountConfig{c}}, adapters, nil, o...)
+					return err
+				},
+				"Load": func(o ...Option) error {
+					_, err := Load(file, adapters, nil, o...)
+					return err
+				},
+			} {
+				err := load(InAgentPod())
+				if tc.wantErr == "" {
+					if err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					continue
+				}
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("%s = %v, want an error containing %q", name, err, tc.wantErr)
+				}
+				// Off the agent's pod, loopback stays open for the mock rail.
+				if err := load(); strings.HasPrefix(tc.name, "ipv") || tc.name == "localhost" || tc.name == "mcp on loopback" {
+					if err != nil {
+						t.Fatalf("%s without InAgentPod: %v", name, err)
+					}
+				}
 			}
 		})
 	}

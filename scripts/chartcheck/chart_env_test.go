@@ -139,3 +139,36 @@ func TestSelfTestCatchesEveryBrokenCopy(t *testing.T) {
 		})
 	}
 }
+
+// TestChartRefusesPlainHTTPRailURLsInModeInjector: the injected
+// countersign runs in the agent's pod (in-agent-pod), where loopback is
+// the agent's too, and refuses to start on a rail URL that is not https;
+// the chart refuses to render one in mode injector, and still renders it
+// in mode egress (Countersign's own pod).
+func TestChartRefusesPlainHTTPRailURLsInModeInjector(t *testing.T) {
+	inj := []string{"--values", "../../charts/countersign/ci/injector-values.yaml", "--namespace", "countersign-system"}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"baseURL on loopback", []string{"--set-string", "rails[0].baseURL=http://127.0.0.1:12111"},
+			`rails[0] (stripe_main): baseURL "http://127.0.0.1:12111" must be https in mode injector: the injected countersign runs in the agent's pod`},
+		{"mcp base_url over http", []string{"--set-string", "rails[1].mcp.base_url=http://stripe-mcp.tools.svc.cluster.local"},
+			`rails[1] (stripe_mcp): mcp.base_url "http://stripe-mcp.tools.svc.cluster.local" must be https in mode injector`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := helmTemplate(t, append(append([]string{}, inj...), tc.args...)...)
+			if err == nil || !strings.Contains(out, tc.want) {
+				t.Fatalf("helm template = %v %s, want a refusal saying %q", err, out, tc.want)
+			}
+		})
+	}
+	if out, err := helmTemplate(t, append(append([]string{}, inj...), "--set-string", "rails[0].baseURL=HTTPS://api.stripe.com")...); err != nil {
+		t.Fatalf("an https baseURL is refused: %s", out)
+	}
+	if out, err := helmTemplate(t, "--values", "../../charts/countersign/ci/injector-values.yaml", "--set", "mode=egress",
+		"--set-string", "rails[0].baseURL=http://127.0.0.1:12111"); err != nil || !strings.Contains(out, "base_url: http://127.0.0.1:12111") {
+		t.Fatalf("mode egress refuses a loopback baseURL, which Countersign's own pod keeps: %s", out)
+	}
+}

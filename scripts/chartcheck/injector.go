@@ -522,6 +522,17 @@ func checkSidecarConfig(r *result, where string, flags map[string][]string, conf
 			r.ok(invSidecarRails, a.KeyFile == want, "%s: rails account %q: key_file %q is not where the injector mounts its key (%s)", at, a.Account, a.KeyFile, want)
 			_, hasKey := railKeys[a.Account]
 			r.ok(invSidecarRails, hasKey, "%s: rails account %q has no --rail-key: its key file would not exist", at, a.Account)
+			// The injected countersign runs with --in-agent-pod: the agent
+			// shares its loopback, so it refuses to start on an http URL.
+			urls := map[string]string{"base_url": a.BaseURL}
+			if a.MCP != nil {
+				urls["mcp.base_url"] = a.MCP.BaseURL
+			}
+			for field, raw := range urls {
+				u, err := url.Parse(raw)
+				r.ok(invSidecarRails, raw == "" || (err == nil && u.Scheme == "https"),
+					"%s: rails account %q: %s %q is not https: the injected countersign runs in the agent's pod (--in-agent-pod), whose loopback the agent shares, and refuses it", at, a.Account, field, raw)
+			}
 		}
 		for acct := range railKeys {
 			_, ok := accounts[acct]

@@ -10,6 +10,9 @@ import (
 // injectorMutations break a copy of a mode injector rendering one way
 // each; want is the invariant that must catch it.
 var injectorMutations = []mutation{
+	{"the sidecars' rails file reaching a rail over plain HTTP on loopback (the agent's too)", invSidecarRails, func(d []map[string]any) error {
+		return editConfigMapData(d, "rails.yaml", "base_url: https://api.stripe.com", "base_url: http://127.0.0.1:12111")
+	}},
 	{"a webhook failing open", invWebhook, func(d []map[string]any) error {
 		return eachWebhook(d, func(w map[string]any) { w["failurePolicy"] = "Ignore" }, 1)
 	}},

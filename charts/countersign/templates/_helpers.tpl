@@ -331,6 +331,14 @@ injector's Deployment.
 {{- fail (printf "rails[%d] (%s): baseURLEnv %q is also %s's" $i $r.account $r.baseURLEnv (get $envs $r.baseURLEnv)) -}}
 {{- end -}}
 {{- $_ := set $envs $r.baseURLEnv $r.account -}}
+{{- /* The injected countersign runs with in-agent-pod: the agent shares its loopback and /etc/hosts, so it refuses a rail URL that is not https. */ -}}
+{{- $urls := dict "baseURL" ($r.baseURL | default "") -}}
+{{- if $r.mcp -}}{{- $_ := set $urls "mcp.base_url" ($r.mcp.base_url | default "") -}}{{- end -}}
+{{- range $field, $u := $urls -}}
+{{- if and $u (not (hasPrefix "https://" (lower $u))) -}}
+{{- fail (printf "rails[%d] (%s): %s %q must be https in mode injector: the injected countersign runs in the agent's pod (in-agent-pod), whose loopback and /etc/hosts the agent shares, and refuses a plain-HTTP rail URL, which would carry the rail key to whatever answers" $i $r.account $field $u) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- if eq $inj.tls.mode "secret" -}}
 {{- if not $inj.tls.secret.name -}}
