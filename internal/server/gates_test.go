@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -100,8 +101,14 @@ func TestBudgetAdmitsExactlyWhatFits(t *testing.T) {
 	if b := budgets[0]; b.Held+b.Spent > b.Budget || b.Held != 100*250 {
 		t.Fatalf("budget row %+v: held+spent must equal the 100 holds and never exceed the budget", b)
 	}
-	// BUDGET_RACE_RESULTS names a RESULTS.md to write this run's figures to.
+	// BUDGET_RACE_RESULTS names a RESULTS.md to write this run's figures
+	// to; a relative name is the repository root's, where the command is
+	// run (a test runs in its package's directory: RESULTS.md alone had
+	// written internal/server/RESULTS.md).
 	if path := os.Getenv("BUDGET_RACE_RESULTS"); path != "" {
+		if !filepath.IsAbs(path) {
+			path = filepath.Join("..", "..", path)
+		}
 		b := budgets[0]
 		text := fmt.Sprintf("## The 1,000-way budget race\n\nMachine-written by `BUDGET_RACE_RESULTS=RESULTS.md go test -count=1 -run 'TestBudgetAdmitsExactlyWhatFits$' ./internal/server/` on %s: 1,000 distinct refunds of 2.50 USD sent at once through the native Decide RPC, under a mandate whose budget has room for exactly 100.\n\n"+
 			"| ALLOW | BLOCK | other | budget | held | spent | violations (held + spent > budget, or held ≠ 100 refunds) |\n|---|---|---|---|---|---|---|\n| %d | %d | %d | %d | %d | %d | 0 |\n",
