@@ -66,11 +66,7 @@ func TestWebhooksAreCappedPerOwner(t *testing.T) {
 func TestClaimSharesTheBatchAmongOwners(t *testing.T) {
 	ctx := context.Background()
 	b := newOutboxFixture(t, "own_b")
-	agentA, err := b.s.CreateAgent(ctx, "own_a", "owner A's bot")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := outboxFixture{s: b.s, owner: "own_a", agent: agentA}
+	a := b.otherOwner(t, "own_a")
 	for range MaxWebhooksPerOwner {
 		b.webhook(t, b.owner)
 	}
@@ -151,11 +147,7 @@ func TestClaimShareSurvivesDeadLettersAndBackoff(t *testing.T) {
 			if _, err := b.s.pool.Exec(ctx, tc.park, hookB.ID); err != nil {
 				t.Fatal(err)
 			}
-			agentA, err := b.s.CreateAgent(ctx, "own_a", "owner A's bot")
-			if err != nil {
-				t.Fatal(err)
-			}
-			a := outboxFixture{s: b.s, owner: "own_a", agent: agentA}
+			a := b.otherOwner(t, "own_a")
 			for range MaxWebhooksPerOwner {
 				a.webhook(t, a.owner)
 			}
@@ -193,11 +185,7 @@ func TestClaimShareSurvivesDeadLettersAndBackoff(t *testing.T) {
 func TestClaimCapsWhatOneOwnerHolds(t *testing.T) {
 	ctx := context.Background()
 	b := newOutboxFixture(t, "own_b")
-	agentA, err := b.s.CreateAgent(ctx, "own_a", "owner A's bot")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := outboxFixture{s: b.s, owner: "own_a", agent: agentA}
+	a := b.otherOwner(t, "own_a")
 	for range MaxWebhooksPerOwner {
 		b.webhook(t, b.owner)
 	}
@@ -238,4 +226,15 @@ func TestClaimCapsWhatOneOwnerHolds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// otherOwner is a fixture on f's ledger for another owner, with an agent
+// of its own.
+func (f outboxFixture) otherOwner(t *testing.T, owner string) outboxFixture {
+	t.Helper()
+	agent, err := f.s.CreateAgent(context.Background(), owner, owner+"'s bot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return outboxFixture{s: f.s, owner: owner, agent: agent}
 }

@@ -18,34 +18,11 @@ import (
 // oldest deliveries of whichever owner wrote most.
 func TestAnotherOwnersSlowBacklogDoesNotHoldOurEventsBack(t *testing.T) {
 	ctx := context.Background()
-	slow := newReceiver(t, func(_ int, r *http.Request) int { <-r.Context().Done(); return 500 })
-	fast := newReceiver(t, always(200))
-	s, err := ledger.Open(ctx, pgtest.NewDatabase(t), ledger.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	agentB, err := s.CreateAgent(ctx, "own_b", "owner B's bot")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range ledger.MaxWebhooksPerOwner {
-		if _, err := s.CreateWebhook(ctx, "own_b", ledger.WebhookSpec{URL: slow.srv.URL + "/hook/" + strconv.Itoa(i), Secret: testSecret}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	agentA, err := s.CreateAgent(ctx, "own_a", "owner A's bot")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.CreateWebhook(ctx, "own_a", ledger.WebhookSpec{URL: fast.srv.URL + "/hook", Secret: testSecret}); err != nil {
-		t.Fatal(err)
-	}
-	b := fixture{store: s, owner: "own_b", agentID: agentB.ID}
+	s, _, fast, a, b := slowAndFastOwners(t, 500)
 	for n := range 3 { // 30 deliveries, two batches' worth
 		b.applied(t, 10+n)
 	}
-	fixture{store: s, owner: "own_a", agentID: agentA.ID}.applied(t, 99)
+	a.applied(t, 99)
 
 	// No per-owner cap beyond the batch: this is the claim's fairness.
 	d := &Dispatcher{Store: s, Owner: "fair-dispatcher", Addresses: loopback, Timeout: 300 * time.Millisecond, PerOwner: DefaultBatch}
@@ -68,31 +45,7 @@ func TestAnotherOwnersSlowBacklogDoesNotHoldOurEventsBack(t *testing.T) {
 // went out one batch per attempt Timeout.
 func TestSlowOwnerHoldsOnlyItsOwnSlots(t *testing.T) {
 	ctx := context.Background()
-	slow := newReceiver(t, func(_ int, r *http.Request) int { <-r.Context().Done(); return 200 })
-	fast := newReceiver(t, always(200))
-	s, err := ledger.Open(ctx, pgtest.NewDatabase(t), ledger.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	agentB, err := s.CreateAgent(ctx, "own_b", "owner B's bot")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range ledger.MaxWebhooksPerOwner {
-		if _, err := s.CreateWebhook(ctx, "own_b", ledger.WebhookSpec{URL: slow.srv.URL + "/hook/" + strconv.Itoa(i), Secret: testSecret}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	agentA, err := s.CreateAgent(ctx, "own_a", "owner A's bot")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.CreateWebhook(ctx, "own_a", ledger.WebhookSpec{URL: fast.srv.URL + "/hook", Secret: testSecret}); err != nil {
-		t.Fatal(err)
-	}
-	b := fixture{store: s, owner: "own_b", agentID: agentB.ID}
-	a := fixture{store: s, owner: "own_a", agentID: agentA.ID}
+	s, slow, fast, a, b := slowAndFastOwners(t, 200)
 	for n := range 5 { // 50 of B's deliveries, older than A's
 		b.applied(t, 10+n)
 	}
@@ -129,4 +82,36 @@ func TestSlowOwnerHoldsOnlyItsOwnSlots(t *testing.T) {
 	if n := len(slow.requests()); n != perOwner {
 		t.Fatalf("B's never-answering webhooks hold %d of the dispatcher's %d slots; want at most %d", n, DefaultBatch, perOwner)
 	}
+}
+
+// slowAndFastOwners is a ledger with two owners: B with the most webhooks
+// an owner may have, each answering status only when its request is given
+// up, and A with one webhook that answers 200 at once.
+func slowAndFastOwners(t *testing.T, status int) (s *ledger.Store, slow, fast *receiver, a, b fixture) {
+	t.Helper()
+	ctx := context.Background()
+	slow = newReceiver(t, func(_ int, r *http.Request) int { <-r.Context().Done(); return status })
+	fast = newReceiver(t, always(200))
+	s, err := ledger.Open(ctx, pgtest.NewDatabase(t), ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	agentB, err := s.CreateAgent(ctx, "own_b", "owner B's bot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range ledger.MaxWebhooksPerOwner {
+		if _, err := s.CreateWebhook(ctx, "own_b", ledger.WebhookSpec{URL: slow.srv.URL + "/hook/" + strconv.Itoa(i), Secret: testSecret}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	agentA, err := s.CreateAgent(ctx, "own_a", "owner A's bot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.CreateWebhook(ctx, "own_a", ledger.WebhookSpec{URL: fast.srv.URL + "/hook", Secret: testSecret}); err != nil {
+		t.Fatal(err)
+	}
+	return s, slow, fast, fixture{store: s, owner: "own_a", agentID: agentA.ID}, fixture{store: s, owner: "own_b", agentID: agentB.ID}
 }
