@@ -15,10 +15,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
@@ -37,9 +39,10 @@ import (
 // without a reload; approving it lets the identical request through once
 // (one rail effect in the mock rail's journal); a rejection blocks; an
 // agent's <script> stays text; a cross-site form post approves nothing; the
-// queue holds still while the owner's pointer is over it; an expired
-// session is sent back to sign-in. Screenshots of the main views
-// go to $COUNTERSIGN_SCREENSHOTS (default: a temporary directory, logged).
+// queue holds still while the owner's pointer is over it, also as the
+// balances of the cards above it first load; an expired session is sent
+// back to sign-in. Screenshots of the main views go to
+// $COUNTERSIGN_SCREENSHOTS (default: a temporary directory, logged).
 func TestConsoleInChromium(t *testing.T) {
 	browser := chromiumPath(t)
 	d := startDemo(t)
@@ -158,8 +161,8 @@ func TestConsoleInChromium(t *testing.T) {
 	var injected int
 	run("the hostile request appears", 30*time.Second,
 		chromedp.WaitVisible(card, chromedp.ByQuery),
-		// Its live context loads after the card shows and moves what is
-		// below it: wait for it before clicking by position.
+		// Its live context loads after the card shows (in a box of fixed
+		// height, so it moves nothing): wait for it, as the owner would.
 		waitText(card+` .live-context`, "As of"),
 		chromedp.Text(card+` dl.labels pre.label-value`, &label, chromedp.ByQuery),
 		chromedp.Click(card+` summary`, chromedp.ByQuery),
@@ -348,6 +351,7 @@ func TestConsoleInChromium(t *testing.T) {
 	run("back to a laptop", 10*time.Second, chromedp.EmulateViewport(1280, 900))
 
 	queueHoldsStill(t, run, holdLine, base, ownerToken)
+	firstLoadHoldsStill(t, ctx, run, holdLine, base, ownerToken)
 
 	// A flood of HOLDs costs the owner what is on screen: the page reads
 	// the live context (a rail read each) of the cards it shows, not of all.
@@ -620,29 +624,7 @@ func mustFind(t *testing.T, s, re string) string {
 // marked in place with its buttons disabled; the queue catches up once the
 // pointer and focus have left it.
 func queueHoldsStill(t *testing.T, run func(string, time.Duration, ...chromedp.Action), holdLine, base, ownerToken string) {
-	// hold opens a hold for a refund delta minor units smaller than the
-	// demo's and returns its approval id.
-	hold := func(delta int64) string {
-		t.Helper()
-		before := map[string]bool{}
-		for _, id := range pendingApprovals(t, base, ownerToken) {
-			before[id] = true
-		}
-		form := curlForm(t, holdLine)
-		form.Set("amount", fmt.Sprint(atoi(t, form.Get("amount"))-delta))
-		r := curlRequest(t, holdLine)
-		r.Body, r.ContentLength = io.NopCloser(strings.NewReader(form.Encode())), int64(len(form.Encode()))
-		if status, h, body := send(t, r); h.Get("X-Countersign-Verdict") != "HOLD" {
-			t.Fatalf("a refund %d less answered %d %q: %s", delta, status, h.Get("X-Countersign-Verdict"), body)
-		}
-		for _, id := range pendingApprovals(t, base, ownerToken) {
-			if !before[id] {
-				return id
-			}
-		}
-		t.Fatalf("a refund %d less was held but no new approval is pending", delta)
-		return ""
-	}
+	hold := func(delta int64) string { t.Helper(); return holdRefund(t, holdLine, base, ownerToken, delta) }
 	cardOf := func(id string) string { return fmt.Sprintf(`article.approval[data-approval-id=%q]`, id) }
 	top := func(sel string, y *float64) chromedp.Action {
 		return chromedp.Evaluate(fmt.Sprintf(`document.querySelector(%q).getBoundingClientRect().top`, sel), y)
@@ -659,8 +641,8 @@ func queueHoldsStill(t *testing.T, run func(string, time.Duration, ...chromedp.A
 	run("two held requests", 30*time.Second,
 		chromedp.WaitVisible(a, chromedp.ByQuery),
 		chromedp.WaitVisible(b, chromedp.ByQuery),
-		// A card's live context loads once it is on screen and makes it
-		// taller: let both load before measuring.
+		// A card's live context loads once it is on screen (into a box of
+		// fixed height; firstLoadHoldsStill tests that): let both load.
 		waitText(a+` .live-context`, "As of"),
 		chromedp.ScrollIntoView(b+` h2`, chromedp.ByQuery),
 		waitText(b+` .live-context`, "As of"))
@@ -756,6 +738,169 @@ func queueHoldsStill(t *testing.T, run func(string, time.Duration, ...chromedp.A
 		chromedp.WaitNotPresent(b, chromedp.ByQuery),
 		chromedp.WaitVisible(c, chromedp.ByQuery))
 	decideElsewhere(t, base, ownerToken, third, "reject", "test over")
+}
+
+// firstLoadHoldsStill: a card's live context (balance and budget, a rail
+// read) loading for the first time does not move the cards below it. The
+// read starts when the card comes on screen and answers when the rail does,
+// so an agent that opens holds sorting above the card the owner is reading
+// chooses when the cards above it load; were a card taller loaded than not,
+// each load would move the owner's card, and its Approve button, under the
+// pointer. Here the page's read of the upper card's context is held in the
+// browser (the DevTools Fetch domain) until the pointer rests on the lower
+// card, so the order is certain, not a race with the rail.
+func firstLoadHoldsStill(t *testing.T, ctx context.Context, run func(string, time.Duration, ...chromedp.Action), holdLine, base, ownerToken string) {
+	cardOf := func(id string) string { return fmt.Sprintf(`article.approval[data-approval-id=%q]`, id) }
+	contextURL := regexp.MustCompile(`/v1/approvals/(apr_[a-z0-9]+)$`)
+	// Every GET of an approval's context waits in the browser until the
+	// test releases that approval; any other request goes on at once.
+	var mu sync.Mutex
+	paused := map[string][]fetch.RequestID{}
+	released := map[string]bool{}
+	all := false
+	resume := func(id fetch.RequestID) {
+		go func() { _ = chromedp.Run(ctx, fetch.ContinueRequest(id)) }()
+	}
+	chromedp.ListenTarget(ctx, func(ev any) {
+		e, ok := ev.(*fetch.EventRequestPaused)
+		if !ok {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		m := contextURL.FindStringSubmatch(e.Request.URL)
+		if all || m == nil || e.Request.Method != http.MethodGet || released[m[1]] {
+			resume(e.RequestID)
+			return
+		}
+		paused[m[1]] = append(paused[m[1]], e.RequestID)
+	})
+	release := func(id string) {
+		mu.Lock()
+		defer mu.Unlock()
+		released[id] = true
+		for _, r := range paused[id] {
+			resume(r)
+		}
+		delete(paused, id)
+	}
+	waiting := func(id string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(paused[id]) > 0
+	}
+
+	// A window tall enough for both cards unscrolled: Chromium's scroll
+	// anchoring, which would hide a move above the screen, does not act at
+	// the top of the page (nor does every browser have it).
+	run("the queue, empty, on a tall window", 30*time.Second,
+		leaveQueue(),
+		chromedp.WaitVisible(`#no-approvals`, chromedp.ByQuery),
+		chromedp.EmulateViewport(1280, 2000),
+		chromedp.Evaluate(`window.scrollTo(0, 0), true`, nil),
+		fetch.Enable().WithPatterns([]*fetch.RequestPattern{{URLPattern: "*/v1/approvals/apr_*", RequestStage: fetch.RequestStageRequest}}))
+	first := holdRefund(t, holdLine, base, ownerToken, 304)
+	second := holdRefund(t, holdLine, base, ownerToken, 305)
+	var firstAbove bool
+	run("both cards, neither context loaded", 30*time.Second,
+		chromedp.WaitVisible(cardOf(first), chromedp.ByQuery),
+		chromedp.WaitVisible(cardOf(second), chromedp.ByQuery),
+		chromedp.Evaluate(fmt.Sprintf(`!!(document.querySelector(%q).compareDocumentPosition(document.querySelector(%q)) & Node.DOCUMENT_POSITION_FOLLOWING)`,
+			cardOf(first), cardOf(second)), &firstAbove))
+	upper, lower := first, second // the earlier hold expires first, so sorts first
+	if !firstAbove {
+		upper, lower = second, first
+	}
+	u, l := cardOf(upper), cardOf(lower)
+	if !wait.Until(20*time.Second, func() bool { return waiting(upper) }) {
+		t.Fatal("the page never asked for the upper card's live context")
+	}
+	release(lower)
+	var before struct {
+		Top, ScrollY float64
+		Upper        string
+	}
+	run("point at the lower card, its context loaded", 30*time.Second,
+		waitText(l+` .live-context`, "As of"),
+		hoverOver(l+` h2`),
+		chromedp.Poll(fmt.Sprintf(`document.querySelector(%q).matches(':hover')`, l), nil, chromedp.WithPollingTimeout(10*time.Second)),
+		chromedp.Evaluate(fmt.Sprintf(`(() => {
+			const u = document.querySelector(%q), l = document.querySelector(%q);
+			return { top: l.getBoundingClientRect().top, scrollY: window.scrollY, upper: u.querySelector('.live-context').textContent };
+		})()`, u, l), &before))
+	if before.ScrollY != 0 || strings.Contains(before.Upper, "As of") {
+		t.Fatalf("before the upper card's context loads: page scrolled %.0f px, upper context %q; want unscrolled, not loaded", before.ScrollY, before.Upper)
+	}
+	release(upper)
+	var after struct {
+		Top           float64
+		Hovered       bool
+		Shown, Inside bool
+	}
+	run("the upper card's context loads", 30*time.Second,
+		waitText(u+` .live-context`, "As of"),
+		chromedp.Evaluate(fmt.Sprintf(`(() => {
+			const l = document.querySelector(%q);
+			const box = l.querySelector('.live-context').getBoundingClientRect();
+			const line = l.querySelector('.live-context .refundable');
+			const r = line ? line.getBoundingClientRect() : null;
+			return {
+				top: l.getBoundingClientRect().top, hovered: l.matches(':hover'),
+				shown: !!line, inside: !!r && r.top >= box.top && r.bottom <= box.bottom,
+			};
+		})()`, l), &after))
+	if after.Top != before.Top {
+		t.Errorf("with the pointer on the lower card, the first load of the upper card's live context moved it from %.1f to %.1f px", before.Top, after.Top)
+	}
+	if !after.Hovered {
+		t.Error("the pointer is no longer over the lower card after the upper card's context loaded")
+	}
+	if !after.Shown || !after.Inside {
+		t.Errorf("the hovered card's own refundable balance: present %v, shown unscrolled in its box %v; want both", after.Shown, after.Inside)
+	}
+
+	mu.Lock()
+	all = true
+	for id, rs := range paused {
+		for _, r := range rs {
+			resume(r)
+		}
+		delete(paused, id)
+	}
+	mu.Unlock()
+	run("back to a laptop's window", 20*time.Second,
+		fetch.Disable(),
+		leaveQueue(),
+		chromedp.EmulateViewport(1280, 900))
+	decideElsewhere(t, base, ownerToken, upper, "reject", "test over")
+	decideElsewhere(t, base, ownerToken, lower, "reject", "test over")
+	run("the queue, empty again", 30*time.Second,
+		chromedp.WaitNotPresent(u, chromedp.ByQuery),
+		chromedp.WaitNotPresent(l, chromedp.ByQuery))
+}
+
+// holdRefund opens a hold for a refund delta minor units smaller than the
+// demo's and returns its approval id.
+func holdRefund(t *testing.T, holdLine, base, ownerToken string, delta int64) string {
+	t.Helper()
+	before := map[string]bool{}
+	for _, id := range pendingApprovals(t, base, ownerToken) {
+		before[id] = true
+	}
+	form := curlForm(t, holdLine)
+	form.Set("amount", fmt.Sprint(atoi(t, form.Get("amount"))-delta))
+	r := curlRequest(t, holdLine)
+	r.Body, r.ContentLength = io.NopCloser(strings.NewReader(form.Encode())), int64(len(form.Encode()))
+	if status, h, body := send(t, r); h.Get("X-Countersign-Verdict") != "HOLD" {
+		t.Fatalf("a refund %d less answered %d %q: %s", delta, status, h.Get("X-Countersign-Verdict"), body)
+	}
+	for _, id := range pendingApprovals(t, base, ownerToken) {
+		if !before[id] {
+			return id
+		}
+	}
+	t.Fatalf("a refund %d less was held but no new approval is pending", delta)
+	return ""
 }
 
 // leaveQueue moves the pointer off the page's content (to its top left

@@ -11,7 +11,11 @@
 // is in the queue no card is inserted (a fixed line above the list counts
 // them) and none is removed (one that stopped waiting is marked so in
 // place, its buttons disabled); the changes are made when the owner leaves
-// the queue, or asks for them with "Show them".
+// the queue, or asks for them with "Show them". Nor does a card change
+// height when its live context loads (a rail read, answered when the agent's
+// rail answers, for cards the agent can make sort first): it loads into a
+// box of fixed height, scrolled within (console.css), so the card the owner
+// points at shows its own balance and no load above it moves it.
 import { h, replace, dl, when, left, enumText, status } from '../dom.js';
 import * as api from '../api.js';
 import { format } from '../money.js';
@@ -159,7 +163,10 @@ export function approvalsView(el) {
   }
 
   function card(a) {
-    const ctx = h('div', { class: 'live-context' }, h('p', { class: 'hint' }, 'Balance and budget load when this request is on screen.'));
+    // The live context's box is one height, loaded or not (console.css);
+    // it scrolls, so it can take focus to be scrolled by keyboard.
+    const ctx = h('div', { class: 'live-context', role: 'group', 'aria-label': 'Balance and budget', tabindex: '0' },
+      h('p', { class: 'hint' }, 'Balance and budget load when this request is on screen.'));
     const noteEl = h('textarea', { rows: '2', 'data-approval-id': a.approvalId, id: 'note-' + a.approvalId, maxlength: '1000' });
     const err = h('p', { class: 'error', role: 'alert' });
     // A line of fixed height that says whether the request still waits, so
@@ -253,8 +260,10 @@ export function approvalsView(el) {
   let running = 0;
   function want(a, el, now) {
     const at = loaded.get(a.approvalId);
-    // Read again only when the owner is not in the queue: new text there
-    // could change a card's height and move the cards below it.
+    // Read again only when the owner is not in the queue, not to change
+    // the figures under their eyes. (A read moves no card: the box keeps
+    // its height, which the first read, run whenever a card comes on
+    // screen, relies on.)
     if (!now && at !== undefined && (Date.now() - at < 30000 || inQueue())) return;
     if (queue.some(q => q.a.approvalId === a.approvalId)) return;
     loaded.set(a.approvalId, Date.now());
