@@ -51,3 +51,14 @@ func clip(s string, n int) string {
 	}
 	return s[:cut] + more
 }
+
+// BoundedMethod is a request's method cut as its decision record cuts it,
+// for whatever else quotes it (the ext_authz span).
+func BoundedMethod(m string) string { return clip(m, maxHostBytes) }
+
+// BoundedHost is a request's host cut as its decision record cuts it.
+func BoundedHost(h string) string { return clip(h, maxHostBytes) }
+
+// BoundedPath is a request's path without its query, cut as its decision
+// record cuts it.
+func BoundedPath(p string) string { return clip(pathOnly(p), maxPathBytes) }

@@ -89,3 +89,25 @@ func TestClip(t *testing.T) {
 		}
 	}
 }
+
+// TestBoundedRequestParts: what the ext_authz span quotes is what a
+// decision record keeps.
+func TestBoundedRequestParts(t *testing.T) {
+	long := strings.Repeat("é", 40<<10)
+	if got := BoundedPath("/v1/refunds?secret=" + long); got != "/v1/refunds" {
+		t.Errorf("BoundedPath kept the query: %.40q", got)
+	}
+	for name, tc := range map[string]struct {
+		got string
+		max int
+	}{
+		"path": {BoundedPath("/" + long), maxPathBytes}, "host": {BoundedHost(long), maxHostBytes}, "method": {BoundedMethod(long), maxHostBytes},
+	} {
+		if len(tc.got) > tc.max || !utf8.ValidString(tc.got) || !strings.HasSuffix(tc.got, "…") {
+			t.Errorf("%s: %d bytes, want at most %d, cut on a character", name, len(tc.got), tc.max)
+		}
+	}
+	if BoundedHost("api.stripe.com") != "api.stripe.com" || BoundedMethod("POST") != "POST" || BoundedPath("/v1/refunds") != "/v1/refunds" {
+		t.Error("a short value was changed")
+	}
+}

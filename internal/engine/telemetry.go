@@ -97,8 +97,9 @@ func (e *Engine) observe(ctx context.Context, span trace.Span, req Request, t ta
 }
 
 // logDecision writes one JSON line per decision: what was decided, about
-// what, for whom, and how to find its trace. It names the credential only
-// by its agent, never by its secret; it carries no header values.
+// what, for whom, and how to find its trace (Countersign's own, and the
+// one the agent's request named). It names the credential only by its
+// agent, never by its secret; it carries no header values.
 func (e *Engine) logDecision(ctx context.Context, sc trace.SpanContext, req Request, t target, account string, out Outcome, took time.Duration) {
 	attrs := []slog.Attr{
 		slog.String("verdict", string(out.Verdict)), slog.String("reason_code", out.ReasonCode),
@@ -146,6 +147,11 @@ func (e *Engine) logDecision(ctx context.Context, sc trace.SpanContext, req Requ
 	}
 	if sc.HasSpanID() {
 		attrs = append(attrs, slog.String("span_id", sc.SpanID().String()))
+	}
+	// The trace id the agent's request carried is its own claim: named
+	// apart, never as the decision's trace.
+	if a := telemetry.AgentTrace(ctx); a.HasTraceID() {
+		attrs = append(attrs, slog.String("agent_trace_id", a.TraceID().String()))
 	}
 	attrs = append(attrs, slog.Float64("duration_ms", float64(took.Microseconds())/1000))
 	e.log.LogAttrs(ctx, slog.LevelInfo, "decision", attrs...)

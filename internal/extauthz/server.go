@@ -2,7 +2,6 @@ package extauthz
 
 import (
 	"context"
-	"strings"
 
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"go.opentelemetry.io/otel/attribute"
@@ -32,8 +31,9 @@ func NewServer(d Decider, maxBody int) *Server {
 	return &Server{decider: d, maxBody: maxBody, tracer: telemetry.Tracer(nil)}
 }
 
-// WithTracing traces each Check under tp, continuing the trace of the HTTP
-// request Envoy asks about (its traceparent header).
+// WithTracing traces each Check under tp, in a trace of its own linked to
+// the one the HTTP request Envoy asks about names (its traceparent header,
+// the agent's to write).
 func (s *Server) WithTracing(tp trace.TracerProvider) *Server {
 	s.tracer = telemetry.Tracer(tp)
 	return s
@@ -45,8 +45,8 @@ func (s *Server) WithTracing(tp trace.TracerProvider) *Server {
 // ext_proc can refuse any other body (A2).
 func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
 	r := FromCheckRequest(req, s.maxBody)
-	ctx, span := telemetry.StartServer(ctx, s.tracer, "ext_authz.Check", r.Headers,
-		semconv.HTTPRequestMethodKey.String(r.Method), semconv.ServerAddress(r.Host), semconv.URLPath(pathOnly(r.Path)))
+	ctx, span := telemetry.StartServer(ctx, s.tracer, "ext_authz.Check", r.Headers, semconv.HTTPRequestMethodKey.String(engine.BoundedMethod(r.Method)),
+		semconv.ServerAddress(engine.BoundedHost(r.Host)), semconv.URLPath(engine.BoundedPath(r.Path)))
 	defer span.End()
 	out := s.decider.Decide(ctx, r)
 	span.SetAttributes(attribute.String("countersign.verdict", string(out.Verdict)), attribute.String("countersign.reason_code", out.ReasonCode))
@@ -56,12 +56,4 @@ func (s *Server) Check(ctx context.Context, req *authv3.CheckRequest) (*authv3.C
 		out.Intent = &ref
 	}
 	return ToCheckResponse(out), nil
-}
-
-// pathOnly is a path without its query, which may carry anything.
-func pathOnly(p string) string {
-	if i := strings.IndexByte(p, '?'); i >= 0 {
-		return p[:i]
-	}
-	return p
 }

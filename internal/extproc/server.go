@@ -46,8 +46,9 @@ func NewServer(c Committer, log *slog.Logger) *Server {
 	return &Server{committer: c, log: log, tracer: telemetry.Tracer(nil)}
 }
 
-// WithTracing traces each exchange under tp, continuing the trace of the
-// HTTP request Envoy forwards (its traceparent header).
+// WithTracing traces each exchange under tp, in a trace of its own linked
+// to the one the HTTP request Envoy forwards names (its traceparent header,
+// the agent's to write).
 func (s *Server) WithTracing(tp trace.TracerProvider) *Server {
 	s.tracer = telemetry.Tracer(tp)
 	return s
@@ -117,7 +118,8 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 		}
 		if span == nil {
 			// The exchange's span starts with its first message, whose
-			// request headers carry the trace context of the HTTP request.
+			// request headers carry the trace context of the HTTP request
+			// (linked, never continued).
 			_, headers := headerMap(req.GetRequestHeaders().GetHeaders())
 			ctx, span = telemetry.StartServer(ctx, s.tracer, "ext_proc.Process", headers)
 		}

@@ -477,17 +477,21 @@ func newConsole(cfg config.Config, authn *ownerauth.Authenticator, store *ledger
 	return c, nil
 }
 
-// grpcTracing is the gRPC server span of each call, continuing the
-// caller's trace (W3C trace context in its metadata); the engine's spans
-// are its children. Envoy's ext_authz and ext_proc exchanges are not
-// traced here: their own spans (extauthz, extproc) continue the trace of
-// the HTTP request they are about, and a second server span around each
-// would only duplicate them. Health checks are not traced.
+// grpcTracing is the gRPC server span of each call, a root of
+// Countersign's own trace: the trace context in the caller's metadata is
+// only linked (telemetry.ServerHandler), whichever service is called. The
+// agent reaches this listener, and the span starts before any credential
+// is checked, so an owner's call is no more to be believed than the
+// agent's. The engine's spans are its children. Envoy's ext_authz and
+// ext_proc exchanges are not traced here: their own spans (extauthz,
+// extproc) link the HTTP request they are about, and a second server span
+// around each would only duplicate them. Health checks are not traced.
 func grpcTracing(tp trace.TracerProvider) stats.Handler {
 	if tp == nil {
 		tp = noop.NewTracerProvider()
 	}
-	return otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(telemetry.Propagator()),
+	return telemetry.ServerHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp),
+		otelgrpc.WithPropagators(telemetry.NoPropagation()), otelgrpc.WithPublicEndpoint(),
 		otelgrpc.WithFilter(func(info *stats.RPCTagInfo) bool {
 			switch info.FullMethodName {
 			case authv3.Authorization_Check_FullMethodName, extprocv3.ExternalProcessor_Process_FullMethodName,
@@ -495,7 +499,7 @@ func grpcTracing(tp trace.TracerProvider) stats.Handler {
 				return false
 			}
 			return true
-		}))
+		})))
 }
 
 // notReadyReason says why without echoing driver errors, which can name

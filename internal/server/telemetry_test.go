@@ -139,19 +139,54 @@ func (s spanSet) tree(root tracetest.SpanStub, indent string) string {
 	return out
 }
 
-// inTrace is the one span named name in trace id.
-func (s spanSet) inTrace(t *testing.T, id trace.TraceID, name string) tracetest.SpanStub {
+// linkedTo is the one span named name that links to trace id: how a
+// server span names the trace context the caller sent, never continued.
+func (s spanSet) linkedTo(t *testing.T, id trace.TraceID, name string) tracetest.SpanStub {
 	t.Helper()
 	var found []tracetest.SpanStub
 	for _, sp := range s.named(name) {
-		if sp.SpanContext.TraceID() == id {
+		if linksTo(sp, id) {
 			found = append(found, sp)
 		}
 	}
 	if len(found) != 1 {
-		t.Fatalf("trace %s has %d spans named %s, want 1", id, len(found), name)
+		t.Fatalf("%d spans named %s link to trace %s, want 1", len(found), name, id)
 	}
 	return found[0]
+}
+
+func linksTo(sp tracetest.SpanStub, id trace.TraceID) bool {
+	for _, l := range sp.Links {
+		if l.SpanContext.TraceID() == id {
+			return true
+		}
+	}
+	return false
+}
+
+// rootLinkedTo checks that sp, a server span, is a root of a trace of
+// Countersign's own, linked to the caller's span (its tracestate dropped)
+// and naming the caller's trace in countersign.agent.trace_id.
+func rootLinkedTo(t *testing.T, sp tracetest.SpanStub, caller trace.SpanID) {
+	t.Helper()
+	if sp.Parent.IsValid() || sp.SpanKind != trace.SpanKindServer {
+		t.Errorf("%s: parent %s (remote %v), kind %s; want a server span, a root", sp.Name, sp.Parent.SpanID(), sp.Parent.IsRemote(), sp.SpanKind)
+	}
+	var link trace.SpanContext
+	for _, l := range sp.Links {
+		if l.SpanContext.SpanID() == caller {
+			link = l.SpanContext
+		}
+	}
+	if !link.IsValid() || link.TraceID() == sp.SpanContext.TraceID() {
+		t.Errorf("%s (trace %s) links %v, want the caller's span %s in a trace of its own", sp.Name, sp.SpanContext.TraceID(), sp.Links, caller)
+	}
+	if got := attr(sp, "countersign.agent.trace_id"); got != link.TraceID().String() {
+		t.Errorf("%s countersign.agent.trace_id = %q, want %s", sp.Name, got, link.TraceID())
+	}
+	if sp.SpanContext.TraceState().Len() != 0 || link.TraceState().Len() != 0 {
+		t.Errorf("%s keeps a tracestate (%q, link %q)", sp.Name, sp.SpanContext.TraceState(), link.TraceState())
+	}
 }
 
 func attr(sp tracetest.SpanStub, key string) string {
@@ -172,12 +207,13 @@ func names(spans []tracetest.SpanStub) []string {
 	return out
 }
 
-// waitForSpan waits until a span named name ends in trace id.
-func waitForSpan(t *testing.T, exp *tracetest.InMemoryExporter, id trace.TraceID, name string) {
+// waitForLinked waits until a span named name that links to trace id
+// ends.
+func waitForLinked(t *testing.T, exp *tracetest.InMemoryExporter, id trace.TraceID, name string) {
 	t.Helper()
-	eventually(t, name+" in trace "+id.String(), func() bool {
+	eventually(t, name+" linked to trace "+id.String(), func() bool {
 		for _, sp := range exp.GetSpans() {
-			if sp.Name == name && sp.SpanContext.TraceID() == id {
+			if sp.Name == name && linksTo(sp, id) {
 				return true
 			}
 		}
@@ -186,11 +222,13 @@ func waitForSpan(t *testing.T, exp *tracetest.InMemoryExporter, id trace.TraceID
 }
 
 // TestTracesAndDecisionLogFollowEachDecision drives an ALLOW (through
-// ext_authz and ext_proc, continuing the traceparent of the request Envoy
+// ext_authz and ext_proc, linked to the traceparent of the request Envoy
 // forwards), a BLOCK (ext_authz, no trace context), a native ALLOW with its
-// Commit and a HOLD (native Decide, continuing the caller's gRPC trace
+// Commit and a HOLD (native Decide, linked to the caller's gRPC trace
 // context) through the real server, and checks each span tree, the
-// decision log, and that no span or log line carries a secret.
+// decision log, and that no span or log line carries a secret. The
+// caller's trace context is the agent's to write: each server span is a
+// root of Countersign's own trace, linked to it.
 func TestTracesAndDecisionLogFollowEachDecision(t *testing.T) {
 	h, exp, logs := tracedHarness(t, nil)
 	m := mandateFor(h)
@@ -199,7 +237,7 @@ func TestTracesAndDecisionLogFollowEachDecision(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	// ALLOW through Envoy, in the trace of the agent's HTTP request.
+	// ALLOW through Envoy, linked to the trace of the agent's HTTP request.
 	envoyTrace, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
 	httpSpan, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
 	allowed, err := h.client.Check(ctx, checkRefund(h, "req-allow", 1000, "00-"+envoyTrace.String()+"-"+httpSpan.String()+"-01"))
@@ -250,16 +288,13 @@ func TestTracesAndDecisionLogFollowEachDecision(t *testing.T) {
 		t.Fatalf("Decide under approval_required = %v %s, %v: want HOLD", held.GetVerdict(), held.GetReasonCode(), err)
 	}
 
-	waitForSpan(t, exp, envoyTrace, "ext_proc.Process")
-	waitForSpan(t, exp, holdTrace, "countersign.v1.DecisionService/Decide")
+	waitForLinked(t, exp, envoyTrace, "ext_proc.Process")
+	waitForLinked(t, exp, holdTrace, "countersign.v1.DecisionService/Decide")
 	spans := spanSet(exp.GetSpans())
 
-	t.Run("ALLOW through ext_authz continues the request's trace", func(t *testing.T) {
-		check := spans.inTrace(t, envoyTrace, "ext_authz.Check")
-		if check.Parent.SpanID() != httpSpan || !check.Parent.IsRemote() || check.SpanKind != trace.SpanKindServer {
-			t.Fatalf("ext_authz.Check: parent %s (remote %v), kind %s; want the traceparent's span %s, server",
-				check.Parent.SpanID(), check.Parent.IsRemote(), check.SpanKind, httpSpan)
-		}
+	t.Run("ALLOW through ext_authz links the request's trace", func(t *testing.T) {
+		check := spans.linkedTo(t, envoyTrace, "ext_authz.Check")
+		rootLinkedTo(t, check, httpSpan)
 		if attr(check, "countersign.verdict") != "ALLOW" {
 			t.Errorf("ext_authz.Check verdict %q", attr(check, "countersign.verdict"))
 		}
@@ -292,11 +327,10 @@ func TestTracesAndDecisionLogFollowEachDecision(t *testing.T) {
 		}
 	})
 
-	t.Run("ext_proc commits the answer in the same trace", func(t *testing.T) {
-		process := spans.inTrace(t, envoyTrace, "ext_proc.Process")
-		if process.Parent.SpanID().String() != "b7ad6b7169203331" {
-			t.Fatalf("ext_proc.Process parent %s, want the forwarded request's traceparent", process.Parent.SpanID())
-		}
+	t.Run("ext_proc commits the answer linked to the same trace", func(t *testing.T) {
+		process := spans.linkedTo(t, envoyTrace, "ext_proc.Process")
+		forwarded, _ := trace.SpanIDFromHex("b7ad6b7169203331")
+		rootLinkedTo(t, process, forwarded)
 		commit := spans.child(t, process, "countersign.commit")
 		if attr(commit, "countersign.sik") != ref.SIK || attr(commit, "countersign.commit.reporter") != "envoy" || attr(commit, "countersign.commit.outcome") == "" {
 			t.Errorf("countersign.commit attributes %v", commit.Attributes)
@@ -321,9 +355,14 @@ func TestTracesAndDecisionLogFollowEachDecision(t *testing.T) {
 				t.Errorf("countersign.decide %s = %q, want %q", key, got, want)
 			}
 		}
-		root := spans.inTrace(t, check.SpanContext.TraceID(), "ext_authz.Check")
-		if root.Parent.IsValid() || check.Parent.SpanID() != root.SpanContext.SpanID() {
-			t.Errorf("the blocked Check's span has parent %v; want a root with countersign.decide under it", root.Parent)
+		var root tracetest.SpanStub
+		for _, sp := range spans.named("ext_authz.Check") {
+			if sp.SpanContext.SpanID() == check.Parent.SpanID() {
+				root = sp
+			}
+		}
+		if !root.SpanContext.IsValid() || root.Parent.IsValid() || len(root.Links) != 0 || attr(root, "countersign.agent.trace_id") != "" {
+			t.Errorf("the blocked Check's span has parent %v, links %v; want a root with countersign.decide under it", root.Parent, root.Links)
 		}
 		for _, c := range spans.children(check) {
 			if c.Name == "rail.Resolve" {
@@ -333,17 +372,16 @@ func TestTracesAndDecisionLogFollowEachDecision(t *testing.T) {
 	})
 
 	t.Run("native Decide and Commit are children of the gRPC server span", func(t *testing.T) {
-		rpc := spans.inTrace(t, decideTrace, "countersign.v1.DecisionService/Decide")
-		if rpc.Parent.SpanID() != callerSpan {
-			t.Fatalf("Decide's server span parent %s, want the caller's %s", rpc.Parent.SpanID(), callerSpan)
-		}
+		rpc := spans.linkedTo(t, decideTrace, "countersign.v1.DecisionService/Decide")
+		rootLinkedTo(t, rpc, callerSpan)
 		decide := spans.child(t, rpc, "countersign.decide")
 		if attr(decide, "countersign.verdict") != "ALLOW" || attr(decide, "countersign.source") != "decide" {
 			t.Errorf("countersign.decide attributes %v", decide.Attributes)
 		}
 		spans.child(t, decide, "rail.Resolve")
 		spans.child(t, decide, "countersign.gates")
-		commitRPC := spans.inTrace(t, decideTrace, "countersign.v1.DecisionService/Commit")
+		commitRPC := spans.linkedTo(t, decideTrace, "countersign.v1.DecisionService/Commit")
+		rootLinkedTo(t, commitRPC, callerSpan)
 		commit := spans.child(t, commitRPC, "countersign.commit")
 		if attr(commit, "countersign.commit.reporter") != "caller" {
 			t.Errorf("countersign.commit attributes %v", commit.Attributes)
@@ -352,7 +390,7 @@ func TestTracesAndDecisionLogFollowEachDecision(t *testing.T) {
 	})
 
 	t.Run("HOLD names the gate that held", func(t *testing.T) {
-		rpc := spans.inTrace(t, holdTrace, "countersign.v1.DecisionService/Decide")
+		rpc := spans.linkedTo(t, holdTrace, "countersign.v1.DecisionService/Decide")
 		decide := spans.child(t, rpc, "countersign.decide")
 		if attr(decide, "countersign.verdict") != "HOLD" || attr(decide, "countersign.reason_code") != "approval_required" {
 			t.Errorf("countersign.decide attributes %v", decide.Attributes)
@@ -389,9 +427,11 @@ func TestTracesAndDecisionLogFollowEachDecision(t *testing.T) {
 			t.Fatalf("decision log verdicts %v, want ALLOW BLOCK ALLOW HOLD", verdicts)
 		}
 		allow := byRequest["req-allow"]
+		check := spans.linkedTo(t, envoyTrace, "ext_authz.Check")
 		for key, want := range map[string]any{
 			"verdict": "ALLOW", "reason_code": "allowed", "agent_id": h.agentID, "rail_account": "acct_bench",
-			"intent": "acct_bench/" + ref.SIK, "amount_minor": float64(1000), "trace_id": envoyTrace.String(), "action": "refund",
+			"intent": "acct_bench/" + ref.SIK, "amount_minor": float64(1000), "action": "refund",
+			"trace_id": check.SpanContext.TraceID().String(), "agent_trace_id": envoyTrace.String(),
 		} {
 			if allow[key] != want {
 				t.Errorf("decision log %s = %v, want %v (line %v)", key, allow[key], want, allow)
@@ -400,10 +440,16 @@ func TestTracesAndDecisionLogFollowEachDecision(t *testing.T) {
 		if g, _ := allow["gates"].(string); !strings.Contains(g, "G1_scope=ALLOW") || !strings.Contains(g, "G2_value=ALLOW") {
 			t.Errorf("decision log gates %q", g)
 		}
-		if g, _ := byRequest["req-block"]["gates"].(string); !strings.Contains(g, "G3_limits=BLOCK:amount_above_maximum") {
+		block := byRequest["req-block"]
+		if g, _ := block["gates"].(string); !strings.Contains(g, "G3_limits=BLOCK:amount_above_maximum") {
 			t.Errorf("blocked decision's gates %q", g)
 		}
-		if hold := lines[3]; hold["trace_id"] != holdTrace.String() || hold["currency"] != nil && hold["currency"] != "USD" {
+		if block["trace_id"] == nil || block["agent_trace_id"] != nil {
+			t.Errorf("blocked decision's line %v: want a trace id of Countersign's and no agent's", block)
+		}
+		holdRPC := spans.linkedTo(t, holdTrace, "countersign.v1.DecisionService/Decide")
+		if hold := lines[3]; hold["trace_id"] != holdRPC.SpanContext.TraceID().String() || hold["agent_trace_id"] != holdTrace.String() ||
+			hold["currency"] != nil && hold["currency"] != "USD" {
 			t.Errorf("held decision line %v", hold)
 		}
 	})
@@ -445,6 +491,109 @@ func TestTracesAndDecisionLogFollowEachDecision(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestAgentTraceparentNeitherUnsamplesNorNamesItsDecisions: an agent that
+// sends traceparent flags 00 (under the default parent-based sampler) with
+// a trace id it chose, through Envoy or the native API, still leaves the
+// spans of its ALLOW, its commit and its native decision, and its decision
+// log lines name Countersign's trace, the agent's apart.
+func TestAgentTraceparentNeitherUnsamplesNorNamesItsDecisions(t *testing.T) {
+	h, exp, logs := tracedHarness(t, nil)
+	applyMandateTo(t, h, mandateFor(h))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// A trace id seen elsewhere (another request's), sampled flag clear.
+	chosen, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	unsampled := "00-" + chosen.String() + "-00f067aa0ba902b7-00"
+	allowed, err := h.client.Check(ctx, checkRefund(h, "req-hidden", 1000, unsampled))
+	if err != nil || allowed.GetStatus().GetCode() != 0 {
+		t.Fatalf("Check = %v, %v: want ALLOW", allowed.GetStatus(), err)
+	}
+	exchange(t, ctx, h, allowed.GetDynamicMetadata(), unsampled)
+	native := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+h.secret, "traceparent", unsampled)
+	proposal := refund("pi_bench", 1200, "")
+	proposal.Rail, proposal.RailAccount = countersignv1.Rail_RAIL_STRIPE, "acct_bench"
+	decided, err := h.decisions().Decide(native, &countersignv1.DecideRequest{Form: &countersignv1.DecideRequest_Action{Action: proposal}})
+	if err != nil || decided.GetVerdict() != countersignv1.Verdict_VERDICT_ALLOW {
+		t.Fatalf("native Decide = %v, %v: want ALLOW", decided.GetVerdict(), err)
+	}
+
+	for _, name := range []string{"ext_authz.Check", "ext_proc.Process", "countersign.v1.DecisionService/Decide"} {
+		waitForLinked(t, exp, chosen, name)
+	}
+	spans := spanSet(exp.GetSpans())
+	ours := map[string]bool{}
+	for _, name := range []string{"ext_authz.Check", "ext_proc.Process", "countersign.v1.DecisionService/Decide"} {
+		sp := spans.linkedTo(t, chosen, name)
+		if sp.SpanContext.TraceID() == chosen || !sp.SpanContext.IsSampled() || sp.Parent.IsValid() {
+			t.Errorf("%s in trace %s (sampled %v, parent %s): the agent's traceparent decided it", name, sp.SpanContext.TraceID(), sp.SpanContext.IsSampled(), sp.Parent.SpanID())
+		}
+		if len(spans.children(sp)) == 0 {
+			t.Errorf("%s has no children: the decision under it was not traced", name)
+		}
+		ours[sp.SpanContext.TraceID().String()] = true
+	}
+	for _, sp := range spans {
+		if sp.SpanContext.TraceID() == chosen {
+			t.Errorf("span %s is in the trace the agent chose", sp.Name)
+		}
+	}
+	lines := decisionLines(t, logs.String())
+	if len(lines) != 2 {
+		t.Fatalf("%d decision lines, want 2", len(lines))
+	}
+	for _, l := range lines {
+		if id, _ := l["trace_id"].(string); !ours[id] || l["agent_trace_id"] != chosen.String() {
+			t.Errorf("decision line trace_id %v, agent_trace_id %v: want a trace of Countersign's and the agent's %s apart", l["trace_id"], l["agent_trace_id"], chosen)
+		}
+	}
+}
+
+// TestCheckSpanHoldsABoundedPartOfTheAgentsRequest: ext_authz.Check's span
+// quotes url.path and server.address cut as the decision record cuts them,
+// and no tracestate, whatever the agent's request carried (a 60 KiB path
+// is within Envoy's default header limit; a tracestate of 32 members
+// within the W3C parser's).
+func TestCheckSpanHoldsABoundedPartOfTheAgentsRequest(t *testing.T) {
+	h, exp, _ := tracedHarness(t, nil)
+	applyMandateTo(t, h, mandateFor(h))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	id, _ := trace.TraceIDFromHex("5b8efff798038103d269b633813fc60c")
+	req := checkRefund(h, "req-big", 1000, "00-"+id.String()+"-00f067aa0ba902b7-01")
+	http := req.Attributes.Request.Http
+	http.Path = "/v1/refunds/" + strings.Repeat("A", 60<<10)
+	http.Host = strings.Repeat("h", 8<<10) + ".example"
+	var ts []string
+	for i := range 32 {
+		ts = append(ts, fmt.Sprintf("k%02d%s=%s", i, strings.Repeat("k", 200), strings.Repeat("v", 255)))
+	}
+	http.Headers["tracestate"] = strings.Join(ts, ",")
+	if _, err := h.client.Check(ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	waitForLinked(t, exp, id, "ext_authz.Check")
+	check := spanSet(exp.GetSpans()).linkedTo(t, id, "ext_authz.Check")
+	total := len(check.SpanContext.TraceState().String())
+	for _, l := range check.Links {
+		total += len(l.SpanContext.TraceState().String())
+	}
+	for _, a := range check.Attributes {
+		n := len(a.Value.String())
+		total += n
+		if n > 2048 {
+			t.Errorf("attribute %s is %d bytes of the agent's choosing", a.Key, n)
+		}
+	}
+	if total > 3<<10 {
+		t.Errorf("the span holds %d bytes of attributes and tracestate of the agent's request", total)
+	}
+	if !strings.HasPrefix(attr(check, "url.path"), "/v1/refunds/AAAA") || !strings.HasPrefix(attr(check, "server.address"), "hhhh") {
+		t.Errorf("url.path %.30q, server.address %.30q: want the request's, cut", attr(check, "url.path"), attr(check, "server.address"))
+	}
 }
 
 // exchange is ext_proc's stream for the allowed request: its headers (with

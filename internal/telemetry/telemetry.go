@@ -1,9 +1,9 @@
 // Package telemetry sets up OpenTelemetry tracing: an OTLP exporter when the
 // standard OTEL_EXPORTER_OTLP_* endpoint variables ask for one, otherwise a
 // no-op tracer provider that costs nothing. It also holds the helpers the
-// rest of Countersign traces with (the W3C propagator, the tracer name, the
-// pgx tracer). A span never changes or fails a decision: every tracing
-// error is dropped here.
+// rest of Countersign traces with (the server spans of the agent's
+// requests, the tracer name, the pgx tracer). A span never changes or fails
+// a decision: every tracing error is dropped here.
 package telemetry
 
 import (
@@ -16,13 +16,11 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
-	"google.golang.org/grpc/metadata"
 )
 
 // InstrumentationName names Countersign's own tracer.
@@ -31,12 +29,14 @@ const InstrumentationName = "github.com/countersign/countersign"
 // The environment variables that turn export on (the OpenTelemetry SDK's
 // standard names; the exporters read the rest of OTEL_EXPORTER_OTLP_*).
 const (
-	EnvEndpoint       = "OTEL_EXPORTER_OTLP_ENDPOINT"
-	EnvTracesEndpoint = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
-	envProtocol       = "OTEL_EXPORTER_OTLP_PROTOCOL"
-	envTracesProtocol = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
-	envSDKDisabled    = "OTEL_SDK_DISABLED"
-	envTracesExporter = "OTEL_TRACES_EXPORTER"
+	EnvEndpoint        = "OTEL_EXPORTER_OTLP_ENDPOINT"
+	EnvTracesEndpoint  = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+	envProtocol        = "OTEL_EXPORTER_OTLP_PROTOCOL"
+	envTracesProtocol  = "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"
+	envSDKDisabled     = "OTEL_SDK_DISABLED"
+	envTracesExporter  = "OTEL_TRACES_EXPORTER"
+	envSpanValueLength = "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT"
+	envValueLength     = "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"
 )
 
 // Provider is the process's tracer provider and how to flush it.
@@ -97,14 +97,31 @@ func Setup(ctx context.Context, getenv func(string) (string, bool), version stri
 		return nil, fmt.Errorf("telemetry: resource: %w", err)
 	}
 	// The sampler follows OTEL_TRACES_SAMPLER (default: parent-based,
-	// always on).
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	// always on). Its parent is never the agent's: a server span is a root
+	// (StartServer, ServerHandler), so the agent cannot un-sample its own
+	// decisions.
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res),
+		sdktrace.WithRawSpanLimits(spanLimits(env)))
 	return &Provider{TracerProvider: tp, Exporting: true, shutdown: tp.Shutdown}, nil
 }
 
-// Propagator is the W3C trace context (traceparent, tracestate) that
-// Countersign reads from Envoy and gRPC callers.
-func Propagator() propagation.TextMapPropagator { return propagation.TraceContext{} }
+// MaxAttributeBytes is the longest attribute value a span keeps unless
+// OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT or OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT
+// says otherwise (the SDK's default is no limit).
+const MaxAttributeBytes = 1024
+
+// spanLimits are the SDK's (its defaults, or the OTEL_SPAN_*_LIMIT
+// variables: at most 128 attributes, events and links a span), with
+// attribute values cut to MaxAttributeBytes. Whatever an agent's request
+// puts into a span, a batch of spans waiting for a slow collector stays a
+// bounded amount of memory.
+func spanLimits(env func(string) string) sdktrace.SpanLimits {
+	limits := sdktrace.NewSpanLimits()
+	if env(envSpanValueLength) == "" && env(envValueLength) == "" {
+		limits.AttributeValueLengthLimit = MaxAttributeBytes
+	}
+	return limits
+}
 
 // Tracer is Countersign's tracer from tp (nil: a no-op one).
 func Tracer(tp trace.TracerProvider) trace.Tracer {
@@ -112,25 +129,6 @@ func Tracer(tp trace.TracerProvider) trace.Tracer {
 		tp = noop.NewTracerProvider()
 	}
 	return tp.Tracer(InstrumentationName)
-}
-
-// FromHeaders continues the trace context carried in HTTP request headers
-// (lower-case names, as Envoy sends them), if there is a valid one. ok is
-// false when the headers carry none: ctx is returned as it was.
-func FromHeaders(ctx context.Context, headers map[string]string) (context.Context, bool) {
-	if headers["traceparent"] == "" {
-		return ctx, false
-	}
-	carrier := propagation.MapCarrier{"traceparent": headers["traceparent"]}
-	if ts := headers["tracestate"]; ts != "" {
-		carrier["tracestate"] = ts
-	}
-	out := Propagator().Extract(ctx, carrier)
-	sc := trace.SpanContextFromContext(out)
-	if !sc.IsValid() || !sc.IsRemote() {
-		return ctx, false
-	}
-	return out, true
 }
 
 // End records err (if any) on span and ends it.
@@ -151,41 +149,4 @@ func errorText(err error) string {
 		s = s[:256]
 	}
 	return s
-}
-
-// FromGRPC continues the trace context a gRPC caller sent in its metadata
-// (traceparent, tracestate), if there is a valid one.
-func FromGRPC(ctx context.Context) (context.Context, bool) {
-	md, ok := metadata.FromIncomingContext(ctx)
-	if !ok {
-		return ctx, false
-	}
-	h := map[string]string{}
-	for _, k := range []string{"traceparent", "tracestate"} {
-		if v := md.Get(k); len(v) > 0 {
-			h[k] = v[0]
-		}
-	}
-	return FromHeaders(ctx, h)
-}
-
-// StartServer opens the server span of one exchange with Envoy (an
-// ext_authz Check, an ext_proc stream). Its parent is the trace context of
-// the HTTP request Envoy forwards, when headers carry one, else the one in
-// the gRPC metadata; a different gRPC context is kept as a link.
-func StartServer(ctx context.Context, tracer trace.Tracer, name string, headers map[string]string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...)}
-	grpcCtx, fromGRPC := FromGRPC(ctx)
-	parent, fromHTTP := FromHeaders(ctx, headers)
-	switch {
-	case fromHTTP:
-		if g := trace.SpanContextFromContext(grpcCtx); fromGRPC && g.TraceID() != trace.SpanContextFromContext(parent).TraceID() {
-			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: g}))
-		}
-	case fromGRPC:
-		parent = grpcCtx
-	default:
-		parent = ctx
-	}
-	return tracer.Start(parent, name, opts...)
 }

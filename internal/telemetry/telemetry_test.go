@@ -10,8 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/stats"
 )
 
 func env(vars map[string]string) func(string) (string, bool) {
@@ -62,36 +67,183 @@ func TestSetupExportsOnlyWhenAnEndpointIsSet(t *testing.T) {
 	}
 }
 
-func TestFromHeadersContinuesOnlyAValidTraceparent(t *testing.T) {
+func TestTraceParentReadsOnlyAValidTraceparent(t *testing.T) {
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	tests := []struct {
 		name    string
 		headers map[string]string
-		ok      bool
+		valid   bool
 	}{
 		{"valid", map[string]string{"traceparent": tp, "tracestate": "vendor=x"}, true},
+		{"unsampled", map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"}, true},
 		{"none", map[string]string{}, false},
+		{"tracestate alone", map[string]string{"tracestate": "vendor=x"}, false},
 		{"malformed", map[string]string{"traceparent": "00-zz-yy-01"}, false},
 		{"all-zero trace id", map[string]string{"traceparent": "00-00000000000000000000000000000000-00f067aa0ba902b7-01"}, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, ok := FromHeaders(context.Background(), tc.headers)
-			if ok != tc.ok {
-				t.Fatalf("ok = %v, want %v", ok, tc.ok)
+			sc := TraceParent(tc.headers)
+			if sc.IsValid() != tc.valid {
+				t.Fatalf("valid = %v, want %v", sc.IsValid(), tc.valid)
 			}
-			sc := trace.SpanContextFromContext(ctx)
-			if ok && (sc.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || sc.TraceState().Get("vendor") != "x") {
-				t.Fatalf("continued %s %s", sc.TraceID(), sc.TraceState())
+			if tc.valid && (sc.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || sc.SpanID().String() != "00f067aa0ba902b7") {
+				t.Fatalf("read %s/%s", sc.TraceID(), sc.SpanID())
 			}
-			if !ok && sc.IsValid() {
-				t.Fatal("a context without a valid traceparent carries a span context")
+			if sc.TraceState().Len() != 0 {
+				t.Fatalf("the agent's tracestate was kept: %s", sc.TraceState())
 			}
 		})
 	}
-	md := metadata.NewIncomingContext(context.Background(), metadata.Pairs("traceparent", tp))
-	if ctx, ok := FromGRPC(md); !ok || trace.SpanContextFromContext(ctx).SpanID().String() != "00f067aa0ba902b7" {
-		t.Fatal("FromGRPC did not continue the metadata's traceparent")
+}
+
+// recorder is a tracer provider sampling as Setup's does by default
+// (parent-based, always on) into memory.
+func recorder(t *testing.T) (*sdktrace.TracerProvider, *tracetest.InMemoryExporter) {
+	t.Helper()
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return tp, exp
+}
+
+// TestStartServerLinksButNeverContinuesTheAgentsTrace: Envoy's exchanges
+// are roots of Countersign's own traces, sampled by its own sampler
+// whatever the agent's traceparent says; the agent's trace context (and
+// Envoy's) is a link, its tracestate dropped.
+func TestStartServerLinksButNeverContinuesTheAgentsTrace(t *testing.T) {
+	const (
+		agentTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
+		agentSpan  = "00f067aa0ba902b7"
+		envoyTP    = "00-0af7651916cd43dd8448eb211c80319c-b9c7c989f97918e1-00"
+	)
+	tests := []struct {
+		name      string
+		headers   map[string]string
+		grpc      metadata.MD
+		wantAgent bool
+		wantLinks []string // span ids
+	}{
+		{"none", nil, nil, false, nil},
+		{"agent's traceparent, unsampled, with tracestate",
+			map[string]string{"traceparent": "00-" + agentTrace + "-" + agentSpan + "-00", "tracestate": "a=" + strings.Repeat("x", 200)},
+			nil, true, []string{agentSpan}},
+		{"agent's and Envoy's", map[string]string{"traceparent": "00-" + agentTrace + "-" + agentSpan + "-01"},
+			metadata.Pairs("traceparent", envoyTP, "tracestate", "b=y"), true, []string{agentSpan, "b9c7c989f97918e1"}},
+		{"Envoy's alone", nil, metadata.Pairs("traceparent", envoyTP), false, []string{"b9c7c989f97918e1"}},
+		{"the same in both", map[string]string{"traceparent": "00-" + agentTrace + "-" + agentSpan + "-01"},
+			metadata.Pairs("traceparent", "00-"+agentTrace+"-"+agentSpan+"-01"), true, []string{agentSpan}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tp, exp := recorder(t)
+			ctx := context.Background()
+			if tc.grpc != nil {
+				ctx = metadata.NewIncomingContext(ctx, tc.grpc)
+			}
+			ctx, span := StartServer(ctx, Tracer(tp), "ext_authz.Check", tc.headers)
+			if got := AgentTrace(ctx); got.IsValid() != tc.wantAgent || tc.wantAgent && got.TraceID().String() != agentTrace {
+				t.Errorf("AgentTrace = %v, want the agent's: %v", got.TraceID(), tc.wantAgent)
+			}
+			_, child := Tracer(tp).Start(ctx, "countersign.decide")
+			child.End()
+			span.End()
+			spans := exp.GetSpans()
+			if len(spans) != 2 {
+				t.Fatalf("%d spans exported, want the server span and its child", len(spans))
+			}
+			server, decide := spans[1], spans[0]
+			if server.Parent.IsValid() || server.SpanContext.TraceID().String() == agentTrace || server.SpanContext.TraceState().Len() != 0 {
+				t.Errorf("server span %s (parent %v, tracestate %q): want a root of a trace of Countersign's",
+					server.SpanContext.TraceID(), server.Parent.SpanID(), server.SpanContext.TraceState())
+			}
+			if decide.Parent.SpanID() != server.SpanContext.SpanID() {
+				t.Errorf("the decision's parent is %s, want the server span", decide.Parent.SpanID())
+			}
+			var links []string
+			for _, l := range server.Links {
+				links = append(links, l.SpanContext.SpanID().String())
+				if l.SpanContext.TraceState().Len() != 0 {
+					t.Errorf("link %s keeps the tracestate %q", l.SpanContext.SpanID(), l.SpanContext.TraceState())
+				}
+			}
+			if strings.Join(links, ",") != strings.Join(tc.wantLinks, ",") {
+				t.Errorf("links %v, want %v", links, tc.wantLinks)
+			}
+			var attr string
+			for _, kv := range server.Attributes {
+				if kv.Key == AttrAgentTraceID {
+					attr = kv.Value.AsString()
+				}
+			}
+			if want := map[bool]string{true: agentTrace}[tc.wantAgent]; attr != want {
+				t.Errorf("%s = %q, want %q", AttrAgentTraceID, attr, want)
+			}
+		})
+	}
+}
+
+// TestServerHandlerLinksTheCallersTrace: an API call's span (otelgrpc's)
+// is a root, sampled whatever the caller's traceparent says, linked to it.
+func TestServerHandlerLinksTheCallersTrace(t *testing.T) {
+	tp, exp := recorder(t)
+	h := ServerHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(NoPropagation()), otelgrpc.WithPublicEndpoint()))
+	ctx := metadata.NewIncomingContext(context.Background(),
+		metadata.Pairs("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00", "tracestate", "a=b"))
+	ctx = h.TagRPC(ctx, &stats.RPCTagInfo{FullMethodName: "/countersign.v1.DecisionService/Decide"})
+	if AgentTrace(ctx).TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Errorf("AgentTrace = %s", AgentTrace(ctx).TraceID())
+	}
+	h.HandleRPC(ctx, &stats.End{})
+	spans := exp.GetSpans()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans: an unsampled traceparent un-sampled the call", len(spans))
+	}
+	sp := spans[0]
+	if sp.Parent.IsValid() || sp.SpanContext.TraceID().String() == "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Errorf("the call's span continues the caller's trace (parent %s)", sp.Parent.SpanID())
+	}
+	if len(sp.Links) != 1 || sp.Links[0].SpanContext.SpanID().String() != "00f067aa0ba902b7" || sp.Links[0].SpanContext.TraceState().Len() != 0 {
+		t.Errorf("links %v, want the caller's span without its tracestate", sp.Links)
+	}
+}
+
+// TestSetupBoundsAttributeValues: an attribute quoting 10 KiB of the
+// agent's request is kept to MaxAttributeBytes, unless the standard
+// variable says otherwise.
+func TestSetupBoundsAttributeValues(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want int
+	}{
+		{"default", map[string]string{EnvEndpoint: "http://127.0.0.1:4318"}, MaxAttributeBytes},
+		{"OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", map[string]string{EnvEndpoint: "http://127.0.0.1:4318", envSpanValueLength: "4096"}, 4096},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if v, ok := tc.env[envSpanValueLength]; ok {
+				t.Setenv(envSpanValueLength, v) // the SDK reads the process's environment
+			}
+			p, err := Setup(context.Background(), env(tc.env), "test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+				defer cancel()
+				_ = p.Shutdown(ctx)
+			}()
+			_, span := Tracer(p).Start(context.Background(), "x", trace.WithAttributes(attribute.String("url.path", strings.Repeat("a", 10<<10))))
+			defer span.End()
+			ro, ok := span.(sdktrace.ReadOnlySpan)
+			if !ok {
+				t.Fatalf("%T is not an SDK span", span)
+			}
+			got := len(ro.Attributes()[0].Value.AsString())
+			if got != tc.want {
+				t.Fatalf("a 10 KiB attribute kept %d bytes, want %d", got, tc.want)
+			}
+		})
 	}
 }
 
