@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -105,20 +106,34 @@ func Setup(ctx context.Context, getenv func(string) (string, bool), version stri
 	return &Provider{TracerProvider: tp, Exporting: true, shutdown: tp.Shutdown}, nil
 }
 
-// MaxAttributeBytes is the longest attribute value a span keeps unless
-// OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT or OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT
-// says otherwise (the SDK's default is no limit).
-const MaxAttributeBytes = 1024
+// MaxAttributeChars is the longest attribute value a span keeps, in
+// characters (the SDK cuts at character boundaries: at most 4 KiB of
+// UTF-8), unless OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT or
+// OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT names another (the SDK's own default is
+// no limit).
+const MaxAttributeChars = 1024
 
 // spanLimits are the SDK's (its defaults, or the OTEL_SPAN_*_LIMIT
 // variables: at most 128 attributes, events and links a span), with
-// attribute values cut to MaxAttributeBytes. Whatever an agent's request
+// attribute values cut to MaxAttributeChars. Whatever an agent's request
 // puts into a span, a batch of spans waiting for a slow collector stays a
-// bounded amount of memory.
+// bounded amount of memory. The value limit is read here, through env,
+// rather than left to the SDK (which reads the process's environment and
+// takes a value it cannot parse for no limit at all): a number of 0 or
+// more is the limit, -1 (spelled so) is the operator's explicit choice of
+// none, and anything else keeps MaxAttributeChars.
 func spanLimits(env func(string) string) sdktrace.SpanLimits {
 	limits := sdktrace.NewSpanLimits()
-	if env(envSpanValueLength) == "" && env(envValueLength) == "" {
-		limits.AttributeValueLengthLimit = MaxAttributeBytes
+	limits.AttributeValueLengthLimit = MaxAttributeChars
+	for _, name := range []string{envSpanValueLength, envValueLength} { // the span-specific one wins
+		v := strings.TrimSpace(env(name))
+		if v == "" {
+			continue
+		}
+		if n, err := strconv.Atoi(v); err == nil && n >= -1 {
+			limits.AttributeValueLengthLimit = n
+		}
+		break
 	}
 	return limits
 }

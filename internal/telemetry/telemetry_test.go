@@ -3,12 +3,14 @@ package telemetry
 import (
 	"context"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/attribute"
@@ -209,20 +211,32 @@ func TestServerHandlerLinksTheCallersTrace(t *testing.T) {
 }
 
 // TestSetupBoundsAttributeValues: an attribute quoting 10 KiB of the
-// agent's request is kept to MaxAttributeBytes, unless the standard
-// variable says otherwise.
+// agent's request is kept to MaxAttributeChars characters (4-byte ones
+// too: the cut counts characters), unless the standard variable names
+// another number; a value that is not one keeps the bound (the SDK alone
+// took it for no limit: found by a review).
 func TestSetupBoundsAttributeValues(t *testing.T) {
+	endpoint := map[string]string{EnvEndpoint: "http://127.0.0.1:4318"}
+	with := func(k, v string) map[string]string { m := maps.Clone(endpoint); m[k] = v; return m }
 	for _, tc := range []struct {
-		name string
-		env  map[string]string
-		want int
+		name  string
+		env   map[string]string
+		value string
+		want  int // characters kept
 	}{
-		{"default", map[string]string{EnvEndpoint: "http://127.0.0.1:4318"}, MaxAttributeBytes},
-		{"OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", map[string]string{EnvEndpoint: "http://127.0.0.1:4318", envSpanValueLength: "4096"}, 4096},
+		{"default", endpoint, strings.Repeat("a", 10<<10), MaxAttributeChars},
+		{"default, 4-byte characters", endpoint, strings.Repeat("😀", 10<<10), MaxAttributeChars},
+		{"OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT", with(envSpanValueLength, "4096"), strings.Repeat("a", 10<<10), 4096},
+		{"OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", with(envValueLength, "2000"), strings.Repeat("a", 10<<10), 2000},
+		{"not a number", with(envSpanValueLength, "1KiB"), strings.Repeat("a", 10<<10), MaxAttributeChars},
+		{"below -1", with(envValueLength, "-5"), strings.Repeat("a", 10<<10), MaxAttributeChars},
+		{"-1: none, the operator's choice", with(envSpanValueLength, "-1"), strings.Repeat("a", 10<<10), 10 << 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if v, ok := tc.env[envSpanValueLength]; ok {
-				t.Setenv(envSpanValueLength, v) // the SDK reads the process's environment
+			// The SDK reads the process's environment: give it the same
+			// values, so that a limit it applied itself would show.
+			for _, k := range []string{envSpanValueLength, envValueLength} {
+				t.Setenv(k, tc.env[k])
 			}
 			p, err := Setup(context.Background(), env(tc.env), "test")
 			if err != nil {
@@ -233,15 +247,15 @@ func TestSetupBoundsAttributeValues(t *testing.T) {
 				defer cancel()
 				_ = p.Shutdown(ctx)
 			}()
-			_, span := Tracer(p).Start(context.Background(), "x", trace.WithAttributes(attribute.String("url.path", strings.Repeat("a", 10<<10))))
+			_, span := Tracer(p).Start(context.Background(), "x", trace.WithAttributes(attribute.String("url.path", tc.value)))
 			defer span.End()
 			ro, ok := span.(sdktrace.ReadOnlySpan)
 			if !ok {
 				t.Fatalf("%T is not an SDK span", span)
 			}
-			got := len(ro.Attributes()[0].Value.AsString())
-			if got != tc.want {
-				t.Fatalf("a 10 KiB attribute kept %d bytes, want %d", got, tc.want)
+			kept := ro.Attributes()[0].Value.AsString()
+			if got := utf8.RuneCountInString(kept); got != tc.want || !utf8.ValidString(kept) {
+				t.Fatalf("a %d-character attribute kept %d characters (valid UTF-8: %v), want %d", utf8.RuneCountInString(tc.value), got, utf8.ValidString(kept), tc.want)
 			}
 		})
 	}
