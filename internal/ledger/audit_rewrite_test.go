@@ -321,15 +321,7 @@ func TestVerifyChecksIntentsAgainstTheirAction(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := openTest(t)
-			for n := range 2 {
-				if _, err := startFirst(ctx, s, keyedProposal(t, 100+n)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if _, err := s.Seal(ctx, signer); err != nil {
-				t.Fatal(err)
-			}
+			s := sealedPair(t, signer)
 			opts := AuditVerifyOptions{Verifiers: []note.Verifier{verifier}, CheckActions: true}
 			if rep, err := s.VerifyAudit(ctx, opts); err != nil || !rep.Ok() {
 				t.Fatalf("intents as keyed: %+v, %v", rep.Problems, err)
@@ -428,4 +420,21 @@ func TestSealCarriesOnPastABrokenAccount(t *testing.T) {
 	if err != nil || !vr.Ok() || vr.Sealed != 12 || vr.Unsealed != 0 {
 		t.Fatalf("acct_z after sealing = %+v, %v", vr, err)
 	}
+}
+
+// sealedPair is a ledger holding two started intents whose audit records
+// signer has sealed: a log to tamper with.
+func sealedPair(t *testing.T, signer note.Signer) *Store {
+	t.Helper()
+	ctx := context.Background()
+	s := openTest(t)
+	for n := range 2 {
+		if _, err := startFirst(ctx, s, keyedProposal(t, 100+n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Seal(ctx, signer); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

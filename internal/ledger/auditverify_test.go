@@ -62,15 +62,7 @@ func TestVerifyFindsIntentsWithoutALog(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := openTest(t)
-			for n := range 2 {
-				if _, err := startFirst(ctx, s, keyedProposal(t, 100+n)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if _, err := s.Seal(ctx, signer); err != nil {
-				t.Fatal(err)
-			}
+			s := sealedPair(t, signer)
 			lost := tc.tamper(t, s)
 			for _, named := range []string{"", tc.account} {
 				rep, err := s.VerifyAudit(ctx, AuditVerifyOptions{RailAccount: named, Verifiers: []note.Verifier{verifier}, CheckActions: true})
