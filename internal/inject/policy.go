@@ -114,6 +114,59 @@ func podRefusals(pod *corev1.Pod) []string {
 	if s.HostIPC {
 		out = append(out, "spec.hostIPC is true: the agent would share the node's IPC namespace")
 	}
+	if psc := s.SecurityContext; psc != nil {
+		out = append(out, confinementRefusals("spec.securityContext", psc.SeccompProfile, psc.AppArmorProfile, psc.SELinuxOptions, psc.WindowsOptions, nil)...)
+	}
+	for k, v := range pod.Annotations {
+		// The annotation form the kubelet still reads (before the field).
+		if strings.HasPrefix(k, appArmorAnnotation) && !strings.HasPrefix(v, "runtime/default") && !strings.HasPrefix(v, "localhost/") {
+			out = append(out, fmt.Sprintf("annotation %s is %q: %s", k, v, unconfinedWhy))
+		}
+	}
+	return out
+}
+
+// appArmorAnnotation is the prefix of the per-container AppArmor
+// annotation (container.apparmor.security.beta.kubernetes.io/<name>).
+const appArmorAnnotation = "container.apparmor.security.beta.kubernetes.io/"
+
+const unconfinedWhy = "an agent process without its confinement has the whole kernel surface to reach around the sidecars with (Pod Security Standards baseline refuses it too)"
+
+// allowedSELinuxTypes are the SELinux types an agent may name (Pod
+// Security Standards baseline's): container_t and its init and kvm
+// variants. Another type (spc_t, unconfined_t) takes the process out of
+// the container's confinement; a user or role changes who it is.
+var allowedSELinuxTypes = []string{"", "container_t", "container_init_t", "container_kvm_t"}
+
+// confinementRefusals are the settings of a pod's or a container's
+// security context that take its processes out of the confinement every
+// container has by default (Pod Security Standards baseline): seccomp or
+// AppArmor Unconfined, an SELinux type, user or role of its own, a
+// Windows HostProcess container (the node's own process), and, for a
+// container, an unmasked /proc. Unset is left to the cluster's defaults.
+func confinementRefusals(field string, seccomp *corev1.SeccompProfile, apparmor *corev1.AppArmorProfile, selinux *corev1.SELinuxOptions,
+	windows *corev1.WindowsSecurityContextOptions, procMount *corev1.ProcMountType) []string {
+	var out []string
+	if seccomp != nil && seccomp.Type == corev1.SeccompProfileTypeUnconfined {
+		out = append(out, fmt.Sprintf("%s.seccompProfile is Unconfined: %s", field, unconfinedWhy))
+	}
+	if apparmor != nil && apparmor.Type == corev1.AppArmorProfileTypeUnconfined {
+		out = append(out, fmt.Sprintf("%s.appArmorProfile is Unconfined: %s", field, unconfinedWhy))
+	}
+	if selinux != nil {
+		if !slices.Contains(allowedSELinuxTypes, selinux.Type) {
+			out = append(out, fmt.Sprintf("%s.seLinuxOptions.type is %q: an agent may run as container_t, container_init_t or container_kvm_t alone", field, selinux.Type))
+		}
+		if selinux.User != "" || selinux.Role != "" {
+			out = append(out, fmt.Sprintf("%s.seLinuxOptions sets a user or role: an agent runs as the container's own", field))
+		}
+	}
+	if windows != nil && windows.HostProcess != nil && *windows.HostProcess {
+		out = append(out, fmt.Sprintf("%s.windowsOptions.hostProcess is true: the agent would run as a process of the node itself", field))
+	}
+	if procMount != nil && *procMount != "" && *procMount != corev1.DefaultProcMount {
+		out = append(out, fmt.Sprintf("%s.procMount is %s: the agent would see /proc unmasked (the kernel's and the node's files the runtime hides)", field, *procMount))
+	}
 	return out
 }
 
@@ -124,6 +177,7 @@ func podRefusals(pod *corev1.Pod) []string {
 func agentRefusals(c view, vols map[string]corev1.Volume, protected map[string]bool) []string {
 	var out []string
 	if sc := c.sc; sc != nil {
+		out = append(out, confinementRefusals(fmt.Sprintf("%s (%s): securityContext", c.field, c.name), sc.SeccompProfile, sc.AppArmorProfile, sc.SELinuxOptions, sc.WindowsOptions, sc.ProcMount)...)
 		if sc.Privileged != nil && *sc.Privileged {
 			out = append(out, c.field+" ("+c.name+") is privileged")
 		}
