@@ -243,8 +243,8 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t ta
 	if !ok {
 		return out
 	}
-	// G6's fact that needs I/O: the pinned tool's description as the MCP
-	// server lists it now.
+	// G6's facts that need I/O: the pinned tool's description and entry,
+	// and the whole tools list, as the MCP server lists them now.
 	toolHash, refused := e.describeTool(ctx, req, p.Agent.ID, acct, t.tool, m)
 	if refused != nil {
 		return *refused

@@ -36,9 +36,10 @@ type proposal struct {
 	facts     ledger.DecisionFacts
 	now       time.Time
 	// tool is the MCP tool the request calls ("" if none), and toolHash
-	// its description hash as Countersign read it from the server ("" when
+	// its pin hashes as Countersign read them from the server (zero when
 	// not read: no pins, no tool).
-	tool, toolHash string
+	tool     string
+	toolHash rail.ToolHashes
 	// factsHeld: fresh's write was refused, but only after its first
 	// statement asserted, under their locks, the principal and mandate it
 	// decided on (an intent that exists, or a count): those facts are

@@ -110,7 +110,8 @@ func (g gateRun) input(subject, canonical string) gate.Input {
 	in := principalInput(g.now, g.principal, g.acct)
 	in.Host, in.APIVersion = g.railHost(), g.req.Headers["stripe-version"]
 	_, in.MCP = g.acct.Adapter.(rail.ToolDescriber)
-	in.MCPTool, in.MCPToolDescriptionHash = g.tool, g.toolHash
+	in.MCPTool, in.MCPToolDescriptionHash = g.tool, g.toolHash.Description
+	in.MCPToolEntryHash, in.MCPToolsListHash = g.toolHash.Entry, g.toolHash.List
 	in.Action = gate.Action{Kind: g.action.Kind, Subject: subject, AmountMinor: g.value, FullRefund: g.action.AmountMinor == nil,
 		Currency: g.currency, Payee: g.action.Payee, Reversible: reversible(g.acct, g.action)}
 	in.Referent = gate.Referent{AmountMinor: g.ref.AmountMinor, RefundableMinor: g.ref.RefundableMinor, Currency: g.ref.Currency, Payee: g.ref.Payee}

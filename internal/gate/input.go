@@ -33,10 +33,15 @@ type Input struct {
 	// request that names none), and MCPToolDescriptionHash is
 	// mcp.DescriptionHash of its description as Countersign itself read it
 	// from the server's tools/list for this decision ("" if not read);
-	// never a value the agent supplied.
+	// never a value the agent supplied. MCPToolEntryHash and
+	// MCPToolsListHash are mcp.EntryHash of the tool's whole entry and
+	// mcp.ListHash of the whole list, from the same read ("" if not read,
+	// or if the server's JSON has no RFC 8785 canonical form).
 	MCP                    bool
 	MCPTool                string
 	MCPToolDescriptionHash string
+	MCPToolEntryHash       string
+	MCPToolsListHash       string
 
 	Action   Action
 	Referent Referent

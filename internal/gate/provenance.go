@@ -8,10 +8,10 @@ import (
 // CheckProvenance is G6: does the request go where, and speak what, the
 // mandate pinned? The rail host and API version are compared with the
 // mandate's pins; for a request through an MCP server, the called tool's
-// current description hash (read by the engine from the server, never
-// taken from the agent) must equal the pinned hash for that tool. Any
-// drift blocks; so does an unpinned tool or an unknown description when
-// the mandate pins any tool.
+// current description and entry hashes and the whole list's hash (read by
+// the engine from the server, never taken from the agent) must equal the
+// pins the mandate sets (provenance_mcp.go). Any drift blocks; so does an
+// unpinned tool or an unknown hash when the mandate sets any MCP pin.
 //
 // An empty host pin pins nothing here: the engine only routes a request to
 // a rail account from that account's configured hosts, which is the rail's
@@ -30,20 +30,10 @@ func CheckProvenance(in Input) Result {
 	}
 	// Tool pins apply to requests that reach the rail through an MCP
 	// server, whatever the rail; they never come from the agent: the
-	// engine reads the tool's current description from the server.
-	pins := p.GetMcpToolDescriptionHashes()
-	if (in.MCP || in.Rail == RailMCP || in.MCPTool != "") && len(pins) > 0 {
-		want, ok := pins[in.MCPTool]
-		switch {
-		case in.MCPTool == "":
-			return block(GateProvenance, ReasonMCPToolNotPinned, "This action names no MCP tool, but %s pins the MCP server's tool descriptions, so Countersign cannot check which tool moves the money; send the tools/call itself.", mandateName(in))
-		case !ok:
-			return block(GateProvenance, ReasonMCPToolNotPinned, "MCP tool %q is not among the tools %s pins, so it may not move money; no money moved. The owner can pin it in a new mandate.", in.MCPTool, mandateName(in))
-		case in.MCPToolDescriptionHash == "":
-			return block(GateProvenance, ReasonMCPToolDrift, "The current description of MCP tool %q is unknown, so it cannot be matched to the pinned hash %s; no money moved.", in.MCPTool, short(want))
-		case in.MCPToolDescriptionHash != want:
-			return block(GateProvenance, ReasonMCPToolDrift, "The MCP server now describes tool %q differently (description hash %s, not the %s pinned by %s): the tool changed after the mandate was made, so its instructions are not trusted and no money moved. The owner should review the new description and, if it is safe, pin it in a new mandate.",
-				in.MCPTool, short(in.MCPToolDescriptionHash), short(want), mandateName(in))
+	// engine reads the server's current list itself.
+	if (in.MCP || in.Rail == RailMCP || in.MCPTool != "") && hasToolPins(p) {
+		if r, drift := checkToolPins(in, p); drift {
+			return r
 		}
 	}
 	return pass(GateProvenance, "The request matches %s's provenance pins.", mandateName(in))

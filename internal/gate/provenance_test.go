@@ -62,7 +62,58 @@ func TestCheckProvenance(t *testing.T) {
 		{name: "pins do not apply off mcp", mod: func(in *Input) {
 			in.Mandate.Provenance.McpToolDescriptionHashes = map[string]string{"create_refund": hashA}
 		}, verdict: Allow, code: ReasonPassed},
+		{name: "entry and list pins do not apply off mcp", mod: func(in *Input) {
+			in.Mandate.Provenance.McpToolEntryHashes, in.Mandate.Provenance.McpToolsListHash = map[string]string{"create_refund": hashA}, hashA
+		}, verdict: Allow, code: ReasonPassed},
+
+		// Entry and list pins: each set pin must match; drift names the pin.
+		{name: "all three pins matching", mod: func(in *Input) { *in = mcpAllPinsIn() }, verdict: Allow, code: ReasonPassed},
+		{name: "entry pin alone matching", mod: func(in *Input) {
+			*in = mcpAllPinsIn()
+			in.Mandate.Provenance.McpToolDescriptionHashes, in.Mandate.Provenance.McpToolsListHash = nil, ""
+			in.MCPToolDescriptionHash, in.MCPToolsListHash = "", ""
+		}, verdict: Allow, code: ReasonPassed},
+		{name: "entry drift under a matching description", mod: func(in *Input) { *in = mcpAllPinsIn(); in.MCPToolEntryHash = hashA }, verdict: Block, code: ReasonMCPToolEntryDrift,
+			contains: []string{"create_refund", "entry hash " + hashA[:12], hashB[:12], "parameters", "no money moved", "new mandate"}},
+		{name: "entry unknown or not canonical", mod: func(in *Input) { *in = mcpAllPinsIn(); in.MCPToolEntryHash = "" }, verdict: Block, code: ReasonMCPToolEntryDrift,
+			contains: []string{"unknown", "RFC 8785"}},
+		{name: "list drift under matching tool pins", mod: func(in *Input) { *in = mcpAllPinsIn(); in.MCPToolsListHash = hashA }, verdict: Block, code: ReasonMCPToolsListDrift,
+			contains: []string{"list hash " + hashA[:12], hashC[:12], "no money moved", "new mandate"}},
+		{name: "list unknown or not canonical", mod: func(in *Input) { *in = mcpAllPinsIn(); in.MCPToolsListHash = "" }, verdict: Block, code: ReasonMCPToolsListDrift,
+			contains: []string{"unknown", "RFC 8785"}},
+		{name: "description drift is named first", mod: func(in *Input) {
+			*in = mcpAllPinsIn()
+			in.MCPToolDescriptionHash, in.MCPToolEntryHash, in.MCPToolsListHash = hashB, hashA, hashA
+		}, verdict: Block, code: ReasonMCPToolDrift},
+		{name: "list pin alone does not pin a tool", mod: func(in *Input) {
+			*in = mcpAllPinsIn()
+			in.Mandate.Provenance.McpToolDescriptionHashes, in.Mandate.Provenance.McpToolEntryHashes = nil, nil
+		}, verdict: Block, code: ReasonMCPToolNotPinned, contains: []string{"create_refund", "entry"}},
+		{name: "entry pin on another tool leaves this one unpinned", mod: func(in *Input) {
+			*in = mcpAllPinsIn()
+			in.Mandate.Provenance.McpToolDescriptionHashes = nil
+			in.Mandate.Provenance.McpToolEntryHashes = map[string]string{"create_payout": hashB}
+		}, verdict: Block, code: ReasonMCPToolNotPinned},
+		{name: "list pin with a description pin only", mod: func(in *Input) {
+			*in = mcpAllPinsIn()
+			in.Mandate.Provenance.McpToolEntryHashes = nil
+			in.MCPToolEntryHash = ""
+			in.MCPToolsListHash = hashB
+		}, verdict: Block, code: ReasonMCPToolsListDrift},
 	})
+}
+
+var hashC = strings.Repeat("c3", 32)
+
+// mcpAllPinsIn is mcpStripeIn under a mandate that pins the tool's
+// description (hashA) and entry (hashB) and the whole list (hashC), all
+// matching.
+func mcpAllPinsIn() Input {
+	in := mcpStripeIn()
+	p := in.Mandate.Provenance
+	p.McpToolEntryHashes, p.McpToolsListHash = map[string]string{"create_refund": hashB}, hashC
+	in.MCPToolEntryHash, in.MCPToolsListHash = hashB, hashC
+	return in
 }
 
 func TestNormHost(t *testing.T) {

@@ -33,7 +33,9 @@ const (
 	// G6 provenance.
 	ReasonHostNotPinned      = "host_not_pinned"
 	ReasonAPIVersionMismatch = "api_version_mismatch"
-	ReasonMCPToolDrift       = "mcp_tool_drift"
+	ReasonMCPToolDrift       = "mcp_tool_drift"       // the pinned tool's description changed
+	ReasonMCPToolEntryDrift  = "mcp_tool_entry_drift" // the pinned tool's whole entry changed
+	ReasonMCPToolsListDrift  = "mcp_tools_list_drift" // the server's whole tools list changed
 	ReasonMCPToolNotPinned   = "mcp_tool_not_pinned"
 
 	// G2 value.

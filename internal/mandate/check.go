@@ -278,10 +278,19 @@ func (c *checker) semantic(m *countersignv1.Mandate) {
 	// Tool pins are valid on any rail: a Stripe or Razorpay account may be
 	// reached through a payment MCP server, and G6 applies them to its
 	// tools/calls (and to nothing else). The hash's shape is protovalidate's.
-	for _, name := range slices.Sorted(maps.Keys(m.GetProvenance().GetMcpToolDescriptionHashes())) {
-		if !mcpToolNameRE.MatchString(name) {
-			c.addAt(fmt.Sprintf("provenance.mcp_tool_description_hashes[%q]", name), true, "provenance.mcp_tool_name",
-				fmt.Sprintf("%q is not an MCP tool name: names are 1–128 of A-Z, a-z, 0-9, _, - and . (MCP 2025-11-25, server/tools), matched exactly and case-sensitively", name))
+	for _, f := range []struct {
+		field string
+		pins  map[string]string
+	}{
+		{"mcp_tool_description_hashes", m.GetProvenance().GetMcpToolDescriptionHashes()},
+		{"mcp_tool_entry_hashes", m.GetProvenance().GetMcpToolEntryHashes()},
+	} {
+		field := f.field
+		for _, name := range slices.Sorted(maps.Keys(f.pins)) {
+			if !mcpToolNameRE.MatchString(name) {
+				c.addAt(fmt.Sprintf("provenance.%s[%q]", field, name), true, "provenance.mcp_tool_name",
+					fmt.Sprintf("%q is not an MCP tool name: names are 1–128 of A-Z, a-z, 0-9, _, - and . (MCP 2025-11-25, server/tools), matched exactly and case-sensitively", name))
+			}
 		}
 	}
 }

@@ -17,6 +17,8 @@ func FuzzParse(f *testing.F) {
 		"", "rail: stripe\n", "- a\n", "a: &x [*x]\n", "rail: stripe\n---\nrail: mcp\n",
 		"grants:\n  - {action_kind: refund, max_amount_minor: 1e3}\n",
 		"provenance: {mcp_tool_description_hashes: {\"a[0]\": x}}\n",
+		"provenance: {mcp_tool_entry_hashes: {\"a[0]\": x}, mcp_tools_list_hash: [x]}\n",
+		"provenance:\n  mcp_tool_entry_hashes: {create_refund: 0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef}\n  mcp_tools_list_hash: 0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n",
 		"valid_from: 2026-01-01T00:00:00.1234567Z\n",
 		"\xff\xfe", "{rail: stripe, rail: stripe}",
 	} {

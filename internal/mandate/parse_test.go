@@ -58,6 +58,77 @@ func TestParseValid(t *testing.T) {
 	}
 }
 
+// TestEntryAndListPins: the entry and list pins parse from YAML, are part
+// of the canonical form, and each changes the mandate's hash.
+func TestEntryAndListPins(t *testing.T) {
+	const h1 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	h2 := strings.Repeat("f", 64)
+	base, err := Parse([]byte(edit(t, `  api_version: "2024-06-20"`, "  mcp_tool_description_hashes: {create_refund: "+h1+"}")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	baseHash, err := Hash(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := edit(t, `  api_version: "2024-06-20"`, "  mcp_tool_description_hashes: {create_refund: "+h1+"}\n  mcp_tool_entry_hashes: {create_refund: "+h2+", fetch.payment-v2: "+h1+"}\n  mcp_tools_list_hash: "+h2)
+	m, err := Parse([]byte(src))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if err := Validate(m); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	p := m.GetProvenance()
+	if p.GetMcpToolEntryHashes()["create_refund"] != h2 || p.GetMcpToolEntryHashes()["fetch.payment-v2"] != h1 || p.GetMcpToolsListHash() != h2 {
+		t.Fatalf("provenance = %v", p)
+	}
+	c, err := Canonical(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"mcp_tool_entry_hashes":{"create_refund":"` + h2 + `","fetch.payment-v2":"` + h1 + `"}`, `"mcp_tools_list_hash":"` + h2 + `"`} {
+		if !strings.Contains(string(c), want) {
+			t.Errorf("canonical form %s lacks %s", c, want)
+		}
+	}
+	back, err := FromCanonical(c)
+	if err != nil || !proto.Equal(back.GetProvenance(), p) {
+		t.Fatalf("FromCanonical = %v, %v", back, err)
+	}
+	y, err := ToYAML(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := Parse(y); err != nil || !proto.Equal(again.GetProvenance(), p) {
+		t.Fatalf("Parse(ToYAML) = %v, %v", again, err)
+	}
+	seen := map[string]string{baseHash: "description pins only"}
+	for name, mod := range map[string]func(*countersignv1.Provenance){
+		"entry pin":        func(p *countersignv1.Provenance) { p.McpToolEntryHashes = map[string]string{"create_refund": h2} },
+		"entry pin, other": func(p *countersignv1.Provenance) { p.McpToolEntryHashes = map[string]string{"create_refund": h1} },
+		"list pin":         func(p *countersignv1.Provenance) { p.McpToolsListHash = h2 },
+		"list pin, other":  func(p *countersignv1.Provenance) { p.McpToolsListHash = h1 },
+	} {
+		n := proto.Clone(base).(*countersignv1.Mandate)
+		mod(n.Provenance)
+		h, err := Hash(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if prev, dup := seen[h]; dup {
+			t.Errorf("%s has the hash of %s", name, prev)
+		}
+		seen[h] = name
+	}
+	// An empty list pin pins nothing, and is not in the canonical form.
+	n := proto.Clone(base).(*countersignv1.Mandate)
+	n.Provenance.McpToolsListHash, n.Provenance.McpToolEntryHashes = "", map[string]string{}
+	if h, err := Hash(n); err != nil || h != baseHash {
+		t.Errorf("empty entry and list pins: hash %s, %v; want the mandate's own %s", h, err, baseHash)
+	}
+}
+
 // TestToolPinsOnEveryRail: an account reached through a payment MCP server
 // is a Stripe or Razorpay account, so its mandate (rail stripe/razorpay)
 // must be able to pin the server's tool descriptions (G6).
@@ -266,6 +337,16 @@ func TestParseRejects(t *testing.T) {
 			line: 35, field: `provenance.mcp_tool_description_hashes["create_refund"]`, rule: "string.pattern"},
 		{name: "duplicate tool pin on a card rail", old: `  api_version: "2024-06-20"`, new: "  mcp_tool_description_hashes: {create_refund: " + hash64 + ", create_refund: " + hash64 + "}",
 			line: 35, field: `provenance.mcp_tool_description_hashes["create_refund"]`, contains: "duplicate key"},
+		{name: "entry pin name with a space", old: `  api_version: "2024-06-20"`, new: "  mcp_tool_entry_hashes: {\"create_refund \": " + hash64 + "}",
+			line: 35, field: `provenance.mcp_tool_entry_hashes["create_refund "]`, contains: "is not an MCP tool name", rule: "provenance.mcp_tool_name"},
+		{name: "entry hash upper-case", old: `  api_version: "2024-06-20"`, new: "  mcp_tool_entry_hashes: {create_refund: " + strings.ToUpper(hash64) + "}",
+			line: 35, field: `provenance.mcp_tool_entry_hashes["create_refund"]`, rule: "string.pattern"},
+		{name: "duplicate entry pin", old: `  api_version: "2024-06-20"`, new: "  mcp_tool_entry_hashes: {create_refund: " + hash64 + ", create_refund: " + hash64 + "}",
+			line: 35, field: `provenance.mcp_tool_entry_hashes["create_refund"]`, contains: "duplicate key"},
+		{name: "list hash too short", old: `  api_version: "2024-06-20"`, new: "  mcp_tools_list_hash: " + hash64[:63],
+			line: 35, field: "provenance.mcp_tools_list_hash", rule: "string.pattern"},
+		{name: "list hash not a string", old: `  api_version: "2024-06-20"`, new: "  mcp_tools_list_hash: [" + hash64 + "]",
+			line: 35, field: "provenance.mcp_tools_list_hash"},
 		{name: "agent id shape", old: "agent_id: agt_k3v9q2m1x7c4b8n6z5wd", new: "agent_id: refund-bot",
 			line: 3, field: "agent_id", rule: "mandate.agent_id"},
 	}

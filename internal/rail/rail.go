@@ -342,13 +342,26 @@ type RequestRefuser interface {
 
 // ToolDescriber is implemented by adapters that reach the rail through an
 // MCP server. DescribeTool reads, from the server itself with the key
-// Countersign holds (never from the agent), the current description of
-// tool and returns its pin hash (see mcp.DescriptionHash). Any failure —
-// the server unreachable, slow, answering an error, an oversized or
-// malformed list, or not listing the tool — is an error: the caller must
-// fail closed.
+// Countersign holds (never from the agent), the server's current tools
+// list, once (every page), and returns the pin hashes of tool and of the
+// list (see mcp.DescriptionHash, mcp.EntryHash, mcp.ListHash). Any failure
+// of the read — the server unreachable, slow, answering an error, an
+// oversized or malformed list, or not listing the tool — is an error: the
+// caller must fail closed.
 type ToolDescriber interface {
-	DescribeTool(ctx context.Context, c Client, tool string) (hash string, err error)
+	DescribeTool(ctx context.Context, c Client, tool string) (ToolHashes, error)
+}
+
+// ToolHashes are the pin hashes of one tools/list read, the facts G6
+// compares with a mandate's MCP pins. Description is always set on
+// success. Entry is "" when the tool's entry has no RFC 8785 canonical
+// form, and List is "" when some entry has none (or the list is too large
+// in canonical form): a mandate that pins them then refuses the call,
+// while one that pins only descriptions is judged as before.
+type ToolHashes struct {
+	Description string
+	Entry       string
+	List        string
 }
 
 // ListedAnswerer is implemented by adapters whose answer to a call is not

@@ -633,9 +633,46 @@ type Provenance struct {
 	// the server lists it in tools/list. Countersign reads the current description
 	// from the server at each tools/call and blocks on drift; with any pin, an
 	// unpinned tool or an unreadable list is refused too.
+	//
+	// A description pin covers the description only: the tool's inputSchema
+	// (its parameters' descriptions), title, annotations, outputSchema and _meta
+	// may change under it. Pin the whole entry (mcp_tool_entry_hashes) or the
+	// whole list (mcp_tools_list_hash) to cover them.
 	McpToolDescriptionHashes map[string]string `protobuf:"bytes,3,rep,name=mcp_tool_description_hashes,json=mcpToolDescriptionHashes,proto3" json:"mcp_tool_description_hashes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// For accounts reached through a payment MCP server: tool name to the
+	// lower-case hex SHA-256 of the RFC 8785 (JCS) canonical JSON of the tool's
+	// whole entry object exactly as the server lists it in tools/list: every
+	// member, including ones Countersign does not know (name, title,
+	// description, inputSchema, outputSchema, annotations, _meta, ...). To
+	// compute it, take the object from result.tools of the tools/list answer,
+	// canonicalise it with RFC 8785 (members sorted by their UTF-16 code
+	// units, no insignificant whitespace, numbers in ECMAScript form, so 1.0
+	// and 1 are the same) and hash the UTF-8 bytes:
+	// `jq -c '.result.tools[] | select(.name=="create_refund")' list.json |
+	// <any RFC 8785 tool> | sha256sum` (jq -c alone is not RFC 8785: it keeps
+	// member order and number spelling). An entry with a key twice, or a
+	// number outside IEEE 754 double range, has no canonical form: a call
+	// under a pin on it is refused.
+	//
+	// Set beside or instead of a description pin: with any MCP pin set, a
+	// tools/call must name a tool pinned here or in mcp_tool_description_hashes,
+	// and every pin set for it must match the server's current list.
+	McpToolEntryHashes map[string]string `protobuf:"bytes,4,rep,name=mcp_tool_entry_hashes,json=mcpToolEntryHashes,proto3" json:"mcp_tool_entry_hashes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// For accounts reached through a payment MCP server: the lower-case hex
+	// SHA-256 of the RFC 8785 (JCS) canonical JSON of one array holding every
+	// tool entry the server lists in tools/list (all pages, following
+	// nextCursor), each entry whole as above, sorted by tool name (byte order
+	// of the UTF-8 name; a name listed twice, which a well-formed server never
+	// does, is ordered by its entries' canonical bytes). It pins the whole
+	// list, so no tool's text (another tool's description included) can
+	// change, and no tool can be added or removed, without blocking every
+	// tools/call under the mandate. To compute it: `jq -c '[.[].result.tools[]]
+	// | sort_by(.name)'` over the pages' answers, then RFC 8785, then
+	// sha256sum. It pins no tool by itself: the called tool must still be
+	// pinned above. Empty pins nothing.
+	McpToolsListHash string `protobuf:"bytes,5,opt,name=mcp_tools_list_hash,json=mcpToolsListHash,proto3" json:"mcp_tools_list_hash,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Provenance) Reset() {
@@ -687,6 +724,20 @@ func (x *Provenance) GetMcpToolDescriptionHashes() map[string]string {
 		return x.McpToolDescriptionHashes
 	}
 	return nil
+}
+
+func (x *Provenance) GetMcpToolEntryHashes() map[string]string {
+	if x != nil {
+		return x.McpToolEntryHashes
+	}
+	return nil
+}
+
+func (x *Provenance) GetMcpToolsListHash() string {
+	if x != nil {
+		return x.McpToolsListHash
+	}
+	return ""
 }
 
 // AdvisorySettings configures the advisory gate (G5). Advisory gates are off by
@@ -811,14 +862,19 @@ const file_countersign_v1_mandate_proto_rawDesc = "" +
 	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\n" +
 	"actionKind\x12B\n" +
 	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationB\x0f\xbaH\f\xaa\x01\t\"\x05\b\x80\xbd\xa3\x01*\x00R\x06window:\xa5\x01\xbaH\xa1\x01\x1a\x9e\x01\n" +
-	"\x1cidempotency.refund_no_window\x12Rrefunds have no idempotency window; use distinct to make a second identical refund\x1a*this.action_kind != 1 || !has(this.window)\"\xcc\x02\n" +
+	"\x1cidempotency.refund_no_window\x12Rrefunds have no idempotency window; use distinct to make a second identical refund\x1a*this.action_kind != 1 || !has(this.window)\"\xec\x04\n" +
 	"\n" +
 	"Provenance\x12%\n" +
 	"\trail_host\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\xfd\x01R\brailHost\x12(\n" +
 	"\vapi_version\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x18@R\n" +
 	"apiVersion\x12\x9f\x01\n" +
-	"\x1bmcp_tool_description_hashes\x18\x03 \x03(\v28.countersign.v1.Provenance.McpToolDescriptionHashesEntryB&\xbaH#\x9a\x01 \x10\x80\x02\"\ar\x05\x10\x01\x18\x80\x01*\x12r\x102\x0e^[0-9a-f]{64}$R\x18mcpToolDescriptionHashes\x1aK\n" +
+	"\x1bmcp_tool_description_hashes\x18\x03 \x03(\v28.countersign.v1.Provenance.McpToolDescriptionHashesEntryB&\xbaH#\x9a\x01 \x10\x80\x02\"\ar\x05\x10\x01\x18\x80\x01*\x12r\x102\x0e^[0-9a-f]{64}$R\x18mcpToolDescriptionHashes\x12\x8d\x01\n" +
+	"\x15mcp_tool_entry_hashes\x18\x04 \x03(\v22.countersign.v1.Provenance.McpToolEntryHashesEntryB&\xbaH#\x9a\x01 \x10\x80\x02\"\ar\x05\x10\x01\x18\x80\x01*\x12r\x102\x0e^[0-9a-f]{64}$R\x12mcpToolEntryHashes\x12G\n" +
+	"\x13mcp_tools_list_hash\x18\x05 \x01(\tB\x18\xbaH\x15r\x132\x11^([0-9a-f]{64})?$R\x10mcpToolsListHash\x1aK\n" +
 	"\x1dMcpToolDescriptionHashesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1aE\n" +
+	"\x17McpToolEntryHashesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"j\n" +
 	"\x10AdvisorySettings\x12\x18\n" +
@@ -851,7 +907,7 @@ func file_countersign_v1_mandate_proto_rawDescGZIP() []byte {
 }
 
 var file_countersign_v1_mandate_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_countersign_v1_mandate_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_countersign_v1_mandate_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_countersign_v1_mandate_proto_goTypes = []any{
 	(MandateMode)(0),              // 0: countersign.v1.MandateMode
 	(WindowScope)(0),              // 1: countersign.v1.WindowScope
@@ -863,38 +919,40 @@ var file_countersign_v1_mandate_proto_goTypes = []any{
 	(*Provenance)(nil),            // 7: countersign.v1.Provenance
 	(*AdvisorySettings)(nil),      // 8: countersign.v1.AdvisorySettings
 	nil,                           // 9: countersign.v1.Provenance.McpToolDescriptionHashesEntry
-	(Rail)(0),                     // 10: countersign.v1.Rail
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
-	(*Money)(nil),                 // 12: countersign.v1.Money
-	(*durationpb.Duration)(nil),   // 13: google.protobuf.Duration
-	(ActionKind)(0),               // 14: countersign.v1.ActionKind
+	nil,                           // 10: countersign.v1.Provenance.McpToolEntryHashesEntry
+	(Rail)(0),                     // 11: countersign.v1.Rail
+	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*Money)(nil),                 // 13: countersign.v1.Money
+	(*durationpb.Duration)(nil),   // 14: google.protobuf.Duration
+	(ActionKind)(0),               // 15: countersign.v1.ActionKind
 }
 var file_countersign_v1_mandate_proto_depIdxs = []int32{
-	10, // 0: countersign.v1.Mandate.rail:type_name -> countersign.v1.Rail
-	11, // 1: countersign.v1.Mandate.valid_from:type_name -> google.protobuf.Timestamp
-	11, // 2: countersign.v1.Mandate.valid_until:type_name -> google.protobuf.Timestamp
+	11, // 0: countersign.v1.Mandate.rail:type_name -> countersign.v1.Rail
+	12, // 1: countersign.v1.Mandate.valid_from:type_name -> google.protobuf.Timestamp
+	12, // 2: countersign.v1.Mandate.valid_until:type_name -> google.protobuf.Timestamp
 	0,  // 3: countersign.v1.Mandate.mode:type_name -> countersign.v1.MandateMode
 	4,  // 4: countersign.v1.Mandate.grants:type_name -> countersign.v1.Grant
-	12, // 5: countersign.v1.Mandate.budgets:type_name -> countersign.v1.Money
+	13, // 5: countersign.v1.Mandate.budgets:type_name -> countersign.v1.Money
 	5,  // 6: countersign.v1.Mandate.windows:type_name -> countersign.v1.Window
-	12, // 7: countersign.v1.Mandate.fee_budget:type_name -> countersign.v1.Money
+	13, // 7: countersign.v1.Mandate.fee_budget:type_name -> countersign.v1.Money
 	6,  // 8: countersign.v1.Mandate.idempotency:type_name -> countersign.v1.IdempotencySetting
 	7,  // 9: countersign.v1.Mandate.provenance:type_name -> countersign.v1.Provenance
 	8,  // 10: countersign.v1.Mandate.advisory:type_name -> countersign.v1.AdvisorySettings
-	13, // 11: countersign.v1.Mandate.approval_ttl:type_name -> google.protobuf.Duration
+	14, // 11: countersign.v1.Mandate.approval_ttl:type_name -> google.protobuf.Duration
 	2,  // 12: countersign.v1.Mandate.free_text:type_name -> countersign.v1.FreeText
-	14, // 13: countersign.v1.Grant.action_kind:type_name -> countersign.v1.ActionKind
+	15, // 13: countersign.v1.Grant.action_kind:type_name -> countersign.v1.ActionKind
 	1,  // 14: countersign.v1.Window.scope:type_name -> countersign.v1.WindowScope
-	13, // 15: countersign.v1.Window.duration:type_name -> google.protobuf.Duration
-	12, // 16: countersign.v1.Window.max_amount:type_name -> countersign.v1.Money
-	14, // 17: countersign.v1.IdempotencySetting.action_kind:type_name -> countersign.v1.ActionKind
-	13, // 18: countersign.v1.IdempotencySetting.window:type_name -> google.protobuf.Duration
+	14, // 15: countersign.v1.Window.duration:type_name -> google.protobuf.Duration
+	13, // 16: countersign.v1.Window.max_amount:type_name -> countersign.v1.Money
+	15, // 17: countersign.v1.IdempotencySetting.action_kind:type_name -> countersign.v1.ActionKind
+	14, // 18: countersign.v1.IdempotencySetting.window:type_name -> google.protobuf.Duration
 	9,  // 19: countersign.v1.Provenance.mcp_tool_description_hashes:type_name -> countersign.v1.Provenance.McpToolDescriptionHashesEntry
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	10, // 20: countersign.v1.Provenance.mcp_tool_entry_hashes:type_name -> countersign.v1.Provenance.McpToolEntryHashesEntry
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_countersign_v1_mandate_proto_init() }
@@ -909,7 +967,7 @@ func file_countersign_v1_mandate_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_countersign_v1_mandate_proto_rawDesc), len(file_countersign_v1_mandate_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   7,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -28,10 +28,14 @@ func DescriptionHash(description string) string {
 }
 
 // Bounds of Countersign's own tools/list read: a page's body, and how
-// many pages (cursors) it follows before giving up.
+// many pages (cursors) it follows before giving up. The canonical forms
+// of the entries kept for the list pin are bounded too (RFC 8785 can
+// spell a short number longer: 1e20 is 100000000000000000000); past the
+// bound the list has no pin hash (a list pin then refuses).
 const (
-	MaxToolsListBytes = 1 << 20
-	MaxToolsListPages = 16
+	MaxToolsListBytes          = 1 << 20
+	MaxToolsListPages          = 16
+	MaxToolsListCanonicalBytes = MaxToolsListPages * MaxToolsListBytes
 )
 
 // ErrToolNotListed is the error of a tools/list that does not list the tool.
@@ -39,7 +43,10 @@ var ErrToolNotListed = errors.New("mcp: tool not listed by the server")
 
 // DescribeTool implements rail.ToolDescriber with a read-only tools/list
 // to the MCP server, over c (the server's URL and the key Countersign
-// holds), following nextCursor to the end.
+// holds), following nextCursor to the end. From that one read it returns
+// the tool's description hash, its entry hash and the whole list's hash
+// (DescriptionHash, EntryHash, ListHash), so the three pins are judged
+// against the same list.
 //
 // MCP specification 2025-06-18, server/tools: "To discover available
 // tools, clients send a tools/list request. This operation supports
@@ -56,40 +63,65 @@ var ErrToolNotListed = errors.New("mcp: tool not listed by the server")
 // Strict: the answer must be HTTP 200 with one JSON-RPC 2.0 response to
 // this request's id (plain JSON or an SSE message), no key twice, within
 // MaxToolsListBytes per page and MaxToolsListPages pages; a tool listed
-// twice is an error (which description would the agent have read?).
-func (ad *adapter) DescribeTool(ctx context.Context, c rail.Client, tool string) (string, error) {
+// twice is an error (which description would the agent have read?). The
+// entry and list hashes are of the bytes the server sent for each entry;
+// an entry without an RFC 8785 form leaves them "" (see rail.ToolHashes).
+func (ad *adapter) DescribeTool(ctx context.Context, c rail.Client, tool string) (rail.ToolHashes, error) {
 	if c == nil {
-		return "", errors.New("mcp: no client for the MCP server is configured")
+		return rail.ToolHashes{}, errors.New("mcp: no client for the MCP server is configured")
 	}
-	var found *string
+	var (
+		found     *listedTool
+		entries   []listEntry
+		entry     string
+		canonical int
+		listOK    = true
+	)
 	cursor := ""
 	for page := range MaxToolsListPages {
 		tools, next, err := ad.listPage(ctx, c, page, cursor)
 		if err != nil {
-			return "", err
+			return rail.ToolHashes{}, err
 		}
 		for _, t := range tools {
+			e, cerr := canonicalEntry(t.raw)
+			if cerr == nil && listOK {
+				canonical += len(e.canonical)
+				entries = append(entries, e)
+			}
+			listOK = listOK && cerr == nil && canonical <= MaxToolsListCanonicalBytes
 			if t.name != tool {
 				continue
 			}
 			if found != nil {
-				return "", fmt.Errorf("mcp: tools/list lists tool %q twice", tool)
+				return rail.ToolHashes{}, fmt.Errorf("mcp: tools/list lists tool %q twice", tool)
 			}
-			d := t.description
-			found = &d
+			found = &t
+			if cerr == nil {
+				entry = hashHex(e.canonical)
+			}
 		}
 		if next == "" {
 			if found == nil {
-				return "", fmt.Errorf("%w: %q", ErrToolNotListed, tool)
+				return rail.ToolHashes{}, fmt.Errorf("%w: %q", ErrToolNotListed, tool)
 			}
-			return DescriptionHash(*found), nil
+			h := rail.ToolHashes{Description: DescriptionHash(found.description), Entry: entry}
+			if listOK {
+				h.List = listHash(entries)
+			}
+			return h, nil
 		}
 		cursor = next
 	}
-	return "", fmt.Errorf("mcp: tools/list has more than %d pages", MaxToolsListPages)
+	return rail.ToolHashes{}, fmt.Errorf("mcp: tools/list has more than %d pages", MaxToolsListPages)
 }
 
-type listedTool struct{ name, description string }
+// listedTool is one tools/list entry: its name, its description, and the
+// bytes the server sent for the whole entry.
+type listedTool struct {
+	name, description string
+	raw               json.RawMessage
+}
 
 // listPage reads one page of tools/list.
 func (ad *adapter) listPage(ctx context.Context, c rail.Client, page int, cursor string) ([]listedTool, string, error) {
@@ -175,7 +207,7 @@ func readPage(msg object, id string) ([]listedTool, string, error) {
 		if !ok || name == "" {
 			return nil, "", fmt.Errorf("mcp: tools/list: tools[%d] has no name", i)
 		}
-		lt := listedTool{name: name}
+		lt := listedTool{name: name, raw: raw}
 		if d, present := t["description"]; present && string(d) != "null" {
 			if lt.description, ok = asString(d); !ok {
 				return nil, "", fmt.Errorf("mcp: tools/list: tool %q has a description that is not a string", name)

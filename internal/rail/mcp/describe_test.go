@@ -156,12 +156,12 @@ func TestDescribeTool(t *testing.T) {
 			c := &listClient{answer: tc.answer}
 			got, err := ad.DescribeTool(ctx, c, "create_refund")
 			if tc.wantErr == "" {
-				if err != nil || got != tc.want {
-					t.Fatalf("DescribeTool = %q, %v; want %q", got, err, tc.want)
+				if err != nil || got.Description != tc.want || got.Entry == "" || got.List == "" {
+					t.Fatalf("DescribeTool = %+v, %v; want description hash %q and entry and list hashes", got, err, tc.want)
 				}
 				return
 			}
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || got != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || got != (rail.ToolHashes{}) {
 				t.Fatalf("DescribeTool = %q, %v; want an error containing %q", got, err, tc.wantErr)
 			}
 			if errors.Is(err, ErrToolNotListed) != tc.notList {
