@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -196,6 +197,17 @@ func (w *Worker) one(ctx context.Context, wk ledger.ReconcileWork) (Result, erro
 		switch {
 		case err != nil:
 			f.Outcome, f.Detail = ledger.FindingInconclusive, "listing failed: "+err.Error()
+		case found.Match != nil && unlike(a, *found.Match) != "":
+			// The rail made something under this attempt's stamp, but not
+			// what was decided: the rail read the request otherwise than
+			// Countersign did (a parser differential the agent may have
+			// aimed at an answer it made ambiguous, so that no answer
+			// check saw it). Neither APPLIED (the ledger would post the
+			// intent's amount, not the rail's) nor absent: a person
+			// settles it now, without more listings.
+			f.Outcome, f.MaxReconciles = ledger.FindingInconclusive, 1
+			f.Detail = fmt.Sprintf("%s carries stamp %s, but %s: the rail did not make what was decided; check the rail before resolving",
+				found.Match.ID, at.Stamp, unlike(a, *found.Match))
 		case found.Match != nil:
 			f.Outcome, f.EntityID, f.EntityBody = ledger.FindingApplied, found.Match.ID, found.Match.Raw
 			f.Detail = fmt.Sprintf("%s carries stamp %s", found.Match.ID, at.Stamp)
@@ -226,6 +238,20 @@ func (w *Worker) one(ctx context.Context, wk ledger.ReconcileWork) (Result, erro
 	w.log.Info("reconciled", "intent", it.String(), "attempt", at.Seq, "outcome", string(f.Outcome),
 		"state", string(out.State), "pages", f.Pages)
 	return Result{Key: it.Key, Outcome: f.Outcome, State: string(out.State), Pages: f.Pages, Entity: f.EntityID, Detail: f.Detail}, nil
+}
+
+// unlike says how the entity e the listing shows under an attempt's stamp
+// differs from the action a the intent decided ("" when it does not): its
+// amount (a full refund names none: its amount is the rail's), its
+// currency.
+func unlike(a rail.Action, e rail.Entity) string {
+	switch {
+	case a.AmountMinor != nil && e.AmountMinor != *a.AmountMinor:
+		return fmt.Sprintf("it is for %d, the intent for %d", e.AmountMinor, *a.AmountMinor)
+	case a.Currency != "" && !strings.EqualFold(e.Currency, a.Currency):
+		return fmt.Sprintf("it is in %q, the intent in %s", e.Currency, a.Currency)
+	}
+	return ""
 }
 
 // NeverSent reports whether wk's attempt never left, and no listing could

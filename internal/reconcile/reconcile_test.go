@@ -52,7 +52,7 @@ type oneAccount struct{ acct *rails.Account }
 func (o oneAccount) ByID(id string) (*rails.Account, bool) { return o.acct, id == o.acct.ID }
 
 func TestFindingsFollowTheEvidence(t *testing.T) {
-	entity := &rail.Entity{ID: "re_9", Stamp: "STAMP", Raw: []byte(`{"id":"re_9","metadata":{"countersign_sik":"STAMP"}}`)}
+	entity := &rail.Entity{ID: "re_9", Stamp: "STAMP", AmountMinor: 5, Currency: "USD", Raw: []byte(`{"id":"re_9","metadata":{"countersign_sik":"STAMP"}}`)}
 	cases := []struct {
 		name      string
 		found     rail.Finding
