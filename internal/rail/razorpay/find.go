@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,18 +18,17 @@ const (
 	// pageCount is the page size Find asks for: Razorpay's documented
 	// maximum, so a page shorter than it can only mean the list ended.
 	pageCount = 100
-	// overlap is how many entities each page repeats from the previous
-	// one; pages advance by pageCount − overlap.
+	// overlap is the least a page repeats of the previous one: a page
+	// advances by at most pageCount − overlap. The proof below does not
+	// need it (the same-second rule does the work); it is margin for a
+	// listing whose order strays a few places from created_at.
 	overlap = 10
 	// maxPages bounds one search; beyond it Find gives up without
-	// claiming exhaustion.
+	// claiming exhaustion. Pages advance by 90 entities when seconds are
+	// distinct and, in the worst arrangement of same-second groups, by at
+	// least 90 over any two pages: 2000 pages reach 90,000 entities.
 	maxPages = 2000
 )
-
-type collection struct {
-	Entity string             `json:"entity"`
-	Items  *[]json.RawMessage `json:"items"`
-}
 
 // Find implements rail.Adapter with overlapping offset pages:
 //
@@ -38,20 +38,41 @@ type collection struct {
 // It matches on notes.countersign_sik alone and ends only on a page with
 // fewer than pageCount items.
 //
-// Why it cannot miss an entity E that existed when Find began. Lists are
-// newest first; page i is fetched with skip s_i = i·step, step = pageCount
-// − overlap. Between two fetches E's position can grow without bound (new
-// entities enter at the head: inserts push E toward the tail) but shrink
-// by at most overlap (entities are never deleted; only entities created in
-// the same second may be reordered between queries). If E is not on page
-// 0 its position is ≥ pageCount = s_0 + pageCount. If E was past the end of
-// page i (position ≥ s_i + pageCount), then at fetch i+1 its position is
-// ≥ s_i + pageCount − overlap = s_{i+1}, so it is either on page i+1 or,
-// again, past its end. So an E never returned is past the end of every
-// page, including the last one; but the last page is short, so nothing is
-// past its end: contradiction. Inserts make pages repeat entities, hence
-// the de-duplication by id. Entities created after Find began are not
-// promised; the reconciler waits a minimum delay before searching.
+// What it rests on. Lists are newest first by created_at, a unix second;
+// entities are never deleted and created_at never changes; entities of
+// the same second come back in any order, and a new order on every query
+// (what a database does with ties in ORDER BY). New entities may appear
+// anywhere between queries.
+//
+// How pages advance. After a full page at skip s whose last item was
+// created in second T, let k be the index of the page's first item not
+// newer than T (where T's group begins on the page). The next skip is s +
+// min(pageCount − overlap, k). So every page begins at or before the
+// first position the boundary's second held when the page before was
+// read: a same-second group at a boundary is always read again whole by
+// the next page, whatever order it comes back in. When k = 0 a whole
+// page belongs to one second: a group of at least pageCount entities
+// whose order is free, which no offset can page through, so Find fails
+// (inconclusive) rather than claim exhaustion. Listing that second alone
+// (from = to = T) would answer a full page too.
+//
+// Why it cannot miss an entity E (created in second t) that existed when
+// Find began. Write newer_q(E) for how many entities are strictly newer
+// than E at query q: every position before newer_q(E) holds one of them
+// and E sits at newer_q(E) or after, somewhere in its group. newer_q(E)
+// never decreases (no deletions, created_at fixed). Invariant: if E was
+// not yet returned, newer_i(E) ≥ s_i at page i. It holds at s_0 = 0. Say
+// it holds at a full page i that does not return E: E's position is ≥ s_i
+// and not on the page, so ≥ s_i + pageCount, and t ≤ T_i. If t < T_i,
+// every position up to s_i + pageCount − 1 holds an entity newer than E,
+// so newer_{i+1}(E) ≥ newer_i(E) ≥ s_i + pageCount > s_{i+1}. If t = T_i,
+// the items before index k are newer than E, and the positions before s_i
+// too (invariant), so newer_{i+1}(E) ≥ s_i + k ≥ s_{i+1}. Either way it
+// holds at page i+1. At the last page, which is short, E's position is ≥
+// s_L and before the end of the list: E is on it. Inserts make pages
+// repeat entities, hence the de-duplication by id. Entities created
+// after Find began are not promised; the reconciler waits a minimum delay
+// before searching.
 func (adapter) Find(ctx context.Context, c rail.Client, a rail.Action, stamp string, since time.Time) (rail.Finding, error) {
 	var f rail.Finding
 	if _, _, err := sik.ParseStamp(stamp); err != nil {
@@ -80,57 +101,56 @@ func (adapter) Find(ctx context.Context, c rail.Client, a rail.Action, stamp str
 	}
 	want := entityOf[a.Kind]
 	seen := map[string]bool{}
-	for skip := 0; ; skip += pageCount - overlap {
+	for skip := 0; ; {
 		if f.Pages >= maxPages {
 			return f, fmt.Errorf("razorpay: find %s: gave up after %d pages", path, f.Pages)
 		}
 		q.Set("skip", strconv.Itoa(skip))
-		status, body, err := get(ctx, c, path+"?"+q.Encode())
+		rows, match, err := listPage(ctx, c, path+"?"+q.Encode(), want, stamp)
 		if err != nil {
 			return f, fmt.Errorf("razorpay: list %s skip %d: %w", path, skip, err)
 		}
-		if status < 200 || status > 299 {
-			return f, fmt.Errorf("razorpay: list %s skip %d: status %d: %s", path, skip, status, errorMessage(body))
-		}
-		var page collection
-		if err := json.Unmarshal(body, &page); err != nil {
-			return f, fmt.Errorf("razorpay: list %s skip %d: undecodable: %w", path, skip, err)
-		}
-		if page.Entity != "collection" || page.Items == nil {
-			return f, fmt.Errorf("razorpay: list %s skip %d: not a collection (entity %q, items missing)", path, skip, page.Entity)
-		}
-		items := *page.Items
-		if len(items) > pageCount {
-			return f, fmt.Errorf("razorpay: list %s skip %d: %d items, more than the %d asked for", path, skip, len(items), pageCount)
-		}
 		f.Pages++
-		fresh := 0
-		for i, raw := range items {
-			e, err := entity(raw, want)
-			if err != nil {
-				return f, fmt.Errorf("razorpay: list %s skip %d item %d: %w", path, skip, i, err)
-			}
-			if e.Stamp == stamp {
-				f.Match = &e
-				f.Exhausted = len(items) < pageCount
-				return f, nil
-			}
-			if !seen[e.ID] {
-				seen[e.ID] = true
-				fresh++
-			}
+		if match != nil {
+			f.Match = match
+			f.Exhausted = len(rows) < pageCount
+			return f, nil
 		}
-		if len(items) < pageCount {
+		if len(rows) < pageCount {
 			f.Exhausted = true
 			return f, nil
 		}
+		fresh := 0
+		for _, r := range rows {
+			if !seen[r.id] {
+				seen[r.id] = true
+				fresh++
+			}
+		}
 		// A full page of entities already seen means skip was not honoured
-		// (or overlap-many inserts landed between two requests): paging
-		// proves nothing then.
+		// (or as many inserts as the step landed between two requests):
+		// paging proves nothing then.
 		if fresh == 0 {
 			return f, fmt.Errorf("razorpay: list %s skip %d: a full page with nothing new", path, skip)
 		}
+		step, err := nextStep(rows)
+		if err != nil {
+			return f, fmt.Errorf("razorpay: list %s skip %d: %w", path, skip, err)
+		}
+		skip += step
 	}
+}
+
+// nextStep is how far the page after a full page (rows) may begin: no
+// further than where the last item's second begins on this page, and no
+// further than pageCount − overlap.
+func nextStep(rows []row) (int, error) {
+	last := rows[len(rows)-1].created
+	k := slices.IndexFunc(rows, func(r row) bool { return r.created <= last })
+	if k == 0 {
+		return 0, fmt.Errorf("all %d entities of a full page were created in one second (%d): their order changes between queries, so paging cannot prove one absent", len(rows), last)
+	}
+	return min(pageCount-overlap, k), nil
 }
 
 func entity(raw json.RawMessage, want string) (rail.Entity, error) {

@@ -660,7 +660,8 @@ func TestFindSkipIgnored(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		items := make([]string, 100)
 		for i := range items {
-			items[i] = refundJSON(fmt.Sprintf("rfnd_%d", i), "pay_1", 1, `[]`)
+			// One second each: a page of one second fails before paging does.
+			items[i] = strings.Replace(refundJSON(fmt.Sprintf("rfnd_%d", i), "pay_1", 1, `[]`), "1597078866", strconv.Itoa(1597078866-i), 1)
 		}
 		_, _ = fmt.Fprintf(w, `{"entity":"collection","count":100,"items":[%s]}`, strings.Join(items, ","))
 	}))

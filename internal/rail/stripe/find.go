@@ -3,6 +3,7 @@ package stripe
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -29,7 +30,11 @@ type listPage struct {
 // Find implements rail.Adapter. It pages newest first with starting_after
 // until has_more is false, and matches on metadata.countersign_sik alone.
 // Cursor paging is stable under inserts: new entities are created at the
-// head, before every cursor, so none of the older pages shift.
+// head, before every cursor, so none of the older pages shift. A page
+// larger than maxBody (the agent writes descriptions and metadata) is asked
+// for again from the same cursor with half the limit, down to one entity;
+// the limit doubles back after each page read. Changing the limit between
+// pages changes nothing the cursor proves.
 //
 //   - refunds: GET /v1/refunds?payment_intent=… (or charge=… for a
 //     charge subject); no time bound, as refunds have no window.
@@ -67,11 +72,20 @@ func (adapter) Find(ctx context.Context, c rail.Client, a rail.Action, stamp str
 	}
 	want := objectOf[a.Kind]
 	cursors := map[string]bool{}
+	limit := pageLimit
 	for {
 		if f.Pages >= maxPages {
 			return f, fmt.Errorf("stripe: find %s: gave up after %d pages", path, f.Pages)
 		}
+		q.Set("limit", strconv.Itoa(limit))
 		status, body, err := get(ctx, c, path+"?"+q.Encode())
+		if errors.Is(err, errTooLarge) && limit > 1 {
+			// Each halving follows a doubling or starts the descent, so
+			// oversized answers cost at most one more request per page
+			// read, plus log2(pageLimit).
+			limit /= 2
+			continue
+		}
 		if err != nil {
 			return f, fmt.Errorf("stripe: list %s page %d: %w", path, f.Pages+1, err)
 		}
@@ -85,7 +99,11 @@ func (adapter) Find(ctx context.Context, c rail.Client, a rail.Action, stamp str
 		if page.Object != "list" || page.Data == nil || page.HasMore == nil {
 			return f, fmt.Errorf("stripe: list %s page %d: not a list (object %q, data or has_more missing)", path, f.Pages+1, page.Object)
 		}
+		if len(*page.Data) > limit {
+			return f, fmt.Errorf("stripe: list %s page %d: %d entities, more than the %d asked for", path, f.Pages+1, len(*page.Data), limit)
+		}
 		f.Pages++
+		limit = min(pageLimit, 2*limit)
 		var last string
 		for i, raw := range *page.Data {
 			e, err := entity(raw, want)

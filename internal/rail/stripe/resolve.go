@@ -14,9 +14,14 @@ import (
 	"github.com/countersign/countersign/internal/sik"
 )
 
-// maxBody bounds a rail answer the adapter reads (a page of 100 refunds is
-// well under 1 MiB).
+// maxBody bounds a rail answer the adapter reads. A page of 100 refunds is
+// usually well under 1 MiB, but the agent chooses descriptions and metadata
+// (an entity reaches ~110 KB): Find asks for a smaller page when one
+// exceeds it (errTooLarge).
 const maxBody = 8 << 20
+
+// errTooLarge: an answer exceeds maxBody.
+var errTooLarge = fmt.Errorf("answer exceeds %d bytes", maxBody)
 
 // get sends a read to the rail and returns its status and body.
 func get(ctx context.Context, c rail.Client, path string) (int, []byte, error) {
@@ -33,7 +38,7 @@ func get(ctx context.Context, c rail.Client, path string) (int, []byte, error) {
 		return resp.StatusCode, nil, fmt.Errorf("read answer to GET %s: %w", path, err)
 	}
 	if len(body) > maxBody {
-		return resp.StatusCode, nil, fmt.Errorf("answer to GET %s exceeds %d bytes", path, maxBody)
+		return resp.StatusCode, nil, fmt.Errorf("GET %s: %w", path, errTooLarge)
 	}
 	return resp.StatusCode, body, nil
 }
