@@ -50,6 +50,17 @@ const (
 	apiHandshakeTimeout = 10 * time.Second
 	// httpIdleTimeout closes a kept-alive connection with no request.
 	httpIdleTimeout = 2 * time.Minute
+	// httpMaxConns bounds the connections the HTTP listener serves at once
+	// (more wait to be accepted), as apiMaxConns does the API listener's:
+	// each costs some 19 KB of buffers and goroutine, and the listener of
+	// an injected sidecar is open to the agent in its pod (and to every
+	// pod of the cluster), which without a bound opened enough idle ones
+	// to have the sidecar OOM-killed — every payment stopped, and the
+	// agent could bind the port while it restarted (found by a review). A
+	// connection with no request in flight yields its slot to one that
+	// waits (slotListener); one in flight keeps it for at most
+	// ReadHeaderTimeout or httpBodyTimeout while its request is read.
+	httpMaxConns = 64
 	// httpMaxHeaderBytes bounds a request's header block, on the HTTP
 	// listener and (as gRPC's header list) on the API listener: grpc-go's
 	// own default is 16 MiB, held per stream before any interceptor knows
@@ -324,6 +335,23 @@ func (c *slotConn) end() {
 		c.l.notify()
 	}
 	c.l.mu.Unlock()
+}
+
+// trackHTTP is the HTTP server's ConnState hook for a slotListener: a
+// connection that has read a byte of a request has one in flight until
+// it is idle again (net/http reports StateActive, then StateIdle; an
+// HTTP/2 connection, StateActive while it has streams).
+func (l *slotListener) trackHTTP(c net.Conn, st http.ConnState) {
+	sc, ok := c.(*slotConn)
+	if !ok || sc.l != l {
+		return
+	}
+	switch st {
+	case http.StateActive:
+		sc.begin()
+	case http.StateIdle:
+		sc.end()
+	}
 }
 
 // slotCreds is insecure transport credentials (the API listener is plain

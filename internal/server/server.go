@@ -251,8 +251,10 @@ func (s *Server) Start(ctx context.Context) error {
 		_ = s.gatewayLis.Close()
 		return err
 	}
+	hs := newSlotListener(hl, httpMaxConns)
+	hl = hs
 	s.http = &http.Server{Handler: boundBodies(mux, apiMaxMessage(s.cfg)), ReadHeaderTimeout: 10 * time.Second,
-		MaxHeaderBytes: httpMaxHeaderBytes, IdleTimeout: httpIdleTimeout}
+		MaxHeaderBytes: httpMaxHeaderBytes, IdleTimeout: httpIdleTimeout, ConnState: hs.trackHTTP}
 
 	if s.cfg.OutboxInterval > 0 {
 		d := &outbox.Dispatcher{Store: s.store, Owner: s.cfg.LeaseOwner, Log: s.log, Metrics: outbox.NewMetrics(s.metrics.Registry),
