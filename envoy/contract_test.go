@@ -132,6 +132,9 @@ func (c *contract) hcm(path string, h *hcmv3.HttpConnectionManager) {
 	for _, p := range envoyconfig.InternalTrust(h) {
 		c.fail("%s: %s", path, p)
 	}
+	for _, p := range envoyconfig.TunnelFaults(h) {
+		c.fail("%s: %s", path, p)
+	}
 	var authz, proc, router []chainFilter
 	for i, f := range h.GetHttpFilters() {
 		cfg, err := f.GetTypedConfig().UnmarshalNew()
@@ -362,6 +365,9 @@ func (c *contract) railRoute(path string, r *routev3.Route, ra *routev3.RouteAct
 	for _, f := range envoyconfig.RouteTimeoutFaults(ra) {
 		c.fail("%s: %s", path, f)
 	}
+	for _, f := range envoyconfig.RouteTunnels(ra) {
+		c.fail("%s: %s", path, f)
+	}
 	if t := ra.GetTimeout(); t == nil || t.AsDuration() <= 0 {
 		c.fail("%s: the route needs a timeout", path)
 	} else if t.AsDuration() > config.DefaultRailSettle {
@@ -412,13 +418,10 @@ func (c *contract) railRoute(path string, r *routev3.Route, ra *routev3.RouteAct
 // route rewrites to.
 func (c *contract) railCluster(path string, cl *clusterv3.Cluster, host string) {
 	cp := fmt.Sprintf("%s: cluster %q", path, cl.GetName())
-	for _, le := range cl.GetLoadAssignment().GetEndpoints() {
-		for _, ep := range le.GetLbEndpoints() {
-			sa := ep.GetEndpoint().GetAddress().GetSocketAddress()
-			if sa.GetAddress() != host || sa.GetPortValue() != 443 {
-				c.fail("%s: endpoint %s:%d, want %s:443", cp, sa.GetAddress(), sa.GetPortValue(), host)
-			}
-		}
+	// Reached by its name, at least once, on 443, through the system's
+	// resolver (envoyconfig.RailClusterFaults says why each).
+	for _, f := range envoyconfig.RailClusterFaults(cl, host, 443) {
+		c.fail("%s: %s", cp, f)
 	}
 	ts := cl.GetTransportSocket()
 	tls := &tlsv3.UpstreamTlsContext{}
@@ -442,8 +445,8 @@ func (c *contract) railCluster(path string, cl *clusterv3.Cluster, host string) 
 	if !sanOK {
 		c.fail("%s: validation_context must match the DNS SAN %q", cp, host)
 	}
-	if len(cl.GetTransportSocketMatches()) > 0 {
-		c.fail("%s: transport_socket_matches could select a socket other than TLS", cp)
+	for _, f := range envoyconfig.RailTLSFaults(tls, host) {
+		c.fail("%s: %s", cp, f)
 	}
 }
 

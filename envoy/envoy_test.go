@@ -19,6 +19,10 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	// Likewise Envoy's default original-IP detector, in a copy that adds it.
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/http/original_ip_detection/xff/v3"
+	// And a cluster that picks its upstream from the request, and a DNS
+	// resolver the config names, in copies whose rail cluster uses them.
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/dynamic_forward_proxy/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/network/dns_resolver/cares/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"sigs.k8s.io/yaml"
 )
@@ -162,6 +166,10 @@ func TestBrokenCopiesAreCaught(t *testing.T) {
 	stripeVH := append(slices.Clone(hcm), "route_config", "virtual_hosts", named("stripe"))
 	stripeRoute := append(slices.Clone(stripeVH), "routes", 0)
 	cluster := func(name string) []any { return []any{"static_resources", "clusters", named(name)} }
+	stripeCTC := append(cluster("stripe"), "transport_socket", "typed_config", "common_tls_context")
+	stripeVC := append(slices.Clone(stripeCTC), "validation_context")
+	stripeEndpoint := append(cluster("stripe"), "load_assignment", "endpoints", 0, "lb_endpoints", 0, "endpoint")
+	stripeAddress := append(slices.Clone(stripeEndpoint), "address")
 
 	cases := []struct {
 		name   string
@@ -250,6 +258,67 @@ func TestBrokenCopiesAreCaught(t *testing.T) {
 		{name: "rail cluster without TLS", at: cluster("stripe"), edit: del("transport_socket"), want: failsContract, errHas: "transport_socket must be an UpstreamTlsContext"},
 		{name: "rail certificate not verified", at: append(cluster("stripe"), "transport_socket", "typed_config", "common_tls_context"), edit: del("validation_context"), want: failsContract, errHas: "trusted_ca must be set"},
 		{name: "sni is not the rewritten host", at: append(cluster("razorpay"), "transport_socket", "typed_config"), edit: set("sni", "api.razorpay.co"), want: failsContract, errHas: "sni \"api.razorpay.co\""},
+		// The rail key goes to the rail's name only, over a chain the
+		// bundle verifies (envoyconfig.RailClusterFaults, RailTLSFaults).
+		{name: "rail certificate chain not verified (ACCEPT_UNTRUSTED: any self-signed certificate naming the rail)", at: stripeVC,
+			edit: set("trust_chain_verification", "ACCEPT_UNTRUSTED"), want: failsContract, errHas: "trust_chain_verification ACCEPT_UNTRUSTED must be unset or VERIFY_TRUST_CHAIN"},
+		{name: "rail certificate may be expired", at: stripeVC, edit: set("allow_expired_certificate", true), want: failsContract, errHas: "allow_expired_certificate must be false"},
+		{name: "rail certificate checked by a custom validator", at: stripeVC, edit: set("custom_validator_config", map[string]any{
+			"name": "envoy.tls.cert_validator.spiffe",
+			"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.SPIFFECertValidatorConfig",
+				"trust_domains": []any{map[string]any{"name": "api.stripe.com", "trust_bundle": map[string]any{"filename": "/etc/bundle.pem"}}}},
+		}), want: failsContract, errHas: "custom_validator_config must be unset"},
+		{name: "rail validation context from SDS", at: stripeCTC, edit: func(m map[string]any) {
+			delete(m, "validation_context")
+			m["validation_context_sds_secret_config"] = map[string]any{"name": "rail-ca"}
+		}, want: failsContract, errHas: "the validation context must be the inline validation_context"},
+		{name: "rail validation context combined with one from SDS", at: stripeCTC, edit: func(m map[string]any) {
+			m["combined_validation_context"] = map[string]any{"default_validation_context": m["validation_context"], "validation_context_sds_secret_config": map[string]any{"name": "rail-ca"}}
+			delete(m, "validation_context")
+		}, want: failsContract, errHas: "the validation context must be the inline validation_context"},
+		{name: "a second SAN matcher accepts other names", at: stripeVC, edit: func(m map[string]any) {
+			m["match_typed_subject_alt_names"] = append(m["match_typed_subject_alt_names"].([]any), map[string]any{"san_type": "DNS", "matcher": map[string]any{"suffix": ".com"}})
+		}, want: failsContract, errHas: "match_typed_subject_alt_names[1] must be DNS, exact api.stripe.com"},
+		{name: "rail cluster steered by the agent's x-envoy-original-dst-host (ORIGINAL_DST)", at: cluster("stripe"), edit: func(m map[string]any) {
+			m["type"], m["lb_policy"] = "ORIGINAL_DST", "CLUSTER_PROVIDED"
+			m["original_dst_lb_config"] = map[string]any{"use_http_header": true}
+			delete(m, "load_assignment")
+		}, want: failsContract, errHas: "type ORIGINAL_DST must be LOGICAL_DNS or STRICT_DNS"},
+		{name: "rail cluster as a dynamic forward proxy (the Host picks the upstream)", at: cluster("stripe"), edit: func(m map[string]any) {
+			delete(m, "type")
+			delete(m, "load_assignment")
+			m["lb_policy"] = "CLUSTER_PROVIDED"
+			m["cluster_type"] = map[string]any{"name": "envoy.clusters.dynamic_forward_proxy", "typed_config": map[string]any{
+				"@type":            "type.googleapis.com/envoy.extensions.clusters.dynamic_forward_proxy.v3.ClusterConfig",
+				"dns_cache_config": map[string]any{"name": "dfp", "dns_lookup_family": "V4_ONLY"},
+			}}
+		}, want: failsContract, errHas: `cluster_type "envoy.clusters.dynamic_forward_proxy" must be unset`},
+		{name: "rail cluster with no endpoint", at: cluster("stripe"), edit: func(m map[string]any) {
+			m["type"] = "STRICT_DNS"
+			m["load_assignment"] = map[string]any{"cluster_name": "stripe", "endpoints": []any{}}
+		}, want: failsContract, errHas: "load_assignment has no endpoint"},
+		{name: "rail endpoint on another host", at: stripeAddress, edit: set("socket_address", map[string]any{"address": "rails.example.net", "port_value": 443}),
+			want: failsContract, errHas: `address "rails.example.net"`},
+		{name: "rail endpoint on another port", at: stripeAddress, edit: set("socket_address", map[string]any{"address": "api.stripe.com", "port_value": 8443}),
+			want: failsContract, errHas: "port 8443"},
+		{name: "rail endpoint with an additional address", at: stripeEndpoint, edit: set("additional_addresses", []any{
+			map[string]any{"address": map[string]any{"socket_address": map[string]any{"address": "203.0.113.7", "port_value": 443}}},
+		}), want: failsContract, errHas: "additional_addresses must be unset"},
+		{name: "rail name resolved by a resolver on loopback (the agent's, in its pod)", at: cluster("stripe"), edit: set("typed_dns_resolver_config", map[string]any{
+			"name": "envoy.network.dns_resolver.cares",
+			"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.extensions.network.dns_resolver.cares.v3.CaresDnsResolverConfig",
+				"resolvers": []any{map[string]any{"socket_address": map[string]any{"address": "127.0.0.1", "port_value": 53}}}},
+		}), want: failsContract, errHas: "the rail's name is resolved by the system's resolver"},
+		// One request, seen whole: no tunnel after the check.
+		{name: "WebSocket upgrades on the agents' listener", at: hcm, edit: set("upgrade_configs", []any{map[string]any{"upgrade_type": "websocket"}}),
+			want: failsContract, errHas: "upgrade_configs must be unset: an upgraded connection is a tunnel"},
+		{name: "CONNECT over HTTP/2 on the agents' listener", at: hcm, edit: set("http2_protocol_options", map[string]any{"allow_connect": true}),
+			want: failsContract, errHas: "http2_protocol_options.allow_connect must be false"},
+		{name: "HTTP/1.0 on the agents' listener", at: hcm, edit: set("http_protocol_options", map[string]any{"accept_http_10": true}),
+			want: failsContract, errHas: "http_protocol_options.accept_http_10 must be false"},
+		{name: "a rail route enables WebSocket upgrades itself", at: append(slices.Clone(stripeRoute), "route"),
+			edit: set("upgrade_configs", []any{map[string]any{"upgrade_type": "websocket", "enabled": true}}),
+			want: failsContract, errHas: "a route can enable an upgrade the connection manager does not"},
 		{name: "countersign over HTTP/1.1", at: cluster("countersign"), edit: del("typed_extension_protocol_options"), want: failsContract, errHas: "must speak HTTP/2"},
 		{name: "authorization in the access log", at: append(slices.Clone(hcm), "access_log", 0, "typed_config", "log_format", "json_format"),
 			edit: set("auth", "%REQ(AUTHORIZATION)%"), want: failsContract, errHas: "credentials must never be logged"},

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/countersign/countersign/internal/envoyconfig"
 )
 
 // helmTemplate renders charts/countersign with args, with helm at the
@@ -170,5 +172,90 @@ func TestChartRefusesPlainHTTPRailURLsInModeInjector(t *testing.T) {
 	if out, err := helmTemplate(t, "--values", "../../charts/countersign/ci/injector-values.yaml", "--set", "mode=egress",
 		"--set-string", "rails[0].baseURL=http://127.0.0.1:12111"); err != nil || !strings.Contains(out, "base_url: http://127.0.0.1:12111") {
 		t.Fatalf("mode egress refuses a loopback baseURL, which Countersign's own pod keeps: %s", out)
+	}
+}
+
+// TestEnvoyMutationsStillLoad: a broken copy of the bootstrap that no
+// longer parsed or validated would be caught by [envoy-bootstrap] for
+// that, whatever the check of its meaning says; each must load as Envoy
+// would load it, so that its meaning is what is caught.
+func TestEnvoyMutationsStillLoad(t *testing.T) {
+	out, err := helmTemplate(t)
+	if err != nil {
+		t.Fatalf("refused: %s", out)
+	}
+	docs, err := splitDocs([]byte(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range envoyMutations {
+		if m.want != invEnvoy {
+			continue
+		}
+		t.Run(m.name, func(t *testing.T) {
+			cp, err := deepCopy(docs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.apply(cp); err != nil {
+				t.Fatal(err)
+			}
+			data := ""
+			for _, o := range cp {
+				if d, ok := o["data"].(map[string]any); ok && o["kind"] == "ConfigMap" && d["envoy.yaml"] != nil {
+					data = d["envoy.yaml"].(string)
+				}
+			}
+			b, err := envoyconfig.ParseBootstrap([]byte(data))
+			if err != nil {
+				t.Fatalf("does not parse: %v", err)
+			}
+			if _, err := envoyconfig.ValidateDeep(b); err != nil {
+				t.Fatalf("does not validate: %v", err)
+			}
+			res, _ := check(cp)
+			if !res.has(m.want) {
+				t.Fatalf("not caught by [%s]: %v", m.want, res.failures)
+			}
+		})
+	}
+}
+
+// TestChartRefusesAnExposingEnvoy: values that would have Envoy log the
+// rail key (its router logs every request's headers at debug, ext_authz
+// the ones it sets at trace) or open its plain-HTTP listener beyond the
+// cluster are refused by the chart's schema; chartcheck's self-test breaks
+// a rendering both ways as well (envoyMutations).
+func TestChartRefusesAnExposingEnvoy(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"Envoy at debug", []string{"--set", "envoy.logLevel=debug"}, "/envoy/logLevel"},
+		{"Envoy at trace", []string{"--set", "envoy.logLevel=trace"}, "/envoy/logLevel"},
+		{"a LoadBalancer Service", []string{"--set", "service.type=LoadBalancer"}, "/service/type"},
+		{"a NodePort Service", []string{"--set", "service.type=NodePort"}, "/service/type"},
+		{"a NodePort Service without the NetworkPolicy", []string{"--set", "service.type=NodePort", "--set", "networkPolicy.enabled=false"}, "/service/type"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := helmTemplate(t, tc.args...)
+			if err == nil || !strings.Contains(out, tc.want) {
+				t.Fatalf("helm template = %v %.300s, want a refusal at %s", err, out, tc.want)
+			}
+		})
+	}
+	for _, level := range safeEnvoyLogLevels {
+		out, err := helmTemplate(t, "--set", "envoy.logLevel="+level)
+		if err != nil {
+			t.Fatalf("envoy.logLevel=%s is refused: %s", level, out)
+		}
+		docs, err := splitDocs([]byte(out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res, _ := check(docs); res.err() != nil {
+			t.Errorf("envoy.logLevel=%s: %v", level, res.err())
+		}
 	}
 }

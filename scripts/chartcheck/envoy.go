@@ -124,6 +124,9 @@ func checkHCM(r *result, h *hcmv3.HttpConnectionManager, clusters map[string]*cl
 	for _, p := range envoyconfig.InternalTrust(h) {
 		r.ok(invEnvoy, false, "%s", p)
 	}
+	for _, p := range envoyconfig.TunnelFaults(h) {
+		r.ok(invEnvoy, false, "http connection manager: %s", p)
+	}
 	// ext_authz, then ext_proc, then the router, each failing closed.
 	fs := h.GetHttpFilters()
 	var names []string
@@ -217,6 +220,9 @@ func checkRailRoute(r *result, where string, rt *routev3.Route, ra *routev3.Rout
 	for _, f := range envoyconfig.RouteTimeoutFaults(ra) {
 		r.ok(invEnvoy, false, "%s: %s", where, f)
 	}
+	for _, f := range envoyconfig.RouteTunnels(ra) {
+		r.ok(invEnvoy, false, "%s: %s", where, f)
+	}
 	r.ok(invEnvoy, host != "", "%s: host_rewrite_literal must name the rail host", where)
 	per := rt.GetTypedPerFilterConfig()
 	apr := &extauthzv3.ExtAuthzPerRoute{}
@@ -243,6 +249,13 @@ func checkRailRoute(r *result, where string, rt *routev3.Route, ra *routev3.Rout
 	if !r.ok(invEnvoy, ok, "%s: cluster %q is not defined", where, name) {
 		return acct.Account
 	}
+	// Reached by its name (the one TLS verifies below), at least once,
+	// through the system's resolver. Any port: the chart's
+	// egress.upstream.port moves an in-cluster MCP server off 443, and with
+	// verified TLS the certificate, not the port, says who gets the key.
+	for _, f := range envoyconfig.RailClusterFaults(cl, host, 0) {
+		r.ok(invEnvoy, false, "%s: cluster %q: %s", where, name, f)
+	}
 	ts := cl.GetTransportSocket()
 	if ts == nil && acct.MCP != nil && !inAgentPod {
 		// An in-cluster MCP server over plain HTTP, from an Envoy of its
@@ -261,6 +274,9 @@ func checkRailRoute(r *result, where string, rt *routev3.Route, ra *routev3.Rout
 	r.ok(invEnvoy, slices.ContainsFunc(vc.GetMatchTypedSubjectAltNames(), func(m *tlsv3.SubjectAltNameMatcher) bool {
 		return m.GetSanType() == tlsv3.SubjectAltNameMatcher_DNS && m.GetMatcher().GetExact() == host
 	}), "%s: cluster %q must match the DNS SAN %q", where, name, host)
+	for _, f := range envoyconfig.RailTLSFaults(tls, host) {
+		r.ok(invEnvoy, false, "%s: cluster %q: %s", where, name, f)
+	}
 	return acct.Account
 }
 

@@ -18,7 +18,9 @@
 //   - Envoy's bootstrap parses strictly into go-control-plane's Bootstrap,
 //     validates into every typed Any, fails closed (ext_authz, then
 //     ext_proc, then the router) and routes each rail to a rail account of
-//     the rails file over verified TLS.
+//     the rails file over verified TLS; Envoy logs at info or above (at
+//     debug its router logs the rail key);
+//   - the egress pods' Services are ClusterIP, with no external IPs.
 //
 // It then breaks copies of the manifests one fault at a time (a rail key
 // mounted into Envoy, an agent container on the socket, gRPC on TCP, …) and
@@ -276,8 +278,10 @@ type volume struct {
 }
 
 type serviceSpec struct {
-	Selector map[string]string `json:"selector"`
-	Ports    []struct {
+	Type        string            `json:"type"`
+	ExternalIPs []string          `json:"externalIPs"`
+	Selector    map[string]string `json:"selector"`
+	Ports       []struct {
 		Port       int `json:"port"`
 		TargetPort any `json:"targetPort"`
 	} `json:"ports"`
@@ -391,6 +395,7 @@ const (
 	invProbes      = "probes"
 	invMigrate     = "migrate-before-serve"
 	invEnvoy       = "envoy-bootstrap"
+	invEnvoyLog    = "envoy-log-level"
 	invServices    = "services"
 	invNetPol      = "network-policy"
 )
@@ -577,6 +582,7 @@ func checkEgressPod(r *result, name string, s podSpec, configMaps map[string]obj
 		return nil
 	}
 	r.ok(invPodShape, slices.Equal(cs.Args, []string{"serve"}), "%s: countersign must run `serve`, got args %q", where, cs.Args)
+	checkEnvoyLogLevel(r, where, slices.Concat(ev.Command, ev.Args))
 	r.ok(invPodShape, s.EnableServiceLinks != nil && !*s.EnableServiceLinks,
 		"%s: enableServiceLinks must be false (service variables share Countersign's COUNTERSIGN_ prefix)", where)
 
@@ -856,6 +862,12 @@ func checkServices(r *result, podLabels map[string]string, eg *egress, services 
 			continue
 		}
 		n++
+		// Envoy's listener is plain HTTP and hands out nothing but what
+		// Countersign allows, yet it is the agents' alone: a NodePort or
+		// LoadBalancer Service, or an external IP, opens it beyond the
+		// cluster, where only the NetworkPolicy (if any) stands.
+		r.ok(invServices, (s.Type == "" || s.Type == "ClusterIP") && len(s.ExternalIPs) == 0,
+			"Service/%s is type %q with externalIPs %q: the egress pods' Services are ClusterIP only, on no address outside the cluster", o.Metadata.Name, s.Type, s.ExternalIPs)
 		for _, p := range s.Ports {
 			ev, eok := eg.envoy.port(p.TargetPort)
 			cs, cok := eg.countersign.port(p.TargetPort)

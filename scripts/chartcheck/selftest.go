@@ -234,7 +234,7 @@ var mutations = []mutation{
 // copy of docs and requires the check to fail with the invariant meant to
 // catch it.
 func selfTest(docs []map[string]any) (int, error) {
-	ms := mutations
+	ms := slices.Concat(mutations, envoyMutations)
 	if slices.ContainsFunc(docs, func(o map[string]any) bool { return o["kind"] == "MutatingWebhookConfiguration" }) {
 		// Plus those of how the injector gets its certificate.
 		ms = slices.Concat(injectorMutations, injectorFilesMutations)
