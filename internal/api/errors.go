@@ -52,6 +52,12 @@ func ToStatus(err error) error {
 		return withDetails(status.New(codes.InvalidArgument, err.Error()), "INVALID_ARGUMENT")
 	case errors.Is(err, ledger.ErrUnavailable):
 		return withDetails(status.New(codes.Unavailable, "the ledger is unreachable"), "LEDGER_UNAVAILABLE")
+	case errors.Is(err, ledger.ErrInvalidText):
+		// The boundary refuses a NUL naming its field (ValidationInterceptor);
+		// this is what a caller sees of anything else the database cannot
+		// store as text.
+		return withDetails(status.New(codes.InvalidArgument,
+			"a text value in the request holds a character that cannot be stored (such as a NUL byte, U+0000)"), "INVALID_ARGUMENT")
 	case errors.Is(err, ledger.ErrOutboxInvalid):
 		return withDetails(status.New(codes.InvalidArgument, err.Error()), "INVALID_ARGUMENT")
 	case errors.Is(err, ledger.ErrApprovalState):
@@ -99,16 +105,30 @@ func withDetails(st *status.Status, reason string, more ...proto.Message) error 
 }
 
 // ValidationInterceptor validates every request message against its
-// protovalidate rules before the handler runs.
+// protovalidate rules, and refuses a NUL byte in any of its strings, before
+// the handler runs.
 func ValidationInterceptor(v protovalidate.Validator) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if m, ok := req.(proto.Message); ok {
-			if err := v.Validate(m); err != nil {
-				return nil, ToStatus(err)
+			if err := validate(v, m); err != nil {
+				return nil, err
 			}
 		}
 		return handler(ctx, req)
 	}
+}
+
+// validate checks one request: its protovalidate rules, then that no
+// string in it holds a NUL byte (the ledger cannot store one, and the
+// caller should learn which field holds it).
+func validate(v protovalidate.Validator, m proto.Message) error {
+	if err := v.Validate(m); err != nil {
+		return ToStatus(err)
+	}
+	if path := nulField(m.ProtoReflect()); path != "" {
+		return refuseNUL(path)
+	}
+	return nil
 }
 
 // StreamValidationInterceptor validates the first message of server
@@ -129,8 +149,8 @@ func (s *validatingStream) RecvMsg(m any) error {
 		return err
 	}
 	if pm, ok := m.(proto.Message); ok {
-		if err := s.v.Validate(pm); err != nil {
-			return ToStatus(err)
+		if err := validate(s.v, pm); err != nil {
+			return err
 		}
 	}
 	return nil

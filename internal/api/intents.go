@@ -83,6 +83,8 @@ func (s *OwnerServer) ListIntents(ctx context.Context, req *countersignv1.ListIn
 const (
 	watchPoll    = 200 * time.Millisecond
 	watchOverlap = 5 * time.Second
+	// watchPage is how many record positions one read of a poll returns.
+	watchPage = 1000
 )
 
 // DefaultWatchStreams is how many watch streams (WatchIntents and
@@ -162,33 +164,15 @@ func (s *OwnerServer) WatchIntents(req *countersignv1.WatchIntentsRequest, strea
 	}
 	defer release()
 	f := filterOf(req.GetAgentId(), req.GetRailAccount(), req.GetStates()...)
-	cursor := time.Now().UnixMicro()
-	seen := map[int64]int64{} // record id → at_micros, pruned behind the overlap window
+	w := transitionWatch{cursor: time.Now().UnixMicro(), sent: map[int64]int64{}}
 	t := time.NewTicker(watchPoll)
 	defer t.Stop()
 	for {
-		trs, err := s.store.OwnerTransitions(ctx, owner, f, cursor-watchOverlap.Microseconds(), 500)
-		if err != nil {
+		if err := s.pollTransitions(ctx, owner, f, &w, stream); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			return ToStatus(err)
-		}
-		for _, tr := range trs {
-			id := tr.ID
-			if _, ok := seen[id]; ok {
-				continue
-			}
-			seen[id] = tr.AtMicros
-			if err := stream.Send(&countersignv1.WatchIntentsResponse{Transition: toAuditRecord(tr.AuditRecord), Intent: toIntent(tr.Intent)}); err != nil {
-				return err
-			}
-			cursor = max(cursor, tr.AtMicros)
-		}
-		for id, at := range seen {
-			if at < cursor-2*watchOverlap.Microseconds() {
-				delete(seen, id)
-			}
 		}
 		select {
 		case <-ctx.Done():
@@ -196,6 +180,71 @@ func (s *OwnerServer) WatchIntents(req *countersignv1.WatchIntentsRequest, strea
 		case <-t.C:
 		}
 	}
+}
+
+// transitionWatch is where one WatchIntents stream stands: the newest
+// at_micros it has sent, and the records it has sent within the overlap
+// window behind that (record id → at_micros).
+type transitionWatch struct {
+	cursor int64
+	sent   map[int64]int64
+}
+
+// pollTransitions sends every transition recorded in the overlap window
+// behind w's cursor, or later, that w has not sent yet. It pages through
+// the window's positions to its end, however many records it holds (a
+// full page of records already sent must not hide the ones after it), and
+// reads in full only the records it has not sent.
+func (s *OwnerServer) pollTransitions(ctx context.Context, owner string, f ledger.IntentFilter, w *transitionWatch,
+	stream grpc.ServerStreamingServer[countersignv1.WatchIntentsResponse],
+) error {
+	page := s.watchPage
+	if page <= 0 {
+		page = watchPage
+	}
+	// Ids are positive: (since, 0) comes before every record at since.
+	pos := ledger.TransitionPos{AtMicros: w.cursor - watchOverlap.Microseconds()}
+	for {
+		ps, err := s.store.OwnerTransitionPositions(ctx, owner, f, pos, page)
+		if err != nil {
+			return err
+		}
+		var unsent []int64
+		for _, p := range ps {
+			if _, ok := w.sent[p.ID]; !ok {
+				unsent = append(unsent, p.ID)
+			}
+		}
+		trs, err := s.store.OwnerTransitions(ctx, owner, unsent)
+		if err != nil {
+			return err
+		}
+		for _, tr := range trs {
+			if err := stream.Send(&countersignv1.WatchIntentsResponse{Transition: toAuditRecord(tr.AuditRecord), Intent: toIntent(tr.Intent)}); err != nil {
+				return err
+			}
+		}
+		// A record that is no longer the owner's between the two reads is
+		// passed over like one sent.
+		for _, p := range ps {
+			if _, ok := w.sent[p.ID]; !ok {
+				w.sent[p.ID] = p.AtMicros
+				w.cursor = max(w.cursor, p.AtMicros)
+			}
+		}
+		if len(ps) < page {
+			break
+		}
+		pos = ps[len(ps)-1]
+	}
+	// The next poll reads from cursor-overlap on: what lies behind it is
+	// never read again.
+	for id, at := range w.sent {
+		if at < w.cursor-watchOverlap.Microseconds() {
+			delete(w.sent, id)
+		}
+	}
+	return nil
 }
 
 func toAuditRecord(r ledger.AuditRecord) *countersignv1.AuditRecord {

@@ -46,6 +46,9 @@ type OwnerServer struct {
 	now func() time.Time
 	// watches caps each owner's open watch streams (intents.go).
 	watches watchSlots
+	// watchPage is how many record positions a watch reads at once; 0
+	// means the default watchPage (tests page in small steps).
+	watchPage int
 	// verifyTurns spaces each owner's audit verifications (audit.go).
 	verifyTurns verifyTurns
 }

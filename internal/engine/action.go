@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -101,12 +102,44 @@ func (e *Engine) route(req Request) target {
 
 // actionTarget is the target of a money-moving action on acct.
 func (e *Engine) actionTarget(req Request, acct *rails.Account, a rail.Action) target {
+	if field := nulField(a); field != "" {
+		// PostgreSQL's text holds no U+0000: such an action could be
+		// neither keyed nor recorded, only refused as a ledger failure.
+		out := refuseRail(acct, req, ReasonInvalidAction, fmt.Sprintf("%s holds a NUL character (U+0000), which no rail id or text may hold; send it without.", field), http.StatusBadRequest)
+		return target{acct: acct, refusal: &out}
+	}
 	alias, err := aliasOf(acct.ID, a)
 	if err != nil {
 		out := refuseRail(acct, req, ReasonInvalidAction, err.Error(), http.StatusBadRequest)
 		return target{acct: acct, refusal: &out}
 	}
 	return target{acct: acct, action: a, alias: alias}
+}
+
+// nulField names a member of a that holds U+0000, or is "".
+func nulField(a rail.Action) string {
+	has := func(s string) bool { return strings.IndexByte(s, 0) >= 0 }
+	switch {
+	case has(a.Subject):
+		return "the subject"
+	case has(a.Currency):
+		return "the currency"
+	case has(a.Payee):
+		return "the payee"
+	case has(a.Distinct):
+		return "the distinct reason"
+	}
+	for _, k := range slices.Sorted(maps.Keys(a.Extra)) {
+		if has(k) || has(a.Extra[k]) {
+			return fmt.Sprintf("member %q", k)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(a.Labels)) {
+		if has(k) || has(a.Labels[k].Value) {
+			return fmt.Sprintf("member %q", k)
+		}
+	}
+	return ""
 }
 
 // run answers an authenticated caller's target.

@@ -28,6 +28,10 @@ var (
 	// ErrAttemptNotLive means an attempt may no longer leave for the rail:
 	// its lease lapsed, it was answered, or a newer attempt replaced it.
 	ErrAttemptNotLive = errors.New("ledger: the attempt is no longer live")
+	// ErrInvalidText means a text value holds a character the ledger cannot
+	// store (a NUL byte, or one the database encoding lacks): the caller's
+	// input is wrong, the ledger is not.
+	ErrInvalidText = errors.New("ledger: a text value holds a character the ledger cannot store (such as a NUL byte)")
 	// ErrSchemaBehind means the database has migrations still to apply.
 	ErrSchemaBehind = errors.New("ledger: schema is behind; run `countersign migrate`")
 )
@@ -262,11 +266,15 @@ func classify(err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable) {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrUnavailable) || errors.Is(err, ErrInvalidText) {
 		return err
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "22021", "22P05": // character_not_in_repertoire, untranslatable_character
+			return fmt.Errorf("%w: %w", ErrInvalidText, err)
+		}
 		// Class 08 (connection exception) and 57P (operator intervention:
 		// admin shutdown, crash shutdown, cannot connect now) mean "down".
 		if len(pgErr.Code) == 5 && (pgErr.Code[:2] == "08" || pgErr.Code[:3] == "57P") {

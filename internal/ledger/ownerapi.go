@@ -127,36 +127,77 @@ type Transition struct {
 	Intent Intent
 }
 
-// OwnerTransitions returns the audited transitions of an owner's intents
-// recorded at or after sinceMicros, oldest first. Records commit out of
-// their timestamp order, so a watcher re-reads a window behind its cursor
-// and drops what it has seen.
-func (s *Store) OwnerTransitions(ctx context.Context, ownerID string, f IntentFilter, sinceMicros int64, limit int) ([]Transition, error) {
+// TransitionPos places an audit record in the order a watcher reads the
+// log: by at_micros, ties broken by id.
+type TransitionPos struct {
+	AtMicros, ID int64
+}
+
+// OwnerTransitionPositions returns the positions of up to limit audited
+// transitions of an owner's intents after the position after, in order:
+// one keyset page. A watcher pages with it through a window behind its
+// cursor (records commit out of their timestamp order: a transaction that
+// began earlier commits later) and asks OwnerTransitions only for the
+// records it has not sent; the positions are all it re-reads of the rest.
+func (s *Store) OwnerTransitionPositions(ctx context.Context, ownerID string, f IntentFilter, after TransitionPos, limit int) ([]TransitionPos, error) {
 	rows, err := s.pool.Query(ctx, `
-		SELECT `+auditRecordColumns+`
+		SELECT r.at_micros, r.id
 		FROM audit_records r JOIN intents i ON i.rail_account = r.rail_account AND i.sik = r.sik
 		WHERE i.agent_id IN (SELECT id FROM agents WHERE owner_id = $1)
 		  AND ($2 = '' OR i.agent_id = $2) AND ($3 = '' OR i.rail_account = $3)
 		  AND (COALESCE(cardinality($4::text[]), 0) = 0 OR r.to_state = ANY($4))
-		  AND r.at_micros >= $5
-		ORDER BY r.at_micros, r.id LIMIT $6`,
-		ownerID, f.AgentID, f.RailAccount, f.States, sinceMicros, limit)
+		  AND (r.at_micros, r.id) > ($5, $6)
+		ORDER BY r.at_micros, r.id LIMIT $7`,
+		ownerID, f.AgentID, f.RailAccount, f.States, after.AtMicros, after.ID, limit)
 	if err != nil {
 		return nil, classify(err)
 	}
-	recs, err := pgx.CollectRows(rows, scanAuditRecord)
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (TransitionPos, error) {
+		var p TransitionPos
+		err := r.Scan(&p.AtMicros, &p.ID)
+		return p, err
+	})
+	return out, classify(err)
+}
+
+// OwnerTransitions returns the audited transitions with the record ids
+// that are of an owner's intents, each with its intent as it stands, in
+// (at_micros, id) order, in one query.
+func (s *Store) OwnerTransitions(ctx context.Context, ownerID string, ids []int64) ([]Transition, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT `+auditRecordColumns+`, i.*
+		FROM audit_records r CROSS JOIN LATERAL (
+			SELECT `+intentColumns+` FROM intents
+			WHERE intents.rail_account = r.rail_account AND intents.sik = r.sik
+			  AND intents.agent_id IN (SELECT id FROM agents WHERE owner_id = $1)) i
+		WHERE r.id = ANY($2::bigint[])
+		ORDER BY r.at_micros, r.id`, ownerID, ids)
 	if err != nil {
 		return nil, classify(err)
 	}
-	out := make([]Transition, 0, len(recs))
-	for _, r := range recs {
-		it, _, err := s.GetIntent(ctx, Key{RailAccount: r.RailAccount, SIK: r.SIK})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, Transition{AuditRecord: r, Intent: it})
-	}
-	return out, nil
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Transition, error) {
+		var t Transition
+		a := &t.AuditRecord
+		it, err := scanIntent(prefixedRow{row: r, prefix: []any{&a.ID, &a.RailAccount, &a.SIK, &a.FromState, &a.ToState,
+			&a.Event, &a.AttemptSeq, &a.Detail, &a.AtMicros, &a.LeafIndex}})
+		t.Intent = it
+		return t, err
+	})
+	return out, classify(err)
+}
+
+// prefixedRow scans the columns before a row's last ones into prefix, so
+// a scanner of those last columns (scanIntent) reads a joined row.
+type prefixedRow struct {
+	row    pgx.Row
+	prefix []any
+}
+
+func (p prefixedRow) Scan(dest ...any) error {
+	return p.row.Scan(append(append([]any{}, p.prefix...), dest...)...)
 }
 
 // AuditFilter narrows an owner's audit records ("" fields match all).

@@ -36,6 +36,10 @@ import (
 //   - MCP tool-description pins are keyed by MCP tool names (they are
 //     valid on every rail: G6 applies them to calls through an MCP server);
 //   - agent_id has the shape of a Countersign agent id (agt_…);
+//   - rail_account and every allowed_payees item are ids of printable
+//     ASCII, and purpose and the provenance pins hold no control, invisible
+//     format or line-separator character (text.go): a mandate the owner
+//     reviews must read as what it stores;
 //   - timestamps are valid and no finer than the microsecond the ledger
 //     stores (a finer one would not round-trip through Postgres).
 //
@@ -97,6 +101,11 @@ var covered = map[string]bool{
 	"grant.amount_bounds":               true,
 	"idempotency.refund_no_window":      true,
 	"window.has_limit":                  true,
+	"mandate.rail_account":              true,
+	"mandate.payee_id":                  true,
+	"mandate.text":                      true,
+	"mandate.rail_host":                 true,
+	"mandate.api_version":               true,
 }
 
 // ruleField points a message-level rule at the field a person has to change.
@@ -188,6 +197,7 @@ func (c *checker) semantic(m *countersignv1.Mandate) {
 	if id := m.GetAgentId(); id != "" && !agentID.MatchString(id) {
 		c.add("agent_id", "mandate.agent_id", "%q is not an agent id: agent ids are agt_ followed by 8 to 64 lower-case letters and digits", id)
 	}
+	c.text(m)
 
 	granted := map[string]bool{}  // currencies
 	payeeGrant := ""              // path of the first payout/transfer grant

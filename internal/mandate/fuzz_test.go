@@ -3,6 +3,7 @@ package mandate
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -23,6 +24,17 @@ func FuzzParse(f *testing.F) {
 		"\xff\xfe", "{rail: stripe, rail: stripe}",
 	} {
 		f.Add([]byte(s))
+	}
+	// Near-valid mandates the id, text and explicit-zero rules refuse.
+	for _, e := range [][2]string{
+		{"allowed_payees: [ba_1001, ba_1002]", "allowed_payees: [\"ba_1001\", \"ba_\u202e2001\"]"},
+		{"allowed_payees: [ba_1001, ba_1002]", "allowed_payees: [\"ba_1001\", \"ba_1002\u200b\", \"ba_1003 \"]"},
+		{"rail_account: acct_1Nv0FGQ9RKHgCVdK", "rail_account: \"acct_1Nv0\u202eFGQ9\""},
+		{"purpose: Refunds and supplier payouts", "purpose: \"Refunds\\0 and \u2066payouts\\n\""},
+		{"recurrence_limit: 2", "recurrence_limit: 0"},
+		{"max_calls: 3", "max_calls: 0"},
+	} {
+		f.Add([]byte(strings.Replace(validYAML, e[0], e[1], 1)))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := Parse(data)

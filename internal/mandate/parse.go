@@ -352,6 +352,17 @@ func isWellKnown(md protoreflect.MessageDescriptor) bool {
 	return false
 }
 
+// zeroIsNoLimit are the counts whose zero value means "no limit". Written
+// out, a 0 reads as a limit of nothing, means the opposite and vanishes
+// from the stored form (proto3 keeps no zero), so the YAML form refuses it
+// as it refuses a budget of 0: the owner leaves the field out instead. A
+// mandate built in code or sent to the API cannot tell an explicit 0 from
+// an absent field, and means no limit by either.
+var zeroIsNoLimit = map[protoreflect.FullName]bool{
+	"countersign.v1.Mandate.recurrence_limit": true,
+	"countersign.v1.Window.max_calls":         true,
+}
+
 // plainInt is the only spelling of an integer a mandate accepts: decimal,
 // no sign other than '-', no leading zeros, no underscores.
 var plainInt = regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`)
@@ -393,6 +404,11 @@ func (p *parser) scalar(n *yaml.Node, path string, fd protoreflect.FieldDescript
 		}
 		v, ok := p.integer(n, path, tag, quoted, bits, isAmount(fd))
 		if !ok {
+			return none, false
+		}
+		if v == 0 && zeroIsNoLimit[fd.FullName()] {
+			p.problems = append(p.problems, Problem{Line: n.Line, Column: n.Column, Field: path, Rule: "mandate.positive_limit",
+				Message: fmt.Sprintf("0 here means no limit, not a limit of 0, and is not kept in the stored mandate; leave %s out for no limit, or write a positive one", fd.Name())})
 			return none, false
 		}
 		if bits == 32 {

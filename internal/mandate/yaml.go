@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
 
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/proto"
@@ -37,7 +39,32 @@ func ToYAML(m *countersignv1.Mandate) ([]byte, error) {
 	if err := enc.Close(); err != nil {
 		return nil, fmt.Errorf("mandate: YAML: %w", err)
 	}
-	return buf.Bytes(), nil
+	return escapeFormat(buf.Bytes()), nil
+}
+
+// escapeFormat writes every invisible format character (Unicode Cf: bidi
+// overrides, zero-width spaces…) of YAML out as a \u escape. The YAML
+// library writes them raw, even in a double-quoted scalar, so a mandate
+// stored before ids and text were held to visible characters (text.go)
+// would still read as something else. Only double-quoted scalars hold
+// them (str quotes every string with one), where the escape means the
+// same character: Parse(ToYAML(m)) keeps m's hash.
+func escapeFormat(b []byte) []byte {
+	if !bytes.ContainsFunc(b, func(r rune) bool { return unicode.Is(unicode.Cf, r) }) {
+		return b
+	}
+	var out bytes.Buffer
+	for _, r := range string(b) {
+		switch {
+		case !unicode.Is(unicode.Cf, r):
+			out.WriteRune(r)
+		case r <= 0xFFFF:
+			fmt.Fprintf(&out, `\u%04X`, r)
+		default:
+			fmt.Fprintf(&out, `\U%08X`, r)
+		}
+	}
+	return out.Bytes()
 }
 
 func cloneNormalized(m *countersignv1.Mandate) *countersignv1.Mandate {
@@ -46,8 +73,16 @@ func cloneNormalized(m *countersignv1.Mandate) *countersignv1.Mandate {
 	return n
 }
 
+// str is a string scalar; one holding a character a reader cannot see
+// (a control, format or line-separator character) is double-quoted, where
+// the YAML library escapes controls and separators and [escapeFormat] the
+// format characters, so the owner sees each of them.
 func str(s string) *yaml.Node {
-	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s}
+	n := &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: s}
+	if strings.ContainsFunc(s, func(r rune) bool { return !visibleText(r) }) {
+		n.Style = yaml.DoubleQuotedStyle
+	}
+	return n
 }
 
 func plain(tag, v string) *yaml.Node {

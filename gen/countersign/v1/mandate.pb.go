@@ -202,11 +202,17 @@ type Mandate struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Rail the mandate applies to.
 	Rail Rail `protobuf:"varint,1,opt,name=rail,proto3,enum=countersign.v1.Rail" json:"rail,omitempty"`
-	// Rail account the agent may act on (e.g. a Stripe account id).
+	// Rail account the agent may act on (e.g. a Stripe account id): 1-255 of
+	// A-Z, a-z, 0-9, _ . : - (the characters of a configured rail account),
+	// so nothing invisible or look-alike can hide in it.
 	RailAccount string `protobuf:"bytes,2,opt,name=rail_account,json=railAccount,proto3" json:"rail_account,omitempty"`
 	// Agent the mandate authorizes.
 	AgentId string `protobuf:"bytes,3,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	// What the agent is for, in the owner's words; shown to approvers.
+	// What the agent is for, in the owner's words; shown to approvers. One
+	// line of text: no control characters (NUL, newline, tab, ...), no
+	// invisible format characters (bidi overrides, zero-width spaces, ...)
+	// and no line or paragraph separators, which could make what an
+	// approver reads differ from what is stored.
 	Purpose string `protobuf:"bytes,4,opt,name=purpose,proto3" json:"purpose,omitempty"`
 	// Start of validity (inclusive).
 	ValidFrom *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=valid_from,json=validFrom,proto3" json:"valid_from,omitempty"`
@@ -217,7 +223,11 @@ type Mandate struct {
 	// Actions granted, at most one per action kind; an action without a grant is blocked.
 	Grants []*Grant `protobuf:"bytes,8,rep,name=grants,proto3" json:"grants,omitempty"`
 	// Payees (payout or transfer destinations) the agent may pay; refunds go
-	// back to the original payer and are not checked against this list.
+	// back to the original payer and are not checked against this list. Each
+	// is a rail id compared exactly (Stripe ba_..., card_..., acct_...;
+	// Razorpay fa_...): 1-255 of A-Z, a-z, 0-9, _ . : @ + -, so no space,
+	// invisible or look-alike character can make a listed payee read as
+	// another.
 	AllowedPayees []string `protobuf:"bytes,9,rep,name=allowed_payees,json=allowedPayees,proto3" json:"allowed_payees,omitempty"`
 	// Total budget per currency over the mandate's life, held two-phase so held
 	// plus spent never exceeds it; a currency without a budget is limited only
@@ -228,8 +238,9 @@ type Mandate struct {
 	// Budget for fees the rail charges on the agent's actions; unset means no fee limit.
 	FeeBudget *Money `protobuf:"bytes,12,opt,name=fee_budget,json=feeBudget,proto3" json:"fee_budget,omitempty"`
 	// Maximum number of actions on the same subject over the mandate's life
-	// (e.g. successive partial refunds of one payment); 0 means no limit
-	// beyond budgets and windows.
+	// (e.g. successive partial refunds of one payment); unset (0) means no
+	// limit beyond budgets and windows. The YAML form refuses an explicit 0:
+	// leave the field out for no limit.
 	RecurrenceLimit int32 `protobuf:"varint,13,opt,name=recurrence_limit,json=recurrenceLimit,proto3" json:"recurrence_limit,omitempty"`
 	// Idempotency settings per action kind, at most one per kind.
 	Idempotency []*IdempotencySetting `protobuf:"bytes,14,rep,name=idempotency,proto3" json:"idempotency,omitempty"`
@@ -495,7 +506,8 @@ type Window struct {
 	Scope WindowScope `protobuf:"varint,1,opt,name=scope,proto3,enum=countersign.v1.WindowScope" json:"scope,omitempty"`
 	// Length of the sliding window (at most 31 days).
 	Duration *durationpb.Duration `protobuf:"bytes,2,opt,name=duration,proto3" json:"duration,omitempty"`
-	// Maximum number of actions in any window; 0 means no call limit.
+	// Maximum number of actions in any window; unset (0) means no call limit.
+	// The YAML form refuses an explicit 0: leave the field out for no limit.
 	MaxCalls int32 `protobuf:"varint,3,opt,name=max_calls,json=maxCalls,proto3" json:"max_calls,omitempty"`
 	// Maximum total amount in any window; unset means no amount limit.
 	MaxAmount     *Money `protobuf:"bytes,4,opt,name=max_amount,json=maxAmount,proto3" json:"max_amount,omitempty"`
@@ -624,9 +636,12 @@ func (x *IdempotencySetting) GetWindow() *durationpb.Duration {
 // Provenance pins what the agent's traffic must look like; drift blocks (G6).
 type Provenance struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Rail API host requests must go to (e.g. api.stripe.com); empty uses the rail's default.
+	// Rail API host requests must go to (e.g. api.stripe.com); empty uses the
+	// rail's default. Printable ASCII without spaces (an internationalised
+	// name in its xn-- form).
 	RailHost string `protobuf:"bytes,1,opt,name=rail_host,json=railHost,proto3" json:"rail_host,omitempty"`
-	// Rail API version requests must carry (e.g. Stripe-Version 2024-06-20); empty pins nothing.
+	// Rail API version requests must carry (e.g. Stripe-Version 2024-06-20);
+	// empty pins nothing. Printable ASCII (a header value).
 	ApiVersion string `protobuf:"bytes,2,opt,name=api_version,json=apiVersion,proto3" json:"api_version,omitempty"`
 	// For accounts reached through a payment MCP server (any rail): tool name to
 	// the lower-case hex SHA-256 of the UTF-8 bytes of the tool's description as
@@ -800,15 +815,15 @@ var File_countersign_v1_mandate_proto protoreflect.FileDescriptor
 
 const file_countersign_v1_mandate_proto_rawDesc = "" +
 	"\n" +
-	"\x1ccountersign/v1/mandate.proto\x12\x0ecountersign.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1acountersign/v1/types.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x81\r\n" +
+	"\x1ccountersign/v1/mandate.proto\x12\x0ecountersign.v1\x1a\x1bbuf/validate/validate.proto\x1a\x1acountersign/v1/types.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x82\x11\n" +
 	"\aMandate\x124\n" +
 	"\x04rail\x18\x01 \x01(\x0e2\x14.countersign.v1.RailB\n" +
-	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x04rail\x12-\n" +
-	"\frail_account\x18\x02 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\xff\x01R\vrailAccount\x12$\n" +
-	"\bagent_id\x18\x03 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18@R\aagentId\x12$\n" +
-	"\apurpose\x18\x04 \x01(\tB\n" +
-	"\xbaH\ar\x05\x10\x01\x18\xe8\aR\apurpose\x12A\n" +
+	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x04rail\x12\xce\x01\n" +
+	"\frail_account\x18\x02 \x01(\tB\xaa\x01\xbaH\xa6\x01\xba\x01\x9b\x01\n" +
+	"\x14mandate.rail_account\x12^a rail account id holds only A-Z, a-z, 0-9, _ . : - (no spaces, invisible or other characters)\x1a#this.matches(r'^[A-Za-z0-9_.:-]*$')r\x05\x10\x01\x18\xff\x01R\vrailAccount\x12$\n" +
+	"\bagent_id\x18\x03 \x01(\tB\t\xbaH\x06r\x04\x10\x01\x18@R\aagentId\x12\xe3\x01\n" +
+	"\apurpose\x18\x04 \x01(\tB\xc8\x01\xbaH\xc4\x01\xba\x01\xb9\x01\n" +
+	"\fmandate.text\x12xtext may not hold control characters, invisible format characters (bidi overrides, zero-width spaces) or line separators\x1a/this.matches(r'^[^\\p{Cc}\\p{Cf}\\p{Zl}\\p{Zp}]*$')r\x05\x10\x01\x18\xe8\aR\apurpose\x12A\n" +
 	"\n" +
 	"valid_from\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampB\x06\xbaH\x03\xc8\x01\x01R\tvalidFrom\x12C\n" +
 	"\vvalid_until\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampB\x06\xbaH\x03\xc8\x01\x01R\n" +
@@ -816,8 +831,9 @@ const file_countersign_v1_mandate_proto_rawDesc = "" +
 	"\x04mode\x18\a \x01(\x0e2\x1b.countersign.v1.MandateModeB\n" +
 	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\x04mode\x129\n" +
 	"\x06grants\x18\b \x03(\v2\x15.countersign.v1.GrantB\n" +
-	"\xbaH\a\x92\x01\x04\b\x01\x10\bR\x06grants\x12;\n" +
-	"\x0eallowed_payees\x18\t \x03(\tB\x14\xbaH\x11\x92\x01\x0e\x10\xe8\a\x18\x01\"\ar\x05\x10\x01\x18\xff\x01R\rallowedPayees\x129\n" +
+	"\xbaH\a\x92\x01\x04\b\x01\x10\bR\x06grants\x12\xd9\x01\n" +
+	"\x0eallowed_payees\x18\t \x03(\tB\xb1\x01\xbaH\xad\x01\x92\x01\xa9\x01\x10\xe8\a\x18\x01\"\xa1\x01\xba\x01\x96\x01\n" +
+	"\x10mandate.payee_id\x12[a payee id holds only A-Z, a-z, 0-9, _ . : @ + - (no spaces, invisible or other characters)\x1a%this.matches(r'^[A-Za-z0-9_.:@+-]*$')r\x05\x10\x01\x18\xff\x01R\rallowedPayees\x129\n" +
 	"\abudgets\x18\n" +
 	" \x03(\v2\x15.countersign.v1.MoneyB\b\xbaH\x05\x92\x01\x02\x10\x10R\abudgets\x12:\n" +
 	"\awindows\x18\v \x03(\v2\x16.countersign.v1.WindowB\b\xbaH\x05\x92\x01\x02\x10\x10R\awindows\x124\n" +
@@ -862,11 +878,13 @@ const file_countersign_v1_mandate_proto_rawDesc = "" +
 	"\xbaH\a\x82\x01\x04\x10\x01 \x00R\n" +
 	"actionKind\x12B\n" +
 	"\x06window\x18\x02 \x01(\v2\x19.google.protobuf.DurationB\x0f\xbaH\f\xaa\x01\t\"\x05\b\x80\xbd\xa3\x01*\x00R\x06window:\xa5\x01\xbaH\xa1\x01\x1a\x9e\x01\n" +
-	"\x1cidempotency.refund_no_window\x12Rrefunds have no idempotency window; use distinct to make a second identical refund\x1a*this.action_kind != 1 || !has(this.window)\"\xec\x04\n" +
+	"\x1cidempotency.refund_no_window\x12Rrefunds have no idempotency window; use distinct to make a second identical refund\x1a*this.action_kind != 1 || !has(this.window)\"\xe0\x06\n" +
 	"\n" +
-	"Provenance\x12%\n" +
-	"\trail_host\x18\x01 \x01(\tB\b\xbaH\x05r\x03\x18\xfd\x01R\brailHost\x12(\n" +
-	"\vapi_version\x18\x02 \x01(\tB\a\xbaH\x04r\x02\x18@R\n" +
+	"Provenance\x12\xb0\x01\n" +
+	"\trail_host\x18\x01 \x01(\tB\x92\x01\xbaH\x8e\x01\xba\x01\x85\x01\n" +
+	"\x11mandate.rail_host\x12Ua host is printable ASCII without spaces (an internationalised name in its xn-- form)\x1a\x19this.matches(r'^[!-~]*$')r\x03\x18\xfd\x01R\brailHost\x12\x8f\x01\n" +
+	"\vapi_version\x18\x02 \x01(\tBn\xbaHk\xba\x01d\n" +
+	"\x13mandate.api_version\x122an API version is printable ASCII (a header value)\x1a\x19this.matches(r'^[ -~]*$')r\x02\x18@R\n" +
 	"apiVersion\x12\x9f\x01\n" +
 	"\x1bmcp_tool_description_hashes\x18\x03 \x03(\v28.countersign.v1.Provenance.McpToolDescriptionHashesEntryB&\xbaH#\x9a\x01 \x10\x80\x02\"\ar\x05\x10\x01\x18\x80\x01*\x12r\x102\x0e^[0-9a-f]{64}$R\x18mcpToolDescriptionHashes\x12\x8d\x01\n" +
 	"\x15mcp_tool_entry_hashes\x18\x04 \x03(\v22.countersign.v1.Provenance.McpToolEntryHashesEntryB&\xbaH#\x9a\x01 \x10\x80\x02\"\ar\x05\x10\x01\x18\x80\x01*\x12r\x102\x0e^[0-9a-f]{64}$R\x12mcpToolEntryHashes\x12G\n" +

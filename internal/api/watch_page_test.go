@@ -1,0 +1,197 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/metadata"
+
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/testing/ledgertest"
+	"github.com/countersign/countersign/internal/testing/wait"
+)
+
+// watchRecorder collects what a WatchIntents stream delivers.
+type watchRecorder struct {
+	mu      sync.Mutex
+	bySIK   map[string]int
+	byID    map[int64]int
+	recvErr error
+}
+
+func recordWatch(stream countersignv1.OwnerService_WatchIntentsClient) *watchRecorder {
+	w := &watchRecorder{bySIK: map[string]int{}, byID: map[int64]int{}}
+	go func() {
+		for {
+			m, err := stream.Recv()
+			w.mu.Lock()
+			if err != nil {
+				w.recvErr = err
+				w.mu.Unlock()
+				return
+			}
+			w.bySIK[m.GetIntent().GetSik()]++
+			w.byID[m.GetTransition().GetRecordId()]++
+			w.mu.Unlock()
+		}
+	}()
+	return w
+}
+
+func (w *watchRecorder) has(sik string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.bySIK[sik] > 0
+}
+
+func (w *watchRecorder) count() (siks int, twice []int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for id, n := range w.byID {
+		if n > 1 {
+			twice = append(twice, id)
+		}
+	}
+	return len(w.bySIK), twice
+}
+
+func watchSIK(prefix string, n int) string {
+	s := fmt.Sprintf("%s%0*d", prefix, 32-len(prefix), n)
+	return strings.NewReplacer("0", "A", "1", "B", "2", "C", "3", "D", "4", "E", "5", "F", "6", "G", "7", "H", "8", "I", "9", "J").Replace(s)
+}
+
+// A burst of more transitions than one read returns, all inside the
+// overlap window, is delivered whole, and what comes after it too: a full
+// page of records already sent does not hide the records behind it. (The
+// watch once re-read only the oldest page of its window, so after such a
+// burst every poll saw the same sent records and the stream fell silent.)
+func TestWatchIntentsDeliversABurstLargerThanAPage(t *testing.T) {
+	srv, store, conn := servedOwnerAPI(t)
+	const page = 4
+	srv.watchPage = page
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-test-owner", "own_burst"), 30*time.Second)
+	defer cancel()
+	agent, err := store.CreateAgent(ctx, "own_burst", "bot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := countersignv1.NewOwnerServiceClient(conn).WatchIntents(ctx, &countersignv1.WatchIntentsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := recordWatch(stream)
+	mk := func(n int) {
+		t.Helper()
+		k := ledger.Key{RailAccount: "acct_b", SIK: watchSIK("BURST", n)}
+		if err := ledgertest.InFlight(context.Background(), store, ledger.NewIntent{Key: k, Rail: "stripe", Action: "refund", Subject: "pi_b",
+			AmountMinor: 1, Currency: "USD", Canonical: "{}", AgentID: agent.ID}, k.SIK); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Each intent is born IN_FLIGHT: one record each, all well inside the
+	// overlap window of one another.
+	const burst = 5*page + 1
+	start := time.Now()
+	for i := range burst {
+		mk(i)
+	}
+	if d := time.Since(start); d > watchOverlap/2 {
+		t.Logf("the burst took %v; it is meant to fall inside the %v overlap window", d, watchOverlap)
+	}
+	if !wait.Until(15*time.Second, func() bool { n, _ := got.count(); return n == burst }) {
+		n, _ := got.count()
+		t.Fatalf("WatchIntents delivered %d of a burst of %d transitions (read %d at a time); recv: %v", n, burst, page, got.recvErr)
+	}
+	// The stream still delivers what comes after the burst.
+	mk(burst)
+	if !wait.Until(15*time.Second, func() bool { return got.has(watchSIK("BURST", burst)) }) {
+		t.Fatalf("WatchIntents went silent after the burst; recv: %v", got.recvErr)
+	}
+	if _, twice := got.count(); len(twice) != 0 {
+		t.Fatalf("records delivered more than once: %v", twice)
+	}
+}
+
+// A transition whose transaction began before others but commits after
+// them (its at_micros is older than records already sent) is still
+// delivered: the watch re-reads the overlap window behind its cursor.
+func TestWatchIntentsDeliversARecordCommittedLate(t *testing.T) {
+	_, store, conn := servedOwnerAPI(t)
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-test-owner", "own_late"), 30*time.Second)
+	defer cancel()
+	agent, err := store.CreateAgent(ctx, "own_late", "bot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := countersignv1.NewOwnerServiceClient(conn).WatchIntents(ctx, &countersignv1.WatchIntentsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := recordWatch(stream)
+	ni := func(sik string) ledger.NewIntent {
+		return ledger.NewIntent{Key: ledger.Key{RailAccount: "acct_l", SIK: sik}, Rail: "stripe", Action: "refund", Subject: "pi_l",
+			AmountMinor: 1, Currency: "USD", Canonical: "{}", AgentID: agent.ID}
+	}
+	late := watchSIK("LATE", 0)
+	inserted, release, committed := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	var releaseOnce sync.Once
+	letCommit := func() { releaseOnce.Do(func() { close(release) }) }
+	// On a failure, the open transaction ends before the store closes.
+	t.Cleanup(letCommit)
+	go func() {
+		committed <- store.InTx(context.Background(), func(tx *ledger.Tx) error {
+			if _, _, err := tx.CreateIntent(context.Background(), ni(late)); err != nil {
+				return err
+			}
+			select {
+			case <-inserted:
+			default:
+				close(inserted)
+			}
+			<-release
+			return nil
+		})
+	}()
+	select {
+	case <-inserted:
+	case err := <-committed:
+		t.Fatalf("the late transaction ended early: %v", err)
+	}
+	// Records stamped after the late one commit first and are sent.
+	var early []string
+	for i := range 5 {
+		k := watchSIK("EARLY", i)
+		early = append(early, k)
+		if err := ledgertest.InFlight(context.Background(), store, ni(k), k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !wait.Until(15*time.Second, func() bool {
+		for _, k := range early {
+			if !got.has(k) {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("the records committed first were not delivered; recv: %v", got.recvErr)
+	}
+	if got.has(late) {
+		t.Fatal("an uncommitted record was delivered")
+	}
+	letCommit()
+	if err := <-committed; err != nil {
+		t.Fatal(err)
+	}
+	if !wait.Until(15*time.Second, func() bool { return got.has(late) }) {
+		t.Fatalf("a record committed after newer ones were sent was never delivered; recv: %v", got.recvErr)
+	}
+	if _, twice := got.count(); len(twice) != 0 {
+		t.Fatalf("records delivered more than once: %v", twice)
+	}
+}
