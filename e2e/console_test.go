@@ -41,7 +41,9 @@ import (
 // agent's <script> stays text; a cross-site form post approves nothing; the
 // queue holds still while the owner's pointer is over it, also as the
 // balances of the cards above it first load; an expired session is sent
-// back to sign-in. Screenshots of the main views go to
+// back to sign-in; a page of another localhost port is sent the session
+// cookie but can do nothing with it, while the console keeps its session
+// across a reload and in a new tab. Screenshots of the main views go to
 // $COUNTERSIGN_SCREENSHOTS (default: a temporary directory, logged).
 func TestConsoleInChromium(t *testing.T) {
 	browser := chromiumPath(t)
@@ -97,6 +99,7 @@ func TestConsoleInChromium(t *testing.T) {
 	if !cookie.HTTPOnly || !cookie.Secure || cookie.SameSite != network.CookieSameSiteStrict {
 		t.Fatalf("session cookie %s: HttpOnly=%v Secure=%v SameSite=%v, want all three strict", cookie.Name, cookie.HTTPOnly, cookie.Secure, cookie.SameSite)
 	}
+	sessionStaysWithItsOrigin(t, ctx, run, base, ownerToken)
 
 	// An agent request is held and appears without a reload.
 	holdLine := d.step(t, "HOLD", 0)
@@ -386,6 +389,98 @@ func TestConsoleInChromium(t *testing.T) {
 		chromedp.Navigate(base+"/console/#/agents"),
 		chromedp.WaitVisible(`#signin`, chromedp.ByQuery))
 	t.Logf("screenshots in %s", shots)
+}
+
+// sessionStaysWithItsOrigin: browsers send a cookie to every port of its
+// host, so a page on another port-forwarded localhost port (the agent's own
+// UI, a report it links to) is sent the console's session cookie. The
+// cookie is half a session: presented by the agent to Countersign's
+// listener, as the cookie or as a Bearer, it opens neither the console's
+// session nor the owner API. The other half is in the console origin's
+// localStorage, which that page cannot read; with it the console keeps
+// working after a reload and in a new tab.
+func sessionStaysWithItsOrigin(t *testing.T, ctx context.Context, run func(string, time.Duration, ...chromedp.Action), base, ownerToken string) {
+	t.Helper()
+	var mu sync.Mutex
+	var got []string // the Cookie headers the agent's page was sent
+	agentUI := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Values("Cookie")...)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprint(w, `<!doctype html><title>agent UI</title><p id=ui>the agent's own UI</p>`)
+	}))
+	defer agentUI.Close()
+	_, uiPort, _ := net.SplitHostPort(agentUI.Listener.Addr().String())
+	var kept string
+	run("the console's key in its own origin", 10*time.Second,
+		chromedp.Evaluate(`localStorage.getItem('countersign_session_key') || ''`, &kept))
+	var theirs string
+	run("the agent's page on another localhost port", 30*time.Second,
+		chromedp.Navigate("http://localhost:"+uiPort+"/"),
+		chromedp.WaitVisible(`#ui`, chromedp.ByQuery),
+		chromedp.Evaluate(`JSON.stringify(Object.assign({}, localStorage))`, &theirs))
+	mu.Lock()
+	m := regexp.MustCompile(`__Host-countersign_session=(css_[a-z2-7]+)`).FindStringSubmatch(strings.Join(got, "; "))
+	mu.Unlock()
+	if m == nil {
+		// What this defends against is the browser's doing: if it no
+		// longer sends the cookie across ports, say so rather than pass
+		// a test of nothing.
+		t.Fatalf("the page of localhost:%s was not sent the console's session cookie (Cookie: %q): the premise of this check changed", uiPort, got)
+	}
+	stolen := m[1]
+	// The agent, in the pod, presents what its page was sent.
+	for _, tc := range []struct{ name, method, path, header, value string }{
+		{"the console's session, as the cookie", "GET", "/console/api/session", "Cookie", "__Host-countersign_session=" + stolen},
+		{"the console's session, as a Bearer", "GET", "/console/api/session", "Authorization", "Bearer " + stolen},
+		{"the owner API, as the cookie", "GET", "/v1/agents", "Cookie", "__Host-countersign_session=" + stolen},
+		{"the owner API, as a Bearer", "GET", "/v1/agents", "Authorization", "Bearer " + stolen},
+		{"an owner change, as a Bearer", "POST", "/v1/agents", "Authorization", "Bearer " + stolen},
+	} {
+		var body io.Reader
+		if tc.method == "POST" {
+			body = strings.NewReader(`{"displayName":"the agent's own"}`)
+		}
+		req, err := http.NewRequest(tc.method, base+tc.path, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set(tc.header, tc.value)
+		req.Header.Set("Content-Type", "application/json")
+		if status, _, body := send(t, req); status != http.StatusUnauthorized || strings.Contains(body, "csrf_token") {
+			t.Errorf("the agent with the cookie its page was sent, %s: %s %s = %d %.200s, want 401", tc.name, tc.method, tc.path, status, body)
+		}
+	}
+	// The other half: in the console origin's localStorage, in no cookie,
+	// and out of the other port's reach.
+	if !regexp.MustCompile(`^[a-z2-7]{52}$`).MatchString(kept) {
+		t.Fatalf("the console's localStorage holds %q, want the session's key half", kept)
+	}
+	if strings.Contains(stolen, kept) || strings.Contains(theirs, kept) {
+		t.Fatalf("the key half reached the other port: cookie %q, its page's localStorage %s", stolen, theirs)
+	}
+	// The owner's console, reloaded, and in a new tab: still signed in.
+	run("the console after a reload", 30*time.Second,
+		chromedp.Navigate(base+"/console/#/approvals"),
+		chromedp.Reload(),
+		chromedp.WaitVisible(`#approvals`, chromedp.ByQuery),
+		waitText(`#live`, "live"))
+	tab, closeTab := chromedp.NewContext(ctx)
+	defer closeTab()
+	c, stop := context.WithTimeout(tab, 30*time.Second)
+	defer stop()
+	if err := chromedp.Run(c,
+		chromedp.Navigate(base+"/console/#/agents"),
+		chromedp.WaitVisible(`#agents table`, chromedp.ByQuery)); err != nil {
+		t.Fatalf("the console in a new tab: %v", err)
+	}
+	// And the agents it lists are the owner's, as the owner token sees them.
+	req, _ := http.NewRequest(http.MethodGet, base+"/v1/agents", nil)
+	req.Header.Set("Authorization", "Bearer "+ownerToken)
+	if status, _, body := send(t, req); status != http.StatusOK || strings.Contains(body, "the agent's own") {
+		t.Fatalf("after the agent's attempts the owner's agents are %d %s", status, body)
+	}
 }
 
 // checkMoneyFormatting: the page writes minor units exactly as

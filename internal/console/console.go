@@ -12,7 +12,11 @@
 // an owner opens are bounded in rate and in number, so that no owner can
 // use them to crowd another out of the failure exemption; a session is an
 // owner credential stored hashed in Postgres and refused once expired or
-// signed out; and a cookie reaches the API only after CSRF checks.
+// signed out; a session is two halves, the HttpOnly cookie and a key only
+// the console page holds (in its origin's localStorage, sent in a header),
+// because every port of a host is sent the cookie (the agent's page on
+// another port-forwarded localhost port included); and a session reaches
+// the API only with both halves and, to change anything, after CSRF checks.
 package console
 
 import (
@@ -42,6 +46,14 @@ const (
 	SessionCookie = "__Host-countersign_session"
 	OIDCCookie    = "__Host-countersign_oidc"
 	CSRFHeader    = "X-Countersign-CSRF"
+	// SessionKeyHeader carries a session's key half (ownerauth.SessionPrefix):
+	// the page keeps it in its origin's localStorage and sends it with every
+	// request, because the cookie alone reaches every port of its host.
+	SessionKeyHeader = "X-Countersign-Session-Key"
+	// SessionKeyFragment starts the URL fragment that hands the key half to
+	// the page after an OIDC sign-in ("/console/#session_key=…"): a fragment
+	// is sent to no server and in no Referer, and the page removes it.
+	SessionKeyFragment = "session_key="
 )
 
 // DefaultSessionTTL is a session's lifetime when Options.TTL is 0.

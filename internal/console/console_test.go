@@ -35,7 +35,7 @@ func checkSecurityHeaders(t *testing.T, what string, h http.Header) {
 // right type.
 func TestStaticFilesAndHeaders(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	secret, _ := r.signIn(r.token)
+	se, _ := r.signIn(r.token)
 	for _, tc := range []struct {
 		name, method, path string
 		headers            []string
@@ -55,9 +55,10 @@ func TestStaticFilesAndHeaders(t *testing.T) {
 		{name: "unknown api", method: "GET", path: "/console/api/nope", status: 404, contentType: "application/json"},
 		{name: "post to a file", method: "POST", path: "/console/assets/console.js", status: 405, contentType: "application/json"},
 		{name: "session signed out", method: "GET", path: "/console/api/session", status: 401, contentType: "application/json"},
-		{name: "session", method: "GET", path: "/console/api/session", headers: []string{"Cookie", cookie(secret)}, status: 200, contentType: "application/json"},
+		{name: "session", method: "GET", path: "/console/api/session", headers: se.headers(), status: 200, contentType: "application/json"},
+		{name: "session, cookie half alone", method: "GET", path: "/console/api/session", headers: []string{"Cookie", cookie(se.cookie)}, status: 401, contentType: "application/json"},
 		{name: "sign-in refused", method: "POST", path: "/console/api/session", status: 415, contentType: "application/json"},
-		{name: "signout without csrf", method: "POST", path: "/console/api/signout", headers: []string{"Cookie", cookie(secret)}, status: 403, contentType: "application/json"},
+		{name: "signout without csrf", method: "POST", path: "/console/api/signout", headers: se.headers(), status: 403, contentType: "application/json"},
 		{name: "oidc off", method: "GET", path: "/console/oidc/start", status: 404, contentType: "application/json"},
 		{name: "currency table", method: "GET", path: "/console/assets/currencies.json", status: 200, contentType: "application/json"},
 	} {
@@ -116,21 +117,27 @@ func TestSignInWithOwnerToken(t *testing.T) {
 	if m == nil || m[2] != "28800" {
 		t.Fatalf("Set-Cookie = %q, want __Host-countersign_session=css_…; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age=28800", cookies[0])
 	}
-	secret := m[1]
 	posted := x.json(t)
+	// The sign-in answer alone carries the key half: only the page that
+	// signed in gets it.
 	wantKeys := []string{"owner_id", "method", "subject", "expire_time", "csrf_token", "oidc_enabled"}
-	if len(posted) != len(wantKeys) {
-		t.Errorf("session body has members %v, want exactly %v", posted, wantKeys)
+	if len(posted) != len(wantKeys)+1 {
+		t.Errorf("session body has members %v, want exactly %v and session_key", posted, wantKeys)
 	}
+	key, _ := posted["session_key"].(string)
+	if !ownerauth.ValidSessionKey(key) || strings.Contains(cookies[0], key) {
+		t.Fatalf("session_key = %q (cookie %q), want a key half that is not in the cookie", posted["session_key"], cookies[0])
+	}
+	se := sess{cookie: m[1], key: key}
 	exp, err := time.Parse(time.RFC3339, posted["expire_time"].(string))
 	if err != nil || exp.Sub(r.clock.Now()) > 8*time.Hour || exp.Sub(r.clock.Now()) < 8*time.Hour-2*time.Second {
 		t.Errorf("expire_time = %v (%v), want 8h from now", posted["expire_time"], err)
 	}
 	if posted["owner_id"] != r.ownerID || posted["method"] != "token" || !strings.HasPrefix(posted["subject"].(string), "otk_") ||
-		posted["csrf_token"] != ownerauth.CSRFToken(secret) || posted["oidc_enabled"] != false {
+		posted["csrf_token"] != ownerauth.CSRFToken(se.whole()) || posted["oidc_enabled"] != false {
 		t.Errorf("session body = %v", posted)
 	}
-	got := r.do("GET", "/console/api/session", "", "Cookie", cookie(secret))
+	got := r.do("GET", "/console/api/session", "", se.headers()...)
 	if got.status != 200 {
 		t.Fatalf("GET session = %d %s", got.status, got.body)
 	}
@@ -139,11 +146,14 @@ func TestSignInWithOwnerToken(t *testing.T) {
 			t.Errorf("GET session %s = %v, POST said %v", k, got.json(t)[k], posted[k])
 		}
 	}
+	if _, ok := got.json(t)["session_key"]; ok || len(got.json(t)) != len(wantKeys) {
+		t.Errorf("GET session = %s, want exactly %v (the key half only in the sign-in answer)", got.body, wantKeys)
+	}
 	// A signed-out browser learns only that, and whether OIDC is offered.
 	if x := r.do("GET", "/console/api/session", ""); x.status != 401 || strings.TrimSpace(x.body) != `{"error":"signed_out","oidc_enabled":false}` {
 		t.Errorf("signed out = %d %s", x.status, x.body)
 	}
-	if x := r.do("GET", "/console/api/session", "", "Cookie", cookie("css_"+strings.Repeat("a", 52))); x.status != 401 {
+	if x := r.do("GET", "/console/api/session", "", "Cookie", cookie("css_"+strings.Repeat("a", 52)), console.SessionKeyHeader, strings.Repeat("a", 52)); x.status != 401 {
 		t.Errorf("unknown session = %d %s", x.status, x.body)
 	}
 }
@@ -174,7 +184,8 @@ func TestSignInRefusals(t *testing.T) {
 		{"agent credential", `{"token":"` + csk + `"}`, json, 401, "agent credential (csk_…) cannot sign in"},
 		{"unknown owner token", `{"token":"cso_` + strings.Repeat("a", 52) + `"}`, json, 401, "unknown owner token"},
 		{"malformed owner token", `{"token":"cso_short"}`, json, 401, "malformed owner token"},
-		{"session as token", `{"token":"` + session + `"}`, json, 401, "a console session cannot open another"},
+		{"session as token", `{"token":"` + session.whole() + `"}`, json, 401, "a console session cannot open another"},
+		{"cookie half as token", `{"token":"` + session.cookie + `"}`, json, 401, "a console session cannot open another"},
 		{"junk", `{"token":"hunter2"}`, json, 401, "not an owner token"},
 		{"unknown member", `{"token":"` + r.token + `","admin":true}`, json, 400, `unknown member "admin"`},
 		{"member in another case", `{"Token":"` + r.token + `"}`, json, 400, `unknown member "Token"`},
@@ -225,25 +236,30 @@ func TestSignInAttemptsAreBounded(t *testing.T) {
 // revoked in the ledger and its cookie gets 401 on the console and the API.
 func TestSignOutRevokes(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	secret, body := r.signIn(r.token)
+	se, body := r.signIn(r.token)
 	csrf := body["csrf_token"].(string)
-	if x := r.do("POST", "/console/api/signout", "", "Cookie", cookie(secret), console.CSRFHeader, "wrong"); x.status != 403 || !strings.Contains(x.body, `"csrf"`) {
+	if x := r.do("POST", "/console/api/signout", "", se.headers(console.CSRFHeader, "wrong")...); x.status != 403 || !strings.Contains(x.body, `"csrf"`) {
 		t.Fatalf("sign-out with a wrong CSRF token = %d %s", x.status, x.body)
 	}
-	if x := r.do("POST", "/console/api/signout", "", "Cookie", cookie(secret), console.CSRFHeader, csrf, "Origin", "https://evil.example"); x.status != 403 {
+	if x := r.do("POST", "/console/api/signout", "", se.headers(console.CSRFHeader, csrf, "Origin", "https://evil.example")...); x.status != 403 {
 		t.Fatalf("cross-origin sign-out = %d %s", x.status, x.body)
 	}
-	if x := r.do("GET", "/console/api/session", "", "Cookie", cookie(secret)); x.status != 200 {
+	// The cookie half with the CSRF token (which only both halves are
+	// answered) but not the key half signs nothing out.
+	if x := r.do("POST", "/console/api/signout", "", "Cookie", cookie(se.cookie), console.CSRFHeader, csrf); x.status != 401 {
+		t.Fatalf("sign-out with the cookie half alone = %d %s", x.status, x.body)
+	}
+	if x := r.do("GET", "/console/api/session", "", se.headers()...); x.status != 200 {
 		t.Fatalf("refused sign-outs ended the session: %d %s", x.status, x.body)
 	}
-	x := r.do("POST", "/console/api/signout", "", "Cookie", cookie(secret), console.CSRFHeader, csrf)
+	x := r.do("POST", "/console/api/signout", "", se.headers(console.CSRFHeader, csrf)...)
 	if x.status != 204 || x.header.Get("Set-Cookie") != "__Host-countersign_session=; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age=0" {
 		t.Fatalf("sign-out = %d %q", x.status, x.header.Get("Set-Cookie"))
 	}
-	if x := r.do("GET", "/console/api/session", "", "Cookie", cookie(secret)); x.status != 401 {
+	if x := r.do("GET", "/console/api/session", "", se.headers()...); x.status != 401 {
 		t.Errorf("session after sign-out = %d %s", x.status, x.body)
 	}
-	if _, err := r.auth.Authenticate(context.Background(), "Bearer "+secret); err == nil {
+	if _, err := r.auth.Authenticate(context.Background(), "Bearer "+se.whole()); err == nil {
 		t.Error("the API still admits a signed-out session")
 	}
 }
@@ -252,16 +268,16 @@ func TestSignOutRevokes(t *testing.T) {
 // whose owner token has been revoked since.
 func TestSessionExpires(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	secret, _ := r.signIn(r.token)
+	se, _ := r.signIn(r.token)
 	r.clock.Advance(8*time.Hour - time.Second)
-	if x := r.do("GET", "/console/api/session", "", "Cookie", cookie(secret)); x.status != 200 {
+	if x := r.do("GET", "/console/api/session", "", se.headers()...); x.status != 200 {
 		t.Fatalf("session just before expiry = %d %s", x.status, x.body)
 	}
 	r.clock.Advance(time.Second)
-	if x := r.do("GET", "/console/api/session", "", "Cookie", cookie(secret)); x.status != 401 {
+	if x := r.do("GET", "/console/api/session", "", se.headers()...); x.status != 401 {
 		t.Fatalf("expired session = %d %s", x.status, x.body)
 	}
-	if _, err := r.auth.Authenticate(context.Background(), "Bearer "+secret); err == nil || !strings.Contains(err.Error(), "expired") {
+	if _, err := r.auth.Authenticate(context.Background(), "Bearer "+se.whole()); err == nil || !strings.Contains(err.Error(), "expired") {
 		t.Errorf("the API on an expired session: %v", err)
 	}
 
@@ -270,7 +286,7 @@ func TestSessionExpires(t *testing.T) {
 	if err := r2.store.RevokeOwnerToken(context.Background(), body["subject"].(string)); err != nil {
 		t.Fatal(err)
 	}
-	if x := r2.do("GET", "/console/api/session", "", "Cookie", cookie(secret2)); x.status != 401 {
+	if x := r2.do("GET", "/console/api/session", "", secret2.headers()...); x.status != 401 {
 		t.Errorf("session of a revoked owner token = %d %s", x.status, x.body)
 	}
 }
@@ -359,7 +375,7 @@ func TestOwnerSessionsAreBounded(t *testing.T) {
 		o.MaxSessions = 3
 		o.OwnerSignIns = quota.NewLimiter(quota.Options{})
 	}})
-	var secrets []string
+	var secrets []sess
 	for range 5 {
 		s, _ := r.signIn(r.token)
 		secrets = append(secrets, s)
@@ -369,11 +385,11 @@ func TestOwnerSessionsAreBounded(t *testing.T) {
 		if i < 2 {
 			want = 401
 		}
-		if x := r.do("GET", "/console/api/session", "", "Cookie", cookie(s)); x.status != want {
+		if x := r.do("GET", "/console/api/session", "", s.headers()...); x.status != want {
 			t.Errorf("session %d = %d %s, want %d", i, x.status, x.body, want)
 		}
 	}
-	if _, err := r.auth.Authenticate(context.Background(), "Bearer "+secrets[0]); err == nil || !strings.Contains(err.Error(), "signed out") {
+	if _, err := r.auth.Authenticate(context.Background(), "Bearer "+secrets[0].whole()); err == nil || !strings.Contains(err.Error(), "signed out") {
 		t.Errorf("the API on a session signed out by newer ones: %v", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/countersign/countersign/internal/console"
+	"github.com/countersign/countersign/internal/ownerauth"
 )
 
 // FuzzParseSignIn: whatever the body, the parser answers without
@@ -34,6 +35,42 @@ func FuzzParseSignIn(f *testing.F) {
 		// Accepting is stable: the token, re-encoded alone, parses to itself.
 		if again, err := console.ParseSignIn([]byte(`{"token":"` + tok + `"}`)); err != nil && !strings.ContainsAny(tok, `"\`) || err == nil && again != tok {
 			t.Fatalf("token %q does not parse back: %q %v", tok, again, err)
+		}
+	})
+}
+
+// FuzzParseSessionKey: whatever the values of X-Countersign-Session-Key,
+// the parser answers without panicking, and accepts only one value that
+// is a key half exactly (52 characters of lower-case base32, one
+// spelling), returned unchanged.
+func FuzzParseSessionKey(f *testing.F) {
+	m, _, err := ownerauth.MintSession()
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, s := range []string{m.Key, m.Cookie, m.Whole(), "", " " + m.Key, strings.ToUpper(m.Key), m.Key[:51] + "b", m.Key + "\x00", m.Key + "," + m.Key} {
+		f.Add(s, false)
+		f.Add(s, true)
+	}
+	f.Fuzz(func(t *testing.T, v string, twice bool) {
+		vals := []string{v}
+		if twice {
+			vals = append(vals, v)
+		}
+		key, err := console.ParseSessionKey(vals)
+		if err != nil {
+			if key != "" {
+				t.Fatalf("a refusal returned %q", key)
+			}
+			return
+		}
+		if twice || key != v || len(key) != 52 || !ownerauth.ValidSessionKey(key) {
+			t.Fatalf("accepted %q (twice %v) as %q", v, twice, key)
+		}
+		for i := 0; i < len(key); i++ {
+			if !strings.ContainsRune("abcdefghijklmnopqrstuvwxyz234567", rune(key[i])) {
+				t.Fatalf("accepted key with byte %#x", key[i])
+			}
 		}
 	})
 }

@@ -159,8 +159,21 @@ func (r *rig) do(method, path, body string, headers ...string) resp {
 
 var sessionCookieRE = regexp.MustCompile(`^__Host-countersign_session=(css_[a-z2-7]{52}); Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age=(\d+)$`)
 
-// signIn signs in with token and returns the session secret and the body.
-func (r *rig) signIn(token string) (string, map[string]any) {
+// sess is a console session as the browser holds it: the cookie half (the
+// HttpOnly cookie) and the key half (the page's localStorage).
+type sess struct{ cookie, key string }
+
+// whole is the secret the owner API takes: "css_<cookie>.<key>".
+func (s sess) whole() string { return s.cookie + "." + s.key }
+
+// headers are the Cookie and the key header the page sends, then more.
+func (s sess) headers(more ...string) []string {
+	return append([]string{"Cookie", cookie(s.cookie), console.SessionKeyHeader, s.key}, more...)
+}
+
+// signIn signs in with token and returns the session and the body, which
+// holds the key half (session_key) and the cookie the cookie half.
+func (r *rig) signIn(token string) (sess, map[string]any) {
 	r.t.Helper()
 	x := r.do("POST", "/console/api/session", fmt.Sprintf(`{"token":%q}`, token), "Content-Type", "application/json")
 	if x.status != 200 {
@@ -170,7 +183,12 @@ func (r *rig) signIn(token string) (string, map[string]any) {
 	if m == nil {
 		r.t.Fatalf("sign-in cookie %q", x.header.Get("Set-Cookie"))
 	}
-	return m[1], x.json(r.t)
+	body := x.json(r.t)
+	key, _ := body["session_key"].(string)
+	if !ownerauth.ValidSessionKey(key) {
+		r.t.Fatalf("sign-in body has no session key: %s", x.body)
+	}
+	return sess{cookie: m[1], key: key}, body
 }
 
 func cookie(secret string) string { return console.SessionCookie + "=" + secret }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/console"
 )
 
 // recordingOwners answers ListAgents and keeps the metadata it arrived with.
@@ -55,14 +56,15 @@ func TestCookieNeverReachesGRPCMetadata(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newRig(t, rigOptions{api: gw})
-	secret, body := r.signIn(r.token)
+	se, body := r.signIn(r.token)
+	secret := se.whole()
 	for _, tc := range []struct {
 		name    string
 		headers []string
 		authz   string
 	}{
-		{"session cookie", []string{"Cookie", cookie(secret) + "; theme=dark", "X-Countersign-CSRF", body["csrf_token"].(string)}, "Bearer " + secret},
-		{"owner token with a cookie", []string{"Authorization", "Bearer " + r.token, "Cookie", cookie(secret)}, "Bearer " + r.token},
+		{"session cookie", []string{"Cookie", cookie(se.cookie) + "; theme=dark", console.SessionKeyHeader, se.key, "X-Countersign-CSRF", body["csrf_token"].(string)}, "Bearer " + secret},
+		{"owner token with a cookie", []string{"Authorization", "Bearer " + r.token, "Cookie", cookie(se.cookie), console.SessionKeyHeader, se.key}, "Bearer " + r.token},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if x := r.do("GET", "/v1/agents", "", tc.headers...); x.status != http.StatusOK {
@@ -75,11 +77,11 @@ func TestCookieNeverReachesGRPCMetadata(t *testing.T) {
 				t.Errorf("authorization metadata = %q, want %q", got, tc.authz)
 			}
 			for k, vals := range md {
-				if strings.Contains(k, "cookie") || strings.Contains(k, "csrf") {
+				if strings.Contains(k, "cookie") || strings.Contains(k, "csrf") || strings.Contains(k, "session-key") {
 					t.Errorf("metadata %s = %q reached gRPC", k, vals)
 				}
 				for _, v := range vals {
-					if k != "authorization" && k != "grpcgateway-authorization" && strings.Contains(v, secret) {
+					if k != "authorization" && k != "grpcgateway-authorization" && (strings.Contains(v, se.cookie) || strings.Contains(v, se.key)) {
 						t.Errorf("metadata %s carries the session secret", k)
 					}
 				}

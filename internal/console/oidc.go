@@ -370,8 +370,14 @@ func (c *Console) oidcCallback(w http.ResponseWriter, r *http.Request) {
 		c.unavailable(w, err)
 		return
 	}
-	c.open(w, r, o, c.o.Now().Add(c.o.TTL), func(string, ownerauth.Session) {
+	// The key half goes to the page in the redirect's fragment: the browser
+	// sends a fragment to no server and in no Referer, and keeps it for the
+	// page of the console's origin, which stores it and removes it from the
+	// address bar and history (history.replaceState).
+	c.open(w, r, o, c.o.Now().Add(c.o.TTL), func(secret ownerauth.SessionSecret, _ ownerauth.Session) {
+		// Set by hand: http.Redirect would repeat the URL in an HTML body.
 		w.Header().Set("Cache-Control", "no-store")
-		http.Redirect(w, r, "/console/", http.StatusSeeOther)
+		w.Header().Set("Location", "/console/#"+SessionKeyFragment+secret.Key)
+		w.WriteHeader(http.StatusSeeOther)
 	})
 }

@@ -199,7 +199,10 @@ func TestOIDCSignIn(t *testing.T) {
 		p := newProvider(t)
 		r := oidcRig(t, p)
 		x := r.callback(r.startOIDC(t, p))
-		if x.status != 303 || x.header.Get("Location") != "/console/" {
+		// The key half goes to the page in the fragment (sent to no server,
+		// in no Referer), and nowhere else in the answer.
+		key, ok := strings.CutPrefix(x.header.Get("Location"), "/console/#"+console.SessionKeyFragment)
+		if x.status != 303 || !ok || !ownerauth.ValidSessionKey(key) || strings.Contains(x.body, key) {
 			t.Fatalf("callback = %d %s (Location %q)", x.status, x.body, x.header.Get("Location"))
 		}
 		checkSecurityHeaders(t, "callback", x.header)
@@ -214,7 +217,13 @@ func TestOIDCSignIn(t *testing.T) {
 		if secret == "" || !clearedOIDC {
 			t.Fatalf("callback cookies = %q", x.header.Values("Set-Cookie"))
 		}
-		got := r.do("GET", "/console/api/session", "", "Cookie", cookie(secret))
+		if strings.Contains(strings.Join(x.header.Values("Set-Cookie"), "\n"), key) {
+			t.Fatalf("the key half is in a cookie: %q", x.header.Values("Set-Cookie"))
+		}
+		if got := r.do("GET", "/console/api/session", "", "Cookie", cookie(secret)); got.status != 401 {
+			t.Fatalf("session with the cookie half alone = %d %s", got.status, got.body)
+		}
+		got := r.do("GET", "/console/api/session", "", sess{cookie: secret, key: key}.headers()...)
 		m := got.json(t)
 		if got.status != 200 || m["method"] != "oidc" || m["subject"] != "alice" || !strings.HasPrefix(m["owner_id"].(string), "oidc:") || m["oidc_enabled"] != true {
 			t.Fatalf("session = %d %s", got.status, got.body)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"unicode/utf8"
+
+	"github.com/countersign/countersign/internal/ownerauth"
 )
 
 // maxTokenBytes bounds the token member; an owner token is 56 bytes.
@@ -69,6 +71,19 @@ func ParseSignIn(b []byte) (string, error) {
 		}
 	}
 	return token, nil
+}
+
+var errSessionKey = errors.New("console: " + SessionKeyHeader + " must be one session key half (52 base32 characters)")
+
+// ParseSessionKey reads the values of SessionKeyHeader: exactly one, the
+// exact shape of a session's key half (ownerauth.ValidSessionKey: 52
+// characters of lower-case base32, canonical). Anything else, two headers
+// or one with spaces, another case or another length, is refused.
+func ParseSessionKey(vals []string) (string, error) {
+	if len(vals) != 1 || !ownerauth.ValidSessionKey(vals[0]) {
+		return "", errSessionKey
+	}
+	return vals[0], nil
 }
 
 func truncate(s string) string {

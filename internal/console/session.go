@@ -26,8 +26,12 @@ type sessionBody struct {
 	ExpireTime  string `json:"expire_time"`
 	CSRFToken   string `json:"csrf_token"`
 	OIDCEnabled bool   `json:"oidc_enabled"`
+	// SessionKey is the session's key half, in the answer of a sign-in
+	// only: the page keeps it and sends it back in SessionKeyHeader.
+	SessionKey string `json:"session_key,omitempty"`
 }
 
+// body answers for the session whose whole secret is secret.
 func (c *Console) body(secret string, s ownerauth.Session) sessionBody {
 	return sessionBody{OwnerID: s.Owner.ID, Method: string(s.Method), Subject: s.Subject,
 		ExpireTime: s.ExpiresAt.UTC().Format(time.RFC3339), CSRFToken: ownerauth.CSRFToken(secret),
@@ -39,9 +43,11 @@ func (c *Console) signedOut(w http.ResponseWriter) {
 	writeJSON(w, http.StatusUnauthorized, errorBody{Error: "signed_out", OIDCEnabled: &enabled})
 }
 
-// getSession answers who the session cookie signs in, or signed_out.
+// getSession answers who the session (cookie and key halves) signs in, or
+// signed_out: the cookie alone, which every port of the host is sent, is
+// signed out, and learns nothing (not even the CSRF token).
 func (c *Console) getSession(w http.ResponseWriter, r *http.Request) {
-	secret, ok := sessionCookie(r)
+	secret, ok := session(r)
 	if !ok {
 		c.signedOut(w)
 		return
@@ -100,18 +106,21 @@ func (c *Console) signIn(w http.ResponseWriter, r *http.Request) {
 	if tokenExpires.Before(expires) {
 		expires = tokenExpires // a session never outlives its token
 	}
-	c.open(w, r, o, expires, func(secret string, s ownerauth.Session) {
-		writeJSON(w, http.StatusOK, c.body(secret, s))
+	c.open(w, r, o, expires, func(secret ownerauth.SessionSecret, s ownerauth.Session) {
+		b := c.body(secret.Whole(), s)
+		b.SessionKey = secret.Key
+		writeJSON(w, http.StatusOK, b)
 	})
 }
 
-// open starts a session for o, sets its cookie and calls done. An owner
+// open starts a session for o, sets its cookie (the cookie half) and calls
+// done, which hands the key half to the page. An owner
 // opens at most OwnerSignIns sessions and holds at most MaxSessions live
 // ones (the oldest is signed out): each session is one more credential
 // exempt from the source block, and an owner signing in without end must
 // not be able to grow that set, or the ledger, without bound.
 func (c *Console) open(w http.ResponseWriter, r *http.Request, o ownerauth.Owner, expires time.Time,
-	done func(secret string, s ownerauth.Session),
+	done func(secret ownerauth.SessionSecret, s ownerauth.Session),
 ) {
 	if ok, wait := c.o.OwnerSignIns.Allow(o.ID); !ok {
 		c.o.Log.Info("console: sign-in refused: too many by this owner", "owner", o.ID, "subject", o.Subject)
@@ -135,17 +144,21 @@ func (c *Console) open(w http.ResponseWriter, r *http.Request, o ownerauth.Owner
 	// exempt from the blocks on their source address, which the agent shares
 	// (127.0.0.1 through a port-forward) and can exhaust on purpose. It is
 	// remembered among o's own credentials, which no other owner can evict.
-	c.o.Failures.AdmitFor(o.ID, credentialKey(secret))
+	// It is keyed by the whole secret, as the API's guard keys the
+	// "Bearer css_….…" WrapAPI presents: the cookie half alone is another
+	// credential, never exempt.
+	c.o.Failures.AdmitFor(o.ID, credentialKey(secret.Whole()))
 	maxAge := int((row.ExpiresAt.Sub(c.o.Now()) + time.Second/2) / time.Second)
-	w.Header().Add("Set-Cookie", SessionCookie+"="+secret+"; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age="+strconv.Itoa(max(maxAge, 1)))
+	w.Header().Add("Set-Cookie", SessionCookie+"="+secret.Cookie+"; Path=/; HttpOnly; Secure; SameSite=Strict; Max-Age="+strconv.Itoa(max(maxAge, 1)))
 	c.o.Log.Info("console: session opened", "session", row.ID, "owner", o.ID, "method", string(o.Method), "subject", o.Subject,
 		"oldest_signed_out", signedOut)
 	done(secret, ownerauth.Session{Owner: o, ID: row.ID, ExpiresAt: row.ExpiresAt})
 }
 
-// signOut revokes the session and clears its cookie.
+// signOut revokes the session (both halves presented) and clears its
+// cookie; the page forgets the key half.
 func (c *Console) signOut(w http.ResponseWriter, r *http.Request) {
-	secret, ok := sessionCookie(r)
+	secret, ok := session(r)
 	if !ok {
 		c.signedOut(w)
 		return
@@ -176,9 +189,26 @@ func clearCookie(w http.ResponseWriter, name, sameSite string) {
 	w.Header().Add("Set-Cookie", name+"=; Path=/; HttpOnly; Secure; SameSite="+sameSite+"; Max-Age=0")
 }
 
-// sessionCookie is the value of the request's one session cookie. Two are
-// refused (which one to believe is what an attacker would play with), and
-// so is anything not shaped like a session secret.
+// session is the whole secret of the request's session: its one session
+// cookie (the cookie half) joined to its one SessionKeyHeader (the key
+// half). Without both, well formed, there is no session.
+func session(r *http.Request) (string, bool) {
+	cookie, ok := sessionCookie(r)
+	if !ok {
+		return "", false
+	}
+	key, err := ParseSessionKey(r.Header.Values(SessionKeyHeader))
+	if err != nil {
+		return "", false
+	}
+	secret, err := ownerauth.JoinSession(cookie, key)
+	return secret, err == nil
+}
+
+// sessionCookie is the value of the request's one session cookie: a
+// session's cookie half. Two are refused (which one to believe is what an
+// attacker would play with), and so is anything not shaped like a cookie
+// half.
 func sessionCookie(r *http.Request) (string, bool) {
 	var vals []string
 	for _, ck := range r.Cookies() {
@@ -189,7 +219,7 @@ func sessionCookie(r *http.Request) (string, bool) {
 	if len(vals) != 1 {
 		return "", false
 	}
-	if _, err := ownerauth.HashSession(vals[0]); err != nil {
+	if !ownerauth.ValidSessionCookie(vals[0]) {
 		return "", false
 	}
 	return vals[0], true

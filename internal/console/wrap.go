@@ -7,20 +7,28 @@ import (
 	"github.com/countersign/countersign/internal/ownerauth"
 )
 
-// WrapAPI lets the console's session cookie call the owner REST API
-// (next, the gateway at /v1/). For every request:
+// WrapAPI lets the console's session call the owner REST API (next, the
+// gateway at /v1/). For every request:
 //
-//   - the Cookie header is removed before next, so no cookie ever reaches
-//     the gateway, gRPC metadata or a log;
+//   - the Cookie, SessionKeyHeader and CSRF headers are removed before
+//     next, so neither half of a session ever reaches the gateway, gRPC
+//     metadata or a log but as the Authorization below;
 //   - a request with an Authorization header is otherwise passed on
 //     untouched: the owner-token and JWT API is unchanged;
-//   - a request with the session cookie and no Authorization header is
-//     passed on as "Authorization: Bearer css_…", which ownerauth looks up
-//     in owner_sessions (an unknown, expired or signed-out session gets the
-//     API's normal 401). Before that, a method other than GET, HEAD and
-//     OPTIONS must carry X-Countersign-CSRF equal to the session's CSRF
-//     token and must not come cross-site (Origin, Sec-Fetch-Site):
-//     otherwise 403 {"error":"csrf"} and next is never called.
+//   - a request with the session cookie (the cookie half), one well-formed
+//     SessionKeyHeader (the key half the page keeps) and no Authorization
+//     header is passed on as "Authorization: Bearer css_….…", the whole
+//     secret, which ownerauth looks up in owner_sessions (an unknown,
+//     expired or signed-out session gets the API's normal 401). Before
+//     that, a method other than GET, HEAD and OPTIONS must carry
+//     X-Countersign-CSRF equal to the session's CSRF token and must not
+//     come cross-site (Origin, Sec-Fetch-Site): otherwise 403
+//     {"error":"csrf"} and next is never called;
+//   - the cookie without the key half is no session: the request goes on
+//     with no credential and gets the API's 401. Browsers send the cookie
+//     to every port of its host, so a page of another localhost port (the
+//     agent's) has it; the key half lives in the console origin's
+//     localStorage, which no other origin can read.
 //
 // Every response, whoever the caller, carries the console's security
 // headers (Content-Security-Policy, nosniff, no framing, no referrer) and
@@ -41,10 +49,13 @@ func (c *Console) WrapAPI(next http.Handler) http.Handler {
 		// on every answer, the gateway's errors included.
 		setSecurityHeaders(w.Header())
 		w.Header().Set("Cache-Control", "no-store")
-		secret, hasSession := sessionCookie(r)
+		secret, hasSession := session(r)
 		_, hasAuthz := r.Header["Authorization"]
+		csrf := r.Header.Values(CSRFHeader)
 		r = r.Clone(r.Context())
 		r.Header.Del("Cookie")
+		r.Header.Del(SessionKeyHeader)
+		r.Header.Del(CSRFHeader)
 		if hasAuthz || !hasSession {
 			next.ServeHTTP(w, r)
 			return
@@ -52,12 +63,11 @@ func (c *Console) WrapAPI(next http.Handler) http.Handler {
 		switch r.Method {
 		case http.MethodGet, http.MethodHead, http.MethodOptions:
 		default:
-			if c.crossSite(r) || !ownerauthCSRF(secret, r.Header.Values(CSRFHeader)) {
+			if c.crossSite(r) || !ownerauthCSRF(secret, csrf) {
 				writeJSON(w, http.StatusForbidden, errorBody{Error: "csrf"})
 				return
 			}
 		}
-		r.Header.Del(CSRFHeader)
 		r.Header.Set("Authorization", "Bearer "+secret)
 		ctx, stop := c.bind(r.Context(), secret)
 		defer func() { _ = stop() }()

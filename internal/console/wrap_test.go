@@ -17,9 +17,16 @@ import (
 // Cache-Control: no-store.
 func TestWrapAPI(t *testing.T) {
 	r := newRig(t, rigOptions{})
-	secret, body := r.signIn(r.token)
+	se, body := r.signIn(r.token)
+	other, _ := r.signIn(r.token)
 	csrf := body["csrf_token"].(string)
-	ck := cookie(secret) + "; other=1"
+	secret := se.whole()
+	ck := cookie(se.cookie) + "; other=1"
+	// with is the cookie and the key half, as the console page sends them,
+	// then more.
+	with := func(more ...string) []string {
+		return append([]string{"Cookie", ck, console.SessionKeyHeader, se.key}, more...)
+	}
 	for _, tc := range []struct {
 		name      string
 		method    string
@@ -27,21 +34,31 @@ func TestWrapAPI(t *testing.T) {
 		reaches   bool
 		wantAuthz string
 	}{
-		{"GET with the cookie", "GET", []string{"Cookie", ck}, true, "Bearer " + secret},
-		{"GET cross-site with the cookie", "GET", []string{"Cookie", ck, "Sec-Fetch-Site", "cross-site"}, true, "Bearer " + secret},
-		{"POST without CSRF", "POST", []string{"Cookie", ck}, false, ""},
-		{"POST with a wrong CSRF token", "POST", []string{"Cookie", ck, console.CSRFHeader, csrf[:len(csrf)-1] + "x"}, false, ""},
-		{"POST with two CSRF headers", "POST", []string{"Cookie", ck, console.CSRFHeader, csrf, console.CSRFHeader, csrf}, false, ""},
-		{"POST with CSRF from another origin", "POST", []string{"Cookie", ck, console.CSRFHeader, csrf, "Origin", "https://evil.example"}, false, ""},
-		{"POST with CSRF, cross-site", "POST", []string{"Cookie", ck, console.CSRFHeader, csrf, "Sec-Fetch-Site", "cross-site"}, false, ""},
-		{"DELETE without CSRF", "DELETE", []string{"Cookie", ck}, false, ""},
-		{"PATCH without CSRF", "PATCH", []string{"Cookie", ck}, false, ""},
-		{"POST with CSRF", "POST", []string{"Cookie", ck, console.CSRFHeader, csrf}, true, "Bearer " + secret},
-		{"POST with CSRF, same origin", "POST", []string{"Cookie", ck, console.CSRFHeader, csrf, "Origin", r.srv.URL, "Sec-Fetch-Site", "same-origin"}, true, "Bearer " + secret},
+		{"GET with the cookie and the key", "GET", with(), true, "Bearer " + secret},
+		{"GET cross-site with the cookie and the key", "GET", with("Sec-Fetch-Site", "cross-site"), true, "Bearer " + secret},
+		// The cookie half alone (what a page of another port of the host
+		// is sent) is no session: the request goes on with no credential.
+		{"GET with the cookie alone", "GET", []string{"Cookie", ck}, true, ""},
+		{"POST with the cookie alone and the CSRF token", "POST", []string{"Cookie", ck, console.CSRFHeader, csrf}, true, ""},
+		{"GET with the key alone", "GET", []string{console.SessionKeyHeader, se.key}, true, ""},
+		{"GET with two key headers", "GET", []string{"Cookie", ck, console.SessionKeyHeader, se.key, console.SessionKeyHeader, se.key}, true, ""},
+		{"GET with a key in another case", "GET", []string{"Cookie", ck, console.SessionKeyHeader, strings.ToUpper(se.key)}, true, ""},
+		{"GET with the cookie as the key", "GET", []string{"Cookie", ck, console.SessionKeyHeader, se.cookie}, true, ""},
+		// Another session's key half: joined, and the API refuses the whole.
+		{"GET with another session's key", "GET", []string{"Cookie", ck, console.SessionKeyHeader, other.key}, true, "Bearer " + se.cookie + "." + other.key},
+		{"POST without CSRF", "POST", with(), false, ""},
+		{"POST with a wrong CSRF token", "POST", with(console.CSRFHeader, csrf[:len(csrf)-1]+"x"), false, ""},
+		{"POST with two CSRF headers", "POST", with(console.CSRFHeader, csrf, console.CSRFHeader, csrf), false, ""},
+		{"POST with CSRF from another origin", "POST", with(console.CSRFHeader, csrf, "Origin", "https://evil.example"), false, ""},
+		{"POST with CSRF, cross-site", "POST", with(console.CSRFHeader, csrf, "Sec-Fetch-Site", "cross-site"), false, ""},
+		{"DELETE without CSRF", "DELETE", with(), false, ""},
+		{"PATCH without CSRF", "PATCH", with(), false, ""},
+		{"POST with CSRF", "POST", with(console.CSRFHeader, csrf), true, "Bearer " + secret},
+		{"POST with CSRF, same origin", "POST", with(console.CSRFHeader, csrf, "Origin", r.srv.URL, "Sec-Fetch-Site", "same-origin"), true, "Bearer " + secret},
 		{"owner token, no cookie", "POST", []string{"Authorization", "Bearer " + r.token}, true, "Bearer " + r.token},
-		{"owner token wins over the cookie", "POST", []string{"Authorization", "Bearer " + r.token, "Cookie", ck}, true, "Bearer " + r.token},
+		{"owner token wins over the cookie", "POST", with("Authorization", "Bearer "+r.token), true, "Bearer " + r.token},
 		{"no credential", "GET", nil, true, ""},
-		{"two session cookies", "GET", []string{"Cookie", ck + "; " + cookie(secret)}, true, ""},
+		{"two session cookies", "GET", []string{"Cookie", ck + "; " + cookie(se.cookie), console.SessionKeyHeader, se.key}, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := r.reachedCount()
@@ -70,6 +87,9 @@ func TestWrapAPI(t *testing.T) {
 			}
 			if v := got.Header.Values(console.CSRFHeader); len(v) != 0 {
 				t.Errorf("the CSRF header reached the gateway: %q", v)
+			}
+			if v := got.Header.Values(console.SessionKeyHeader); len(v) != 0 {
+				t.Errorf("the session key header reached the gateway: %q", v)
 			}
 		})
 	}
@@ -128,7 +148,8 @@ func TestStreamEndsWithItsSession(t *testing.T) {
 				t.Fatal(err)
 			}
 			req, _ := http.NewRequest("GET", r.srv.URL+"/v1/intents:watch", nil)
-			req.Header.Set("Cookie", cookie(secret))
+			req.Header.Set("Cookie", cookie(secret.Cookie))
+			req.Header.Set(console.SessionKeyHeader, secret.Key)
 			started := time.Now()
 			res, err := http.DefaultClient.Do(req)
 			if err != nil {

@@ -2,7 +2,9 @@ package ownerauth_test
 
 import (
 	"context"
+	"encoding/base32"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,6 +53,44 @@ func FuzzAuthenticate(f *testing.F) {
 			}
 		default:
 			t.Fatalf("admitted %+v", o)
+		}
+	})
+}
+
+// FuzzSessionSecret: whatever the halves, JoinSession and HashSession
+// answer without panicking; a whole they accept is exactly a well-formed
+// cookie half, ".", and a well-formed key half (one spelling each), and
+// the two agree: JoinSession accepts exactly the halves of a whole
+// HashSession accepts.
+func FuzzSessionSecret(f *testing.F) {
+	m, _, err := ownerauth.MintSession()
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, seed := range [][2]string{{m.Cookie, m.Key}, {m.Cookie, ""}, {"", m.Key}, {m.Key, m.Cookie}, {m.Cookie, m.Key[:51] + "b"},
+		{"css_" + m.Key, m.Key}, {m.Cookie + ".", m.Key}, {strings.ToUpper(m.Cookie), m.Key}, {m.Cookie, "\x00" + m.Key[1:]}} {
+		f.Add(seed[0], seed[1])
+	}
+	f.Fuzz(func(t *testing.T, cookie, key string) {
+		whole, jerr := ownerauth.JoinSession(cookie, key)
+		_, herr := ownerauth.HashSession(cookie + "." + key)
+		if (jerr == nil) != (herr == nil) {
+			t.Fatalf("JoinSession(%q, %q) = %v but HashSession of the whole = %v", cookie, key, jerr, herr)
+		}
+		if jerr != nil {
+			return
+		}
+		if whole != cookie+"."+key || !strings.HasPrefix(cookie, ownerauth.SessionPrefix) || len(cookie) != 56 || len(key) != 52 {
+			t.Fatalf("accepted %q + %q as %q", cookie, key, whole)
+		}
+		for _, part := range []string{cookie[4:], key} {
+			b, err := base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding).DecodeString(part)
+			if err != nil || len(b) != 32 {
+				t.Fatalf("accepted half %q: %v", part, err)
+			}
+		}
+		if ownerauth.ValidSessionCookie(key) || ownerauth.ValidSessionKey(cookie) {
+			t.Fatalf("a half passes for the other: %q %q", cookie, key)
 		}
 	})
 }

@@ -2,9 +2,10 @@
 // (countersign.v1.OwnerService). An owner presents either a static owner
 // token ("Bearer cso_…", stored hashed in the ledger, for bootstrap and
 // automation) or an OIDC JWT from the configured issuer ("Bearer <JWT>",
-// verified against its JWKS), or a console session ("Bearer css_…", the
-// browser console's cookie, turned into that header by internal/console and
-// looked up hashed in the ledger's owner_sessions). An agent credential
+// verified against its JWKS), or a console session ("Bearer css_….…", the
+// browser console's cookie half and the key half only the console page
+// holds, joined into that header by internal/console and looked up hashed
+// in the ledger's owner_sessions; see SessionPrefix). An agent credential
 // ("csk_…") is refused before any lookup: an agent can never act as its
 // owner.
 //

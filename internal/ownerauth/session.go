@@ -16,18 +16,45 @@ import (
 	"github.com/countersign/countersign/internal/ledger"
 )
 
-// SessionPrefix marks an owner console session secret: what the console's
-// HttpOnly cookie holds and what its wrapper presents to the owner API as
-// "Authorization: Bearer css_…". It differs from "cso_" (an owner token)
-// and "csk_" (an agent credential), so none is mistaken for another.
+// SessionPrefix marks an owner console session secret. It differs from
+// "cso_" (an owner token) and "csk_" (an agent credential), so none is
+// mistaken for another.
+//
+// A session's secret is in two halves that the browser keeps apart:
+//
+//   - the cookie half, "css_" and 256 random bits (52 base32 characters),
+//     in the console's HttpOnly cookie. Browsers do not separate cookies by
+//     port, so every page of the same host (another port-forwarded
+//     localhost port, which may be the agent's) is sent it;
+//   - the key half, 52 base32 characters (256 random bits), given only to
+//     the console page, which keeps it in its origin's localStorage
+//     (origins, unlike cookies, include the port) and sends it in a header.
+//
+// The session is the whole, "css_<cookie>.<key>": what the console's
+// wrapper presents to the owner API as "Authorization: Bearer css_….…",
+// and the only form the ledger knows (by its SHA-256). Either half alone is
+// worth nothing. A secret of the earlier one-part form ("css_" and 52
+// characters: sessions opened before the key half existed) is refused as
+// malformed: its owner signs in again.
 const SessionPrefix = "css_"
+
+// SessionJoin separates the two halves of a whole session secret.
+const SessionJoin = "."
 
 // MaxSessionTTL is the longest a console session may live.
 const MaxSessionTTL = 24 * time.Hour
 
-var sessionLen = len(SessionPrefix) + enc.EncodedLen(tokenBytes)
+var (
+	sessionCookieLen = len(SessionPrefix) + enc.EncodedLen(tokenBytes)
+	sessionKeyLen    = enc.EncodedLen(tokenBytes)
+	sessionLen       = sessionCookieLen + len(SessionJoin) + sessionKeyLen
+)
 
-var errMalformedSession = errors.New("malformed console session")
+var (
+	errMalformedSession = errors.New("malformed console session")
+	errHalfSession      = errors.New("console session without its key half (a session opened before sessions had two halves " +
+		"is no longer accepted: sign in to the console again)")
+)
 
 // SessionStore is the part of the ledger that resolves console sessions.
 // An Authenticator accepts sessions when its TokenStore is one too (the
@@ -50,24 +77,75 @@ type Session struct {
 	ExpiresAt time.Time
 }
 
-// MintSession returns a new session secret (256 random bits) and the hash
-// the ledger keeps.
-func MintSession() (secret string, hash [32]byte, err error) {
-	var b [tokenBytes]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", hash, fmt.Errorf("ownerauth: random: %w", err)
-	}
-	secret = SessionPrefix + enc.EncodeToString(b[:])
-	return secret, sha256.Sum256([]byte(secret)), nil
+// SessionSecret is a session's secret in its two halves (see
+// SessionPrefix). It has no String method, so that printing one by
+// mistake does not print the whole.
+type SessionSecret struct {
+	// Cookie is the cookie half: "css_" and 52 base32 characters.
+	Cookie string
+	// Key is the key half: 52 base32 characters.
+	Key string
 }
 
-// HashSession checks the shape of a presented session secret and returns
-// its hash; a malformed one never reaches the ledger.
+// Whole is the session secret the owner API takes and the ledger knows
+// (by its hash): Cookie, ".", Key.
+func (s SessionSecret) Whole() string { return s.Cookie + SessionJoin + s.Key }
+
+// MintSession returns a new session secret (two halves of 256 random bits
+// each) and the hash of its whole, which the ledger keeps.
+func MintSession() (SessionSecret, [32]byte, error) {
+	var c, k [tokenBytes]byte
+	if _, err := rand.Read(c[:]); err != nil {
+		return SessionSecret{}, [32]byte{}, fmt.Errorf("ownerauth: random: %w", err)
+	}
+	if _, err := rand.Read(k[:]); err != nil {
+		return SessionSecret{}, [32]byte{}, fmt.Errorf("ownerauth: random: %w", err)
+	}
+	s := SessionSecret{Cookie: SessionPrefix + enc.EncodeToString(c[:]), Key: enc.EncodeToString(k[:])}
+	return s, sha256.Sum256([]byte(s.Whole())), nil
+}
+
+// canonical32 reports whether s is the one base32 spelling of 32 bytes:
+// lower case, no padding, and no stray bits in its last character (which
+// a lenient decoder ignores, giving one value several spellings).
+func canonical32(s string) bool {
+	if len(s) != sessionKeyLen {
+		return false
+	}
+	b, err := enc.DecodeString(s)
+	return err == nil && len(b) == tokenBytes && enc.EncodeToString(b) == s
+}
+
+// ValidSessionCookie reports whether v is shaped like a cookie half.
+func ValidSessionCookie(v string) bool {
+	return len(v) == sessionCookieLen && strings.HasPrefix(v, SessionPrefix) && canonical32(v[len(SessionPrefix):])
+}
+
+// ValidSessionKey reports whether v is shaped like a key half.
+func ValidSessionKey(v string) bool { return canonical32(v) }
+
+// JoinSession is the whole session secret of a cookie half and a key
+// half, each checked for its exact shape.
+func JoinSession(cookie, key string) (string, error) {
+	if !ValidSessionCookie(cookie) || !ValidSessionKey(key) {
+		return "", errMalformedSession
+	}
+	return cookie + SessionJoin + key, nil
+}
+
+// HashSession checks the shape of a presented whole session secret and
+// returns its hash; a malformed one never reaches the ledger. The cookie
+// half alone, or a secret of the earlier one-part form, is refused and
+// says so.
 func HashSession(secret string) ([32]byte, error) {
-	if len(secret) != sessionLen || !strings.HasPrefix(secret, SessionPrefix) {
+	if len(secret) != sessionLen {
+		if ValidSessionCookie(secret) {
+			return [32]byte{}, errHalfSession
+		}
 		return [32]byte{}, errMalformedSession
 	}
-	if _, err := enc.DecodeString(secret[len(SessionPrefix):]); err != nil {
+	cookie, key := secret[:sessionCookieLen], secret[sessionCookieLen+len(SessionJoin):]
+	if secret[sessionCookieLen:sessionCookieLen+len(SessionJoin)] != SessionJoin || !ValidSessionCookie(cookie) || !ValidSessionKey(key) {
 		return [32]byte{}, errMalformedSession
 	}
 	return sha256.Sum256([]byte(secret)), nil
@@ -77,10 +155,10 @@ func HashSession(secret string) ([32]byte, error) {
 // session secret.
 const csrfLabel = "countersign console csrf v1"
 
-// CSRFToken is the session's CSRF token: an HMAC-SHA256 keyed by the
-// session secret. Only the holder of the secret (the HttpOnly cookie) can
-// compute it, every replica derives the same one, and nothing about it is
-// stored.
+// CSRFToken is the session's CSRF token: an HMAC-SHA256 keyed by the whole
+// session secret. Only the holder of both halves can compute it (the
+// console answers it only to a request that carries both), every replica
+// derives the same one, and nothing about it is stored.
 func CSRFToken(secret string) string {
 	m := hmac.New(sha256.New, []byte(secret))
 	m.Write([]byte(csrfLabel))
@@ -93,19 +171,20 @@ func CheckCSRF(secret, presented string) bool {
 	return subtle.ConstantTimeCompare([]byte(CSRFToken(secret)), []byte(presented)) == 1
 }
 
-// StartSession mints a session for o valid until expiresAt, stores its hash
-// and returns the secret: the only time it exists outside the browser.
-func StartSession(ctx context.Context, store SessionIssuer, o Owner, expiresAt time.Time) (string, ledger.OwnerSession, error) {
+// StartSession mints a session for o valid until expiresAt, stores the
+// hash of its whole secret and returns the secret: the only time it exists
+// outside the browser.
+func StartSession(ctx context.Context, store SessionIssuer, o Owner, expiresAt time.Time) (SessionSecret, ledger.OwnerSession, error) {
 	if o.ID == "" || o.Subject == "" || (o.Method != MethodToken && o.Method != MethodOIDC) {
-		return "", ledger.OwnerSession{}, errors.New("ownerauth: a session needs an owner authenticated by token or OIDC")
+		return SessionSecret{}, ledger.OwnerSession{}, errors.New("ownerauth: a session needs an owner authenticated by token or OIDC")
 	}
 	secret, hash, err := MintSession()
 	if err != nil {
-		return "", ledger.OwnerSession{}, err
+		return SessionSecret{}, ledger.OwnerSession{}, err
 	}
 	sess, err := store.CreateOwnerSession(ctx, o.ID, o.Subject, string(o.Method), expiresAt, hash)
 	if err != nil {
-		return "", ledger.OwnerSession{}, err
+		return SessionSecret{}, ledger.OwnerSession{}, err
 	}
 	return secret, sess, nil
 }

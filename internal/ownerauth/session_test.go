@@ -35,7 +35,7 @@ func (f *fakeSessions) add(t *testing.T, s ledger.OwnerSession) string {
 		f.sessions = map[[32]byte]ledger.OwnerSession{}
 	}
 	f.sessions[hash] = s
-	return secret
+	return secret.Whole()
 }
 
 // TestSessionCredential: "Bearer css_…" is looked up as a console
@@ -76,8 +76,16 @@ func TestSessionCredential(t *testing.T) {
 		{"token revoked", store.add(t, tokenRevoked), "is revoked"},
 		{"token expired", store.add(t, tokenExpired), "expired"},
 		{"token missing", store.add(t, noToken), "names no owner token"},
-		{"unknown", "css_" + strings.Repeat("a", 52), "unknown console session"},
+		{"unknown", "css_" + strings.Repeat("a", 52) + "." + strings.Repeat("a", 52), "unknown console session"},
 		{"malformed", "css_short", "malformed console session"},
+		// The cookie half alone (what every port of the host is sent), and
+		// a secret of the one-part form sessions had before: refused, and
+		// the refusal says to sign in again.
+		{"cookie half alone", strings.SplitN(ok, ".", 2)[0], "without its key half"},
+		{"one-part form", "css_" + strings.Repeat("a", 52), "sign in to the console again"},
+		{"key half alone", strings.SplitN(ok, ".", 2)[1], "not an owner token"},
+		{"halves swapped", "css_" + strings.SplitN(ok, ".", 2)[1] + "." + strings.SplitN(ok, ".", 2)[0][4:], "unknown console session"},
+		{"another separator", strings.Replace(ok, ".", "_", 1), "malformed console session"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o, err := a.Authenticate(context.Background(), "Bearer "+tc.secret)
@@ -102,30 +110,49 @@ func TestSessionCredential(t *testing.T) {
 	}
 }
 
-// TestSessionSecretsAndCSRF: session secrets have their own prefix and 256
-// bits; the CSRF token is the secret's alone.
+// TestSessionSecretsAndCSRF: a session secret is two halves of 256 bits
+// each, the cookie half with its own prefix; either half alone, or any
+// other spelling of the whole, is refused; the CSRF token is the whole
+// secret's alone.
 func TestSessionSecretsAndCSRF(t *testing.T) {
-	s1, h1, err := ownerauth.MintSession()
+	m1, h1, err := ownerauth.MintSession()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2, _, _ := ownerauth.MintSession()
-	if !strings.HasPrefix(s1, ownerauth.SessionPrefix) || len(s1) != len(ownerauth.SessionPrefix)+52 || s1 == s2 {
-		t.Fatalf("minted %q, %q", s1, s2)
+	m2, _, _ := ownerauth.MintSession()
+	s1, s2 := m1.Whole(), m2.Whole()
+	if !strings.HasPrefix(m1.Cookie, ownerauth.SessionPrefix) || len(m1.Cookie) != len(ownerauth.SessionPrefix)+52 || len(m1.Key) != 52 ||
+		s1 != m1.Cookie+"."+m1.Key || m1.Cookie == m2.Cookie || m1.Key == m2.Key || strings.Contains(m1.Cookie, m1.Key[4:]) {
+		t.Fatalf("minted %+v, %+v", m1, m2)
+	}
+	if !ownerauth.ValidSessionCookie(m1.Cookie) || !ownerauth.ValidSessionKey(m1.Key) || ownerauth.ValidSessionCookie(m1.Key) || ownerauth.ValidSessionKey(m1.Cookie) {
+		t.Fatal("the halves are not told apart")
+	}
+	if j, err := ownerauth.JoinSession(m1.Cookie, m1.Key); err != nil || j != s1 {
+		t.Fatalf("JoinSession = %q, %v", j, err)
 	}
 	if h, err := ownerauth.HashSession(s1); err != nil || h != h1 {
 		t.Fatalf("HashSession = %x, %v", h, err)
 	}
-	for _, bad := range []string{"cso_" + s1[4:], s1[:len(s1)-1], s1 + "a", strings.ToUpper(s1)} {
+	// A base32 character whose last bits are not zero spells the same bytes
+	// as another to a lenient decoder: refused, so each half has one spelling.
+	stray := m1.Key[:51] + string("abcdefghijklmnopqrstuvwxyz234567"[strings.IndexByte("abcdefghijklmnopqrstuvwxyz234567", m1.Key[51])^1])
+	for _, bad := range []string{"cso_" + s1[4:], s1[:len(s1)-1], s1 + "a", strings.ToUpper(s1), m1.Cookie, m1.Key, m1.Cookie + "." + m2.Key[:51],
+		m1.Cookie + ".." + m1.Key[1:], m1.Cookie + " " + m1.Key, m1.Cookie + "." + stray, m1.Cookie + "." + strings.ToUpper(m1.Key)} {
 		if _, err := ownerauth.HashSession(bad); err == nil {
 			t.Errorf("HashSession(%q) accepted", bad)
+		}
+	}
+	for _, bad := range [][2]string{{m1.Cookie, ""}, {"", m1.Key}, {m1.Key, m1.Cookie}, {m1.Cookie, stray}, {m1.Cookie + " ", m1.Key}, {s1, m1.Key}} {
+		if j, err := ownerauth.JoinSession(bad[0], bad[1]); err == nil {
+			t.Errorf("JoinSession(%q, %q) = %q", bad[0], bad[1], j)
 		}
 	}
 	if _, err := credential.Hash(s1); err == nil {
 		t.Error("a session secret is accepted as an agent credential")
 	}
 	c1 := ownerauth.CSRFToken(s1)
-	if c1 != ownerauth.CSRFToken(s1) || c1 == ownerauth.CSRFToken(s2) || strings.Contains(c1, s1[4:]) {
+	if c1 != ownerauth.CSRFToken(s1) || c1 == ownerauth.CSRFToken(s2) || c1 == ownerauth.CSRFToken(m1.Cookie) || strings.Contains(c1, s1[4:]) {
 		t.Fatalf("CSRF tokens %q, %q", c1, ownerauth.CSRFToken(s2))
 	}
 	if !ownerauth.CheckCSRF(s1, c1) || ownerauth.CheckCSRF(s2, c1) || ownerauth.CheckCSRF(s1, "") {
@@ -148,7 +175,8 @@ func TestSignInToken(t *testing.T) {
 		t.Fatalf("SignInToken = %+v %v %v", o, exp, err)
 	}
 	agent, _, _ := credential.Generate()
-	session, _, _ := ownerauth.MintSession()
+	minted, _, _ := ownerauth.MintSession()
+	session := minted.Whole()
 	for _, tc := range []struct {
 		name, token string
 		want        error

@@ -1,13 +1,53 @@
 // api.js is the console's only way to the server: the owner REST API
-// (/v1/…) and the sign-in endpoints (/console/api/…). The session is an
-// HttpOnly cookie the script never sees; every state-changing request
-// carries the session's CSRF token in X-Countersign-CSRF.
+// (/v1/…) and the sign-in endpoints (/console/api/…). A session is two
+// halves: an HttpOnly cookie the script never sees, and a key the server
+// gives this page alone (in the sign-in answer, or the URL fragment after
+// an OIDC sign-in). Browsers send the cookie to every port of the host,
+// the agent's pages included; the key stays in this origin's localStorage
+// (origins include the port), so it survives reloads and new tabs of the
+// console and no other page can read it. Every request carries the key in
+// X-Countersign-Session-Key; every state-changing one also carries the
+// session's CSRF token in X-Countersign-CSRF.
 
 let csrf = '';
 let onSignedOut = () => {};
+const keyItem = 'countersign_session_key';
+let memoryKey = ''; // only where localStorage is refused (then this tab alone is signed in)
 
 export function setCSRF(token) { csrf = token || ''; }
 export function whenSignedOut(fn) { onSignedOut = fn; }
+
+// setSessionKey keeps the session's key half ('' forgets it).
+export function setSessionKey(key) {
+  memoryKey = key || '';
+  try {
+    if (memoryKey) localStorage.setItem(keyItem, memoryKey);
+    else localStorage.removeItem(keyItem);
+  } catch { /* storage refused: memoryKey serves this tab */ }
+}
+
+// sessionKey is the kept key half, read afresh on every request: a sign-in
+// or sign-out in another tab of the console changes it for this one too.
+function sessionKey() {
+  try { return localStorage.getItem(keyItem) || ''; } catch { return memoryKey; }
+}
+
+// takeSessionKeyFromURL keeps the key an OIDC sign-in hands over in the
+// URL fragment (#session_key=…) and removes the fragment from the address
+// bar and this history entry at once.
+export function takeSessionKeyFromURL() {
+  const prefix = '#session_key=';
+  if (!location.hash.startsWith(prefix)) return;
+  const key = location.hash.slice(prefix.length);
+  history.replaceState(null, '', location.pathname + location.search);
+  if (/^[a-z2-7]{52}$/.test(key)) setSessionKey(key);
+}
+
+function withKey(headers) {
+  const key = sessionKey();
+  if (key) headers['X-Countersign-Session-Key'] = key;
+  return headers;
+}
 
 export class APIError extends Error {
   constructor(status, message, body) {
@@ -28,7 +68,7 @@ function messageOf(status, body) {
 
 // call sends one request. body, if given, is sent as JSON.
 export async function call(method, path, body) {
-  const headers = { 'Accept': 'application/json' };
+  const headers = withKey({ 'Accept': 'application/json' });
   const init = { method, headers, credentials: 'same-origin', cache: 'no-store' };
   if (method !== 'GET' && method !== 'HEAD') headers['X-Countersign-CSRF'] = csrf;
   if (body !== undefined) {
@@ -81,7 +121,7 @@ export function watch(path, onEvent, onState = () => {}) {
       try {
         const r = await fetch(path, {
           credentials: 'same-origin', cache: 'no-store', signal: ctrl.signal,
-          headers: { 'Accept': 'application/json' },
+          headers: withKey({ 'Accept': 'application/json' }),
         });
         if (r.status === 401) { onSignedOut('Your session has ended. Sign in again.'); return; }
         if (!r.ok || !r.body) throw new Error('HTTP ' + r.status);

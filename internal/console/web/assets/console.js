@@ -76,6 +76,7 @@ function route() {
 
 async function signOut() {
   try { await api.post('/console/api/signout'); } catch { /* the cookie is cleared server-side either way */ }
+  api.setSessionKey('');
   showSignIn('You are signed out.');
 }
 
@@ -93,6 +94,7 @@ function showSignIn(message, oidc) {
     try {
       const s = await api.call('POST', '/console/api/session', { token: token.value.trim() });
       token.value = '';
+      api.setSessionKey(s.session_key);
       start(s);
     } catch (e) {
       err.textContent = e.status === 401 ? 'That is not a valid owner token.' : 'Sign-in failed: ' + e.message;
@@ -118,7 +120,13 @@ function start(s) {
 }
 
 async function boot() {
-  api.whenSignedOut((msg) => showSignIn(msg, session ? session.oidc_enabled : false));
+  // Before anything reads location.hash (the router): an OIDC sign-in's
+  // key half arrives in the fragment.
+  api.takeSessionKeyFromURL();
+  api.whenSignedOut((msg) => {
+    api.setSessionKey(''); // the session has ended: its key half is worth nothing
+    showSignIn(msg, session ? session.oidc_enabled : false);
+  });
   window.addEventListener('hashchange', route);
   try {
     await loadCurrencies();
@@ -132,6 +140,7 @@ async function boot() {
     s = await api.get('/console/api/session');
   } catch (e) {
     oidc = !!(e.body && e.body.oidc_enabled);
+    if (e.status === 401) api.setSessionKey(''); // kept only while its session lives (a 503 keeps it)
   }
   if (s && s.csrf_token) start(s);
   else showSignIn('', oidc);
