@@ -427,11 +427,14 @@ func (s *Store) IntentsBySubject(ctx context.Context, subject string) ([]Intent,
 }
 
 // CountQuarantined is the number of intents waiting in QUARANTINED for an
-// operator, across every rail account. It reads only the partial index of
-// quarantined intents.
-func (s *Store) CountQuarantined(ctx context.Context) (int64, error) {
+// operator on the rail accounts named (none: 0). It reads only the
+// partial index of quarantined intents.
+func (s *Store) CountQuarantined(ctx context.Context, accounts []string) (int64, error) {
 	var n int64
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM intents WHERE state = 'QUARANTINED'`).Scan(&n); err != nil {
+	if len(accounts) == 0 {
+		return 0, nil
+	}
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM intents WHERE state = 'QUARANTINED' AND rail_account = ANY($1)`, accounts).Scan(&n); err != nil {
 		return 0, classify(fmt.Errorf("ledger: count quarantined intents: %w", err))
 	}
 	return n, nil

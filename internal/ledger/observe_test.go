@@ -12,7 +12,7 @@ import (
 // TestTxObserverSeesWritesAndQuarantinedCount: a handle made by
 // WithTxObserver reports each write transaction under its operation name
 // (the handle it came from reports nothing), and CountQuarantined counts
-// exactly the intents in QUARANTINED.
+// exactly the intents in QUARANTINED on the accounts it is given.
 func TestTxObserverSeesWritesAndQuarantinedCount(t *testing.T) {
 	base := openTest(t)
 	ctx := context.Background()
@@ -30,7 +30,7 @@ func TestTxObserverSeesWritesAndQuarantinedCount(t *testing.T) {
 			ops = append(ops, op+":error")
 		}
 	})
-	if n, err := s.CountQuarantined(ctx); err != nil || n != 0 {
+	if n, err := s.CountQuarantined(ctx, []string{proposal(40).Key.RailAccount}); err != nil || n != 0 {
 		t.Fatalf("CountQuarantined on an empty ledger = %d, %v", n, err)
 	}
 	for i, outcome := range []RailOutcome{OutcomeFingerprintMismatch, OutcomeAmbiguous} {
@@ -42,8 +42,15 @@ func TestTxObserverSeesWritesAndQuarantinedCount(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n, err := s.CountQuarantined(ctx); err != nil || n != 1 {
+	if n, err := s.CountQuarantined(ctx, []string{proposal(40).Key.RailAccount}); err != nil || n != 1 {
 		t.Fatalf("CountQuarantined = %d, %v; want 1 (the fingerprint mismatch, not the ambiguous one)", n, err)
+	}
+	// Only the accounts named are counted: a sidecar's /metrics tells
+	// nothing of another owner's accounts.
+	for _, accounts := range [][]string{nil, {}, {"acct_other"}} {
+		if n, err := s.CountQuarantined(ctx, accounts); err != nil || n != 0 {
+			t.Fatalf("CountQuarantined(%q) = %d, %v; want 0", accounts, n, err)
+		}
 	}
 	if err := s.InTx(ctx, func(*Tx) error { return errors.New("the script refused") }); err == nil {
 		t.Fatal("InTx returned nil for a refusing script")

@@ -81,7 +81,7 @@ func (m *Metrics) WatchQuarantined(count func(context.Context) (int64, error)) {
 
 func (m *Metrics) watchQuarantined(count func(context.Context) (int64, error), now func() time.Time) *countCollector {
 	c := newCountCollector(prometheus.NewDesc("countersign_quarantined_intents",
-		fmt.Sprintf("Intents in QUARANTINED, waiting for an operator, across every rail account; counted at most every %s.", quarantinedEvery),
+		fmt.Sprintf("Intents in QUARANTINED, waiting for an operator, on the rail accounts this process serves; counted at most every %s.", quarantinedEvery),
 		nil, nil), count, 2*time.Second, quarantinedEvery, now)
 	m.Registry.MustRegister(c)
 	return c

@@ -113,7 +113,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 		cfg.LeaseOwner = fmt.Sprintf("%s:%d", host, os.Getpid())
 	}
 	m := metrics.New()
-	store = observeLedger(store, m)
+	store = observeLedger(store, rs, m)
 	failQuota := quota.Options{Rate: cfg.AuthFailureRate, Burst: cfg.AuthFailureBurst}
 	eng := engine.New(store, engine.Options{Rails: rs, LeaseOwner: cfg.LeaseOwner, LeaseTTL: cfg.LeaseTTL,
 		ReconcileDelay: cfg.ReconcileDelay, RailSettle: cfg.RailSettle, Advisors: []gate.Advisor{gate.NewPayee{}},
