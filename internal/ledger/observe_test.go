@@ -30,7 +30,7 @@ func TestTxObserverSeesWritesAndQuarantinedCount(t *testing.T) {
 			ops = append(ops, op+":error")
 		}
 	})
-	if n, err := s.CountQuarantined(ctx, []string{proposal(40).Key.RailAccount}); err != nil || n != 0 {
+	if n, err := s.CountQuarantined(ctx, []string{proposal(40).RailAccount}); err != nil || n != 0 {
 		t.Fatalf("CountQuarantined on an empty ledger = %d, %v", n, err)
 	}
 	for i, outcome := range []RailOutcome{OutcomeFingerprintMismatch, OutcomeAmbiguous} {
@@ -42,7 +42,7 @@ func TestTxObserverSeesWritesAndQuarantinedCount(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n, err := s.CountQuarantined(ctx, []string{proposal(40).Key.RailAccount}); err != nil || n != 1 {
+	if n, err := s.CountQuarantined(ctx, []string{proposal(40).RailAccount}); err != nil || n != 1 {
 		t.Fatalf("CountQuarantined = %d, %v; want 1 (the fingerprint mismatch, not the ambiguous one)", n, err)
 	}
 	// Only the accounts named are counted: a sidecar's /metrics tells
