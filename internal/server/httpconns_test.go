@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -138,5 +140,61 @@ func TestHTTPListenerServesBoundedConnections(t *testing.T) {
 	held = held[1:]
 	if err := probe(5 * time.Second); err != nil {
 		t.Fatalf("a probe once a connection closed = %v; want it served", err)
+	}
+}
+
+// TestHTTPCallerThatStopsReadingLosesItsSlot: a caller that sends requests
+// (pipelined, for a 100 KiB answer each) on every one of httpMaxConns
+// connections, with a tiny receive window, and never reads the answers
+// kept each handler blocked in a write, each connection active, and every
+// slot held for ever: kubelet's probes on the port then timed out (found
+// by a review of the bound). Each write now has httpWriteStall to be read;
+// past it the connection is closed and a probe is served.
+func TestHTTPCallerThatStopsReadingLosesItsSlot(t *testing.T) {
+	defer func(d time.Duration) { httpWriteStall = d }(httpWriteStall)
+	httpWriteStall = 3 * time.Second
+	h := start(t, pgtest.NewDatabase(t))
+	addr := h.srv.HTTPAddr()
+	tiny := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 2048) })
+	}}
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	reqs := strings.Repeat("GET /openapi.json HTTP/1.1\r\nHost: countersign\r\n\r\n", 64)
+	for range httpMaxConns {
+		c, err := tiny.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+		go func() { _, _ = c.Write([]byte(reqs)) }()
+	}
+	// Every slot is taken by a connection whose answer is not read.
+	if !wait.Until(10*time.Second, func() bool { return h.srv.httpSlots.busy() == httpMaxConns }) {
+		t.Fatalf("%d of %d connections busy; the test needs them all", h.srv.httpSlots.busy(), httpMaxConns)
+	}
+	probe := func() error {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(time.Second))
+		if _, err := fmt.Fprintf(c, "GET /healthz HTTP/1.1\r\nHost: countersign\r\n\r\n"); err != nil {
+			return err
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	}
+	if !wait.Until(20*time.Second, func() bool { return probe() == nil }) {
+		t.Fatalf("no probe served while %d connections hold unread answers, %s after each write began", httpMaxConns, httpWriteStall)
 	}
 }

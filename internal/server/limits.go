@@ -74,6 +74,34 @@ const (
 // variable for the test that waits for it.
 var httpBodyTimeout = 30 * time.Second
 
+// httpWriteStall bounds how long one write of a response may wait for the
+// caller to read: a caller that stops reading (a full receive window, or
+// pipelined requests whose answers it never drains) loses its connection
+// then, instead of holding it, and its slot of httpMaxConns, for ever. A
+// response that keeps making progress (a watch stream) is never cut. A
+// variable for the test that waits for it.
+var httpWriteStall = 10 * time.Second
+
+// progressWriter gives each write of a response httpWriteStall to reach
+// the caller (see httpWriteStall).
+type progressWriter struct {
+	http.ResponseWriter
+	rc *http.ResponseController
+}
+
+func (p progressWriter) Write(b []byte) (int, error) {
+	_ = p.rc.SetWriteDeadline(time.Now().Add(httpWriteStall))
+	return p.ResponseWriter.Write(b)
+}
+
+func (p progressWriter) Flush() {
+	_ = p.rc.SetWriteDeadline(time.Now().Add(httpWriteStall))
+	_ = p.rc.Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (p progressWriter) Unwrap() http.ResponseWriter { return p.ResponseWriter }
+
 // apiMaxMessage is the largest message the API listener reads and the
 // largest REST body: room for a native Decide of a --max-request-bytes
 // body, and at least apiMessageFloor.
@@ -99,10 +127,12 @@ func apiLimits(cfg config.Config) []grpc.ServerOption {
 }
 
 // boundBodies refuses a request body over limit bytes (413 when its
-// declared length says so; a read error past it otherwise) and drops one
-// not read within httpBodyTimeout.
+// declared length says so; a read error past it otherwise), drops one not
+// read within httpBodyTimeout, and gives each write of the answer
+// httpWriteStall to be read.
 func boundBodies(next http.Handler, limit int) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w = progressWriter{ResponseWriter: w, rc: http.NewResponseController(w)}
 		if r.Body != nil && r.Body != http.NoBody {
 			if r.ContentLength > int64(limit) {
 				http.Error(w, fmt.Sprintf("request body of %d bytes; at most %d are read", r.ContentLength, limit), http.StatusRequestEntityTooLarge)
@@ -297,6 +327,19 @@ func (l *slotListener) idlest() (*slotConn, time.Duration) {
 		}
 	}
 	return victim, wake
+}
+
+// busy is how many connections have a call or request in flight.
+func (l *slotListener) busy() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for c := range l.conns {
+		if c.active > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // notify wakes an Accept waiting for a slot. Under l.mu.

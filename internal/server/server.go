@@ -76,6 +76,7 @@ type Server struct {
 	auditSigner note.Signer
 
 	grpcLis, envoyLis, httpLis net.Listener
+	httpSlots                  *slotListener // the HTTP listener's connections (httpMaxConns)
 	// gatewayLis is the REST gateway's in-process way into s.gateway: a call
 	// on it is the gateway's own, so the HTTP peer it reports is believed
 	// (quota.Peers).
@@ -252,7 +253,7 @@ func (s *Server) Start(ctx context.Context) error {
 		return err
 	}
 	hs := newSlotListener(hl, httpMaxConns)
-	hl = hs
+	hl, s.httpSlots = hs, hs
 	s.http = &http.Server{Handler: boundBodies(mux, apiMaxMessage(s.cfg)), ReadHeaderTimeout: 10 * time.Second,
 		MaxHeaderBytes: httpMaxHeaderBytes, IdleTimeout: httpIdleTimeout, ConnState: hs.trackHTTP}
 
