@@ -227,6 +227,12 @@ type Entity struct {
 	Created     time.Time
 	// Raw is the entity's JSON as the rail listed it.
 	Raw []byte
+	// Unlike, on a Finding's Match, says how the entity differs from the
+	// action Find searched for — another amount, currency, payment or
+	// destination, as the adapter's answer check reads them — and is ""
+	// when it is that action. A stamped entity unlike its action is not
+	// the action applied: the rail read the request otherwise.
+	Unlike string
 }
 
 // Finding is the result of searching the rail for an intent's stamp.

@@ -241,11 +241,14 @@ func (w *Worker) one(ctx context.Context, wk ledger.ReconcileWork) (Result, erro
 }
 
 // unlike says how the entity e the listing shows under an attempt's stamp
-// differs from the action a the intent decided ("" when it does not): its
-// amount (a full refund names none: its amount is the rail's), its
-// currency.
+// differs from the action a the intent decided ("" when it does not): as
+// the adapter's answer check reads it (e.Unlike: the payment or the
+// destination too), else its amount (a full refund names none: its amount
+// is the rail's) or its currency.
 func unlike(a rail.Action, e rail.Entity) string {
 	switch {
+	case e.Unlike != "":
+		return e.Unlike
 	case a.AmountMinor != nil && e.AmountMinor != *a.AmountMinor:
 		return fmt.Sprintf("it is for %d, the intent for %d", e.AmountMinor, *a.AmountMinor)
 	case a.Currency != "" && !strings.EqualFold(e.Currency, a.Currency):
