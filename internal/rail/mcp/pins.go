@@ -8,7 +8,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math/big"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/countersign/countersign/internal/sik"
@@ -73,6 +76,9 @@ func canonicalEntry(raw []byte) (listEntry, error) {
 	if !ok || name == "" {
 		return listEntry{}, errors.New("mcp: tool entry has no name")
 	}
+	if err := numbersRoundTrip(raw); err != nil {
+		return listEntry{}, fmt.Errorf("%w: tool %q: %w", ErrNoCanonicalForm, name, err)
+	}
 	c, err := sik.Canonicalize(raw)
 	if err != nil {
 		return listEntry{}, fmt.Errorf("%w: tool %q: %w", ErrNoCanonicalForm, name, err)
@@ -102,4 +108,66 @@ func listHash(entries []listEntry) string {
 func hashHex(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// numbersRoundTrip refuses a number whose value RFC 8785 would change: the
+// canonical form writes each number as the IEEE 754 double nearest to it,
+// so 9007199254740993 and 9007199254740992, or 1e-400 and 0, would hash
+// alike, and a server could change digits the agent reads (a maximum in a
+// schema) under an unmoved pin (found by a review). A number is kept only
+// when its text and its double's shortest form are the same value (0.1,
+// 1.0 and 1e2 are; 2^53+1 is not).
+func numbersRoundTrip(raw []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		n, ok := tok.(json.Number)
+		if !ok {
+			continue
+		}
+		// A double's shortest form has at most 17 significant digits and an
+		// exponent within ±324: longer text (or a larger exponent, which
+		// big.Rat would expand) is not a double's value.
+		if len(n) > maxNumberText || exponentBeyond(string(n), 400) {
+			return fmt.Errorf("number %s is not the value of any IEEE 754 double", clipNumber(n))
+		}
+		f, err := strconv.ParseFloat(string(n), 64)
+		if err != nil {
+			return fmt.Errorf("number %s is beyond IEEE 754 double range", clipNumber(n))
+		}
+		text, ok1 := new(big.Rat).SetString(string(n))
+		near, ok2 := new(big.Rat).SetString(strconv.FormatFloat(f, 'g', -1, 64))
+		if !ok1 || !ok2 || text.Cmp(near) != 0 {
+			return fmt.Errorf("number %s is not the value of any IEEE 754 double (its canonical form would be %s)", clipNumber(n), strconv.FormatFloat(f, 'g', -1, 64))
+		}
+	}
+}
+
+// maxNumberText bounds a number's text in a tool entry.
+const maxNumberText = 64
+
+// exponentBeyond reports whether the number text n has an exponent part
+// larger in magnitude than limit.
+func exponentBeyond(n string, limit int) bool {
+	i := strings.IndexAny(n, "eE")
+	if i < 0 {
+		return false
+	}
+	e, err := strconv.Atoi(strings.TrimPrefix(n[i+1:], "+"))
+	return err != nil || e > limit || e < -limit
+}
+
+// clipNumber is n cut for an error message.
+func clipNumber(n json.Number) string {
+	if len(n) > 40 {
+		return string(n[:40]) + "…"
+	}
+	return string(n)
 }

@@ -167,3 +167,29 @@ func TestDescribeToolPins(t *testing.T) {
 		t.Errorf("the tool beyond double range: %+v; want the description hash only", got)
 	}
 }
+
+// TestEntryNumbersKeepTheirValue: RFC 8785 writes each number as its
+// nearest double, so text no double holds (2^53+1, 27 digits, an
+// underflow to 0, an exponent past a double's) would hash like another
+// value and could change under an unmoved pin: such an entry has no
+// canonical form; a number any double holds, however spelled, keeps its
+// hash (found by a review).
+func TestEntryNumbersKeepTheirValue(t *testing.T) {
+	entry := func(n string) []byte {
+		return []byte(`{"name":"create_refund","inputSchema":{"type":"object","properties":{"amount":{"type":"integer","maximum":` + n + `}}}}`)
+	}
+	for _, n := range []string{"9007199254740993", "100000000000000000000000001", "1e-400", "1e-100000000", "1e400", "-9007199254740993",
+		"0." + strings.Repeat("0", 70) + "1"} {
+		if _, err := EntryHash(entry(n)); !errors.Is(err, ErrNoCanonicalForm) {
+			t.Errorf("maximum %s: %v, want ErrNoCanonicalForm", n, err)
+		}
+	}
+	same := map[string]string{"9007199254740992": "9007199254740992", "100": "1e2", "1": "1.0", "0.1": "1e-1", "-0.5": "-5E-1", "1e21": "1000000000000000000000"}
+	for a, b := range same {
+		ha, errA := EntryHash(entry(a))
+		hb, errB := EntryHash(entry(b))
+		if errA != nil || errB != nil || ha != hb {
+			t.Errorf("%s and %s: %s %v, %s %v; want one hash", a, b, ha, errA, hb, errB)
+		}
+	}
+}
