@@ -152,9 +152,15 @@ func readTokenFile(path string) (string, error) {
 // this machine: a unix socket or a loopback host, where the token may go
 // without TLS.
 func serverTarget(server string) (target string, local bool, err error) {
+	return addressTarget("--server", server)
+}
+
+// addressTarget is serverTarget for an address given by the setting name
+// (a flag or a variable), which its errors name.
+func addressTarget(name, server string) (target string, local bool, err error) {
 	if p, ok := config.UnixPath(server); ok {
 		if p == "" {
-			return "", false, fmt.Errorf("--server %q names no socket path: unix:/path", server)
+			return "", false, fmt.Errorf("%s %q names no socket path: unix:/path", name, server)
 		}
 		return "unix://" + p, true, nil
 	}
@@ -164,10 +170,10 @@ func serverTarget(server string) (target string, local bool, err error) {
 		if strings.Contains(server, "://") {
 			hint = " (an address, not a URL: for TLS add --tls or --server-ca)"
 		}
-		return "", false, fmt.Errorf("--server %q must be host:port or unix:/path%s", server, hint)
+		return "", false, fmt.Errorf("%s %q must be host:port or unix:/path%s", name, server, hint)
 	}
 	if host == "" {
-		return "", false, fmt.Errorf("--server %q names no host: say 127.0.0.1:%s for this machine", server, port)
+		return "", false, fmt.Errorf("%s %q names no host: say 127.0.0.1:%s for this machine", name, server, port)
 	}
 	// dns: explicitly, so that a host named like a gRPC scheme
 	// (unix-abstract:…) cannot pick another transport than the one checked.

@@ -34,7 +34,7 @@ func NewRoot(out, errOut io.Writer, extra ...*cobra.Command) *cobra.Command {
 	root.SetErr(errOut)
 	root.SetFlagErrorFunc(suggestFlag)
 	root.AddCommand(newServe(), newMigrate(), newAudit(), newReconcile(), newVersion(),
-		newOwner(), newAgent(), newCredential(), newApprovals(), newIntents(), newInject())
+		newOwner(), newAgent(), newCredential(), newApprovals(), newIntents(), newInject(), newProbe())
 	root.AddCommand(newMandate())
 	root.AddCommand(extra...)
 	return root

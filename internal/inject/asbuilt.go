@@ -65,6 +65,10 @@ func containerDefaults(c *corev1.Container) {
 				*d.f = d.v
 			}
 		}
+		// The handler is compared as it is: an exec probe (what the
+		// injector builds) has no defaults of its own, so a probe of
+		// another command, or one that reaches the HTTP port (httpGet,
+		// tcpSocket, grpc), is a difference.
 		httpGetDefaults(p.HTTPGet)
 	}
 	if l := c.Lifecycle; l != nil {

@@ -114,6 +114,29 @@ func forgedSidecars() map[string]func(p *corev1.Pod) {
 		"the pod's host name is its FQDN": func(p *corev1.Pod) {
 			p.Spec.Hostname, p.Spec.Subdomain, p.Spec.SetHostnameAsFQDN = "agent-0", "agents", ptr(true)
 		},
+		// Found by a review: the agent, which shares the pod's network,
+		// held every connection of the HTTP listener, so HTTP probes timed
+		// out and the kubelet restarted Countersign in a loop.
+		"countersign's liveness probe is back on the HTTP port": func(p *corev1.Pod) {
+			c := &p.Spec.InitContainers[container(p.Spec.InitContainers, CountersignContainer)]
+			c.LivenessProbe.ProbeHandler = corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString(httpPortName)}}
+		},
+		"countersign's startup probe asks the HTTP port": func(p *corev1.Pod) {
+			c := &p.Spec.InitContainers[container(p.Spec.InitContainers, CountersignContainer)]
+			c.StartupProbe.ProbeHandler = corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString(httpPortName)}}
+		},
+		"countersign's startup probe runs another command": func(p *corev1.Pod) {
+			c := &p.Spec.InitContainers[container(p.Spec.InitContainers, CountersignContainer)]
+			c.StartupProbe.Exec.Command = []string{"/bin/true"}
+		},
+		"countersign's startup probe only asks whether it lives": func(p *corev1.Pod) {
+			c := &p.Spec.InitContainers[container(p.Spec.InitContainers, CountersignContainer)]
+			c.StartupProbe.Exec.Command = []string{"/proc/1/exe", "probe"}
+		},
+		"countersign's liveness probe asks another server": func(p *corev1.Pod) {
+			c := &p.Spec.InitContainers[container(p.Spec.InitContainers, CountersignContainer)]
+			c.LivenessProbe.Exec.Command = append(c.LivenessProbe.Exec.Command, "--server", "127.0.0.1:9191")
+		},
 		"another volume holds the ledger URL's Secret": func(p *corev1.Pod) {
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "db", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "countersign-database"}}})
 		},
@@ -184,30 +207,26 @@ func TestCreateOfAMarkedPod(t *testing.T) {
 
 // TestCreateOfAMarkedPodWithH2CProbeDefaults: with the H2CContainerProbe
 // gate on (Kubernetes 1.37), the API server stores httpGet.protocol: HTTP1
-// on every probe and lifecycle hook that sets none; the second pass of a
-// reinvocation is still the pod injection makes (found by a review: every
-// such pass was refused), and a protocol the injector did not build is not.
+// on every probe and lifecycle hook that sets none (found by a review:
+// every second pass of a reinvocation was refused while the countersign
+// container's probes were httpGet). Its probes are exec now
+// (TestInjectedProbesAreExecOverTheAPISocket), and a countersign container
+// whose probes were put back on the HTTP port is refused even with the
+// defaults the API server would store on them.
 func TestCreateOfAMarkedPodWithH2CProbeDefaults(t *testing.T) {
-	setProtocol := func(p *corev1.Pod, proto corev1.HTTPProtocol) {
-		for i := range p.Spec.InitContainers {
-			c := &p.Spec.InitContainers[i]
-			for _, pr := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
-				if pr != nil && pr.HTTPGet != nil {
-					pr.HTTPGet.Protocol = ptr(proto)
-				}
-			}
-		}
-	}
 	for _, base := range guardedBases() {
 		t.Run(base.name, func(t *testing.T) {
 			p := storedPod(t, base.name, base.cfg)
-			setProtocol(p, corev1.HTTPProtocolHTTP1)
 			if resp := mutatePod(t, p, base.cfg); !resp.Allowed || len(resp.Patch) != 0 {
-				t.Fatalf("the second pass is not admitted unchanged once the API server set httpGet.protocol: %+v", resp.Result)
+				t.Fatalf("the second pass is not admitted unchanged: %+v", resp.Result)
 			}
-			setProtocol(p, corev1.HTTPProtocolHTTP2)
+			c := &p.Spec.InitContainers[container(p.Spec.InitContainers, CountersignContainer)]
+			for path, pr := range map[string]*corev1.Probe{"/readyz": c.StartupProbe, "/healthz": c.LivenessProbe} {
+				pr.ProbeHandler = corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromString(httpPortName),
+					Scheme: corev1.URISchemeHTTP, Protocol: ptr(corev1.HTTPProtocolHTTP1)}}
+			}
 			if resp := mutatePod(t, p, base.cfg); resp.Allowed || !strings.Contains(resp.Result.Message, "livenessProbe, startupProbe differ") {
-				t.Fatalf("a probe over HTTP/2, which the injector does not build, is admitted: %+v", resp.Result)
+				t.Fatalf("probes over the HTTP port, which the agent can starve, are admitted: %+v", resp.Result)
 			}
 		})
 	}
@@ -226,6 +245,59 @@ func TestCreateOfAMarkedPodWithH2CProbeDefaults(t *testing.T) {
 	got.Lifecycle.PreStop.HTTPGet.Protocol = ptr(corev1.HTTPProtocolHTTP2)
 	if d := builtDiff(got, want); !slices.Equal(d, []string{"lifecycle"}) {
 		t.Fatalf("builtDiff = %v, want [lifecycle]", d)
+	}
+}
+
+// TestInjectedProbesAreExecOverTheAPISocket: no probe of the injected
+// sidecars goes through the pod's network, which the agent shares: the
+// countersign container's run `countersign probe` (its own binary, as PID
+// 1 of the container sees it) against COUNTERSIGN_GRPC_ADDR, a Unix socket
+// on the volume only the sidecars mount. The API server's probe defaults
+// are no difference.
+func TestInjectedProbesAreExecOverTheAPISocket(t *testing.T) {
+	for _, base := range guardedBases() {
+		t.Run(base.name, func(t *testing.T) {
+			b := build(base.cfg)
+			all := []corev1.Container{b.countersign, b.envoy}
+			if b.egress != nil {
+				all = append(all, *b.egress)
+			}
+			for _, c := range all {
+				for _, pr := range []*corev1.Probe{c.StartupProbe, c.LivenessProbe, c.ReadinessProbe} {
+					if pr != nil && pr.Exec == nil {
+						t.Errorf("%s: a probe that is not exec: %+v", c.Name, pr.ProbeHandler)
+					}
+				}
+			}
+			cs := b.countersign
+			if cs.StartupProbe == nil || cs.LivenessProbe == nil {
+				t.Fatal("countersign has no startup or no liveness probe")
+			}
+			if got := cs.StartupProbe.Exec.Command; !slices.Equal(got, []string{"/proc/1/exe", "probe", "--ready"}) {
+				t.Errorf("startup probe = %q", got)
+			}
+			if got := cs.LivenessProbe.Exec.Command; !slices.Equal(got, []string{"/proc/1/exe", "probe"}) {
+				t.Errorf("liveness probe = %q", got)
+			}
+			if cs.StartupProbe.TimeoutSeconds != 2 || cs.LivenessProbe.TimeoutSeconds != 2 {
+				t.Errorf("probe timeouts %d, %d: want 2 (the probe's own default timeout is 1.5s)", cs.StartupProbe.TimeoutSeconds, cs.LivenessProbe.TimeoutSeconds)
+			}
+			i := slices.IndexFunc(cs.Env, func(e corev1.EnvVar) bool { return e.Name == "COUNTERSIGN_GRPC_ADDR" })
+			if i < 0 || cs.Env[i].Value != "unix:"+APISocket || !strings.HasPrefix(APISocket, SocketDir+"/") {
+				t.Errorf("the probes' COUNTERSIGN_GRPC_ADDR is not a socket in %s: %+v", SocketDir, cs.Env)
+			}
+			if sc := cs.SecurityContext; sc == nil || sc.RunAsUser == nil || sc.RunAsGroup == nil || *sc.RunAsUser != *sc.RunAsGroup {
+				t.Errorf("the probe's process and PID 1 must have one UID and GID: %+v", sc)
+			}
+			got := *cs.DeepCopy()
+			containerDefaults(&got)
+			if got.StartupProbe.SuccessThreshold != 1 || got.LivenessProbe.SuccessThreshold != 1 {
+				t.Fatalf("defaults not filled in: %+v", got.StartupProbe)
+			}
+			if d := builtDiff(got, cs); len(d) > 0 {
+				t.Fatalf("the API server's probe defaults differ: %v", d)
+			}
+		})
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // injected is what Mutate adds to a pod.
@@ -69,13 +68,14 @@ func build(cfg Config) injected {
 		Ports: []corev1.ContainerPort{{Name: httpPortName, ContainerPort: int32(cfg.HTTPPort), Protocol: corev1.ProtocolTCP}},
 		// A native sidecar's startup probe holds back the containers after
 		// it: Envoy and the agent start once the ledger answers and its
-		// schema is current.
+		// schema is current. Both probes run in this container and ask over
+		// the API socket (ProbeCommands), not over the HTTP port.
 		StartupProbe: &corev1.Probe{
-			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString(httpPortName)}},
+			ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: startupProbeCommand()}},
 			PeriodSeconds: 1, TimeoutSeconds: 2, FailureThreshold: 300,
 		},
 		LivenessProbe: &corev1.Probe{
-			ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString(httpPortName)}},
+			ProbeHandler:  corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: livenessProbeCommand()}},
 			PeriodSeconds: 10, TimeoutSeconds: 2, FailureThreshold: 3,
 		},
 		RestartPolicy: &always,
@@ -138,8 +138,44 @@ func build(cfg Config) injected {
 // variable (internal/config's InAgentPodFlag).
 const InAgentPodEnv = "COUNTERSIGN_IN_AGENT_POD"
 
-// httpPortName names Countersign's HTTP port for its probes.
+// httpPortName names Countersign's HTTP port (metrics, REST, the console).
 const httpPortName = "cs-http"
+
+// ProbeCommands are the exec probes of the countersign container: the
+// startup probe (`countersign probe --ready`: grpc.health.v1 SERVING) and
+// the liveness probe (`countersign probe`: it answers), over the API
+// socket of COUNTERSIGN_GRPC_ADDR.
+//
+// Not HTTP probes: the agent shares the pod's network, so it reaches the
+// HTTP listener, and by holding every connection that listener serves it
+// made the kubelet's /healthz and /readyz time out; Countersign was
+// restarted in a loop, and while it restarted the agent could bind its
+// port and pose as it (found by a review). The API socket is on a volume
+// only the sidecars mount, and the probe process runs in this container.
+//
+// The binary is /proc/1/exe: the injector does not know where the image
+// keeps it (the container runs the image's entrypoint with Args
+// ["serve"]), and PID 1 of this container is `countersign serve` itself:
+// the container has a PID namespace of its own, as the injector refuses
+// shareProcessNamespace (and hostPID). The kubelet runs an exec probe as
+// the container's process (runAsUser and runAsGroup countersignUID),
+// and following /proc/1/exe needs PTRACE_MODE_READ_FSCREDS access to PID 1,
+// which a process of the same UID and GID has without any capability
+// (so with capabilities dropped, no privilege escalation and a read-only
+// root filesystem alike) as long as PID 1 is dumpable: a Go binary is (it
+// never calls prctl(PR_SET_DUMPABLE)), and with no_new_privs
+// (allowPrivilegeEscalation false) no set-ID bit or file capability can
+// have made the exec a secure one, which would have cleared it. Yama's
+// ptrace_scope restricts attaching, not this read.
+func ProbeCommands() (startup, liveness []string) {
+	return startupProbeCommand(), livenessProbeCommand()
+}
+
+// selfExe is the countersign binary as PID 1 of its container sees it.
+const selfExe = "/proc/1/exe"
+
+func startupProbeCommand() []string  { return []string{selfExe, "probe", "--ready"} }
+func livenessProbeCommand() []string { return []string{selfExe, "probe"} }
 
 func hardened(uid, gid int64) *corev1.SecurityContext {
 	return &corev1.SecurityContext{
