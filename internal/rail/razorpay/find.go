@@ -52,8 +52,13 @@ const (
 // read: a same-second group at a boundary is always read again whole by
 // the next page, whatever order it comes back in. When k = 0 a whole
 // page belongs to one second: a group of at least pageCount entities
-// whose order is free, which no offset can page through, so Find fails
-// (inconclusive) rather than claim exhaustion. Listing that second alone
+// whose order is free, which no offset can page through. Find steps a
+// whole page on (every entity older than that second is still reached,
+// as below, so a stamped one there is found), and if it reaches the end
+// without the stamp it answers inconclusive, not exhausted: an entity of
+// that second may have been passed by. (A burst of a hundred payouts in
+// one second, made by an agent to hide others' entities, first stopped
+// every search at it: found by a review.) Listing that second alone
 // (from = to = T) would answer a full page too.
 //
 // Why it cannot miss an entity E (created in second t) that existed when
@@ -68,7 +73,9 @@ const (
 // so newer_{i+1}(E) ≥ newer_i(E) ≥ s_i + pageCount > s_{i+1}. If t = T_i,
 // the items before index k are newer than E, and the positions before s_i
 // too (invariant), so newer_{i+1}(E) ≥ s_i + k ≥ s_{i+1}. Either way it
-// holds at page i+1. At the last page, which is short, E's position is ≥
+// holds at page i+1. A page of one second (k = 0) is stepped over by
+// pageCount: the first case still holds for every E older than T_i, and
+// an E of T_i itself is what makes the search end inconclusive. At the last page, which is short, E's position is ≥
 // s_L and before the end of the list: E is on it. Inserts make pages
 // repeat entities, hence the de-duplication by id. Entities created
 // after Find began are not promised; the reconciler waits a minimum delay
@@ -101,6 +108,10 @@ func (adapter) Find(ctx context.Context, c rail.Client, a rail.Action, stamp str
 	}
 	want := entityOf[a.Kind]
 	seen := map[string]bool{}
+	// Seconds of which a whole page was stepped over (nextStep): an entity
+	// of one of them may have been passed by, so their listing proves no
+	// absence; every older entity is still reached.
+	var stepped []int64
 	for skip := 0; ; {
 		if f.Pages >= maxPages {
 			return f, fmt.Errorf("razorpay: find %s: gave up after %d pages", path, f.Pages)
@@ -118,6 +129,9 @@ func (adapter) Find(ctx context.Context, c rail.Client, a rail.Action, stamp str
 			return f, nil
 		}
 		if len(rows) < pageCount {
+			if len(stepped) > 0 {
+				return f, fmt.Errorf("razorpay: list %s: a full page of entities created in one second (%d) was stepped over: their order changes between queries, so one of them may have been passed by, and the listing proves no absence", path, stepped[0])
+			}
 			f.Exhausted = true
 			return f, nil
 		}
@@ -134,9 +148,13 @@ func (adapter) Find(ctx context.Context, c rail.Client, a rail.Action, stamp str
 		if fresh == 0 {
 			return f, fmt.Errorf("razorpay: list %s skip %d: a full page with nothing new", path, skip)
 		}
-		step, err := nextStep(rows)
-		if err != nil {
-			return f, fmt.Errorf("razorpay: list %s skip %d: %w", path, skip, err)
+		step, ok := nextStep(rows)
+		if !ok {
+			// A page of one second: every entity older than it has at least
+			// a page of newer ones before it, so the next page may begin a
+			// page further on; an entity of that second may be passed by.
+			stepped = append(stepped, rows[0].created)
+			step = pageCount
 		}
 		skip += step
 	}
@@ -144,14 +162,15 @@ func (adapter) Find(ctx context.Context, c rail.Client, a rail.Action, stamp str
 
 // nextStep is how far the page after a full page (rows) may begin: no
 // further than where the last item's second begins on this page, and no
-// further than pageCount − overlap.
-func nextStep(rows []row) (int, error) {
+// further than pageCount − overlap; ok is false when the whole page is
+// of one second (no step keeps the proof for that second).
+func nextStep(rows []row) (step int, ok bool) {
 	last := rows[len(rows)-1].created
 	k := slices.IndexFunc(rows, func(r row) bool { return r.created <= last })
 	if k == 0 {
-		return 0, fmt.Errorf("all %d entities of a full page were created in one second (%d): their order changes between queries, so paging cannot prove one absent", len(rows), last)
+		return 0, false
 	}
-	return min(pageCount-overlap, k), nil
+	return min(pageCount-overlap, k), true
 }
 
 func entity(raw json.RawMessage, want string) (rail.Entity, error) {
