@@ -198,3 +198,33 @@ func TestHTTPCallerThatStopsReadingLosesItsSlot(t *testing.T) {
 		t.Fatalf("no probe served while %d connections hold unread answers, %s after each write began", httpMaxConns, httpWriteStall)
 	}
 }
+
+// TestHTTPAnswerWithoutAWriteHasADeadlineToo: an answer with no body
+// written by its handler (a redirect to HEAD, a 204) is written by net/http
+// after the handler returns, with no deadline of the handler's: a caller
+// pipelining thousands of HEAD /console and reading nothing kept its
+// connection, busy, for ever — on every one of httpMaxConns connections,
+// all of them (found by a review of the write bound). That last write has
+// httpWriteStall too: the stalled connection is closed.
+func TestHTTPAnswerWithoutAWriteHasADeadlineToo(t *testing.T) {
+	defer func(d time.Duration) { httpWriteStall = d }(httpWriteStall)
+	httpWriteStall = time.Second
+	h := start(t, pgtest.NewDatabase(t))
+	tiny := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 2048) })
+	}}
+	c, err := tiny.Dial("tcp", h.srv.HTTPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Far more answer bytes than the kernel buffers of a connection hold.
+	reqs := strings.Repeat("HEAD /console HTTP/1.1\r\nHost: countersign\r\n\r\n", 50000)
+	go func() { _, _ = c.Write([]byte(reqs)) }()
+	if !wait.Until(10*time.Second, func() bool { return h.srv.httpSlots.busy() == 1 }) {
+		t.Fatal("the connection never had a request in flight")
+	}
+	if !wait.Until(40*time.Second, func() bool { return h.srv.httpSlots.open() == 0 }) {
+		t.Fatalf("the connection whose answers nobody reads is still open %s after each write began", httpWriteStall)
+	}
+}

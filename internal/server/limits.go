@@ -94,9 +94,18 @@ func (p progressWriter) Write(b []byte) (int, error) {
 	return p.ResponseWriter.Write(b)
 }
 
-func (p progressWriter) Flush() {
+func (p progressWriter) WriteHeader(code int) {
 	_ = p.rc.SetWriteDeadline(time.Now().Add(httpWriteStall))
-	_ = p.rc.Flush()
+	p.ResponseWriter.WriteHeader(code)
+}
+
+func (p progressWriter) Flush() { _ = p.FlushError() }
+
+// FlushError is Flush that says when the caller did not take the bytes
+// (http.ResponseController.Flush prefers it, so grpc-gateway sees it).
+func (p progressWriter) FlushError() error {
+	_ = p.rc.SetWriteDeadline(time.Now().Add(httpWriteStall))
+	return p.rc.Flush()
 }
 
 // Unwrap lets http.ResponseController reach the connection's writer.
@@ -132,7 +141,14 @@ func apiLimits(cfg config.Config) []grpc.ServerOption {
 // httpWriteStall to be read.
 func boundBodies(next http.Handler, limit int) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w = progressWriter{ResponseWriter: w, rc: http.NewResponseController(w)}
+		rc := http.NewResponseController(w)
+		w = progressWriter{ResponseWriter: w, rc: rc}
+		// An answer with no Write (a redirect to HEAD, a 204) is written by
+		// net/http after the handler returns, and the end of a chunked one
+		// too: that last write gets its deadline here (found by a review:
+		// pipelined HEAD /console, never read, held every slot).
+		_ = rc.SetWriteDeadline(time.Now().Add(httpWriteStall))
+		defer func() { _ = rc.SetWriteDeadline(time.Now().Add(httpWriteStall)) }()
 		if r.Body != nil && r.Body != http.NoBody {
 			if r.ContentLength > int64(limit) {
 				http.Error(w, fmt.Sprintf("request body of %d bytes; at most %d are read", r.ContentLength, limit), http.StatusRequestEntityTooLarge)
@@ -327,6 +343,13 @@ func (l *slotListener) idlest() (*slotConn, time.Duration) {
 		}
 	}
 	return victim, wake
+}
+
+// open is how many connections the listener holds.
+func (l *slotListener) open() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.conns)
 }
 
 // busy is how many connections have a call or request in flight.
