@@ -164,8 +164,10 @@ func (e *Engine) run(ctx context.Context, req Request, p *ledger.Principal, t ta
 // the reads Countersign makes for the agent's requests do (railreads.go).
 func (e *Engine) read(req Request, p *ledger.Principal, acct *rails.Account, facts ledger.DecisionFacts) Outcome {
 	in := principalInput(e.now(), p, acct)
+	var m *countersignv1.Mandate
 	if facts.MandateFound {
-		m, err := e.mandates.get(facts.Mandate)
+		var err error
+		m, err = e.mandates.get(facts.Mandate)
 		if err != nil {
 			return refuseRail(acct, req, ReasonInternal, "Countersign could not read the agent's mandate; nothing was read.", http.StatusServiceUnavailable)
 		}
@@ -179,8 +181,15 @@ func (e *Engine) read(req Request, p *ledger.Principal, acct *rails.Account, fac
 	if ok, wait := e.railReads.Allow(railReadKey(p.Agent.ID, acct.ID)); !ok {
 		return e.railReadsRefused(acct, req, p.Agent.ID, wait)
 	}
-	return Outcome{Verdict: Allow, ReasonCode: ReasonReadAllowed, Reason: "read-only call",
+	out := Outcome{Verdict: Allow, ReasonCode: ReasonReadAllowed, Reason: "read-only call",
 		SetHeaders: map[string]string{"authorization": acct.AuthHeader()}}
+	// The agent's tools/list answer is checked against the mandate's MCP
+	// pins before the agent receives it (ext_proc, toolslist.go); it must
+	// be readable there, so the agent may not have it compressed.
+	if out.ToolsList = toolsListCheck(req, acct, m); out.ToolsList != nil {
+		out.SetHeaders["accept-encoding"] = "identity"
+	}
+	return out
 }
 
 func (e *Engine) account(req Request) (*rails.Account, bool) {

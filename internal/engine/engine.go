@@ -89,6 +89,10 @@ type Outcome struct {
 	SetHeaders map[string]string
 	// Intent is the intent an ALLOW started an attempt of (nil for reads).
 	Intent *IntentRef
+	// ToolsList, on an allowed MCP tools/list read under a mandate with
+	// MCP pins, is what its answer must match before the agent receives
+	// it (ext_proc checks it); nil otherwise.
+	ToolsList *ToolsListCheck
 	// ResponseHeaders go with a refusal or a replayed response.
 	ResponseHeaders map[string]string
 	// Gates are the gate ladder's results, when it ran.

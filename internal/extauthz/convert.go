@@ -166,6 +166,9 @@ func ToCheckResponse(out engine.Outcome) *authv3.CheckResponse {
 		if out.Intent != nil {
 			resp.DynamicMetadata = IntentMetadata(out.Intent)
 		}
+		if out.ToolsList != nil {
+			resp.DynamicMetadata = ToolsListMetadata(resp.DynamicMetadata, out.ToolsList)
+		}
 		return resp
 	}
 	code := out.HTTPStatus

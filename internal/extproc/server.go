@@ -77,6 +77,9 @@ type exchange struct {
 	// agentID is the JSON-RPC id the agent's MCP call carried, which left
 	// as ref.CallID: its answer is given back this id.
 	agentID json.RawMessage
+	// toolsList: an MCP tools/list read whose answer must match the
+	// mandate's pins before the agent receives it (toolslist.go).
+	toolsList *toolsList
 }
 
 // Process handles one HTTP exchange. Envoy opens a stream per request and
@@ -122,6 +125,9 @@ func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error
 			// (linked, never continued).
 			_, headers := headerMap(req.GetRequestHeaders().GetHeaders())
 			ctx, span = telemetry.StartServer(ctx, s.tracer, "ext_proc.Process", headers)
+		}
+		if x.toolsList == nil {
+			x.toolsList = toolsListOf(req)
 		}
 		if !x.hasIntent && !x.unreadable {
 			if x.ref, x.hasIntent, x.unreadable = intentOf(req); x.hasIntent {
@@ -187,8 +193,14 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 		if x.hasIntent && r.ResponseHeaders.GetEndOfStream() {
 			s.commit(ctx, x, rail.Response{Status: x.status, Headers: x.headers})
 		}
+		if x.toolsList != nil && r.ResponseHeaders.GetEndOfStream() && checksAnswer(x.status) {
+			return s.toolsListHeaders(x)
+		}
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
 	case *extprocv3.ProcessingRequest_ResponseBody:
+		if x.toolsList != nil && !x.hasIntent {
+			return s.toolsListBody(x, r.ResponseBody)
+		}
 		cont := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
 		if !x.hasIntent || !r.ResponseBody.GetEndOfStream() {
 			return cont

@@ -167,13 +167,14 @@ func (ad *adapter) listPage(ctx context.Context, c rail.Client, page int, cursor
 	if err != nil {
 		return nil, "", fmt.Errorf("mcp: tools/list: answered %w", err)
 	}
-	return readPage(msg, id)
+	return readPage(msg, json.RawMessage(strconv.Quote(id)))
 }
 
-// readPage reads the tools and next cursor of a tools/list response.
-func readPage(msg object, id string) ([]listedTool, string, error) {
-	if got, ok := asString(msg["id"]); !ok || got != id {
-		return nil, "", fmt.Errorf("mcp: tools/list: the response is not to request %q", id)
+// readPage reads the tools and next cursor of a tools/list response to
+// the request whose id is id.
+func readPage(msg object, id json.RawMessage) ([]listedTool, string, error) {
+	if callID(msg["id"]) != callID(id) {
+		return nil, "", fmt.Errorf("mcp: tools/list: the response is not to request %s", callID(id))
 	}
 	if e, ok := msg["error"]; ok {
 		return nil, "", fmt.Errorf("mcp: tools/list: the server answered an error: %s", snippet(e))

@@ -1,0 +1,67 @@
+package engine
+
+import (
+	"context"
+	"maps"
+	"testing"
+
+	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/rail/mcp"
+)
+
+// TestToolsListReadCarriesThePins: an agent's tools/list allowed under a
+// mandate that sets any MCP pin carries the pins and the agent's request
+// id (ext_proc checks the answer against them); without pins, or for any
+// other read, it carries nothing. Countersign reads no tools/list of its
+// own for it.
+func TestToolsListReadCarriesThePins(t *testing.T) {
+	entry, err := mcp.EntryHash([]byte(pinnedRefundEntry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc := map[string]string{"create_refund": mcp.DescriptionHash(honestRefundDesc)}
+	all := &countersignv1.Provenance{McpToolDescriptionHashes: desc, McpToolEntryHashes: map[string]string{"create_refund": entry}, McpToolsListHash: "ab" + entry[2:]}
+	cases := []struct {
+		name string
+		prov *countersignv1.Provenance
+		body string
+		want bool
+	}{
+		{name: "tools/list under all pins", prov: all, body: `{"jsonrpc":"2.0","id":"a-1","method":"tools/list"}`, want: true},
+		{name: "tools/list under a list pin alone", prov: &countersignv1.Provenance{McpToolsListHash: all.GetMcpToolsListHash()},
+			body: `{"jsonrpc":"2.0","id":"a-1","method":"tools/list","params":{"cursor":"c"}}`, want: true},
+		{name: "tools/list without pins", body: `{"jsonrpc":"2.0","id":"a-1","method":"tools/list"}`},
+		{name: "another read under pins", prov: all, body: `{"jsonrpc":"2.0","id":"a-1","method":"resources/list"}`},
+		{name: "a notification under pins", prov: all, body: `{"jsonrpc":"2.0","method":"notifications/initialized"}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newMCPRigPinned(t, tc.prov, "metadata")
+			req := r.call(1, "create_refund", 1)
+			req.Body = []byte(tc.body)
+			out := r.e.Decide(context.Background(), req)
+			if out.Verdict != Allow || out.ReasonCode != ReasonReadAllowed {
+				t.Fatalf("decide = %s %s: %s", out.Verdict, out.ReasonCode, out.Reason)
+			}
+			if ae, set := out.SetHeaders["accept-encoding"]; set != tc.want || set && ae != "identity" {
+				t.Fatalf("accept-encoding %q set=%v: a checked answer must come uncompressed, others as asked", ae, set)
+			}
+			if !tc.want {
+				if out.ToolsList != nil {
+					t.Fatalf("the read carries a tools/list check: %+v", out.ToolsList)
+				}
+				return
+			}
+			c := out.ToolsList
+			if c == nil || string(c.RequestID) != `"a-1"` || c.Pins.List != tc.prov.GetMcpToolsListHash() ||
+				!maps.Equal(c.Pins.Descriptions, tc.prov.GetMcpToolDescriptionHashes()) || !maps.Equal(c.Pins.Entries, tc.prov.GetMcpToolEntryHashes()) {
+				t.Fatalf("check = %+v, want the mandate's pins under id \"a-1\"", c)
+			}
+			r.tools.mu.Lock()
+			defer r.tools.mu.Unlock()
+			if r.tools.lists != 0 {
+				t.Fatalf("Countersign read tools/list %d times for the agent's read", r.tools.lists)
+			}
+		})
+	}
+}
