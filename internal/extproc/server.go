@@ -193,6 +193,9 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 		if x.hasIntent && r.ResponseHeaders.GetEndOfStream() {
 			s.commit(ctx, x, rail.Response{Status: x.status, Headers: x.headers})
 		}
+		if x.toolsList != nil && !x.hasIntent && notAListAnswer(x.status) {
+			return s.toolsListElsewhere(x)
+		}
 		if x.toolsList != nil && r.ResponseHeaders.GetEndOfStream() && checksAnswer(x.status) {
 			return s.toolsListHeaders(x)
 		}

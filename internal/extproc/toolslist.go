@@ -2,6 +2,7 @@ package extproc
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -49,6 +50,30 @@ func toolsListOf(req *extprocv3.ProcessingRequest) *toolsList {
 // an error status carries none.
 func checksAnswer(status int) bool {
 	return status >= http.StatusOK && status < http.StatusMultipleChoices
+}
+
+// notAListAnswer reports whether a checked tools/list's answer, of status
+// status, is one a client would not read the list from here but go on to
+// read it elsewhere: any status but 200 that is not an error. A 202 makes
+// the TypeScript SDK drop the body and wait for the response on the
+// server's GET stream, and a 3xx is followed (to a GET the route does not
+// process): both were ways to show the agent an unchecked list (found by a
+// review). Error statuses are thrown by clients, list or not.
+func notAListAnswer(status int) bool {
+	return status != http.StatusOK && status < http.StatusBadRequest
+}
+
+// toolsListElsewhere answers the response headers of a checked tools/list
+// that notAListAnswer refuses with Countersign's own 200 and the JSON-RPC
+// error to the agent's id: a status cannot be changed by a header
+// mutation (the shipped configs disallow system headers), so the answer
+// is replaced whole. An immediate response sent while Envoy still holds
+// the response headers is sent downstream in their place (ext_proc's
+// ProcessingResponse.immediate_response: "attempt to create a locally
+// generated response, send it downstream").
+func (s *Server) toolsListElsewhere(x *exchange) *extprocv3.ProcessingResponse {
+	body, _, _ := s.withholdList(x, fmt.Errorf("mcp: the server answered HTTP %d, not a tools list", x.status))
+	return immediate(http.StatusOK, body, "countersign_mcp_tools_list_withheld")
 }
 
 // toolsListBody answers a response body phase of a checked tools/list:

@@ -128,7 +128,8 @@ func TestAgentReceivesOnlyAPinnedToolsList(t *testing.T) {
 			body: `{"jsonrpc":"2.0","id":7,"result":{"tools":[` + listRefund + `]},"result":{"tools":[` + poisonParam + `]}}`, withheld: true, wantMessage: "could not be checked"},
 		{name: "answer to another id", pins: &entry, status: "200", ct: "application/json", body: listAnswer("8", listRefund), withheld: true, wantMessage: "could not be checked"},
 		{name: "cut SSE stream", pins: &entry, status: "200", ct: "text/event-stream", body: "data: " + listAnswer("7", listRefund), withheld: true, wantMessage: "could not be checked"},
-		{name: "other 2xx with a drifted list", pins: &entry, status: "201", ct: "application/json", body: listAnswer("7", poisonParam), withheld: true, wantMessage: `tool "create_refund"`},
+		{name: "SSE led by a byte order mark", pins: &entry, status: "200", ct: "text/event-stream",
+			body: "\ufeff" + sse(listAnswer("7", poisonParam)) + sse(listAnswer("7", listRefund)), withheld: true, wantMessage: "could not be checked"},
 		{name: "error status passes", pins: &entry, status: "500", ct: "application/json", body: listAnswer("7", poisonParam)},
 		{name: "JSON-RPC error passes", pins: &entry, status: "200", ct: "application/json", body: `{"jsonrpc":"2.0","id":7,"error":{"code":-32601,"message":"no"}}`},
 		{name: "no pins: untouched", status: "200", ct: "application/json", body: listAnswer("7", poisonParam, poisonOther)},
@@ -228,4 +229,95 @@ func TestToolsListCheckFailsClosed(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestAToolsListAnswerElsewhereIsReplaced: a checked tools/list answered
+// with a status a client does not read the list from here but goes on to
+// read it elsewhere — a 202 (the TypeScript SDK then waits for the
+// response on the unchecked GET stream), a 3xx (followed as a GET the
+// route does not process), another 2xx — is replaced whole at its headers
+// by Countersign's 200 and the JSON-RPC error to the agent's id; an answer
+// encoded despite Countersign asking for identity (a gzip whose header is a
+// clean event and whose payload a poisoned one) is withheld (found by a
+// review of the check). Error statuses pass.
+func TestAToolsListAnswerElsewhereIsReplaced(t *testing.T) {
+	entry := entryPins(t)
+	check := &engine.ToolsListCheck{RequestID: json.RawMessage("7"), Pins: entry}
+	headersAnswer := func(status string, extra ...string) *extprocv3.ProcessingResponse {
+		st := openStream(t, &recorder{done: make(chan struct{}, 4)})
+		meta := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{extauthz.MetadataNamespace: extauthz.ToolsListMetadata(nil, check)}}
+		var last *extprocv3.ProcessingResponse
+		for _, r := range []*extprocv3.ProcessingRequest{
+			{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: headers(":method", "POST", "content-type", "application/json")}}},
+			{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/list"}`), EndOfStream: true}}},
+			{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: headers(append([]string{":status", status}, extra...)...)}}},
+		} {
+			r.MetadataContext = meta
+			if err := st.Send(r); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := st.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = resp
+		}
+		return last
+	}
+	for _, status := range []string{"202", "201", "204", "301", "302", "303", "307", "308"} {
+		t.Run(status, func(t *testing.T) {
+			resp := headersAnswer(status, "content-type", "application/json", "location", "/mcp")
+			im := resp.GetImmediateResponse()
+			if im == nil || im.GetStatus().GetCode() != 200 {
+				t.Fatalf("a %s to a checked tools/list = %v; want Countersign's 200 in its place", status, resp)
+			}
+			var got struct {
+				ID    json.RawMessage `json:"id"`
+				Error *struct {
+					Code int `json:"code"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(im.GetBody(), &got); err != nil || string(got.ID) != "7" || got.Error == nil || got.Error.Code != -32001 {
+				t.Fatalf("the body in its place = %s; want the JSON-RPC error to id 7", im.GetBody())
+			}
+		})
+	}
+	for _, status := range []string{"400", "404", "500", "503"} {
+		if resp := headersAnswer(status, "content-type", "application/json"); resp.GetImmediateResponse() != nil || resp.GetResponseHeaders().GetResponse() != nil {
+			t.Errorf("a %s was changed: %v", status, resp)
+		}
+	}
+	// Encoded despite identity: withheld whatever the bytes say.
+	for _, enc := range []string{"gzip", "br", "deflate"} {
+		resp := answerThroughHeaders(t, check, "200", []string{"content-type", "text/event-stream", "content-encoding", enc},
+			"event: message\ndata: "+listAnswer("7", listRefund)+"\n\n")
+		if b := resp.GetResponseBody().GetResponse().GetBodyMutation().GetBody(); !strings.Contains(string(b), `"code":-32001`) {
+			t.Errorf("a %s-encoded answer passed: %v", enc, resp)
+		}
+	}
+}
+
+// answerThroughHeaders is answerThrough with the response's headers given.
+func answerThroughHeaders(t *testing.T, check *engine.ToolsListCheck, status string, hdrs []string, body string) *extprocv3.ProcessingResponse {
+	t.Helper()
+	st := openStream(t, &recorder{done: make(chan struct{}, 4)})
+	meta := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{extauthz.MetadataNamespace: extauthz.ToolsListMetadata(nil, check)}}
+	var last *extprocv3.ProcessingResponse
+	for _, r := range []*extprocv3.ProcessingRequest{
+		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: headers(":method", "POST", "content-type", "application/json")}}},
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/list"}`), EndOfStream: true}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: headers(append([]string{":status", status}, hdrs...)...)}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true}}},
+	} {
+		r.MetadataContext = meta
+		if err := st.Send(r); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = resp
+	}
+	return last
 }

@@ -107,8 +107,17 @@ func responseMessage(resp rail.Response) (object, error) {
 			}
 			return nil, fmt.Errorf("with a message that is not a JSON-RPC object: %s", snippet(c))
 		}
-		if _, isRequest := m["method"]; isRequest {
-			continue // a server request or notification on the stream
+		if method, isRequest := m["method"]; isRequest {
+			// A server request or notification on the stream, skipped; but
+			// a "method" with a result or an error, or one that is not a
+			// name, is a response some clients read as one (found by a
+			// review): refused, not skipped.
+			_, hasResult := m["result"]
+			_, hasError := m["error"]
+			if name, ok := asString(method); !ok || name == "" || hasResult || hasError {
+				return nil, fmt.Errorf("with a message that is both a request and a response: %s", snippet(c))
+			}
+			continue
 		}
 		if found != nil {
 			return nil, fmt.Errorf("with more than one JSON-RPC response")
@@ -147,7 +156,13 @@ func isEventStream(headers map[string]string, body []byte) bool {
 // event the stream did not finish with a blank line is discarded, as a
 // browser does: a cut stream is not an answer.
 func sseMessages(body []byte) ([][]byte, error) {
-	text := strings.ReplaceAll(strings.ReplaceAll(string(body), "\r\n", "\n"), "\r", "\n")
+	// A stream is decoded as UTF-8, which drops one leading byte order
+	// mark (WHATWG "event stream interpretation"; the TypeScript SDK's
+	// TextDecoderStream does): read with it, the first line's field would
+	// be "\ufeffdata", and its event hidden from Countersign but not from
+	// the client (found by a review).
+	text := strings.TrimPrefix(string(body), "\ufeff")
+	text = strings.ReplaceAll(strings.ReplaceAll(text, "\r\n", "\n"), "\r", "\n")
 	var out [][]byte
 	var data []string
 	event, hasData := "", false

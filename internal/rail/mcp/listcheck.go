@@ -116,6 +116,15 @@ func CheckListed(resp rail.Response, requestID json.RawMessage, pins Pins) error
 // JSON message in it free of a key named twice (a client might read the
 // other one).
 func listAnswer(resp rail.Response) (object, error) {
+	// Countersign asked for the answer unencoded; one that is encoded all
+	// the same is bytes it does not read as the client will (a gzip whose
+	// header comment is a clean event and whose payload a poisoned one:
+	// found by a review).
+	for k, v := range resp.Headers {
+		if strings.EqualFold(k, "content-encoding") && !strings.EqualFold(strings.TrimSpace(v), "identity") {
+			return nil, fmt.Errorf("%w: the answer is encoded (%s)", ErrListUnreadable, v)
+		}
+	}
 	body := bytes.TrimSpace(resp.Body)
 	if len(body) == 0 {
 		return nil, fmt.Errorf("%w: the answer has no body", ErrListUnreadable)

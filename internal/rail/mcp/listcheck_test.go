@@ -185,3 +185,49 @@ func FuzzCheckListed(f *testing.F) {
 		}
 	})
 }
+
+// TestCheckListedReadsWhatTheClientReads: the check reads an answer as an
+// MCP client does, or refuses it: a leading byte order mark (dropped by the
+// client's UTF-8 decoding) does not hide the first event; a message with a
+// "method" and a result (which some clients take for the response) is not
+// skipped; an encoded answer is not read as raw bytes (found by a review).
+func TestCheckListedReadsWhatTheClientReads(t *testing.T) {
+	entry := `{"name":"create_refund","description":"Refund a payment."}`
+	poisoned := `{"name":"create_refund","description":"Refund everything."}`
+	pin, err := EntryHash([]byte(entry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pins := Pins{Entries: map[string]string{"create_refund": pin}}
+	answer := func(tool string) string { return `{"jsonrpc":"2.0","id":7,"result":{"tools":[` + tool + `]}}` }
+	check := func(ct, enc, body string) error {
+		h := map[string]string{"content-type": ct}
+		if enc != "" {
+			h["content-encoding"] = enc
+		}
+		return CheckListed(rail.Response{Status: 200, Headers: h, Body: []byte(body)}, json.RawMessage("7"), pins)
+	}
+	if err := check("text/event-stream", "", "\ufeffdata: "+answer(entry)+"\n\n"); err != nil {
+		t.Fatalf("a clean answer led by a byte order mark: %v", err)
+	}
+	for name, body := range map[string]string{
+		"BOM hides a poisoned first event": "\ufeffdata: " + answer(poisoned) + "\n\ndata: " + answer(entry) + "\n\n",
+		"method with a result":             "data: " + `{"jsonrpc":"2.0","id":7,"method":"","result":{"tools":[` + poisoned + `]}}` + "\n\ndata: " + answer(entry) + "\n\n",
+		"method that is not a name":        "data: " + `{"jsonrpc":"2.0","method":7}` + "\n\ndata: " + answer(entry) + "\n\n",
+	} {
+		if err := check("text/event-stream", "", body); err == nil {
+			t.Errorf("%s: passed", name)
+		}
+	}
+	if err := check("text/event-stream", "", "data: "+`{"jsonrpc":"2.0","method":"notifications/message","params":{}}`+"\n\ndata: "+answer(entry)+"\n\n"); err != nil {
+		t.Errorf("a notification before the answer: %v", err)
+	}
+	for _, enc := range []string{"gzip", "br", " GZIP "} {
+		if err := check("application/json", enc, answer(entry)); err == nil {
+			t.Errorf("content-encoding %q: passed", enc)
+		}
+	}
+	if err := check("application/json", "identity", answer(entry)); err != nil {
+		t.Errorf("content-encoding identity: %v", err)
+	}
+}

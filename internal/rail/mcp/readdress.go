@@ -62,6 +62,12 @@ func readdressMessage(data []byte, from string, to json.RawMessage) ([]byte, boo
 // line holding the re-addressed response (JSON text has no line break);
 // every other line keeps its bytes. The event grammar is sseMessages'.
 func readdressStream(body []byte, from string, to json.RawMessage) ([]byte, bool, error) {
+	// A leading byte order mark is dropped, as the client's UTF-8 decoding
+	// drops it, so that the first event is read here as there (sseMessages).
+	if trimmed := bytes.TrimPrefix(body, []byte("\ufeff")); len(trimmed) != len(body) {
+		out, _, err := readdressStream(trimmed, from, to)
+		return out, true, err
+	}
 	lines := splitLines(body)
 	var out bytes.Buffer
 	changed := false
