@@ -129,17 +129,23 @@ func nulField(a rail.Action) string {
 	case has(a.Distinct):
 		return "the distinct reason"
 	}
-	for _, k := range slices.Sorted(maps.Keys(a.Extra)) {
-		if has(k) || has(a.Extra[k]) {
-			return fmt.Sprintf("member %q", k)
+	// The first member in name order, named; sorted only when one holds a
+	// NUL (this runs on every action).
+	var bad []string
+	for k, v := range a.Extra {
+		if has(k) || has(v) {
+			bad = append(bad, k)
 		}
 	}
-	for _, k := range slices.Sorted(maps.Keys(a.Labels)) {
-		if has(k) || has(a.Labels[k].Value) {
-			return fmt.Sprintf("member %q", k)
+	for k, l := range a.Labels {
+		if has(k) || has(l.Value) {
+			bad = append(bad, k)
 		}
 	}
-	return ""
+	if len(bad) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("member %q", slices.Min(bad))
 }
 
 // run answers an authenticated caller's target.
