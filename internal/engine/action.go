@@ -184,6 +184,9 @@ func (e *Engine) read(req Request, p *ledger.Principal, acct *rails.Account, fac
 		out.Gates = []ledger.GateRecord{{Gate: r.Gate, Verdict: string(Block), ReasonCode: r.ReasonCode, Reason: r.Reason}}
 		return out
 	}
+	if out := streamUnderPins(req, acct, m); out != nil {
+		return *out
+	}
 	if ok, wait := e.railReads.Allow(railReadKey(p.Agent.ID, acct.ID)); !ok {
 		return e.railReadsRefused(acct, req, p.Agent.ID, wait)
 	}

@@ -22,19 +22,57 @@ type ToolsListCheck struct {
 	Pins      mcp.Pins
 }
 
+// ReasonMCPStreamUnderPins is the reason code of a refused GET of an MCP
+// server's event stream under a mandate with MCP pins.
+const ReasonMCPStreamUnderPins = "mcp_stream_under_pins"
+
+// mcpPins is the MCP pins m sets on an MCP account (ok false: none, or
+// not an MCP account).
+func mcpPins(acct *rails.Account, m *countersignv1.Mandate) (mcp.Pins, bool) {
+	if m == nil {
+		return mcp.Pins{}, false
+	}
+	if _, isMCP := acct.Adapter.(rail.ToolDescriber); !isMCP {
+		return mcp.Pins{}, false
+	}
+	p := m.GetProvenance()
+	pins := mcp.Pins{Descriptions: p.GetMcpToolDescriptionHashes(), Entries: p.GetMcpToolEntryHashes(), List: p.GetMcpToolsListHash()}
+	return pins, !pins.Empty()
+}
+
+// streamUnderPins refuses a GET of an MCP server's event stream when the
+// mandate sets MCP pins: ext_proc does not process that route, and a
+// client matches responses by id whatever stream carries them, so a
+// server could answer the agent's checked tools/list first on the GET
+// stream with a poisoned list (or move the answer there by a resumable
+// POST stream, resumed by a GET with Last-Event-ID) (found by a review).
+// 405 is what a client reads as "this server offers no GET stream" (the
+// TypeScript SDK's StreamableHTTPClientTransport); the server's messages
+// still reach it on the POST streams.
+func streamUnderPins(req Request, acct *rails.Account, m *countersignv1.Mandate) *Outcome {
+	if req.Method != http.MethodGet {
+		return nil
+	}
+	if _, pinned := mcpPins(acct, m); !pinned {
+		return nil
+	}
+	// Countersign's own refusal, not the MCP adapter's (a JSON-RPC error
+	// in a 200, which a client would read as a stream that ended): the
+	// status is the message.
+	out := refuse(req, ReasonMCPStreamUnderPins, "The owner's mandate pins this MCP server's tools, and answers on its GET event stream are not checked against the pins, so the stream is not opened; the server's messages arrive on the POST streams.", http.StatusMethodNotAllowed)
+	out.ResponseHeaders = map[string]string{"allow": "POST"}
+	return &out
+}
+
 // toolsListCheck is the check an allowed read carries: set for a POSTed
 // tools/list on an MCP account under a mandate that sets any MCP pin,
 // nil otherwise (no pins: the answer goes untouched, at no cost).
 func toolsListCheck(req Request, acct *rails.Account, m *countersignv1.Mandate) *ToolsListCheck {
-	if m == nil || req.Method != http.MethodPost {
+	if req.Method != http.MethodPost {
 		return nil
 	}
-	if _, isMCP := acct.Adapter.(rail.ToolDescriber); !isMCP {
-		return nil
-	}
-	p := m.GetProvenance()
-	pins := mcp.Pins{Descriptions: p.GetMcpToolDescriptionHashes(), Entries: p.GetMcpToolEntryHashes(), List: p.GetMcpToolsListHash()}
-	if pins.Empty() {
+	pins, pinned := mcpPins(acct, m)
+	if !pinned {
 		return nil
 	}
 	id, ok := mcp.ToolsListRequest(req.Body)

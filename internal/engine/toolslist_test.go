@@ -65,3 +65,42 @@ func TestToolsListReadCarriesThePins(t *testing.T) {
 		})
 	}
 }
+
+// TestMCPStreamIsRefusedUnderPins: under a mandate with MCP pins, the
+// agent's GET of the MCP server's event stream is refused with 405 (a
+// client then opens no GET stream; the server's messages come on the
+// POST streams): ext_proc does not check that stream, and a client takes
+// a response to its id from any stream, so a server could answer the
+// checked tools/list there first with a poisoned list (found by a
+// review). Without pins the stream is a read, as before.
+func TestMCPStreamIsRefusedUnderPins(t *testing.T) {
+	entry, err := mcp.EntryHash([]byte(pinnedRefundEntry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		prov *countersignv1.Provenance
+		want string
+	}{
+		{"entry pin", &countersignv1.Provenance{McpToolEntryHashes: map[string]string{"create_refund": entry}}, ReasonMCPStreamUnderPins},
+		{"description pin", &countersignv1.Provenance{McpToolDescriptionHashes: map[string]string{"create_refund": mcp.DescriptionHash(honestRefundDesc)}}, ReasonMCPStreamUnderPins},
+		{"list pin alone", &countersignv1.Provenance{McpToolsListHash: entry}, ReasonMCPStreamUnderPins},
+		{"no pins", nil, ReasonReadAllowed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newMCPRigPinned(t, tc.prov, "metadata")
+			req := r.call(1, "create_refund", 1)
+			req.Method, req.Body = "GET", nil
+			req.Headers["accept"] = "text/event-stream"
+			delete(req.Headers, "content-type")
+			out := r.e.Decide(context.Background(), req)
+			if out.ReasonCode != tc.want {
+				t.Fatalf("GET of the stream = %s %s: %s; want %s", out.Verdict, out.ReasonCode, out.Reason, tc.want)
+			}
+			if tc.want == ReasonMCPStreamUnderPins && (out.Verdict != Block || out.HTTPStatus != 405 || out.ResponseHeaders["allow"] != "POST") {
+				t.Fatalf("refusal = %s %d %v; want BLOCK 405 with Allow: POST", out.Verdict, out.HTTPStatus, out.ResponseHeaders)
+			}
+		})
+	}
+}

@@ -453,6 +453,13 @@ func headerMap(m *corev3.HeaderMap) (int, map[string]string) {
 		if strings.HasPrefix(k, ":") {
 			continue
 		}
+		// A header sent more than once is one list, as Envoy joins it for
+		// its own headers and HTTP reads it (RFC 9110 §5.3): not the last
+		// value alone, which a client that applies every content coding
+		// would not read alike (found by a review: gzip, then identity).
+		if prev, ok := out[k]; ok {
+			v = prev + "," + v
+		}
 		out[k] = v
 	}
 	return status, out

@@ -287,6 +287,13 @@ func TestAToolsListAnswerElsewhereIsReplaced(t *testing.T) {
 			t.Errorf("a %s was changed: %v", status, resp)
 		}
 	}
+	// A coding sent twice is read as the list it is (gzip, then identity):
+	// withheld, as a client applying every coding would gunzip it.
+	resp := answerThroughHeaders(t, check, "200", []string{"content-type", "text/event-stream", "content-encoding", "gzip", "content-encoding", "identity"},
+		"event: message\ndata: "+listAnswer("7", listRefund)+"\n\n")
+	if b := resp.GetResponseBody().GetResponse().GetBodyMutation().GetBody(); !strings.Contains(string(b), `"code":-32001`) {
+		t.Errorf("content-encoding gzip then identity passed: %v", resp)
+	}
 	// Encoded despite identity: withheld whatever the bytes say.
 	for _, enc := range []string{"gzip", "br", "deflate"} {
 		resp := answerThroughHeaders(t, check, "200", []string{"content-type", "text/event-stream", "content-encoding", enc},

@@ -234,3 +234,41 @@ func TestSplitViewMCPServerCannotPoisonTheAgentsToolsList(t *testing.T) {
 		}
 	})
 }
+
+// TestAgentGetsNoMCPStreamUnderPins is review J's probe through ext_authz:
+// a server can answer the agent's checked tools/list first on its GET
+// event stream, which ext_proc does not process, and the agent's client
+// takes a response to its id from any stream. Under MCP pins that GET is
+// refused with 405 (a client then opens no GET stream); without pins it
+// reaches the server as before.
+func TestAgentGetsNoMCPStreamUnderPins(t *testing.T) {
+	entry, err := mcp.EntryHash([]byte(honestRefundTool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned := &countersignv1.Provenance{McpToolEntryHashes: map[string]string{"create_refund": entry}}
+	stream := func(base, secret string) (int, string) {
+		req, err := http.NewRequest(http.MethodGet, base+mcp.DefaultEndpoint, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = "mcp.stripe.local"
+		req.Header.Set("Authorization", "Bearer "+secret)
+		req.Header.Set("Accept", "text/event-stream")
+		req.Header.Set("Mcp-Session-Id", "s-1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("Allow")
+	}
+	base, secret := mcpEgress(t, &splitViewMCP{split: true}, pinned)
+	if status, allow := stream(base, secret); status != http.StatusMethodNotAllowed || allow != "POST" {
+		t.Fatalf("the agent's GET of the stream under pins = %d (Allow %q); want 405, Allow: POST", status, allow)
+	}
+	base, secret = mcpEgress(t, &splitViewMCP{split: true}, nil)
+	if status, _ := stream(base, secret); status == http.StatusMethodNotAllowed {
+		t.Fatal("the agent's GET of the stream without pins was refused")
+	}
+}

@@ -162,6 +162,11 @@ func sseMessages(body []byte) ([][]byte, error) {
 	// be "\ufeffdata", and its event hidden from Countersign but not from
 	// the client (found by a review).
 	text := strings.TrimPrefix(string(body), "\ufeff")
+	// A CR that is the last byte may be the first half of a CRLF still to
+	// come: the client's parser (eventsource-parser) holds that line as
+	// unfinished, so it is not an end here either (found by a review: a
+	// message ended so was read here and never by the client).
+	text = strings.TrimSuffix(text, "\r")
 	text = strings.ReplaceAll(strings.ReplaceAll(text, "\r\n", "\n"), "\r", "\n")
 	var out [][]byte
 	var data []string

@@ -214,6 +214,7 @@ func TestCheckListedReadsWhatTheClientReads(t *testing.T) {
 		"BOM hides a poisoned first event": "\ufeffdata: " + answer(poisoned) + "\n\ndata: " + answer(entry) + "\n\n",
 		"method with a result":             "data: " + `{"jsonrpc":"2.0","id":7,"method":"","result":{"tools":[` + poisoned + `]}}` + "\n\ndata: " + answer(entry) + "\n\n",
 		"method that is not a name":        "data: " + `{"jsonrpc":"2.0","method":7}` + "\n\ndata: " + answer(entry) + "\n\n",
+		"message ended by a CR at the end": "id: p1\nevent: prime\ndata: x\n\nevent: message\ndata: " + answer(entry) + "\n\r",
 	} {
 		if err := check("text/event-stream", "", body); err == nil {
 			t.Errorf("%s: passed", name)
