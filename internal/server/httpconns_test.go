@@ -151,7 +151,9 @@ func TestHTTPListenerServesBoundedConnections(t *testing.T) {
 // by a review of the bound). Each write now has httpWriteStall to be read;
 // past it the connection is closed and a probe is served.
 func TestHTTPCallerThatStopsReadingLosesItsSlot(t *testing.T) {
-	defer func(d time.Duration) { httpWriteStall = d }(httpWriteStall)
+	// Restored once the server and its handlers are gone (cleanups run
+	// last first: start's stop the server and wait for its goroutines).
+	t.Cleanup(func(d time.Duration) func() { return func() { httpWriteStall = d } }(httpWriteStall))
 	httpWriteStall = 3 * time.Second
 	h := start(t, pgtest.NewDatabase(t))
 	addr := h.srv.HTTPAddr()
@@ -207,7 +209,9 @@ func TestHTTPCallerThatStopsReadingLosesItsSlot(t *testing.T) {
 // all of them (found by a review of the write bound). That last write has
 // httpWriteStall too: the stalled connection is closed.
 func TestHTTPAnswerWithoutAWriteHasADeadlineToo(t *testing.T) {
-	defer func(d time.Duration) { httpWriteStall = d }(httpWriteStall)
+	// Restored once the server and its handlers are gone (cleanups run
+	// last first: start's stop the server and wait for its goroutines).
+	t.Cleanup(func(d time.Duration) func() { return func() { httpWriteStall = d } }(httpWriteStall))
 	httpWriteStall = time.Second
 	h := start(t, pgtest.NewDatabase(t))
 	tiny := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
