@@ -20,6 +20,11 @@ import (
 type ToolsListCheck struct {
 	RequestID json.RawMessage
 	Pins      mcp.Pins
+	// OwnAnswer: the read is not a tools/list; its answer must carry no
+	// response but to RequestID (nil: a notification's or a client
+	// response's answer, which carries none), or the server could slip a
+	// response to the agent's pending tools/list into it (mcp.CheckOwnAnswer).
+	OwnAnswer bool
 }
 
 // ReasonMCPStreamUnderPins is the reason code of a refused GET of an MCP
@@ -77,7 +82,10 @@ func toolsListCheck(req Request, acct *rails.Account, m *countersignv1.Mandate) 
 	}
 	id, ok := mcp.ToolsListRequest(req.Body)
 	if !ok {
-		return nil
+		// Any other message under pins: its answer may carry no response
+		// but its own (found by a review: a ping's stream carried a
+		// poisoned answer to the pending tools/list).
+		return &ToolsListCheck{RequestID: mcp.AnswerID(req.Body), Pins: pins, OwnAnswer: true}
 	}
 	return &ToolsListCheck{RequestID: id, Pins: pins}
 }

@@ -26,13 +26,19 @@ func TestToolsListReadCarriesThePins(t *testing.T) {
 		prov *countersignv1.Provenance
 		body string
 		want bool
+		own  bool   // an own-answer check, not a list check
+		id   string // the id the check names ("" for none)
 	}{
-		{name: "tools/list under all pins", prov: all, body: `{"jsonrpc":"2.0","id":"a-1","method":"tools/list"}`, want: true},
+		{name: "tools/list under all pins", prov: all, body: `{"jsonrpc":"2.0","id":"a-1","method":"tools/list"}`, want: true, id: `"a-1"`},
 		{name: "tools/list under a list pin alone", prov: &countersignv1.Provenance{McpToolsListHash: all.GetMcpToolsListHash()},
-			body: `{"jsonrpc":"2.0","id":"a-1","method":"tools/list","params":{"cursor":"c"}}`, want: true},
+			body: `{"jsonrpc":"2.0","id":"a-1","method":"tools/list","params":{"cursor":"c"}}`, want: true, id: `"a-1"`},
 		{name: "tools/list without pins", body: `{"jsonrpc":"2.0","id":"a-1","method":"tools/list"}`},
-		{name: "another read under pins", prov: all, body: `{"jsonrpc":"2.0","id":"a-1","method":"resources/list"}`},
-		{name: "a notification under pins", prov: all, body: `{"jsonrpc":"2.0","method":"notifications/initialized"}`},
+		{name: "resources/list without pins", body: `{"jsonrpc":"2.0","id":"a-1","method":"resources/list"}`},
+		// Under pins every other message's answer may carry no response but
+		// its own (a ping's stream could carry the pending tools/list's).
+		{name: "another read under pins", prov: all, body: `{"jsonrpc":"2.0","id":"a-1","method":"resources/list"}`, want: true, own: true, id: `"a-1"`},
+		{name: "a ping under pins", prov: all, body: `{"jsonrpc":"2.0","id":9,"method":"ping"}`, want: true, own: true, id: `9`},
+		{name: "a notification under pins", prov: all, body: `{"jsonrpc":"2.0","method":"notifications/initialized"}`, want: true, own: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -53,9 +59,9 @@ func TestToolsListReadCarriesThePins(t *testing.T) {
 				return
 			}
 			c := out.ToolsList
-			if c == nil || string(c.RequestID) != `"a-1"` || c.Pins.List != tc.prov.GetMcpToolsListHash() ||
+			if c == nil || c.OwnAnswer != tc.own || string(c.RequestID) != tc.id || c.Pins.List != tc.prov.GetMcpToolsListHash() ||
 				!maps.Equal(c.Pins.Descriptions, tc.prov.GetMcpToolDescriptionHashes()) || !maps.Equal(c.Pins.Entries, tc.prov.GetMcpToolEntryHashes()) {
-				t.Fatalf("check = %+v, want the mandate's pins under id \"a-1\"", c)
+				t.Fatalf("check = %+v, want the mandate's pins under id %s (own answer %v)", c, tc.id, tc.own)
 			}
 			r.tools.mu.Lock()
 			defer r.tools.mu.Unlock()

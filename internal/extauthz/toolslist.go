@@ -25,6 +25,7 @@ func ToolsListMetadata(md *structpb.Struct, c *engine.ToolsListCheck) *structpb.
 		"description_hashes": structpb.NewStructValue(stringMap(c.Pins.Descriptions)),
 		"entry_hashes":       structpb.NewStructValue(stringMap(c.Pins.Entries)),
 		"list_hash":          structpb.NewStringValue(c.Pins.List),
+		"own_answer":         structpb.NewBoolValue(c.OwnAnswer),
 	}})
 	return md
 }
@@ -52,7 +53,11 @@ func ToolsListFromMetadata(md *structpb.Struct) (c engine.ToolsListCheck, presen
 	}
 	f := s.GetFields()
 	id := json.RawMessage(f["request_id"].GetStringValue())
-	if mcp.RequestID([]byte(`{"id":`+string(id)+`}`)) == nil {
+	own := f["own_answer"].GetBoolValue()
+	switch {
+	case own && len(id) == 0:
+		id = nil // a notification's answer: no response may be in it
+	case mcp.RequestID([]byte(`{"id":`+string(id)+`}`)) == nil:
 		return engine.ToolsListCheck{}, true, false
 	}
 	pins := mcp.Pins{List: f["list_hash"].GetStringValue()}
@@ -66,7 +71,7 @@ func ToolsListFromMetadata(md *structpb.Struct) (c engine.ToolsListCheck, presen
 	if pins.Empty() {
 		return engine.ToolsListCheck{}, true, false
 	}
-	return engine.ToolsListCheck{RequestID: id, Pins: pins}, true, true
+	return engine.ToolsListCheck{RequestID: id, Pins: pins, OwnAnswer: own}, true, true
 }
 
 // readStringMap reads a struct of strings; an absent member is no map.

@@ -193,10 +193,10 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 		if x.hasIntent && r.ResponseHeaders.GetEndOfStream() {
 			s.commit(ctx, x, rail.Response{Status: x.status, Headers: x.headers})
 		}
-		if x.toolsList != nil && !x.hasIntent && notAListAnswer(x.status) {
+		if l := x.toolsList; l != nil && !x.hasIntent && !l.check.OwnAnswer && notAListAnswer(x.status) {
 			return s.toolsListElsewhere(x)
 		}
-		if x.toolsList != nil && r.ResponseHeaders.GetEndOfStream() && checksAnswer(x.status) {
+		if l := x.toolsList; l != nil && !l.check.OwnAnswer && r.ResponseHeaders.GetEndOfStream() && checksAnswer(x.status) {
 			return s.toolsListHeaders(x)
 		}
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
@@ -340,10 +340,26 @@ func (s *Server) answerAgent(x *exchange, resp rail.Response, cont *extprocv3.Pr
 		return cont
 	}
 	body, changed, err := mcp.Readdress(resp, x.ref.CallID, x.agentID)
-	if err != nil || !changed {
-		if err != nil {
-			s.log.Error("could not give the answer the agent's id back", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK, "err", err)
+	if err != nil {
+		s.log.Error("could not give the answer the agent's id back", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK, "err", err)
+		body, changed = resp.Body, false
+	}
+	// What the agent receives may answer its call and nothing else: a
+	// response to another of its requests in it (its pending tools/list,
+	// with a poisoned list) would be taken by its client for that
+	// request's (found by a review). The call's outcome is recorded
+	// already; the agent then gets an error to its own id.
+	var remove []string
+	refused := false
+	if ferr := mcp.CheckOwnAnswer(rail.Response{Status: resp.Status, Headers: resp.Headers, Body: body}, x.agentID); ferr != nil {
+		s.log.Warn("MCP answer carries a response to another request; the agent receives an error in its place",
+			"rail_account", x.ref.RailAccount, "sik", x.ref.SIK, "err", ferr)
+		body, changed, refused = mcp.AnswerRefusal(x.agentID), true, true
+		if _, ok := x.headers["content-encoding"]; ok {
+			remove = append(remove, "content-encoding")
 		}
+	}
+	if !changed {
 		return cont
 	}
 	// The headers are held with the buffered body: a declared length must
@@ -352,9 +368,12 @@ func (s *Server) answerAgent(x *exchange, resp rail.Response, cont *extprocv3.Pr
 	if _, ok := x.headers["content-length"]; ok {
 		set = append(set, setHeader("content-length", strconv.Itoa(len(body))))
 	}
+	if refused {
+		set = append(set, setHeader("content-type", "application/json"))
+	}
 	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{
 		Response: &extprocv3.CommonResponse{
-			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set},
+			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove},
 			BodyMutation:   &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}},
 		},
 	}}}

@@ -93,8 +93,13 @@ func (s *Server) toolsListBody(x *exchange, b *extprocv3.HttpBody) *extprocv3.Pr
 		}}}
 	}
 	err := errListCheckUnreadable
-	if !l.unreadable {
-		err = mcp.CheckListed(rail.Response{Status: x.status, Headers: x.headers, Body: b.GetBody()}, l.check.RequestID, l.check.Pins)
+	resp := rail.Response{Status: x.status, Headers: x.headers, Body: b.GetBody()}
+	switch {
+	case l.unreadable:
+	case l.check.OwnAnswer:
+		err = mcp.CheckOwnAnswer(resp, l.check.RequestID)
+	default:
+		err = mcp.CheckListed(resp, l.check.RequestID, l.check.Pins)
 	}
 	if err == nil {
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
@@ -133,6 +138,9 @@ func (s *Server) withholdList(x *exchange, err error) (body []byte, set []*corev
 	s.log.Warn("MCP tools/list answer does not match the mandate's pins; the agent receives an error in its place",
 		"request_id", string(l.check.RequestID), "status", x.status, "err", err)
 	body = mcp.ListRefusal(l.check.RequestID, err)
+	if l.check.OwnAnswer {
+		body = mcp.AnswerRefusal(l.check.RequestID)
+	}
 	set = []*corev3.HeaderValueOption{setHeader("content-type", "application/json")}
 	if _, ok := x.headers["content-length"]; ok {
 		set = append(set, setHeader("content-length", strconv.Itoa(len(body))))

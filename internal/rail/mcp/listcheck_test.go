@@ -232,3 +232,73 @@ func TestCheckListedReadsWhatTheClientReads(t *testing.T) {
 		t.Errorf("content-encoding identity: %v", err)
 	}
 }
+
+// TestCheckOwnAnswer: an answer may carry server requests and
+// notifications, and a response to its own message's id exactly; a
+// response to any other id (however a client compares ids), a batch, a
+// response in a notification's answer, an encoded answer fail.
+func TestCheckOwnAnswer(t *testing.T) {
+	sse := func(msgs ...string) string {
+		var b strings.Builder
+		for _, m := range msgs {
+			b.WriteString("event: message\ndata: " + m + "\n\n")
+		}
+		return b.String()
+	}
+	resp := func(ct, body string) rail.Response {
+		return rail.Response{Status: 200, Headers: map[string]string{"content-type": ct}, Body: []byte(body)}
+	}
+	own := json.RawMessage("2")
+	note := `{"jsonrpc":"2.0","method":"notifications/progress","params":{}}`
+	for _, tc := range []struct {
+		name string
+		resp rail.Response
+		own  json.RawMessage
+		ok   bool
+	}{
+		{"own response, JSON", resp("application/json", `{"jsonrpc":"2.0","id":2,"result":{}}`), own, true},
+		{"notification then own response", resp("text/event-stream", sse(note, `{"jsonrpc":"2.0","id":2,"result":{}}`)), own, true},
+		{"empty body", resp("application/json", ""), own, true},
+		{"an error status", rail.Response{Status: 500, Body: []byte(`{"jsonrpc":"2.0","id":1,"result":{}}`)}, own, true},
+		{"response to id 1 first", resp("text/event-stream", sse(`{"jsonrpc":"2.0","id":1,"result":{}}`, `{"jsonrpc":"2.0","id":2,"result":{}}`)), own, false},
+		{"id \"2\" for 2", resp("application/json", `{"jsonrpc":"2.0","id":"2","result":{}}`), own, false},
+		{"id 2.0 for 2", resp("application/json", `{"jsonrpc":"2.0","id":2.0,"result":{}}`), own, false},
+		{"batch", resp("application/json", `[{"jsonrpc":"2.0","id":2,"result":{}}]`), own, false},
+		{"a response in a notification's answer", resp("text/event-stream", sse(`{"jsonrpc":"2.0","id":1,"result":{}}`)), nil, false},
+		{"only notifications in a notification's answer", resp("text/event-stream", sse(note)), nil, true},
+		{"encoded", rail.Response{Status: 200, Headers: map[string]string{"content-type": "application/json", "content-encoding": "gzip"}, Body: []byte("x")}, own, false},
+		{"method with a result", resp("text/event-stream", sse(`{"jsonrpc":"2.0","id":1,"method":"","result":{}}`)), own, false},
+	} {
+		if err := CheckOwnAnswer(tc.resp, tc.own); (err == nil) != tc.ok {
+			t.Errorf("%s: %v, want ok=%v", tc.name, err, tc.ok)
+		}
+	}
+}
+
+// FuzzCheckOwnAnswer: the check of an answer's responses (the server's
+// bytes, untrusted) never panics, and a plain JSON answer it passes for id
+// 2 is no response to another id.
+func FuzzCheckOwnAnswer(f *testing.F) {
+	for _, s := range []string{`{"jsonrpc":"2.0","id":2,"result":{}}`, `{"jsonrpc":"2.0","id":1,"result":{}}`, "data: {}\n\n", `[]`, ``} {
+		f.Add([]byte(s), false)
+	}
+	f.Add([]byte("event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n"), true)
+	f.Fuzz(func(t *testing.T, body []byte, sse bool) {
+		ct := "application/json"
+		if sse {
+			ct = "text/event-stream"
+		}
+		err := CheckOwnAnswer(rail.Response{Status: 200, Headers: map[string]string{"content-type": ct}, Body: body}, json.RawMessage("2"))
+		if err != nil || sse {
+			return
+		}
+		var m map[string]json.RawMessage
+		if json.Unmarshal(body, &m) != nil {
+			return
+		}
+		_, isRequest := m["method"]
+		if id, ok := m["id"]; ok && !isRequest && !sameJSON(id, json.RawMessage("2")) {
+			t.Fatalf("passed a response to id %s for id 2: %s", id, body)
+		}
+	})
+}
