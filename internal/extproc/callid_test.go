@@ -236,3 +236,23 @@ func TestMCPCallAnswerCarriesNoOtherResponse(t *testing.T) {
 		t.Fatalf("content-length %q for %d bytes", l, len(got))
 	}
 }
+
+// TestMCPCallRedirectIsReplaced: a money call answered with a redirect
+// (which a client follows, re-sending its call where no answer is
+// checked) is recorded on what the rail said and replaced whole by
+// Countersign's 200 with the error to the agent's id (found by a review).
+func TestMCPCallRedirectIsReplaced(t *testing.T) {
+	r := mcpRef(mcp.BodyField("metadata"))
+	rec := &recorder{done: make(chan struct{}, 4)}
+	_, send := mcpExchange(t, rec, r)
+	out := send(&extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{
+		Headers: headers(":status", "307", "location", "https://elsewhere.example/mcp")}}})
+	im := out.GetImmediateResponse()
+	if im == nil || im.GetStatus().GetCode() != 200 || !strings.Contains(string(im.GetBody()), `"id":7`) {
+		t.Fatalf("a money call answered 307: %v; want Countersign's 200 with the error to id 7", out)
+	}
+	<-rec.done
+	if len(rec.commits) != 1 || rec.commits[0].resp.Status != 307 {
+		t.Fatalf("commits = %+v; want the 307 recorded", rec.commits)
+	}
+}

@@ -196,6 +196,22 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 		if l := x.toolsList; l != nil && !x.hasIntent && !l.check.OwnAnswer && notAListAnswer(x.status) {
 			return s.toolsListElsewhere(x)
 		}
+		// A redirect sends the client, with its message, wherever the
+		// server likes, where the answer is not checked (found by a
+		// review): an MCP answer under pins, or to a money call, that
+		// redirects is replaced whole; the call's outcome is recorded
+		// first, on what the rail said.
+		if isRedirect(x.status) {
+			if l := x.toolsList; l != nil && !x.hasIntent && l.check.OwnAnswer {
+				return s.answerElsewhere(x, l.check.RequestID)
+			}
+			if x.hasIntent && x.ref.CallID != "" && x.agentID != nil {
+				if !x.committed {
+					s.commit(ctx, x, rail.Response{Status: x.status, Headers: x.headers})
+				}
+				return s.answerElsewhere(x, x.agentID)
+			}
+		}
 		if l := x.toolsList; l != nil && !l.check.OwnAnswer && r.ResponseHeaders.GetEndOfStream() && checksAnswer(x.status) {
 			return s.toolsListHeaders(x)
 		}
@@ -205,6 +221,14 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 			return s.toolsListBody(x, r.ResponseBody)
 		}
 		cont := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
+		if x.hasIntent && !r.ResponseBody.GetEndOfStream() && x.ref.CallID != "" && x.agentID != nil {
+			// A body phase that does not end the stream (BUFFERED mode,
+			// then trailers) goes to the agent as it is: it may still
+			// answer nothing but the call.
+			if err := mcp.CheckOwnAnswer(rail.Response{Status: x.status, Headers: x.headers, Body: r.ResponseBody.GetBody()}, x.agentID); err != nil {
+				return s.withholdAnswer(x, x.agentID, err)
+			}
+		}
 		if !x.hasIntent || !r.ResponseBody.GetEndOfStream() {
 			return cont
 		}

@@ -1,6 +1,7 @@
 package extproc
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -74,6 +75,43 @@ func notAListAnswer(status int) bool {
 func (s *Server) toolsListElsewhere(x *exchange) *extprocv3.ProcessingResponse {
 	body, _, _ := s.withholdList(x, fmt.Errorf("mcp: the server answered HTTP %d, not a tools list", x.status))
 	return immediate(http.StatusOK, body, "countersign_mcp_tools_list_withheld")
+}
+
+// isRedirect reports whether status sends the client elsewhere.
+func isRedirect(status int) bool {
+	return status >= http.StatusMultipleChoices && status < http.StatusBadRequest
+}
+
+// answerElsewhere replaces whole an MCP answer that redirects (see
+// isRedirect's caller): Countersign's 200 with the JSON-RPC error to own,
+// or, for a notification's answer (own nil), an empty 202.
+func (s *Server) answerElsewhere(x *exchange, own json.RawMessage) *extprocv3.ProcessingResponse {
+	s.log.Warn("MCP answer redirects; the agent receives an error in its place", "status", x.status)
+	if own == nil {
+		return immediate(http.StatusAccepted, nil, "countersign_mcp_redirect_withheld")
+	}
+	return immediate(http.StatusOK, mcp.AnswerRefusal(own), "countersign_mcp_redirect_withheld")
+}
+
+// withholdAnswer replaces a body phase of an MCP answer that carries a
+// response to another request (mcp.CheckOwnAnswer) by the error to own.
+func (s *Server) withholdAnswer(x *exchange, own json.RawMessage, err error) *extprocv3.ProcessingResponse {
+	s.log.Warn("MCP answer carries a response to another request; the agent receives an error in its place", "err", err)
+	body := mcp.AnswerRefusal(own)
+	set := []*corev3.HeaderValueOption{setHeader("content-type", "application/json")}
+	if _, ok := x.headers["content-length"]; ok {
+		set = append(set, setHeader("content-length", strconv.Itoa(len(body))))
+	}
+	var remove []string
+	if _, ok := x.headers["content-encoding"]; ok {
+		remove = append(remove, "content-encoding")
+	}
+	return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{
+		Response: &extprocv3.CommonResponse{
+			HeaderMutation: &extprocv3.HeaderMutation{SetHeaders: set, RemoveHeaders: remove},
+			BodyMutation:   &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: body}},
+		},
+	}}}
 }
 
 // toolsListBody answers a response body phase of a checked tools/list:

@@ -328,3 +328,53 @@ func answerThroughHeaders(t *testing.T, check *engine.ToolsListCheck, status str
 	}
 	return last
 }
+
+// TestMCPRedirectIsReplaced: a redirect sends the client, with its
+// message, where the answer is not checked (found by a review): under
+// pins an answer to a ping that redirects is replaced whole by
+// Countersign's 200 with the JSON-RPC error to the ping's id, and a
+// notification's by an empty 202; a redirect with a body to another id in
+// the body, or a BOM-led JSON answer under a content type the parser
+// refuses, is caught too.
+func TestMCPRedirectIsReplaced(t *testing.T) {
+	pins := entryPins(t)
+	through := func(check *engine.ToolsListCheck, reqBody string, status string, hdrs ...string) *extprocv3.ProcessingResponse {
+		st := openStream(t, &recorder{done: make(chan struct{}, 4)})
+		meta := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{extauthz.MetadataNamespace: extauthz.ToolsListMetadata(nil, check)}}
+		var last *extprocv3.ProcessingResponse
+		for _, r := range []*extprocv3.ProcessingRequest{
+			{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: headers(":method", "POST", "content-type", "application/json")}}},
+			{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(reqBody), EndOfStream: true}}},
+			{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: headers(append([]string{":status", status}, hdrs...)...)}}},
+		} {
+			r.MetadataContext = meta
+			if err := st.Send(r); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := st.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			last = resp
+		}
+		return last
+	}
+	ping := &engine.ToolsListCheck{RequestID: json.RawMessage("2"), Pins: pins, OwnAnswer: true}
+	for _, status := range []string{"301", "302", "303", "307", "308"} {
+		im := through(ping, `{"jsonrpc":"2.0","id":2,"method":"ping"}`, status, "location", "https://elsewhere.example/mcp").GetImmediateResponse()
+		if im == nil || im.GetStatus().GetCode() != 200 || !strings.Contains(string(im.GetBody()), `"id":2`) || !strings.Contains(string(im.GetBody()), `-32001`) {
+			t.Errorf("a ping answered %s: %v; want Countersign's 200 with the error to id 2", status, im)
+		}
+	}
+	note := &engine.ToolsListCheck{Pins: pins, OwnAnswer: true}
+	if im := through(note, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, "307", "location", "https://elsewhere.example/mcp").GetImmediateResponse(); im == nil || im.GetStatus().GetCode() != 202 || len(im.GetBody()) != 0 {
+		t.Errorf("a notification answered 307: %v; want an empty 202", im)
+	}
+	if resp := through(ping, `{"jsonrpc":"2.0","id":2,"method":"ping"}`, "202"); resp.GetImmediateResponse() != nil {
+		t.Errorf("a ping's 202 was replaced: %v", resp)
+	}
+	resp := answerThroughHeaders(t, ping, "200", []string{"content-type", "application/json; x"}, "\ufeff"+`{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}`)
+	if b := resp.GetResponseBody().GetResponse().GetBodyMutation().GetBody(); !strings.Contains(string(b), `"id":2`) {
+		t.Errorf("a BOM-led response to id 1 under a refused content type passed: %v", resp)
+	}
+}

@@ -268,6 +268,9 @@ func TestCheckOwnAnswer(t *testing.T) {
 		{"only notifications in a notification's answer", resp("text/event-stream", sse(note)), nil, true},
 		{"encoded", rail.Response{Status: 200, Headers: map[string]string{"content-type": "application/json", "content-encoding": "gzip"}, Body: []byte("x")}, own, false},
 		{"method with a result", resp("text/event-stream", sse(`{"jsonrpc":"2.0","id":1,"method":"","result":{}}`)), own, false},
+		{"BOM-led JSON under a type the parser refuses", resp("application/json; x", "\ufeff"+`{"jsonrpc":"2.0","id":1,"result":{}}`), own, false},
+		{"JSON under an event-stream type", resp("text/event-stream", `{"jsonrpc":"2.0","id":1,"result":{}}`), own, false},
+		{"BOM-led own response", resp("application/json", "\ufeff"+`{"jsonrpc":"2.0","id":2,"result":{}}`), own, true},
 	} {
 		if err := CheckOwnAnswer(tc.resp, tc.own); (err == nil) != tc.ok {
 			t.Errorf("%s: %v, want ok=%v", tc.name, err, tc.ok)

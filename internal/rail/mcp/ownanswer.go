@@ -53,12 +53,19 @@ func CheckOwnAnswer(resp rail.Response, own json.RawMessage) error {
 			return fmt.Errorf("%w: the answer is encoded (%s), so which responses it carries cannot be read", ErrForeignResponse, v)
 		}
 	}
-	body := bytes.TrimSpace(resp.Body)
+	// Read as JSON what a client may read as JSON: a body that, past one
+	// byte order mark (a client's UTF-8 decoding drops it) and space,
+	// opens an object or an array, whatever its Content-Type says (a
+	// type the media-type parser refuses made a BOM-led JSON answer read
+	// as an empty event stream here, and as JSON by the client: found by
+	// a review). An event stream cannot start so (that line would be a
+	// field named "{…", which no client reads).
+	body := bytes.TrimSpace(bytes.TrimPrefix(bytes.TrimSpace(resp.Body), []byte("\ufeff")))
 	if len(body) == 0 {
 		return nil
 	}
 	messages := [][]byte{body}
-	if isEventStream(resp.Headers, body) {
+	if body[0] != '{' && body[0] != '[' {
 		// No complete message event (sseMessages' error) is nothing a
 		// client reads: no message to judge.
 		messages, _ = sseMessages(resp.Body)
