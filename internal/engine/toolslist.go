@@ -69,6 +69,32 @@ func streamUnderPins(req Request, acct *rails.Account, m *countersignv1.Mandate)
 	return &out
 }
 
+// ReasonMCPPinsNeedExtProc is the reason code of an MCP message refused
+// under MCP pins where no ext_proc will check its answer.
+const ReasonMCPPinsNeedExtProc = "mcp_pins_need_ext_proc"
+
+// answersChecked reports whether ext_proc will see the answer to req: it
+// came through Envoy by one of Countersign's own routes (they name the
+// rail account and run ext_proc: the contract test and chartcheck hold
+// them to both) with ext_proc in the path (attemptStart's ViaEnvoy, the
+// same test).
+func answersChecked(req Request, o Options) bool {
+	return req.Source == SourceExtAuthz && o.ExtProcInPath && req.RailAccount != ""
+}
+
+// unchecked refuses an MCP message under MCP pins whose answer no ext_proc
+// will check (a native caller's, or one through a proxy without ext_proc:
+// Istio's CUSTOM provider): the pins promise that the agent sees only
+// answers judged against them, which nothing else enforces (found by a
+// review).
+func unchecked(req Request, o Options, acct *rails.Account, m *countersignv1.Mandate) *Outcome {
+	if _, pinned := mcpPins(acct, m); !pinned || answersChecked(req, o) {
+		return nil
+	}
+	out := refuseRail(acct, req, ReasonMCPPinsNeedExtProc, "The owner's mandate pins this MCP server's tools, and the answers to this request would reach the agent without Countersign's check of them (no ext_proc in the path), so it is not sent.", http.StatusForbidden)
+	return &out
+}
+
 // toolsListCheck is the check an allowed read carries: set for a POSTed
 // tools/list on an MCP account under a mandate that sets any MCP pin,
 // nil otherwise (no pins: the answer goes untouched, at no cost).

@@ -43,8 +43,9 @@ func TestToolsListReadCarriesThePins(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newMCPRigPinned(t, tc.prov, "metadata")
+			r.e.opts.ExtProcInPath = true // Countersign's own route, ext_proc in the path
 			req := r.call(1, "create_refund", 1)
-			req.Body = []byte(tc.body)
+			req.Body, req.RailAccount = []byte(tc.body), "acct_mcp"
 			out := r.e.Decide(context.Background(), req)
 			if out.Verdict != Allow || out.ReasonCode != ReasonReadAllowed {
 				t.Fatalf("decide = %s %s: %s", out.Verdict, out.ReasonCode, out.Reason)
@@ -106,6 +107,44 @@ func TestMCPStreamIsRefusedUnderPins(t *testing.T) {
 			}
 			if tc.want == ReasonMCPStreamUnderPins && (out.Verdict != Block || out.HTTPStatus != 405 || out.ResponseHeaders["allow"] != "POST") {
 				t.Fatalf("refusal = %s %d %v; want BLOCK 405 with Allow: POST", out.Verdict, out.HTTPStatus, out.ResponseHeaders)
+			}
+		})
+	}
+}
+
+// TestMCPPinsNeedTheAnswerCheck: under MCP pins the agent may only see
+// answers ext_proc judged, so an MCP message whose answer no ext_proc will
+// see — a native caller's, one routed by a proxy without Countersign's
+// routes (no rail_account: Istio's CUSTOM provider), or with ext_proc out
+// of the path — is refused; with ext_proc in the path it is allowed with
+// its check, and without pins as before (found by a review).
+func TestMCPPinsNeedTheAnswerCheck(t *testing.T) {
+	entry, err := mcp.EntryHash([]byte(pinnedRefundEntry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned := &countersignv1.Provenance{McpToolEntryHashes: map[string]string{"create_refund": entry}}
+	for _, tc := range []struct {
+		name        string
+		prov        *countersignv1.Provenance
+		extProc     bool
+		railAccount string
+		want        string
+	}{
+		{"pins, ext_proc in the path", pinned, true, "acct_mcp", ReasonReadAllowed},
+		{"pins, ext_proc out of the path", pinned, false, "acct_mcp", ReasonMCPPinsNeedExtProc},
+		{"pins, routed without Countersign's route", pinned, true, "", ReasonMCPPinsNeedExtProc},
+		{"no pins, ext_proc out of the path", nil, false, "", ReasonReadAllowed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newMCPRigPinned(t, tc.prov, "metadata")
+			r.e.opts.ExtProcInPath = tc.extProc
+			for _, body := range []string{`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, `{"jsonrpc":"2.0","id":2,"method":"ping"}`} {
+				req := r.call(1, "create_refund", 1)
+				req.Body, req.RailAccount = []byte(body), tc.railAccount
+				if out := r.e.Decide(context.Background(), req); out.ReasonCode != tc.want {
+					t.Fatalf("%s: %s %s: %s; want %s", body, out.Verdict, out.ReasonCode, out.Reason, tc.want)
+				}
 			}
 		})
 	}

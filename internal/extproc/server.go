@@ -225,7 +225,13 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 			// A body phase that does not end the stream (BUFFERED mode,
 			// then trailers) goes to the agent as it is: it may still
 			// answer nothing but the call.
-			if err := mcp.CheckOwnAnswer(rail.Response{Status: x.status, Headers: x.headers, Body: r.ResponseBody.GetBody()}, x.agentID); err != nil {
+			part := rail.Response{Status: x.status, Headers: x.headers, Body: r.ResponseBody.GetBody()}
+			// Judged as the agent's id would read it (the call's own
+			// answer names the id it left with).
+			if re, _, err := mcp.Readdress(part, x.ref.CallID, x.agentID); err == nil {
+				part.Body = re
+			}
+			if err := mcp.CheckOwnAnswer(part, x.agentID); err != nil {
 				return s.withholdAnswer(x, x.agentID, err)
 			}
 		}
