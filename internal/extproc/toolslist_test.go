@@ -55,24 +55,29 @@ func listPin(t *testing.T) mcp.Pins {
 	})}
 }
 
-// answerThrough drives one exchange of a tools/list read through
-// ext_proc, with check (nil: none) in ext_authz's metadata, and returns
-// the response body phase's answer.
-func answerThrough(t *testing.T, check *engine.ToolsListCheck, status, contentType, body string) *extprocv3.ProcessingResponse {
+// driveRead opens one ext_proc stream for an allowed MCP read carrying
+// check in ext_authz's metadata (none when nil), sends the agent's
+// message reqBody, the response headers (":status" status, then hdrs),
+// and, unless body is nil, the response body; it returns the last answer.
+// With strict, the request phases and the response headers must pass
+// unchanged.
+func driveRead(t *testing.T, check *engine.ToolsListCheck, reqBody, status string, hdrs []string, body *string, strict bool) *extprocv3.ProcessingResponse {
 	t.Helper()
 	st := openStream(t, &recorder{done: make(chan struct{}, 4)})
 	meta := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{}}
 	if check != nil {
 		meta.FilterMetadata[extauthz.MetadataNamespace] = extauthz.ToolsListMetadata(nil, check)
 	}
-	var last *extprocv3.ProcessingResponse
-	for _, r := range []*extprocv3.ProcessingRequest{
+	phases := []*extprocv3.ProcessingRequest{
 		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: headers(":method", "POST", "content-type", "application/json")}}},
-		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/list"}`), EndOfStream: true}}},
-		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: headers(":status", status, "content-type", contentType,
-			"content-length", strconv.Itoa(len(body)))}}},
-		{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true}}},
-	} {
+		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(reqBody), EndOfStream: true}}},
+		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: headers(append([]string{":status", status}, hdrs...)...)}}},
+	}
+	if body != nil {
+		phases = append(phases, &extprocv3.ProcessingRequest{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte(*body), EndOfStream: true}}})
+	}
+	var last *extprocv3.ProcessingResponse
+	for _, r := range phases {
 		r.MetadataContext = meta
 		if err := st.Send(r); err != nil {
 			t.Fatal(err)
@@ -81,14 +86,22 @@ func answerThrough(t *testing.T, check *engine.ToolsListCheck, status, contentTy
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.GetRequestBody() != nil || r.GetRequestHeaders() != nil || r.GetResponseHeaders() != nil {
-			if resp.GetImmediateResponse() != nil || resp.GetRequestBody().GetResponse() != nil || resp.GetResponseHeaders().GetResponse() != nil {
-				t.Fatalf("a read's phase was changed: %v", resp)
-			}
+		if strict && r.GetResponseBody() == nil && (resp.GetImmediateResponse() != nil || resp.GetRequestBody().GetResponse() != nil || resp.GetResponseHeaders().GetResponse() != nil) {
+			t.Fatalf("a read's phase was changed: %v", resp)
 		}
 		last = resp
 	}
 	return last
+}
+
+const toolsListCall = `{"jsonrpc":"2.0","id":7,"method":"tools/list"}`
+
+// answerThrough drives one exchange of a tools/list read through
+// ext_proc, with check (nil: none) in ext_authz's metadata, and returns
+// the response body phase's answer.
+func answerThrough(t *testing.T, check *engine.ToolsListCheck, status, contentType, body string) *extprocv3.ProcessingResponse {
+	t.Helper()
+	return driveRead(t, check, toolsListCall, status, []string{"content-type", contentType, "content-length", strconv.Itoa(len(body))}, &body, true)
 }
 
 // TestAgentReceivesOnlyAPinnedToolsList: the answer to an agent's
@@ -244,25 +257,7 @@ func TestAToolsListAnswerElsewhereIsReplaced(t *testing.T) {
 	entry := entryPins(t)
 	check := &engine.ToolsListCheck{RequestID: json.RawMessage("7"), Pins: entry}
 	headersAnswer := func(status string, extra ...string) *extprocv3.ProcessingResponse {
-		st := openStream(t, &recorder{done: make(chan struct{}, 4)})
-		meta := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{extauthz.MetadataNamespace: extauthz.ToolsListMetadata(nil, check)}}
-		var last *extprocv3.ProcessingResponse
-		for _, r := range []*extprocv3.ProcessingRequest{
-			{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: headers(":method", "POST", "content-type", "application/json")}}},
-			{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/list"}`), EndOfStream: true}}},
-			{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: headers(append([]string{":status", status}, extra...)...)}}},
-		} {
-			r.MetadataContext = meta
-			if err := st.Send(r); err != nil {
-				t.Fatal(err)
-			}
-			resp, err := st.Recv()
-			if err != nil {
-				t.Fatal(err)
-			}
-			last = resp
-		}
-		return last
+		return driveRead(t, check, toolsListCall, status, extra, nil, false)
 	}
 	for _, status := range []string{"202", "201", "204", "301", "302", "303", "307", "308"} {
 		t.Run(status, func(t *testing.T) {
@@ -307,26 +302,7 @@ func TestAToolsListAnswerElsewhereIsReplaced(t *testing.T) {
 // answerThroughHeaders is answerThrough with the response's headers given.
 func answerThroughHeaders(t *testing.T, check *engine.ToolsListCheck, status string, hdrs []string, body string) *extprocv3.ProcessingResponse {
 	t.Helper()
-	st := openStream(t, &recorder{done: make(chan struct{}, 4)})
-	meta := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{extauthz.MetadataNamespace: extauthz.ToolsListMetadata(nil, check)}}
-	var last *extprocv3.ProcessingResponse
-	for _, r := range []*extprocv3.ProcessingRequest{
-		{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: headers(":method", "POST", "content-type", "application/json")}}},
-		{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/list"}`), EndOfStream: true}}},
-		{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: headers(append([]string{":status", status}, hdrs...)...)}}},
-		{Request: &extprocv3.ProcessingRequest_ResponseBody{ResponseBody: &extprocv3.HttpBody{Body: []byte(body), EndOfStream: true}}},
-	} {
-		r.MetadataContext = meta
-		if err := st.Send(r); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := st.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		last = resp
-	}
-	return last
+	return driveRead(t, check, toolsListCall, status, hdrs, &body, false)
 }
 
 // TestMCPRedirectIsReplaced: a redirect sends the client, with its
@@ -339,25 +315,7 @@ func answerThroughHeaders(t *testing.T, check *engine.ToolsListCheck, status str
 func TestMCPRedirectIsReplaced(t *testing.T) {
 	pins := entryPins(t)
 	through := func(check *engine.ToolsListCheck, reqBody string, status string, hdrs ...string) *extprocv3.ProcessingResponse {
-		st := openStream(t, &recorder{done: make(chan struct{}, 4)})
-		meta := &corev3.Metadata{FilterMetadata: map[string]*structpb.Struct{extauthz.MetadataNamespace: extauthz.ToolsListMetadata(nil, check)}}
-		var last *extprocv3.ProcessingResponse
-		for _, r := range []*extprocv3.ProcessingRequest{
-			{Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: headers(":method", "POST", "content-type", "application/json")}}},
-			{Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{Body: []byte(reqBody), EndOfStream: true}}},
-			{Request: &extprocv3.ProcessingRequest_ResponseHeaders{ResponseHeaders: &extprocv3.HttpHeaders{Headers: headers(append([]string{":status", status}, hdrs...)...)}}},
-		} {
-			r.MetadataContext = meta
-			if err := st.Send(r); err != nil {
-				t.Fatal(err)
-			}
-			resp, err := st.Recv()
-			if err != nil {
-				t.Fatal(err)
-			}
-			last = resp
-		}
-		return last
+		return driveRead(t, check, reqBody, status, hdrs, nil, false)
 	}
 	ping := &engine.ToolsListCheck{RequestID: json.RawMessage("2"), Pins: pins, OwnAnswer: true}
 	for _, status := range []string{"301", "302", "303", "307", "308"} {

@@ -154,17 +154,20 @@ func mcpEgress(t *testing.T, srv http.Handler, prov *countersignv1.Provenance) (
 	return "http://" + p.Addr(), secret
 }
 
-// agentToolsList is the agent's MCP client's tools/list, in its session.
-func agentToolsList(t *testing.T, base, secret string) (int, http.Header, string) {
+// agentMCP is the agent's MCP client sending method (POST with body, or
+// GET of the event stream when body is "") in its session.
+func agentMCP(t *testing.T, method, base, secret, body string) (int, http.Header, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, base+mcp.DefaultEndpoint, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+	req, err := http.NewRequest(method, base+mcp.DefaultEndpoint, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Host = "mcp.stripe.local"
 	req.Header.Set("Authorization", "Bearer "+secret)
-	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	req.Header.Set("Mcp-Session-Id", "s-1")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -176,6 +179,12 @@ func agentToolsList(t *testing.T, base, secret string) (int, http.Header, string
 		t.Fatal(err)
 	}
 	return resp.StatusCode, resp.Header, string(b)
+}
+
+// agentToolsList is the agent's MCP client's tools/list, in its session.
+func agentToolsList(t *testing.T, base, secret string) (int, http.Header, string) {
+	t.Helper()
+	return agentMCP(t, http.MethodPost, base, secret, `{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
 }
 
 // TestSplitViewMCPServerCannotPoisonTheAgentsToolsList is review G's
@@ -248,20 +257,8 @@ func TestAgentGetsNoMCPStreamUnderPins(t *testing.T) {
 	}
 	pinned := &countersignv1.Provenance{McpToolEntryHashes: map[string]string{"create_refund": entry}}
 	stream := func(base, secret string) (int, string) {
-		req, err := http.NewRequest(http.MethodGet, base+mcp.DefaultEndpoint, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Host = "mcp.stripe.local"
-		req.Header.Set("Authorization", "Bearer "+secret)
-		req.Header.Set("Accept", "text/event-stream")
-		req.Header.Set("Mcp-Session-Id", "s-1")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		return resp.StatusCode, resp.Header.Get("Allow")
+		status, h, _ := agentMCP(t, http.MethodGet, base, secret, "")
+		return status, h.Get("Allow")
 	}
 	base, secret := mcpEgress(t, &splitViewMCP{split: true}, pinned)
 	if status, allow := stream(base, secret); status != http.StatusMethodNotAllowed || allow != "POST" {
@@ -308,25 +305,8 @@ func (s *sideChannelMCP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // agentPost is the agent's client sending one MCP message, in its session.
 func agentPost(t *testing.T, base, secret, body string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, base+mcp.DefaultEndpoint, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Host = "mcp.stripe.local"
-	req.Header.Set("Authorization", "Bearer "+secret)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Mcp-Session-Id", "s-1")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	status, _, b := agentMCP(t, http.MethodPost, base, secret, body)
+	return status, b
 }
 
 // TestNoAnswerCarriesAnotherRequestsResponseUnderPins is review K2's
