@@ -18,6 +18,7 @@ import (
 	"github.com/countersign/countersign/internal/config"
 	"github.com/countersign/countersign/internal/inject"
 	"github.com/countersign/countersign/internal/testing/pgtest"
+	"github.com/countersign/countersign/internal/testing/wait"
 )
 
 // socketDir is a directory for test sockets with a path short enough for
@@ -57,38 +58,33 @@ func startServe(t *testing.T, databaseURL string) string {
 			t.Error("serve did not stop")
 		}
 	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		r := runCLI(t, "", "probe", "--server", api)
-		if r.err == nil {
-			return api
-		}
+	var r cliResult
+	if !wait.Until(20*time.Second, func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("serve ended: %v", err)
-		case <-time.After(50 * time.Millisecond):
+		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve does not answer on %s: %v", api, r.err)
-		}
+		r = runCLI(t, "", "probe", "--server", api)
+		return r.err == nil
+	}) {
+		t.Fatalf("serve does not answer on %s: %v", api, r.err)
 	}
+	return api
 }
 
 // waitProbe runs probe with args until its error says want ("" for none),
 // or fails the test after a deadline; it returns the last result.
 func waitProbe(t *testing.T, want string, args ...string) cliResult {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		r := runCLI(t, "", append([]string{"probe"}, args...)...)
-		if (want == "" && r.err == nil) || (want != "" && r.err != nil && strings.Contains(r.err.Error(), want)) {
-			return r
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("probe %v = %q, %v; want error %q", args, r.out, r.err, want)
-		}
-		time.Sleep(50 * time.Millisecond) // polling a condition with a deadline
+	var r cliResult
+	if !wait.Until(20*time.Second, func() bool {
+		r = runCLI(t, "", append([]string{"probe"}, args...)...)
+		return (want == "" && r.err == nil) || (want != "" && r.err != nil && strings.Contains(r.err.Error(), want))
+	}) {
+		t.Fatalf("probe %v = %q, %v; want error %q", args, r.out, r.err, want)
 	}
+	return r
 }
 
 // TestProbeAgainstServe: `countersign probe` over a real serve's API
