@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"reflect"
 	"strings"
 
 	"github.com/countersign/countersign/internal/rail"
@@ -41,8 +40,8 @@ func AnswerID(body []byte) json.RawMessage {
 // list, inside a ping's stream) would have the client take it, unchecked
 // (found by a review). Every JSON-RPC message of a 2xx answer (plain JSON,
 // or an SSE stream's message events, read as sseMessages reads them) must
-// be a server request or notification, or a response to own exactly (same
-// JSON value); own nil (a notification's answer) admits no response. A
+// be a server request or notification, or a response to own exactly (callID: the
+// same id text, as the tools/list check compares them); own nil (a notification's answer) admits no response. A
 // batch, an encoded answer or a message that is not an object fails.
 func CheckOwnAnswer(resp rail.Response, own json.RawMessage) error {
 	if resp.Status < http.StatusOK || resp.Status >= http.StatusMultipleChoices {
@@ -89,25 +88,11 @@ func CheckOwnAnswer(resp rail.Response, own json.RawMessage) error {
 		if own == nil {
 			return fmt.Errorf("%w: a response in the answer to a notification", ErrForeignResponse)
 		}
-		if !sameJSON(m["id"], own) {
+		if callID(m["id"]) != callID(own) {
 			return fmt.Errorf("%w: a response to id %s in the answer to id %s", ErrForeignResponse, snippet(m["id"]), own)
 		}
 	}
 	return nil
-}
-
-// sameJSON reports whether a and b are one JSON value (numbers compared
-// as written: 1 and 1.0 differ, as a strict check should have them).
-func sameJSON(a, b json.RawMessage) bool {
-	decode := func(r json.RawMessage) (any, bool) {
-		d := json.NewDecoder(bytes.NewReader(r))
-		d.UseNumber()
-		var v any
-		return v, d.Decode(&v) == nil
-	}
-	va, okA := decode(a)
-	vb, okB := decode(b)
-	return okA && okB && reflect.DeepEqual(va, vb)
 }
 
 // AnswerRefusal is what the agent receives in place of an answer
