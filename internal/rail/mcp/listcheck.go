@@ -120,10 +120,8 @@ func listAnswer(resp rail.Response) (object, error) {
 	// the same is bytes it does not read as the client will (a gzip whose
 	// header comment is a clean event and whose payload a poisoned one:
 	// found by a review).
-	for k, v := range resp.Headers {
-		if strings.EqualFold(k, "content-encoding") && !strings.EqualFold(strings.TrimSpace(v), "identity") {
-			return nil, fmt.Errorf("%w: the answer is encoded (%s)", ErrListUnreadable, v)
-		}
+	if coding, encoded := encodedAnswer(resp.Headers); encoded {
+		return nil, fmt.Errorf("%w: the answer is encoded (%s)", ErrListUnreadable, coding)
 	}
 	body := bytes.TrimSpace(resp.Body)
 	if len(body) == 0 {

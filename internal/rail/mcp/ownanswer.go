@@ -47,10 +47,8 @@ func CheckOwnAnswer(resp rail.Response, own json.RawMessage) error {
 	if resp.Status < http.StatusOK || resp.Status >= http.StatusMultipleChoices {
 		return nil
 	}
-	for k, v := range resp.Headers {
-		if strings.EqualFold(k, "content-encoding") && !strings.EqualFold(strings.TrimSpace(v), "identity") {
-			return fmt.Errorf("%w: the answer is encoded (%s), so which responses it carries cannot be read", ErrForeignResponse, v)
-		}
+	if coding, encoded := encodedAnswer(resp.Headers); encoded {
+		return fmt.Errorf("%w: the answer is encoded (%s), so which responses it carries cannot be read", ErrForeignResponse, coding)
 	}
 	// Read as JSON what a client may read as JSON: a body that, past one
 	// byte order mark (a client's UTF-8 decoding drops it) and space,
@@ -103,4 +101,16 @@ func AnswerRefusal(own json.RawMessage) []byte {
 		return []byte{}
 	}
 	return RefusalFor(own, ReasonForeignResponse, "The MCP server's answer carried a response to another request, which a client would take for that request's answer; Countersign withheld it.")
+}
+
+// encodedAnswer reports an answer's content coding other than identity:
+// Countersign asks for checked answers unencoded, and reads an encoded
+// one as bytes the client would not (it decodes them).
+func encodedAnswer(headers map[string]string) (coding string, encoded bool) {
+	for k, v := range headers {
+		if strings.EqualFold(k, "content-encoding") && !strings.EqualFold(strings.TrimSpace(v), "identity") {
+			return v, true
+		}
+	}
+	return "", false
 }
