@@ -71,20 +71,8 @@ func watchSIK(prefix string, n int) string {
 // watch once re-read only the oldest page of its window, so after such a
 // burst every poll saw the same sent records and the stream fell silent.)
 func TestWatchIntentsDeliversABurstLargerThanAPage(t *testing.T) {
-	srv, store, conn := servedOwnerAPI(t)
 	const page = 4
-	srv.watchPage = page
-	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-test-owner", "own_burst"), 30*time.Second)
-	defer cancel()
-	agent, err := store.CreateAgent(ctx, "own_burst", "bot")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := countersignv1.NewOwnerServiceClient(conn).WatchIntents(ctx, &countersignv1.WatchIntentsRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := recordWatch(stream)
+	store, agent, got := ownerWatch(t, "own_burst", page)
 	mk := func(n int) {
 		t.Helper()
 		k := ledger.Key{RailAccount: "acct_b", SIK: watchSIK("BURST", n)}
@@ -121,18 +109,7 @@ func TestWatchIntentsDeliversABurstLargerThanAPage(t *testing.T) {
 // them (its at_micros is older than records already sent) is still
 // delivered: the watch re-reads the overlap window behind its cursor.
 func TestWatchIntentsDeliversARecordCommittedLate(t *testing.T) {
-	_, store, conn := servedOwnerAPI(t)
-	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-test-owner", "own_late"), 30*time.Second)
-	defer cancel()
-	agent, err := store.CreateAgent(ctx, "own_late", "bot")
-	if err != nil {
-		t.Fatal(err)
-	}
-	stream, err := countersignv1.NewOwnerServiceClient(conn).WatchIntents(ctx, &countersignv1.WatchIntentsRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := recordWatch(stream)
+	store, agent, got := ownerWatch(t, "own_late", 0)
 	ni := func(sik string) ledger.NewIntent {
 		return ledger.NewIntent{Key: ledger.Key{RailAccount: "acct_l", SIK: sik}, Rail: "stripe", Action: "refund", Subject: "pi_l",
 			AmountMinor: 1, Currency: "USD", Canonical: "{}", AgentID: agent.ID}
@@ -194,4 +171,26 @@ func TestWatchIntentsDeliversARecordCommittedLate(t *testing.T) {
 	if _, twice := got.count(); len(twice) != 0 {
 		t.Fatalf("records delivered more than once: %v", twice)
 	}
+}
+
+// ownerWatch serves the owner API (its watch pages of page records, or
+// the default when 0), makes owner an agent, and opens a WatchIntents
+// stream as owner (for 30 s) whose deliveries it records.
+func ownerWatch(t *testing.T, owner string, page int) (*ledger.Store, ledger.Agent, *watchRecorder) {
+	t.Helper()
+	srv, store, conn := servedOwnerAPI(t)
+	if page > 0 {
+		srv.watchPage = page
+	}
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-test-owner", owner), 30*time.Second)
+	t.Cleanup(cancel)
+	agent, err := store.CreateAgent(ctx, owner, "bot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := countersignv1.NewOwnerServiceClient(conn).WatchIntents(ctx, &countersignv1.WatchIntentsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return store, agent, recordWatch(stream)
 }
