@@ -164,7 +164,14 @@ func (s *OwnerServer) WatchIntents(req *countersignv1.WatchIntentsRequest, strea
 	}
 	defer release()
 	f := filterOf(req.GetAgentId(), req.GetRailAccount(), req.GetStates()...)
-	w := transitionWatch{cursor: time.Now().UnixMicro(), sent: map[int64]int64{}}
+	// The cursor starts on the ledger's clock, which stamps the records:
+	// started on this process's, a ledger clock more than watchOverlap
+	// behind it hid every transition until it caught up.
+	start, err := s.store.ClockMicros(ctx)
+	if err != nil {
+		return ToStatus(err)
+	}
+	w := transitionWatch{cursor: start, sent: map[int64]int64{}}
 	t := time.NewTicker(watchPoll)
 	defer t.Stop()
 	for {

@@ -194,3 +194,31 @@ func ownerWatch(t *testing.T, owner string, page int) (*ledger.Store, ledger.Age
 	}
 	return store, agent, recordWatch(stream)
 }
+
+// A watch's cursor follows the ledger's clock, which stamps the records,
+// not the clock of the process serving the watch: a process clock an hour
+// ahead of the database's (or the database's an hour behind) once hid
+// every transition until the database's clock caught up.
+func TestWatchIntentsFollowsTheLedgersClock(t *testing.T) {
+	srv, store, conn := servedOwnerAPI(t)
+	srv.now = func() time.Time { return time.Now().Add(time.Hour) }
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-test-owner", "own_clock"), 30*time.Second)
+	t.Cleanup(cancel)
+	agent, err := store.CreateAgent(ctx, "own_clock", "bot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := countersignv1.NewOwnerServiceClient(conn).WatchIntents(ctx, &countersignv1.WatchIntentsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := recordWatch(stream)
+	k := ledger.Key{RailAccount: "acct_c", SIK: watchSIK("CLOCK", 0)}
+	if err := ledgertest.InFlight(ctx, store, ledger.NewIntent{Key: k, Rail: "stripe", Action: "refund", Subject: "pi_c",
+		AmountMinor: 1, Currency: "USD", Canonical: "{}", AgentID: agent.ID}, k.SIK); err != nil {
+		t.Fatal(err)
+	}
+	if !wait.Until(15*time.Second, func() bool { return got.has(k.SIK) }) {
+		t.Fatalf("a transition stamped by the ledger's clock, an hour behind the serving process's, was not delivered; recv: %v", got.recvErr)
+	}
+}

@@ -133,6 +133,16 @@ type TransitionPos struct {
 	AtMicros, ID int64
 }
 
+// ClockMicros is the ledger's clock now, in microseconds since the epoch:
+// the clock audit records' at_micros are stamped with (by the triggers that
+// write them), which a watcher's cursor must follow rather than its own
+// process's clock.
+func (s *Store) ClockMicros(ctx context.Context) (int64, error) {
+	var at int64
+	err := s.pool.QueryRow(ctx, `SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint`).Scan(&at)
+	return at, classify(err)
+}
+
 // OwnerTransitionPositions returns the positions of up to limit audited
 // transitions of an owner's intents after the position after, in order:
 // one keyset page. A watcher pages with it through a window behind its
