@@ -103,6 +103,9 @@ const (
 	OpIntentResolve     = "intent_resolve"
 	// OpRevoke is the revocation of an agent, a credential or a mandate.
 	OpRevoke = "revoke"
+	// OpMandateCreate is a new mandate, which may replace the agent's
+	// newest on its account.
+	OpMandateCreate = "mandate_create"
 )
 
 // WithTxObserver returns a handle on the same pool whose write

@@ -67,16 +67,33 @@ func scanMandate(row pgx.Row) (MandateRecord, error) {
 // agent's owner is recorded; when given it must be the agent's owner. An
 // unknown, revoked or foreign agent is ErrNotFound; a rail account the
 // agent's owner does not hold (GrantRailAccount) is ErrNotHeld.
+//
+// A new mandate replaces the agent's newest on its account (a mandate
+// never changes: tightening a limit is a new one), so it is written as a
+// revocation is, after the agent's revocation lock (agentLockExclusive):
+// the decisions that began before it, under the mandate it replaces,
+// commit first, and the ones after it wait for it and see the new one.
+// Without the lock a decision that had asserted the old mandate as the
+// newest committed an ALLOW under it after CreateMandate had returned
+// (found by a review: 1000 allowed after the owner lowered the maximum to
+// 500).
 func (s *Store) CreateMandate(ctx context.Context, m MandateRecord) (created bool, err error) {
 	if !mandateHash.MatchString(m.Hash) {
 		return false, fmt.Errorf("ledger: create mandate: hash %q is not lower-case hex SHA-256", m.Hash)
 	}
-	tag, err := s.pool.Exec(ctx, `
-		INSERT INTO mandates (hash, owner_id, agent_id, rail_account, canonical, mode, valid_from, valid_until)
-		SELECT $1, a.owner_id, a.id, $4, $5, $6, $7, $8 FROM agents a
-		WHERE a.id = $3 AND a.status = 'active' AND ($2 = '' OR a.owner_id = $2)
-		ON CONFLICT (hash) DO NOTHING`,
-		m.Hash, m.OwnerID, m.AgentID, m.RailAccount, string(m.Canonical), m.Mode, m.ValidFrom, m.ValidUntil)
+	err = s.inTx(ctx, OpMandateCreate, func(tx *Tx) error {
+		if _, err := tx.tx.Exec(ctx, `SELECT `+agentLockExclusive, m.AgentID); err != nil {
+			return err
+		}
+		tag, err := tx.tx.Exec(ctx, `
+			INSERT INTO mandates (hash, owner_id, agent_id, rail_account, canonical, mode, valid_from, valid_until)
+			SELECT $1, a.owner_id, a.id, $4, $5, $6, $7, $8 FROM agents a
+			WHERE a.id = $3 AND a.status = 'active' AND ($2 = '' OR a.owner_id = $2)
+			ON CONFLICT (hash) DO NOTHING`,
+			m.Hash, m.OwnerID, m.AgentID, m.RailAccount, string(m.Canonical), m.Mode, m.ValidFrom, m.ValidUntil)
+		created = err == nil && tag.RowsAffected() == 1
+		return err
+	})
 	if err != nil {
 		var nh *NotHeldError
 		if errors.As(notHeld(err, m.RailAccount), &nh) {
@@ -84,7 +101,7 @@ func (s *Store) CreateMandate(ctx context.Context, m MandateRecord) (created boo
 		}
 		return false, classify(fmt.Errorf("ledger: create mandate: %w", err))
 	}
-	if tag.RowsAffected() == 1 {
+	if created {
 		return true, nil
 	}
 	// Nothing inserted: either the mandate exists or the agent does not
