@@ -56,7 +56,8 @@ type proposal struct {
 // cannot spend the owner's rail rate limit either. Counts only add and the
 // referent only narrows, so what fails here fails the ladder too. Facts
 // that say no mandate applies were read now, never remembered (decideOnce
-// remembers only a mandate in force).
+// remembers only a mandate in force). An MCP call under MCP pins whose
+// answer no ext_proc will check is refused here too (unchecked).
 func (e *Engine) early(req Request, p *ledger.Principal, acct *rails.Account, a rail.Action, facts ledger.DecisionFacts) (Outcome, bool) {
 	now := e.now()
 	in := principalInput(now, p, acct)
@@ -75,6 +76,12 @@ func (e *Engine) early(req Request, p *ledger.Principal, acct *rails.Account, a 
 		ok = r.Verdict != gate.Block
 	}
 	if ok {
+		// Under MCP pins the call's answer, like a read's, must reach the
+		// agent checked by ext_proc (toolslist.go): refused before any read
+		// at the rail when nothing will check it.
+		if out := unchecked(req, e.opts, acct, in.Mandate); out != nil {
+			return *out, false
+		}
 		return Outcome{}, true
 	}
 	out := refuseRail(acct, req, r.ReasonCode, r.Reason, http.StatusForbidden)

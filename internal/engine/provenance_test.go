@@ -189,16 +189,22 @@ func newMCPRigPinned(t *testing.T, prov *countersignv1.Provenance, metadata stri
 	if _, err := store.CreateMandate(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
-	e := New(store, Options{Rails: rs, LeaseOwner: "engine-test", LeaseTTL: time.Minute, ResolveTimeout: 500 * time.Millisecond},
+	// Envoy as Countersign deploys it: ext_proc in the path (r.call names
+	// the account, as Countersign's own routes do), so that under MCP pins
+	// the answers are checked and the calls are not refused for it
+	// (unchecked; TestMCPPinsNeedTheAnswerCheck varies both).
+	e := New(store, Options{Rails: rs, LeaseOwner: "engine-test", LeaseTTL: time.Minute, ResolveTimeout: 500 * time.Millisecond, ExtProcInPath: true},
 		slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.New())
 	return &mcpRig{e: e, secret: secret, tools: tools, mock: mock, mockURL: ts.URL}
 }
 
-// call is a tools/call of tool through Envoy, refunding amount of pi_1.
+// call is a tools/call of tool through Envoy by Countersign's own route
+// (rail_account acct_mcp), refunding amount of pi_1.
 func (r *mcpRig) call(id int, tool string, amount int) Request {
 	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":{"payment_intent":"pi_1","amount":%d}}}`, id, tool, amount)
 	return Request{Source: SourceExtAuthz, RequestID: fmt.Sprintf("req-%d", id), Credential: r.secret, Method: "POST", Host: "mcp.stripe.local",
-		Path: "/mcp", Headers: map[string]string{"content-type": "application/json", "accept": "application/json, text/event-stream"}, Body: []byte(body)}
+		Path: "/mcp", Headers: map[string]string{"content-type": "application/json", "accept": "application/json, text/event-stream"}, Body: []byte(body),
+		RailAccount: "acct_mcp"}
 }
 
 func gateCode(out Outcome, name string) string {
@@ -294,14 +300,29 @@ func TestMCPDriftIsReadAtEveryDecision(t *testing.T) {
 
 // TestMCPStructuredActionUnderPinsBlocks: a native structured action on an
 // MCP account names no tool (the caller would then call a tool of its
-// choosing), so under tool pins it is refused.
+// choosing), so under tool pins it is refused: by G6 however its answer
+// would come back, and, from a native caller, whose answer no ext_proc
+// checks, before G6 (unchecked; TestMCPMoneyCallPinsNeedTheAnswerCheck).
 func TestMCPStructuredActionUnderPinsBlocks(t *testing.T) {
-	r := newMCPRig(t, map[string]string{"create_refund": mcp.DescriptionHash(honestRefundDesc)})
-	amount := int64(2500)
-	out := r.e.DecideAction(context.Background(), Request{Source: SourceDecide, RequestID: "native", Credential: r.secret}, "acct_mcp",
-		rail.Action{Kind: sik.KindRefund, Subject: "pi_1", AmountMinor: &amount})
-	if out.Verdict != Block || out.ReasonCode != gate.ReasonMCPToolNotPinned || !strings.Contains(out.Reason, "names no MCP tool") {
-		t.Fatalf("decide action = %s %s: %s", out.Verdict, out.ReasonCode, out.Reason)
+	for _, tc := range []struct {
+		name string
+		req  Request
+		code string
+		says string
+	}{
+		{"native caller", Request{Source: SourceDecide, RequestID: "native"}, ReasonMCPPinsNeedExtProc, "no ext_proc in the path"},
+		{"answer checked", Request{Source: SourceExtAuthz, RequestID: "checked", RailAccount: "acct_mcp"}, gate.ReasonMCPToolNotPinned, "names no MCP tool"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newMCPRig(t, map[string]string{"create_refund": mcp.DescriptionHash(honestRefundDesc)})
+			amount := int64(2500)
+			req := tc.req
+			req.Credential = r.secret
+			out := r.e.DecideAction(context.Background(), req, "acct_mcp", rail.Action{Kind: sik.KindRefund, Subject: "pi_1", AmountMinor: &amount})
+			if out.Verdict != Block || out.ReasonCode != tc.code || !strings.Contains(out.Reason, tc.says) {
+				t.Fatalf("decide action = %s %s: %s; want BLOCK %s saying %q", out.Verdict, out.ReasonCode, out.Reason, tc.code, tc.says)
+			}
+		})
 	}
 }
 

@@ -86,7 +86,9 @@ func answersChecked(req Request, o Options) bool {
 // will check (a native caller's, or one through a proxy without ext_proc:
 // Istio's CUSTOM provider): the pins promise that the agent sees only
 // answers judged against them, which nothing else enforces (found by a
-// review).
+// review). A read's (Engine.read) and a money call's alike (Engine.early):
+// a money call's answer stream could carry a response to the agent's
+// pending tools/list, a poisoned list, as well as a ping's.
 func unchecked(req Request, o Options, acct *rails.Account, m *countersignv1.Mandate) *Outcome {
 	if _, pinned := mcpPins(acct, m); !pinned || answersChecked(req, o) {
 		return nil

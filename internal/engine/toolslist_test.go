@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"maps"
+	"strings"
 	"testing"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
@@ -147,5 +148,86 @@ func TestMCPPinsNeedTheAnswerCheck(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMCPMoneyCallPinsNeedTheAnswerCheck: a money call's answer stream is
+// no safer than a ping's (a hostile server could put a response to the
+// agent's pending tools/list, a poisoned list, into it), so under MCP
+// pins a tools/call that moves money is refused as any other MCP message
+// is when no ext_proc will check its answer — a native caller's, one with
+// ext_proc out of the path, one routed without Countersign's route (no
+// rail_account) — with the read's refusal, before any read at the rail or
+// of the tools list, and nothing written but the decision: the same call
+// with its answer checked then starts the intent's first attempt. With
+// ext_proc in the path it goes on to the gates; without pins nothing
+// changes.
+func TestMCPMoneyCallPinsNeedTheAnswerCheck(t *testing.T) {
+	entry, err := mcp.EntryHash([]byte(pinnedRefundEntry))
+	if err != nil {
+		t.Fatal(err)
+	}
+	descPin := &countersignv1.Provenance{McpToolDescriptionHashes: map[string]string{"create_refund": mcp.DescriptionHash(honestRefundDesc)}}
+	entryPin := &countersignv1.Provenance{McpToolEntryHashes: map[string]string{"create_refund": entry}}
+	type path struct {
+		name        string
+		source      Source
+		extProc     bool
+		railAccount string
+	}
+	checked := path{"ext_proc in the path", SourceExtAuthz, true, "acct_mcp"}
+	uncheckedPaths := []path{
+		{"native caller", SourceDecide, true, "acct_mcp"},
+		{"ext_proc out of the path", SourceExtAuthz, false, "acct_mcp"},
+		{"routed without Countersign's route", SourceExtAuthz, true, ""},
+	}
+	via := func(r *mcpRig, p path, req Request) Request {
+		r.e.opts.ExtProcInPath = p.extProc
+		req.Source, req.RailAccount = p.source, p.railAccount
+		return req
+	}
+	for _, pins := range []struct {
+		name string
+		prov *countersignv1.Provenance
+	}{{"description pin", descPin}, {"entry pin", entryPin}, {"no pins", nil}} {
+		for _, p := range append([]path{checked}, uncheckedPaths...) {
+			t.Run(pins.name+", "+p.name, func(t *testing.T) {
+				r := newMCPRigPinned(t, pins.prov, "metadata")
+				r.tools.setTools("[" + pinnedRefundEntry + "]")
+				ctx := context.Background()
+				out := r.e.Decide(ctx, via(r, p, r.call(1, "create_refund", 2500)))
+				if pins.prov == nil || p == checked {
+					if out.Verdict != Allow || out.ReasonCode != ReasonAllowed {
+						t.Fatalf("money call = %s %s: %s; want ALLOW %s", out.Verdict, out.ReasonCode, out.Reason, ReasonAllowed)
+					}
+					return
+				}
+				if out.Verdict != Block || out.ReasonCode != ReasonMCPPinsNeedExtProc || !strings.Contains(out.Reason, "no ext_proc in the path") {
+					t.Fatalf("money call = %s %s: %s; want BLOCK %s", out.Verdict, out.ReasonCode, out.Reason, ReasonMCPPinsNeedExtProc)
+				}
+				if _, leaks := out.SetHeaders["authorization"]; leaks || out.Intent != nil || len(out.Gates) != 0 || out.DecisionID == 0 {
+					t.Fatalf("refusal headers %v intent %+v gates %+v decision %d; want a recorded refusal that names no intent and runs no gate",
+						out.SetHeaders, out.Intent, out.Gates, out.DecisionID)
+				}
+				if !strings.Contains(string(out.Body), `"id":1`) || !strings.Contains(string(out.Body), ReasonMCPPinsNeedExtProc) {
+					t.Fatalf("refusal body %s: want a JSON-RPC error for call 1", out.Body)
+				}
+				// The read's refusal on the same path, in the same shape.
+				ping := r.call(2, "create_refund", 1)
+				ping.Body = []byte(`{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+				if read := r.e.Decide(ctx, via(r, p, ping)); read.ReasonCode != out.ReasonCode || read.HTTPStatus != out.HTTPStatus || read.Verdict != out.Verdict {
+					t.Fatalf("ping = %s %s %d; the money call's refusal = %s %s %d", read.Verdict, read.ReasonCode, read.HTTPStatus, out.Verdict, out.ReasonCode, out.HTTPStatus)
+				}
+				if n, lists := railReads(r.mock), r.toolLists(); n != 0 || lists != 0 {
+					t.Fatalf("%d rail reads and %d tools/list reads before the refusal; want none", n, lists)
+				}
+				// Nothing of the refused call was kept: through ext_proc it
+				// is a new intent's first attempt.
+				again := r.e.Decide(ctx, via(r, checked, r.call(3, "create_refund", 2500)))
+				if again.Verdict != Allow || !strings.HasPrefix(again.Reason, "attempt 1 of intent") {
+					t.Fatalf("the call with its answer checked = %s %s: %s; want ALLOW, attempt 1", again.Verdict, again.ReasonCode, again.Reason)
+				}
+			})
+		}
 	}
 }
