@@ -330,9 +330,14 @@ type Adapter interface {
 	Classify(a Action, resp Response) Classification
 	// Find lists the rail's entities for the action's subject, paging to
 	// exhaustion (and de-duplicating across offset pages), and returns the
-	// one whose stamp equals stamp. since bounds listing by creation time
-	// where the rail needs it (payouts); it is a lower bound with slack,
-	// never a reason to stop early.
+	// one whose stamp equals stamp. Before it reports absence it reads the
+	// account's entities of the kind too, whatever their subject (a rail
+	// that read the request otherwise may have made it for another payment
+	// or destination: that entity is the match, its Unlike set), unless
+	// the subject's listing already was the account's. since bounds listing
+	// by creation time where the rail needs it (payouts, the account's
+	// listing); it is a lower bound with slack, never a reason to stop
+	// early.
 	Find(ctx context.Context, c Client, a Action, stamp string, since time.Time) (Finding, error)
 	// Refusal shapes a refusal like the rail's own error body.
 	Refusal(status int, code, message string) []byte

@@ -645,8 +645,10 @@ func TestReportedAppliedIsConfirmedAtTheRail(t *testing.T) {
 				t.Fatalf("a forged late applied moved the intent to %s", st)
 			}
 		}
-		if n := lists() - before; n != 2 {
-			t.Fatalf("6 late reports read the rail's listing %d times, want 2", n)
+		// Two searches, each the payment's listing and then the account's
+		// (read before an absence is recorded).
+		if n := lists() - before; n != 4 {
+			t.Fatalf("6 late reports read the rail's listings %d times, want 4 (two searches of two listings)", n)
 		}
 	})
 	t.Run("reported again once settled", func(t *testing.T) {

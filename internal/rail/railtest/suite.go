@@ -105,6 +105,11 @@ type Fixtures struct {
 	PageSize int
 	// List answers the FakeRail's list requests in the rail's dialect.
 	List ListFunc
+	// Listings, when set, is how many listings a search for a proves
+	// absent on an empty rail reads (one page each): more than one where
+	// the adapter reads the account's listing, unfiltered by the action's
+	// subject, before it claims absence. Unset, one.
+	Listings func(a rail.Action) int
 	// ResolveAction, when set, is an action whose Resolve reads the rail;
 	// the suite checks that a failed read is ErrReferent.
 	ResolveAction *rail.Action
@@ -573,8 +578,12 @@ func runFind(t *testing.T, newAdapter func() rail.Adapter, fx Fixtures) {
 		t.Run(name+"/empty", func(t *testing.T) {
 			f, err := find(t, NewFakeRail(t, fx.List, a, since, nil))
 			wantAbsent(t, f, err)
-			if f.Pages != 1 {
-				t.Fatalf("Pages = %d, want 1", f.Pages)
+			want := 1
+			if fx.Listings != nil {
+				want = fx.Listings(a)
+			}
+			if f.Pages != want {
+				t.Fatalf("Pages = %d, want %d (one per listing)", f.Pages, want)
 			}
 		})
 		t.Run(name+"/same_amount_without_stamp_is_not_a_match", func(t *testing.T) {

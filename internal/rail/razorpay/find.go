@@ -32,11 +32,22 @@ const (
 
 // Find implements rail.Adapter with overlapping offset pages:
 //
-//   - refunds: GET /v1/payments/{id}/refunds?count=100&skip=N
+//   - refunds: GET /v1/payments/{id}/refunds?count=100&skip=N, then,
+//     before absence is claimed, GET /v1/refunds?count=100&skip=N&from=since
 //   - payouts: GET /v1/payouts?account_number=…&count=100&skip=N&from=since
 //
 // It matches on notes.countersign_sik alone and ends only on a page with
 // fewer than pageCount items.
+//
+// A payment's refunds are the quick way to a match, but only that
+// payment's: a refund the rail made under the stamp on another payment
+// (it read the request otherwise than Countersign did) is not among them,
+// and their end would prove an absence that is not one. So before
+// answering "absent, read to the end", Find reads the account's refunds
+// since, whatever their payment; a stamped one there is the match, and
+// the reconciler's Unlike check keeps it from being taken as applied. The
+// extra listing is paid only where absence would be recorded (found by a
+// review). The payout listing is already every fund account's.
 //
 // What it rests on. Lists are newest first by created_at, a unix second;
 // entities are never deleted and created_at never changes; entities of
@@ -88,24 +99,41 @@ func (adapter) Find(ctx context.Context, c rail.Client, a rail.Action, stamp str
 	if !isID(a.Subject) {
 		return f, fmt.Errorf("razorpay: find: subject %q is not a Razorpay id", a.Subject)
 	}
-	q := url.Values{"count": {strconv.Itoa(pageCount)}}
-	var path string
 	switch a.Kind {
 	case sik.KindRefund:
-		path = "/v1/payments/" + a.Subject + "/refunds"
+		f, err := search(ctx, c, "/v1/payments/"+a.Subject+"/refunds", url.Values{}, a, stamp)
+		if err != nil || f.Match != nil {
+			return f, err
+		}
+		g, err := search(ctx, c, "/v1/refunds", fromSince(url.Values{}, since), a, stamp)
+		g.Pages += f.Pages
+		if err != nil {
+			return g, fmt.Errorf("razorpay: find: none listed for %s; the account's refunds: %w", a.Subject, err)
+		}
+		return g, nil
 	case sik.KindPayout:
 		acct := a.Extra["account_number"]
 		if !isID(acct) {
 			return f, fmt.Errorf("razorpay: find payout: account_number %q missing from the action", acct)
 		}
-		path = "/v1/payouts"
-		q.Set("account_number", acct)
-		if !since.IsZero() && since.Unix() > 0 {
-			q.Set("from", strconv.FormatInt(since.Unix(), 10))
-		}
-	default:
-		return f, fmt.Errorf("razorpay: find: no %q action", a.Kind)
+		return search(ctx, c, "/v1/payouts", fromSince(url.Values{"account_number": {acct}}, since), a, stamp)
 	}
+	return f, fmt.Errorf("razorpay: find: no %q action", a.Kind)
+}
+
+// fromSince bounds the listing q to entities created since, when set.
+func fromSince(q url.Values, since time.Time) url.Values {
+	if !since.IsZero() && since.Unix() > 0 {
+		q.Set("from", strconv.FormatInt(since.Unix(), 10))
+	}
+	return q
+}
+
+// search reads the listing path?q to its end, or to the entity stamped
+// stamp (its Unlike set against a), as Find describes.
+func search(ctx context.Context, c rail.Client, path string, q url.Values, a rail.Action, stamp string) (rail.Finding, error) {
+	var f rail.Finding
+	q.Set("count", strconv.Itoa(pageCount))
 	want := entityOf[a.Kind]
 	seen := map[string]bool{}
 	// Seconds of which a whole page was stepped over (nextStep): an entity

@@ -37,11 +37,24 @@ type listPage struct {
 // pages changes nothing the cursor proves.
 //
 //   - refunds: GET /v1/refunds?payment_intent=… (or charge=… for a
-//     charge subject); no time bound, as refunds have no window.
+//     charge subject), then, before absence is claimed, the account's
+//     refunds since (see below).
 //   - payouts: GET /v1/payouts?created[gte]=since, all destinations: a
 //     destination filter could hide a payout whose destination Stripe
 //     reports differently, and absence must be proven, not assumed.
-//   - transfers: GET /v1/transfers?destination=…&created[gte]=since.
+//   - transfers: GET /v1/transfers?destination=…&created[gte]=since,
+//     then, before absence is claimed, the account's transfers since.
+//
+// The subject's listing is the quick way to a match, but Stripe applies
+// its filter: a refund or transfer the rail made under the stamp for
+// another payment or destination (it read the request otherwise than
+// Countersign did) is not in it, and its end would prove an absence that
+// is not one. So before answering "absent, read to the end", Find reads
+// the account's listing of that kind unfiltered by subject, bounded as
+// the payouts' is (created[gte]=since); a stamped entity there is the
+// match, and the reconciler's Unlike check keeps it from being taken as
+// applied. The extra listing is paid only where absence would be
+// recorded (found by a review).
 func (adapter) Find(ctx context.Context, c rail.Client, a rail.Action, stamp string, since time.Time) (rail.Finding, error) {
 	var f rail.Finding
 	if _, _, err := sik.ParseStamp(stamp); err != nil {
@@ -50,26 +63,48 @@ func (adapter) Find(ctx context.Context, c rail.Client, a rail.Action, stamp str
 	if !isID(a.Subject) {
 		return f, fmt.Errorf("stripe: find: subject %q is not a Stripe id", a.Subject)
 	}
-	q := url.Values{"limit": {strconv.Itoa(pageLimit)}}
+	// account is the listing of every entity of the kind since, whatever
+	// its payment or destination.
+	account := url.Values{}
+	setSince(account, since)
 	var path string
+	var subject url.Values // nil: the account's listing is the only one
 	switch a.Kind {
 	case sik.KindRefund:
 		path = "/v1/refunds"
 		if strings.HasPrefix(a.Subject, "pi_") {
-			q.Set("payment_intent", a.Subject)
+			subject = url.Values{"payment_intent": {a.Subject}}
 		} else {
-			q.Set("charge", a.Subject)
+			subject = url.Values{"charge": {a.Subject}}
 		}
 	case sik.KindPayout:
 		path = "/v1/payouts"
-		setSince(q, since)
 	case sik.KindTransfer:
 		path = "/v1/transfers"
-		q.Set("destination", a.Subject)
-		setSince(q, since)
+		subject = url.Values{"destination": {a.Subject}}
+		setSince(subject, since)
 	default:
 		return f, fmt.Errorf("stripe: find: no %q action", a.Kind)
 	}
+	if subject != nil {
+		f, err := search(ctx, c, path, subject, a, stamp)
+		if err != nil || f.Match != nil {
+			return f, err
+		}
+		g, err := search(ctx, c, path, account, a, stamp)
+		g.Pages += f.Pages
+		if err != nil {
+			return g, fmt.Errorf("stripe: find: none listed for %s; the account's listing, unfiltered by it: %w", a.Subject, err)
+		}
+		return g, nil
+	}
+	return search(ctx, c, path, account, a, stamp)
+}
+
+// search reads the listing path?q to its end, or to the entity stamped
+// stamp (its Unlike set against a).
+func search(ctx context.Context, c rail.Client, path string, q url.Values, a rail.Action, stamp string) (rail.Finding, error) {
+	var f rail.Finding
 	want := objectOf[a.Kind]
 	cursors := map[string]bool{}
 	limit := pageLimit

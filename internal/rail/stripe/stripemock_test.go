@@ -112,7 +112,7 @@ func TestStripeMock(t *testing.T) {
 	for _, a := range []rail.Action{refundPI, refundCh, payout, transfer} {
 		t.Run("find/"+string(a.Kind)+"/"+a.Subject, func(t *testing.T) {
 			f, err := ad.Find(ctx, c, a, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", since)
-			if err != nil || f.Match != nil || !f.Exhausted || f.Pages != 1 {
+			if err != nil || f.Match != nil || !f.Exhausted || f.Pages != listings(a) {
 				t.Fatalf("Find = %+v, %v", f, err)
 			}
 		})

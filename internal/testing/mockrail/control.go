@@ -128,7 +128,6 @@ func (s *Server) routes() *http.ServeMux {
 	s.handle(m, "POST /v1/payouts/{id}", s.stripeUpdatePayout, nil)
 	s.handle(m, "POST /v1/payouts/{id}/cancel", s.stripeCancelPayout, nil)
 	s.handle(m, "POST /v1/refunds", s.stripeCreateRefund, nil)
-	s.handle(m, "GET /v1/refunds", s.stripeListRefunds, nil)
 	s.handle(m, "POST /v1/transfers", s.stripeCreateTransfer, nil)
 	s.handle(m, "GET /v1/transfers", s.stripeListTransfers, nil)
 	s.handle(m, "GET /v1/transfers/{id}", s.stripeGetEntity(KindTransfer, "transfer"), nil)
@@ -138,6 +137,7 @@ func (s *Server) routes() *http.ServeMux {
 	s.handle(m, "GET /v1/payments/{id}/refunds", nil, s.rzpListRefunds)
 	s.handle(m, "GET /v1/payments/{id}/refunds/{rid}", nil, s.rzpGetEntity(KindRefund))
 	// Both, told apart by the credential.
+	s.handle(m, "GET /v1/refunds", s.stripeListRefunds, s.rzpListAllRefunds)
 	s.handle(m, "GET /v1/refunds/{id}", s.stripeGetEntity(KindRefund, "refund"), s.rzpGetEntity(KindRefund))
 	s.handle(m, "POST /v1/payouts", s.stripeCreatePayout, s.rzpCreatePayout)
 	s.handle(m, "GET /v1/payouts", s.stripeListPayouts, s.rzpListPayouts)

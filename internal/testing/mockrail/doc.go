@@ -15,7 +15,8 @@
 // key (Bearer, or Basic with an empty password) or a Razorpay key pair (Basic
 // key_id:key_secret). Only the configured keys open an account; anything else
 // is a 401 in the rail's error shape. Paths both rails share (/v1/payouts,
-// /v1/payouts/{id}, /v1/refunds/{id}) are dispatched by the credential.
+// /v1/payouts/{id}, /v1/refunds, /v1/refunds/{id}) are dispatched by the
+// credential.
 //
 // Stripe (form-encoded; unknown parameters are refused like Stripe does):
 //
@@ -38,6 +39,7 @@
 //	GET  /v1/payments/{id}
 //	POST /v1/payments/{id}/refund       amount (absent = all that is left), notes, receipt, speed, currency
 //	GET  /v1/payments/{id}/refunds      count (1-100, default 10), skip, from, to
+//	GET  /v1/refunds                    every payment's refunds: count, skip, from, to
 //	GET  /v1/payments/{id}/refunds/{rid}, /v1/refunds/{id}
 //	POST /v1/payouts                    account_number, fund_account_id (fa_…), amount, currency (INR), mode, purpose, reference_id, narration, notes, queue_if_low_balance
 //	GET  /v1/payouts?account_number=…   (required) fund_account_id, reference_id, mode, status, count, skip

@@ -370,6 +370,18 @@ func (s *Server) rzpListRefunds(c *call) {
 	}})
 }
 
+// rzpListAllRefunds is Razorpay's "fetch all refunds": the account's
+// refunds of every payment, bounded by from/to like the other lists.
+func (s *Server) rzpListAllRefunds(c *call) {
+	lr, ok := c.rzpListParams()
+	if !ok {
+		return
+	}
+	c.serve(op{class: classList, run: func(st *state, now time.Time, lag time.Duration) result {
+		return c.rzpListLocked(st, KindRefund, lr, now, lag, func(*entity) bool { return true })
+	}})
+}
+
 func (s *Server) rzpGetEntity(kind Kind) railHandler {
 	return func(c *call) {
 		id, payID := c.r.PathValue("id"), ""
