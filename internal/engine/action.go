@@ -260,6 +260,7 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t ta
 	// it is not sent, and the request is refused for it.
 	reads := e.meter(acct.Client, p.Agent.ID, acct)
 	rctx, cancel := context.WithTimeout(ctx, e.opts.ResolveTimeout)
+	readAt := time.Now()
 	ref, err := e.resolve(rctx, acct, reads.client(), a)
 	cancel()
 	wait, limited := reads.limited()
@@ -347,7 +348,7 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t ta
 	}
 	pr := &proposal{req: req, principal: p, acct: acct, action: a, ref: ref, value: value, currency: key.Currency,
 		key: ledger.Key{RailAccount: acct.ID, SIK: string(s)}, s: s, canonical: string(canonical), alias: t.alias, family: family(key.Window, t.alias),
-		tokenHash: tokenHash, facts: facts, now: e.now(), tool: t.tool, toolHash: toolHash}
+		tokenHash: tokenHash, facts: facts, now: e.now(), readAt: readAt, tool: t.tool, toolHash: toolHash}
 	chaos.Point(chaos.BeforeWAL)
 	if facts.Aliased == nil {
 		if out, done := e.fresh(ctx, pr); done {

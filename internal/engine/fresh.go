@@ -35,6 +35,10 @@ type proposal struct {
 	tokenHash []byte
 	facts     ledger.DecisionFacts
 	now       time.Time
+	// readAt is when the rail read of ref began (this process's
+	// monotonic clock: the ledger takes only a duration from it,
+	// ledger.Tx.Outstanding).
+	readAt time.Time
 	// tool is the MCP tool the request calls ("" if none), and toolHash
 	// its pin hashes as Countersign read them from the server (zero when
 	// not read: no pins, no tool).
@@ -237,6 +241,6 @@ func assertHeadroom(w *ledger.Write, pr *proposal, m *countersignv1.Mandate, in 
 	}
 	if h.MaxOutstanding < gate.Unlimited {
 		w.LockSubject(pr.key.RailAccount, in.Action.Subject)
-		w.AssertOutstanding(pr.key.RailAccount, in.Action.Subject, pr.key.SIK, h.MaxOutstanding)
+		w.AssertOutstanding(pr.key.RailAccount, in.Action.Subject, pr.key.SIK, h.MaxOutstanding, pr.readAt)
 	}
 }

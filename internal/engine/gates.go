@@ -170,7 +170,7 @@ func (g gateRun) usage(ctx context.Context, tx *ledger.Tx, hash string, it ledge
 		if err := tx.LockSubject(ctx, g.acct.ID, it.Subject); err != nil {
 			return err
 		}
-		if in.LedgerOutstandingMinor, err = tx.Outstanding(ctx, g.acct.ID, it.Subject, it.SIK); err != nil {
+		if in.LedgerOutstandingMinor, err = tx.Outstanding(ctx, g.acct.ID, it.Subject, it.SIK, g.readAt); err != nil {
 			return err
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/countersign/countersign/internal/gate"
 	"github.com/countersign/countersign/internal/ledger"
@@ -49,6 +50,7 @@ func (e *Engine) Refundable(ctx context.Context, it ledger.Intent) (RefundableNo
 		return RefundableNow{}, err
 	}
 	rctx, cancel := context.WithTimeout(ctx, e.opts.ResolveTimeout)
+	readAt := time.Now()
 	ref, err := e.resolve(rctx, acct, acct.Client, a)
 	cancel()
 	if err != nil {
@@ -57,7 +59,7 @@ func (e *Engine) Refundable(ctx context.Context, it ledger.Intent) (RefundableNo
 	var outstanding int64
 	if err := e.ledger.InTx(ctx, func(tx *ledger.Tx) error {
 		var err error
-		outstanding, err = tx.Outstanding(ctx, it.RailAccount, it.Subject, it.SIK)
+		outstanding, err = tx.Outstanding(ctx, it.RailAccount, it.Subject, it.SIK, readAt)
 		return err
 	}); err != nil {
 		return RefundableNow{}, err

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"time"
@@ -134,12 +135,55 @@ func (tx *Tx) LockSubject(ctx context.Context, railAccount, subject string) erro
 
 // Outstanding sums the amounts of the intents on a subject that the rail's
 // refundable balance may not show yet: in flight or of unknown outcome.
-func (tx *Tx) Outstanding(ctx context.Context, railAccount, subject, except string) (int64, error) {
+func (tx *Tx) Outstanding(ctx context.Context, railAccount, subject, except string, readAt time.Time) (int64, error) {
 	var n int64
 	err := tx.tx.QueryRow(ctx, `SELECT COALESCE(sum(amount_minor), 0) FROM intents
-		WHERE rail_account = $1 AND subject = $2 AND sik <> $3 AND state IN ('IN_FLIGHT', 'UNKNOWN', 'RECONCILING')`,
-		railAccount, subject, except).Scan(&n)
+		WHERE rail_account = $1 AND subject = $2 AND sik <> $3 AND `+outstandingState(4),
+		railAccount, subject, except, sinceRead{readAt}).Scan(&n)
 	return n, err
+}
+
+// outstandingState is the condition on a subject's intents that a rail
+// read begun the parameter $arg (a sinceRead) microseconds before the
+// transaction began may not show: those the rail may still be applying (IN_FLIGHT, UNKNOWN,
+// RECONCILING), and those recorded APPLIED since the read began. An
+// intent's move to APPLIED is written (updated_at: its transaction's
+// start) only after the rail answered, so one applied after the read was
+// answered is recorded after the read began; before, it was counted
+// nowhere, and a second refund whose read came just before the first one
+// applied was allowed on the whole payment (found by a review: 500 + 600
+// of a 1000 payment). The read's start is a duration back from the
+// database's own clock, never a time from this process's: no skew between
+// the two clocks enters.
+//
+// A refund the read missed was applied at the rail after the rail answered
+// the read, and recorded after its own answer came back: a rail round
+// trip, at least, after the read began. A refund recorded APPLIED less
+// than sinceReadMargin before the read began is counted twice, which can
+// only refuse.
+func outstandingState(arg int) string {
+	return fmt.Sprintf(`(state IN ('IN_FLIGHT', 'UNKNOWN', 'RECONCILING')
+		OR (state = 'APPLIED' AND updated_at >= now() - $%d::bigint * interval '1 microsecond'))`, arg)
+}
+
+// sinceReadMargin is added to a sinceRead for the time its statement takes
+// to reach the database once encoded: half a round trip (the statement's
+// transaction begins then, and now() is that time).
+const sinceReadMargin = time.Millisecond
+
+// sinceRead is how long before now a rail read began at (this process's
+// monotonic clock), in microseconds, plus sinceReadMargin: a duration, so
+// the database measures it back from its own clock and no skew between the
+// two clocks enters. It is taken as the statement is encoded (a fresh
+// write's batch is encoded once it has a connection, after any wait for
+// one), not when the statement was queued: a refund recorded APPLIED
+// while the write waited is counted (a duration taken at queueing missed
+// it).
+type sinceRead struct{ at time.Time }
+
+// Value implements driver.Valuer.
+func (s sinceRead) Value() (driver.Value, error) {
+	return (time.Since(s.at) + sinceReadMargin).Microseconds(), nil
 }
 
 // PayeePaidBefore reports whether anything on railAccount was ever applied

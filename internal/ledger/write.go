@@ -449,12 +449,12 @@ func (w *Write) LockSubject(railAccount, subject string) {
 // transaction pooler too).
 const lockSubjectSQL = `SELECT pg_advisory_xact_lock(hashtextextended('countersign.subject/' || $1 || '/' || $2, 0))`
 
-// AssertOutstanding asserts the other intents on subject that the rail may
-// not show yet (Outstanding) sum to at most maxMinor.
-func (w *Write) AssertOutstanding(railAccount, subject, except string, maxMinor int64) {
+// AssertOutstanding asserts the other intents on subject that a rail read
+// begun at readAt may not show (Outstanding) sum to at most maxMinor.
+func (w *Write) AssertOutstanding(railAccount, subject, except string, maxMinor int64, readAt time.Time) {
 	w.queue(`SELECT countersign_assert(COALESCE(sum(amount_minor), 0) <= $4, 'more of the subject is being refunded than the rail showed')
-		FROM intents WHERE rail_account = $1 AND subject = $2 AND sik <> $3 AND state IN ('IN_FLIGHT', 'UNKNOWN', 'RECONCILING')`,
-		railAccount, subject, except, maxMinor)
+		FROM intents WHERE rail_account = $1 AND subject = $2 AND sik <> $3 AND `+outstandingState(5),
+		railAccount, subject, except, maxMinor, sinceRead{readAt})
 }
 
 // AssertBudget asserts the mandate's held and spent amounts in currency sum
