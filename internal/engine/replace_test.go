@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,32 +33,12 @@ func TestReplacementWaitsForDecisionsInProgress(t *testing.T) {
 	defer cancel()
 	p := r.principal(t)
 
-	holder, err := pgx.Connect(ctx, r.url)
+	counter, err := pgx.Connect(ctx, r.url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = holder.Close(context.Background()) }()
-	watcher, err := pgx.Connect(ctx, r.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = watcher.Close(context.Background()) }()
-	waiting := func(n int) bool {
-		var got int
-		err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&got)
-		return err == nil && got >= n
-	}
-
-	// Another decision of the lineage holds its lock (a transaction of
-	// the test's, as a decision's would).
-	tx, err := holder.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
-	if _, err := tx.Exec(ctx, `SELECT countersign_lock_lineage($1)`, r.mandateHash); err != nil {
-		t.Fatal(err)
-	}
+	defer func() { _ = counter.Close(context.Background()) }()
+	release, waiting := holdLineage(t, ctx, r)
 	decided := make(chan Outcome, 1)
 	go func() { decided <- r.e.Decide(ctx, r.refundOf(1000)) }()
 	if !wait.Until(20*time.Second, func() bool { return waiting(1) }) {
@@ -88,7 +69,7 @@ func TestReplacementWaitsForDecisionsInProgress(t *testing.T) {
 		_, err := r.store.CreateMandate(ctx, rec)
 		res := result{err: err}
 		if err == nil {
-			res.err = watcher.QueryRow(ctx, `SELECT count(*) FROM intents WHERE amount_minor = 1000`).Scan(&res.committedBefore)
+			res.err = counter.QueryRow(ctx, `SELECT count(*) FROM intents WHERE amount_minor = 1000`).Scan(&res.committedBefore)
 		}
 		replaced <- res
 	}()
@@ -112,9 +93,7 @@ func TestReplacementWaitsForDecisionsInProgress(t *testing.T) {
 	default:
 	}
 
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
+	release()
 	res := <-replaced
 	if res.err != nil {
 		t.Fatalf("replace the mandate: %v", res.err)
@@ -128,5 +107,87 @@ func TestReplacementWaitsForDecisionsInProgress(t *testing.T) {
 	// The next decision is the new mandate's.
 	if out := r.e.Decide(ctx, r.refundOf(1001)); out.Verdict != Block {
 		t.Fatalf("a refund of 1001 after the replacement = %s %s, want BLOCK (maximum 500)", out.Verdict, out.Reason)
+	}
+}
+
+// TestRailAccountWithdrawalHoldsBackLaterDecisions: while the operator's
+// withdrawal of a rail account from its owner waits for a decision under
+// way, a decision that comes after it waits for it too, and is refused
+// once it has gone through. Before, the withdrawal's UPDATE of the
+// mandates waited for the share locks of decisions that went on being
+// granted beside it (a later decision went ahead and was allowed), so an
+// agent deciding fast enough held the withdrawal back (found by a review:
+// 8 s in a race that revocations of a credential, an agent or a mandate
+// finish in 1).
+func TestRailAccountWithdrawalHoldsBackLaterDecisions(t *testing.T) {
+	r := newRig(t, func(m *countersignv1.Mandate) {
+		m.Budgets = []*countersignv1.Money{{AmountMinor: 1 << 40, Currency: "USD"}}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := r.principal(t)
+	release, waiting := holdLineage(t, ctx, r)
+	first := make(chan Outcome, 1)
+	go func() { first <- r.e.Decide(ctx, r.refundOf(1000)) }()
+	if !wait.Until(20*time.Second, func() bool { return waiting(1) }) {
+		t.Fatal("the first decision never waited for the mandate's lock")
+	}
+	withdrawn := make(chan error, 1)
+	go func() { _, err := r.store.RevokeRailAccount(ctx, "acct_1", p.Agent.OwnerID); withdrawn <- err }()
+	if !wait.Until(20*time.Second, func() bool { return waiting(2) }) {
+		t.Fatal("the withdrawal never waited")
+	}
+	later := make(chan Outcome, 1)
+	go func() { later <- r.e.Decide(ctx, r.refundOf(1001)) }()
+	// The later decision waits behind the withdrawal (a third lock
+	// wanted), or, without the fix, waits for the mandate's lock beside
+	// the first: either way three waiters.
+	if !wait.Until(20*time.Second, func() bool { return waiting(3) }) {
+		t.Fatal("the later decision never waited")
+	}
+	release()
+	if out := <-first; out.Verdict != Allow {
+		t.Fatalf("the decision under way = %s %s, want ALLOW", out.Verdict, out.Reason)
+	}
+	if err := <-withdrawn; err != nil {
+		t.Fatalf("withdraw the rail account: %v", err)
+	}
+	if out := <-later; out.Verdict != Block {
+		t.Fatalf("a decision that came after the withdrawal began = %s %s, want BLOCK once it has gone through", out.Verdict, out.Reason)
+	}
+}
+
+// holdLineage holds the rig's mandate lineage lock in a transaction of the
+// test's, as another decision of the lineage would, until release; waiting
+// reports whether at least n lock requests are waiting.
+func holdLineage(t *testing.T, ctx context.Context, r *rig) (release func(), waiting func(n int) bool) {
+	t.Helper()
+	holder, err := pgx.Connect(ctx, r.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = holder.Close(context.Background()) })
+	watcher, err := pgx.Connect(ctx, r.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = watcher.Close(context.Background()) })
+	tx, err := holder.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { _ = tx.Rollback(context.Background()) }) }
+	t.Cleanup(release)
+	if _, err := tx.Exec(ctx, `SELECT countersign_lock_lineage($1)`, r.mandateHash); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	return release, func(n int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		var got int
+		err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE NOT granted`).Scan(&got)
+		return err == nil && got >= n
 	}
 }

@@ -90,6 +90,19 @@ func (s *Store) RevokeRailAccount(ctx context.Context, railAccount, ownerID stri
 	var hashes []string
 	err := s.inTx(ctx, OpRailAccountRevoke, func(tx *Tx) error {
 		hashes = nil
+		// The revocation locks (agentLockExclusive) of the agents whose
+		// mandates this revokes, first and in one order, as a revocation of
+		// one of them does: a decision under way commits first, and the
+		// ones after it wait for this one. Without them the UPDATE of the
+		// mandates waited for the share locks of decisions that went on
+		// being granted beside it, so a deciding agent held the operator's
+		// withdrawal back (found by a review).
+		if _, err := tx.tx.Exec(ctx, `SELECT `+agentLock("pg_advisory_xact_lock", "agent_id")+`
+			FROM (SELECT DISTINCT agent_id FROM mandates
+			      WHERE owner_id = $2 AND rail_account = $1 AND revoked_at IS NULL ORDER BY agent_id) a`,
+			railAccount, ownerID); err != nil {
+			return err
+		}
 		tag, err := tx.tx.Exec(ctx, `UPDATE rail_account_owners SET revoked_at = now(), revoked_by = current_user
 			WHERE rail_account = $1 AND owner_id = $2 AND revoked_at IS NULL`, railAccount, ownerID)
 		if err != nil {

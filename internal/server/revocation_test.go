@@ -27,7 +27,7 @@ import (
 // later write sees it (internal/engine's TestRevocationBetweenReadAndWrite
 // revokes between one decision's read and its write).
 func TestRevocationStopsTheVeryNextDecision(t *testing.T) {
-	for _, revoke := range []string{"credential", "agent", "mandate"} {
+	for _, revoke := range []string{"credential", "agent", "mandate", "rail account"} {
 		t.Run(revoke, func(t *testing.T) {
 			h := bareRailHarness(t, unlimitedAgent)
 			m := mandateFor(h)
@@ -113,6 +113,8 @@ func TestRevocationStopsTheVeryNextDecision(t *testing.T) {
 				err = h.store.RevokeAgent(ctx, h.agentID)
 			case "mandate":
 				_, err = h.store.RevokeMandate(ctx, hash, "revoked by the race test")
+			case "rail account":
+				_, err = h.store.RevokeRailAccount(ctx, "acct_bench", h.ownerID)
 			}
 			if err != nil {
 				t.Fatalf("revoke %s: %v", revoke, err)
