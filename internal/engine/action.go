@@ -617,11 +617,21 @@ func windowMember(it ledger.Intent) (string, error) {
 // key at the rail (found by a review: two identical payouts 3 s apart
 // under a 10-minute window).
 func (e *Engine) sameAction(it ledger.Intent, w time.Duration) bool {
-	if it.LastEvent == string(intent.ResolvedNotApplied) {
+	switch it.LastEvent {
+	case string(intent.ResolvedNotApplied):
 		// The owner's word ended it, which is no proof of absence: it
 		// answers its identical requests for good, as it did while
 		// quarantined (a new one needs a distinct reason), never a next
 		// generation under a new idempotency key (found by a review).
+		return true
+	case string(intent.HoldRejected):
+		// The owner said no to this request: it stays refused for good (a
+		// new one needs a distinct reason), not asked again as the next
+		// generation once the window has passed, which let an agent wear
+		// its owner down one window at a time (found by a review). A gate's
+		// BLOCK is not this: it is the mandate's answer at that time (a
+		// spent budget, a full window, a paused mandate), which may change,
+		// so after the window the identical request is decided afresh.
 		return true
 	}
 	switch it.State {

@@ -39,6 +39,10 @@ func TestWindowCurrent(t *testing.T) {
 		i.LastEvent = string(intent.ResolvedNotApplied)
 		return i
 	}
+	lastEvent := func(e intent.Event, i ledger.Intent) ledger.Intent {
+		i.LastEvent = string(e)
+		return i
+	}
 	cases := []struct {
 		name   string
 		it     ledger.Intent
@@ -53,6 +57,10 @@ func TestWindowCurrent(t *testing.T) {
 		{"blocked, older than its window", it("1m0s#0", intent.Blocked, 2*time.Minute), latest(it("1m0s#0", intent.Blocked, 2*time.Minute)), false},
 		{"resolved not applied by the owner, older than its window", resolvedNotApplied(it("1m0s#0", intent.Blocked, time.Hour)),
 			latest(resolvedNotApplied(it("1m0s#0", intent.Blocked, time.Hour))), true},
+		{"rejected by the owner, older than its window", lastEvent(intent.HoldRejected, it("1m0s#0", intent.Blocked, time.Hour)),
+			latest(lastEvent(intent.HoldRejected, it("1m0s#0", intent.Blocked, time.Hour))), true},
+		{"blocked by a gate, older than its window", lastEvent(intent.GatesBlocked, it("1m0s#0", intent.Blocked, 2*time.Minute)),
+			latest(lastEvent(intent.GatesBlocked, it("1m0s#0", intent.Blocked, 2*time.Minute))), false},
 		{"not the family's newest", it("1m0s#0", intent.Unknown, time.Second), &ledger.Intent{Key: other}, false},
 		{"family not read", it("1m0s#0", intent.Unknown, time.Second), nil, false},
 		{"a slot key, unresolved", it("1m0s@30000000", intent.Reconciling, time.Hour), latest(it("1m0s@30000000", intent.Reconciling, time.Hour)), true},

@@ -8,7 +8,10 @@ import (
 
 // checkFreeText is G1's rule for the mandate's free_text policy: what text
 // may leave in the request's label members (metadata, notes, description,
-// …), which move no money and so are in no limit. refuse blocks a request
+// …), which move no money and so are in no limit, and in a keyed member
+// that takes text (a Razorpay purpose made in the Dashboard, an MCP Extra
+// with no list of values), which the adapter reports as a free-text label
+// too. refuse blocks a request
 // carrying any; hold holds it until the owner, who sees the text with the
 // approval, approves that exact request (labels included). allow, the
 // default, lets it pass. ok is false when the rule decided (r says how).

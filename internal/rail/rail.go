@@ -66,7 +66,11 @@ type Action struct {
 	// reads it (Stripe metadata[ticket], description; Razorpay
 	// notes.ticket, receipt), Countersign's stamp excluded. They are not in
 	// the SIK, but an owner's approval covers them: the same action with
-	// other labels is not the request the owner approved.
+	// other labels is not the request the owner approved. A key member
+	// whose value may be text the model composed (a Razorpay payout's
+	// purpose other than the defaults, an MCP Extra with no list of
+	// values) is also here, as free text, so that the mandate's free_text
+	// sees it; it stays in the key.
 	Labels map[string]Label
 	// Distinct is the caller's explicit reason to make a second identical
 	// action (header x-countersign-distinct), logged verbatim in the audit.
@@ -385,9 +389,11 @@ type ListedAnswerer interface {
 }
 
 // Reverser is implemented by adapters that know which of their actions the
-// rail can still reverse once applied (a Stripe standard payout is pending,
-// and cancellable, for days; a transfer can be reversed). A mandate grant
-// marked reversible permits only those. An adapter without it has none.
+// rail can still reverse once applied (a Stripe standard payout, which can
+// be cancelled only while it is pending; not a transfer, whose reversal
+// depends on the destination's balance at that later time). A mandate
+// grant marked reversible permits only those. An adapter without it has
+// none.
 type Reverser interface {
 	Reversible(a Action) bool
 }

@@ -426,9 +426,11 @@ type Grant struct {
 	Currencies []string `protobuf:"bytes,4,rep,name=currencies,proto3" json:"currencies,omitempty"`
 	// If true, the action is permitted only while the rail can still reverse
 	// it (e.g. a payout that can be cancelled before it settles): on Stripe a
-	// standard payout and a transfer; never an instant payout, a Razorpay
-	// payout or an MCP tool's action. Refunds are irreversible, so refund
-	// grants leave it false.
+	// standard payout, which can be cancelled only while it is pending; never
+	// an instant payout, a Stripe transfer (Stripe reverses one only while the
+	// destination account still holds the funds), a Razorpay payout or an MCP
+	// tool's action. Refunds are irreversible, so refund grants leave it
+	// false.
 	Reversible    bool `protobuf:"varint,5,opt,name=reversible,proto3" json:"reversible,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

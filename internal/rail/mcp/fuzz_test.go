@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/countersign/countersign/internal/rail"
@@ -41,6 +43,13 @@ func FuzzParse(f *testing.F) {
 		`{"jsonrpc":"2.0","id":"countersign-` + stampA + `#1","method":"ping"}`,
 		`{"jsonrpc":"2.0","id":"\u0043ountersign-x","result":{}}`,
 		`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"countersign-x"}}`,
+		// Answers to a server's requests (checkClientResult, checkClientError).
+		`{"jsonrpc":"2.0","id":"srv-1","result":{"action":"decline","content":{}}}`,
+		`{"jsonrpc":"2.0","id":"srv-1","result":{"action":"accept","content":{"destination":"ba_1","amount":5}}}`,
+		`{"jsonrpc":"2.0","id":2,"result":{"roots":[{"uri":"file:///x","name":"x"}]}}`,
+		`{"jsonrpc":"2.0","id":2,"result":{"role":"assistant","content":{"type":"text","text":"ba_1"},"model":"m"}}`,
+		`{"jsonrpc":"2.0","id":2,"result":{"_meta":{}}}`,
+		`{"jsonrpc":"2.0","id":2,"error":{"code":-1,"message":"no","data":{}}}`,
 	} {
 		f.Add("POST", DefaultEndpoint, "application/json", []byte(body))
 	}
@@ -58,6 +67,13 @@ func FuzzParse(f *testing.F) {
 				params, _ := asObject(msg["params"])
 				if reservedID(msg["id"]) || reservedID(params["requestId"]) {
 					t.Fatalf("accepted %q, which names an id of Countersign's", body)
+				}
+			}
+			// An accepted answer to a server request carries nothing a
+			// money-moving tool could act on.
+			if msg, ok := asObject(body); err == nil && ok && msg["method"] == nil {
+				if why := carriesToolInput(msg); why != "" {
+					t.Fatalf("accepted %q, whose %s", body, why)
 				}
 			}
 			if err != nil || p.Kind != rail.KindAction {
@@ -85,6 +101,59 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// carriesToolInput says what an answer to a server request carries that a
+// tool could act on, or "": the allowlist of checkClientResult and
+// checkClientError, written again with encoding/json's generic decoding.
+func carriesToolInput(msg object) string {
+	if raw, ok := msg["error"]; ok {
+		var e map[string]any
+		if json.Unmarshal(raw, &e) != nil || e == nil {
+			return "error is not an object"
+		}
+		for k := range e {
+			if k != "code" && k != "message" {
+				return "error carries " + k
+			}
+		}
+		return ""
+	}
+	var r map[string]any
+	if json.Unmarshal(msg["result"], &r) != nil || r == nil {
+		return "result is not an object"
+	}
+	if roots, ok := r["roots"]; ok && len(r) == 1 {
+		list, ok := roots.([]any)
+		if !ok {
+			return "roots are not a list"
+		}
+		for _, x := range list {
+			root, _ := x.(map[string]any)
+			uri, _ := root["uri"].(string)
+			if !strings.HasPrefix(strings.ToLower(uri), "file://") {
+				return "root is not a file URI"
+			}
+			for k, v := range root {
+				if _, isString := v.(string); !isString || k != "uri" && k != "name" {
+					return "root carries " + k
+				}
+			}
+		}
+		return ""
+	}
+	for k, v := range r {
+		switch {
+		case k == "action" && (v == "decline" || v == "cancel"):
+		case k == "content" && r["action"] != nil:
+			if c, ok := v.(map[string]any); !ok || len(c) > 0 {
+				return "elicitation carries content"
+			}
+		default:
+			return fmt.Sprintf("result carries %s (%v)", k, v)
+		}
+	}
+	return ""
 }
 
 // FuzzToolPins: a server's tools/list entry is untrusted input. EntryHash

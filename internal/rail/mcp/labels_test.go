@@ -12,8 +12,11 @@ import (
 
 // A tool's metadata argument (by key, the stamp excluded) and its ignored
 // arguments are labels, all free text: the server decides what they take.
+// So is an Extra argument with no list of values (it is keyed too), unless
+// it is a boolean or the default: the model may write any text in it.
 func TestLabels(t *testing.T) {
 	text := func(v string) rail.Label { return rail.Label{Value: v, FreeText: true} }
+	at := func(r rail.Request) rail.Request { r.Path = "/v2/mcp"; return r } // payoutConfig's endpoint
 	for _, tc := range []struct {
 		name string
 		cfg  Config
@@ -25,6 +28,10 @@ func TestLabels(t *testing.T) {
 			map[string]rail.Label{"reason": text("duplicate")}},
 		{"razorpay notes and receipt", RazorpayDefaults(), call("create_refund", `{"payment_id":"pay_1","amount":100,"receipt":"R1","notes":{"ticket":"T-77","countersign_sik":"x","n":7}}`),
 			map[string]rail.Label{"receipt": text("R1"), "notes.ticket": text("T-77"), "notes.n": text("7")}},
+		{"razorpay speed has a list of values", RazorpayDefaults(), call("create_refund", `{"payment_id":"pay_1","amount":100,"speed":"optimum"}`), nil},
+		{"extra without values, the default", payoutConfig(), at(call("create_payout", `{"destination":"ba_1","amount":5000,"currency":"usd","method":"standard","instant":true}`)), nil},
+		{"extra without values, a string and an integer", payoutConfig(), at(call("create_payout", `{"destination":"ba_1","amount":5000,"currency":"usd","method":"4111 1111 1111 1111","instant":4111111111111111}`)),
+			map[string]rail.Label{"method": text("4111 1111 1111 1111"), "instant": text("4111111111111111")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := mustNew(t, tc.cfg)().Parse(tc.req)

@@ -101,7 +101,9 @@ type Tool struct {
 	// without an entry takes any string, boolean or integer: then two
 	// values a lenient server reads alike ("normal", "Normal") are two
 	// actions to Countersign, and an agent could repeat one under the other
-	// without a distinct reason. List them for every Extra you can.
+	// without a distinct reason; and its value (but a boolean or the
+	// default) is free text too, which the mandate's free_text refuses or
+	// holds. List them for every Extra you can.
 	Values map[string][]string
 	// Ignored are arguments accepted that change nothing about the money
 	// (Razorpay receipt). Any argument not named in this Tool is refused.

@@ -3,6 +3,7 @@ package mcp
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -70,7 +71,7 @@ func (ad *adapter) Parse(req rail.Request) (rail.Parsed, error) {
 	}
 	method, hasMethod := msg["method"]
 	if !hasMethod {
-		return parseResponse(msg)
+		return ad.parseResponse(msg)
 	}
 	name, ok := asString(method)
 	if !ok {
@@ -173,11 +174,13 @@ func checkReservedIDs(msg object) error {
 	return nil
 }
 
-// parseResponse accepts the client's answer to a server request
-// (sampling, elicitation, roots): it moves no money by itself.
-func parseResponse(msg object) (rail.Parsed, error) {
-	_, hasResult := msg["result"]
-	_, hasError := msg["error"]
+// parseResponse accepts the client's answer to a server request. On an
+// account with money-moving tools it accepts only answers that carry
+// nothing a tool could act on (checkClientResult, checkClientError): a tool awaiting an
+// elicitation or a sampling result would act on values no gate saw.
+func (ad *adapter) parseResponse(msg object) (rail.Parsed, error) {
+	result, hasResult := msg["result"]
+	errObj, hasError := msg["error"]
 	switch {
 	case !validID(msg["id"]):
 		return rail.Parsed{}, malformed("id", "a response needs the string or integer id of the request it answers")
@@ -186,7 +189,152 @@ func parseResponse(msg object) (rail.Parsed, error) {
 	case msg["params"] != nil:
 		return rail.Parsed{}, malformed("params", "a response carries no params")
 	}
+	if len(ad.tools) > 0 {
+		var err error
+		if hasError {
+			err = checkClientError(errObj)
+		} else {
+			err = checkClientResult(result)
+		}
+		if err != nil {
+			return rail.Parsed{}, err
+		}
+	}
 	return rail.Parsed{Kind: rail.KindRead}, nil
+}
+
+// whyAnswer is why an answer to a server request is refused on an account
+// with money-moving tools.
+const whyAnswer = "a money-moving tool awaiting the answer could act on what it carries, which no gate judged; " +
+	"a server must take such values as the tool's arguments"
+
+// checkClientResult allows, by shape (Countersign does not track which
+// request a response answers), the results that carry nothing but the
+// client's refusal or its own workspace:
+//   - {} (ping, or any empty result);
+//   - {"roots": [...]} (roots/list; checkRoots);
+//   - {"action": "decline"|"cancel"} with no content or an empty one
+//     (elicitation/create declined or dismissed: no value is given).
+//
+// Everything else is refused: an accepted elicitation (even without
+// content: it confirms what the server asked, a fee or another amount
+// perhaps, which no gate saw), a sampling result (text a tool could take
+// a destination or an amount from), and any other member. _meta is
+// refused too: the SDKs hand a result's _meta, free-form, to the code
+// that awaited the request, the tool included.
+func checkClientResult(raw json.RawMessage) error {
+	res, ok := asObject(raw)
+	if !ok {
+		return malformed("result", "must be an object")
+	}
+	if _, ok := res["_meta"]; ok {
+		return malformed("result._meta", "a response's _meta is refused on an account with money-moving tools: %s", whyAnswer)
+	}
+	switch {
+	case len(res) == 0:
+		return nil
+	case res["roots"] != nil:
+		return checkRoots(res)
+	case res["action"] != nil:
+		return checkElicitResult(res)
+	}
+	k, _ := otherKey(res)
+	return malformed("result."+k, "a result of this shape (a sampling result, or anything but {}, roots, or a declined or cancelled elicitation) is refused on an account with money-moving tools: %s", whyAnswer)
+}
+
+// checkElicitResult allows a declined or cancelled elicitation.
+func checkElicitResult(res object) error {
+	if k, ok := otherKey(res, "action", "content"); ok {
+		return malformed("result."+k, "not a member of an elicitation result Countersign allows: %s", whyAnswer)
+	}
+	action, _ := asString(res["action"])
+	if action != "decline" && action != "cancel" {
+		return malformed("result.action", "%.40s: only a declined or cancelled elicitation is allowed on an account with money-moving tools (an accepted one gives or confirms values): %s", res["action"], whyAnswer)
+	}
+	if raw, ok := res["content"]; ok {
+		if content, ok := asObject(raw); !ok || len(content) > 0 {
+			return malformed("result.content", "a %s elicitation carries no content (or an empty object): %s", action, whyAnswer)
+		}
+	}
+	return nil
+}
+
+// checkRoots allows a roots/list result as the 2025-06-18 schema has it:
+// file:// URIs and optional names, nothing else. Roots are the agent's
+// text, as a read-only tool's arguments are, so they are not bounded
+// beyond the body's own limit; only their shape is, so that nothing rides
+// in them that a tool would take for its input.
+func checkRoots(res object) error {
+	if k, ok := otherKey(res, "roots"); ok {
+		return malformed("result."+k, "not a member of a roots/list result: %s", whyAnswer)
+	}
+	roots, ok := asArray(res["roots"])
+	if !ok {
+		return malformed("result.roots", "must be an array")
+	}
+	for i, raw := range roots {
+		at := fmt.Sprintf("result.roots[%d]", i)
+		root, ok := asObject(raw)
+		if !ok {
+			return malformed(at, "must be an object with a uri")
+		}
+		if k, ok := otherKey(root, "uri", "name"); ok {
+			return malformed(at+"."+k, "not a member of a root Countersign allows (only uri and name): %s", whyAnswer)
+		}
+		uri, ok := asString(root["uri"])
+		if !ok || len(uri) < len("file://") || !strings.EqualFold(uri[:len("file://")], "file://") {
+			return malformed(at+".uri", "a root is a file:// URI")
+		}
+		if raw, ok := root["name"]; ok {
+			if _, ok := asString(raw); !ok {
+				return malformed(at+".name", "must be a string")
+			}
+		}
+	}
+	return nil
+}
+
+// checkClientError allows a JSON-RPC error as a client declines a server
+// request with: a code and a message. data is refused: the SDKs hand it
+// to the code that awaited the request, and it may be any JSON.
+func checkClientError(raw json.RawMessage) error {
+	e, ok := asObject(raw)
+	if !ok {
+		return malformed("error", "must be an object with a code and a message")
+	}
+	if k, ok := otherKey(e, "code", "message"); ok {
+		return malformed("error."+k, "a client's error carries only code and message on an account with money-moving tools: %s", whyAnswer)
+	}
+	if !integerLiteral(string(rail.TrimJSONSpace(e["code"]))) {
+		return malformed("error.code", "must be an integer")
+	}
+	if _, ok := asString(e["message"]); !ok {
+		return malformed("error.message", "must be a string")
+	}
+	return nil
+}
+
+// asArray decodes raw as a JSON array.
+func asArray(raw json.RawMessage) ([]json.RawMessage, bool) {
+	if t := rail.TrimJSONSpace(raw); len(t) == 0 || t[0] != '[' {
+		return nil, false
+	}
+	var a []json.RawMessage
+	if json.Unmarshal(raw, &a) != nil {
+		return nil, false
+	}
+	return a, true
+}
+
+// otherKey names the first key of o, in sorted order, that is not one of
+// allowed.
+func otherKey(o object, allowed ...string) (string, bool) {
+	for _, k := range slices.Sorted(maps.Keys(o)) {
+		if !slices.Contains(allowed, k) {
+			return k, true
+		}
+	}
+	return "", false
 }
 
 // parseCall recognises a tools/call.
@@ -350,8 +498,19 @@ func (ad *adapter) action(name string, t Tool, args object, req rail.Request) (r
 		if err != nil {
 			return rail.Action{}, malformed(field(e), "%v", err)
 		}
-		if vs, ok := t.Values[e]; ok && !slices.Contains(vs, v) {
+		vs, listed := t.Values[e]
+		if listed && !slices.Contains(vs, v) {
 			return rail.Action{}, malformed(field(e), "%.40q is not one of %q", v, vs)
+		}
+		// An Extra with no list of values takes what the model wrote (a
+		// string or an integer; a boolean is not text, the default is the
+		// owner's): it is keyed, and also a free-text label, so the
+		// mandate's free_text sees it (found by a review: text in a keyed
+		// member left past free_text: refuse).
+		if !listed && v != "" && v != "true" && v != "false" && v != t.Defaults[e] {
+			if err := rail.AddLabel(&a.Labels, e, v, true); err != nil {
+				return rail.Action{}, malformed(field(e), "%v", err)
+			}
 		}
 		if v == "" {
 			v = t.Defaults[e]

@@ -11,7 +11,9 @@ import (
 )
 
 // Every label member is reported, notes by key; all are free text; the
-// stamp is not a label.
+// stamp is not a label. A payout purpose other than Razorpay's defaults
+// (one made in the Dashboard, or text the model composed) is keyed and
+// also reported as free text, so the mandate's free_text sees it.
 func TestLabels(t *testing.T) {
 	text := func(v string) rail.Label { return rail.Label{Value: v, FreeText: true} }
 	for _, tc := range []struct {
@@ -25,6 +27,11 @@ func TestLabels(t *testing.T) {
 			map[string]rail.Label{"receipt": text("R 31"), "notes.ticket": text("T-77")}},
 		{"payout reference, narration, notes", post("/v1/payouts", payoutBody),
 			map[string]rail.Label{"reference_id": text("Acme Transaction ID 12345"), "narration": text("Acme Corp Fund Transfer"), "notes.notes_key_1": text("Tea, Earl Grey, Hot")}},
+		{"payout default purpose is no label", post("/v1/payouts", payoutWithPurpose(`"utility bill"`)), nil},
+		{"payout Dashboard purpose is free text", post("/v1/payouts", payoutWithPurpose(`"office rent 2"`)),
+			map[string]rail.Label{"purpose": text("office rent 2")}},
+		{"payout purpose of digits after a letter is free text", post("/v1/payouts", payoutWithPurpose(`"a4111111111111111 1229 123"`)),
+			map[string]rail.Label{"purpose": text("a4111111111111111 1229 123")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := New().Parse(tc.req)

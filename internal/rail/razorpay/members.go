@@ -3,7 +3,9 @@ package razorpay
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/sik"
@@ -44,6 +46,12 @@ type member struct {
 	dflt     string
 	// keyDefault keys the effective value even when it is the default.
 	keyDefault bool
+	// documented lists the values the rail documents for a roleKey string
+	// member that also takes others (a payout's default purposes; the
+	// account's own are made in the Dashboard). Any other value may be text
+	// the model composed: it is keyed, and also reported as a free-text
+	// label, so the mandate's free_text sees it.
+	documented []string
 }
 
 type spec struct {
@@ -53,6 +61,16 @@ type spec struct {
 
 // Payout modes, case-sensitive (Razorpay's create-payout docs).
 var payoutModes = []string{"NEFT", "RTGS", "IMPS", "UPI", "card", "amazonpay"}
+
+// defaultPurposes are the payout purposes every RazorpayX account has
+// (create payout); others are created in the Dashboard, never through the
+// API.
+var defaultPurposes = []string{"refund", "cashback", "payout", "salary", "utility bill", "vendor bill"}
+
+// maxPurposeLen bounds a payout purpose: the longest default is 12
+// characters, and 30 (narration's limit) leaves room for a Dashboard
+// purpose of a few words while keeping the member a name, not a message.
+const maxPurposeLen = 30
 
 var specs = map[sik.Kind]spec{
 	sik.KindRefund: {members: map[string]member{
@@ -69,7 +87,7 @@ var specs = map[sik.Kind]spec{
 			"amount":               {role: roleAmount, json: jsonInteger, required: true},
 			"currency":             {role: roleCurrency, json: jsonString, required: true, valid: rail.OneOf("INR")},
 			"mode":                 {role: roleKey, json: jsonString, required: true, valid: rail.OneOf(payoutModes...)},
-			"purpose":              {role: roleKey, json: jsonString, required: true, valid: rail.MaxLen(100)},
+			"purpose":              {role: roleKey, json: jsonString, required: true, valid: purpose, documented: defaultPurposes},
 			"queue_if_low_balance": {role: roleKey, json: jsonBool, dflt: "false"},
 			"reference_id":         {role: roleLabel, json: jsonString, valid: rail.MaxLen(40)},
 			"narration":            {role: roleLabel, json: jsonString, valid: narration},
@@ -120,9 +138,33 @@ func narration(v string) error {
 	return nil
 }
 
+// purpose accepts the name of a payout purpose: at most maxPurposeLen
+// characters, words of lower-case letters, digits and underscores, the
+// first starting with a letter, separated by single spaces (one spelling
+// per purpose). It was any string of up to 100 characters, where text the
+// model composed (a card number) left past free_text: refuse (found by a
+// review).
+func purpose(v string) error {
+	if len(v) > maxPurposeLen {
+		return fmt.Errorf("%d characters; a payout purpose is at most %d (the defaults are %s; others are made in the Dashboard)",
+			len(v), maxPurposeLen, strings.Join(defaultPurposes, ", "))
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		word := c >= 'a' && c <= 'z' || i > 0 && (c >= '0' && c <= '9' || c == '_')
+		space := c == ' ' && i > 0 && i < len(v)-1 && v[i-1] != ' '
+		if !word && !space {
+			return fmt.Errorf("%.40q is not the name of a payout purpose: lower-case words of letters, digits and underscores, starting with a letter, one space between (the defaults are %s)",
+				v, strings.Join(defaultPurposes, ", "))
+		}
+	}
+	return nil
+}
+
 // read places every member of the body (in name order, so the error is
 // deterministic) and returns the scalar ones as strings, and the label
-// members (notes as notes.<key>, the stamp excluded): all free text.
+// members (notes as notes.<key>, the stamp excluded) with any key member
+// outside its documented values: all free text.
 func (s spec) read(kind sik.Kind, f fields) (map[string]string, map[string]rail.Label, error) {
 	names := make([]string, 0, len(f))
 	for k := range f {
@@ -150,6 +192,11 @@ func (s spec) read(kind sik.Kind, f fields) (map[string]string, map[string]rail.
 			}
 		}
 		out[name] = v
+		if m.documented != nil && !slices.Contains(m.documented, v) {
+			if err := rail.AddLabel(&labels, name, v, true); err != nil {
+				return nil, nil, malformed(name, "%v", err)
+			}
+		}
 		if m.role != roleLabel {
 			continue
 		}

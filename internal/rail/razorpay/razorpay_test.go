@@ -175,12 +175,27 @@ var malformedCases = []railtest.MalformedCase{
 	{Name: "payout_without_mode", Req: post("/v1/payouts", `{"account_number":"1","fund_account_id":"fa_1","amount":100,"currency":"INR","purpose":"refund"}`), Field: "mode"},
 	{Name: "payout_mode_lower_case", Req: post("/v1/payouts", `{"account_number":"1","fund_account_id":"fa_1","amount":100,"currency":"INR","mode":"imps","purpose":"refund"}`), Field: "mode"},
 	{Name: "payout_without_purpose", Req: post("/v1/payouts", `{"account_number":"1","fund_account_id":"fa_1","amount":100,"currency":"INR","mode":"IMPS"}`), Field: "purpose"},
+	{Name: "payout_purpose_card_number", Req: post("/v1/payouts", payoutWithPurpose(`"4111111111111111 12/29 123"`)), Field: "purpose"},
+	{Name: "payout_purpose_upper_case", Req: post("/v1/payouts", payoutWithPurpose(`"Refund"`)), Field: "purpose"},
+	{Name: "payout_purpose_too_long", Req: post("/v1/payouts", payoutWithPurpose(`"`+strings.Repeat("p", 31)+`"`)), Field: "purpose"},
+	{Name: "payout_purpose_two_spaces", Req: post("/v1/payouts", payoutWithPurpose(`"utility  bill"`)), Field: "purpose"},
+	{Name: "payout_purpose_leading_space", Req: post("/v1/payouts", payoutWithPurpose(`" refund"`)), Field: "purpose"},
+	{Name: "payout_purpose_trailing_space", Req: post("/v1/payouts", payoutWithPurpose(`"refund "`)), Field: "purpose"},
+	{Name: "payout_purpose_leading_digit", Req: post("/v1/payouts", payoutWithPurpose(`"4111111111111111"`)), Field: "purpose"},
+	{Name: "payout_purpose_hyphen", Req: post("/v1/payouts", payoutWithPurpose(`"vendor-bill"`)), Field: "purpose"},
+	{Name: "payout_purpose_empty", Req: post("/v1/payouts", payoutWithPurpose(`""`)), Field: "purpose"},
+	{Name: "payout_purpose_number", Req: post("/v1/payouts", payoutWithPurpose(`4111111111111111`)), Field: "purpose"},
 	{Name: "payout_queue_string", Req: post("/v1/payouts", `{"account_number":"1","fund_account_id":"fa_1","amount":100,"currency":"INR","mode":"IMPS","purpose":"refund","queue_if_low_balance":"true"}`), Field: "queue_if_low_balance"},
 	{Name: "payout_narration_symbols", Req: post("/v1/payouts", `{"account_number":"1","fund_account_id":"fa_1","amount":100,"currency":"INR","mode":"IMPS","purpose":"refund","narration":"pay-out!"}`), Field: "narration"},
 	{Name: "payout_reference_too_long", Req: post("/v1/payouts", `{"account_number":"1","fund_account_id":"fa_1","amount":100,"currency":"INR","mode":"IMPS","purpose":"refund","reference_id":"`+strings.Repeat("r", 41)+`"}`), Field: "reference_id"},
 	{Name: "charset_latin1", Req: postH(refundPath, `{}`, map[string]string{"content-type": "application/json; charset=latin1"}), Field: "content-type"},
 	{Name: "gzip_body", Req: postH(refundPath, `{}`, map[string]string{"content-encoding": "gzip"}), Field: "content-encoding"},
 	{Name: "read_with_body", Req: rail.Request{Method: http.MethodGet, Path: "/v1/payments/pay_1", Body: []byte(`{}`)}, Field: "body"},
+}
+
+// payoutWithPurpose is a payout whose purpose member is the JSON purpose.
+func payoutWithPurpose(purpose string) string {
+	return `{"account_number":"1","fund_account_id":"fa_1","amount":100,"currency":"INR","mode":"IMPS","purpose":` + purpose + `}`
 }
 
 var malformedAmounts = map[string]rail.Request{

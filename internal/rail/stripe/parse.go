@@ -54,21 +54,25 @@ func checkVersion(v string) error {
 	return nil
 }
 
-// Parse implements rail.Adapter.
-// Reversible: a standard payout stays pending, and cancellable, until it
-// is paid (POST /v1/payouts/{id}/cancel); an instant one is paid at once. A
-// transfer can be reversed (POST /v1/transfers/{id}/reversals). A refund
-// cannot be undone.
+// Reversible implements rail.Reverser. A standard payout can be cancelled
+// (POST /v1/payouts/{id}/cancel) only while it is pending, not once Stripe
+// has sent it (in_transit) or it is paid: reversible for a while, not for
+// good. An instant one is paid at once. A transfer is not reversible: Stripe
+// reverses one (POST /v1/transfers/{id}/reversals) only while the
+// destination account still holds the funds, and a connected account
+// that pays out at once leaves nothing to take back (a review's finding:
+// a reversible-only grant admitted every transfer). A refund cannot be
+// undone. A method other than standard (or none, Stripe's default) is not
+// reversible either (fail closed).
 func (adapter) Reversible(a rail.Action) bool {
-	switch a.Kind {
-	case sik.KindPayout:
-		return a.Extra["method"] != "instant"
-	case sik.KindTransfer:
-		return true
+	if a.Kind != sik.KindPayout {
+		return false
 	}
-	return false
+	method, named := a.Extra["method"]
+	return !named || method == "standard"
 }
 
+// Parse implements rail.Adapter.
 func (adapter) Parse(req rail.Request) (rail.Parsed, error) {
 	path, query, _ := strings.Cut(req.Path, "?")
 	segs, ok := splitPath(path)
