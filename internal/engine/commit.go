@@ -234,8 +234,11 @@ func (e *Engine) commit(ctx context.Context, ref IntentRef, resp rail.Response, 
 }
 
 // reportedSinceSlack widens the creation-time bound of the listing that
-// confirms a reported "applied", as the reconciler's does.
-const reportedSinceSlack = 24 * time.Hour
+// confirms a reported "applied", as the reconciler's does
+// (reconcile.DefaultSinceSlack): it is taken off the start of the first
+// attempt under the stamp, on the database's clock, and covers a
+// difference between that clock and the rail's, not the intent's age.
+const reportedSinceSlack = time.Hour
 
 // reported is what a native caller's answer is taken for. The caller chose
 // every byte of it, so:
@@ -295,10 +298,20 @@ func (e *Engine) confirmReported(ctx context.Context, acct *rails.Account, agent
 			return unconfirmed("this attempt's answer was checked at the rail twice in the last minute"), resp
 		}
 	}
+	// No entity under the stamp is older than the first attempt that
+	// carried it (a retry after a proven absence keeps it): the listing
+	// starts there, not at the intent's creation, however old.
+	var first time.Time
+	if err := e.ledger.InTx(ctx, func(tx *ledger.Tx) (err error) {
+		first, err = tx.StampFirstStarted(ctx, it.Key, ref.BodyValue)
+		return err
+	}); err != nil {
+		return unconfirmed("the ledger could not say when a request under its stamp could first have left (%v)", err), resp
+	}
 	lctx, cancel := context.WithTimeout(ctx, e.opts.ResolveTimeout)
 	defer cancel()
 	reads := e.meter(acct.Client, agentID, acct)
-	f, err := acct.Adapter.Find(lctx, reads.client(), a, ref.BodyValue, it.CreatedAt.Add(-reportedSinceSlack))
+	f, err := acct.Adapter.Find(lctx, reads.client(), a, ref.BodyValue, first.Add(-reportedSinceSlack))
 	_, limited := reads.limited()
 	switch {
 	case limited:

@@ -22,6 +22,11 @@ type ReconcileWork struct {
 	// this attempt may still find that one's entity, even if this attempt
 	// never left (a listing that lagged behind the rail proved it absent).
 	EarlierMayHaveLeft bool
+	// StampFirstStarted is when the intent's first attempt under this
+	// attempt's stamp started, on the database's clock (StampFirstStarted
+	// of Tx): no entity under the stamp is older, so it bounds the
+	// listing that looks for one.
+	StampFirstStarted time.Time
 }
 
 // earlierMayHaveLeftSQL is ReconcileWork.EarlierMayHaveLeft of attempt $3
@@ -116,6 +121,9 @@ func (s *Store) ClaimReconcileIn(ctx context.Context, owner string, ttl time.Dur
 			}
 			w := ReconcileWork{Intent: it, Attempt: a}
 			if err := tx.tx.QueryRow(ctx, earlierMayHaveLeftSQL, it.RailAccount, it.SIK, a.Seq, a.Stamp).Scan(&w.EarlierMayHaveLeft); err != nil {
+				return err
+			}
+			if w.StampFirstStarted, err = stampFirstStarted(ctx, tx.tx, it.Key, a.Stamp); err != nil {
 				return err
 			}
 			work = append(work, w)
@@ -290,4 +298,34 @@ func (s *Store) FindingsFor(ctx context.Context, k Key) ([]Finding, error) {
 		return f, err
 	})
 	return out, classify(err)
+}
+
+// StampFirstStarted is when the first of k's attempts under stamp started
+// (attempts.started_at, the database's clock): the earliest a request
+// carrying stamp can have left, so the earliest the rail can have made an
+// entity under it, but for a difference between the database's clock and
+// the rail's. started_at is now() of the transaction that writes the
+// attempt, and no request carrying its stamp leaves before that
+// transaction commits (I2: ext_authz allows it, and a native Decide names
+// the stamp, only after). The first attempt, not the latest: a retry after
+// a proven absence keeps the stamp, and the first request may reach the
+// rail late, after its lease expired or the retry started; a reopen bumps
+// the stamp's generation, so attempts under an older stamp do not count.
+// ErrNotFound when k has no attempt under stamp.
+func (tx *Tx) StampFirstStarted(ctx context.Context, k Key, stamp string) (time.Time, error) {
+	return stampFirstStarted(ctx, tx.tx, k, stamp)
+}
+
+// stampFirstStartedSQL is StampFirstStarted of stamp $3 of intent ($1, $2).
+const stampFirstStartedSQL = `SELECT min(started_at) FROM attempts WHERE rail_account = $1 AND sik = $2 AND stamp = $3`
+
+func stampFirstStarted(ctx context.Context, q rowQuerier, k Key, stamp string) (time.Time, error) {
+	var first *time.Time
+	if err := q.QueryRow(ctx, stampFirstStartedSQL, k.RailAccount, k.SIK, stamp).Scan(&first); err != nil {
+		return time.Time{}, err
+	}
+	if first == nil {
+		return time.Time{}, fmt.Errorf("%w: intent %s has no attempt under stamp %s", ErrNotFound, k, stamp)
+	}
+	return *first, nil
 }

@@ -338,7 +338,8 @@ type Adapter interface {
 	// account's entities of the kind too, whatever their subject (a rail
 	// that read the request otherwise may have made it for another payment
 	// or destination: that entity is the match, its Unlike set), unless
-	// the subject's listing already was the account's. since bounds listing
+	// the subject's listing already was the account's, or the rail reads
+	// the subject from the request's path (a Razorpay refund). since bounds listing
 	// by creation time where the rail needs it (payouts, the account's
 	// listing); it is a lower bound with slack, never a reason to stop
 	// early.

@@ -47,13 +47,24 @@ type Options struct {
 	MaxAttempts int
 	// Batch is how many intents one pass claims.
 	Batch int
-	// SinceSlack widens the creation-time bound given to listings.
+	// SinceSlack widens the creation-time bound given to listings (since):
+	// it is taken off the start of the first attempt under the stamp
+	// sought, on the database's clock, while the rail dates its entities
+	// by its own. It covers any plausible difference between the two
+	// (NTP keeps them within seconds; the default, an hour, is far
+	// beyond), not the intent's age: a wider bound only makes every
+	// listing of the account longer (found by a review: a day before the
+	// intent's creation let an agent make old intents' listings run to
+	// the page cap).
 	SinceSlack time.Duration
 	// Tracer traces each pass that finds work (nil: no spans).
 	Tracer trace.TracerProvider
 	// Metrics, when set, counts what the passes did.
 	Metrics *Metrics
 }
+
+// DefaultSinceSlack is Options.SinceSlack's default.
+const DefaultSinceSlack = time.Hour
 
 // Worker reconciles. It is safe to run several, in one process or many.
 type Worker struct {
@@ -76,7 +87,7 @@ func New(l Ledger, r Rails, opts Options, log *slog.Logger) *Worker {
 		opts.Batch = 16
 	}
 	if opts.SinceSlack <= 0 {
-		opts.SinceSlack = 24 * time.Hour
+		opts.SinceSlack = DefaultSinceSlack
 	}
 	if opts.Owner == "" {
 		opts.Owner = "reconciler"
@@ -190,7 +201,7 @@ func (w *Worker) one(ctx context.Context, wk ledger.ReconcileWork) (Result, erro
 		var found rail.Finding
 		if err == nil {
 			cctx, cancel := context.WithTimeout(ctx, w.opts.ClaimTTL)
-			found, err = acct.Adapter.Find(cctx, acct.Client, a, at.Stamp, it.CreatedAt.Add(-w.opts.SinceSlack))
+			found, err = acct.Adapter.Find(cctx, acct.Client, a, at.Stamp, listedSince(wk, w.opts.SinceSlack))
 			cancel()
 		}
 		f.Pages = found.Pages
@@ -238,6 +249,19 @@ func (w *Worker) one(ctx context.Context, wk ledger.ReconcileWork) (Result, erro
 	w.log.Info("reconciled", "intent", it.String(), "attempt", at.Seq, "outcome", string(f.Outcome),
 		"state", string(out.State), "pages", f.Pages)
 	return Result{Key: it.Key, Outcome: f.Outcome, State: string(out.State), Pages: f.Pages, Entity: f.EntityID, Detail: f.Detail}, nil
+}
+
+// listedSince is the creation-time bound of wk's listing: slack before the first
+// attempt under its stamp started (ledger.Tx.StampFirstStarted: no request
+// carrying the stamp left earlier, a retry's included), or before the
+// intent was created, which precedes every attempt, when the claim did not
+// say.
+func listedSince(wk ledger.ReconcileWork, slack time.Duration) time.Time {
+	first := wk.StampFirstStarted
+	if first.IsZero() {
+		first = wk.Intent.CreatedAt
+	}
+	return first.Add(-slack)
 }
 
 // unlike says how the entity e the listing shows under an attempt's stamp

@@ -32,22 +32,24 @@ const (
 
 // Find implements rail.Adapter with overlapping offset pages:
 //
-//   - refunds: GET /v1/payments/{id}/refunds?count=100&skip=N, then,
-//     before absence is claimed, GET /v1/refunds?count=100&skip=N&from=since
+//   - refunds: GET /v1/payments/{id}/refunds?count=100&skip=N
 //   - payouts: GET /v1/payouts?account_number=…&count=100&skip=N&from=since
 //
 // It matches on notes.countersign_sik alone and ends only on a page with
 // fewer than pageCount items.
 //
-// A payment's refunds are the quick way to a match, but only that
-// payment's: a refund the rail made under the stamp on another payment
-// (it read the request otherwise than Countersign did) is not among them,
-// and their end would prove an absence that is not one. So before
-// answering "absent, read to the end", Find reads the account's refunds
-// since, whatever their payment; a stamped one there is the match, and
-// the reconciler's Unlike check keeps it from being taken as applied. The
-// extra listing is paid only where absence would be recorded (found by a
-// review). The payout listing is already every fund account's.
+// A refund's absence is read from its payment's refunds alone, not also
+// from the account's (GET /v1/refunds), as Stripe's is (stripe.Find): a
+// Razorpay refund request names its payment in its URL path (POST
+// /v1/payments/{id}/refund), which Countersign and Razorpay read alike,
+// so a refund the rail made under the stamp can only be of that payment;
+// the parser differential the account's listing guards against at Stripe
+// (a payment named in a body the two read otherwise) has no room here.
+// And the account's listing would cost the proof: a burst of a hundred
+// refunds in one second anywhere on the account, which an agent can
+// make, is a page of one second that no search proves absence across
+// (below), so every refund whose window covered it would end quarantined
+// (found by a review). The payout listing is every fund account's.
 //
 // What it rests on. Lists are newest first by created_at, a unix second;
 // entities are never deleted and created_at never changes; entities of
@@ -101,16 +103,7 @@ func (adapter) Find(ctx context.Context, c rail.Client, a rail.Action, stamp str
 	}
 	switch a.Kind {
 	case sik.KindRefund:
-		f, err := search(ctx, c, "/v1/payments/"+a.Subject+"/refunds", url.Values{}, a, stamp)
-		if err != nil || f.Match != nil {
-			return f, err
-		}
-		g, err := search(ctx, c, "/v1/refunds", fromSince(url.Values{}, since), a, stamp)
-		g.Pages += f.Pages
-		if err != nil {
-			return g, fmt.Errorf("razorpay: find: none listed for %s; the account's refunds: %w", a.Subject, err)
-		}
-		return g, nil
+		return search(ctx, c, "/v1/payments/"+a.Subject+"/refunds", url.Values{}, a, stamp)
 	case sik.KindPayout:
 		acct := a.Extra["account_number"]
 		if !isID(acct) {
