@@ -52,20 +52,44 @@ type rig struct {
 
 func newRig(t *testing.T, shape ...func(*countersignv1.Mandate)) *rig {
 	t.Helper()
+	return newRigOn(t, rigRail{account: "acct_1", rail: sik.RailStripe, host: "api.stripe.com", key: mockrail.DefaultStripeKey,
+		adapter: func() rail.Adapter { return stripe.New() }, mandateRail: countersignv1.Rail_RAIL_STRIPE,
+		kind: countersignv1.ActionKind_ACTION_KIND_REFUND, currency: "USD",
+		payments: []mockrail.Payment{{Rail: mockrail.Stripe, ID: "pi_1", Amount: 1 << 40, Currency: "usd"}}}, shape...)
+}
+
+// rigRail is the rail account a rig's engine guards and what its agent's
+// mandate grants there.
+type rigRail struct {
+	account     string
+	rail        sik.Rail
+	host        string
+	key         string // the key file's content
+	adapter     func() rail.Adapter
+	mandateRail countersignv1.Rail
+	kind        countersignv1.ActionKind
+	currency    string
+	payments    []mockrail.Payment
+}
+
+// newRigOn is an engine over a real ledger and a mock rail for rr, with one
+// agent whose mandate grants rr's kind of action in rr's currency.
+func newRigOn(t *testing.T, rr rigRail, shape ...func(*countersignv1.Mandate)) *rig {
+	t.Helper()
 	ctx := context.Background()
-	mock, err := mockrail.New(mockrail.WithPayments(mockrail.Payment{Rail: mockrail.Stripe, ID: "pi_1", Amount: 1 << 40, Currency: "usd"}))
+	mock, err := mockrail.New(mockrail.WithPayments(rr.payments...))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(mock)
 	t.Cleanup(func() { mock.Close(); ts.Close() })
 	keyFile := filepath.Join(t.TempDir(), "key")
-	if err := os.WriteFile(keyFile, []byte(mockrail.DefaultStripeKey), 0o600); err != nil {
+	if err := os.WriteFile(keyFile, []byte(rr.key), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rs, err := rails.New(rails.File{Rails: []rails.AccountConfig{{Account: "acct_1", Rail: "stripe",
-		Hosts: []string{"api.stripe.com"}, BaseURL: ts.URL, KeyFile: keyFile}}},
-		rails.Adapters{sik.RailStripe: func() rail.Adapter { return stripe.New() }}, nil)
+	rs, err := rails.New(rails.File{Rails: []rails.AccountConfig{{Account: rr.account, Rail: string(rr.rail),
+		Hosts: []string{rr.host}, BaseURL: ts.URL, KeyFile: keyFile}}},
+		rails.Adapters{rr.rail: rr.adapter}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,15 +114,15 @@ func newRig(t *testing.T, shape ...func(*countersignv1.Mandate)) *rig {
 	if _, err := store.IssueCredential(ctx, agent.ID, credential.ScopeExecute, time.Now().Add(time.Hour), hash); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.GrantRailAccount(ctx, "acct_1", owner.ID); err != nil {
+	if _, err := store.GrantRailAccount(ctx, rr.account, owner.ID); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now().Truncate(time.Second)
 	m := &countersignv1.Mandate{
-		Rail: countersignv1.Rail_RAIL_STRIPE, RailAccount: "acct_1", AgentId: agent.ID, Purpose: "engine tests",
+		Rail: rr.mandateRail, RailAccount: rr.account, AgentId: agent.ID, Purpose: "engine tests",
 		ValidFrom: timestamppb.New(now.Add(-time.Hour)), ValidUntil: timestamppb.New(now.Add(24 * time.Hour)),
 		Mode:   countersignv1.MandateMode_MANDATE_MODE_BUDGETED,
-		Grants: []*countersignv1.Grant{{ActionKind: countersignv1.ActionKind_ACTION_KIND_REFUND, MaxAmountMinor: 1 << 40, Currencies: []string{"USD"}}},
+		Grants: []*countersignv1.Grant{{ActionKind: rr.kind, MaxAmountMinor: 1 << 40, Currencies: []string{rr.currency}}},
 	}
 	for _, f := range shape {
 		f(m)

@@ -2,94 +2,23 @@ package engine
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
-	"github.com/countersign/countersign/internal/credential"
-	"github.com/countersign/countersign/internal/ledger"
-	"github.com/countersign/countersign/internal/mandate"
-	"github.com/countersign/countersign/internal/metrics"
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/rail/razorpay"
-	"github.com/countersign/countersign/internal/rails"
 	"github.com/countersign/countersign/internal/sik"
 	"github.com/countersign/countersign/internal/testing/mockrail"
-	"github.com/countersign/countersign/internal/testing/pgtest"
 )
 
 // newRazorpayRig is newRig on a RazorpayX account (rzp_1) whose mandate
 // grants INR payouts.
 func newRazorpayRig(t *testing.T, shape ...func(*countersignv1.Mandate)) *rig {
 	t.Helper()
-	ctx := context.Background()
-	mock, err := mockrail.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(mock)
-	t.Cleanup(func() { mock.Close(); ts.Close() })
-	keyFile := filepath.Join(t.TempDir(), "key")
-	if err := os.WriteFile(keyFile, []byte(mockrail.DefaultRazorpayKeyID+":"+mockrail.DefaultRazorpayKeySecret), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	rs, err := rails.New(rails.File{Rails: []rails.AccountConfig{{Account: "rzp_1", Rail: "razorpay",
-		Hosts: []string{"api.razorpay.com"}, BaseURL: ts.URL, KeyFile: keyFile}}},
-		rails.Adapters{sik.RailRazorpay: func() rail.Adapter { return razorpay.New() }}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := pgtest.NewDatabase(t)
-	store, err := ledger.Open(ctx, url, ledger.Options{MaxConns: 16})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
-	owner, err := store.CreateOwner(ctx, "owner")
-	if err != nil {
-		t.Fatal(err)
-	}
-	agent, err := store.CreateAgent(ctx, owner.ID, "agent")
-	if err != nil {
-		t.Fatal(err)
-	}
-	secret, hash, err := credential.Generate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.IssueCredential(ctx, agent.ID, credential.ScopeExecute, time.Now().Add(time.Hour), hash); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.GrantRailAccount(ctx, "rzp_1", owner.ID); err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now().Truncate(time.Second)
-	m := &countersignv1.Mandate{
-		Rail: countersignv1.Rail_RAIL_RAZORPAY, RailAccount: "rzp_1", AgentId: agent.ID, Purpose: "engine tests",
-		ValidFrom: timestamppb.New(now.Add(-time.Hour)), ValidUntil: timestamppb.New(now.Add(24 * time.Hour)),
-		Mode:   countersignv1.MandateMode_MANDATE_MODE_BUDGETED,
-		Grants: []*countersignv1.Grant{{ActionKind: countersignv1.ActionKind_ACTION_KIND_PAYOUT, MaxAmountMinor: 1 << 40, Currencies: []string{"INR"}}},
-	}
-	for _, f := range shape {
-		f(m)
-	}
-	rec, err := mandate.Record(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.CreateMandate(ctx, rec); err != nil {
-		t.Fatal(err)
-	}
-	e := New(store, Options{Rails: rs, LeaseOwner: "engine-test", LeaseTTL: time.Minute}, slog.New(slog.NewTextHandler(io.Discard, nil)), metrics.New())
-	return &rig{e: e, store: store, secret: secret, mandateHash: rec.Hash, url: url, mock: mock, railURL: ts.URL}
+	return newRigOn(t, rigRail{account: "rzp_1", rail: sik.RailRazorpay, host: "api.razorpay.com",
+		key: mockrail.DefaultRazorpayKeyID + ":" + mockrail.DefaultRazorpayKeySecret, adapter: func() rail.Adapter { return razorpay.New() },
+		mandateRail: countersignv1.Rail_RAIL_RAZORPAY, kind: countersignv1.ActionKind_ACTION_KIND_PAYOUT, currency: "INR"}, shape...)
 }
 
 // razorpayPayout is a RazorpayX payout of 10.00 INR with the JSON purpose
