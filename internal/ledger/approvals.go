@@ -131,6 +131,9 @@ func (tx *Tx) OpenApproval(ctx context.Context, it Intent, v ApprovalSpec) error
 	if _, err := tx.tx.Exec(ctx, supersedeApprovalSQL, it.RailAccount, it.SIK, args[len(args)-1], v.agent(it)); err != nil {
 		return err
 	}
+	if _, err := tx.tx.Exec(ctx, expireLapsedSQL, v.agent(it)); err != nil {
+		return err
+	}
 	if v.MaxPending > 0 {
 		if _, err := tx.tx.Exec(ctx, lockAgentApprovalsSQL, v.agent(it)); err != nil {
 			return err
@@ -149,6 +152,16 @@ func (tx *Tx) OpenApproval(ctx context.Context, it Intent, v ApprovalSpec) error
 	_, err = tx.tx.Exec(ctx, openApprovalSQL, args...)
 	return err
 }
+
+// expireLapsedSQL marks the agent's pending approvals whose time ran out
+// expired. Nothing else would: a pending approval is marked so only when
+// its intent is decided again (LiveApproval), which an agent that never
+// sends its held requests again never asks for. They stayed stored
+// pending for good, an agent could pile up --max-pending-approvals of them
+// every approval lifetime, and the owner's approval stream read them
+// among its live ones (found by a review).
+const expireLapsedSQL = `UPDATE approvals SET state = 'expired'
+		WHERE agent_id = $1 AND state = 'pending' AND expires_at <= now()`
 
 // supersedeApprovalSQL voids the requesting agent's live approval of the
 // intent for other labels: its changed request needs its own. Another
@@ -268,12 +281,14 @@ func (s *Store) ListApprovals(ctx context.Context, ownerID, state, agentID, afte
 }
 
 // LiveApprovals returns up to limit of an owner's approvals stored as
-// pending or approved (the ones that can still change), optionally of one
-// agent, by id, with their effective state (one whose time ran out reads
-// expired).
+// pending or approved whose time has not run out (the ones that can still
+// change), optionally of one agent, by id. One whose time ran out leaves
+// the set: a watcher reads it once more on its own (GetApproval: effective
+// state expired). Kept in the set, lapsed approvals filled the limit and
+// hid new ones (found by a review).
 func (s *Store) LiveApprovals(ctx context.Context, ownerID, agentID string, limit int) ([]Approval, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+ownerApprovalColumns+approvalFrom+`
-		WHERE ap.owner_id = $1 AND ap.state IN ('pending', 'approved') AND ($2 = '' OR ap.agent_id = $2)
+		WHERE ap.owner_id = $1 AND ap.state IN ('pending', 'approved') AND ap.expires_at > now() AND ($2 = '' OR ap.agent_id = $2)
 		ORDER BY ap.id LIMIT $3`, ownerID, agentID, limit)
 	if err != nil {
 		return nil, classify(err)

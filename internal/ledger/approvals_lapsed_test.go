@@ -1,0 +1,71 @@
+package ledger
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/countersign/countersign/internal/intent"
+)
+
+// TestLapsedApprovalsLeaveTheLiveSet: an agent that never sends its held
+// requests again leaves approvals whose time ran out. Opening its next one
+// marks them expired, so they do not pile up stored as pending (the bound
+// on pending approvals counts only unexpired ones: before, an agent could
+// store that many more every approval lifetime), and the owner's live set
+// (what WatchApprovals polls) holds none of them, so a sibling's new held
+// requests are never crowded out of it (found by a review: 997 of the
+// 1,000 rows the stream read were lapsed, and 7 of a sibling's 10 pending
+// approvals were missing).
+func TestLapsedApprovalsLeaveTheLiveSet(t *testing.T) {
+	ctx := context.Background()
+	f := newOutboxFixture(t, "own_lapsed")
+	sib, err := f.s.CreateAgent(ctx, f.owner, "sibling")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := func(n int, agent string, ttl time.Duration, maxPending int) {
+		t.Helper()
+		p := proposal(n)
+		p.AgentID = agent
+		if err := f.s.InTx(ctx, func(tx *Tx) error {
+			it, _, err := tx.CreateIntent(ctx, p.NewIntent)
+			if err != nil {
+				return err
+			}
+			if it, err = tx.Transition(ctx, it, intent.GatesHeld, TransitionOpts{Reason: "needs approval"}); err != nil {
+				return err
+			}
+			return tx.OpenApproval(ctx, it, ApprovalSpec{TTL: ttl, MaxPending: maxPending})
+		}); err != nil {
+			t.Fatalf("hold %d: %v", n, err)
+		}
+	}
+	// A microsecond's lifetime: each has run out before the next opens.
+	const lapsed = 20
+	for n := 1; n <= lapsed; n++ {
+		hold(n, f.agent.ID, time.Microsecond, 3)
+	}
+	var stored int
+	if err := f.s.pool.QueryRow(ctx, `SELECT count(*) FROM approvals WHERE agent_id = $1 AND state = 'pending'`, f.agent.ID).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored > 1 {
+		t.Fatalf("%d of %d lapsed approvals still stored pending; want only the last (no approval of the agent has opened since)", stored, lapsed)
+	}
+	for n := lapsed + 1; n <= lapsed+5; n++ {
+		hold(n, sib.ID, time.Hour, 50)
+	}
+	live, err := f.s.LiveApprovals(ctx, f.owner, "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range live {
+		if a.State == "expired" || a.AgentID != sib.ID {
+			t.Errorf("live set holds approval %s of %s, %s", a.ID, a.AgentID, a.State)
+		}
+	}
+	if len(live) != 5 {
+		t.Fatalf("live set holds %d approvals, want the sibling's 5", len(live))
+	}
+}
