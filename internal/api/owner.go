@@ -197,12 +197,10 @@ func (s *OwnerServer) RevokeAgent(ctx context.Context, req *countersignv1.Revoke
 	if err := s.store.RevokeAgent(ctx, req.GetAgentId()); err != nil {
 		return nil, ToStatus(err)
 	}
-	// Its approvals are voided: none can bring a held request into motion.
-	// Another agent of the owner sending the identical request needs an
-	// approval of its own, opened in its name (only it can use it).
-	if _, err := s.store.VoidApprovals(ctx, req.GetAgentId(), ""); err != nil {
-		return nil, ToStatus(err)
-	}
+	// Its approvals were voided with it (ledger.RevokeAgent): none can bring
+	// a held request into motion. Another agent of the owner sending the
+	// identical request needs an approval of its own, opened in its name
+	// (only it can use it).
 	a, err := s.store.OwnerAgent(ctx, owner, req.GetAgentId())
 	if err != nil {
 		return nil, ToStatus(err)
@@ -411,9 +409,6 @@ func (s *OwnerServer) RevokeMandate(ctx context.Context, req *countersignv1.Revo
 		reason = "revoked by the owner"
 	}
 	if _, err := s.store.RevokeMandate(ctx, req.GetMandateHash(), reason); err != nil {
-		return nil, ToStatus(err)
-	}
-	if _, err := s.store.VoidApprovals(ctx, "", req.GetMandateHash()); err != nil {
 		return nil, ToStatus(err)
 	}
 	r, err := s.store.GetMandate(ctx, req.GetMandateHash())

@@ -117,19 +117,22 @@ func (s *Store) RevokeRailAccount(ctx context.Context, railAccount, ownerID stri
 		if err != nil {
 			return err
 		}
-		hashes, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		return err
+		if hashes, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+			return err
+		}
+		// Their approvals are void in the same transaction (RevokeMandate).
+		for _, h := range hashes {
+			if _, err := tx.tx.Exec(ctx, voidMandateApprovalsSQL, h); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if errors.Is(err, ErrNotHeld) {
 		return nil, &NotHeldError{RailAccount: railAccount}
 	}
 	if err != nil {
 		return nil, classify(fmt.Errorf("ledger: revoke rail account: %w", err))
-	}
-	for _, h := range hashes {
-		if _, err := s.VoidApprovals(ctx, "", h); err != nil {
-			return hashes, err
-		}
 	}
 	return hashes, nil
 }

@@ -86,10 +86,12 @@ func (s *Store) RevokeCredential(ctx context.Context, id string) error {
 		`UPDATE credentials SET revoked_at = COALESCE(revoked_at, now()) WHERE id = $1`)
 }
 
-// RevokeAgent revokes an agent, one way. Its credentials stop working with it.
+// RevokeAgent revokes an agent, one way. Its credentials stop working with
+// it, and its approvals are void in the same transaction.
 func (s *Store) RevokeAgent(ctx context.Context, id string) error {
 	return s.revokeOfAgent(ctx, "agent", id, `SELECT $1::text`,
-		`UPDATE agents SET status = 'revoked', revoked_at = COALESCE(revoked_at, now()) WHERE id = $1`)
+		`UPDATE agents SET status = 'revoked', revoked_at = COALESCE(revoked_at, now()) WHERE id = $1`,
+		`UPDATE approvals SET state = 'void' WHERE agent_id = $1 AND state IN ('pending', 'approved')`)
 }
 
 // The revocation lock of an agent: every decision of the agent holds it
@@ -115,7 +117,7 @@ func agentLock(fn, agent string) string {
 // exclusive revocation lock of the agent agentOf names, in one
 // transaction; ErrNotFound when agentOf finds nothing or update changes
 // no row.
-func (s *Store) revokeOfAgent(ctx context.Context, what, id, agentOf, update string) error {
+func (s *Store) revokeOfAgent(ctx context.Context, what, id, agentOf, update string, then ...string) error {
 	err := s.inTx(ctx, OpRevoke, func(tx *Tx) error {
 		var agent string
 		switch err := tx.tx.QueryRow(ctx, agentOf, id).Scan(&agent); {
@@ -133,6 +135,11 @@ func (s *Store) revokeOfAgent(ctx context.Context, what, id, agentOf, update str
 		}
 		if tag.RowsAffected() == 0 {
 			return fmt.Errorf("%w: %s %s", ErrNotFound, what, id)
+		}
+		for _, sql := range then {
+			if _, err := tx.tx.Exec(ctx, sql, id); err != nil {
+				return err
+			}
 		}
 		return nil
 	})

@@ -69,3 +69,62 @@ func TestLapsedApprovalsLeaveTheLiveSet(t *testing.T) {
 		t.Fatalf("live set holds %d approvals, want the sibling's 5", len(live))
 	}
 }
+
+// TestRevocationsVoidTheirApprovals: revoking a mandate, its rail account
+// or its agent voids the approvals given under it in the revocation's own
+// transaction. The owner API voided them in a second statement after the
+// commit (an approval could be used in between under another mandate in
+// force on the account) and the operator's CLI revocation of a mandate not
+// at all (found by a review).
+func TestRevocationsVoidTheirApprovals(t *testing.T) {
+	jan1, _, _, apr1 := mandateDates()
+	for _, revoke := range []string{"mandate", "rail account", "agent"} {
+		t.Run(revoke, func(t *testing.T) {
+			s := openTest(t)
+			ctx := context.Background()
+			a := createMandateAgent(t, s, "own_void")
+			m := testMandate(t, a.ID, "acct_1", jan1, apr1, "refunds")
+			mustCreateMandate(t, s, m)
+			p := proposal(1)
+			p.AgentID = a.ID
+			var id string
+			if err := s.InTx(ctx, func(tx *Tx) error {
+				it, _, err := tx.CreateIntent(ctx, p.NewIntent)
+				if err != nil {
+					return err
+				}
+				if it, err = tx.Transition(ctx, it, intent.GatesHeld, TransitionOpts{Reason: "needs approval"}); err != nil {
+					return err
+				}
+				if err := tx.OpenApproval(ctx, it, ApprovalSpec{TTL: time.Hour, MandateHash: m.Hash}); err != nil {
+					return err
+				}
+				return tx.tx.QueryRow(ctx, `SELECT id FROM approvals WHERE sik = $1`, p.Key.SIK).Scan(&id)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Approve(ctx, "own_void", id, "", "ok"); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			switch revoke {
+			case "mandate":
+				_, err = s.RevokeMandate(ctx, m.Hash, "withdrawn")
+			case "rail account":
+				_, err = s.RevokeRailAccount(ctx, "acct_1", "own_void")
+			case "agent":
+				err = s.RevokeAgent(ctx, a.ID)
+			}
+			if err != nil {
+				t.Fatalf("revoke the %s: %v", revoke, err)
+			}
+			var state string
+			if err := s.pool.QueryRow(ctx, `SELECT state FROM approvals WHERE id = $1`, id).Scan(&state); err != nil {
+				t.Fatal(err)
+			}
+			if state != "void" {
+				t.Fatalf("after the %s's revocation returned, its approval is %s; want void", revoke, state)
+			}
+		})
+	}
+}

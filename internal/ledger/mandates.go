@@ -230,7 +230,15 @@ func (s *Store) RevokeMandate(ctx context.Context, hash, reason string) (revoked
 		tag, err := tx.tx.Exec(ctx, `
 			UPDATE mandates SET revoked_at = now(), revoke_reason = $2
 			WHERE hash = $1 AND revoked_at IS NULL`, hash, reason)
-		revoked = err == nil && tag.RowsAffected() == 1
+		if revoked = err == nil && tag.RowsAffected() == 1; !revoked {
+			return err
+		}
+		// Its approvals are void with it, in the same transaction: voided
+		// after the commit (the owner API did so in a second statement; the
+		// operator's CLI not at all), an approval given under it could be
+		// used in between, or for good, under another mandate in force on
+		// the account (found by a review).
+		_, err = tx.tx.Exec(ctx, voidMandateApprovalsSQL, hash)
 		return err
 	})
 	if err != nil {
@@ -244,6 +252,9 @@ func (s *Store) RevokeMandate(ctx context.Context, hash, reason string) (revoked
 	}
 	return false, nil
 }
+
+// voidMandateApprovalsSQL voids the live approvals given under a mandate.
+const voidMandateApprovalsSQL = `UPDATE approvals SET state = 'void' WHERE mandate_hash = $1 AND state IN ('pending', 'approved')`
 
 // ActiveMandate returns the newest unrevoked mandate of agentID on
 // railAccount whose validity window [valid_from, valid_until) contains at;
