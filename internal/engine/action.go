@@ -327,6 +327,9 @@ func (e *Engine) act(ctx context.Context, req Request, p *ledger.Principal, t ta
 	if err != nil {
 		return refuseRail(acct, req, ReasonInvalidAction, err.Error(), http.StatusBadRequest)
 	}
+	if out, refused := foreignStamp(req, e.opts, acct, a, s); refused {
+		return out
+	}
 	// A native caller sends the request itself and reports the answer:
 	// the attempt is bound to a token only it receives. Envoy's attempts
 	// have none; ext_proc reports them over the trusted listener.

@@ -163,6 +163,9 @@ func (e *Engine) fresh(ctx context.Context, pr *proposal) (out Outcome, done boo
 	var stamped rail.Stamped
 	if v.Verdict == Allow {
 		stamp, err := e.stamp(pr, 0, &stamped)
+		if errors.Is(err, errForeignStamp) {
+			return foreignStampRefusal(acct, req), true
+		}
 		if err != nil {
 			return e.ledgerFailed(acct, req, "stamp", err), true
 		}

@@ -131,6 +131,8 @@ func (e *Engine) propose(ctx context.Context, pr *proposal) Outcome {
 		return e.answer(pr.acct, pr.req, decided{gates: tooManyPending(res.gates, pr.principal.Agent.ID, e.opts.MaxPendingApprovals)}, rail.Stamped{})
 	case errors.Is(err, ledger.ErrForeignIntent):
 		return refuseForeign(pr.acct, pr.req)
+	case errors.Is(err, errForeignStamp):
+		return foreignStampRefusal(pr.acct, pr.req)
 	case err != nil:
 		return e.ledgerFailed(pr.acct, pr.req, "propose", err)
 	}
@@ -319,7 +321,13 @@ func (e *Engine) stamp(pr *proposal, gen uint32, stamped *rail.Stamped) (string,
 		return "", err
 	}
 	*stamped = st
-	return sik.Stamp(pr.s, gen)
+	s, err := sik.Stamp(pr.s, gen)
+	if err == nil && !stampKept(pr.req, e.opts, pr.action, s) {
+		// foreignStamp let a stamp of this SIK pass; this is the
+		// generation that leaves.
+		return "", errForeignStamp
+	}
+	return s, err
 }
 
 func placeHold(ctx context.Context, tx *ledger.Tx, it ledger.Intent, v verdict) error {

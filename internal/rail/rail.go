@@ -72,6 +72,15 @@ type Action struct {
 	// values) is also here, as free text, so that the mandate's free_text
 	// sees it; it stays in the key.
 	Labels map[string]Label
+	// SentStamp is the value the request carried where Countersign writes
+	// its stamp (Stripe metadata[countersign_sik], Razorpay
+	// notes.countersign_sik, an MCP tool's metadata argument's
+	// countersign_sik), as sent (a JSON value that is not a string as its
+	// JSON text); "" when none. It is not a label: ext_proc overwrites it.
+	// Where no ext_proc will, the engine allows only the stamp its
+	// decision writes there (found by a review: a card number under the
+	// stamp key left past free_text: refuse).
+	SentStamp string
 	// Distinct is the caller's explicit reason to make a second identical
 	// action (header x-countersign-distinct), logged verbatim in the audit.
 	Distinct string

@@ -124,12 +124,13 @@ var stripeReads = []railtest.RequestCase{
 	{Name: "resources_read", Req: post(`{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"stripe://x"}}`)},
 	{Name: "read_only_tool", Req: call("list_payment_intents", `{"limit":3}`)},
 	{Name: "read_only_tool_any_arguments", Req: call("retrieve_balance", `{"whatever":[1,{"a":null}]}`)},
-	{Name: "client_response_declining_elicitation", Req: post(`{"jsonrpc":"2.0","id":"srv-1","result":{"action":"decline"}}`)},
+	{Name: "client_response_declining_elicitation", Req: post(`{"jsonrpc":"2.0","id":"1","result":{"action":"decline"}}`)},
 	{Name: "client_error_response", Req: post(`{"jsonrpc":"2.0","id":5,"error":{"code":-32601,"message":"no sampling"}}`)},
 }
 
 var stripeMalformed = []railtest.MalformedCase{
-	{Name: "client_response_accepting_elicitation", Req: post(`{"jsonrpc":"2.0","id":"srv-1","result":{"action":"accept","content":{}}}`), Field: "result.action"},
+	{Name: "client_response_accepting_elicitation", Req: post(`{"jsonrpc":"2.0","id":1,"result":{"action":"accept","content":{}}}`), Field: "result.action"},
+	{Name: "client_response_id_of_text", Req: post(`{"jsonrpc":"2.0","id":"srv-1","result":{"action":"decline"}}`), Field: "id"},
 	{Name: "meta_other_member", Req: post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"create_refund","arguments":{"payment_intent":"pi_1"},"_meta":{"progressToken":1,"note":"4242424242424242"}}}`), Field: "params._meta.note"},
 	{Name: "meta_not_an_object", Req: post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"create_refund","arguments":{"payment_intent":"pi_1"},"_meta":"4242424242424242"}}`), Field: "params._meta"},
 	{Name: "meta_token_of_text", Req: post(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"create_refund","arguments":{"payment_intent":"pi_1"},"_meta":{"progressToken":"card 4242 4242 4242 4242"}}}`), Field: "params._meta.progressToken"},

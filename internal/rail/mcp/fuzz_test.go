@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -50,6 +51,11 @@ func FuzzParse(f *testing.F) {
 		`{"jsonrpc":"2.0","id":2,"result":{"role":"assistant","content":{"type":"text","text":"ba_1"},"model":"m"}}`,
 		`{"jsonrpc":"2.0","id":2,"result":{"_meta":{}}}`,
 		`{"jsonrpc":"2.0","id":2,"error":{"code":-1,"message":"no","data":{}}}`,
+		`{"jsonrpc":"2.0","id":"1","result":{"action":"decline","content":{}}}`,
+		`{"jsonrpc":"2.0","id":3,"error":{"code":-32601,"message":"MCP error -32601: Method not found"}}`,
+		`{"jsonrpc":"2.0","id":3,"error":{"code":-1,"message":"4111 1111 1111 1111"}}`,
+		`{"jsonrpc":"2.0","id":4,"result":{"roots":[{"uri":"file:///a/411111","name":"111111"},{"uri":"file:///b"}]}}`,
+		`{"jsonrpc":"2.0","id":1234567890,"result":{}}`,
 	} {
 		f.Add("POST", DefaultEndpoint, "application/json", []byte(body))
 	}
@@ -104,9 +110,39 @@ func FuzzParse(f *testing.F) {
 }
 
 // carriesToolInput says what an answer to a server request carries that a
-// tool could act on, or "": the allowlist of checkClientResult and
-// checkClientError, written again with encoding/json's generic decoding.
+// tool could act on, or "": the allowlist of parseResponse,
+// checkClientResult and checkClientError, written again with
+// encoding/json's generic decoding and regular expressions. Its bounds are
+// written out, not the constants': 9 digits of id; 64 bytes of message or
+// root name, 255 of root URI, 16 roots; printable ASCII; 12 digits in all.
 func carriesToolInput(msg object) string {
+	var id any
+	if json.Unmarshal(msg["id"], &id) != nil {
+		return "id is not JSON"
+	}
+	switch v := id.(type) {
+	case string:
+		if !answerDigits.MatchString(v) {
+			return fmt.Sprintf("id is the string %.20q", v)
+		}
+	case float64:
+		if !answerInteger.Match(bytes.TrimSpace(msg["id"])) {
+			return fmt.Sprintf("id is the number %.20s", msg["id"])
+		}
+	default:
+		return fmt.Sprintf("id is %T", id)
+	}
+	digits := 0
+	short := func(what string, v any, limit int) string {
+		s, ok := v.(string)
+		if !ok || len(s) > limit || !answerPrintable.MatchString(s) {
+			return fmt.Sprintf("%s is not %d bytes or fewer of printable ASCII: %.40q", what, limit, v)
+		}
+		if digits += len(answerDigit.FindAllString(s, -1)); digits > 12 {
+			return "answer's text carries more than 12 digits"
+		}
+		return ""
+	}
 	if raw, ok := msg["error"]; ok {
 		var e map[string]any
 		if json.Unmarshal(raw, &e) != nil || e == nil {
@@ -117,7 +153,7 @@ func carriesToolInput(msg object) string {
 				return "error carries " + k
 			}
 		}
-		return ""
+		return short("error's message", e["message"], 64)
 	}
 	var r map[string]any
 	if json.Unmarshal(msg["result"], &r) != nil || r == nil {
@@ -125,8 +161,8 @@ func carriesToolInput(msg object) string {
 	}
 	if roots, ok := r["roots"]; ok && len(r) == 1 {
 		list, ok := roots.([]any)
-		if !ok {
-			return "roots are not a list"
+		if !ok || len(list) > 16 {
+			return "roots are not a list of at most 16"
 		}
 		for _, x := range list {
 			root, _ := x.(map[string]any)
@@ -137,6 +173,14 @@ func carriesToolInput(msg object) string {
 			for k, v := range root {
 				if _, isString := v.(string); !isString || k != "uri" && k != "name" {
 					return "root carries " + k
+				}
+			}
+			if why := short("root's uri", root["uri"], 255); why != "" {
+				return why
+			}
+			if name, ok := root["name"]; ok {
+				if why := short("root's name", name, 64); why != "" {
+					return why
 				}
 			}
 		}
@@ -155,6 +199,14 @@ func carriesToolInput(msg object) string {
 	}
 	return ""
 }
+
+// The shapes carriesToolInput allows an answer's id and text.
+var (
+	answerDigits    = regexp.MustCompile(`^[0-9]{1,9}$`)
+	answerInteger   = regexp.MustCompile(`^-?(0|[1-9][0-9]{0,8})$`)
+	answerPrintable = regexp.MustCompile(`^[ -~]*$`)
+	answerDigit     = regexp.MustCompile(`[0-9]`)
+)
 
 // FuzzToolPins: a server's tools/list entry is untrusted input. EntryHash
 // never panics; an entry it hashes hashes alike however it is re-spaced,

@@ -190,6 +190,12 @@ func (ad *adapter) parseResponse(msg object) (rail.Parsed, error) {
 		return rail.Parsed{}, malformed("params", "a response carries no params")
 	}
 	if len(ad.tools) > 0 {
+		if !plainID(msg["id"]) {
+			// The servers' SDKs number their requests 0, 1, 2, …: any other
+			// id is text the agent chose, sent to the server beside the
+			// answer.
+			return rail.Parsed{}, malformed("id", "an answer's id must be an integer of at most %d digits (or a string of them), as the MCP SDKs number a server's requests, on an account with money-moving tools: %s", maxPlainID, whyAnswer)
+		}
 		var err error
 		if hasError {
 			err = checkClientError(errObj)
@@ -260,10 +266,10 @@ func checkElicitResult(res object) error {
 }
 
 // checkRoots allows a roots/list result as the 2025-06-18 schema has it:
-// file:// URIs and optional names, nothing else. Roots are the agent's
-// text, as a read-only tool's arguments are, so they are not bounded
-// beyond the body's own limit; only their shape is, so that nothing rides
-// in them that a tool would take for its input.
+// file:// URIs and optional names, nothing else, and only as short text
+// (answerText): a tool that lists the client's roots is handed them, so
+// they are held to what a workspace's roots look like, a few paths and
+// names, with no room for a card number or a list of destinations.
 func checkRoots(res object) error {
 	if k, ok := otherKey(res, "roots"); ok {
 		return malformed("result."+k, "not a member of a roots/list result: %s", whyAnswer)
@@ -272,6 +278,10 @@ func checkRoots(res object) error {
 	if !ok {
 		return malformed("result.roots", "must be an array")
 	}
+	if len(roots) > maxRoots {
+		return malformed("result.roots", "%d roots; at most %d on an account with money-moving tools: %s", len(roots), maxRoots, whyAnswer)
+	}
+	var text answerText
 	for i, raw := range roots {
 		at := fmt.Sprintf("result.roots[%d]", i)
 		root, ok := asObject(raw)
@@ -285,17 +295,68 @@ func checkRoots(res object) error {
 		if !ok || len(uri) < len("file://") || !strings.EqualFold(uri[:len("file://")], "file://") {
 			return malformed(at+".uri", "a root is a file:// URI")
 		}
+		if err := text.add(at+".uri", uri, maxRootURI); err != nil {
+			return err
+		}
 		if raw, ok := root["name"]; ok {
-			if _, ok := asString(raw); !ok {
+			name, ok := asString(raw)
+			if !ok {
 				return malformed(at+".name", "must be a string")
+			}
+			if err := text.add(at+".name", name, maxAnswerText); err != nil {
+				return err
 			}
 		}
 	}
 	return nil
 }
 
+// Bounds of the text a client's answer carries to the server's code that
+// awaits it, on an account with money-moving tools (answerText).
+const (
+	// maxAnswerText bounds an error's message and a root's name, in bytes.
+	// The SDKs' own refusals are shorter: "Method not found" (TypeScript,
+	// Python), "MCP error -32601: Method not found", "Sampling not
+	// supported", "Elicitation not supported", "List roots not supported"
+	// (Python's defaults), "User rejected sampling request" (the spec's
+	// example); 64 leaves room for those, not for a sentence of values.
+	maxAnswerText = 64
+	// maxRootURI bounds a root's URI, in bytes: a workspace path, well
+	// within Windows' 260.
+	maxRootURI = 255
+	// maxRoots bounds a roots/list result: a client's workspace folders.
+	maxRoots = 16
+	// maxAnswerDigits bounds the digits of all of an answer's text
+	// together: fewer than the 13 of the shortest card number, however it
+	// is split.
+	maxAnswerDigits = 12
+)
+
+// answerText checks an answer's text members: each printable ASCII within
+// its bound, their digits together within maxAnswerDigits.
+type answerText struct{ digits int }
+
+func (t *answerText) add(member, s string, limit int) error {
+	if len(s) > limit {
+		return malformed(member, "%d bytes; at most %d on an account with money-moving tools: %s", len(s), limit, whyAnswer)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c > 0x7e {
+			return malformed(member, "only printable ASCII on an account with money-moving tools (byte %d is 0x%02x): %s", i, c, whyAnswer)
+		}
+		if c >= '0' && c <= '9' {
+			t.digits++
+		}
+	}
+	if t.digits > maxAnswerDigits {
+		return malformed(member, "the answer's text carries more than %d digits, room for a card number or an amount, on an account with money-moving tools: %s", maxAnswerDigits, whyAnswer)
+	}
+	return nil
+}
+
 // checkClientError allows a JSON-RPC error as a client declines a server
-// request with: a code and a message. data is refused: the SDKs hand it
+// request with: a code and a short message (answerText). data is refused: the SDKs hand it
 // to the code that awaited the request, and it may be any JSON.
 func checkClientError(raw json.RawMessage) error {
 	e, ok := asObject(raw)
@@ -308,10 +369,14 @@ func checkClientError(raw json.RawMessage) error {
 	if !integerLiteral(string(rail.TrimJSONSpace(e["code"]))) {
 		return malformed("error.code", "must be an integer")
 	}
-	if _, ok := asString(e["message"]); !ok {
+	message, ok := asString(e["message"])
+	if !ok {
 		return malformed("error.message", "must be a string")
 	}
-	return nil
+	// The SDKs hand the message to the awaiting code as they do data: a
+	// refusal's few words pass, a sentence of values does not.
+	var text answerText
+	return text.add("error.message", message, maxAnswerText)
 }
 
 // asArray decodes raw as a JSON array.
@@ -455,6 +520,13 @@ func (ad *adapter) action(name string, t Tool, args object, req rail.Request) (r
 		md, ok := asObject(raw)
 		if !ok {
 			return rail.Action{}, malformed(field(t.Metadata), "must be an object of key-value pairs")
+		}
+		if raw, ok := md[sik.StampKey]; ok {
+			// Countersign's: ext_proc overwrites it, and the engine judges
+			// what was sent where none will.
+			if a.SentStamp, ok = asString(raw); !ok {
+				a.SentStamp = string(rail.TrimJSONSpace(raw))
+			}
 		}
 		delete(md, sik.StampKey)
 		if limit := maxMetadataKeys[ad.rail] - 1; len(md) > limit {

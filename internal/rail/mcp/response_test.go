@@ -11,11 +11,15 @@ import (
 // TestClientAnswers: on an account with money-moving tools, a client's
 // answer to a server request is a read only when it carries nothing a tool
 // could act on: a declining error, {} (ping), roots, or a declined or
-// cancelled elicitation. An accepted elicitation or a sampling result
+// cancelled elicitation; under an id as the SDKs number requests, with an
+// error's message and roots' names and URIs short printable text with
+// fewer digits than a card number. An accepted elicitation or a sampling result
 // would hand a payout tool a destination or an amount no gate saw.
 func TestClientAnswers(t *testing.T) {
 	configs := map[string]Config{"stripe": StripeDefaults(), "razorpay": RazorpayDefaults(), "payout": payoutConfig()}
-	answer := func(member string) string { return `{"jsonrpc":"2.0","id":"srv-1",` + member + `}` }
+	answer := func(member string) string { return `{"jsonrpc":"2.0","id":"12",` + member + `}` }
+	card := "4111111111111111 12/29 123"
+	long := func(n int) string { return strings.Repeat("a", n) }
 	for _, tc := range []struct {
 		name, body string
 		refused    string // "" for a read; else the field the refusal names
@@ -61,6 +65,40 @@ func TestClientAnswers(t *testing.T) {
 		{"error_code_fraction", answer(`"error":{"code":1.5,"message":"x"}`), "error.code"},
 		{"error_code_string", answer(`"error":{"code":"1","message":"x"}`), "error.code"},
 		{"error_without_message", answer(`"error":{"code":1}`), "error.message"},
+		// The SDKs' own refusals (TypeScript and Python: no handler, a
+		// capability not offered; the spec's sampling example).
+		{"error_ts_wrapped", answer(`"error":{"code":-32601,"message":"MCP error -32601: Method not found"}`), ""},
+		{"error_py_sampling", answer(`"error":{"code":-32600,"message":"Sampling not supported"}`), ""},
+		{"error_py_elicitation", answer(`"error":{"code":-32600,"message":"Elicitation not supported"}`), ""},
+		{"error_py_roots", answer(`"error":{"code":-32600,"message":"List roots not supported"}`), ""},
+		{"error_user_rejected", answer(`"error":{"code":-1,"message":"User rejected sampling request"}`), ""},
+		{"error_message_at_bound", answer(`"error":{"code":-1,"message":"` + long(maxAnswerText) + `"}`), ""},
+		{"error_message_empty", answer(`"error":{"code":-1,"message":""}`), ""},
+		// Ids as the SDKs number a server's requests, and nothing else.
+		{"id_zero", `{"jsonrpc":"2.0","id":0,"result":{}}`, ""},
+		{"id_nine_digits", `{"jsonrpc":"2.0","id":999999999,"result":{}}`, ""},
+		{"id_string_text", `{"jsonrpc":"2.0","id":"srv-1","result":{}}`, "id"},
+		{"id_string_card", `{"jsonrpc":"2.0","id":"` + card + `","result":{}}`, "id"},
+		{"id_ten_digits", `{"jsonrpc":"2.0","id":4111111111,"result":{}}`, "id"},
+		{"id_long_string_digits", `{"jsonrpc":"2.0","id":"4111111111111111","error":{"code":-1,"message":"no"}}`, "id"},
+		// Text the awaiting code is handed: short, printable, few digits.
+		{"error_message_text", answer(`"error":{"code":-1,"message":"destination ba_attacker amount 900000 card ` + card + `"}`), "error.message"},
+		{"error_message_over_bound", answer(`"error":{"code":-1,"message":"` + long(maxAnswerText+1) + `"}`), "error.message"},
+		{"error_message_card", answer(`"error":{"code":-1,"message":"` + card + `"}`), "error.message"},
+		{"error_message_card_spaced", answer(`"error":{"code":-1,"message":"4111 1111 1111 1111"}`), "error.message"},
+		{"error_message_not_ascii", answer(`"error":{"code":-1,"message":"no\u00a0thanks"}`), "error.message"},
+		{"error_message_control", answer(`"error":{"code":-1,"message":"no\nba_attacker"}`), "error.message"},
+		{"roots_at_bounds", answer(`"result":{"roots":[` + strings.Repeat(`{"uri":"file:///x"},`, maxRoots-1) + `{"uri":"file:///` + long(maxRootURI-len("file:///")) + `","name":"` + long(maxAnswerText) + `"}]}`), ""},
+		{"roots_with_a_year", answer(`"result":{"roots":[{"uri":"file:///home/me/2024/q3-report","name":"q3 2024"}]}`), ""},
+		{"roots_too_many", answer(`"result":{"roots":[` + strings.Repeat(`{"uri":"file:///x"},`, maxRoots) + `{"uri":"file:///x"}]}`), "result.roots"},
+		{"root_uri_over_bound", answer(`"result":{"roots":[{"uri":"file:///` + long(maxRootURI-len("file:///")+1) + `"}]}`), "result.roots[0].uri"},
+		{"root_uri_data", answer(`"result":{"roots":[{"uri":"file:///ba_attacker/900000/4111111111111111"}]}`), "result.roots[0].uri"},
+		{"root_uri_not_ascii", answer(`"result":{"roots":[{"uri":"file:///caf\u00e9"}]}`), "result.roots[0].uri"},
+		{"root_name_text", answer(`"result":{"roots":[{"uri":"file:///x","name":"destination ba_attacker amount 900000 card ` + card + `"}]}`), "result.roots[0].name"},
+		{"root_name_over_bound", answer(`"result":{"roots":[{"uri":"file:///x","name":"` + long(maxAnswerText+1) + `"}]}`), "result.roots[0].name"},
+		{"root_name_control", answer(`"result":{"roots":[{"uri":"file:///x","name":"a\tb"}]}`), "result.roots[0].name"},
+		// A card split across roots is still more digits than the answer may carry.
+		{"roots_card_split", answer(`"result":{"roots":[{"uri":"file:///a/41111111"},{"uri":"file:///b","name":"11111111"}]}`), "result.roots[1].name"},
 		// The shape checks already there stay.
 		{"response_with_params", answer(`"result":{},"params":{}`), "params"},
 	} {

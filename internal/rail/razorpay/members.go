@@ -207,6 +207,10 @@ func (s spec) read(kind sik.Kind, f fields) (map[string]string, map[string]rail.
 			continue
 		}
 		notes, _ := readNotes(raw) // checked by value
+		if stamp := sentStamp(raw); stamp != "" {
+			// Under a name no member has (a dotted one is refused above).
+			out[sik.RazorpayBodyField] = stamp
+		}
 		for k, nv := range notes {
 			if err := rail.AddLabel(&labels, "notes."+k, nv, true); err != nil {
 				return nil, nil, malformed(name, "%v", err)
@@ -269,6 +273,24 @@ func checkNotes(raw json.RawMessage) error {
 		}
 	}
 	return nil
+}
+
+// sentStamp is the value checked notes carry under the stamp key, as sent
+// (a value that is not a string as its JSON text), "" when none.
+func sentStamp(raw json.RawMessage) string {
+	var notes map[string]json.RawMessage
+	if json.Unmarshal(raw, &notes) != nil {
+		return ""
+	}
+	v, ok := notes[sik.StampKey]
+	if !ok {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(v, &s) == nil {
+		return s
+	}
+	return string(v)
 }
 
 // readNotes returns checked notes as strings, the stamp excluded.

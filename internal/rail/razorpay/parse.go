@@ -152,7 +152,7 @@ func parseAction(kind sik.Kind, segs []string, query string, req rail.Request) (
 	if err := sik.CheckDistinct(distinct); err != nil {
 		return rail.Action{}, malformed(headerDistinct, "%s", err)
 	}
-	a := rail.Action{Kind: kind, Distinct: distinct, Extra: sp.extra(f), Labels: labels}
+	a := rail.Action{Kind: kind, Distinct: distinct, Extra: sp.extra(f), Labels: labels, SentStamp: f[sik.RazorpayBodyField]}
 	if v, ok := f["amount"]; ok {
 		n, err := amount(v)
 		if err != nil {

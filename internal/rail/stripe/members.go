@@ -162,58 +162,62 @@ func boolean(v string) error {
 // is refused, naming the member. labels are the label members and
 // metadata (the stamp excluded); expand[] shapes only the answer and is
 // recorded nowhere, so it is not one.
-func (s spec) read(kind sik.Kind, pairs []pair) (fields map[string]string, labels map[string]rail.Label, err error) {
+func (s spec) read(kind sik.Kind, pairs []pair) (fields map[string]string, labels map[string]rail.Label, stamp string, err error) {
 	fields = map[string]string{}
 	seen := map[string]bool{}
 	metadata, expand := 0, 0
 	for _, p := range pairs {
 		if p.name == "expand[]" {
 			if expand++; expand > maxExpand {
-				return nil, nil, malformed("expand", "more than %d fields", maxExpand)
+				return nil, nil, "", malformed("expand", "more than %d fields", maxExpand)
 			}
 			if rail.OneOf(s.expandable...)(p.value) != nil {
-				return nil, nil, malformed("expand", "%q is not a field a %s can expand", p.value, kind)
+				return nil, nil, "", malformed("expand", "%q is not a field a %s can expand", p.value, kind)
 			}
 			continue
 		}
 		if seen[p.name] {
-			return nil, nil, malformed(baseName(p.name), "%q sent twice; it must be sent once", p.name)
+			return nil, nil, "", malformed(baseName(p.name), "%q sent twice; it must be sent once", p.name)
 		}
 		seen[p.name] = true
 		if key, ok := metadataKey(p.name); ok {
 			if err := checkMetadata(key, p.value); err != nil {
-				return nil, nil, err
+				return nil, nil, "", err
 			}
-			if key != sik.StampKey { // the stamp is Countersign's: ext_proc overwrites it
+			if key == sik.StampKey {
+				// The stamp is Countersign's: ext_proc overwrites it, and
+				// the engine judges what was sent where none will.
+				stamp = p.value
+			} else {
 				if metadata++; metadata > maxMetadataKeys-1 {
-					return nil, nil, malformed("metadata", "more than %d keys; Countersign adds %s", maxMetadataKeys-1, sik.StampKey)
+					return nil, nil, "", malformed("metadata", "more than %d keys; Countersign adds %s", maxMetadataKeys-1, sik.StampKey)
 				}
 				if err := rail.AddLabel(&labels, p.name, p.value, true); err != nil {
-					return nil, nil, malformed(baseName(p.name), "%v", err)
+					return nil, nil, "", malformed(baseName(p.name), "%v", err)
 				}
 			}
 			continue
 		}
 		m, ok := s.members[p.name]
 		if !ok {
-			return nil, nil, s.unknown(kind, p.name)
+			return nil, nil, "", s.unknown(kind, p.name)
 		}
 		if p.value == "" {
-			return nil, nil, malformed(p.name, "is empty; omit it or give a value")
+			return nil, nil, "", malformed(p.name, "is empty; omit it or give a value")
 		}
 		if m.valid != nil {
 			if err := m.valid(p.value); err != nil {
-				return nil, nil, malformed(p.name, "%v", err)
+				return nil, nil, "", malformed(p.name, "%v", err)
 			}
 		}
 		fields[p.name] = p.value
 		if m.role == roleLabel {
 			if err := rail.AddLabel(&labels, p.name, p.value, !m.closed); err != nil {
-				return nil, nil, malformed(p.name, "%v", err)
+				return nil, nil, "", malformed(p.name, "%v", err)
 			}
 		}
 	}
-	return fields, labels, nil
+	return fields, labels, stamp, nil
 }
 
 // unknown names why a member is refused.

@@ -234,7 +234,7 @@ func parseAction(kind sik.Kind, query string, req rail.Request) (rail.Action, er
 		return rail.Action{}, err
 	}
 	sp := specs[kind]
-	f, labels, err := sp.read(kind, pairs)
+	f, labels, stamp, err := sp.read(kind, pairs)
 	if err != nil {
 		return rail.Action{}, err
 	}
@@ -242,7 +242,7 @@ func parseAction(kind sik.Kind, query string, req rail.Request) (rail.Action, er
 	if err := sik.CheckDistinct(distinct); err != nil {
 		return rail.Action{}, malformed(headerDistinct, "%s", err)
 	}
-	a := rail.Action{Kind: kind, Distinct: distinct, Extra: sp.extra(f), Labels: labels}
+	a := rail.Action{Kind: kind, Distinct: distinct, Extra: sp.extra(f), Labels: labels, SentStamp: stamp}
 	if a.AmountMinor, err = amount(f, kind != sik.KindRefund); err != nil {
 		return rail.Action{}, err
 	}
