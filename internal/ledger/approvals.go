@@ -160,8 +160,14 @@ func (tx *Tx) OpenApproval(ctx context.Context, it Intent, v ApprovalSpec) error
 // pending for good, an agent could pile up --max-pending-approvals of them
 // every approval lifetime, and the owner's approval stream read them
 // among its live ones (found by a review).
-const expireLapsedSQL = `UPDATE approvals SET state = 'expired'
-		WHERE agent_id = $1 AND state = 'pending' AND expires_at <= now()`
+//
+// Rows another transaction holds (a decision of the same agent that locked
+// its own intent's approval) are skipped, not waited for: that decision
+// marks its own, and two such decisions no longer wait on each other's
+// rows (found by a review).
+const expireLapsedSQL = `UPDATE approvals SET state = 'expired' WHERE id IN (
+		SELECT id FROM approvals WHERE agent_id = $1 AND state = 'pending' AND expires_at <= now()
+		FOR UPDATE SKIP LOCKED)`
 
 // supersedeApprovalSQL voids the requesting agent's live approval of the
 // intent for other labels: its changed request needs its own. Another

@@ -54,6 +54,8 @@ func FuzzParse(f *testing.F) {
 		`{"jsonrpc":"2.0","id":"1","result":{"action":"decline","content":{}}}`,
 		`{"jsonrpc":"2.0","id":3,"error":{"code":-32601,"message":"MCP error -32601: Method not found"}}`,
 		`{"jsonrpc":"2.0","id":3,"error":{"code":-1,"message":"4111 1111 1111 1111"}}`,
+		`{"jsonrpc":"2.0","id":3,"error":{"code":4111111111111111,"message":"no"}}`,
+		`{"jsonrpc":"2.0","id":3,"error":{"code":411111,"message":"1111111"}}`,
 		`{"jsonrpc":"2.0","id":4,"result":{"roots":[{"uri":"file:///a/411111","name":"111111"},{"uri":"file:///b"}]}}`,
 		`{"jsonrpc":"2.0","id":1234567890,"result":{}}`,
 	} {
@@ -153,6 +155,15 @@ func carriesToolInput(msg object) string {
 				return "error carries " + k
 			}
 		}
+		var raws map[string]json.RawMessage
+		if json.Unmarshal(raw, &raws) != nil {
+			return "error is not an object"
+		}
+		code := strings.TrimPrefix(strings.TrimSpace(string(raws["code"])), "-")
+		if len(code) > 6 {
+			return fmt.Sprintf("error's code has more than 6 digits: %.30s", code)
+		}
+		digits += len(answerDigit.FindAllString(code, -1))
 		return short("error's message", e["message"], 64)
 	}
 	var r map[string]any

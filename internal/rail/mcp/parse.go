@@ -366,18 +366,31 @@ func checkClientError(raw json.RawMessage) error {
 	if k, ok := otherKey(e, "code", "message"); ok {
 		return malformed("error."+k, "a client's error carries only code and message on an account with money-moving tools: %s", whyAnswer)
 	}
-	if !integerLiteral(string(rail.TrimJSONSpace(e["code"]))) {
-		return malformed("error.code", "must be an integer")
+	// The SDKs hand the code to the awaiting code too: JSON-RPC's own codes
+	// (-32768 to -32000) and an application's small ones fit in six digits,
+	// a card number or an amount does not (found by a review).
+	code := string(rail.TrimJSONSpace(e["code"]))
+	if !integerLiteral(code) || len(strings.TrimPrefix(code, "-")) > maxErrorCodeDigits {
+		return malformed("error.code", "must be an integer of at most %d digits", maxErrorCodeDigits)
 	}
 	message, ok := asString(e["message"])
 	if !ok {
 		return malformed("error.message", "must be a string")
 	}
 	// The SDKs hand the message to the awaiting code as they do data: a
-	// refusal's few words pass, a sentence of values does not.
+	// refusal's few words pass, a sentence of values does not. The code's
+	// digits count with the message's: split between the two, a card
+	// number does not fit either.
 	var text answerText
+	if err := text.add("error.code", strings.TrimPrefix(code, "-"), maxErrorCodeDigits); err != nil {
+		return err
+	}
 	return text.add("error.message", message, maxAnswerText)
 }
+
+// maxErrorCodeDigits bounds a client's error code on an account with
+// money-moving tools.
+const maxErrorCodeDigits = 6
 
 // asArray decodes raw as a JSON array.
 func asArray(raw json.RawMessage) ([]json.RawMessage, bool) {

@@ -64,6 +64,11 @@ func TestClientAnswers(t *testing.T) {
 		{"error_null", answer(`"error":null`), "error"},
 		{"error_code_fraction", answer(`"error":{"code":1.5,"message":"x"}`), "error.code"},
 		{"error_code_string", answer(`"error":{"code":"1","message":"x"}`), "error.code"},
+		{"error_code_a_card_number", answer(`"error":{"code":4111111111111111,"message":"no"}`), "error.code"},
+		{"error_code_a_negative_card_number", answer(`"error":{"code":-4111111111111111,"message":"no"}`), "error.code"},
+		{"error_code_seven_digits", answer(`"error":{"code":-1000000,"message":"no"}`), "error.code"},
+		{"error_card_split_between_code_and_message", answer(`"error":{"code":411111,"message":"1111111"}`), "error.message"},
+		{"error_code_six_digits", answer(`"error":{"code":-999999,"message":"no"}`), ""},
 		{"error_without_message", answer(`"error":{"code":1}`), "error.message"},
 		// The SDKs' own refusals (TypeScript and Python: no handler, a
 		// capability not offered; the spec's sampling example).
