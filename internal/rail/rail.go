@@ -413,3 +413,21 @@ type Reverser interface {
 type Replayer interface {
 	Replay(req Request, stored Response) ([]byte, error)
 }
+
+// UnlikeListed is how a listed entity raw differs from the action a the
+// reconciler searched it for, as the adapter's answer check reads them (T
+// is its reading of a created entity: its Matches is the check of the
+// rail's answer to the request); "" when it does not. It fills
+// Entity.Unlike.
+func UnlikeListed[T interface {
+	Matches(a Action, want string) error
+}](raw []byte, a Action, want string) string {
+	var c T
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return err.Error()
+	}
+	if err := c.Matches(a, want); err != nil {
+		return err.Error()
+	}
+	return ""
+}

@@ -144,7 +144,7 @@ func search(ctx context.Context, c rail.Client, path string, q url.Values, a rai
 		}
 		f.Pages++
 		if match != nil {
-			match.Unlike = unlike(match.Raw, a, want)
+			match.Unlike = rail.UnlikeListed[created](match.Raw, a, want)
 			f.Match = match
 			f.Exhausted = len(rows) < pageCount
 			return f, nil
@@ -211,17 +211,4 @@ func entity(raw json.RawMessage, want string) (rail.Entity, error) {
 		Created:     time.Unix(c.CreatedAt, 0).UTC(),
 		Raw:         raw,
 	}, nil
-}
-
-// unlike is how the listed entity raw differs from the action a, as the
-// answer check (created.matches) reads them; "" when it does not.
-func unlike(raw []byte, a rail.Action, want string) string {
-	var c created
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return err.Error()
-	}
-	if err := c.matches(a, want); err != nil {
-		return err.Error()
-	}
-	return ""
 }

@@ -101,7 +101,7 @@ func classifyCreated(a rail.Action, resp rail.Response) rail.Classification {
 	if err := json.Unmarshal(resp.Body, &c); err != nil {
 		return ambiguous("Stripe answered %d with an unreadable body: %v", resp.Status, err)
 	}
-	if err := c.matches(a, want); err != nil {
+	if err := c.Matches(a, want); err != nil {
 		return ambiguous("Stripe answered %d but %v", resp.Status, err)
 	}
 	cl := rail.Classification{
@@ -117,7 +117,7 @@ func classifyCreated(a rail.Action, resp rail.Response) rail.Classification {
 }
 
 // matches checks that c is the entity a creates.
-func (c created) matches(a rail.Action, want string) error {
+func (c created) Matches(a rail.Action, want string) error {
 	switch {
 	case want == "":
 		return fmt.Errorf("a %q action is not a Stripe action", a.Kind)

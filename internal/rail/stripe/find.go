@@ -146,7 +146,7 @@ func search(ctx context.Context, c rail.Client, path string, q url.Values, a rai
 				return f, fmt.Errorf("stripe: list %s page %d item %d: %w", path, f.Pages, i, err)
 			}
 			if e.Stamp == stamp {
-				e.Unlike = unlike(raw, a, want)
+				e.Unlike = rail.UnlikeListed[created](raw, a, want)
 				f.Match = &e
 				f.Exhausted = !*page.HasMore
 				return f, nil
@@ -188,17 +188,4 @@ func entity(raw json.RawMessage, want string) (rail.Entity, error) {
 		Created:     time.Unix(c.Created, 0).UTC(),
 		Raw:         raw,
 	}, nil
-}
-
-// unlike is how the listed entity raw differs from the action a, as the
-// answer check (created.matches) reads them; "" when it does not.
-func unlike(raw []byte, a rail.Action, want string) string {
-	var c created
-	if err := json.Unmarshal(raw, &c); err != nil {
-		return err.Error()
-	}
-	if err := c.matches(a, want); err != nil {
-		return err.Error()
-	}
-	return ""
 }
