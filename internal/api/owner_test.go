@@ -392,7 +392,8 @@ func TestWatchApprovalsFollowsEveryChange(t *testing.T) {
 	short := hold(mine.ID, 400*time.Millisecond)
 	next(short, countersignv1.ApprovalState_APPROVAL_STATE_PENDING, false)
 	next(short, countersignv1.ApprovalState_APPROVAL_STATE_EXPIRED, false)
-	if _, err := store.VoidApprovals(ctx, mine.ID, ""); err != nil {
+	// Revoking the agent voids its approvals (in the same transaction).
+	if err := store.RevokeAgent(ctx, mine.ID); err != nil {
 		t.Fatal(err)
 	}
 	next(first, countersignv1.ApprovalState_APPROVAL_STATE_VOID, false)

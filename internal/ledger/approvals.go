@@ -418,15 +418,3 @@ func notDecidable(a Approval, now time.Time) string {
 	}
 	return fmt.Sprintf("approval %s is %s", a.ID, a.State)
 }
-
-// VoidApprovals voids the live approvals of an agent (revoked) or of a
-// mandate (revoked): nothing held under them may move afterwards.
-func (s *Store) VoidApprovals(ctx context.Context, agentID, mandateHash string) (int64, error) {
-	tag, err := s.pool.Exec(ctx, `UPDATE approvals SET state = 'void'
-		WHERE state IN ('pending', 'approved') AND (($1 <> '' AND agent_id = $1) OR ($2 <> '' AND mandate_hash = $2))`,
-		agentID, mandateHash)
-	if err != nil {
-		return 0, classify(err)
-	}
-	return tag.RowsAffected(), nil
-}
