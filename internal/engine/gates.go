@@ -55,22 +55,6 @@ func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (v
 	if err != nil {
 		return verdict{}, err
 	}
-	if hasApproval && approval.AgentID != g.principal.Agent.ID {
-		// Another agent's: the owner approved that agent's request, under
-		// its mandate, and only it may use the approval (a sibling sending
-		// the identical request waits for an approval of its own).
-		hasApproval = false
-	}
-	approved := hasApproval && approval.State == "approved"
-	switch {
-	case approved:
-		in.ApprovedFingerprint, in.ApprovalExpiresAt, in.ApprovedLabels = approval.Fingerprint, approval.ExpiresAt, approval.Labels
-	case hasApproval && approval.State == "expired":
-		// Approved, but it ran out (by the ledger's clock) before this
-		// request came back: the gates say so. Its expiry is taken as no
-		// later than now, so it can never lift the hold.
-		in.ApprovedFingerprint, in.ApprovalExpiresAt, in.ApprovedLabels = approval.Fingerprint, minTime(approval.ExpiresAt, g.now), approval.Labels
-	}
 	rec, err := tx.LatestMandate(ctx, g.principal.Agent.ID, g.acct.ID, g.now)
 	switch {
 	case errors.Is(err, ledger.ErrNotFound):
@@ -83,6 +67,7 @@ func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (v
 		return verdict{}, err
 	}
 	withMandate(&in, rec, m)
+	approved := g.withApproval(&in, approval, hasApproval, rec.Hash)
 	// Only limits that accumulate need the decisions under a mandate to
 	// take turns; a mandate of grants alone decides in parallel.
 	if stateful(m) {
@@ -102,6 +87,35 @@ func (g gateRun) ladder(ctx context.Context, tx *ledger.Tx, it ledger.Intent) (v
 	v.UsesApproval = approved
 	v.Hold = g.holdSpec(rec.Hash, m, in.Action)
 	return v, nil
+}
+
+// withApproval puts into in the intent's live approval, if the ladder may
+// use it, and reports whether it is an approval given and still usable.
+// It may when it is the asking agent's and was opened under the mandate in
+// force (hash). Another agent's: the owner approved that agent's request,
+// under its mandate, and only it may use the approval (a sibling sending
+// the identical request waits for an approval of its own). One opened
+// under a mandate since replaced: the owner decided under that mandate's
+// limits and usage, and it would live that mandate's approval lifetime, so
+// the request is held afresh under the new one, whose approval replaces it
+// (Tx.OpenApproval). Before, an approval given, or still pending, under a
+// replaced mandate lifted the hold under the new one, for as long as the
+// old one let approvals live (found by a review).
+func (g gateRun) withApproval(in *gate.Input, a ledger.Approval, found bool, hash string) (approved bool) {
+	if !found || a.AgentID != g.principal.Agent.ID || a.MandateHash != hash {
+		return false
+	}
+	switch a.State {
+	case "approved":
+		in.ApprovedFingerprint, in.ApprovalExpiresAt, in.ApprovedLabels = a.Fingerprint, a.ExpiresAt, a.Labels
+		return true
+	case "expired":
+		// Approved, but it ran out (by the ledger's clock) before this
+		// request came back: the gates say so. Its expiry is taken as no
+		// later than now, so it can never lift the hold.
+		in.ApprovedFingerprint, in.ApprovalExpiresAt, in.ApprovedLabels = a.Fingerprint, minTime(a.ExpiresAt, g.now), a.Labels
+	}
+	return false
 }
 
 // input is the gate input of the action on subject, before the mandate and

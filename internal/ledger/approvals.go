@@ -119,16 +119,19 @@ const lockAgentApprovalsSQL = `SELECT pg_advisory_xact_lock(hashtextextended('co
 const pendingApprovalsSQL = `SELECT count(*) FROM approvals WHERE agent_id = $1 AND state = 'pending' AND expires_at > now()`
 
 // OpenApproval creates the pending approval of a HELD intent: it keeps a
-// live one that covers the same labels, and reopens an expired one. A live
-// one (pending or approved) for other labels is voided first: the request
-// changed, so it is a new HOLD with its own approval (DESIGN §5), and at
-// most one approval per intent is live.
+// live one that covers the same labels under the same mandate, and reopens
+// an expired one. A live one (pending or approved) for other labels is
+// voided first: the request changed, so it is a new HOLD with its own
+// approval (DESIGN §5), and at most one approval per intent is live. So is
+// one opened under another mandate: the request is held under the mandate
+// now in force, and its owner decides under that mandate's limits, usage
+// and approval lifetime.
 func (tx *Tx) OpenApproval(ctx context.Context, it Intent, v ApprovalSpec) error {
 	args, err := approvalArgs(it, v)
 	if err != nil {
 		return err
 	}
-	if _, err := tx.tx.Exec(ctx, supersedeApprovalSQL, it.RailAccount, it.SIK, args[len(args)-1], v.agent(it)); err != nil {
+	if _, err := tx.tx.Exec(ctx, supersedeApprovalSQL, it.RailAccount, it.SIK, args[len(args)-1], v.agent(it), v.MandateHash); err != nil {
 		return err
 	}
 	if _, err := tx.tx.Exec(ctx, expireLapsedSQL, v.agent(it)); err != nil {
@@ -170,11 +173,14 @@ const expireLapsedSQL = `UPDATE approvals SET state = 'expired' WHERE id IN (
 		FOR UPDATE SKIP LOCKED)`
 
 // supersedeApprovalSQL voids the requesting agent's live approval of the
-// intent for other labels: its changed request needs its own. Another
+// intent for other labels ($3) or under another mandate ($5): its changed
+// request, or its request under the mandate that replaced the approval's,
+// needs its own. Kept, the old one would take the new one's place (one
+// live approval per intent), with the old mandate's lifetime. Another
 // agent's approval is not its to void (a sibling's labelled request would
 // otherwise void an approval the owner gave, and take its place).
 const supersedeApprovalSQL = `UPDATE approvals SET state = 'void'
-		WHERE rail_account = $1 AND sik = $2 AND state IN ('pending', 'approved') AND labels <> $3 AND agent_id = $4`
+		WHERE rail_account = $1 AND sik = $2 AND state IN ('pending', 'approved') AND (labels <> $3 OR mandate_hash <> $5) AND agent_id = $4`
 
 const openApprovalSQL = `
 		INSERT INTO approvals (id, rail_account, sik, owner_id, agent_id, mandate_hash, fingerprint, gates, expires_at, labels)
@@ -414,7 +420,8 @@ func notDecidable(a Approval, now time.Time) string {
 	case "void":
 		return fmt.Sprintf("approval %s was voided: its agent or mandate was revoked, its request was blocked when re-checked against the mandate, "+
 			"its request was sent without it (by another credential of its agent, under a mandate that needs no approval), "+
-			"or the agent changed the request's labels (a new approval covers the changed request); it can no longer be decided", a.ID)
+			"the agent changed the request's labels (a new approval covers the changed request), "+
+			"or a newer mandate replaced the one it was opened under (the request is held again under the new one); it can no longer be decided", a.ID)
 	}
 	return fmt.Sprintf("approval %s is %s", a.ID, a.State)
 }

@@ -76,7 +76,8 @@ func scanMandate(row pgx.Row) (MandateRecord, error) {
 // Without the lock a decision that had asserted the old mandate as the
 // newest committed an ALLOW under it after CreateMandate had returned
 // (found by a review: 1000 allowed after the owner lowered the maximum to
-// 500).
+// 500). The live approvals opened under the mandates it replaces are
+// voided in the same transaction (voidSupersededApprovalsSQL).
 func (s *Store) CreateMandate(ctx context.Context, m MandateRecord) (created bool, err error) {
 	if !mandateHash.MatchString(m.Hash) {
 		return false, fmt.Errorf("ledger: create mandate: hash %q is not lower-case hex SHA-256", m.Hash)
@@ -91,7 +92,16 @@ func (s *Store) CreateMandate(ctx context.Context, m MandateRecord) (created boo
 			WHERE a.id = $3 AND a.status = 'active' AND ($2 = '' OR a.owner_id = $2)
 			ON CONFLICT (hash) DO NOTHING`,
 			m.Hash, m.OwnerID, m.AgentID, m.RailAccount, string(m.Canonical), m.Mode, m.ValidFrom, m.ValidUntil)
-		created = err == nil && tag.RowsAffected() == 1
+		if created = err == nil && tag.RowsAffected() == 1; !created {
+			return err
+		}
+		// The approvals opened under the mandates it replaces are void with
+		// them, as a revocation voids its mandate's: the owner decided them
+		// under the old limits, usage and approval lifetime. The ladder
+		// already refuses them (engine: withApproval); voided here, they also
+		// leave the owner's queue rather than wait there to be approved for
+		// nothing (found by a review).
+		_, err = tx.tx.Exec(ctx, voidSupersededApprovalsSQL, m.Hash)
 		return err
 	})
 	if err != nil {
@@ -253,8 +263,23 @@ func (s *Store) RevokeMandate(ctx context.Context, hash, reason string) (revoked
 	return false, nil
 }
 
+// voidApprovalsUnderSQL voids the live approvals given under the mandates
+// the SQL that follows it selects (by mandate_hash).
+const voidApprovalsUnderSQL = `UPDATE approvals SET state = 'void' WHERE state IN ('pending', 'approved') AND mandate_hash `
+
 // voidMandateApprovalsSQL voids the live approvals given under a mandate.
-const voidMandateApprovalsSQL = `UPDATE approvals SET state = 'void' WHERE mandate_hash = $1 AND state IN ('pending', 'approved')`
+const voidMandateApprovalsSQL = voidApprovalsUnderSQL + `= $1`
+
+// voidSupersededApprovalsSQL voids the live approvals given under the
+// mandates that the mandate $1 replaces: the other unrevoked ones of its
+// agent on its rail account created no later than it, when it is in force
+// now (the newest mandate whose validity contains now decides). One valid
+// only from a later time replaces nothing yet: the mandate in force keeps
+// its approvals until then, and the ladder refuses them from then on.
+const voidSupersededApprovalsSQL = voidApprovalsUnderSQL + `IN (
+		SELECT o.hash FROM mandates n JOIN mandates o ON o.agent_id = n.agent_id AND o.rail_account = n.rail_account
+		WHERE n.hash = $1 AND o.hash <> n.hash AND o.revoked_at IS NULL AND o.created_at <= n.created_at
+		  AND n.valid_from <= now() AND now() < n.valid_until)`
 
 // ActiveMandate returns the newest unrevoked mandate of agentID on
 // railAccount whose validity window [valid_from, valid_until) contains at;
