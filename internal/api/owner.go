@@ -51,6 +51,9 @@ type OwnerServer struct {
 	watchPage int
 	// verifyTurns spaces each owner's audit verifications (audit.go).
 	verifyTurns verifyTurns
+	// approvalsPolled, when set, is called on each WatchApprovals poll,
+	// saying whether it read the live set (tests count an idle stream's).
+	approvalsPolled func(readSet bool)
 }
 
 // Refundables reads what is still refundable on a refund now, as G2 would
@@ -499,12 +502,17 @@ const (
 )
 
 // WatchApprovals sends the owner's live approvals, then each change to one.
-// It polls the live set (one indexed read of approvals_owner) and compares
+// It polls a mark of the live set (its ids and states, one indexed read of
+// approvals_owner) and, when the mark changed, reads the set and compares
 // it with the last: a new id is a new HOLD; an id whose effective state
 // changed, or that left the set, is read again and sent as it stands. An
 // approval that ran out is sent once as EXPIRED, though its row is marked
 // only when its intent is next decided. It shares the owner's cap on open
 // watch streams with WatchIntents.
+//
+// The mark spares an idle stream the set itself: up to watchedApprovals
+// rows joined with their intents' requests, every poll, on each of an
+// owner's open streams, slowed other owners' transactions.
 func (s *OwnerServer) WatchApprovals(req *countersignv1.WatchApprovalsRequest, stream grpc.ServerStreamingServer[countersignv1.WatchApprovalsResponse]) error {
 	ctx := stream.Context()
 	owner, err := s.owner(ctx)
@@ -517,9 +525,34 @@ func (s *OwnerServer) WatchApprovals(req *countersignv1.WatchApprovalsRequest, s
 	}
 	defer release()
 	last := map[string]string{} // approval id → effective state last sent
+	lastMark := ""              // LiveApprovalsMark when last was read
 	t := time.NewTicker(approvalsPoll)
 	defer t.Stop()
 	for initial := true; ; initial = false {
+		if !initial {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+		}
+		// The mark is read before the set: a change between the two is in
+		// the set and changes the next mark, so it costs one more read of
+		// the set, never a missed change.
+		mark, err := s.store.LiveApprovalsMark(ctx, owner, req.GetAgentId(), watchedApprovals)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return ToStatus(err)
+		}
+		readSet := initial || mark != lastMark
+		if s.approvalsPolled != nil {
+			s.approvalsPolled(readSet)
+		}
+		if !readSet {
+			continue
+		}
 		live, err := s.store.LiveApprovals(ctx, owner, req.GetAgentId(), watchedApprovals)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -557,12 +590,7 @@ func (s *OwnerServer) WatchApprovals(req *countersignv1.WatchApprovalsRequest, s
 				return err
 			}
 		}
-		last = now
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+		last, lastMark = now, mark
 	}
 }
 

@@ -98,10 +98,32 @@ func storedAnswer(it ledger.Intent, a ledger.Attempt) *countersignv1.StoredRailA
 // approvalLive is an approval's context now: the mandate's usage, with the
 // payee windows of the held action's payee key, and for a refund what is
 // still refundable (a failed rail read is reported, never an error).
+//
+// It is read only while the approval can still be decided or used (pending
+// or approved) and the owner still holds its rail account. A decided
+// approval needs no context, and one on an account the operator has
+// withdrawn must not let its former owner keep reading the account's
+// payments at the rail. Otherwise the context is empty but for why, given
+// for a refund in refundable_error.
 func (s *OwnerServer) approvalLive(ctx context.Context, owner string, a ledger.Approval) (*countersignv1.ApprovalLive, error) {
 	now := s.clock()
 	live := &countersignv1.ApprovalLive{AsOf: timestamppb.New(now)}
 	refund := sik.Kind(a.Action) == sik.KindRefund
+	if a.State != "pending" && a.State != "approved" {
+		if refund {
+			live.RefundableError = "not read: the approval is " + a.State + ", and live context is read only for a pending or approved approval"
+		}
+		return live, nil
+	}
+	switch err := s.store.OwnerHoldsRailAccount(ctx, owner, a.RailAccount); {
+	case errors.Is(err, ledger.ErrNotHeld):
+		if refund {
+			live.RefundableError = "not read: you no longer hold rail account " + a.RailAccount
+		}
+		return live, nil
+	case err != nil:
+		return nil, err
+	}
 	if a.MandateHash != "" {
 		rec, err := s.ownedMandate(ctx, owner, a.MandateHash)
 		if err != nil {

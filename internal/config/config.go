@@ -278,7 +278,7 @@ func (c *Config) BindServe(fs *pflag.FlagSet) {
 	fs.StringVar(&c.OwnerAudience, "owner-audience", c.OwnerAudience, "audience an owner JWT must list in aud")
 	fs.StringVar(&c.OwnerJWKSURL, "owner-jwks-url", c.OwnerJWKSURL, "https URL of the issuer's JWKS (exclusive with owner-jwks-file)")
 	fs.StringVar(&c.OwnerJWKSFile, "owner-jwks-file", c.OwnerJWKSFile, "file holding the issuer's JWKS (exclusive with owner-jwks-url)")
-	fs.StringVar(&c.OwnerSubjectClaim, "owner-subject-claim", c.OwnerSubjectClaim, "JWT claim that names the owner")
+	fs.StringVar(&c.OwnerSubjectClaim, "owner-subject-claim", c.OwnerSubjectClaim, "JWT claim that names the owner: sub, or email (admitted only with email_verified true)")
 	fs.StringVar(&c.OwnerAllowedSubjects, "owner-allowed-subjects", c.OwnerAllowedSubjects, "comma-separated subject claim values admitted as owners (OIDC needs this and/or owner-allowed-groups)")
 	fs.StringVar(&c.OwnerAllowedGroups, "owner-allowed-groups", c.OwnerAllowedGroups, "comma-separated groups whose members are admitted as owners (read from owner-groups-claim)")
 	fs.StringVar(&c.OwnerGroupsClaim, "owner-groups-claim", c.OwnerGroupsClaim, "top-level JWT claim listing the subject's groups (array of strings or one string)")

@@ -134,7 +134,7 @@ func (v *verifier) verifyFor(ctx context.Context, raw string, now time.Time, aud
 		return Owner{}, nil, fmt.Errorf("%w: JWT does not verify against the issuer's keys", ErrUnauthenticated)
 	}
 	// The registered claims this check needs; the subject claim is read
-	// from the full set, as it may be any claim.
+	// from the full set, as it may be email.
 	var std struct {
 		Issuer    string           `json:"iss"`
 		Audience  jwt.Audience     `json:"aud"`

@@ -84,7 +84,9 @@ type Config struct {
 	// JWKSURL or JWKSFile (exactly one) holds the issuer's public keys.
 	JWKSURL  string
 	JWKSFile string
-	// SubjectClaim names the claim that identifies the owner; default "sub".
+	// SubjectClaim names the claim that identifies the owner: "sub"
+	// (the default) or "email", which needs email_verified. Validate refuses
+	// any other (see subjectClaims).
 	SubjectClaim string
 	// AllowedSubjects are the subject claim values admitted as owners.
 	AllowedSubjects []string
@@ -117,6 +119,13 @@ func (c Config) Enabled() bool {
 	return c.Issuer != "" || c.Audience != "" || c.JWKSURL != "" || c.JWKSFile != ""
 }
 
+// subjectClaims are the claims that may name an owner ("" is the default,
+// sub). The owner id is built from that claim alone, so it must name one
+// user of the issuer and no one else: sub does (OIDC Core §2), and email
+// does once the issuer has verified it (verifyFor insists on
+// email_verified).
+var subjectClaims = map[string]bool{"": true, "sub": true, "email": true}
+
 // Validate checks c without loading anything, with messages that name the
 // flag to fix.
 func (c Config) Validate() error {
@@ -148,6 +157,12 @@ func (c Config) Validate() error {
 		if err := checkJWKSURL(c.JWKSURL); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if !subjectClaims[c.SubjectClaim] {
+		errs = append(errs, fmt.Errorf("owner-subject-claim %q is refused: set sub (the default) or email. An owner is named by "+
+			"the issuer's unique, stable id for the user (sub) or a verified email; other claims, such as preferred_username, "+
+			"name or nickname, are neither unique nor stable (OIDC Core §5.7) and users often set them themselves, "+
+			"so another user of the issuer could take the value and become that owner", c.SubjectClaim))
 	}
 	if len(c.AllowedSubjects) == 0 && len(c.AllowedGroups) == 0 {
 		errs = append(errs, errors.New("OIDC owners need an allowlist: set owner-allowed-subjects and/or owner-allowed-groups "+

@@ -297,18 +297,15 @@ func (a *Authenticator) OIDCIssuer() string {
 
 // OIDCScopes are the scopes an authorization request asks for: openid,
 // and what the owner allowlist's claims need (email for an email subject
-// claim, profile for preferred_username or name, groups for a group
-// allowlist).
+// claim, groups for a group allowlist). profile is never asked for: no
+// profile claim may name an owner (Config.Validate).
 func (a *Authenticator) OIDCScopes() []string {
 	scopes := []string{"openid"}
 	if a.oidc == nil {
 		return scopes
 	}
-	switch a.oidc.claim {
-	case "email":
+	if a.oidc.claim == "email" {
 		scopes = append(scopes, "email")
-	case "preferred_username", "name", "nickname":
-		scopes = append(scopes, "profile")
 	}
 	if len(a.oidc.allowedGroups) > 0 {
 		scopes = append(scopes, "groups")
