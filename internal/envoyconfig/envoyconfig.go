@@ -22,6 +22,9 @@ import (
 	// the global registry, or it cannot be resolved. The Bootstrap's own
 	// imports bring the core types; these bring the extensions.
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
+	// custom_response is never allowed (LocalReplyFaults), but resolved,
+	// so that a config naming it is refused for that reason.
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/custom_response/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"

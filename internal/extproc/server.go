@@ -156,8 +156,7 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 	case *extprocv3.ProcessingRequest_RequestHeaders:
 		cont := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}}
 		if x.unreadable {
-			s.log.Error("ext_authz's attempt metadata cannot be read; stopping the request")
-			return immediate(http.StatusServiceUnavailable, []byte(`{"error":{"type":"countersign_refusal","code":"attempt_unreadable","message":"Countersign could not read which attempt this request is; it was not sent."}}`), "countersign_attempt_unreadable")
+			return s.stopUnreadable()
 		}
 		if !x.hasIntent {
 			return cont
@@ -184,6 +183,12 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 		}
 		return cont
 	case *extprocv3.ProcessingRequest_RequestBody:
+		// Request phases are checked each: a processing mode that skips
+		// the headers (or metadata that first arrives with the body) must
+		// not let an unreadable attempt leave unmarked and unstamped.
+		if x.unreadable {
+			return s.stopUnreadable()
+		}
 		return s.requestBody(x, r.RequestBody)
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		if x.hasIntent {
@@ -250,6 +255,9 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 		// is the last message before it leaves, as with headers that end
 		// the stream. A request already recorded (its body phase) or
 		// stopped goes as it was answered.
+		if x.unreadable {
+			return s.stopUnreadable()
+		}
 		if x.hasIntent && !x.sent && !x.committed {
 			if refusal := s.checkDecidedBody(x, nil, true); refusal != nil {
 				return refusal
@@ -519,6 +527,13 @@ func setHeader(k, v string) *corev3.HeaderValueOption {
 		Header:       &corev3.HeaderValue{Key: k, RawValue: []byte(v)},
 		AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
 	}
+}
+
+// stopUnreadable stops a request whose attempt ext_authz allowed but whose
+// metadata cannot be read: it would leave unmarked and unstamped.
+func (s *Server) stopUnreadable() *extprocv3.ProcessingResponse {
+	s.log.Error("ext_authz's attempt metadata cannot be read; stopping the request")
+	return immediate(http.StatusServiceUnavailable, []byte(`{"error":{"type":"countersign_refusal","code":"attempt_unreadable","message":"Countersign could not read which attempt this request is; it was not sent."}}`), "countersign_attempt_unreadable")
 }
 
 // immediate stops the request at Envoy with a local reply: it never leaves.

@@ -596,3 +596,38 @@ func openStream(t *testing.T, c Committer) extprocv3.ExternalProcessor_ProcessCl
 	t.Cleanup(func() { _ = st.CloseSend() })
 	return st
 }
+
+// TestUnreadableAttemptMetadataStopsEveryRequestPhase: a processing mode
+// that skips the request headers brings the metadata first with the body
+// or the trailers; an unreadable attempt is stopped there too, never
+// passed on unmarked and unstamped.
+func TestUnreadableAttemptMetadataStopsEveryRequestPhase(t *testing.T) {
+	bad := *ref
+	bad.AttemptSeq = 0
+	for name, phase := range map[string]*extprocv3.ProcessingRequest{
+		"body": {Request: &extprocv3.ProcessingRequest_RequestBody{RequestBody: &extprocv3.HttpBody{
+			Body: []byte("amount=1500&payment_intent=pi_1"), EndOfStream: true}}},
+		"trailers": {Request: &extprocv3.ProcessingRequest_RequestTrailers{RequestTrailers: &extprocv3.HttpTrailers{}}},
+	} {
+		for _, unreadable := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/unreadable=%v", name, unreadable), func(t *testing.T) {
+				rec := &recorder{done: make(chan struct{}, 4)}
+				st := openStream(t, rec)
+				phase.MetadataContext = nil
+				if unreadable {
+					phase.MetadataContext = mdOf(&bad)
+				}
+				if err := st.Send(phase); err != nil {
+					t.Fatal(err)
+				}
+				resp, err := st.Recv()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if stopped := resp.GetImmediateResponse().GetStatus().GetCode() == 503; stopped != unreadable {
+					t.Fatalf("the answer to the %s = %v; want stopped = %v", name, resp, unreadable)
+				}
+			})
+		}
+	}
+}

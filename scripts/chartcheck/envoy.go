@@ -127,6 +127,11 @@ func checkHCM(r *result, h *hcmv3.HttpConnectionManager, clusters map[string]*cl
 	for _, p := range envoyconfig.TunnelFaults(h) {
 		r.ok(invEnvoy, false, "http connection manager: %s", p)
 	}
+	// An answer reaches ext_proc as Envoy leaves it: nothing may rewrite
+	// Envoy's own replies into what reads as the rail's refusal.
+	for _, p := range envoyconfig.LocalReplyFaults(h) {
+		r.ok(invEnvoy, false, "http connection manager: %s", p)
+	}
 	// ext_authz, then ext_proc, then the router, each failing closed.
 	fs := h.GetHttpFilters()
 	var names []string

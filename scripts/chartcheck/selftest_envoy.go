@@ -138,6 +138,28 @@ var envoyMutations = []mutation{
 		h["http_protocol_options"] = map[string]any{"accept_http_10": true}
 		return nil
 	})},
+	{"a local_reply_config that rewrites Envoy's 504 into a 400 (a timed-out payment read as rejected)", invEnvoy, editHCM(func(h map[string]any) error {
+		h["local_reply_config"] = map[string]any{"mappers": []any{map[string]any{
+			"filter": map[string]any{"status_code_filter": map[string]any{"comparison": map[string]any{
+				"op": "EQ", "value": map[string]any{"default_value": 504, "runtime_key": "unused"}}}},
+			"status_code": 400,
+		}}}
+		return nil
+	})},
+	{"a rail route with a custom_response per-route config", invEnvoy, editHCM(func(h map[string]any) error {
+		rt, err := at(h, "route_config", "virtual_hosts", 0, "routes", 0)
+		if err != nil {
+			return err
+		}
+		pf, _ := rt["typed_per_filter_config"].(map[string]any)
+		if pf == nil {
+			pf = map[string]any{}
+		}
+		pf["envoy.filters.http.custom_response"] = map[string]any{
+			"@type": "type.googleapis.com/envoy.extensions.filters.http.custom_response.v3.CustomResponse"}
+		rt["typed_per_filter_config"] = pf
+		return nil
+	})},
 	{"a rail route that enables WebSocket upgrades itself", invEnvoy, editHCM(func(h map[string]any) error {
 		ra, err := at(h, "route_config", "virtual_hosts", 0, "routes", 0, "route")
 		if err != nil {

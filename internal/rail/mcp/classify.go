@@ -23,6 +23,13 @@ func (ad *adapter) Classify(a rail.Action, resp rail.Response) rail.Classificati
 		return ambiguous("no answer from the MCP server: %v", resp.TransportErr)
 	case resp.Status == 0:
 		return ambiguous("no answer from the MCP server")
+	}
+	if coding, encoded := encodedAnswer(resp.Headers); encoded {
+		// Bytes Countersign cannot read: not a refusal it can vouch for,
+		// nor a result.
+		return ambiguous("the MCP server answered %d with its body in content coding %q, which Countersign does not read", resp.Status, coding)
+	}
+	switch {
 	case resp.Status >= 500:
 		return ambiguous("the MCP server answered %d: %s", resp.Status, snippet(resp.Body))
 	case refusedBeforeDispatch(resp.Status):
@@ -100,6 +107,13 @@ func responseMessage(resp rail.Response) (object, error) {
 	}
 	var found object
 	for _, c := range candidates {
+		if bytes.HasPrefix(bytes.TrimSpace(c), []byte("{")) {
+			// A member twice, or in two cases, is read one way here and
+			// another by the agent's client: not an answer to vouch for.
+			if err := rail.CheckAnswerJSON(c); err != nil {
+				return nil, fmt.Errorf("with a message Countersign cannot read one way: %v", err)
+			}
+		}
 		m, ok := asObject(c)
 		if !ok {
 			if bytes.HasPrefix(bytes.TrimSpace(c), []byte("[")) {
@@ -270,6 +284,10 @@ func (ad *adapter) classifyResult(a rail.Action, raw json.RawMessage) rail.Class
 // status and amount), Applied when it has an id and contradicts nothing
 // the action says.
 func (ad *adapter) classifyEntity(a rail.Action, e json.RawMessage) rail.Classification {
+	if err := rail.CheckAnswerJSON(e); err != nil {
+		// In a text item the entity is JSON the agent parses itself.
+		return ambiguous("the tool answered but its entity cannot be read one way: %v", err)
+	}
 	c := ad.under.Classify(a, rail.Response{Status: http.StatusOK, Body: e})
 	if c.Outcome == rail.Applied {
 		c.Reason = "via MCP: " + c.Reason
@@ -305,6 +323,16 @@ type partial struct{ id, stamp string }
 func readPartial(r sik.Rail, a rail.Action, raw json.RawMessage) (partial, error) {
 	o, _ := asObject(raw)
 	shape := shapes[r]
+	checked := append([]string{"id", shape.typeField, "amount", "currency", shape.stampIn}, shape.subject[a.Kind]...)
+	for k := range o {
+		for _, n := range checked {
+			if k != n && strings.EqualFold(k, n) {
+				// Read here by its exact name, by a client that ignores
+				// case as the member checked.
+				return partial{}, fmt.Errorf("its result names %s as %q", n, k)
+			}
+		}
+	}
 	id, _ := asString(o["id"])
 	if !isID(id) {
 		return partial{}, fmt.Errorf("its result has no entity id: %s", snippet(raw))

@@ -3,6 +3,7 @@ package razorpay
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -52,16 +53,23 @@ func (adapter) Classify(a rail.Action, resp rail.Response) rail.Classification {
 		return ambiguous("no answer from Razorpay: %v", resp.TransportErr)
 	case resp.Status == 0:
 		return ambiguous("no answer from Razorpay")
+	}
+	if err := rail.AnswerEncoding(resp.Headers); err != nil {
+		// Not even a refusal can be read: whether it said "nothing was
+		// done" or GATEWAY_ERROR (the bank call may have gone through) is
+		// unknown.
+		return ambiguous("Razorpay answered %d %v", resp.Status, err)
+	}
+	switch {
 	case resp.Status >= 200 && resp.Status <= 299:
 		return classifyCreated(a, resp)
 	case resp.Status >= 500:
 		return ambiguous("Razorpay answered %d: %s", resp.Status, errorMessage(resp.Body))
 	}
-	var e rzpError
-	_ = json.Unmarshal(resp.Body, &e) // a body we cannot read leaves e empty
+	e, readErr := readError(resp.Body)
 	var code, desc string
-	if e.Error != nil {
-		code, desc = e.Error.Code, e.Error.Description
+	if readErr == nil {
+		code, desc = e.Code, e.Description
 	}
 	reason := func(what string) string {
 		if desc == "" {
@@ -73,11 +81,23 @@ func (adapter) Classify(a rail.Action, resp rail.Response) rail.Classification {
 	case resp.Status >= 400 && isKeyMismatch(desc):
 		return rail.Classification{Outcome: rail.FingerprintMismatch, Reason: reason("idempotency key reused with another request")}
 	case resp.Status == http.StatusConflict:
+		// Safe on the status alone: the same key is sent again.
 		return rail.Classification{Outcome: rail.InProgress, Reason: reason("request with this idempotency key in progress")}
 	case code == "GATEWAY_ERROR" || code == "SERVER_ERROR":
 		// A bank or Razorpay failure reported with a 4xx: not a definite
 		// rejection of the request.
 		return ambiguous("Razorpay answered %d %s: %s", resp.Status, code, desc)
+	}
+	switch resp.Status {
+	case http.StatusBadRequest, http.StatusPaymentRequired, http.StatusForbidden, http.StatusNotFound,
+		http.StatusUnauthorized, http.StatusTooManyRequests:
+		if readErr != nil {
+			// A definite rejection is read only from Razorpay's own error:
+			// an unreadable body, a proxy's page or another shape may
+			// stand for an answer that was no rejection (a GATEWAY_ERROR,
+			// a timeout a gateway rewrote).
+			return ambiguous("Razorpay answered %d but %v: a refusal Countersign cannot read is no proof that nothing was applied", resp.Status, readErr)
+		}
 	}
 	switch resp.Status {
 	case http.StatusBadRequest, http.StatusPaymentRequired, http.StatusForbidden, http.StatusNotFound:
@@ -104,6 +124,27 @@ func isKeyMismatch(desc string) bool {
 	return false
 }
 
+// rzpErrorDetail is rzpError's inner object.
+type rzpErrorDetail = struct {
+	Code        string `json:"code"`
+	Description string `json:"description"`
+	Reason      string `json:"reason"`
+}
+
+// readError reads Razorpay's error body, {"error":{"code":…,
+// "description":…,…}}: strictly (rail.DecodeAnswer), and only with the
+// code and description every Razorpay error carries.
+func readError(body []byte) (rzpErrorDetail, error) {
+	var e rzpError
+	if err := rail.DecodeAnswer(body, &e); err != nil {
+		return rzpErrorDetail{}, err
+	}
+	if e.Error == nil || e.Error.Code == "" || e.Error.Description == "" {
+		return rzpErrorDetail{}, errors.New("the body is not Razorpay's error (no error.code and error.description)")
+	}
+	return *e.Error, nil
+}
+
 func ambiguous(format string, args ...any) rail.Classification {
 	return rail.Classification{Outcome: rail.Ambiguous, Reason: fmt.Sprintf(format, args...)}
 }
@@ -114,7 +155,7 @@ func ambiguous(format string, args ...any) rail.Classification {
 func classifyCreated(a rail.Action, resp rail.Response) rail.Classification {
 	want := entityOf[a.Kind]
 	var c created
-	if err := json.Unmarshal(resp.Body, &c); err != nil {
+	if err := rail.DecodeAnswer(resp.Body, &c); err != nil {
 		return ambiguous("Razorpay answered %d with an unreadable body: %v", resp.Status, err)
 	}
 	if err := c.Matches(a, want); err != nil {

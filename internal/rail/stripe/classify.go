@@ -2,6 +2,7 @@ package stripe
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -51,17 +52,23 @@ func (adapter) Classify(a rail.Action, resp rail.Response) rail.Classification {
 		return ambiguous("no answer from Stripe: %v", resp.TransportErr)
 	case resp.Status == 0:
 		return ambiguous("no answer from Stripe")
+	}
+	if err := rail.AnswerEncoding(resp.Headers); err != nil {
+		// Not even a refusal can be read: whether it said "nothing was
+		// done" or "idempotency_error" is unknown.
+		return ambiguous("Stripe answered %d %v", resp.Status, err)
+	}
+	switch {
 	case resp.Status >= 200 && resp.Status <= 299:
 		return classifyCreated(a, resp)
 	case resp.Status >= 500:
 		// Stripe saves a 5xx under the key, but the work may have run.
 		return ambiguous("Stripe answered %d: %s", resp.Status, errorMessage(resp.Body))
 	}
-	var e stripeError
-	_ = json.Unmarshal(resp.Body, &e) // a body we cannot read leaves e empty
+	e, readErr := readError(resp.Body)
 	var typ, code, msg string
-	if e.Error != nil {
-		typ, code, msg = e.Error.Type, e.Error.Code, e.Error.Message
+	if readErr == nil {
+		typ, code, msg = e.Type, e.Code, e.Message
 	}
 	reason := func(what string) string {
 		if msg == "" {
@@ -73,7 +80,19 @@ func (adapter) Classify(a rail.Action, resp rail.Response) rail.Classification {
 	case resp.Status >= 400 && typ == "idempotency_error":
 		return rail.Classification{Outcome: rail.FingerprintMismatch, Reason: reason("idempotency_error")}
 	case resp.Status == http.StatusConflict || code == "idempotency_key_in_use":
+		// Safe on the status alone: the same key is sent again.
 		return rail.Classification{Outcome: rail.InProgress, Reason: reason("idempotency key in use")}
+	}
+	switch resp.Status {
+	case http.StatusBadRequest, http.StatusPaymentRequired, http.StatusNotFound, http.StatusForbidden,
+		http.StatusUnauthorized, http.StatusTooManyRequests:
+		if readErr != nil {
+			// A definite rejection is read only from Stripe's own error: an
+			// unreadable body, a proxy's page or another shape may stand
+			// for an answer that was no rejection (an idempotency_error, a
+			// timeout a gateway rewrote).
+			return ambiguous("Stripe answered %d but %v: a refusal Countersign cannot read is no proof that nothing was applied", resp.Status, readErr)
+		}
 	}
 	switch resp.Status {
 	case http.StatusBadRequest, http.StatusPaymentRequired, http.StatusNotFound, http.StatusForbidden:
@@ -87,6 +106,26 @@ func (adapter) Classify(a rail.Action, resp rail.Response) rail.Classification {
 	return ambiguous("Stripe answered an unexpected %d: %s", resp.Status, errorMessage(resp.Body))
 }
 
+// stripeErrorDetail is stripeError's inner object.
+type stripeErrorDetail = struct {
+	Type    string `json:"type"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// readError reads Stripe's error body, {"error":{"type":…,…}}: strictly
+// (rail.DecodeAnswer), and only with the type every Stripe error carries.
+func readError(body []byte) (stripeErrorDetail, error) {
+	var e stripeError
+	if err := rail.DecodeAnswer(body, &e); err != nil {
+		return stripeErrorDetail{}, err
+	}
+	if e.Error == nil || e.Error.Type == "" {
+		return stripeErrorDetail{}, errors.New("the body is not Stripe's error (no error.type)")
+	}
+	return *e.Error, nil
+}
+
 func ambiguous(format string, args ...any) rail.Classification {
 	return rail.Classification{Outcome: rail.Ambiguous, Reason: fmt.Sprintf(format, args...)}
 }
@@ -98,7 +137,7 @@ func ambiguous(format string, args ...any) rail.Classification {
 func classifyCreated(a rail.Action, resp rail.Response) rail.Classification {
 	want := objectOf[a.Kind]
 	var c created
-	if err := json.Unmarshal(resp.Body, &c); err != nil {
+	if err := rail.DecodeAnswer(resp.Body, &c); err != nil {
 		return ambiguous("Stripe answered %d with an unreadable body: %v", resp.Status, err)
 	}
 	if err := c.Matches(a, want); err != nil {
