@@ -3,7 +3,6 @@ package sik
 import (
 	"crypto/sha256"
 	"encoding/base32"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -178,21 +177,12 @@ func isCurrency(s string) bool {
 }
 
 // Canonical returns the RFC 8785 form of a that Key hashes. A nil Extra is
-// written as {} so that nil and empty maps (which mean the same) key alike.
+// written as {}, as an empty one is (they mean the same).
 func (a Action) Canonical() ([]byte, error) {
 	if err := a.Validate(); err != nil {
 		return nil, err
 	}
-	if a.Extra == nil {
-		a.Extra = map[string]string{}
-	}
-	// json.Marshal cannot fail for this struct; Canonicalize fixes key order
-	// (UTF-16, not Go's byte order) and escaping.
-	raw, err := json.Marshal(a)
-	if err != nil {
-		return nil, fmt.Errorf("sik: encode action: %w", err)
-	}
-	return Canonicalize(raw)
+	return appendCanonical(make([]byte, 0, 256), a), nil
 }
 
 // SIK is a semantic idempotency key: 32 characters of RFC 4648 base32
