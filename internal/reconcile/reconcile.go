@@ -236,7 +236,18 @@ func (w *Worker) one(ctx context.Context, wk ledger.ReconcileWork) (Result, erro
 			// it go, and stops it if the mark fails. The database refuses
 			// CONFIRMED_NOT_APPLIED in these cases whatever the writer
 			// (migration 00029).
-			f.Outcome, f.Detail = ledger.FindingInconclusive, fmt.Sprintf("no match in %d pages, but the request was never confirmed to carry the body stamp, so absence proves nothing", found.Pages)
+			//
+			// Once the rail can no longer apply the attempt (RailDone),
+			// this listing shows all that a later one could: listing again
+			// settled nothing and cost the account's shared rate limit
+			// every page once a pass, six passes per native ALLOW an agent
+			// never committed (found by a review). A person settles it now.
+			f.Outcome = ledger.FindingInconclusive
+			f.Detail = fmt.Sprintf("no match in %d pages, but the request was never confirmed to carry the body stamp, so absence proves nothing", found.Pages)
+			if wk.RailDone {
+				f.MaxReconciles = 1
+				f.Detail += "; the rail can no longer apply it, so listing again would show no more: check the rail before resolving"
+			}
 		default:
 			f.Outcome, f.PaginationExhausted = ledger.FindingAbsent, true
 			f.Detail = fmt.Sprintf("no entity with stamp %s in %d pages read to the end", at.Stamp, found.Pages)
