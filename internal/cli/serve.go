@@ -35,6 +35,9 @@ func newServe() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			for _, w := range rs.Warnings() {
+				log.Warn(w)
+			}
 			return Serve(cmd.Context(), cfg, rs, log)
 		},
 	}

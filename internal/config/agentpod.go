@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/countersign/countersign/internal/ownerauth"
 )
 
 // validateInAgentPod refuses a ledger the agent could answer for itself.
@@ -52,6 +54,24 @@ func (c Config) validateInAgentPod() error {
 				errs = append(errs, fmt.Errorf("%s: host %s is reached with %s: %s; set sslmode=verify-full (in the URL, or PGSSLMODE) "+
 					"so that only a server with a certificate for that host name is the ledger", name, addr, mode, why))
 			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// validateConsoleInAgentPod refuses, in the agent's pod, console issuer
+// endpoints over plain http, which checkEndpoint allows to loopback
+// elsewhere: the agent shares this pod's loopback and could answer them.
+// owner-issuer and owner-jwks-url are checked by OwnerAuth().Validate,
+// which is given InAgentPod.
+func (c Config) validateConsoleInAgentPod() error {
+	var errs []error
+	for _, f := range []struct{ flag, v string }{{"owner-authorization-url", c.OwnerAuthorizationURL}, {"owner-token-url", c.OwnerTokenURL}} {
+		if f.v == "" {
+			continue
+		}
+		if err := ownerauth.CheckInAgentPodURL(f.flag, f.v); err != nil {
+			errs = append(errs, fmt.Errorf("%w (%s, with %s)", err, EnvName(f.flag), InAgentPodFlag))
 		}
 	}
 	return errors.Join(errs...)

@@ -515,7 +515,7 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.validateEnvoyListener())
 	if c.InAgentPod {
-		errs = append(errs, c.validateInAgentPod())
+		errs = append(errs, c.validateInAgentPod(), c.validateConsoleInAgentPod())
 	}
 	if c.GRPCAddr == c.HTTPAddr && !strings.HasSuffix(c.GRPCAddr, ":0") {
 		errs = append(errs, fmt.Errorf("grpc-addr and http-addr must differ, both are %q", c.GRPCAddr))
@@ -626,7 +626,7 @@ func (c Config) validateEnvoyListener() error {
 func (c Config) OwnerAuth() ownerauth.Config {
 	return ownerauth.Config{Issuer: c.OwnerIssuer, Audience: c.OwnerAudience, JWKSURL: c.OwnerJWKSURL,
 		JWKSFile: c.OwnerJWKSFile, SubjectClaim: c.OwnerSubjectClaim, AllowedSubjects: list(c.OwnerAllowedSubjects),
-		AllowedGroups: list(c.OwnerAllowedGroups), GroupsClaim: c.OwnerGroupsClaim}
+		AllowedGroups: list(c.OwnerAllowedGroups), GroupsClaim: c.OwnerGroupsClaim, InAgentPod: c.InAgentPod}
 }
 
 // list splits a comma-separated setting, dropping blanks.

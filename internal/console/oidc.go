@@ -63,7 +63,7 @@ func newOIDCFlow(c *Console, o OIDC) (*oidcFlow, error) {
 	}
 	for _, u := range []string{o.AuthURL, o.TokenURL} {
 		if u != "" {
-			if err := checkEndpoint(u); err != nil {
+			if err := checkEndpoint(u, c.o.Auth.InAgentPod()); err != nil {
 				return nil, err
 			}
 		}
@@ -77,13 +77,20 @@ func newOIDCFlow(c *Console, o OIDC) (*oidcFlow, error) {
 }
 
 // checkEndpoint refuses an issuer endpoint that is not https (plain http
-// only to a loopback host).
-func checkEndpoint(raw string) error {
+// only to a loopback host, and not even there in the agent's pod, inPod,
+// whose loopback the agent shares: it could answer the token endpoint).
+func checkEndpoint(raw string, inPod bool) error {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
 		return fmt.Errorf("console: OIDC endpoint %q is not an absolute URL", raw)
 	}
-	if u.Scheme == "https" || (u.Scheme == "http" && ownerauth.LoopbackHost(u.Hostname())) {
+	if u.Scheme == "https" {
+		return nil
+	}
+	if inPod {
+		return fmt.Errorf("console: OIDC endpoint %q must be https in the agent's pod: the agent shares its loopback", raw)
+	}
+	if u.Scheme == "http" && ownerauth.LoopbackHost(u.Hostname()) {
 		return nil
 	}
 	return fmt.Errorf("console: OIDC endpoint %q must be https (plain http only to a loopback host)", raw)
@@ -149,7 +156,7 @@ func (f *oidcFlow) discover(ctx context.Context) (oauth2.Endpoint, error) {
 		return oauth2.Endpoint{}, fmt.Errorf("console: OIDC discovery names issuer %q, not the configured %q", doc.Issuer, issuer)
 	}
 	for _, u := range []string{doc.AuthURL, doc.TokenURL} {
-		if err := checkEndpoint(u); err != nil {
+		if err := checkEndpoint(u, f.c.o.Auth.InAgentPod()); err != nil {
 			return oauth2.Endpoint{}, err
 		}
 	}

@@ -108,6 +108,9 @@ func (e *Engine) actionTarget(req Request, acct *rails.Account, a rail.Action) t
 		out := refuseRail(acct, req, ReasonInvalidAction, fmt.Sprintf("%s holds a NUL character (U+0000), which no rail id or text may hold; send it without.", field), http.StatusBadRequest)
 		return target{acct: acct, refusal: &out}
 	}
+	if out := sourceAccountRefusal(req, acct, a); out != nil {
+		return target{acct: acct, refusal: out}
+	}
 	alias, err := aliasOf(acct.ID, a)
 	if err != nil {
 		out := refuseRail(acct, req, ReasonInvalidAction, err.Error(), http.StatusBadRequest)

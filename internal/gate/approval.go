@@ -17,7 +17,7 @@ func approval(in Input) (ok bool, code, reason string) {
 			short(in.ApprovedFingerprint), orNone(short(in.Fingerprint)))
 	case labelsOf(in.ApprovedLabels) != labelsOf(in.Labels):
 		return false, ReasonApprovalLabelsChanged, fmt.Sprintf("the owner approved request %s with other labels (%s changed); an approval covers the exact request, free text included, so this changed request is held for the owner's own approval of it, and the earlier approval no longer applies",
-			short(in.Fingerprint), strings.Join(changedLabels(in.ApprovedLabels, in.Labels), ", "))
+			short(in.Fingerprint), strings.Join(inertAll(changedLabels(in.ApprovedLabels, in.Labels)), ", "))
 	case !in.Now.Before(in.ApprovalExpiresAt):
 		return false, ReasonApprovalExpired, fmt.Sprintf("the owner's approval of request %s expired at %s, before this request came back; it needs a new approval, so send the identical request again once the owner approves it again",
 			short(in.Fingerprint), stamp(in.ApprovalExpiresAt))

@@ -19,7 +19,9 @@ func checkFreeText(in Input) (r Result, ok bool) {
 	if len(in.FreeText) == 0 {
 		return Result{}, true
 	}
-	members := strings.Join(in.FreeText, ", ")
+	// A member's name is the agent's text (a metadata key): inert, as the
+	// reason leaves in the signed intent.held webhook.
+	members := strings.Join(inertAll(in.FreeText), ", ")
 	switch in.Mandate.GetFreeText() {
 	case countersignv1.FreeText_FREE_TEXT_REFUSE:
 		return block(GateScope, ReasonFreeTextRefused, "%s refuses free text in a request, and this one carries it in %s; send the request without %s.",

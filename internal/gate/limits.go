@@ -32,7 +32,7 @@ func CheckLimits(in Input) Result {
 	case u.BudgetHeldMinor < 0 || u.BudgetSpentMinor < 0 || u.FeeSpentMinor < 0 || u.SubjectActions < 0:
 		return block(GateLimits, ReasonUsageInvalid, "The ledger counted %s held, %s spent, %s in fees and %d actions on %s; none may be negative.",
 			amount(in, u.BudgetHeldMinor, a.Currency), amount(in, u.BudgetSpentMinor, a.Currency), amount(in, u.FeeSpentMinor, m.GetFeeBudget().GetCurrency()),
-			u.SubjectActions, a.Subject)
+			u.SubjectActions, inert(a.Subject))
 	case a.AmountMinor < g.GetMinAmountMinor():
 		return block(GateLimits, ReasonAmountBelowMinimum, "%s is below the %s minimum %s grants per %s.",
 			amount(in, a.AmountMinor, a.Currency), amount(in, g.GetMinAmountMinor(), a.Currency), mandateName(in), a.Kind)
@@ -79,7 +79,7 @@ func checkFees(in Input) (code, reason string) {
 	fb, a := in.Mandate.GetFeeBudget(), in.Action
 	if fb != nil && (a.Kind == sik.KindPayout || a.Kind == sik.KindTransfer) && a.Currency != fb.GetCurrency() {
 		return ReasonFeeCurrencyNotBudgeted, fmt.Sprintf("%s sets its fee budget in %s, and the rail charges a %s's fee in its own currency, %s, which the fee budget cannot count; ask the owner for a mandate whose fee budget is in %s.",
-			mandateName(in), fb.GetCurrency(), a.Kind, orNone(a.Currency), orNone(a.Currency))
+			mandateName(in), fb.GetCurrency(), a.Kind, orNone(inert(a.Currency)), orNone(inert(a.Currency)))
 	}
 	if fb == nil || in.Usage.FeeSpentMinor < fb.GetAmountMinor() {
 		return "", ""
@@ -106,20 +106,20 @@ func checkBudget(in Input) (code, reason string) {
 			set = append(set, b.GetCurrency())
 		}
 		return ReasonCurrencyNotBudgeted, fmt.Sprintf("%s sets budgets in %s but none in %s, so it allows no spending in %s; ask the owner for a budget in %s.",
-			mandateName(in), strings.Join(set, ", "), a.Currency, a.Currency, a.Currency)
+			mandateName(in), strings.Join(set, ", "), inert(a.Currency), inert(a.Currency), inert(a.Currency))
 	}
 	used, ok1 := addMinor(u.BudgetHeldMinor, u.BudgetSpentMinor)
 	total, ok2 := addMinor(used, a.AmountMinor)
 	switch limit := b.GetAmountMinor(); {
 	case limit < 0:
-		return ReasonMandateInvalid, fmt.Sprintf("The %s budget of %s is negative (%s).", a.Currency, mandateName(in), amount(in, limit, a.Currency))
+		return ReasonMandateInvalid, fmt.Sprintf("The %s budget of %s is negative (%s).", inert(a.Currency), mandateName(in), amount(in, limit, a.Currency))
 	case !ok1 || !ok2:
 		return ReasonAmountOverflow, fmt.Sprintf("%s plus the %s held and %s spent does not fit in a 64-bit amount, so it is refused.",
 			amount(in, a.AmountMinor, a.Currency), amount(in, u.BudgetHeldMinor, a.Currency), amount(in, u.BudgetSpentMinor, a.Currency))
 	case total > limit:
 		cur := func(minor int64) string { return amount(in, minor, a.Currency) }
 		return ReasonBudgetExceeded, fmt.Sprintf("%s would bring the held and spent %s budget of %s to %s, over its %s (%s held, %s spent, %s left).",
-			cur(a.AmountMinor), a.Currency, mandateName(in), cur(total), cur(limit), cur(u.BudgetHeldMinor), cur(u.BudgetSpentMinor), cur(max(limit-used, 0)))
+			cur(a.AmountMinor), inert(a.Currency), mandateName(in), cur(total), cur(limit), cur(u.BudgetHeldMinor), cur(u.BudgetSpentMinor), cur(max(limit-used, 0)))
 	}
 	return "", ""
 }

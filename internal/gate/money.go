@@ -24,5 +24,5 @@ func addMinor(xs ...int64) (sum int64, ok bool) {
 // major units with the code, as the rail counts them ("600.00 USD",
 // "1,500 JPY").
 func amount(in Input, minor int64, currency string) string {
-	return moneyfmt.ForRail(string(in.Rail)).Format(minor, currency)
+	return moneyfmt.ForRail(string(in.Rail)).Format(minor, inert(currency))
 }

@@ -21,5 +21,5 @@ func (NewPayee) Advise(in Input) *Objection {
 		return nil
 	}
 	return HoldFor(ReasonNewPayee, fmt.Sprintf("%s has never been paid from %s; the owner must approve this first payment of %s, so send the identical request again after approval",
-		orNone(a.Payee), in.RailAccount, amount(in, a.AmountMinor, a.Currency)))
+		orNone(inert(a.Payee)), in.RailAccount, amount(in, a.AmountMinor, a.Currency)))
 }

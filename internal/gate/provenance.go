@@ -22,11 +22,11 @@ func CheckProvenance(in Input) Result {
 	}
 	p := in.Mandate.GetProvenance()
 	if pin := p.GetRailHost(); pin != "" && normHost(in.Host) != normHost(pin) {
-		return block(GateProvenance, ReasonHostNotPinned, "The request goes to host %q, but %s pins the rail host %q.", in.Host, mandateName(in), pin)
+		return block(GateProvenance, ReasonHostNotPinned, "The request goes to host %q, but %s pins the rail host %q.", inert(in.Host), mandateName(in), pin)
 	}
 	if pin := p.GetApiVersion(); pin != "" && in.APIVersion != pin {
 		return block(GateProvenance, ReasonAPIVersionMismatch, "The request carries API version %q, but %s pins %q; send API version %s.",
-			in.APIVersion, mandateName(in), pin, pin)
+			inert(in.APIVersion), mandateName(in), pin, pin)
 	}
 	// Tool pins apply to requests that reach the rail through an MCP
 	// server, whatever the rail; they never come from the agent: the

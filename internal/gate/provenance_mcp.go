@@ -22,17 +22,17 @@ func checkToolPins(in Input, p *countersignv1.Provenance) (Result, bool) {
 	case in.MCPTool == "":
 		return block(GateProvenance, ReasonMCPToolNotPinned, "This action names no MCP tool, but %s pins the MCP server's tools, so Countersign cannot check which tool moves the money; send the tools/call itself.", mandateName(in)), true
 	case !descPinned && !entryPinned:
-		return block(GateProvenance, ReasonMCPToolNotPinned, "MCP tool %q is not among the tools %s pins (by description or by whole entry), so it may not move money; no money moved. The owner can pin it in a new mandate.", in.MCPTool, mandateName(in)), true
+		return block(GateProvenance, ReasonMCPToolNotPinned, "MCP tool %q is not among the tools %s pins (by description or by whole entry), so it may not move money; no money moved. The owner can pin it in a new mandate.", inert(in.MCPTool), mandateName(in)), true
 	case descPinned && in.MCPToolDescriptionHash == "":
-		return block(GateProvenance, ReasonMCPToolDrift, "The current description of MCP tool %q is unknown, so it cannot be matched to the pinned hash %s; no money moved.", in.MCPTool, short(desc)), true
+		return block(GateProvenance, ReasonMCPToolDrift, "The current description of MCP tool %q is unknown, so it cannot be matched to the pinned hash %s; no money moved.", inert(in.MCPTool), short(desc)), true
 	case descPinned && in.MCPToolDescriptionHash != desc:
 		return block(GateProvenance, ReasonMCPToolDrift, "The MCP server now describes tool %q differently (description hash %s, not the %s pinned by %s): the tool changed after the mandate was made, so its instructions are not trusted and no money moved. The owner should review the new description and, if it is safe, pin it in a new mandate.",
-			in.MCPTool, short(in.MCPToolDescriptionHash), short(desc), mandateName(in)), true
+			inert(in.MCPTool), short(in.MCPToolDescriptionHash), short(desc), mandateName(in)), true
 	case entryPinned && in.MCPToolEntryHash == "":
-		return block(GateProvenance, ReasonMCPToolEntryDrift, "The current entry of MCP tool %q in the server's tools list is unknown or has no RFC 8785 canonical form, so it cannot be matched to the pinned entry hash %s; no money moved.", in.MCPTool, short(entry)), true
+		return block(GateProvenance, ReasonMCPToolEntryDrift, "The current entry of MCP tool %q in the server's tools list is unknown or has no RFC 8785 canonical form, so it cannot be matched to the pinned entry hash %s; no money moved.", inert(in.MCPTool), short(entry)), true
 	case entryPinned && in.MCPToolEntryHash != entry:
 		return block(GateProvenance, ReasonMCPToolEntryDrift, "The MCP server now lists tool %q differently (entry hash %s, not the %s pinned by %s): its parameters, title, annotations, schemas or metadata changed after the mandate was made, so they are not trusted and no money moved. The owner should review the tool's new entry and, if it is safe, pin it in a new mandate.",
-			in.MCPTool, short(in.MCPToolEntryHash), short(entry), mandateName(in)), true
+			inert(in.MCPTool), short(in.MCPToolEntryHash), short(entry), mandateName(in)), true
 	}
 	if want := p.GetMcpToolsListHash(); want != "" {
 		if in.MCPToolsListHash == "" {

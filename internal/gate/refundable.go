@@ -29,7 +29,7 @@ func checkRefundable(in Input, r Referent, outstanding int64) (code, reason stri
 	avail, ok := refundable(r, outstanding)
 	if !ok {
 		return ReasonReferentInvalid, fmt.Sprintf("The rail reported %s refundable and the ledger %s outstanding on %s; neither may be negative, so the refund is refused.",
-			cur(r.RefundableMinor), cur(outstanding), a.Subject)
+			cur(r.RefundableMinor), cur(outstanding), inert(a.Subject))
 	}
 	why := ""
 	if outstanding > 0 {
@@ -37,12 +37,12 @@ func checkRefundable(in Input, r Referent, outstanding int64) (code, reason stri
 	}
 	switch {
 	case avail == 0:
-		return ReasonNothingRefundable, fmt.Sprintf("Nothing is left to refund on %s%s.", a.Subject, why)
+		return ReasonNothingRefundable, fmt.Sprintf("Nothing is left to refund on %s%s.", inert(a.Subject), why)
 	case a.AmountMinor > avail && a.FullRefund:
 		return ReasonAmountExceedsRefundable, fmt.Sprintf("A full refund of %s, valued at %s, exceeds the %s still refundable on %s%s; send an explicit amount of at most %s (%d in minor units).",
-			a.Subject, cur(a.AmountMinor), cur(avail), a.Subject, why, cur(avail), avail)
+			inert(a.Subject), cur(a.AmountMinor), cur(avail), inert(a.Subject), why, cur(avail), avail)
 	case a.AmountMinor > avail:
-		return ReasonAmountExceedsRefundable, fmt.Sprintf("%s exceeds the %s still refundable on %s%s.", cur(a.AmountMinor), cur(avail), a.Subject, why)
+		return ReasonAmountExceedsRefundable, fmt.Sprintf("%s exceeds the %s still refundable on %s%s.", cur(a.AmountMinor), cur(avail), inert(a.Subject), why)
 	}
 	return "", ""
 }

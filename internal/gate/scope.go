@@ -23,7 +23,7 @@ func CheckScope(in Input) Result {
 	g := grantFor(m, a.Kind)
 	switch {
 	case !slices.Contains(g.GetCurrencies(), a.Currency):
-		return block(GateScope, ReasonCurrencyNotGranted, "%s grants %s only in %v, not in %s.", name, a.Kind, g.GetCurrencies(), orNone(a.Currency))
+		return block(GateScope, ReasonCurrencyNotGranted, "%s grants %s only in %v, not in %s.", name, a.Kind, g.GetCurrencies(), orNone(inert(a.Currency)))
 	case g.GetReversible() && !a.Reversible:
 		return block(GateScope, ReasonActionNotReversible, "%s grants %s only while the rail can still reverse it, and this one cannot be reversed.", name, a.Kind)
 	}
@@ -37,7 +37,7 @@ func CheckScope(in Input) Result {
 		}
 		return result(GateScope, Allow, ReasonApproved, "Credential %s may only propose, and %s.", in.Credential.ID, why)
 	}
-	return pass(GateScope, "Credential %s and %s are valid and grant %s in %s.", in.Credential.ID, name, a.Kind, a.Currency)
+	return pass(GateScope, "Credential %s and %s are valid and grant %s in %s.", in.Credential.ID, name, a.Kind, inert(a.Currency))
 }
 
 // CheckMandateApplies is the part of G1 that needs neither the referent

@@ -115,7 +115,7 @@ func checkWindowCurrency(in Input) (code, reason string) {
 				of = "payee"
 			}
 			return ReasonCurrencyNotWindowed, fmt.Sprintf("%s limits the amount per %s window in %s but in none in %s, so it allows no spending in %s; ask the owner for a window in %s.",
-				mandateName(in), of, strings.Join(set, ", "), a.Currency, a.Currency, a.Currency)
+				mandateName(in), of, strings.Join(set, ", "), inert(a.Currency), inert(a.Currency), inert(a.Currency))
 		}
 	}
 	return "", ""
@@ -123,9 +123,9 @@ func checkWindowCurrency(in Input) (code, reason string) {
 
 // windowName names a window in a sentence: "the 24h window of agent agt_1".
 func windowName(s WindowSpec) string {
-	of := "agent " + s.Key
+	of := "agent " + inert(s.Key)
 	if s.Scope == countersignv1.WindowScope_WINDOW_SCOPE_PAYEE {
-		of = "payee " + s.Key
+		of = "payee " + inert(s.Key)
 	}
 	return fmt.Sprintf("the %s window of %s", shortDuration(s.Duration), of)
 }

@@ -20,9 +20,12 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptrace"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -404,6 +407,13 @@ func (c *worker) send(ctx context.Context, dl ledger.Delivery) (status int, fail
 	req.Header.Set(HeaderAttempt, strconv.Itoa(dl.Attempt))
 	req.Header.Set(HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
 	req.Header.Set(HeaderSignature, Sign(string(dl.Secret), now, dl.Payload))
+	var remote atomic.Pointer[netip.Addr] // the address answering, for failure
+	req = req.WithContext(httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{GotConn: func(ci httptrace.GotConnInfo) {
+		if ap, err := netip.ParseAddrPort(ci.Conn.RemoteAddr().String()); err == nil {
+			a := ap.Addr()
+			remote.Store(&a)
+		}
+	}}))
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		failure, detail = describe(err, c.Timeout)
@@ -420,11 +430,28 @@ func (c *worker) send(ctx context.Context, dl ledger.Delivery) (status int, fail
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return resp.StatusCode, "", ""
 	}
-	msg := "HTTP " + strconv.Itoa(resp.StatusCode)
-	if s := printable(head); s != "" {
-		msg += ": " + s
+	var addr netip.Addr
+	if a := remote.Load(); a != nil {
+		addr = *a
 	}
-	return resp.StatusCode, msg, ""
+	failure, detail = answerFailure(resp.StatusCode, printable(head), addr)
+	return resp.StatusCode, failure, detail
+}
+
+// answerFailure describes a non-2xx answer from addr: the status and the first
+// bytes of the body for the owner, unless addr is a special-purpose address
+// (admitted by --webhook-allow-networks, or unknown), whose body goes to
+// the operator's log only: an owner's webhook URL must not read an internal
+// service's answers back through last_error.
+func answerFailure(status int, body string, addr netip.Addr) (failure, detail string) {
+	failure = "HTTP " + strconv.Itoa(status)
+	switch {
+	case body == "":
+		return failure, ""
+	case special(addr):
+		return failure, "answer: " + body
+	}
+	return failure + ": " + body, ""
 }
 
 // maxDrain is the longest answer body read to the end.

@@ -203,7 +203,9 @@ func TestFailedDeliveryIsRetriedWithTheSameID(t *testing.T) {
 	}
 	evs, _ := f.store.EventsOf(context.Background(), k)
 	st, err := f.store.GetDelivery(context.Background(), f.owner, evs[0].ID, f.webhook.ID)
-	if err != nil || st.State != "pending" || st.LastStatus != 500 || st.LastError != "HTTP 500: answer 500" || st.LeaseOwner != "" {
+	if err != nil || st.State != "pending" || st.LastStatus != 500 || st.LastError != "HTTP 500" || st.LeaseOwner != "" {
+		// The receiver is on loopback, admitted by Allow only: its
+		// answer ("answer 500") stays out of what the owner reads.
 		t.Fatalf("delivery after a 500 = %+v, %v", st, err)
 	}
 	passUntil(t, d, 10*time.Second, func() bool { return len(rc.requests()) == 2 })
@@ -282,7 +284,8 @@ func TestDeliveryWithoutA2xxIsAFailure(t *testing.T) {
 	}{
 		{"timeout", func(_ int, r *http.Request) int { <-r.Context().Done(); return 200 }, 0, "no answer within 100ms"},
 		{"redirect", func(_ int, r *http.Request) int { return 307 }, 307, "HTTP 307"},
-		{"client error", always(400), 400, "HTTP 400: answer 400"},
+		// On loopback, admitted by Allow only: the answer's body is not shown.
+		{"client error", always(400), 400, "HTTP 400"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -300,6 +303,9 @@ func TestDeliveryWithoutA2xxIsAFailure(t *testing.T) {
 			st, err := f.store.GetDelivery(context.Background(), f.owner, evs[0].ID, f.webhook.ID)
 			if err != nil || st.State != "pending" || st.LastStatus != tc.wantStatus || !strings.HasPrefix(st.LastError, tc.wantError) {
 				t.Fatalf("delivery = %+v, %v; want status %d and error %q", st, err, tc.wantStatus, tc.wantError)
+			}
+			if strings.Contains(st.LastError, ": answer") {
+				t.Fatalf("the error shows an internal receiver's answer: %q", st.LastError)
 			}
 			if strings.Contains(st.LastError, rc.srv.URL) {
 				t.Fatalf("the error names the webhook URL: %q", st.LastError)

@@ -24,7 +24,8 @@ var ErrAddressRefused = errors.New("outbox: webhook address refused")
 // range is refused unless Allow names it.
 type AddressPolicy struct {
 	// Allow lists networks that are reachable even though they are not
-	// public (e.g. an internal receiver at 10.20.0.0/16).
+	// public (e.g. an internal receiver at 10.20.0.0/16). The answer of a
+	// receiver there is kept out of the delivery's last_error (special).
 	Allow []netip.Prefix
 }
 
@@ -34,7 +35,9 @@ var refused = mustPrefixes(
 	"0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
 	"192.0.0.0/24", "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16", "198.18.0.0/15", "198.51.100.0/24",
 	"203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
-	"::/128", "::1/128", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001::/23", "2001:db8::/32", "2002::/16",
+	// ::/96 is IPv4-compatible IPv6 (deprecated, RFC 4291 §2.5.5.1): some
+	// stacks still route ::a.b.c.d to a.b.c.d, ::127.0.0.1 included.
+	"::/128", "::1/128", "::/96", "64:ff9b::/96", "64:ff9b:1::/48", "100::/64", "2001::/23", "2001:db8::/32", "2002::/16",
 	"fc00::/7", "fe80::/10", "ff00::/8",
 )
 
@@ -84,10 +87,30 @@ func (p AddressPolicy) CheckURL(raw string) error {
 	if a, err := netip.ParseAddr(host); err == nil {
 		return p.Check(a)
 	}
-	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+	// A trailing dot is the same name, fully qualified ("localhost.").
+	if h := strings.TrimSuffix(strings.ToLower(host), "."); h == "localhost" || strings.HasSuffix(h, ".localhost") {
 		return p.Check(netip.MustParseAddr("127.0.0.1"))
 	}
 	return nil
+}
+
+// special reports whether a is in a special-purpose range, so that a
+// delivery reaches it only because Allow names it (or a custom client
+// skipped the policy). Such a receiver is inside the operator's network:
+// what it answers is kept out of the delivery's last_error, which the
+// owner reads, so that a webhook URL cannot read internal services back.
+// An invalid address (unknown) counts as special.
+func special(a netip.Addr) bool {
+	if !a.IsValid() {
+		return true
+	}
+	a = a.Unmap().WithZone("")
+	for _, n := range refused {
+		if n.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // MaxResponseHeaderBytes bounds the headers of a webhook's answer (over

@@ -41,6 +41,9 @@ func TestAddressPolicyRefusesSpecialPurposeRanges(t *testing.T) {
 		{"fd00::1", AddressPolicy{}, false},
 		{"::ffff:10.0.0.1", AddressPolicy{}, false}, // IPv4-mapped
 		{"::ffff:127.0.0.1", AddressPolicy{}, false},
+		{"::127.0.0.1", AddressPolicy{}, false}, // IPv4-compatible
+		{"::10.0.0.1", AddressPolicy{}, false},
+		{"::8.8.8.8", AddressPolicy{}, false},
 		{"10.20.1.1", internal, true},
 		{"::ffff:10.20.1.1", internal, true},
 		{"10.21.0.1", internal, false},
@@ -64,6 +67,10 @@ func TestCheckURL(t *testing.T) {
 		{"https:///x", "no host"},
 		{"http://localhost:8080/x", "127.0.0.1"},
 		{"http://admin.localhost/x", "127.0.0.1"},
+		{"http://localhost.:8080/x", "127.0.0.1"}, // fully qualified
+		{"http://LOCALHOST./x", "127.0.0.1"},
+		{"http://admin.localhost./x", "127.0.0.1"},
+		{"http://[::127.0.0.1]/x", "::/96"},
 		{"http://169.254.169.254/latest/meta-data", "169.254.0.0/16"},
 		{"http://[::1]:9191/", "::1"},
 		{"http://10.0.0.5/hook", "10.0.0.0/8"},

@@ -17,7 +17,10 @@ const (
 	// HeaderEvent is the event type, e.g. intent.applied.
 	HeaderEvent = "Countersign-Event"
 	// HeaderDelivery is "<outbox_id>-<webhook_id>": the same on every
-	// attempt of one event to one webhook, for de-duplication.
+	// attempt of one event to one webhook. It is not signed (the signature
+	// covers the timestamp and the body), so a receiver de-duplicates on
+	// the body's "id", the outbox id, which is signed; the webhook half is
+	// implied by the secret the body verified under.
 	HeaderDelivery = "Countersign-Delivery"
 	// HeaderAttempt is the attempt's number (1 for the first).
 	HeaderAttempt = "Countersign-Attempt"

@@ -222,6 +222,47 @@ func checkJWKSURL(raw string) error {
 	return nil
 }
 
+// CheckInAgentPodURL refuses, for a process in the agent's pod, an issuer
+// URL (flag names the setting) that is not https: the agent shares the
+// pod's loopback, so plain http even to localhost may be answered by the
+// agent, with a key set or tokens that make it an owner. nil when raw is
+// https.
+func CheckInAgentPodURL(flag, raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("%s: %w", flag, err)
+	}
+	if u.Scheme != "https" {
+		return fmt.Errorf("%s must be https in the agent's pod, got %q: the agent shares this pod's loopback, "+
+			"so plain http, even to a loopback host, may be answered by the agent, which would then sign in as an owner", flag, raw)
+	}
+	return nil
+}
+
+// httpsRedirectsOnly is client (or the default client) following redirects
+// to https only, for the agent's pod, where the default's allowance of
+// plain http to loopback would let the agent answer.
+func httpsRedirectsOnly(client *http.Client) *http.Client {
+	if client == nil {
+		client = defaultHTTPClient()
+	}
+	c := *client
+	next := c.CheckRedirect
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if req.URL.Scheme != "https" {
+			return fmt.Errorf("redirect to %s refused: not https, and in the agent's pod the agent may answer plain http", req.URL.Redacted())
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 { // net/http's default policy
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &c
+}
+
 // LoopbackHost reports whether h (a URL's host name) is localhost or a
 // loopback address: the only hosts an issuer endpoint may be reached at over
 // plain http.

@@ -112,6 +112,12 @@ type Config struct {
 	KeysMaxAge, KeysMinReload time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// InAgentPod says this process runs in the agent's pod, whose loopback
+	// the agent shares: plain http even to loopback may reach a listener
+	// of the agent's, whose key set would make it an owner. The issuer and
+	// JWKSURL must then be https, and the JWKS fetch follows redirects to
+	// https only.
+	InAgentPod bool
 }
 
 // Enabled reports whether any OIDC setting is present.
@@ -156,7 +162,14 @@ func (c Config) Validate() error {
 	case c.JWKSURL != "":
 		if err := checkJWKSURL(c.JWKSURL); err != nil {
 			errs = append(errs, err)
+		} else if c.InAgentPod {
+			errs = append(errs, CheckInAgentPodURL("owner-jwks-url", c.JWKSURL))
 		}
+	}
+	if c.InAgentPod && c.Issuer != "" {
+		// The issuer is compared, not fetched, here; but the console
+		// discovers its endpoints at <issuer>/.well-known/openid-configuration.
+		errs = append(errs, CheckInAgentPodURL("owner-issuer", c.Issuer))
 	}
 	if !subjectClaims[c.SubjectClaim] {
 		errs = append(errs, fmt.Errorf("owner-subject-claim %q is refused: set sub (the default) or email. An owner is named by "+
@@ -201,6 +214,7 @@ type Authenticator struct {
 	sessions SessionStore // nil: console sessions are refused
 	oidc     *verifier    // nil when OIDC is off
 	now      func() time.Time
+	inPod    bool // Config.InAgentPod
 }
 
 // New returns an authenticator over tokens (the ledger) and, when cfg
@@ -218,9 +232,12 @@ func New(cfg Config, tokens TokenStore) (*Authenticator, error) {
 	if now == nil {
 		now = time.Now
 	}
-	a := &Authenticator{tokens: tokens, now: now}
+	a := &Authenticator{tokens: tokens, now: now, inPod: cfg.InAgentPod}
 	if ss, ok := tokens.(SessionStore); ok {
 		a.sessions = ss
+	}
+	if cfg.InAgentPod && cfg.JWKSURL != "" {
+		cfg.HTTPClient = httpsRedirectsOnly(cfg.HTTPClient)
 	}
 	if cfg.Enabled() {
 		v, err := newVerifier(cfg, now)
@@ -231,6 +248,10 @@ func New(cfg Config, tokens TokenStore) (*Authenticator, error) {
 	}
 	return a, nil
 }
+
+// InAgentPod reports Config.InAgentPod, for the console's issuer
+// endpoints, which must then be https too.
+func (a *Authenticator) InAgentPod() bool { return a.inPod }
 
 // Authenticate resolves the value of an Authorization header. Errors match
 // ErrUnauthenticated, ErrAgentCredential or ErrNotAllowed, except a ledger failure, which is

@@ -43,6 +43,13 @@ type AccountConfig struct {
 	// rail (streamable HTTP); reads of referents and listings still go to
 	// the rail's REST API at BaseURL.
 	MCP *MCPConfig `json:"mcp,omitempty"`
+	// PayoutAccountNumbers, on a razorpay account, are the RazorpayX
+	// account numbers its payouts may leave from (a payout's
+	// account_number: the business's current account, or its RazorpayX
+	// Lite customer identifier). A payout from any other is refused before
+	// any rail read. Unset, the agent chooses the source account
+	// (payoutaccounts.go).
+	PayoutAccountNumbers []string `json:"payout_account_numbers,omitempty"`
 }
 
 // MCPConfig selects an MCP server's tool mapping.
@@ -80,6 +87,8 @@ type Account struct {
 	// tool list (nil off MCP).
 	ToolClient rail.Client
 	auth       string
+	// payoutAccounts are the source accounts a payout may name (nil: any).
+	payoutAccounts map[string]bool
 }
 
 // AuthHeader is the outbound Authorization value carrying the rail key.
@@ -218,6 +227,9 @@ func load(c AccountConfig, adapters Adapters, hc *http.Client, o options) (*Acco
 		mcpAuth = auth
 	}
 	a := &Account{ID: c.Account, Rail: sik.Rail(c.Rail), Hosts: hosts, BaseURL: strings.TrimRight(base, "/"), Adapter: mk(), auth: auth}
+	if a.payoutAccounts, err = payoutAccounts(c); err != nil {
+		return nil, err
+	}
 	a.Client = &httpClient{base: a.BaseURL, auth: auth, hc: hc}
 	if c.MCP != nil {
 		ad, err := mcpAdapter(*c.MCP, a.Rail, a.Adapter)

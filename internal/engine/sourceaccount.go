@@ -1,0 +1,44 @@
+package engine
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/rails"
+	"github.com/countersign/countersign/internal/sik"
+)
+
+// ReasonSourceAccountNotAllowed refuses a payout from an account the rails
+// file does not list for the rail account (payout_account_numbers).
+const ReasonSourceAccountNotAllowed = "source_account_not_allowed"
+
+// sourceAccountRefusal refuses, before any rail read, a payout whose source
+// account (a RazorpayX payout's account_number) is not one acct's rails
+// file entry allows; nil when it is, or when the entry lists none. The
+// agent chooses every byte of account_number: unchecked, it picks which of
+// the business's accounts pays, and the reconciler looks for the payout
+// only in the account it named. The refusal names how many accounts are
+// allowed but neither them nor the value sent, which the agent composed
+// and the decision record would keep.
+func sourceAccountRefusal(req Request, acct *rails.Account, a rail.Action) *Outcome {
+	if a.Kind != sik.KindPayout || acct.Rail != sik.RailRazorpay {
+		return nil
+	}
+	// A payout without one, when a list is set, is refused too: fail closed.
+	allowed, listed := acct.PayoutSource(a.Extra["account_number"])
+	if allowed {
+		return nil
+	}
+	out := refuseRail(acct, req, ReasonSourceAccountNotAllowed, fmt.Sprintf(
+		"Countersign refuses this payout: payouts on %s may leave only from the %d RazorpayX %s the operator listed, and its account_number is not %s; send it from a listed account.",
+		acct.ID, listed, plural(listed, "account", "accounts"), plural(listed, "that one", "one of them")), http.StatusForbidden)
+	return &out
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
