@@ -16,9 +16,13 @@
 --
 -- Each table's checks run in a BEFORE row trigger named <table>_zz_checks:
 -- BEFORE row triggers fire in name order, and like CHECK constraints these
--- must judge the row every other trigger leaves. NOT NULL, UNIQUE, foreign
--- keys and the tables written only by the owner's or the operator's paths
--- keep their constraints.
+-- must judge the row every other trigger leaves. They are ENABLE ALWAYS, so
+-- they hold under session_replication_role = replica too (a logical
+-- replication subscriber, pg_restore --disable-triggers), as the CHECKs
+-- did; what they do not survive, and a CHECK does, is the tables' owner
+-- running ALTER TABLE … DISABLE TRIGGER (that owner may as well drop a
+-- CHECK). NOT NULL, UNIQUE, foreign keys and the tables written only by the
+-- owner's or the operator's paths keep their constraints.
 
 -- +goose StatementBegin
 CREATE FUNCTION countersign_check_failed(rel text, name text) RETURNS void
@@ -259,6 +263,7 @@ ALTER TABLE intents
     DROP CONSTRAINT intents_amount_minor_check;
 CREATE TRIGGER intents_zz_checks BEFORE INSERT OR UPDATE ON intents
     FOR EACH ROW EXECUTE FUNCTION countersign_intents_checks();
+ALTER TABLE intents ENABLE ALWAYS TRIGGER intents_zz_checks;
 
 ALTER TABLE attempts
     DROP CONSTRAINT attempts_outcome_check, DROP CONSTRAINT attempts_stamp_check, DROP CONSTRAINT attempts_commit_token_hash_check,
@@ -266,12 +271,14 @@ ALTER TABLE attempts
     DROP CONSTRAINT attempts_attempt_seq_check, DROP CONSTRAINT attempts_stamped_or_not;
 CREATE TRIGGER attempts_zz_checks BEFORE INSERT OR UPDATE ON attempts
     FOR EACH ROW EXECUTE FUNCTION countersign_attempts_checks();
+ALTER TABLE attempts ENABLE ALWAYS TRIGGER attempts_zz_checks;
 
 ALTER TABLE decisions
     DROP CONSTRAINT decisions_verdict_check, DROP CONSTRAINT decisions_source_check, DROP CONSTRAINT decisions_gates_check,
     DROP CONSTRAINT decisions_intent, DROP CONSTRAINT decisions_reason_code_check, DROP CONSTRAINT decisions_check;
 CREATE TRIGGER decisions_zz_checks BEFORE INSERT OR UPDATE ON decisions
     FOR EACH ROW EXECUTE FUNCTION countersign_decisions_checks();
+ALTER TABLE decisions ENABLE ALWAYS TRIGGER decisions_zz_checks;
 
 ALTER TABLE audit_records
     DROP CONSTRAINT audit_records_legacy_chain, DROP CONSTRAINT audit_records_hash_check,
@@ -279,28 +286,33 @@ ALTER TABLE audit_records
     DROP CONSTRAINT audit_records_seq_check;
 CREATE TRIGGER audit_records_zz_checks BEFORE INSERT OR UPDATE ON audit_records
     FOR EACH ROW EXECUTE FUNCTION countersign_audit_records_checks();
+ALTER TABLE audit_records ENABLE ALWAYS TRIGGER audit_records_zz_checks;
 
 ALTER TABLE budget_holds
     DROP CONSTRAINT budget_holds_state_check, DROP CONSTRAINT budget_holds_check, DROP CONSTRAINT budget_holds_currency_check,
     DROP CONSTRAINT budget_holds_amount_minor_check, DROP CONSTRAINT budget_holds_hold_seq_check;
 CREATE TRIGGER budget_holds_zz_checks BEFORE INSERT OR UPDATE ON budget_holds
     FOR EACH ROW EXECUTE FUNCTION countersign_budget_holds_checks();
+ALTER TABLE budget_holds ENABLE ALWAYS TRIGGER budget_holds_zz_checks;
 
 ALTER TABLE window_buckets
     DROP CONSTRAINT window_buckets_shard_check, DROP CONSTRAINT window_buckets_bucket_check,
     DROP CONSTRAINT window_buckets_amount_minor_check, DROP CONSTRAINT window_buckets_calls_check;
 CREATE TRIGGER window_buckets_zz_checks BEFORE INSERT OR UPDATE ON window_buckets
     FOR EACH ROW EXECUTE FUNCTION countersign_window_buckets_checks();
+ALTER TABLE window_buckets ENABLE ALWAYS TRIGGER window_buckets_zz_checks;
 
 ALTER TABLE mandate_budgets
     DROP CONSTRAINT budget_never_exceeded, DROP CONSTRAINT mandate_budgets_currency_check,
     DROP CONSTRAINT mandate_budgets_held_minor_check, DROP CONSTRAINT mandate_budgets_budget_minor_check;
 CREATE TRIGGER mandate_budgets_zz_checks BEFORE INSERT OR UPDATE ON mandate_budgets
     FOR EACH ROW EXECUTE FUNCTION countersign_mandate_budgets_checks();
+ALTER TABLE mandate_budgets ENABLE ALWAYS TRIGGER mandate_budgets_zz_checks;
 
 ALTER TABLE intent_aliases DROP CONSTRAINT intent_aliases_alias_check;
 CREATE TRIGGER intent_aliases_zz_checks BEFORE INSERT OR UPDATE ON intent_aliases
     FOR EACH ROW EXECUTE FUNCTION countersign_intent_aliases_checks();
+ALTER TABLE intent_aliases ENABLE ALWAYS TRIGGER intent_aliases_zz_checks;
 
 -- +goose Down
 DROP TRIGGER intents_zz_checks ON intents;
