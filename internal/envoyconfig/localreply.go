@@ -29,9 +29,10 @@ const rewriteWhy = "Envoy's own replies (504 on an upstream timeout, 503 on a re
 // that rewrite an answer's status or body before ext_proc reads it: a
 // local_reply_config mapper, and the custom_response filter wherever it
 // is named (a filter of the chain, or a per-route config of a virtual
-// host, a route or a weighted cluster). A shipped config has none.
+// host, a route or a weighted cluster), and the router's
+// upstream_http_filters (routerUpstreamFaults). A shipped config has none.
 func LocalReplyFaults(h *hcmv3.HttpConnectionManager) []string {
-	var out []string
+	out := routerUpstreamFaults(h)
 	if n := len(h.GetLocalReplyConfig().GetMappers()); n > 0 {
 		out = append(out, fmt.Sprintf("local_reply_config must have no mappers (it has %d): %s", n, rewriteWhy))
 	}

@@ -8,6 +8,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	customresponsev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/custom_response/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	upstreamcodecv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/upstream_codec/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -74,6 +75,20 @@ func TestLocalReplyFaults(t *testing.T) {
 		{"weighted cluster per-filter", func(h *hcmv3.HttpConnectionManager) {
 			vh(h).Routes[0].GetRoute().GetWeightedClusters().Clusters[0].TypedPerFilterConfig = map[string]*anypb.Any{"z": cr}
 		}, `weighted cluster 0 typed_per_filter_config "z"`},
+		// Upstream filters run inside the router: they see the rail's
+		// answer before ext_proc.
+		{"router upstream_http_filters", func(h *hcmv3.HttpConnectionManager) {
+			codec, err := anypb.New(&upstreamcodecv3.UpstreamCodec{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := anypb.New(&routerv3.Router{UpstreamHttpFilters: []*hcmv3.HttpFilter{
+				{Name: "envoy.filters.http.upstream_codec", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: codec}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.HttpFilters[0].ConfigType = &hcmv3.HttpFilter_TypedConfig{TypedConfig: r}
+		}, `http_filters[0] "envoy.filters.http.router": upstream_http_filters must be unset (it has "envoy.filters.http.upstream_codec")`},
 		{"another filter's per-route config", func(h *hcmv3.HttpConnectionManager) {
 			vh(h).Routes[0].TypedPerFilterConfig = map[string]*anypb.Any{"envoy.filters.http.router": router}
 		}, ""},

@@ -24,7 +24,8 @@ import (
 // to whatever a management server says, a cluster_type extension
 // (dynamic_forward_proxy among them) to an upstream it picks from the
 // request; a resolver the config names, or an endpoint's additional
-// address, answers for the name instead of the system resolver.
+// address, answers for the name instead of the system resolver. Nor may
+// any filter run between the router and the rail (upstreamFilterFaults).
 func RailClusterFaults(cl *clusterv3.Cluster, host string, port uint32) []string {
 	var out []string
 	if cl.GetClusterType() != nil {
@@ -67,7 +68,7 @@ func RailClusterFaults(cl *clusterv3.Cluster, host string, port uint32) []string
 	if n == 0 {
 		out = append(out, fmt.Sprintf("load_assignment has no endpoint: want %s", host))
 	}
-	return out
+	return append(out, upstreamFilterFaults(cl)...)
 }
 
 // RailTLSFaults lists the settings of a rail cluster's UpstreamTlsContext

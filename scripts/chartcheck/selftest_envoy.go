@@ -160,6 +160,32 @@ var envoyMutations = []mutation{
 		rt["typed_per_filter_config"] = pf
 		return nil
 	})},
+	// An upstream filter runs inside the router, after ext_proc stamped
+	// the request and before it reads the rail's answer.
+	{"a rail cluster with an upstream HTTP filter (it sees the answer before ext_proc)", invEnvoy, editRail(func(cl map[string]any) error {
+		cl["typed_extension_protocol_options"] = map[string]any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": map[string]any{
+			"@type":                "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+			"explicit_http_config": map[string]any{"http_protocol_options": map[string]any{}},
+			"http_filters": []any{map[string]any{"name": "envoy.filters.http.upstream_codec",
+				"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}}},
+		}}
+		return nil
+	})},
+	{"a router with upstream_http_filters (they run for every cluster naming none)", invEnvoy, editHCM(func(h map[string]any) error {
+		fs, _ := h["http_filters"].([]any)
+		for _, f := range fs {
+			if f, _ := f.(map[string]any); f["name"] == "envoy.filters.http.router" {
+				tc, err := at(f, "typed_config")
+				if err != nil {
+					return err
+				}
+				tc["upstream_http_filters"] = []any{map[string]any{"name": "envoy.filters.http.upstream_codec",
+					"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}}}
+				return nil
+			}
+		}
+		return errors.New("no router filter")
+	})},
 	{"a rail route that enables WebSocket upgrades itself", invEnvoy, editHCM(func(h map[string]any) error {
 		ra, err := at(h, "route_config", "virtual_hosts", 0, "routes", 0, "route")
 		if err != nil {

@@ -35,9 +35,11 @@ func (ad *adapter) Classify(a rail.Action, resp rail.Response) rail.Classificati
 	case refusedBeforeDispatch(resp.Status):
 		// Streamable HTTP refuses a message at the HTTP layer (bad or
 		// unknown session, wrong Accept or content type, auth, rate
-		// limit) before any tool runs.
-		return rail.Classification{Outcome: rail.Rejected,
-			Reason: fmt.Sprintf("the MCP server refused the request with %d before running the tool: %s", resp.Status, snippet(resp.Body))}
+		// limit) before any tool runs, but so may a proxy or WAF after
+		// it ran: only the SDK's own JSON-RPC error proves the former.
+		// The refusal is the exchange's own, so no CallID: SDKs answer
+		// it under id null (TypeScript) or "server-error" (Python).
+		return ad.classifyRefusal(resp)
 	case resp.Status < 200 || resp.Status > 299:
 		return ambiguous("the MCP server answered an unexpected %d: %s", resp.Status, snippet(resp.Body))
 	}

@@ -100,9 +100,15 @@ func TestClassify(t *testing.T) {
 		{name: "is_error/stripe_card_error", action: refundPI, resp: jsonResp(200, result("StripeCardError: Your card was declined.", true)), want: rail.Rejected},
 		{name: "is_error/stripe_rate_limit", action: refundPI, resp: jsonResp(200, result("StripeRateLimitError: Too many requests", true)), want: rail.Rejected},
 		{name: "http_400_no_session", action: refundPI, resp: jsonResp(400, rpcError(-32000, "Bad Request: No valid session ID provided", nil)), want: rail.Rejected},
-		{name: "http_401", action: refundPI, resp: rail.Response{Status: 401}, want: rail.Rejected},
-		{name: "http_406_accept", action: refundPI, resp: rail.Response{Status: 406}, want: rail.Rejected},
-		{name: "http_429", action: refundPI, resp: rail.Response{Status: 429}, want: rail.Rejected},
+		{name: "http_406_accept", action: refundPI,
+			resp: jsonResp(406, `{"jsonrpc":"2.0","error":{"code":-32000,"message":"Not Acceptable: Client must accept both application/json and text/event-stream"},"id":null}`), want: rail.Rejected},
+		{name: "http_429_python_sdk_id", action: refundPI,
+			resp: jsonResp(429, `{"jsonrpc":"2.0","id":"server-error","error":{"code":-32000,"message":"Too many requests"}}`), want: rail.Rejected},
+		// A 4xx without the SDK's JSON-RPC refusal may be a proxy's,
+		// answered after the tool ran.
+		{name: "http_401_no_body", action: refundPI, resp: rail.Response{Status: 401}, want: rail.Ambiguous, reason: "does not prove"},
+		{name: "http_406_no_body", action: refundPI, resp: rail.Response{Status: 406}, want: rail.Ambiguous},
+		{name: "http_429_no_body", action: refundPI, resp: rail.Response{Status: 429}, want: rail.Ambiguous},
 
 		// The rail's idempotency vocabulary, relayed by a server that
 		// forwards the key.

@@ -46,24 +46,34 @@ var transportWords = []string{"timeout", "timed out", "deadline exceeded", "conn
 
 // classifyText classifies an error text from the tool or the server.
 func classifyText(r sik.Rail, what, text string) rail.Classification {
-	m := railMarkers[r]
-	lower := strings.ToLower(text)
 	reason := fmt.Sprintf("%s: %s", what, snippet([]byte(text)))
-	switch {
-	case strings.TrimSpace(text) == "":
+	if strings.TrimSpace(text) == "" {
 		return ambiguous("%s without saying what happened", what)
-	case containsAny(text, m.inProgress) || r == sik.RailRazorpay && strings.Contains(lower, "idempotency") &&
-		containsAny(lower, []string{"in progress", "being processed"}):
-		return rail.Classification{Outcome: rail.InProgress, Reason: reason}
-	case containsAny(text, m.fingerprint) || strings.Contains(lower, "idempotency") &&
-		containsAny(lower, []string{"different request", "different payload", "mismatch", "does not match", "doesn't match"}):
-		return rail.Classification{Outcome: rail.FingerprintMismatch, Reason: reason}
-	case containsAny(text, m.ambiguous) || containsAny(lower, transportWords):
-		return rail.Classification{Outcome: rail.Ambiguous, Reason: reason}
-	case containsAny(text, m.rejected):
-		return rail.Classification{Outcome: rail.Rejected, Reason: reason}
+	}
+	if o, said := textSays(r, text); said {
+		return rail.Classification{Outcome: o, Reason: reason}
 	}
 	return rail.Classification{Outcome: rail.Ambiguous, Reason: reason + " (not a refusal Countersign can prove)"}
+}
+
+// textSays is what the rail's vocabulary in text says, and false when
+// text carries none of it.
+func textSays(r sik.Rail, text string) (rail.Outcome, bool) {
+	m := railMarkers[r]
+	lower := strings.ToLower(text)
+	switch {
+	case containsAny(text, m.inProgress) || r == sik.RailRazorpay && strings.Contains(lower, "idempotency") &&
+		containsAny(lower, []string{"in progress", "being processed"}):
+		return rail.InProgress, true
+	case containsAny(text, m.fingerprint) || strings.Contains(lower, "idempotency") &&
+		containsAny(lower, []string{"different request", "different payload", "mismatch", "does not match", "doesn't match"}):
+		return rail.FingerprintMismatch, true
+	case containsAny(text, m.ambiguous) || containsAny(lower, transportWords):
+		return rail.Ambiguous, true
+	case containsAny(text, m.rejected):
+		return rail.Rejected, true
+	}
+	return rail.Ambiguous, false
 }
 
 func containsAny(s string, words []string) bool {

@@ -58,6 +58,9 @@ func FuzzParse(f *testing.F) {
 		`{"jsonrpc":"2.0","id":3,"error":{"code":411111,"message":"1111111"}}`,
 		`{"jsonrpc":"2.0","id":4,"result":{"roots":[{"uri":"file:///a/411111","name":"111111"},{"uri":"file:///b"}]}}`,
 		`{"jsonrpc":"2.0","id":1234567890,"result":{}}`,
+		// A case variant of the stamp key, which the stamp would sit beside.
+		callBody("1", "create_refund", `{"payment_intent":"pi_1","amount":1500,"metadata":{"COUNTERSIGN_SIK":"x"}}`),
+		callBody("1", "create_refund", `{"payment_intent":"pi_1","amount":1500,"metadata":{"countersign_\u017fik":"x"}}`),
 	} {
 		f.Add("POST", DefaultEndpoint, "application/json", []byte(body))
 	}

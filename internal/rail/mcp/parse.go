@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -533,6 +534,20 @@ func (ad *adapter) action(name string, t Tool, args object, req rail.Request) (r
 		md, ok := asObject(raw)
 		if !ok {
 			return rail.Action{}, malformed(field(t.Metadata), "must be an object of key-value pairs")
+		}
+		// checkJSON has refused keys equal up to case; a case variant of
+		// the stamp key is left, which the server would echo beside the
+		// stamp ext_proc writes.
+		keys := make([]string, 0, len(md))
+		for k := range md {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var seen rail.KeySet
+		for _, k := range keys {
+			if err := seen.Add(k); err != nil {
+				return rail.Action{}, malformed(field(t.Metadata), "%v", err)
+			}
 		}
 		if raw, ok := md[sik.StampKey]; ok {
 			// Countersign's: ext_proc overwrites it, and the engine judges

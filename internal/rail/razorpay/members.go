@@ -259,6 +259,17 @@ func checkNotes(raw json.RawMessage) error {
 	if err := json.Unmarshal(raw, &notes); err != nil || notes == nil {
 		return malformed("notes", "must be an object of key-value pairs")
 	}
+	keys := make([]string, 0, len(notes))
+	for k := range notes {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // the error names the same pair every time
+	var seen rail.KeySet
+	for _, k := range keys {
+		if err := seen.Add(k); err != nil {
+			return malformed("notes", "%v", err)
+		}
+	}
 	delete(notes, sik.StampKey)
 	if len(notes) > maxNotes-1 {
 		return malformed("notes", "%d keys; at most %d, as Countersign adds %s", len(notes), maxNotes-1, sik.StampKey)

@@ -165,6 +165,7 @@ func boolean(v string) error {
 func (s spec) read(kind sik.Kind, pairs []pair) (fields map[string]string, labels map[string]rail.Label, stamp string, err error) {
 	fields = map[string]string{}
 	seen := map[string]bool{}
+	var keys rail.KeySet
 	metadata, expand := 0, 0
 	for _, p := range pairs {
 		if p.name == "expand[]" {
@@ -183,6 +184,9 @@ func (s spec) read(kind sik.Kind, pairs []pair) (fields map[string]string, label
 		if key, ok := metadataKey(p.name); ok {
 			if err := checkMetadata(key, p.value); err != nil {
 				return nil, nil, "", err
+			}
+			if err := keys.Add(key); err != nil {
+				return nil, nil, "", malformed("metadata", "%v", err)
 			}
 			if key == sik.StampKey {
 				// The stamp is Countersign's: ext_proc overwrites it, and

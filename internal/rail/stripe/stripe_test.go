@@ -676,6 +676,11 @@ func FuzzParse(f *testing.F) {
 	for _, tc := range unrecognisedCases {
 		add(tc.Req)
 	}
+	// Metadata keys equal up to case, which Stripe would echo as two.
+	for _, form := range []string{"metadata[ticket]=a&metadata[TICKET]=b", "metadata[COUNTERSIGN_SIK]=x",
+		"metadata[k]=a&metadata[%E2%84%AA]=b", "metadata[countersign_sik]=x&metadata[ticket]=a"} {
+		add(post("/v1/refunds", "payment_intent=pi_1&amount=1500&"+form))
+	}
 	ad := New()
 	f.Fuzz(func(t *testing.T, method, path, contentType, distinct, name, value string, body []byte) {
 		req := rail.Request{Method: method, Path: path, Body: body, Headers: map[string]string{}}
@@ -691,6 +696,20 @@ func FuzzParse(f *testing.F) {
 		p, err := ad.Parse(req)
 		if cerr := railtest.CheckParsed(p, err); cerr != nil {
 			t.Fatalf("Parse(%q %q %q) = %+v, %v: %v", method, path, body, p, err, cerr)
+		}
+		if err == nil && p.Kind == rail.KindAction {
+			// The metadata Stripe echoes, with the stamp, reads one way:
+			// no two keys equal up to case.
+			md := map[string]string{sik.StampKey: stampA}
+			for name := range p.Action.Labels {
+				if k, ok := metadataKey(name); ok {
+					md[k] = ""
+				}
+			}
+			echoed, _ := json.Marshal(md)
+			if err := rail.CheckAnswerJSON(echoed); err != nil {
+				t.Fatalf("accepted %q, whose metadata echoed as %s is unreadable: %v", body, echoed, err)
+			}
 		}
 	})
 }

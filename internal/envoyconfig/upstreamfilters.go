@@ -1,0 +1,88 @@
+package envoyconfig
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+)
+
+const (
+	// httpProtocolOptionsType is a cluster's HTTP protocol options, by type.
+	httpProtocolOptionsType = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+	// routerType is the router filter's config, by type.
+	routerType = "envoy.extensions.filters.http.router.v3.Router"
+)
+
+// upstreamWhy says why no filter may run between the router and the rail.
+const upstreamWhy = "upstream filters run inside the router, after ext_proc has stamped the request and before it reads the rail's answer: " +
+	"they could change the stamped request Countersign recorded, or rewrite the answer (a 200 into a 4xx, a body into the rail's error) " +
+	"so that a payment that may have been applied reads as a definite rejection, and the next identical request goes out under a new key"
+
+// upstreamFilterFaults lists what runs between the router and a rail
+// cluster: http_filters in the cluster's HttpProtocolOptions (under any
+// key of typed_extension_protocol_options; Envoy runs them in place of the
+// router's upstream_http_filters), and upstream network filters, which see
+// the connection's plaintext bytes. An options message that cannot be read
+// is a fault too: what it holds is unknown.
+func upstreamFilterFaults(cl *clusterv3.Cluster) []string {
+	var out []string
+	opts := cl.GetTypedExtensionProtocolOptions()
+	for _, k := range slices.Sorted(maps.Keys(opts)) {
+		a := opts[k]
+		if typeName(a.GetTypeUrl()) != httpProtocolOptionsType {
+			continue
+		}
+		po := &upstreamhttpv3.HttpProtocolOptions{}
+		if err := a.UnmarshalTo(po); err != nil {
+			out = append(out, fmt.Sprintf("typed_extension_protocol_options[%s] cannot be read as HttpProtocolOptions (%v): it may carry upstream filters", k, err))
+			continue
+		}
+		if fs := po.GetHttpFilters(); len(fs) > 0 {
+			out = append(out, fmt.Sprintf("typed_extension_protocol_options[%s].http_filters must be unset (it has %s): %s", k, filterNames(fs), upstreamWhy))
+		}
+	}
+	if fs := cl.GetFilters(); len(fs) > 0 {
+		names := make([]string, len(fs))
+		for i, f := range fs {
+			names[i] = fmt.Sprintf("%q", f.GetName())
+		}
+		out = append(out, fmt.Sprintf("filters must be unset (it has %s): upstream network filters see the request and the answer in plaintext", strings.Join(names, ", ")))
+	}
+	return out
+}
+
+// routerUpstreamFaults lists the router filters of the agents' connection
+// manager that carry upstream_http_filters: Envoy runs them for every
+// cluster whose protocol options name none, the rail's included.
+func routerUpstreamFaults(h *hcmv3.HttpConnectionManager) []string {
+	var out []string
+	for i, f := range h.GetHttpFilters() {
+		a := f.GetTypedConfig()
+		if typeName(a.GetTypeUrl()) != routerType {
+			continue
+		}
+		r := &routerv3.Router{}
+		if err := a.UnmarshalTo(r); err != nil {
+			out = append(out, fmt.Sprintf("http_filters[%d] %q cannot be read as a Router (%v): it may carry upstream filters", i, f.GetName(), err))
+			continue
+		}
+		if fs := r.GetUpstreamHttpFilters(); len(fs) > 0 {
+			out = append(out, fmt.Sprintf("http_filters[%d] %q: upstream_http_filters must be unset (it has %s): %s", i, f.GetName(), filterNames(fs), upstreamWhy))
+		}
+	}
+	return out
+}
+
+func filterNames(fs []*hcmv3.HttpFilter) string {
+	names := make([]string, len(fs))
+	for i, f := range fs {
+		names[i] = fmt.Sprintf("%q", f.GetName())
+	}
+	return strings.Join(names, ", ")
+}
