@@ -27,12 +27,15 @@ func showMoney(r countersignv1.Rail, m *countersignv1.Money) string {
 }
 
 // minorExample is "5000 = 50.00 USD": what a number of minor units means in
-// currency, to show beside a question that asks for minor units.
-func minorExample(minor int64, currency string) string {
-	if _, ok := money.Exponent(currency); !ok {
+// currency on rail r, to show beside a question that asks for minor units.
+// It reads them as the rail does, not by ISO 4217 alone: Stripe moves
+// 5,000 MGA for 5000 (MGA is zero-decimal there), not 50.00.
+func minorExample(r countersignv1.Rail, minor int64, currency string) string {
+	conv := convention(r)
+	if _, ok := conv.Exponent(currency); !ok {
 		return fmt.Sprintf("%d minor units of %s", minor, currency)
 	}
-	return fmt.Sprintf("%d = %s", minor, money.Format(minor, currency))
+	return fmt.Sprintf("%d = %s", minor, conv.Format(minor, currency))
 }
 
 // mandateLimits summarises a mandate's amounts in major units: each

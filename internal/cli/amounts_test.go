@@ -9,18 +9,26 @@ import (
 )
 
 func TestMinorExample(t *testing.T) {
+	stripe, razorpay := countersignv1.Rail_RAIL_STRIPE, countersignv1.Rail_RAIL_RAZORPAY
 	for _, tc := range []struct {
+		rail     countersignv1.Rail
 		minor    int64
 		currency string
 		want     string
 	}{
-		{5000, "USD", "5000 = 50.00 USD"},
-		{5000, "JPY", "5000 = 5,000 JPY"},
-		{5000, "KWD", "5000 = 5.000 KWD"},
-		{5000, "XYZ", "5000 minor units of XYZ"},
+		{stripe, 5000, "USD", "5000 = 50.00 USD"},
+		{stripe, 5000, "JPY", "5000 = 5,000 JPY"},
+		{stripe, 5000, "KWD", "5000 = 5.000 KWD"},
+		{stripe, 5000, "XYZ", "5000 minor units of XYZ"},
+		// Stripe's departures from ISO 4217: what Stripe moves for 5000.
+		{stripe, 5000, "MGA", "5000 = 5,000 MGA"},
+		{stripe, 5000, "ISK", "5000 = 50.00 ISK"},
+		// Other rails read ISO 4217.
+		{razorpay, 5000, "MGA", "5000 = 50.00 MGA"},
+		{razorpay, 5000, "ISK", "5000 = 5,000 ISK"},
 	} {
-		if got := minorExample(tc.minor, tc.currency); got != tc.want {
-			t.Errorf("minorExample(%d, %s) = %q, want %q", tc.minor, tc.currency, got, tc.want)
+		if got := minorExample(tc.rail, tc.minor, tc.currency); got != tc.want {
+			t.Errorf("minorExample(%s, %d, %s) = %q, want %q", tc.rail, tc.minor, tc.currency, got, tc.want)
 		}
 	}
 }

@@ -433,10 +433,10 @@ var (
 
 // minorUnits accepts a positive whole number of minor units and nothing
 // else: no decimal point, sign, separators or exponent.
-func minorUnits(currency string) func(string) error {
+func minorUnits(r countersignv1.Rail, currency string) func(string) error {
 	return func(s string) error {
 		if !initMinor.MatchString(s) {
-			return fmt.Errorf("%q is not a whole number of minor units of %s (%s)", s, currency, minorExample(5000, currency))
+			return fmt.Errorf("%q is not a whole number of minor units of %s (%s)", s, currency, minorExample(r, 5000, currency))
 		}
 		return nil
 	}
@@ -472,6 +472,19 @@ func askMandate(p *prompter, now time.Time) (mandate.Answers, error) {
 			})
 			return err
 		},
+		// The rail comes before the amounts: what a number of minor units
+		// means depends on it (Stripe reads MGA and ISK apart from ISO 4217).
+		func() error {
+			s, err := p.ask("Rail ("+strings.Join(railNames, ", ")+")", "", func(s string) error {
+				if _, ok := mandate.EnumValue(countersignv1.Rail(0).Descriptor(), s); !ok {
+					return fmt.Errorf("%q is not one of %s", s, strings.Join(railNames, ", "))
+				}
+				return nil
+			})
+			v, _ := mandate.EnumValue(countersignv1.Rail(0).Descriptor(), s)
+			a.Rail = countersignv1.Rail(v)
+			return err
+		},
 		func() error {
 			s, err := p.ask("Currency (ISO 4217, e.g. USD, INR)", "", func(s string) error {
 				if !initCurrency.MatchString(s) {
@@ -483,32 +496,21 @@ func askMandate(p *prompter, now time.Time) (mandate.Answers, error) {
 			return err
 		},
 		func() error {
-			s, err := p.ask(fmt.Sprintf("The most the agent may move in one action, in minor units of %s (%s)", a.Currency, minorExample(5000, a.Currency)), "", minorUnits(a.Currency))
+			s, err := p.ask(fmt.Sprintf("The most the agent may move in one action, in minor units of %s (%s)", a.Currency, minorExample(a.Rail, 5000, a.Currency)), "", minorUnits(a.Rail, a.Currency))
 			a.MaxPerAction, _ = strconv.ParseInt(s, 10, 64)
 			return err
 		},
 		func() error {
 			s, err := p.ask(fmt.Sprintf("Daily cap across all actions, in minor units of %s", a.Currency), "", func(s string) error {
-				if err := minorUnits(a.Currency)(s); err != nil {
+				if err := minorUnits(a.Rail, a.Currency)(s); err != nil {
 					return err
 				}
 				if v, _ := strconv.ParseInt(s, 10, 64); v < a.MaxPerAction {
-					return fmt.Errorf("the daily cap must be at least the per-action maximum (%s)", minorExample(a.MaxPerAction, a.Currency))
+					return fmt.Errorf("the daily cap must be at least the per-action maximum (%s)", minorExample(a.Rail, a.MaxPerAction, a.Currency))
 				}
 				return nil
 			})
 			a.DailyCap, _ = strconv.ParseInt(s, 10, 64)
-			return err
-		},
-		func() error {
-			s, err := p.ask("Rail ("+strings.Join(railNames, ", ")+")", "", func(s string) error {
-				if _, ok := mandate.EnumValue(countersignv1.Rail(0).Descriptor(), s); !ok {
-					return fmt.Errorf("%q is not one of %s", s, strings.Join(railNames, ", "))
-				}
-				return nil
-			})
-			v, _ := mandate.EnumValue(countersignv1.Rail(0).Descriptor(), s)
-			a.Rail = countersignv1.Rail(v)
 			return err
 		},
 		func() error {

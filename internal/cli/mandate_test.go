@@ -280,6 +280,8 @@ func TestMandateInit(t *testing.T) {
 	answers := strings.Join([]string{
 		"refund, payout, bribe", // unknown action: asked again
 		"refund, payout",
+		"visa", // asked again
+		"stripe",
 		"us dollars", // asked again
 		"usd",
 		"12.50", // not minor units: asked again
@@ -287,8 +289,6 @@ func TestMandateInit(t *testing.T) {
 		"5000",
 		"4000", // below the per-action maximum: asked again
 		"20000",
-		"visa", // asked again
-		"stripe",
 		"acct_1Nv0FGQ9RKHgCVdK",
 		"bob", // not an agent id: asked again
 		"agt_k3v9q2m1x7c4b8n6z5wd",
@@ -362,7 +362,7 @@ func TestMandateInit(t *testing.T) {
 	})
 	t.Run("input ends early", func(t *testing.T) {
 		partial := filepath.Join(dir, "partial.yaml")
-		r := runCLI(t, "refund\nUSD\n", "mandate", "init", "--out", partial)
+		r := runCLI(t, "refund\nstripe\nUSD\n", "mandate", "init", "--out", partial)
 		if r.err == nil || !strings.Contains(r.err.Error(), "input ended") {
 			t.Fatalf("init with short input = %v", r.err)
 		}
@@ -403,4 +403,26 @@ func TestMandateInit(t *testing.T) {
 			t.Fatal("init accepted --yes")
 		}
 	})
+}
+
+// TestMandateInitExplainsMinorUnitsAsTheRailReadsThem: Stripe treats MGA as
+// zero-decimal, so the per-action question must say that 5000 is 5,000 MGA
+// (what Stripe moves), not ISO 4217's 50.00 MGA; the rail is asked before
+// the amounts so the example can follow it.
+func TestMandateInitExplainsMinorUnitsAsTheRailReadsThem(t *testing.T) {
+	for _, tc := range []struct{ rail, want, not string }{
+		{"stripe", "in minor units of MGA (5000 = 5,000 MGA)", "50.00 MGA"},
+		{"razorpay", "in minor units of MGA (5000 = 50.00 MGA)", "5,000 MGA"},
+	} {
+		t.Run(tc.rail, func(t *testing.T) {
+			// The input ends at the per-action question, after it is shown.
+			r := runCLI(t, "refund\n"+tc.rail+"\nMGA\n", "mandate", "init", "--out", filepath.Join(t.TempDir(), "m.yaml"))
+			if r.err == nil || !strings.Contains(r.err.Error(), "input ended") {
+				t.Fatalf("init = %v", r.err)
+			}
+			if !strings.Contains(r.out, tc.want) || strings.Contains(r.out, tc.not) {
+				t.Errorf("the per-action question lacks %q or says %q:\n%s", tc.want, tc.not, r.out)
+			}
+		})
+	}
 }

@@ -49,6 +49,9 @@ func TestAFeeBudgetRefusesPayoutsWhoseFeesItCannotCount(t *testing.T) {
 			MaxAmountMinor: 5_000_000, Currencies: []string{"JPY", "USD"}})
 		m.AllowedPayees = []string{"ba_1"}
 		m.FeeBudget = &countersignv1.Money{AmountMinor: 1500, Currency: "JPY"}
+		// A budget in each currency: a grant of two currencies needs one
+		// (grant_currency_ambiguous).
+		m.Budgets = []*countersignv1.Money{{AmountMinor: 1 << 40, Currency: "JPY"}, {AmountMinor: 1 << 40, Currency: "USD"}}
 	})
 	ctx := context.Background()
 	expect(t, r.e.Decide(ctx, payoutOf(r, 10_000, "usd")), Block, gate.ReasonFeeCurrencyNotBudgeted)

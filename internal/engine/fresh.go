@@ -65,7 +65,7 @@ type proposal struct {
 func (e *Engine) early(req Request, p *ledger.Principal, acct *rails.Account, a rail.Action, facts ledger.DecisionFacts) (Outcome, bool) {
 	now := e.now()
 	in := principalInput(now, p, acct)
-	in.Action = gate.Action{Kind: a.Kind, Subject: a.Subject, Currency: a.Currency, Payee: a.Payee, Reversible: reversible(acct, a)}
+	in.Action = gate.Action{Kind: a.Kind, Subject: a.Subject, Currency: a.Currency, Payee: a.Payee, Reversible: reversible(acct, a), Extra: a.Extra}
 	if facts.MandateFound {
 		m, err := e.mandates.get(facts.Mandate)
 		if err != nil {

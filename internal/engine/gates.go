@@ -127,7 +127,7 @@ func (g gateRun) input(subject, canonical string) gate.Input {
 	in.MCPTool, in.MCPToolDescriptionHash = g.tool, g.toolHash.Description
 	in.MCPToolEntryHash, in.MCPToolsListHash = g.toolHash.Entry, g.toolHash.List
 	in.Action = gate.Action{Kind: g.action.Kind, Subject: subject, AmountMinor: g.value, FullRefund: g.action.AmountMinor == nil,
-		Currency: g.currency, Payee: g.action.Payee, Reversible: reversible(g.acct, g.action)}
+		Currency: g.currency, Payee: g.action.Payee, Reversible: reversible(g.acct, g.action), Extra: g.action.Extra}
 	in.Referent = gate.Referent{AmountMinor: g.ref.AmountMinor, RefundableMinor: g.ref.RefundableMinor, Currency: g.ref.Currency, Payee: g.ref.Payee}
 	in.Fingerprint = ledger.Fingerprint(canonical)
 	in.Labels, in.FreeText = rail.CanonicalLabels(g.action.Labels), rail.FreeTextMembers(g.action.Labels)

@@ -103,6 +103,10 @@ type Action struct {
 	// Reversible: the rail can still reverse this action (e.g. a queued
 	// payout); a grant marked reversible permits only such actions.
 	Reversible bool
+	// Extra is the rail's key members beyond amount, currency and subject
+	// (sik.Action.Extra: a Razorpay refund's speed, a payout's mode), as
+	// the adapter keyed them; nil when the caller did not fill it.
+	Extra map[string]string
 }
 
 // Referent is the action's subject as read from the rail.

@@ -40,7 +40,7 @@ func CheckLimits(in Input) Result {
 		return block(GateLimits, ReasonAmountAboveMaximum, "%s is above the %s maximum %s grants per %s.",
 			amount(in, a.AmountMinor, a.Currency), amount(in, g.GetMaxAmountMinor(), a.Currency), mandateName(in), a.Kind)
 	}
-	for _, check := range []func(Input) (string, string){checkWindows, checkRecurrence, checkFees, checkBudget} {
+	for _, check := range []func(Input) (string, string){checkWindows, checkRecurrence, checkFees, checkPaidSpeed, checkBudget, checkGrantCurrency} {
 		if code, why := check(in); code != "" {
 			return block(GateLimits, code, "%s", why)
 		}

@@ -60,10 +60,12 @@ const (
 	ReasonCurrencyNotBudgeted     = "currency_not_budgeted"
 	ReasonCurrencyNotWindowed     = "currency_not_windowed"
 	ReasonFeeCurrencyNotBudgeted  = "fee_currency_not_budgeted"
-	ReasonApprovalRequired        = "approval_required"       // HOLD
-	ReasonApprovalExpired         = "approval_expired"        // HOLD
-	ReasonApprovalMismatch        = "approval_mismatch"       // HOLD: the approval was for another request
-	ReasonApprovalLabelsChanged   = "approval_labels_changed" // HOLD: the approval was for other labels
+	ReasonRefundSpeedNotBudgeted  = "refund_speed_not_budgeted" // a paid refund speed beside a fee budget
+	ReasonGrantCurrencyAmbiguous  = "grant_currency_ambiguous"  // one maximum for many currencies, nothing else bounding this one
+	ReasonApprovalRequired        = "approval_required"         // HOLD
+	ReasonApprovalExpired         = "approval_expired"          // HOLD
+	ReasonApprovalMismatch        = "approval_mismatch"         // HOLD: the approval was for another request
+	ReasonApprovalLabelsChanged   = "approval_labels_changed"   // HOLD: the approval was for other labels
 
 	// G5 advisory.
 	ReasonNewPayee            = "new_payee" // HOLD

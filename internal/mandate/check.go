@@ -31,6 +31,9 @@ import (
 //   - every budget, window amount and fee budget is in a currency some grant
 //     permits: a limit in another currency limits nothing and is almost
 //     always a typo that leaves the real currency unlimited;
+//   - a grant naming more than one currency needs the mandate to set a
+//     budget or an amount window: its bounds are one number of minor units
+//     for all its currencies (see grantCurrencies);
 //   - budgets and window amounts are positive (a zero limit blocks every
 //     action; to forbid an action, leave out its grant);
 //   - MCP tool-description pins are keyed by MCP tool names (they are
@@ -268,6 +271,7 @@ func (c *checker) semantic(m *countersignv1.Mandate) {
 	if fb := m.GetFeeBudget(); fb != nil {
 		inGranted("fee_budget.currency", fb.GetCurrency())
 	}
+	c.grantCurrencies(m)
 	idemAt := map[int32]int{}
 	for i, s := range m.GetIdempotency() {
 		path := fmt.Sprintf("idempotency[%d]", i)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
+	"github.com/countersign/countersign/internal/money"
 )
 
 // Answers are what `countersign mandate init` asks an owner.
@@ -51,7 +52,9 @@ func Template(a Answers) ([]byte, error) {
 	line("#   countersign mandate lint FILE && countersign mandate apply FILE")
 	line("# A stored mandate never changes: editing this file and applying it again creates a")
 	line("# new mandate (a new hash); revoke the old one with `countersign mandate revoke HASH`.")
-	line("# Amounts are integers in minor units of the currency (1250 means 12.50).")
+	// Read as the rail reads minor units: on Stripe 1250 MGA is 1,250 MGA.
+	line("# Amounts are integers in minor units of the currency, as %s counts them (1250 means %s).",
+		railName(a.Rail), money.ForRail(railName(a.Rail)).Format(1250, cur))
 	line("")
 	line("rail: %s", railName(a.Rail))
 	line("# The rail account the agent acts on, and the agent this mandate authorizes.")

@@ -43,7 +43,14 @@ func TestTemplate(t *testing.T) {
 		{"razorpay in rupees", func(a *Answers) {
 			a.Rail = countersignv1.Rail_RAIL_RAZORPAY
 			a.Currency = "INR"
-		}, []string{"rail: razorpay\n", "currencies: [INR]"}},
+		}, []string{"rail: razorpay\n", "currencies: [INR]", "as razorpay counts them (1250 means 12.50 INR)"}},
+		// Stripe reads MGA as zero-decimal (ISO 4217 gives it two), so the
+		// explanation follows the rail, not ISO 4217.
+		{"ariary on stripe", func(a *Answers) { a.Currency = "MGA" }, []string{"as stripe counts them (1250 means 1,250 MGA)"}},
+		{"ariary on razorpay", func(a *Answers) {
+			a.Rail = countersignv1.Rail_RAIL_RAZORPAY
+			a.Currency = "MGA"
+		}, []string{"as razorpay counts them (1250 means 12.50 MGA)"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

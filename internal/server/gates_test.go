@@ -214,7 +214,12 @@ func TestBlockedRequestsCarryTheirReason(t *testing.T) {
 		{"refund above the refundable balance", nil,
 			func() *countersignv1.ProposedAction { return refund("pi_small", 250000, "") },
 			"amount_exceeds_refundable", []string{"2,500.00 USD exceeds the 1,899.00 USD still refundable on pi_small"}},
-		{"refund in the wrong currency", func(m *countersignv1.Mandate) { m.Grants[0].Currencies = []string{"EUR", "USD"} },
+		{"refund in the wrong currency", func(m *countersignv1.Mandate) {
+			m.Grants[0].Currencies = []string{"EUR", "USD"}
+			// A grant of two currencies needs an amount limit in each
+			// (grant_currency_ambiguous).
+			m.Budgets = []*countersignv1.Money{{AmountMinor: 1 << 40, Currency: "EUR"}, {AmountMinor: 1 << 40, Currency: "USD"}}
+		},
 			func() *countersignv1.ProposedAction {
 				a := refund("pi_small", 100, "")
 				a.Currency = "EUR"
