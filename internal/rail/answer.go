@@ -3,17 +3,10 @@ package rail
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"reflect"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 )
-
-// maxAnswerDepth bounds JSON nesting in a rail's answer.
-const maxAnswerDepth = 64
 
 // AnswerEncoding returns an error naming the answer's content coding when
 // it has one other than identity. Countersign asks the rail for identity,
@@ -32,79 +25,12 @@ func AnswerEncoding(headers map[string]string) error {
 	return nil
 }
 
-// CheckAnswerJSON accepts exactly one JSON object in valid UTF-8, nested at
-// most maxAnswerDepth deep, with no member twice in any object, counting
-// two names that differ only in case as twice, and no lone surrogate
-// escape. Readers disagree on such a body: Go keeps the last of two
-// members and matches struct fields without regard to case, others keep
-// the first or match exactly, so {"amount":5000,"AMOUNT":100} is 100 to
-// Go and 5000 to the agent's SDK. The request side refuses the same
-// bodies (razorpay's and mcp's checkJSON).
+// CheckAnswerJSON accepts exactly one JSON object under CheckStrictJSON's
+// rules, names that differ only in case counting as one: Go reads a
+// rail's answer without regard to case, the agent's SDK may not. The
+// request side refuses the same bodies (razorpay's and mcp's checkJSON).
 func CheckAnswerJSON(body []byte) error {
-	if !utf8.Valid(body) {
-		return errors.New("the body is not valid UTF-8")
-	}
-	d := json.NewDecoder(bytes.NewReader(body))
-	d.UseNumber()
-	type frame struct {
-		obj     bool
-		wantKey bool
-		keys    map[string]string // folded name → name as sent
-	}
-	var stack []*frame
-	started := false
-	for {
-		tok, err := d.Token()
-		if errors.Is(err, io.EOF) {
-			if !started || len(stack) > 0 {
-				return errors.New("the body is truncated JSON")
-			}
-			return CheckEscapes(body)
-		}
-		if err != nil {
-			return fmt.Errorf("the body is not JSON: %w", err)
-		}
-		if started && len(stack) == 0 {
-			return errors.New("the body has data after its JSON object")
-		}
-		if !started && tok != json.Delim('{') {
-			return errors.New("the body is not a JSON object")
-		}
-		started = true
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		if top != nil && top.obj && top.wantKey {
-			if key, ok := tok.(string); ok {
-				if prev, dup := top.keys[foldName(key)]; dup {
-					if prev == key {
-						return fmt.Errorf("the body has member %q twice in one object", key)
-					}
-					return fmt.Errorf("the body has member %q twice in one object, as %q and %q: readers that ignore case read them as one", key, prev, key)
-				}
-				top.keys[foldName(key)], top.wantKey = key, false
-				continue
-			}
-		}
-		switch tok {
-		case json.Delim('{'), json.Delim('['):
-			if len(stack) >= maxAnswerDepth {
-				return fmt.Errorf("the body is nested deeper than %d", maxAnswerDepth)
-			}
-			stack = append(stack, &frame{obj: tok == json.Delim('{'), wantKey: true, keys: map[string]string{}})
-			continue
-		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:len(stack)-1]
-			top = nil
-			if len(stack) > 0 {
-				top = stack[len(stack)-1]
-			}
-		}
-		if top != nil && top.obj {
-			top.wantKey = true // a value (scalar or closed container) completed
-		}
-	}
+	return CheckStrictJSON(body, StrictJSON{Object: true, MaxDepth: MaxJSONDepth})
 }
 
 // DecodeAnswer decodes a rail's JSON answer into v (a pointer to a
@@ -197,19 +123,4 @@ func exactNames(tree any, t reflect.Type, at string) error {
 		}
 	}
 	return nil
-}
-
-// foldName maps s to one representative of its case-folding class: names
-// fold alike exactly when strings.EqualFold says so, which is how
-// encoding/json matches member names to fields (K and K, s and ſ included).
-func foldName(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		least := r
-		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
-			least = min(least, f)
-		}
-		b.WriteRune(least)
-	}
-	return b.String()
 }

@@ -5,11 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"strconv"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/countersign/countersign/internal/rail"
 )
@@ -26,108 +23,22 @@ func malformed(field, format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", rail.ErrMalformed, field, fmt.Sprintf(format, args...))
 }
 
-// checkJSON accepts exactly one JSON value in valid UTF-8, nested at most
-// maxDepth deep, with no key twice in any object. Two keys that differ only
-// in case count as twice: Go's encoding/json matches struct fields without
-// regard to case and keeps the last, so {"method":"ping","Method":
-// "tools/call"} is a ping here and a tools/call at a Go server.
+// checkJSON accepts exactly one JSON value under rail.CheckStrictJSON's
+// rules, names that differ only in case counting as one: Go's
+// encoding/json matches struct fields without regard to case and keeps
+// the last, so {"method":"ping","Method":"tools/call"} is a ping here and
+// a tools/call at a Go server. A refusal names the member sent twice by
+// its path (params.arguments.amount), or the body.
 func checkJSON(body []byte) error {
-	if !utf8.Valid(body) {
-		return malformed("body", "not valid UTF-8")
+	err := rail.CheckStrictJSON(body, rail.StrictJSON{MaxDepth: maxDepth})
+	var e *rail.JSONError
+	if !errors.As(err, &e) {
+		return err
 	}
-	d := json.NewDecoder(bytes.NewReader(body))
-	d.UseNumber()
-	type frame struct {
-		obj     bool
-		wantKey bool
-		path    string
-		keys    map[string]string // folded key → key as sent
-		lastKey string
+	if e.Fault == rail.JSONTrailing {
+		return malformed(e.Field(), "data after the JSON-RPC message")
 	}
-	var stack []*frame
-	started := false
-	child := func(top *frame) string {
-		switch {
-		case top == nil:
-			return ""
-		case !top.obj:
-			return top.path + "[]"
-		case top.path == "":
-			return top.lastKey
-		}
-		return top.path + "." + top.lastKey
-	}
-	for {
-		tok, err := d.Token()
-		if errors.Is(err, io.EOF) {
-			if !started || len(stack) > 0 {
-				return malformed("body", "truncated JSON")
-			}
-			if err := rail.CheckEscapes(body); err != nil {
-				return malformed("body", "%v", err)
-			}
-			return nil
-		}
-		if err != nil {
-			return malformed("body", "not JSON: %v", err)
-		}
-		if started && len(stack) == 0 {
-			return malformed("body", "data after the JSON-RPC message")
-		}
-		started = true
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		if top != nil && top.obj && top.wantKey {
-			if key, ok := tok.(string); ok {
-				name := key
-				if top.path != "" {
-					name = top.path + "." + key
-				}
-				if prev, dup := top.keys[foldKey(key)]; dup {
-					if prev == key {
-						return malformed(name, "sent twice in one object")
-					}
-					return malformed(name, "sent twice in one object (as %q and %q: servers that ignore case read them as one)", prev, key)
-				}
-				top.keys[foldKey(key)], top.lastKey, top.wantKey = key, key, false
-				continue
-			}
-		}
-		switch tok {
-		case json.Delim('{'), json.Delim('['):
-			if len(stack) >= maxDepth {
-				return malformed("body", "nested deeper than %d", maxDepth)
-			}
-			stack = append(stack, &frame{obj: tok == json.Delim('{'), wantKey: true, path: child(top), keys: map[string]string{}})
-			continue
-		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:len(stack)-1]
-			top = nil
-			if len(stack) > 0 {
-				top = stack[len(stack)-1]
-			}
-		}
-		if top != nil && top.obj {
-			top.wantKey = true // a value (scalar or closed container) completed
-		}
-	}
-}
-
-// foldKey maps s to one representative of its case-folding class: keys k1
-// and k2 fold alike exactly when strings.EqualFold(k1, k2), which is how
-// Go's encoding/json matches names (including K/K and s/ſ).
-func foldKey(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		least := r
-		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
-			least = min(least, f)
-		}
-		b.WriteRune(least)
-	}
-	return b.String()
+	return malformed(e.Field(), "%s", e.Detail())
 }
 
 // object is a JSON object by exact key. Keys are unique up to case when

@@ -120,24 +120,6 @@ func TestParseRefuses(t *testing.T) {
 
 func withMethod(r rail.Request, m string) rail.Request { r.Method = m; return r }
 
-func TestFoldKey(t *testing.T) {
-	for _, tc := range []struct {
-		a, b string
-		same bool
-	}{
-		{"method", "METHOD", true},
-		{"kind", "\u212aind", true}, // KELVIN SIGN folds to k
-		{"ſtatus", "status", true},  // LATIN SMALL LETTER LONG S folds to s
-		{"amount", "amount_", false},
-		{"é", "É", true},
-		{"a", "b", false},
-	} {
-		if got := foldKey(tc.a) == foldKey(tc.b); got != tc.same || got != strings.EqualFold(tc.a, tc.b) {
-			t.Errorf("foldKey(%q) == foldKey(%q) is %v, want %v (EqualFold %v)", tc.a, tc.b, got, tc.same, strings.EqualFold(tc.a, tc.b))
-		}
-	}
-}
-
 // TestExtraTakesOnlyItsValues: an Extra with listed values takes only those,
 // exactly: a lenient server may read "Normal" as "normal", which would key
 // as another action; omitted is the default.

@@ -1,15 +1,12 @@
 package razorpay
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/sik"
@@ -197,94 +194,19 @@ func decodeBody(req rail.Request) (fields, error) {
 	return f, nil
 }
 
-// checkJSON accepts exactly one JSON object in valid UTF-8, nested at most
-// maxDepth deep, with no key twice in any object. Decoders disagree on a
-// repeated key (Go and PHP keep the last, others the first), so a body
-// with one cannot be read one way with certainty.
+// checkJSON accepts exactly one JSON object under rail.CheckStrictJSON's
+// rules. Decoders disagree on a repeated key (Go and PHP keep the last,
+// others the first), so a body with one cannot be read one way with
+// certainty. Names are compared exactly, as Razorpay (PHP) and the fields
+// map read them; a name in another case is refused later, as a member
+// spec.read does not know or a notes key rail.KeySet refuses.
 func checkJSON(body []byte) error {
-	if !utf8.Valid(body) {
-		return malformed("body", "not valid UTF-8")
+	err := rail.CheckStrictJSON(body, rail.StrictJSON{Object: true, MaxDepth: maxDepth, ExactNames: true})
+	var e *rail.JSONError
+	if !errors.As(err, &e) {
+		return err
 	}
-	d := json.NewDecoder(bytes.NewReader(body))
-	d.UseNumber()
-	type frame struct {
-		obj     bool
-		wantKey bool
-		path    string
-		keys    map[string]bool
-		lastKey string
-	}
-	var stack []*frame
-	started := false
-	child := func(top *frame) string {
-		if top == nil {
-			return ""
-		}
-		if top.obj {
-			if top.path == "" {
-				return top.lastKey
-			}
-			return top.path + "." + top.lastKey
-		}
-		return top.path + "[]"
-	}
-	for {
-		tok, err := d.Token()
-		if errors.Is(err, io.EOF) {
-			if !started || len(stack) > 0 {
-				return malformed("body", "truncated JSON")
-			}
-			if err := rail.CheckEscapes(body); err != nil {
-				return malformed("body", "%v", err)
-			}
-			return nil
-		}
-		if err != nil {
-			return malformed("body", "not JSON: %v", err)
-		}
-		if started && len(stack) == 0 {
-			return malformed("body", "data after the JSON object")
-		}
-		if !started && tok != json.Delim('{') {
-			return malformed("body", "must be a JSON object")
-		}
-		started = true
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		if top != nil && top.obj && top.wantKey {
-			if key, ok := tok.(string); ok {
-				if top.keys[key] {
-					name := key
-					if top.path != "" {
-						name = top.path + "." + key
-					}
-					return malformed(name, "sent twice in one object")
-				}
-				top.keys[key], top.lastKey, top.wantKey = true, key, false
-				continue
-			}
-		}
-		switch tok {
-		case json.Delim('{'), json.Delim('['):
-			if len(stack) >= maxDepth {
-				return malformed("body", "nested deeper than %d", maxDepth)
-			}
-			stack = append(stack, &frame{obj: tok == json.Delim('{'), wantKey: true, path: child(top), keys: map[string]bool{}})
-			continue
-		case json.Delim('}'), json.Delim(']'):
-			stack = stack[:len(stack)-1]
-			if len(stack) > 0 {
-				top = stack[len(stack)-1]
-			} else {
-				top = nil
-			}
-		}
-		if top != nil && top.obj {
-			top.wantKey = true // a value (scalar or closed container) completed
-		}
-	}
+	return malformed(e.Field(), "%s", e.Detail())
 }
 
 // amount reads "amount": a JSON integer literal (no fraction, exponent or
