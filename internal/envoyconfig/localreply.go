@@ -30,7 +30,9 @@ const rewriteWhy = "Envoy's own replies (504 on an upstream timeout, 503 on a re
 // local_reply_config mapper, and the custom_response filter wherever it
 // is named (a filter of the chain, or a per-route config of a virtual
 // host, a route or a weighted cluster), and the router's
-// upstream_http_filters (routerUpstreamFaults). A shipped config has none.
+// upstream_http_filters (routerUpstreamFaults). A typed config given as a
+// TypedStruct, which Envoy unpacks into whatever its type_url names, is
+// refused wherever one of these could hide in it. A shipped config has none.
 func LocalReplyFaults(h *hcmv3.HttpConnectionManager) []string {
 	out := routerUpstreamFaults(h)
 	if n := len(h.GetLocalReplyConfig().GetMappers()); n > 0 {
@@ -45,8 +47,12 @@ func LocalReplyFaults(h *hcmv3.HttpConnectionManager) []string {
 	}
 	perFilter := func(where string, m map[string]*anypb.Any) {
 		for _, k := range slices.Sorted(maps.Keys(m)) {
-			if k == customResponseName || isCustomResponse(m[k]) {
+			switch {
+			case k == customResponseName || isCustomResponse(m[k]):
 				out = append(out, fmt.Sprintf("%s typed_per_filter_config %q: the custom_response filter must not be used: %s", where, k, rewriteWhy))
+			case hidesTypedStruct(m[k]):
+				// It may be a custom_response config under another name.
+				out = append(out, fmt.Sprintf("%s typed_per_filter_config %q is a TypedStruct: %s", where, k, typedStructWhy))
 			}
 		}
 	}
@@ -78,6 +84,16 @@ func isCustomResponse(a *anypb.Any) bool {
 		return a.UnmarshalTo(fc) == nil && isCustomResponse(fc.GetConfig())
 	}
 	return false
+}
+
+// hidesTypedStruct reports whether a is a TypedStruct, itself or wrapped
+// in a route.v3.FilterConfig.
+func hidesTypedStruct(a *anypb.Any) bool {
+	if typeName(a.GetTypeUrl()) == routeFilterConfigType {
+		fc := &routev3.FilterConfig{}
+		return a.UnmarshalTo(fc) == nil && isTypedStruct(fc.GetConfig())
+	}
+	return isTypedStruct(a)
 }
 
 // typeName is the full message name a type URL names.

@@ -10,6 +10,7 @@ import (
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 const (
@@ -18,6 +19,19 @@ const (
 	// routerType is the router filter's config, by type.
 	routerType = "envoy.extensions.filters.http.router.v3.Router"
 )
+
+// typedStructWhy says why a typed config may not come as a TypedStruct.
+const typedStructWhy = "Envoy unpacks a TypedStruct into the message its type_url names (translateOpaqueConfig), " +
+	"so what it configures escapes every check that reads a typed config by its type: give the message itself"
+
+// isTypedStruct reports whether a is a TypedStruct, of either package.
+func isTypedStruct(a *anypb.Any) bool {
+	switch typeName(a.GetTypeUrl()) {
+	case "xds.type.v3.TypedStruct", "udpa.type.v1.TypedStruct":
+		return true
+	}
+	return false
+}
 
 // upstreamWhy says why no filter may run between the router and the rail.
 const upstreamWhy = "upstream filters run inside the router, after ext_proc has stamped the request and before it reads the rail's answer: " +
@@ -29,13 +43,21 @@ const upstreamWhy = "upstream filters run inside the router, after ext_proc has 
 // key of typed_extension_protocol_options; Envoy runs them in place of the
 // router's upstream_http_filters), and upstream network filters, which see
 // the connection's plaintext bytes. An options message that cannot be read
-// is a fault too: what it holds is unknown.
+// is a fault too: what it holds is unknown. So is one of any other type:
+// a TypedStruct whose type_url names HttpProtocolOptions is read by Envoy
+// as the options themselves, filters included, and a rail cluster needs no
+// other protocol options (an allowlist of one type).
 func upstreamFilterFaults(cl *clusterv3.Cluster) []string {
 	var out []string
 	opts := cl.GetTypedExtensionProtocolOptions()
 	for _, k := range slices.Sorted(maps.Keys(opts)) {
 		a := opts[k]
-		if typeName(a.GetTypeUrl()) != httpProtocolOptionsType {
+		if t := typeName(a.GetTypeUrl()); t != httpProtocolOptionsType {
+			why := "a rail cluster takes only HttpProtocolOptions, whose http_filters are checked"
+			if isTypedStruct(a) {
+				why = typedStructWhy
+			}
+			out = append(out, fmt.Sprintf("typed_extension_protocol_options[%s] is a %s, not %s: %s", k, t, httpProtocolOptionsType, why))
 			continue
 		}
 		po := &upstreamhttpv3.HttpProtocolOptions{}
@@ -59,11 +81,17 @@ func upstreamFilterFaults(cl *clusterv3.Cluster) []string {
 
 // routerUpstreamFaults lists the router filters of the agents' connection
 // manager that carry upstream_http_filters: Envoy runs them for every
-// cluster whose protocol options name none, the rail's included.
+// cluster whose protocol options name none, the rail's included. A filter
+// configured by a TypedStruct is refused: it may be a Router (or any
+// filter) whose config no check here reads.
 func routerUpstreamFaults(h *hcmv3.HttpConnectionManager) []string {
 	var out []string
 	for i, f := range h.GetHttpFilters() {
 		a := f.GetTypedConfig()
+		if isTypedStruct(a) || isTypedStruct(f.GetConfigDiscovery().GetDefaultConfig()) {
+			out = append(out, fmt.Sprintf("http_filters[%d] %q is configured by a TypedStruct: %s", i, f.GetName(), typedStructWhy))
+			continue
+		}
 		if typeName(a.GetTypeUrl()) != routerType {
 			continue
 		}

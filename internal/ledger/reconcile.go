@@ -29,14 +29,23 @@ type ReconcileWork struct {
 	StampFirstStarted time.Time
 	// RailDone: the rail can no longer apply the attempt, on the
 	// database's clock: its may_apply_until (migration 00034) has passed,
-	// or it has none (no settle time was configured, or it never left).
-	// A listing now sees whatever the attempt made, so listing it again
-	// later can show no more than this pass's listing does.
+	// or, when it has none, its lease has ended. A listing now sees
+	// whatever the attempt made, so listing it again later can show no
+	// more than this pass's listing does.
 	RailDone bool
 }
 
 // railDoneSQL is ReconcileWork.RailDone of attempt $3 of intent ($1, $2).
-const railDoneSQL = `SELECT may_apply_until IS NULL OR may_apply_until <= now() FROM attempts
+// may_apply_until is NULL for an attempt that left without ext_proc's mark
+// while no settle time was configured, and for every attempt made before
+// migration 00034: neither proves the rail done. Such a native attempt
+// may still be at the rail until its lease ends (the caller holds it that
+// long); read as done, an ambiguous one was quarantined after a single
+// listing, which said "the rail can no longer apply it" of a request
+// perhaps still running there (found by a review). So the lease bounds it
+// instead. (An attempt ext_proc never let leave also has none; it is
+// settled without reading RailDone.)
+const railDoneSQL = `SELECT COALESCE(may_apply_until, lease_expires_at) <= now() FROM attempts
 	WHERE rail_account = $1 AND sik = $2 AND attempt_seq = $3`
 
 // earlierMayHaveLeftSQL is ReconcileWork.EarlierMayHaveLeft of attempt $3

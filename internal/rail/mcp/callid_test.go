@@ -91,7 +91,7 @@ func TestAnswerIsBoundToItsCall(t *testing.T) {
 		{"rejected in sse under the call's id", sseResp(event(progress) + event(withID(invalid, `"`+minted+`"`))), rail.Rejected},
 		{"tool error under the call's id", jsonResp(200, withID(declined, `"`+minted+`"`)), rail.Rejected},
 		{"applied under the call's id", jsonResp(200, withID(applied, `"`+minted+`"`)), rail.Applied},
-		{"http 404 refusal", jsonResp(404, rpcError(-32001, "Session not found", nil)), rail.Rejected},
+		{"http 404 refusal", jsonResp(404, transportRefusal(-32001, "Session not found")), rail.Rejected},
 
 		{"another request's id", jsonResp(200, withID(notFound, "7")), rail.Ambiguous},
 		{"the id as a string of digits", jsonResp(200, withID(notFound, `"7"`)), rail.Ambiguous},

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/countersign/countersign/internal/inert"
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/sik"
 )
@@ -20,14 +21,15 @@ import (
 func (ad *adapter) Classify(a rail.Action, resp rail.Response) rail.Classification {
 	switch {
 	case resp.TransportErr != nil:
-		return ambiguous("no answer from the MCP server: %v", resp.TransportErr)
+		// The error's text may quote bytes the server sent.
+		return ambiguous("no answer from the MCP server: %s", inert.Text(resp.TransportErr.Error()))
 	case resp.Status == 0:
 		return ambiguous("no answer from the MCP server")
 	}
 	if coding, encoded := encodedAnswer(resp.Headers); encoded {
 		// Bytes Countersign cannot read: not a refusal it can vouch for,
 		// nor a result.
-		return ambiguous("the MCP server answered %d with its body in content coding %q, which Countersign does not read", resp.Status, coding)
+		return ambiguous("the MCP server answered %d with its body in content coding %q, which Countersign does not read", resp.Status, snippet([]byte(coding)))
 	}
 	switch {
 	case resp.Status >= 500:
@@ -45,6 +47,7 @@ func (ad *adapter) Classify(a rail.Action, resp rail.Response) rail.Classificati
 	}
 	msg, err := responseMessage(resp)
 	if err != nil {
+		// Its errors render the server's bytes inert themselves.
 		return ambiguous("the MCP server answered %d but %v", resp.Status, err)
 	}
 	var c rail.Classification
@@ -113,7 +116,8 @@ func responseMessage(resp rail.Response) (object, error) {
 			// A member twice, or in two cases, is read one way here and
 			// another by the agent's client: not an answer to vouch for.
 			if err := rail.CheckAnswerJSON(c); err != nil {
-				return nil, fmt.Errorf("with a message Countersign cannot read one way: %v", err)
+				// The error may quote a member name the server wrote.
+				return nil, fmt.Errorf("with a message Countersign cannot read one way: %s", inert.Text(err.Error()))
 			}
 		}
 		m, ok := asObject(c)
@@ -274,7 +278,7 @@ func (ad *adapter) classifyResult(a rail.Action, raw json.RawMessage) rail.Class
 	}
 	for _, c := range applied[1:] {
 		if c.EntityID != applied[0].EntityID {
-			return ambiguous("the tool's result names two entities, %s and %s", applied[0].EntityID, c.EntityID)
+			return ambiguous("the tool's result names two entities, %s and %s", snippet([]byte(applied[0].EntityID)), snippet([]byte(c.EntityID)))
 		}
 	}
 	return applied[0]
@@ -288,7 +292,7 @@ func (ad *adapter) classifyResult(a rail.Action, raw json.RawMessage) rail.Class
 func (ad *adapter) classifyEntity(a rail.Action, e json.RawMessage) rail.Classification {
 	if err := rail.CheckAnswerJSON(e); err != nil {
 		// In a text item the entity is JSON the agent parses itself.
-		return ambiguous("the tool answered but its entity cannot be read one way: %v", err)
+		return ambiguous("the tool answered but its entity cannot be read one way: %s", inert.Text(err.Error()))
 	}
 	c := ad.under.Classify(a, rail.Response{Status: http.StatusOK, Body: e})
 	if c.Outcome == rail.Applied {
@@ -297,10 +301,11 @@ func (ad *adapter) classifyEntity(a rail.Action, e json.RawMessage) rail.Classif
 	}
 	p, err := readPartial(ad.rail, a, e)
 	if err != nil {
+		// readPartial's errors render the server's bytes inert themselves.
 		return ambiguous("the tool answered but %v", err)
 	}
 	return rail.Classification{Outcome: rail.Applied, EntityID: p.id, Stamp: p.stamp,
-		Reason: fmt.Sprintf("via MCP: the tool created %s %s", a.Kind, p.id)}
+		Reason: fmt.Sprintf("via MCP: the tool created %s %s", a.Kind, p.id)} // isID: no markup
 }
 
 // entityShape is where each rail writes an entity's type, subject and
@@ -331,7 +336,7 @@ func readPartial(r sik.Rail, a rail.Action, raw json.RawMessage) (partial, error
 			if k != n && strings.EqualFold(k, n) {
 				// Read here by its exact name, by a client that ignores
 				// case as the member checked.
-				return partial{}, fmt.Errorf("its result names %s as %q", n, k)
+				return partial{}, fmt.Errorf("its result names %s as %s", n, snippet([]byte(k)))
 			}
 		}
 	}
@@ -385,13 +390,18 @@ func readPartial(r sik.Rail, a rail.Action, raw json.RawMessage) (partial, error
 	return p, nil
 }
 
-// snippet quotes at most 200 bytes of b for a reason sentence.
+// snippet quotes at most 200 bytes of b, the server's or a tool's text,
+// for a reason sentence. A reason becomes the intent's and leaves in the
+// signed intent.failed and intent.quarantined webhooks, and a tool's error
+// may echo the agent's arguments: so the text is rendered inert (no <, >,
+// |, quote, backtick or line break survives; inert.Text), and the quotes
+// around it are Countersign's own.
 func snippet(b []byte) string {
 	b = bytes.TrimSpace(b)
 	if len(b) > 200 {
 		b = b[:200]
 	}
-	return fmt.Sprintf("%q", b)
+	return `"` + inert.Text(string(b)) + `"`
 }
 
 // ReplayFor re-addresses a stored answer to a new request: it extracts the

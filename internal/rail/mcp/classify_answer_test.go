@@ -18,7 +18,7 @@ import (
 // is read, and so is a 4xx carrying the SDK's JSON-RPC refusal.
 func TestClassifyEncodedAnswerIsAmbiguous(t *testing.T) {
 	ok := result(toolkitRefund("re_1", 1500), false)
-	refused := rpcError(-32000, "Bad Request: No valid session ID provided", nil)
+	refused := transportRefusal(-32000, "Bad Request: No valid session ID provided")
 	for _, status := range []int{200, 400, 401, 404, 429} {
 		body, want := ok, rail.Applied
 		if status != 200 {
@@ -55,13 +55,28 @@ func TestClassifyRefusalReadFromBody(t *testing.T) {
 		// The SDKs' refusals (TypeScript: id null; Python: "server-error").
 		{"ts_sdk_no_session", `{"jsonrpc":"2.0","error":{"code":-32000,"message":"Bad Request: No valid session ID provided"},"id":null}`, rail.Rejected},
 		{"python_sdk_session", `{"jsonrpc":"2.0","id":"server-error","error":{"code":-32600,"message":"Session not found"}}`, rail.Rejected},
-		{"integer_id_with_data", `{"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"Unauthorized","data":{"hint":"token"}}}`, rail.Rejected},
-		{"surrounding_space", " \n" + rpcError(-32000, "Too many requests", nil) + "\n", rail.Rejected},
+		{"null_id_with_data", `{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Unauthorized","data":{"hint":"token"}}}`, rail.Rejected},
+		{"surrounding_space", " \n" + transportRefusal(-32000, "Too many requests") + "\n", rail.Rejected},
+		{"python_sdk_parse_error", `{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error: Expecting value"}}`, rail.Rejected},
+		{"invalid_params_input_side", `{"jsonrpc":"2.0","id":null,"error":{"code":-32602,"message":"Invalid arguments for tool create_refund"}}`, rail.Rejected},
 		// The rail's vocabulary, relayed, means what it says.
 		{"relayed_key_in_use", rpcError(-32000, "StripeIdempotencyError: idempotency_key_in_use", nil), rail.InProgress},
 		{"relayed_idempotency_error", rpcError(-32000, "x", map[string]string{"type": "idempotency_error"}), rail.FingerprintMismatch},
 		{"relayed_api_error", rpcError(-32000, "StripeAPIError: something went wrong", nil), rail.Ambiguous},
 		{"relayed_timeout", rpcError(-32000, "upstream request timed out", nil), rail.Ambiguous},
+
+		// A JSON-RPC error the transports never write before dispatch:
+		// under the call's own id, or with a code or wording of an error
+		// after the tool ran. It reads as its text says, as in a 200.
+		{"integer_id_with_data", `{"jsonrpc":"2.0","id":1,"error":{"code":-32001,"message":"Unauthorized","data":{"hint":"token"}}}`, rail.Ambiguous},
+		{"call_id_session", rpcError(-32000, "Bad Request: No valid session ID provided", nil), rail.Ambiguous},
+		{"string_id_not_server_error", `{"jsonrpc":"2.0","id":"1","error":{"code":-32001,"message":"Request cancelled by upstream gateway"}}`, rail.Ambiguous},
+		{"null_id_internal_error", `{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"Internal error: Failed to create refund"}}`, rail.Ambiguous},
+		{"null_id_method_not_found", `{"jsonrpc":"2.0","id":null,"error":{"code":-32601,"message":"Method not found"}}`, rail.Ambiguous},
+		{"null_id_application_code", `{"jsonrpc":"2.0","id":null,"error":{"code":1,"message":"Failed to create refund"}}`, rail.Ambiguous},
+		{"null_id_output_validation", `{"jsonrpc":"2.0","id":null,"error":{"code":-32602,"message":"MCP error -32602: Output validation error: Tool create_refund has an output schema but no structured content was provided"}}`, rail.Ambiguous},
+		{"null_id_invalid_params_unworded", `{"jsonrpc":"2.0","id":null,"error":{"code":-32602,"message":"Validation error"}}`, rail.Ambiguous},
+		{"call_id_rail_refusal", rpcError(-32000, "StripeCardError: Your card was declined.", nil), rail.Rejected},
 
 		// Not the SDK's refusal: no proof the tool never ran.
 		{"tool_result_created_refund", applied, rail.Ambiguous},
@@ -145,9 +160,11 @@ func TestClassifyRefusesMembersReadTwoWays(t *testing.T) {
 
 // FuzzClassifyAnswer: Classify never panics; a 4xx is never Applied, and
 // Rejected only when its body is the SDK's JSON-RPC refusal (sdkRefusal,
-// written again with generic decoding); an encoded answer is Ambiguous; a
-// JSON body the strict reader refuses is neither Rejected nor Applied at
-// any status.
+// written again with generic decoding), and, unless under the transports'
+// ids (null, "server-error"), only when the same body in a 200 is; an
+// encoded answer is Ambiguous; a JSON body the strict reader refuses is
+// neither Rejected nor Applied at any status; no reason carries < > | `
+// or a line break, whatever the server wrote.
 func FuzzClassifyAnswer(f *testing.F) {
 	ok := result(toolkitRefund("re_1", 1500), false)
 	for _, status := range []int{200, 400, 404, 429} {
@@ -159,6 +176,10 @@ func FuzzClassifyAnswer(f *testing.F) {
 			`{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"x"},"ERROR":{}}`,
 			`{"jsonrpc":"2.0","id":1,"error":{"code":-32000.0,"message":"x"}}`,
 			`{"jsonrpc":"2.0","id":1,"error":{"code":"1","message":"x"}}`,
+			`{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"Internal error: Failed to create refund"}}`,
+			`{"jsonrpc":"2.0","id":7,"error":{"code":-32602,"message":"Output validation error: no structured content"}}`,
+			`{"jsonrpc":"2.0","id":null,"error":{"code":-32602,"message":"Invalid arguments for tool create_refund"}}`,
+			`{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Bad Request: <https://x.example|APPROVE> <img src=x>"}}`,
 			rpcError(-32000, "x", map[string]string{"type": "idempotency_error"}),
 			"<html>blocked</html>", "", event(ok),
 		} {
@@ -186,9 +207,29 @@ func FuzzClassifyAnswer(f *testing.F) {
 			case definite && bytes.HasPrefix(rail.TrimJSONSpace(body), []byte("{")) && rail.CheckAnswerJSON(body) != nil &&
 				!strings.Contains(contentType, "event-stream"):
 				t.Fatalf("%d %q = %v (%s), though the strict reader refuses it", status, body, c.Outcome, c.Reason)
+			case strings.ContainsAny(c.Reason, "<>|`\n\r"):
+				t.Fatalf("%d %q: reason %q carries the server's markup", status, body, c.Reason)
+			}
+			// An error not under the transports' own ids is one after
+			// dispatch, relayed: never more definite in a 4xx than in a 200.
+			if !encoded && status >= 400 && status <= 499 && c.Outcome == rail.Rejected && !transportID(body) && contentType == "application/json" {
+				if ok := ad.Classify(refundPI, rail.Response{Status: 200, Headers: resp.Headers, Body: body}); ok.Outcome != rail.Rejected {
+					t.Fatalf("%d %q = rejected (%s), but in a 200 %v (%s)", status, body, c.Reason, ok.Outcome, ok.Reason)
+				}
 			}
 		}
 	})
+}
+
+// transportID says whether body is a JSON object whose id is null or
+// "server-error", the ids the SDKs' transports refuse under.
+func transportID(body []byte) bool {
+	var m map[string]any
+	if json.Unmarshal(body, &m) != nil {
+		return false
+	}
+	id, ok := m["id"]
+	return ok && (id == nil || id == "server-error")
 }
 
 var jsonInteger = regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`)

@@ -99,7 +99,7 @@ func TestClassify(t *testing.T) {
 		{name: "rpc/error_in_sse", action: refundPI, resp: sseResp(event(rpcError(-32601, "Method not found", nil))), want: rail.Rejected},
 		{name: "is_error/stripe_card_error", action: refundPI, resp: jsonResp(200, result("StripeCardError: Your card was declined.", true)), want: rail.Rejected},
 		{name: "is_error/stripe_rate_limit", action: refundPI, resp: jsonResp(200, result("StripeRateLimitError: Too many requests", true)), want: rail.Rejected},
-		{name: "http_400_no_session", action: refundPI, resp: jsonResp(400, rpcError(-32000, "Bad Request: No valid session ID provided", nil)), want: rail.Rejected},
+		{name: "http_400_no_session", action: refundPI, resp: jsonResp(400, transportRefusal(-32000, "Bad Request: No valid session ID provided")), want: rail.Rejected},
 		{name: "http_406_accept", action: refundPI,
 			resp: jsonResp(406, `{"jsonrpc":"2.0","error":{"code":-32000,"message":"Not Acceptable: Client must accept both application/json and text/event-stream"},"id":null}`), want: rail.Rejected},
 		{name: "http_429_python_sdk_id", action: refundPI,

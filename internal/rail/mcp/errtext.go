@@ -85,13 +85,25 @@ func containsAny(s string, words []string) bool {
 	return false
 }
 
-// JSON-RPC codes a server answers before dispatching to any tool.
+// JSON-RPC codes a server answers before dispatching to any tool, and
+// the two the TypeScript SDK's HTTP transport uses for its own refusals
+// (preDispatch).
 const (
-	codeParse          = -32700
-	codeInvalidRequest = -32600
-	codeMethodNotFound = -32601
-	codeInvalidParams  = -32602
+	codeParse           = -32700
+	codeInvalidRequest  = -32600
+	codeMethodNotFound  = -32601
+	codeInvalidParams   = -32602
+	codeServerError     = -32000
+	codeSessionNotFound = -32001
 )
+
+// inputSide says whether an invalid-params text speaks of the call's
+// input (bad arguments, an unknown tool) and not of the tool's output.
+func inputSide(text string) bool {
+	lower := strings.ToLower(text)
+	return containsAny(lower, []string{"invalid arguments", "not found", "unknown tool"}) &&
+		!containsAny(lower, []string{"output", "structured content", "result"})
+}
 
 // classifyError reads a JSON-RPC error answering the tools/call.
 func classifyError(r sik.Rail, raw json.RawMessage) rail.Classification {
@@ -117,9 +129,7 @@ func classifyError(r sik.Rail, raw json.RawMessage) rail.Classification {
 		// Invalid params is also how the TypeScript SDK reports a tool's
 		// output failing its schema, after the tool ran: only input-side
 		// wording proves the tool never ran.
-		lower := strings.ToLower(text)
-		if containsAny(lower, []string{"invalid arguments", "not found", "unknown tool"}) &&
-			!containsAny(lower, []string{"output", "structured content", "result"}) {
+		if inputSide(text) {
 			return rail.Classification{Outcome: rail.Rejected, Reason: fmt.Sprintf("%s before running the tool: %s", what, snippet([]byte(text)))}
 		}
 	}

@@ -50,6 +50,13 @@ func result(text string, isError bool) string {
 	return string(b)
 }
 
+// transportRefusal is the refusal the SDKs' HTTP transports write before
+// a message reaches any handler: a JSON-RPC error under id null.
+func transportRefusal(code int, message string) string {
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil, "error": map[string]any{"code": code, "message": message}})
+	return string(b)
+}
+
 func rpcError(code int, message string, data any) string {
 	e := map[string]any{"code": code, "message": message}
 	if data != nil {
@@ -256,7 +263,7 @@ var stripeClassify = []railtest.ClassifyCase{
 	{Name: "rejected/relayed_invalid_request_error", Action: refundPI,
 		Resp: jsonResp(200, result(stripeErrText("invalid_request_error", "charge_already_refunded", "Charge ch_1 has already been refunded."), true)), Want: rail.Rejected},
 	{Name: "rejected/unknown_tool_32602", Action: refundPI, Resp: jsonResp(200, rpcError(-32602, "MCP error -32602: Tool create_refund not found", nil)), Want: rail.Rejected},
-	{Name: "rejected/http_404_session_gone", Action: refundPI, Resp: jsonResp(404, rpcError(-32001, "Session not found", nil)), Want: rail.Rejected},
+	{Name: "rejected/http_404_session_gone", Action: refundPI, Resp: jsonResp(404, transportRefusal(-32001, "Session not found")), Want: rail.Rejected},
 	{Name: "ambiguous/toolkit_failure_text", Action: refundPI, Resp: jsonResp(200, result(`"Failed to create refund"`, false)), Want: rail.Ambiguous},
 	{Name: "ambiguous/other_amount", Action: refundPI, Resp: jsonResp(200, result(toolkitRefund("re_9", 1499), false)), Want: rail.Ambiguous},
 	{Name: "ambiguous/internal_error", Action: refundPI, Resp: jsonResp(200, rpcError(-32603, "Internal error", "boom")), Want: rail.Ambiguous},

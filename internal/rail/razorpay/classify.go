@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/countersign/countersign/internal/inert"
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/sik"
 )
@@ -50,7 +51,7 @@ func (c created) stamp() string {
 func (adapter) Classify(a rail.Action, resp rail.Response) rail.Classification {
 	switch {
 	case resp.TransportErr != nil:
-		return ambiguous("no answer from Razorpay: %v", resp.TransportErr)
+		return ambiguous("no answer from Razorpay: %s", text(resp.TransportErr.Error()))
 	case resp.Status == 0:
 		return ambiguous("no answer from Razorpay")
 	}
@@ -58,13 +59,13 @@ func (adapter) Classify(a rail.Action, resp rail.Response) rail.Classification {
 		// Not even a refusal can be read: whether it said "nothing was
 		// done" or GATEWAY_ERROR (the bank call may have gone through) is
 		// unknown.
-		return ambiguous("Razorpay answered %d %v", resp.Status, err)
+		return ambiguous("Razorpay answered %d %s", resp.Status, text(err.Error()))
 	}
 	switch {
 	case resp.Status >= 200 && resp.Status <= 299:
 		return classifyCreated(a, resp)
 	case resp.Status >= 500:
-		return ambiguous("Razorpay answered %d: %s", resp.Status, errorMessage(resp.Body))
+		return ambiguous("Razorpay answered %d: %s", resp.Status, text(errorMessage(resp.Body)))
 	}
 	e, readErr := readError(resp.Body)
 	var code, desc string
@@ -75,7 +76,7 @@ func (adapter) Classify(a rail.Action, resp rail.Response) rail.Classification {
 		if desc == "" {
 			return fmt.Sprintf("Razorpay answered %d (%s)", resp.Status, what)
 		}
-		return fmt.Sprintf("Razorpay answered %d: %s", resp.Status, desc)
+		return fmt.Sprintf("Razorpay answered %d: %s", resp.Status, text(desc))
 	}
 	switch {
 	case resp.Status >= 400 && isKeyMismatch(desc):
@@ -86,7 +87,7 @@ func (adapter) Classify(a rail.Action, resp rail.Response) rail.Classification {
 	case code == "GATEWAY_ERROR" || code == "SERVER_ERROR":
 		// A bank or Razorpay failure reported with a 4xx: not a definite
 		// rejection of the request.
-		return ambiguous("Razorpay answered %d %s: %s", resp.Status, code, desc)
+		return ambiguous("Razorpay answered %d %s: %s", resp.Status, code, text(desc))
 	}
 	switch resp.Status {
 	case http.StatusBadRequest, http.StatusPaymentRequired, http.StatusForbidden, http.StatusNotFound,
@@ -96,7 +97,7 @@ func (adapter) Classify(a rail.Action, resp rail.Response) rail.Classification {
 			// an unreadable body, a proxy's page or another shape may
 			// stand for an answer that was no rejection (a GATEWAY_ERROR,
 			// a timeout a gateway rewrote).
-			return ambiguous("Razorpay answered %d but %v: a refusal Countersign cannot read is no proof that nothing was applied", resp.Status, readErr)
+			return ambiguous("Razorpay answered %d but %s: a refusal Countersign cannot read is no proof that nothing was applied", resp.Status, text(readErr.Error()))
 		}
 	}
 	switch resp.Status {
@@ -106,7 +107,7 @@ func (adapter) Classify(a rail.Action, resp rail.Response) rail.Classification {
 		// Refused before the idempotency layer ran: nothing was applied.
 		return rail.Classification{Outcome: rail.Rejected, Reason: reason("refused before processing")}
 	}
-	return ambiguous("Razorpay answered an unexpected %d: %s", resp.Status, errorMessage(resp.Body))
+	return ambiguous("Razorpay answered an unexpected %d: %s", resp.Status, text(errorMessage(resp.Body)))
 }
 
 // isKeyMismatch recognises Razorpay's "Different request with the same
@@ -145,6 +146,14 @@ func readError(body []byte) (rzpErrorDetail, error) {
 	return *e.Error, nil
 }
 
+// text renders what Razorpay (or a proxy, or the network) wrote for a
+// reason. A reason becomes the intent's and leaves in the signed
+// intent.failed and intent.quarantined webhooks, and a rail's error may
+// echo the agent's request (a metadata key, a description): no markup,
+// link or line break of it may reach the owner's systems (inert.Text).
+// Errors are rendered whole: they quote the body's member names.
+func text(s string) string { return inert.Text(s) }
+
 func ambiguous(format string, args ...any) rail.Classification {
 	return rail.Classification{Outcome: rail.Ambiguous, Reason: fmt.Sprintf(format, args...)}
 }
@@ -156,15 +165,15 @@ func classifyCreated(a rail.Action, resp rail.Response) rail.Classification {
 	want := entityOf[a.Kind]
 	var c created
 	if err := rail.DecodeAnswer(resp.Body, &c); err != nil {
-		return ambiguous("Razorpay answered %d with an unreadable body: %v", resp.Status, err)
+		return ambiguous("Razorpay answered %d with an unreadable body: %s", resp.Status, text(err.Error()))
 	}
 	if err := c.Matches(a, want); err != nil {
-		return ambiguous("Razorpay answered %d but %v", resp.Status, err)
+		return ambiguous("Razorpay answered %d but %s", resp.Status, text(err.Error()))
 	}
 	cl := rail.Classification{
 		Outcome:  rail.Applied,
 		EntityID: c.ID,
-		Reason:   fmt.Sprintf("Razorpay created %s %s (status %s)", want, c.ID, c.Status),
+		Reason:   fmt.Sprintf("Razorpay created %s %s (status %s)", want, text(c.ID), text(c.Status)),
 		Stamp:    c.stamp(),
 	}
 	if a.Kind == sik.KindPayout && c.Fees != nil && *c.Fees > 0 {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/countersign/countersign/internal/inert"
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/sik"
 )
@@ -49,21 +50,21 @@ func (c created) stamp() string {
 func (adapter) Classify(a rail.Action, resp rail.Response) rail.Classification {
 	switch {
 	case resp.TransportErr != nil:
-		return ambiguous("no answer from Stripe: %v", resp.TransportErr)
+		return ambiguous("no answer from Stripe: %s", text(resp.TransportErr.Error()))
 	case resp.Status == 0:
 		return ambiguous("no answer from Stripe")
 	}
 	if err := rail.AnswerEncoding(resp.Headers); err != nil {
 		// Not even a refusal can be read: whether it said "nothing was
 		// done" or "idempotency_error" is unknown.
-		return ambiguous("Stripe answered %d %v", resp.Status, err)
+		return ambiguous("Stripe answered %d %s", resp.Status, text(err.Error()))
 	}
 	switch {
 	case resp.Status >= 200 && resp.Status <= 299:
 		return classifyCreated(a, resp)
 	case resp.Status >= 500:
 		// Stripe saves a 5xx under the key, but the work may have run.
-		return ambiguous("Stripe answered %d: %s", resp.Status, errorMessage(resp.Body))
+		return ambiguous("Stripe answered %d: %s", resp.Status, text(errorMessage(resp.Body)))
 	}
 	e, readErr := readError(resp.Body)
 	var typ, code, msg string
@@ -74,7 +75,7 @@ func (adapter) Classify(a rail.Action, resp rail.Response) rail.Classification {
 		if msg == "" {
 			return fmt.Sprintf("Stripe answered %d (%s)", resp.Status, what)
 		}
-		return fmt.Sprintf("Stripe answered %d: %s", resp.Status, msg)
+		return fmt.Sprintf("Stripe answered %d: %s", resp.Status, text(msg))
 	}
 	switch {
 	case resp.Status >= 400 && typ == "idempotency_error":
@@ -91,7 +92,7 @@ func (adapter) Classify(a rail.Action, resp rail.Response) rail.Classification {
 			// unreadable body, a proxy's page or another shape may stand
 			// for an answer that was no rejection (an idempotency_error, a
 			// timeout a gateway rewrote).
-			return ambiguous("Stripe answered %d but %v: a refusal Countersign cannot read is no proof that nothing was applied", resp.Status, readErr)
+			return ambiguous("Stripe answered %d but %s: a refusal Countersign cannot read is no proof that nothing was applied", resp.Status, text(readErr.Error()))
 		}
 	}
 	switch resp.Status {
@@ -103,7 +104,7 @@ func (adapter) Classify(a rail.Action, resp rail.Response) rail.Classification {
 	}
 	// 1xx, 3xx and unusual 4xx (408 from a proxy, 422, …): not Stripe's
 	// documented answers, so nothing is proven.
-	return ambiguous("Stripe answered an unexpected %d: %s", resp.Status, errorMessage(resp.Body))
+	return ambiguous("Stripe answered an unexpected %d: %s", resp.Status, text(errorMessage(resp.Body)))
 }
 
 // stripeErrorDetail is stripeError's inner object.
@@ -126,6 +127,14 @@ func readError(body []byte) (stripeErrorDetail, error) {
 	return *e.Error, nil
 }
 
+// text renders what Stripe (or a proxy, or the network) wrote for a
+// reason. A reason becomes the intent's and leaves in the signed
+// intent.failed and intent.quarantined webhooks, and a rail's error may
+// echo the agent's request (a metadata key, a description): no markup,
+// link or line break of it may reach the owner's systems (inert.Text).
+// Errors are rendered whole: they quote the body's member names.
+func text(s string) string { return inert.Text(s) }
+
 func ambiguous(format string, args ...any) rail.Classification {
 	return rail.Classification{Outcome: rail.Ambiguous, Reason: fmt.Sprintf(format, args...)}
 }
@@ -138,15 +147,15 @@ func classifyCreated(a rail.Action, resp rail.Response) rail.Classification {
 	want := objectOf[a.Kind]
 	var c created
 	if err := rail.DecodeAnswer(resp.Body, &c); err != nil {
-		return ambiguous("Stripe answered %d with an unreadable body: %v", resp.Status, err)
+		return ambiguous("Stripe answered %d with an unreadable body: %s", resp.Status, text(err.Error()))
 	}
 	if err := c.Matches(a, want); err != nil {
-		return ambiguous("Stripe answered %d but %v", resp.Status, err)
+		return ambiguous("Stripe answered %d but %s", resp.Status, text(err.Error()))
 	}
 	cl := rail.Classification{
 		Outcome:  rail.Applied,
 		EntityID: c.ID,
-		Reason:   fmt.Sprintf("Stripe created %s %s (status %s)", want, c.ID, c.Status),
+		Reason:   fmt.Sprintf("Stripe created %s %s (status %s)", want, text(c.ID), text(c.Status)),
 		Stamp:    c.stamp(),
 	}
 	if a.Kind != sik.KindRefund { // refunds carry no fee
