@@ -28,6 +28,7 @@ import (
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_proc/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+
 	// Upstream filters are never allowed on a rail's way (RailClusterFaults,
 	// LocalReplyFaults), but resolved, so that a config naming the ones a
 	// rail's answer could be rewritten by is refused for that reason.

@@ -37,7 +37,7 @@ func TestReplacingAMandateVoidsItsApprovals(t *testing.T) {
 	held := func(agent, account string, n int, hash string) string {
 		t.Helper()
 		p := proposal(n)
-		p.Key.RailAccount, p.NewIntent.Key.RailAccount, p.AgentID = account, account, agent
+		p.RailAccount, p.NewIntent.RailAccount, p.AgentID = account, account, agent
 		if err := s.InTx(ctx, func(tx *Tx) error {
 			it, _, err := tx.CreateIntent(ctx, p.NewIntent)
 			if err != nil {

@@ -145,5 +145,5 @@ func describe(f fairFixture, p testProposal) string {
 	case f.b.Key:
 		return "b's intent"
 	}
-	return fmt.Sprintf("a1's intent %s", p.Key.SIK)
+	return fmt.Sprintf("a1's intent %s", p.SIK)
 }

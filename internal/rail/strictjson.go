@@ -32,6 +32,7 @@ type StrictJSON struct {
 // JSONFault is what CheckStrictJSON found wrong.
 type JSONFault int
 
+// The faults, one per way a body fails CheckStrictJSON.
 const (
 	JSONNotUTF8       JSONFault = iota + 1 // the body is not valid UTF-8
 	JSONSyntax                             // the decoder refused the body (Err says why)

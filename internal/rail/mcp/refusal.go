@@ -93,11 +93,11 @@ func refusalError(body []byte) (id json.RawMessage, code int64, text string, err
 		return nil, 0, "", errors.New("with no body")
 	}
 	if err := rail.CheckAnswerJSON(body); err != nil {
-		return nil, 0, "", fmt.Errorf("its body is not one JSON-RPC error (%v)", err)
+		return nil, 0, "", fmt.Errorf("its body is not one JSON-RPC error (%w)", err)
 	}
 	var msg map[string]json.RawMessage
 	if err := json.Unmarshal(body, &msg); err != nil {
-		return nil, 0, "", fmt.Errorf("its body is not one JSON-RPC error (%v)", err) // unreachable after CheckAnswerJSON
+		return nil, 0, "", fmt.Errorf("its body is not one JSON-RPC error (%w)", err) // unreachable after CheckAnswerJSON
 	}
 	for k := range msg {
 		if k != "jsonrpc" && k != "id" && k != "error" {
