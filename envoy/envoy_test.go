@@ -417,21 +417,9 @@ func TestBrokenCopiesAreCaught(t *testing.T) {
 			})
 		}, want: failsContract, errHas: "\"envoy.filters.network.tcp_proxy\" is not an HTTP connection manager"},
 	}
-	orig, err := os.ReadFile(egressConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			var doc map[string]any
-			if err := yaml.Unmarshal(orig, &doc); err != nil {
-				t.Fatal(err)
-			}
-			tc.edit(dig(t, doc, tc.at...))
-			broken, err := json.Marshal(doc)
-			if err != nil {
-				t.Fatal(err)
-			}
+			broken := editedEgress(t, tc.at, tc.edit)
 			got, err := runStages(broken)
 			if got != tc.want {
 				t.Fatalf("%s, want %s (error: %v)", got, tc.want, err)
@@ -463,6 +451,39 @@ func TestBrokenCopiesAreCaught(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// editedEgress is the shipped egress.yaml, as JSON, with edit applied to
+// the node at names.
+func editedEgress(t *testing.T, at []any, edit func(map[string]any)) []byte {
+	t.Helper()
+	orig, err := os.ReadFile(egressConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := yaml.Unmarshal(orig, &doc); err != nil {
+		t.Fatal(err)
+	}
+	edit(dig(t, doc, at...))
+	broken, err := json.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return broken
+}
+
+// wantStage runs the stages on data and fails t unless the first to reject
+// it is want, saying errHas when it is the contract.
+func wantStage(t *testing.T, data []byte, want stage, errHas string) {
+	t.Helper()
+	got, err := runStages(data)
+	if got != want {
+		t.Fatalf("%s, want %s (error: %v)", got, want, err)
+	}
+	if want == failsContract && !strings.Contains(err.Error(), errHas) {
+		t.Fatalf("the contract does not say %q:\n%v", errHas, err)
 	}
 }
 

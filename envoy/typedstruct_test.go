@@ -1,13 +1,8 @@
 package envoy
 
 import (
-	"encoding/json"
-	"os"
 	"slices"
-	"strings"
 	"testing"
-
-	"sigs.k8s.io/yaml"
 )
 
 // TestTypedStructIsRefused: Envoy unpacks a TypedStruct into the message
@@ -58,27 +53,6 @@ func TestTypedStructIsRefused(t *testing.T) {
 				"@type": "type.googleapis.com/udpa.type.v1.TypedStruct", "type_url": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions", "value": map[string]any{}}}
 		}, want: failsParse},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			orig, err := os.ReadFile(egressConfig)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var doc map[string]any
-			if err := yaml.Unmarshal(orig, &doc); err != nil {
-				t.Fatal(err)
-			}
-			tc.edit(dig(t, doc, tc.at...))
-			broken, err := json.Marshal(doc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := runStages(broken)
-			if got != tc.want {
-				t.Fatalf("%s, want %s (error: %v)", got, tc.want, err)
-			}
-			if tc.want == failsContract && !strings.Contains(err.Error(), tc.errHas) {
-				t.Fatalf("the contract does not say %q:\n%v", tc.errHas, err)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { wantStage(t, editedEgress(t, tc.at, tc.edit), tc.want, tc.errHas) })
 	}
 }
