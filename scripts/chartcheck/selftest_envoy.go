@@ -171,6 +171,18 @@ var envoyMutations = []mutation{
 		}}
 		return nil
 	})},
+	// Envoy unpacks a TypedStruct into the type its type_url names: the
+	// same options, hidden from a check that reads them by type.
+	{"a rail cluster's HttpProtocolOptions as a TypedStruct carrying an upstream filter", invEnvoy, editRail(func(cl map[string]any) error {
+		cl["typed_extension_protocol_options"] = map[string]any{"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": map[string]any{
+			"@type":    "type.googleapis.com/xds.type.v3.TypedStruct",
+			"type_url": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+			"value": map[string]any{"explicit_http_config": map[string]any{"http_protocol_options": map[string]any{}},
+				"http_filters": []any{map[string]any{"name": "envoy.filters.http.upstream_codec",
+					"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec"}}}},
+		}}
+		return nil
+	})},
 	{"a router with upstream_http_filters (they run for every cluster naming none)", invEnvoy, editHCM(func(h map[string]any) error {
 		fs, _ := h["http_filters"].([]any)
 		for _, f := range fs {
