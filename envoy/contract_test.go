@@ -56,7 +56,17 @@ func checkContract(b *bootstrapv3.Bootstrap) error {
 		lp := fmt.Sprintf("listener %q", l.GetName())
 		c.loopback(lp, l.GetAddress())
 		c.accessLogs(lp, l.GetAccessLog())
+		// Only the filter chains below are checked: a default chain (taken
+		// by a connection no chain matches) or a chain matcher would carry
+		// traffic past them, and a match on a chain would let another,
+		// unchecked, chain take some of it (found by a review).
+		if l.GetDefaultFilterChain() != nil || l.GetFilterChainMatcher() != nil {
+			c.fail("%s: default_filter_chain and filter_chain_matcher must be unset: every connection goes through the checked filter chains", lp)
+		}
 		for j, fc := range l.GetFilterChains() {
+			if fc.GetFilterChainMatch() != nil {
+				c.fail("%s filter_chains[%d]: filter_chain_match must be unset: one chain carries every connection", lp, j)
+			}
 			for k, f := range fc.GetFilters() {
 				hcm := &hcmv3.HttpConnectionManager{}
 				if !f.GetTypedConfig().MessageIs(hcm) {
@@ -276,6 +286,13 @@ func (c *contract) mutationRules(path string, r *mutationv3.HeaderMutationRules)
 func (c *contract) routes(path string, rc *routev3.RouteConfiguration, authzName, procName string) {
 	if len(rc.GetRequestHeadersToAdd()) > 0 || len(rc.GetRequestHeadersToRemove()) > 0 || len(rc.GetRequestMirrorPolicies()) > 0 {
 		c.fail("%s: route_config: %s", path, envoyconfig.OnceWhy("request_headers_to_add, request_headers_to_remove, request_mirror_policies"))
+	}
+	if len(rc.GetTypedPerFilterConfig()) > 0 {
+		// A route takes the route configuration's per-filter config where
+		// it sets none of its own for that filter: ext_proc disabled there
+		// lets a rail request leave unmarked, then settled as never sent
+		// (found by a review).
+		c.fail("%s: route_config: per-filter config belongs on the routes, where it is checked", path)
 	}
 	rails := 0
 	var served []string

@@ -103,8 +103,14 @@ func checkEnvoyBootstrap(r *result, data string, accounts map[string]rails.Accou
 	info.listenerPort = int(ls[0].GetAddress().GetSocketAddress().GetPortValue())
 	info.listenerAddr = ls[0].GetAddress().GetSocketAddress().GetAddress()
 	r.ok(invEnvoy, info.listenerPort > 0, "the listener needs a TCP port")
+	// Only the filter chains are checked: a default chain or a chain matcher
+	// would carry traffic past them, a match on a chain would let another
+	// take some of it.
+	r.ok(invEnvoy, ls[0].GetDefaultFilterChain() == nil && ls[0].GetFilterChainMatcher() == nil,
+		"the listener's default_filter_chain and filter_chain_matcher must be unset: every connection goes through the checked filter chain")
 	var hcms int
 	for _, fc := range ls[0].GetFilterChains() {
+		r.ok(invEnvoy, fc.GetFilterChainMatch() == nil, "the listener's filter chain must carry every connection: filter_chain_match must be unset")
 		for _, f := range fc.GetFilters() {
 			h := &hcmv3.HttpConnectionManager{}
 			if !r.ok(invEnvoy, f.GetTypedConfig().UnmarshalTo(h) == nil, "listener filter %q is not an HttpConnectionManager", f.GetName()) {
@@ -170,6 +176,10 @@ func checkHCM(r *result, h *hcmv3.HttpConnectionManager, clusters map[string]*cl
 	}
 	r.ok(invEnvoy, len(rc.GetRequestHeadersToAdd()) == 0 && len(rc.GetRequestHeadersToRemove()) == 0 && len(rc.GetRequestMirrorPolicies()) == 0,
 		"route_config: %s", envoyconfig.OnceWhy("request_headers_to_add, request_headers_to_remove, request_mirror_policies"))
+	// A route takes the route configuration's per-filter config where it
+	// sets none of its own: ext_proc disabled there lets a rail request
+	// leave unmarked, then settled as never sent.
+	r.ok(invEnvoy, len(rc.GetTypedPerFilterConfig()) == 0, "route_config: per-filter config belongs on the routes, where it is checked")
 	domains := map[string]string{}
 	routed := map[string]bool{}
 	for _, vh := range rc.GetVirtualHosts() {

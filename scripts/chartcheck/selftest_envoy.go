@@ -183,6 +183,32 @@ var envoyMutations = []mutation{
 		}}
 		return nil
 	})},
+	// A route without ext_proc config of its own takes the route
+	// configuration's; connections no chain matches take a default chain.
+	{"ext_proc disabled for the whole route configuration", invEnvoy, editHCM(func(h map[string]any) error {
+		rc, err := at(h, "route_config")
+		if err != nil {
+			return err
+		}
+		rc["typed_per_filter_config"] = map[string]any{"envoy.filters.http.ext_proc": map[string]any{
+			"@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute", "disabled": true}}
+		return nil
+	})},
+	{"the checked filter chain matching one port, and a default chain for the rest", invEnvoy, func(d []map[string]any) error {
+		return editEnvoy(d, func(b map[string]any) error {
+			l, err := at(b, "static_resources", "listeners", 0)
+			if err != nil {
+				return err
+			}
+			fc, err := at(l, "filter_chains", 0)
+			if err != nil {
+				return err
+			}
+			fc["filter_chain_match"] = map[string]any{"destination_port": 1}
+			l["default_filter_chain"] = map[string]any{"filters": fc["filters"]}
+			return nil
+		})
+	}},
 	{"a router with upstream_http_filters (they run for every cluster naming none)", invEnvoy, editHCM(func(h map[string]any) error {
 		fs, _ := h["http_filters"].([]any)
 		for _, f := range fs {
