@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/countersign/countersign/internal/inert"
 	"github.com/countersign/countersign/internal/intent"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/quota"
@@ -317,27 +318,30 @@ func (e *Engine) confirmReported(ctx context.Context, acct *rails.Account, agent
 	case limited:
 		return unconfirmed("the reporting agent's reads at rail account %s are used up for now (%s)", acct.ID, ReasonRailReadsLimited), resp
 	case err != nil:
-		return unconfirmed("the rail's listing could not be read (%v)", err), resp
+		// A listing's error carries the rail's own message (or a proxy's
+		// page), and this reason leaves in signed webhooks: inert, as
+		// every rail-written byte in a reason.
+		return unconfirmed("the rail's listing could not be read (%s)", inert.Text(err.Error())), resp
 	case f.Match == nil:
 		return unconfirmed("the rail lists no entity carrying this attempt's stamp (%d pages read)", f.Pages), resp
 	case a.AmountMinor != nil && f.Match.AmountMinor != *a.AmountMinor:
-		return unconfirmed("the rail lists %s for %d, not the %d decided", f.Match.ID, f.Match.AmountMinor, *a.AmountMinor), resp
+		return unconfirmed("the rail lists %s for %d, not the %d decided", inert.Token(f.Match.ID), f.Match.AmountMinor, *a.AmountMinor), resp
 	case a.AmountMinor == nil && f.Match.AmountMinor != it.AmountMinor:
 		// A full refund is sent for the amount its intent holds (the
 		// Decide answer's stamps name it).
-		return unconfirmed("the rail lists %s for %d, not the %d held", f.Match.ID, f.Match.AmountMinor, it.AmountMinor), resp
+		return unconfirmed("the rail lists %s for %d, not the %d held", inert.Token(f.Match.ID), f.Match.AmountMinor, it.AmountMinor), resp
 	case a.Currency != "" && !strings.EqualFold(f.Match.Currency, a.Currency):
-		return unconfirmed("the rail lists %s in %q, not %q", f.Match.ID, f.Match.Currency, a.Currency), resp
+		return unconfirmed("the rail lists %s in %q, not %q", inert.Token(f.Match.ID), inert.Token(f.Match.Currency), inert.Token(a.Currency)), resp
 	}
 	listed := rail.Response{Status: http.StatusOK, Headers: map[string]string{"content-type": "application/json"}, Body: f.Match.Raw}
 	if la, ok := acct.Adapter.(rail.ListedAnswerer); ok {
 		if listed, err = la.ListedAnswer(*f.Match); err != nil {
-			return unconfirmed("its answer could not be rebuilt from the rail's listing (%v)", err), resp
+			return unconfirmed("its answer could not be rebuilt from the rail's listing (%s)", inert.Text(err.Error())), resp
 		}
 	}
 	lc := acct.Adapter.Classify(a, listed)
 	if lc.Outcome != rail.Applied || lc.EntityID != f.Match.ID {
-		return unconfirmed("the rail's own listing of %s does not read as applied (%s)", f.Match.ID, lc.Reason), resp
+		return unconfirmed("the rail's own listing of %s does not read as applied (%s)", inert.Token(f.Match.ID), lc.Reason), resp
 	}
 	lc.Reason = "applied at the rail, as its listing shows"
 	return lc, listed

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/countersign/countersign/internal/inert"
 	"github.com/countersign/countersign/internal/intent"
 )
 
@@ -322,8 +323,10 @@ func (s *Store) RecordFinding(ctx context.Context, f Finding) (Intent, error) {
 				WHERE rail_account = $1 AND sik = $2 AND entity_id IS NOT NULL ORDER BY attempt_seq LIMIT 1`,
 				f.RailAccount, f.SIK).Scan(&seq, &entity); {
 			case err == nil:
+				// The entity id is the rail's, and the reason leaves in
+				// signed webhooks: inert.
 				out, err = tx.transition(ctx, it, intent.Quarantine, transitionOpts{
-					reason: fmt.Sprintf("reconciliation found no entity after %d pages, but the rail answered attempt %d applied (entity %s); check the rail before resolving", f.Pages, seq, entity)})
+					reason: fmt.Sprintf("reconciliation found no entity after %d pages, but the rail answered attempt %d applied (entity %s); check the rail before resolving", f.Pages, seq, inert.Token(entity))})
 			case errors.Is(err, pgx.ErrNoRows):
 				out, err = tx.transition(ctx, it, intent.ConfirmedAbsent, transitionOpts{
 					reason: fmt.Sprintf("absent after %d pages read to the end", f.Pages)})

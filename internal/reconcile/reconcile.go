@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/countersign/countersign/internal/engine"
+	"github.com/countersign/countersign/internal/inert"
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/logging"
 	"github.com/countersign/countersign/internal/rail"
@@ -207,7 +208,10 @@ func (w *Worker) one(ctx context.Context, wk ledger.ReconcileWork) (Result, erro
 		f.Pages = found.Pages
 		switch {
 		case err != nil:
-			f.Outcome, f.Detail = ledger.FindingInconclusive, "listing failed: "+err.Error()
+			// The error carries the rail's own message (or a proxy's
+			// page), and Detail becomes the intent's reason, which leaves
+			// in signed webhooks: every rail-written byte in it is inert.
+			f.Outcome, f.Detail = ledger.FindingInconclusive, "listing failed: "+inert.Text(err.Error())
 		case found.Match != nil && unlike(a, *found.Match) != "":
 			// The rail made something under this attempt's stamp, but not
 			// what was decided: the rail read the request otherwise than
@@ -218,10 +222,10 @@ func (w *Worker) one(ctx context.Context, wk ledger.ReconcileWork) (Result, erro
 			// settles it now, without more listings.
 			f.Outcome, f.MaxReconciles = ledger.FindingInconclusive, 1
 			f.Detail = fmt.Sprintf("%s carries stamp %s, but %s: the rail did not make what was decided; check the rail before resolving",
-				found.Match.ID, at.Stamp, unlike(a, *found.Match))
+				inert.Token(found.Match.ID), at.Stamp, unlike(a, *found.Match))
 		case found.Match != nil:
 			f.Outcome, f.EntityID, f.EntityBody = ledger.FindingApplied, found.Match.ID, found.Match.Raw
-			f.Detail = fmt.Sprintf("%s carries stamp %s", found.Match.ID, at.Stamp)
+			f.Detail = fmt.Sprintf("%s carries stamp %s", inert.Token(found.Match.ID), at.Stamp)
 		case !found.Exhausted:
 			// Absence on a page is not absence.
 			f.Outcome, f.Detail = ledger.FindingInconclusive, fmt.Sprintf("no match in %d pages, but the listing was not read to the end", found.Pages)
@@ -283,11 +287,13 @@ func listedSince(wk ledger.ReconcileWork, slack time.Duration) time.Time {
 func unlike(a rail.Action, e rail.Entity) string {
 	switch {
 	case e.Unlike != "":
-		return e.Unlike
+		// The adapter's sentence quotes the listed entity's id, currency
+		// and destination as the rail wrote them.
+		return inert.Text(e.Unlike)
 	case a.AmountMinor != nil && e.AmountMinor != *a.AmountMinor:
 		return fmt.Sprintf("it is for %d, the intent for %d", e.AmountMinor, *a.AmountMinor)
 	case a.Currency != "" && !strings.EqualFold(e.Currency, a.Currency):
-		return fmt.Sprintf("it is in %q, the intent in %s", e.Currency, a.Currency)
+		return fmt.Sprintf("it is in %q, the intent in %s", inert.Token(e.Currency), inert.Token(a.Currency))
 	}
 	return ""
 }
