@@ -28,16 +28,7 @@ func TestLapsedApprovalsLeaveTheLiveSet(t *testing.T) {
 		t.Helper()
 		p := proposal(n)
 		p.AgentID = agent
-		if err := f.s.InTx(ctx, func(tx *Tx) error {
-			it, _, err := tx.CreateIntent(ctx, p.NewIntent)
-			if err != nil {
-				return err
-			}
-			if it, err = tx.Transition(ctx, it, intent.GatesHeld, TransitionOpts{Reason: "needs approval"}); err != nil {
-				return err
-			}
-			return tx.OpenApproval(ctx, it, ApprovalSpec{TTL: ttl, MaxPending: maxPending})
-		}); err != nil {
+		if err := holdNew(ctx, f.s, p, ApprovalSpec{TTL: ttl, MaxPending: maxPending}); err != nil {
 			t.Fatalf("hold %d: %v", n, err)
 		}
 	}

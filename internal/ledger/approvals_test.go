@@ -55,16 +55,7 @@ func TestOwnerReadsAnExpiredApprovalAsExpired(t *testing.T) {
 		t.Helper()
 		p := proposal(n)
 		p.AgentID = f.agent.ID
-		if err := f.s.InTx(ctx, func(tx *Tx) error {
-			it, _, err := tx.CreateIntent(ctx, p.NewIntent)
-			if err != nil {
-				return err
-			}
-			if it, err = tx.Transition(ctx, it, intent.GatesHeld, TransitionOpts{Reason: "needs approval"}); err != nil {
-				return err
-			}
-			return tx.OpenApproval(ctx, it, ApprovalSpec{TTL: ttl})
-		}); err != nil {
+		if err := holdNew(ctx, f.s, p, ApprovalSpec{TTL: ttl}); err != nil {
 			t.Fatalf("held intent: %v", err)
 		}
 		as, err := f.s.ListApprovals(ctx, f.owner, "", "", "", 100)

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/countersign/countersign/internal/intent"
 	"github.com/countersign/countersign/internal/testing/wait"
 )
 
@@ -26,16 +25,7 @@ func TestLiveApprovalsMarkChangesWithTheLiveSet(t *testing.T) {
 		n++
 		p := proposal(n)
 		p.AgentID = agentID
-		if err := f.s.InTx(ctx, func(tx *Tx) error {
-			it, _, err := tx.CreateIntent(ctx, p.NewIntent)
-			if err != nil {
-				return err
-			}
-			if it, err = tx.Transition(ctx, it, intent.GatesHeld, TransitionOpts{Reason: "needs approval"}); err != nil {
-				return err
-			}
-			return tx.OpenApproval(ctx, it, ApprovalSpec{TTL: ttl})
-		}); err != nil {
+		if err := holdNew(ctx, f.s, p, ApprovalSpec{TTL: ttl}); err != nil {
 			t.Fatalf("held intent: %v", err)
 		}
 		as, err := f.s.LiveApprovals(ctx, f.owner, "", 100)

@@ -43,6 +43,21 @@ type started struct {
 // startFirst writes p's intent and starts its first attempt, with the
 // ledger's primitives, as the engine's locking transaction does for a new
 // intent whose gates passed (the engine's script is tested in its package).
+// holdNew creates p's intent and holds it for an approval of spec, as a
+// HOLD of a new request does, in one transaction.
+func holdNew(ctx context.Context, s *Store, p testProposal, spec ApprovalSpec) error {
+	return s.InTx(ctx, func(tx *Tx) error {
+		it, _, err := tx.CreateIntent(ctx, p.NewIntent)
+		if err != nil {
+			return err
+		}
+		if it, err = tx.Transition(ctx, it, intent.GatesHeld, TransitionOpts{Reason: "needs approval"}); err != nil {
+			return err
+		}
+		return tx.OpenApproval(ctx, it, spec)
+	})
+}
+
 func startFirst(ctx context.Context, s *Store, p testProposal) (started, error) {
 	var res started
 	err := s.InTx(ctx, func(tx *Tx) error {

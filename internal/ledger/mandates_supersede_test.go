@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"github.com/countersign/countersign/internal/intent"
 )
 
 // TestReplacingAMandateVoidsItsApprovals: a mandate that replaces its
@@ -38,16 +36,7 @@ func TestReplacingAMandateVoidsItsApprovals(t *testing.T) {
 		t.Helper()
 		p := proposal(n)
 		p.RailAccount, p.NewIntent.RailAccount, p.AgentID = account, account, agent
-		if err := s.InTx(ctx, func(tx *Tx) error {
-			it, _, err := tx.CreateIntent(ctx, p.NewIntent)
-			if err != nil {
-				return err
-			}
-			if it, err = tx.Transition(ctx, it, intent.GatesHeld, TransitionOpts{Reason: "needs approval"}); err != nil {
-				return err
-			}
-			return tx.OpenApproval(ctx, it, ApprovalSpec{AgentID: agent, MandateHash: hash, TTL: time.Hour})
-		}); err != nil {
+		if err := holdNew(ctx, s, p, ApprovalSpec{AgentID: agent, MandateHash: hash, TTL: time.Hour}); err != nil {
 			t.Fatalf("hold intent %d: %v", n, err)
 		}
 		var id string

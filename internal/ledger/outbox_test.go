@@ -125,16 +125,7 @@ func TestOutboxEventFollowsEachInterestingTransition(t *testing.T) {
 	// A HOLD is an event for both the catch-all and the held-only webhook.
 	p := proposal(2)
 	p.AgentID = f.agent.ID
-	if err := f.s.InTx(ctx, func(tx *Tx) error {
-		it, _, err := tx.CreateIntent(ctx, p.NewIntent)
-		if err != nil {
-			return err
-		}
-		if it, err = tx.Transition(ctx, it, intent.GatesHeld, TransitionOpts{Reason: "needs approval"}); err != nil {
-			return err
-		}
-		return tx.OpenApproval(ctx, it, ApprovalSpec{})
-	}); err != nil {
+	if err := holdNew(ctx, f.s, p, ApprovalSpec{}); err != nil {
 		t.Fatalf("held intent: %v", err)
 	}
 	evs, err = f.s.EventsOf(ctx, p.Key)
