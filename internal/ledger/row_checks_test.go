@@ -144,6 +144,36 @@ func refusal(t *testing.T, c *pgx.Conn, table string, set map[string]string) str
 		t.Fatal(err)
 	}
 	_, err = tx.Exec(ctx, insertSQL(table, set))
+	return violated(t, table, set, err)
+}
+
+// updateRefusal is refusal for an UPDATE: the base row inserted, then
+// updated to the row set changes.
+func updateRefusal(t *testing.T, c *pgx.Conn, table string, set map[string]string) string {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, insertSQL(table, nil)); err != nil {
+		t.Fatalf("%s: the base row is refused: %v", table, err)
+	}
+	sets := make([]string, 0, len(set))
+	for _, col := range slices.Sorted(maps.Keys(set)) {
+		sets = append(sets, col+" = "+set[col])
+	}
+	_, err = tx.Exec(ctx, "UPDATE "+table+" SET "+strings.Join(sets, ", "))
+	return violated(t, table, set, err)
+}
+
+// violated is err's check constraint ("" for no error).
+func violated(t *testing.T, table string, set map[string]string, err error) string {
+	t.Helper()
 	if err == nil {
 		return ""
 	}
@@ -158,8 +188,9 @@ func refusal(t *testing.T, c *pgx.Conn, table string, set map[string]string) str
 // refuse each row the CHECK constraints they replace refused, naming the
 // same constraint with the same SQLSTATE (ledger code matches on both, e.g.
 // budget_never_exceeded), and admit what they admitted, under the replica
-// role as the constraints did (found by a review); no CHECK constraint
-// is left on those tables, and Down puts every one back.
+// role as the constraints did (found by a review), on INSERT and on UPDATE
+// (migration 00044 checks the rows decisions update after the update); no
+// CHECK constraint is left on those tables, and Down puts every one back.
 func TestRowChecksRefuseWhatTheConstraintsDid(t *testing.T) {
 	ctx := context.Background()
 	url, p, _ := migrationTest(t)
@@ -188,6 +219,9 @@ func TestRowChecksRefuseWhatTheConstraintsDid(t *testing.T) {
 		if got := refusal(t, c, rc.table, rc.set); got != rc.name {
 			t.Errorf("trigger: %s %v refused by %q, want %q", rc.table, rc.set, got, rc.name)
 		}
+		if got := updateRefusal(t, c, rc.table, rc.set); got != rc.name {
+			t.Errorf("trigger: %s updated to %v refused by %q, want %q", rc.table, rc.set, got, rc.name)
+		}
 	}
 
 	if _, err := p.DownTo(ctx, 41); err != nil {
@@ -198,6 +232,9 @@ func TestRowChecksRefuseWhatTheConstraintsDid(t *testing.T) {
 		want = append(want, rc.name)
 		if got := refusal(t, c, rc.table, rc.set); got != rc.name {
 			t.Errorf("constraint: %s %v refused by %q, want %q", rc.table, rc.set, got, rc.name)
+		}
+		if got := updateRefusal(t, c, rc.table, rc.set); got != rc.name {
+			t.Errorf("constraint: %s updated to %v refused by %q, want %q", rc.table, rc.set, got, rc.name)
 		}
 	}
 	sort.Strings(want)
