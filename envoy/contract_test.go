@@ -145,6 +145,9 @@ func (c *contract) hcm(path string, h *hcmv3.HttpConnectionManager) {
 	for _, p := range envoyconfig.TunnelFaults(h) {
 		c.fail("%s: %s", path, p)
 	}
+	for _, p := range envoyconfig.HeaderFaults(h) {
+		c.fail("%s: %s", path, p)
+	}
 	// An answer reaches ext_proc as Envoy leaves it: nothing may rewrite
 	// Envoy's own replies into what reads as the rail's refusal.
 	for _, p := range envoyconfig.LocalReplyFaults(h) {

@@ -314,6 +314,13 @@ func TestBrokenCopiesAreCaught(t *testing.T) {
 			want: failsContract, errHas: "upgrade_configs must be unset: an upgraded connection is a tunnel"},
 		{name: "CONNECT over HTTP/2 on the agents' listener", at: hcm, edit: set("http2_protocol_options", map[string]any{"allow_connect": true}),
 			want: failsContract, errHas: "http2_protocol_options.allow_connect must be false"},
+		// A header name with an underscore reaches the rail (found by a
+		// review): stripe_account is Stripe-Account to a CGI-style server.
+		{name: "underscores in header names let through", at: append(slices.Clone(hcm), "common_http_protocol_options"),
+			edit: set("headers_with_underscores_action", "ALLOW"),
+			want: failsContract, errHas: "headers_with_underscores_action must be REJECT_REQUEST"},
+		{name: "no protocol options (Envoy's default lets underscores through)", at: hcm, edit: del("common_http_protocol_options"),
+			want: failsContract, errHas: "headers_with_underscores_action must be REJECT_REQUEST"},
 		{name: "HTTP/1.0 on the agents' listener", at: hcm, edit: set("http_protocol_options", map[string]any{"accept_http_10": true}),
 			want: failsContract, errHas: "http_protocol_options.accept_http_10 must be false"},
 		{name: "a rail route enables WebSocket upgrades itself", at: append(slices.Clone(stripeRoute), "route"),

@@ -144,6 +144,16 @@ func (e *RefusedHeader) Unwrap() error { return ErrUnrecognised }
 func (p HeaderPolicy) Check(headers map[string]string) error {
 	for _, name := range slices.Sorted(maps.Keys(headers)) {
 		v := headers[name]
+		if strings.Contains(name, "_") {
+			// Servers that read headers as CGI variables (Rack, PHP-FPM,
+			// WSGI) give stripe_account and stripe-account one name
+			// (HTTP_STRIPE_ACCOUNT), so a header spelled with "_" could be
+			// read as one this policy refuses or pins under its "-"
+			// spelling. Envoy's listeners refuse such names too
+			// (headers_with_underscores_action: REJECT_REQUEST); this
+			// holds where a configuration forgot it.
+			return &RefusedHeader{Name: name, Why: "has an underscore in its name, which servers reading headers as CGI variables read as a dash"}
+		}
 		r, ok := p.Rules[name]
 		if !ok {
 			r, ok = commonRules[name]

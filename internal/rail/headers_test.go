@@ -71,6 +71,15 @@ func TestHeaderPolicyCheck(t *testing.T) {
 		{name: "alternate stat name", headers: map[string]string{"x-envoy-upstream-alt-stat-name": "x"}, refused: "x-envoy-upstream-alt-stat-name", why: envoyWhy},
 		{name: "the logged path", headers: map[string]string{"x-envoy-original-path": "/v1/balance"}, refused: "x-envoy-original-path", why: envoyWhy},
 		{name: "one Envoy does not have yet", headers: map[string]string{"x-envoy-anything": "1"}, refused: "x-envoy-anything", why: envoyWhy},
+		// CGI-style servers (Rack, PHP-FPM, WSGI) read stripe_account as
+		// Stripe-Account (found by a review): any underscore is refused,
+		// whether its dash spelling is refused, pinned, namespaced or none.
+		{name: "an underscore spelling of a refused header", headers: map[string]string{"rail_account": "acct_2"}, refused: "rail_account", why: "underscore"},
+		{name: "an underscore spelling of a namespace", headers: map[string]string{"rail_other": "1"}, refused: "rail_other", why: "underscore"},
+		{name: "an underscore spelling of a common refusal", headers: map[string]string{"x_http_method_override": "GET"}, refused: "x_http_method_override", why: "underscore"},
+		{name: "an underscore spelling of an Envoy control", headers: map[string]string{"x_envoy_retry_on": "5xx"}, refused: "x_envoy_retry_on", why: "underscore"},
+		{name: "an underscore spelling of a pinned header", headers: map[string]string{"content_encoding": "gzip"}, refused: "content_encoding", why: "underscore"},
+		{name: "an underscore in a transport header", headers: map[string]string{"user_agent": "sdk/1"}, refused: "user_agent", why: "underscore"},
 		{name: "among harmless ones", headers: map[string]string{"user-agent": "sdk/1", "x-envoy-auth-partial-body": "false", "x-envoy-retry-on": "reset"}, refused: "x-envoy-retry-on", why: envoyWhy},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

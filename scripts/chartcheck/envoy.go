@@ -133,6 +133,9 @@ func checkHCM(r *result, h *hcmv3.HttpConnectionManager, clusters map[string]*cl
 	for _, p := range envoyconfig.TunnelFaults(h) {
 		r.ok(invEnvoy, false, "http connection manager: %s", p)
 	}
+	for _, p := range envoyconfig.HeaderFaults(h) {
+		r.ok(invEnvoy, false, "http connection manager: %s", p)
+	}
 	// An answer reaches ext_proc as Envoy leaves it: nothing may rewrite
 	// Envoy's own replies into what reads as the rail's refusal.
 	for _, p := range envoyconfig.LocalReplyFaults(h) {

@@ -134,6 +134,10 @@ var envoyMutations = []mutation{
 		h["http2_protocol_options"] = map[string]any{"allow_connect": true}
 		return nil
 	})},
+	{"header names with underscores let through (stripe_account is Stripe-Account to a CGI-style server)", invEnvoy, editHCM(func(h map[string]any) error {
+		h["common_http_protocol_options"] = map[string]any{"headers_with_underscores_action": "ALLOW"}
+		return nil
+	})},
 	{"HTTP/1.0 on the agents' listener", invEnvoy, editHCM(func(h map[string]any) error {
 		h["http_protocol_options"] = map[string]any{"accept_http_10": true}
 		return nil
