@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -407,8 +408,17 @@ func sessionStaysWithItsOrigin(t *testing.T, ctx context.Context, run func(strin
 		mu.Lock()
 		got = append(got, r.Header.Values("Cookie")...)
 		mu.Unlock()
-		w.Header().Set("Content-Type", "text/html")
-		fmt.Fprint(w, `<!doctype html><title>agent UI</title><p id=ui>the agent's own UI</p>`)
+		switch r.URL.Path {
+		case "/go": // sends the browser on to ?to=…
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprintf(w, `<!doctype html><title>agent UI</title><script src="/go.js?%s"></script>`, r.URL.RawQuery)
+		case "/go.js":
+			w.Header().Set("Content-Type", "text/javascript")
+			fmt.Fprintf(w, "location.href = %q;", r.URL.Query().Get("to"))
+		default:
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprint(w, `<!doctype html><title>agent UI</title><p id=ui>the agent's own UI</p>`)
+		}
 	}))
 	defer agentUI.Close()
 	_, uiPort, _ := net.SplitHostPort(agentUI.Listener.Addr().String())
@@ -459,6 +469,37 @@ func sessionStaysWithItsOrigin(t *testing.T, ctx context.Context, run func(strin
 	}
 	if strings.Contains(stolen, kept) || strings.Contains(theirs, kept) {
 		t.Fatalf("the key half reached the other port: cookie %q, its page's localStorage %s", stolen, theirs)
+	}
+	// The agent's page sends the console's tab to /console/#session_key=…
+	// with a key of its choosing: a made-up one, or that of another session
+	// (the owner's own, here, opened by the agent with the owner token: a
+	// session whose halves the agent holds). The console takes a key from
+	// the fragment only after an OIDC sign-in this tab started, and never
+	// in place of a key the server accepts: it keeps its own session.
+	signIn, _ := http.NewRequest(http.MethodPost, base+"/console/api/session", strings.NewReader(`{"token":"`+ownerToken+`"}`))
+	signIn.Header.Set("Content-Type", "application/json")
+	status, _, body := send(t, signIn)
+	var other struct {
+		SessionKey string `json:"session_key"`
+	}
+	if err := json.Unmarshal([]byte(body), &other); status != http.StatusOK || err != nil || other.SessionKey == "" {
+		t.Fatalf("another session for the agent: %d %s", status, body)
+	}
+	for _, tc := range []struct{ name, key string }{
+		{"a made-up key", strings.Repeat("a", 52)},
+		{"another session's key", other.SessionKey},
+	} {
+		var now string
+		var signedIn bool
+		run("the agent's page hands the console "+tc.name, 30*time.Second,
+			chromedp.Navigate("http://localhost:"+uiPort+"/go?"+url.Values{"to": {base + "/console/#session_key=" + tc.key}}.Encode()),
+			chromedp.WaitVisible(`#who, #signin`, chromedp.ByQuery),
+			chromedp.Evaluate(`!!document.querySelector('#who')`, &signedIn),
+			chromedp.Evaluate(`localStorage.getItem('countersign_session_key') || ''`, &now))
+		if !signedIn || now != kept {
+			t.Errorf("after the agent's page handed the console %s: signed in %v, its key its own %v, the agent's %v; want its own session and key",
+				tc.name, signedIn, now == kept, now == tc.key)
+		}
 	}
 	// The owner's console, reloaded, and in a new tab: still signed in.
 	run("the console after a reload", 30*time.Second,

@@ -54,6 +54,14 @@ const (
 	// the page after an OIDC sign-in ("/console/#session_key=…"): a fragment
 	// is sent to no server and in no Referer, and the page removes it.
 	SessionKeyFragment = "session_key="
+	// SignInBinding names the binding of an OIDC sign-in to the browser tab
+	// that started it: the query parameter of /console/oidc/start and the
+	// member after the key in the callback's fragment
+	// ("/console/#session_key=…&binding=…"). It is the lower-case hex
+	// SHA-256 of a random value the page keeps in its sessionStorage; the
+	// page takes a key from the fragment only with its own tab's binding,
+	// so a page of another port cannot hand it a session of its choosing.
+	SignInBinding = "binding"
 )
 
 // DefaultSessionTTL is a session's lifetime when Options.TTL is 0.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -52,6 +53,9 @@ type rigOptions struct {
 	console  func(*console.Options)
 	failures *quota.Failures
 	api      http.Handler // replaces the stand-in gateway
+	// listener is the rig server's, when its address must be known
+	// before the console is made (its URL); nil: a fresh one.
+	listener net.Listener
 }
 
 func newRig(t *testing.T, ro rigOptions) *rig {
@@ -97,7 +101,12 @@ func newRig(t *testing.T, ro rigOptions) *rig {
 	mux.Handle("/v1/", r.con.WrapAPI(api))
 	mux.Handle("/console", r.con.Handler())
 	mux.Handle("/console/", r.con.Handler())
-	r.srv = httptest.NewServer(mux)
+	r.srv = httptest.NewUnstartedServer(mux)
+	if ro.listener != nil {
+		_ = r.srv.Listener.Close()
+		r.srv.Listener = ro.listener
+	}
+	r.srv.Start()
 	t.Cleanup(r.srv.Close)
 	return r
 }

@@ -194,7 +194,10 @@ type pending struct {
 	State    string `json:"s"`
 	Nonce    string `json:"n"`
 	Verifier string `json:"v"`
-	Expires  int64  `json:"e"` // unix seconds
+	// Binding is the SignInBinding the page that started the sign-in
+	// sent; the callback hands it back beside the key.
+	Binding string `json:"b"`
+	Expires int64  `json:"e"` // unix seconds
 }
 
 func (f *oidcFlow) seal(ctx context.Context, p pending) (string, error) {
@@ -229,7 +232,7 @@ func (f *oidcFlow) open(ctx context.Context, sealed string) (pending, error) {
 		return pending{}, errNoSignIn
 	}
 	var p pending
-	if json.Unmarshal(plain, &p) != nil || p.State == "" || p.Nonce == "" || p.Verifier == "" {
+	if json.Unmarshal(plain, &p) != nil || p.State == "" || p.Nonce == "" || p.Verifier == "" || !ValidBinding(p.Binding) {
 		return pending{}, errNoSignIn
 	}
 	if !f.c.o.Now().Before(time.Unix(p.Expires, 0)) {
@@ -247,11 +250,18 @@ func randomString() (string, error) {
 }
 
 // oidcStart sends the browser to the issuer with a fresh state, nonce and
-// PKCE challenge, keeping them in the sealed OIDC cookie.
+// PKCE challenge, keeping them in the sealed OIDC cookie with the binding
+// (SignInBinding) of the console tab that started the sign-in. A start
+// without one is refused: its key could be handed to no page.
 func (c *Console) oidcStart(w http.ResponseWriter, r *http.Request) {
 	f := c.oidc
 	if f == nil {
 		writeJSON(w, http.StatusNotFound, errorBody{Error: "oidc_disabled"})
+		return
+	}
+	binding := r.URL.Query()[SignInBinding]
+	if len(binding) != 1 || !ValidBinding(binding[0]) {
+		writeJSON(w, http.StatusBadRequest, errorBody{Error: "an OIDC sign-in starts from the console's sign-in page (/console/), which binds it to its tab"})
 		return
 	}
 	cfg, err := f.config(r.Context())
@@ -266,7 +276,7 @@ func (c *Console) oidcStart(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusInternalServerError, errorBody{Error: "internal"})
 		return
 	}
-	p := pending{State: state, Nonce: nonce, Verifier: oauth2.GenerateVerifier(), Expires: c.o.Now().Add(oidcStateTTL).Unix()}
+	p := pending{State: state, Nonce: nonce, Verifier: oauth2.GenerateVerifier(), Binding: binding[0], Expires: c.o.Now().Add(oidcStateTTL).Unix()}
 	sealed, err := f.seal(r.Context(), p)
 	if err != nil {
 		c.unavailable(w, err)
@@ -379,12 +389,13 @@ func (c *Console) oidcCallback(w http.ResponseWriter, r *http.Request) {
 	}
 	// The key half goes to the page in the redirect's fragment: the browser
 	// sends a fragment to no server and in no Referer, and keeps it for the
-	// page of the console's origin, which stores it and removes it from the
-	// address bar and history (history.replaceState).
+	// page of the console's origin, which removes it from the address bar
+	// and history (history.replaceState) and stores the key only if the
+	// binding beside it is its own tab's.
 	c.open(w, r, o, c.o.Now().Add(c.o.TTL), func(secret ownerauth.SessionSecret, _ ownerauth.Session) {
 		// Set by hand: http.Redirect would repeat the URL in an HTML body.
 		w.Header().Set("Cache-Control", "no-store")
-		w.Header().Set("Location", "/console/#"+SessionKeyFragment+secret.Key)
+		w.Header().Set("Location", "/console/#"+SessionKeyFragment+secret.Key+"&"+SignInBinding+"="+p.Binding)
 		w.WriteHeader(http.StatusSeeOther)
 	})
 }

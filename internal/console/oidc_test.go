@@ -6,12 +6,14 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -147,16 +149,35 @@ func oidcRig(t *testing.T, p *provider) *rig {
 	}})
 }
 
-// flow is one browser's sign-in up to the callback: the sealed cookie and
-// the callback query the issuer redirected to.
+// flow is one browser's sign-in up to the callback: the sealed cookie,
+// the callback query the issuer redirected to, and the binding the page
+// started it with.
 type flow struct {
-	cookie string
-	query  url.Values
+	cookie  string
+	query   url.Values
+	binding string
+}
+
+// newBinding is a binding as the page makes one: the hex SHA-256 of a
+// random value it keeps.
+func newBinding(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 func (r *rig) startOIDC(t *testing.T, p *provider) flow {
 	t.Helper()
-	x := r.do("GET", "/console/oidc/start", "")
+	return r.startOIDCBound(t, p, newBinding(t))
+}
+
+func (r *rig) startOIDCBound(t *testing.T, p *provider, binding string) flow {
+	t.Helper()
+	x := r.do("GET", "/console/oidc/start?"+console.SignInBinding+"="+binding, "")
 	if x.status != 302 {
 		t.Fatalf("oidc start = %d %s", x.status, x.body)
 	}
@@ -185,7 +206,7 @@ func (r *rig) startOIDC(t *testing.T, p *provider) flow {
 	if res.StatusCode != 302 || err != nil {
 		t.Fatalf("issuer's authorization = %d %q", res.StatusCode, res.Header.Get("Location"))
 	}
-	return flow{cookie: console.OIDCCookie + "=" + value, query: back.Query()}
+	return flow{cookie: console.OIDCCookie + "=" + value, query: back.Query(), binding: binding}
 }
 
 func (r *rig) callback(f flow) resp {
@@ -198,11 +219,14 @@ func TestOIDCSignIn(t *testing.T) {
 	t.Run("success", func(t *testing.T) {
 		p := newProvider(t)
 		r := oidcRig(t, p)
-		x := r.callback(r.startOIDC(t, p))
+		f := r.startOIDC(t, p)
+		x := r.callback(f)
 		// The key half goes to the page in the fragment (sent to no server,
-		// in no Referer), and nowhere else in the answer.
-		key, ok := strings.CutPrefix(x.header.Get("Location"), "/console/#"+console.SessionKeyFragment)
-		if x.status != 303 || !ok || !ownerauth.ValidSessionKey(key) || strings.Contains(x.body, key) {
+		// in no Referer), and nowhere else in the answer; beside it, the
+		// binding of the tab that started the sign-in.
+		rest, ok := strings.CutPrefix(x.header.Get("Location"), "/console/#"+console.SessionKeyFragment)
+		key, binding, _ := strings.Cut(rest, "&"+console.SignInBinding+"=")
+		if x.status != 303 || !ok || !ownerauth.ValidSessionKey(key) || binding != f.binding || strings.Contains(x.body, key) {
 			t.Fatalf("callback = %d %s (Location %q)", x.status, x.body, x.header.Get("Location"))
 		}
 		checkSecurityHeaders(t, "callback", x.header)
@@ -462,5 +486,52 @@ func TestOIDCExchangesAreBoundedPerSource(t *testing.T) {
 	r.clock.Advance(time.Minute)
 	if x := r.callback(r.startOIDC(t, p)); x.status != 303 {
 		t.Fatalf("after the wait = %d %s", x.status, x.body)
+	}
+}
+
+// TestOIDCSignInIsBoundToItsTab: the page takes a key from the callback's
+// fragment only beside its own tab's binding (api.js), so the server
+// starts no sign-in without a well-formed binding, and hands back, beside
+// the key, the binding sealed in the sign-in's cookie: never one from the
+// callback's URL, which whoever sends the browser there chooses.
+func TestOIDCSignInIsBoundToItsTab(t *testing.T) {
+	p := newProvider(t)
+	r := oidcRig(t, p)
+	for _, tc := range []struct{ name, query string }{
+		{"no binding", ""},
+		{"empty", "binding="},
+		{"upper-case hex", "binding=" + strings.ToUpper(newBinding(t))},
+		{"too short", "binding=" + newBinding(t)[:63]},
+		{"too long", "binding=" + newBinding(t) + "0"},
+		{"base64url", "binding=" + base64.RawURLEncoding.EncodeToString(make([]byte, 48))},
+		{"twice", "binding=" + newBinding(t) + "&binding=" + newBinding(t)},
+		{"another name", "Binding=" + newBinding(t)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := r.do("GET", "/console/oidc/start?"+tc.query, "")
+			if x.status != 400 || x.header.Get("Location") != "" || len(x.header.Values("Set-Cookie")) != 0 ||
+				!strings.Contains(x.json(t)["error"].(string), "starts from the console") {
+				t.Fatalf("start with %s = %d %s (Location %q, Set-Cookie %q), want 400 and no sign-in",
+					tc.name, x.status, x.body, x.header.Get("Location"), x.header.Values("Set-Cookie"))
+			}
+		})
+	}
+	// Two tabs' sign-ins, each finished with the other's binding planted in
+	// the callback's URL: each callback hands back its own cookie's.
+	x1, x2 := newBinding(t), newBinding(t)
+	f1, f2 := r.startOIDCBound(t, p, x1), r.startOIDCBound(t, p, x2)
+	f1.query.Set(console.SignInBinding, x2)
+	f2.query.Set(console.SignInBinding, x1)
+	for _, tc := range []struct {
+		name string
+		f    flow
+		want string
+	}{{"first tab", f1, x1}, {"second tab", f2, x2}} {
+		x := r.callback(tc.f)
+		loc := x.header.Get("Location")
+		m := regexp.MustCompile(`^/console/#session_key=([a-z2-7]{52})&binding=([0-9a-f]{64})$`).FindStringSubmatch(loc)
+		if x.status != 303 || m == nil || m[2] != tc.want {
+			t.Errorf("%s: callback = %d, Location %q, want 303 with binding %s", tc.name, x.status, loc, tc.want)
+		}
 	}
 }

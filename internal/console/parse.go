@@ -86,6 +86,20 @@ func ParseSessionKey(vals []string) (string, error) {
 	return vals[0], nil
 }
 
+// ValidBinding reports whether b is shaped as a sign-in's binding
+// (SignInBinding): a SHA-256 in 64 lower-case hex digits.
+func ValidBinding(b string) bool {
+	if len(b) != 64 {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		if (b[i] < '0' || b[i] > '9') && (b[i] < 'a' || b[i] > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 func truncate(s string) string {
 	if len(s) > 40 {
 		return s[:40] + "…"

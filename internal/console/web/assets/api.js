@@ -32,19 +32,49 @@ function sessionKey() {
   try { return localStorage.getItem(keyItem) || ''; } catch { return memoryKey; }
 }
 
-// takeSessionKeyFromURL keeps the key an OIDC sign-in hands over in the
-// URL fragment (#session_key=…) and removes the fragment from the address
-// bar and this history entry at once.
-export function takeSessionKeyFromURL() {
-  const prefix = '#session_key=';
-  if (!location.hash.startsWith(prefix)) return;
-  const key = location.hash.slice(prefix.length);
-  history.replaceState(null, '', location.pathname + location.search);
-  if (/^[a-z2-7]{52}$/.test(key)) setSessionKey(key);
+// An OIDC sign-in is bound to the tab that starts it. The tab keeps a
+// random value in its sessionStorage (this origin's, this tab's alone) and
+// sends its SHA-256 to /console/oidc/start, which seals it in the sign-in
+// cookie; the callback hands it back beside the key. A page of another
+// port can send this tab to /console/#session_key=… with a session of its
+// own choosing, but not with this tab's binding.
+const bindingItem = 'countersign_signin_binding';
+
+function hex(bytes) { return Array.from(bytes, b => b.toString(16).padStart(2, '0')).join(''); }
+
+async function sha256Hex(s) {
+  return hex(new Uint8Array(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(s))));
 }
 
-function withKey(headers) {
-  const key = sessionKey();
+// startOIDCSignIn sends this tab to the issuer through /console/oidc/start,
+// bound to it. It throws, and goes nowhere, where sessionStorage is refused.
+export async function startOIDCSignIn() {
+  const value = hex(crypto.getRandomValues(new Uint8Array(32)));
+  sessionStorage.setItem(bindingItem, value);
+  location.assign('/console/oidc/start?binding=' + await sha256Hex(value));
+}
+
+// takeSessionKeyFromURL removes an OIDC sign-in's fragment
+// (#session_key=…&binding=…) from the address bar and this history entry
+// at once, before its first await, and forgets this tab's binding. It
+// resolves to the key if the fragment carries this tab's own binding, and
+// to '' otherwise: a key this tab did not ask for is never kept. The
+// caller still keeps it only if the server accepts it and not in place
+// of a key the server accepts.
+export async function takeSessionKeyFromURL() {
+  if (!location.hash.startsWith('#session_key=')) return '';
+  const m = /^#session_key=([a-z2-7]{52})&binding=([0-9a-f]{64})$/.exec(location.hash);
+  history.replaceState(null, '', location.pathname + location.search);
+  let own = '';
+  try {
+    own = sessionStorage.getItem(bindingItem) || '';
+    sessionStorage.removeItem(bindingItem);
+  } catch { /* storage refused: no sign-in was started here */ }
+  if (!m || !/^[0-9a-f]{64}$/.test(own)) return '';
+  return (await sha256Hex(own)) === m[2] ? m[1] : '';
+}
+
+function withKey(headers, key = sessionKey()) {
   if (key) headers['X-Countersign-Session-Key'] = key;
   return headers;
 }
@@ -66,9 +96,10 @@ function messageOf(status, body) {
   return 'HTTP ' + status;
 }
 
-// call sends one request. body, if given, is sent as JSON.
-export async function call(method, path, body) {
-  const headers = withKey({ 'Accept': 'application/json' });
+// call sends one request. body, if given, is sent as JSON; key, if given,
+// is sent instead of the kept key half.
+export async function call(method, path, body, key) {
+  const headers = withKey({ 'Accept': 'application/json' }, key || sessionKey());
   const init = { method, headers, credentials: 'same-origin', cache: 'no-store' };
   if (method !== 'GET' && method !== 'HEAD') headers['X-Countersign-CSRF'] = csrf;
   if (body !== undefined) {
@@ -91,6 +122,9 @@ export async function call(method, path, body) {
 export const get = (path) => call('GET', path);
 export const post = (path, body) => call('POST', path, body ?? {});
 export const del = (path) => call('DELETE', path);
+// sessionWith asks whom key (with this browser's cookie) signs in, without
+// keeping it.
+export const sessionWith = (key) => call('GET', '/console/api/session', undefined, key);
 
 // q builds a query string from the set members of params.
 export function q(params) {

@@ -106,7 +106,14 @@ function showSignIn(message, oidc) {
   h('p', { class: 'hint' }, 'An owner token starts with cso_. Agent credentials (csk_) cannot sign in.'),
   h('button', { type: 'submit' }, 'Sign in'),
   err,
-  oidc ? h('p', {}, h('a', { class: 'button secondary', href: '/console/oidc/start', id: 'sso' }, 'Sign in with your identity provider')) : null);
+  oidc ? h('p', {}, h('button', { type: 'button', class: 'secondary', id: 'sso', onclick: async () => {
+    err.textContent = '';
+    try {
+      await api.startOIDCSignIn();
+    } catch (e) {
+      err.textContent = 'Could not start the sign-in: ' + e.message;
+    }
+  } }, 'Sign in with your identity provider')) : null);
   replace(app, form);
   token.focus();
 }
@@ -121,8 +128,8 @@ function start(s) {
 
 async function boot() {
   // Before anything reads location.hash (the router): an OIDC sign-in's
-  // key half arrives in the fragment.
-  api.takeSessionKeyFromURL();
+  // key half arrives in the fragment, which this removes at once.
+  const offered = api.takeSessionKeyFromURL().catch(() => ''); // no key it cannot check
   api.whenSignedOut((msg) => {
     api.setSessionKey(''); // the session has ended: its key half is worth nothing
     showSignIn(msg, session ? session.oidc_enabled : false);
@@ -134,14 +141,25 @@ async function boot() {
     replace(app, h('p', { class: 'error', role: 'alert' }, 'The console could not load: ' + e.message));
     return;
   }
+  const key = await offered;
   let s = null;
   let oidc = false;
+  let refused = false;
   try {
     s = await api.get('/console/api/session');
   } catch (e) {
     oidc = !!(e.body && e.body.oidc_enabled);
-    if (e.status === 401) api.setSessionKey(''); // kept only while its session lives (a 503 keeps it)
+    refused = e.status === 401; // a 503 says nothing of the kept key
   }
+  // A key from this tab's own OIDC sign-in, only in place of a kept key
+  // the server refuses, and only once the server accepts it.
+  if (!s && refused && key) {
+    try {
+      s = await api.sessionWith(key);
+      api.setSessionKey(key);
+    } catch { /* the kept key is judged by its own answer alone */ }
+  }
+  if (!s && refused) api.setSessionKey(''); // kept only while its session lives
   if (s && s.csrf_token) start(s);
   else showSignIn('', oidc);
 }
