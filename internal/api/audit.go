@@ -22,11 +22,13 @@ import (
 	"github.com/countersign/countersign/internal/ledger"
 )
 
-// WithAuditVerifier sets the key VerifyAudit checks checkpoint signatures
-// with (the verifier of the server's own signing key); without one,
-// signatures are reported unchecked. After a key rotation, checkpoints of
-// the old key are reported untrusted-signer here; `countersign audit
-// verify` takes every verifier key.
+// WithAuditVerifier sets the key VerifyAudit checks checkpoint and
+// heartbeat signatures with (serve's --audit-verifier-key, else the
+// verifier of its own signing key); without one, VerifyAudit refuses
+// (FailedPrecondition AUDIT_VERIFIER_KEY_MISSING): a log re-sealed with any
+// key would pass. After a key rotation, checkpoints of the old key are
+// reported untrusted-signer here; `countersign audit verify` takes every
+// verifier key.
 func (s *OwnerServer) WithAuditVerifier(v note.Verifier) *OwnerServer {
 	s.auditVerifier = v
 	return s
@@ -135,7 +137,8 @@ func (s *OwnerServer) ListAuditRecords(ctx context.Context, req *countersignv1.L
 // is ResourceExhausted (AUDIT_VERIFY_BUSY) at once, not queued; and an
 // owner whose verification ran for a second or more starts its next only
 // once as long again has passed (AUDIT_VERIFY_TOO_SOON), so that no owner
-// keeps the slot from the others.
+// keeps the slot from the others. A server with no audit verifier key
+// verifies nothing: FailedPrecondition (AUDIT_VERIFIER_KEY_MISSING).
 func (s *OwnerServer) VerifyAudit(ctx context.Context, req *countersignv1.VerifyAuditRequest) (*countersignv1.VerifyAuditResponse, error) {
 	owner, err := s.owner(ctx)
 	if err != nil {
@@ -144,14 +147,19 @@ func (s *OwnerServer) VerifyAudit(ctx context.Context, req *countersignv1.Verify
 	if err := s.store.OwnerHoldsRailAccount(ctx, owner, req.GetRailAccount()); err != nil {
 		return nil, ToStatus(err)
 	}
+	if s.auditVerifier == nil {
+		// Without a trusted key a log and heartbeats signed by anyone would
+		// pass: no verification at all rather than one that means nothing.
+		return nil, withDetails(status.New(codes.FailedPrecondition,
+			"this server has no audit verifier key (serve --audit-verifier-key or --audit-signing-key), so it cannot check the audit log's signatures; verify with `countersign audit verify --audit-verifier-key`"),
+			"AUDIT_VERIFIER_KEY_MISSING")
+	}
 	age := DefaultMaxUnsealedAge
 	if req.GetMaxUnsealedAge() != nil {
 		age = req.GetMaxUnsealedAge().AsDuration()
 	}
-	opts := ledger.AuditVerifyOptions{RailAccount: req.GetRailAccount(), MaxUnsealedAge: age, CheckActions: true}
-	if s.auditVerifier != nil {
-		opts.Verifiers = []note.Verifier{s.auditVerifier}
-	}
+	opts := ledger.AuditVerifyOptions{RailAccount: req.GetRailAccount(), MaxUnsealedAge: age, CheckActions: true,
+		Verifiers: []note.Verifier{s.auditVerifier}}
 	start := s.clock()
 	if d := s.verifyTurns.wait(owner, start); d > 0 {
 		return nil, withDetails(status.New(codes.ResourceExhausted, fmt.Sprintf(
@@ -172,7 +180,7 @@ func (s *OwnerServer) VerifyAudit(ctx context.Context, req *countersignv1.Verify
 	if err != nil {
 		return nil, ToStatus(err)
 	}
-	out := &countersignv1.VerifyAuditResponse{Ok: rep.Ok(), RecordsChecked: rep.Sealed, RecordsUnsealed: rep.Unsealed,
+	out := &countersignv1.VerifyAuditResponse{Ok: rep.Ok() && rep.SignaturesChecked, RecordsChecked: rep.Sealed, RecordsUnsealed: rep.Unsealed,
 		TreeSize: rep.TreeSize, CheckpointsChecked: int32(rep.Checkpoints), SignaturesChecked: rep.SignaturesChecked} //nolint:gosec // one checkpoint per sealing
 	if rep.OldestUnsealedMicros != 0 {
 		out.OldestUnsealedTime = timestamppb.New(time.UnixMicro(rep.OldestUnsealedMicros))

@@ -427,6 +427,8 @@ func TestOwnerAuditProofs(t *testing.T) {
 func TestOwnerAPIVerifyAuditRunsOneAtATime(t *testing.T) {
 	ctx := context.Background()
 	_, s, url, _, _, _ := auditFixture(t)
+	_, verifier := testAuditKey(t)
+	s.WithAuditVerifier(verifier)
 	// No sequencer ran here (no heartbeat): no unsealed-age bound, so the
 	// verifications find nothing wrong and only their concurrency is tested.
 	req := &countersignv1.VerifyAuditRequest{RailAccount: acct, MaxUnsealedAge: durationpb.New(0)}
@@ -535,6 +537,8 @@ func TestOwnerAPIVerifyAuditRunsOneAtATime(t *testing.T) {
 func TestOwnerAPIVerifyAuditSaysAnIntentWasMoved(t *testing.T) {
 	ctx := context.Background()
 	_, s, url, siks, mine, theirs := auditFixture(t)
+	_, verifier := testAuditKey(t)
+	s.WithAuditVerifier(verifier)
 	var moved string
 	for k, agent := range siks {
 		if agent == theirs {

@@ -123,23 +123,21 @@ var (
 	ErrUntrustedSigner = errors.New("not signed by the trusted key")
 	// ErrMalformedCheckpoint: the note or its body cannot be read.
 	ErrMalformedCheckpoint = errors.New("malformed checkpoint")
+	// ErrNoTrustedKey: no trusted verifier key was given. A note signed
+	// by any key at all would do, so nothing is verified: whoever writes
+	// the ledger can sign one with a key of their own under the same name.
+	ErrNoTrustedKey = errors.New("no trusted verifier key given: a note signed by any key would pass, so none is believed")
 )
 
 // OpenNote verifies a signed note with any of the trusted verifiers
-// (several across a key rotation) and returns its text. No verifier skips
-// the signature (the caller must say it did). A signature that fails is
-// ErrBadSignature, one by no trusted key ErrUntrustedSigner; any other
-// error is a note that cannot be read.
+// (several across a key rotation) and returns its text. No verifier is
+// ErrNoTrustedKey: opening never passes on no key (ReadNote reads a note
+// without believing it). A signature that fails is ErrBadSignature, one by
+// no trusted key ErrUntrustedSigner; any other error is a note that cannot
+// be read.
 func OpenNote(signed string, trusted ...note.Verifier) (string, error) {
 	if len(trusted) == 0 {
-		// Parse without trusting anyone: Open fails with the unverified
-		// note inside, which is all we need.
-		_, err := note.Open([]byte(signed), note.VerifierList())
-		var unverified *note.UnverifiedNoteError
-		if !errors.As(err, &unverified) {
-			return "", err
-		}
-		return unverified.Note.Text, nil
+		return "", ErrNoTrustedKey
 	}
 	n, err := note.Open([]byte(signed), note.VerifierList(trusted...))
 	var invalid *note.InvalidSignatureError
@@ -162,16 +160,44 @@ func OpenNote(signed string, trusted ...note.Verifier) (string, error) {
 	return n.Text, nil
 }
 
+// ReadNote returns a signed note's text without checking any signature:
+// for reading what a note says (its size, its origin) beside a separate
+// verification of it, never in place of one.
+func ReadNote(signed string) (string, error) {
+	// Open fails with the unverified note inside, which is all we need.
+	_, err := note.Open([]byte(signed), note.VerifierList())
+	var unverified *note.UnverifiedNoteError
+	if !errors.As(err, &unverified) {
+		return "", err
+	}
+	return unverified.Note.Text, nil
+}
+
 // OpenCheckpoint verifies a signed checkpoint note with any of the
-// trusted verifiers (OpenNote) and parses its body.
+// trusted verifiers (OpenNote; no verifier is ErrNoTrustedKey) and parses
+// its body.
 func OpenCheckpoint(signed string, trusted ...note.Verifier) (Checkpoint, error) {
 	text, err := OpenNote(signed, trusted...)
 	switch {
-	case errors.Is(err, ErrBadSignature), errors.Is(err, ErrUntrustedSigner):
+	case errors.Is(err, ErrBadSignature), errors.Is(err, ErrUntrustedSigner), errors.Is(err, ErrNoTrustedKey):
 		return Checkpoint{}, err
 	case err != nil:
 		return Checkpoint{}, fmt.Errorf("%w: %w", ErrMalformedCheckpoint, err)
 	}
+	return parseCheckpointNote(text)
+}
+
+// ReadCheckpoint parses a signed checkpoint note without checking any
+// signature (ReadNote): what it says, not that anyone trusted said it.
+func ReadCheckpoint(signed string) (Checkpoint, error) {
+	text, err := ReadNote(signed)
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("%w: %w", ErrMalformedCheckpoint, err)
+	}
+	return parseCheckpointNote(text)
+}
+
+func parseCheckpointNote(text string) (Checkpoint, error) {
 	c, err := ParseCheckpoint(text)
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("%w: %w", ErrMalformedCheckpoint, err)

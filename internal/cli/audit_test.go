@@ -124,10 +124,20 @@ func TestAuditSealAndVerify(t *testing.T) {
 	if r.err != nil || !strings.Contains(r.out, "1 rail accounts, 2 sealed records, 0 unsealed, 1 checkpoints, 0 problems") {
 		t.Fatalf("verify after sealing: %v\n%s", r.err, r.out)
 	}
-	// Without the verifier key it says signatures went unchecked; with
-	// another key, every checkpoint is refused.
-	if r := runCLI(t, "", "audit", "verify", "--database-url", url); r.err != nil || !strings.Contains(r.out, "signatures NOT checked") {
+	// Without the verifier key it refuses, unless told to go on without
+	// one, and then says signatures went unchecked; with another key,
+	// every checkpoint is refused.
+	if r := runCLI(t, "", "audit", "verify", "--database-url", url); r.err == nil || !strings.Contains(r.err.Error(), "audit verify needs --audit-verifier-key") ||
+		strings.Contains(r.out, "rail accounts") {
 		t.Fatalf("verify without a key: %v\n%s", r.err, r.out)
+	}
+	if r := runCLI(t, "", "audit", "verify", "--database-url", url, "--insecure-no-signatures"); r.err != nil ||
+		!strings.Contains(r.out, "signatures NOT checked (--insecure-no-signatures)") || !strings.Contains(r.out, "1 checkpoints, 0 problems") {
+		t.Fatalf("verify without a key, --insecure-no-signatures: %v\n%s", r.err, r.out)
+	}
+	if r := runCLI(t, "", "audit", "verify", "--database-url", url, "--insecure-no-signatures", "--audit-verifier-key", pub); r.err == nil ||
+		!strings.Contains(r.err.Error(), "give one or the other") {
+		t.Fatalf("verify with a key and --insecure-no-signatures: %v\n%s", r.err, r.out)
 	}
 	if r := runCLI(t, "", "audit", "verify", "--database-url", url, "--audit-verifier-key", otherPub); !errorsIs(r.err, errAuditBroken) ||
 		!strings.Contains(r.out, "PROBLEM acct_cli_audit untrusted-signer: checkpoint of size 2") {

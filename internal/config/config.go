@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"golang.org/x/mod/sumdb/note"
 	"sigs.k8s.io/yaml"
 
 	"github.com/countersign/countersign/internal/audit"
@@ -140,6 +141,11 @@ type Config struct {
 	// AuditSigningKey names the note signer key file the sequencer signs
 	// audit checkpoints with; empty: this process does not seal.
 	AuditSigningKey string
+	// AuditVerifierKey names the note verifier key file the owner API's
+	// VerifyAudit trusts (empty: the signing key's own verifier, and with
+	// neither VerifyAudit refuses), so a replica that does not seal can
+	// still verify.
+	AuditVerifierKey string
 	// AuditSealInterval is how often the sequencer seals new audit records.
 	AuditSealInterval time.Duration
 	// PruneInterval is how often the ledger forgets what nothing can use
@@ -272,6 +278,7 @@ func (c *Config) BindServe(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.OutboxInterval, "outbox-interval", c.OutboxInterval, "how often the webhook dispatcher delivers events (0 turns it off)")
 	fs.StringVar(&c.WebhookAllowNetworks, "webhook-allow-networks", c.WebhookAllowNetworks, "comma-separated CIDR prefixes of non-public networks webhooks may reach (loopback, private and link-local addresses are refused otherwise)")
 	fs.StringVar(&c.AuditSigningKey, "audit-signing-key", c.AuditSigningKey, "file holding the audit log's note signer key (countersign audit keygen); without it this process does not seal audit records")
+	fs.StringVar(&c.AuditVerifierKey, "audit-verifier-key", c.AuditVerifierKey, "file holding the audit log's note verifier key (countersign audit keygen's NAME.pub) that the owner API's VerifyAudit checks signatures with (default: the verifier of audit-signing-key; with neither, VerifyAudit is refused)")
 	fs.DurationVar(&c.PruneInterval, "prune-interval", c.PruneInterval, "how often the ledger deletes window counters no window can count and owner sessions expired over a day (0 turns it off)")
 	fs.DurationVar(&c.AuditSealInterval, "audit-seal-interval", c.AuditSealInterval, "how often the sequencer seals new audit records into the signed log (with audit-signing-key)")
 	fs.StringVar(&c.OwnerIssuer, "owner-issuer", c.OwnerIssuer, "OIDC issuer of owner JWTs (exact iss); empty: OIDC off, static owner tokens only")
@@ -497,11 +504,7 @@ func (c Config) Validate() error {
 	if c.AuditSealInterval < 10*time.Millisecond || c.AuditSealInterval > time.Hour {
 		errs = append(errs, fmt.Errorf("audit-seal-interval (%s) must be between 10ms and 1h, got %s", EnvName("audit-seal-interval"), c.AuditSealInterval))
 	}
-	if c.AuditSigningKey != "" {
-		if _, _, err := audit.LoadSigner(c.AuditSigningKey); err != nil {
-			errs = append(errs, fmt.Errorf("audit-signing-key (%s): %w", EnvName("audit-signing-key"), err))
-		}
-	}
+	errs = append(errs, c.validateAuditKeys())
 	for _, a := range []struct{ flag, addr string }{{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTPAddr}} {
 		if path, ok := UnixPath(a.addr); ok && a.flag == "grpc-addr" {
 			if !filepath.IsAbs(path) {
@@ -679,4 +682,30 @@ func UnixPath(addr string) (string, bool) {
 		rest = p
 	}
 	return rest, true
+}
+
+// validateAuditKeys checks that the audit key files read, and that a
+// verifier key given beside the signing key is its public half: the owner
+// API trusts one key, and another would refuse every checkpoint this
+// process seals.
+func (c Config) validateAuditKeys() error {
+	var signerV note.Verifier
+	var errs []error
+	if c.AuditSigningKey != "" {
+		var err error
+		if _, signerV, err = audit.LoadSigner(c.AuditSigningKey); err != nil {
+			errs = append(errs, fmt.Errorf("audit-signing-key (%s): %w", EnvName("audit-signing-key"), err))
+		}
+	}
+	if c.AuditVerifierKey != "" {
+		v, err := audit.LoadVerifier(c.AuditVerifierKey)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("audit-verifier-key (%s): %w", EnvName("audit-verifier-key"), err))
+		case signerV != nil && (v.Name() != signerV.Name() || v.KeyHash() != signerV.KeyHash()):
+			errs = append(errs, fmt.Errorf("audit-verifier-key (%s) is key %s+%08x, audit-signing-key (%s) is of key %s+%08x: VerifyAudit would refuse every checkpoint this process seals; give the signing key's own verifier key, or only one of them",
+				EnvName("audit-verifier-key"), v.Name(), v.KeyHash(), EnvName("audit-signing-key"), signerV.Name(), signerV.KeyHash()))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -202,9 +202,9 @@ func parseHeartbeat(text string) (AuditHeartbeat, error) {
 }
 
 // openHeartbeat verifies a signed heartbeat note with any of the trusted
-// verifiers (audit.OpenNote) and parses it. No verifier checks no
-// signature (as for checkpoints: the report says signatures were not
-// checked).
+// verifiers (audit.OpenNote) and parses it. No verifier is
+// audit.ErrNoTrustedKey: a heartbeat anyone could have signed vouches for
+// nothing.
 func openHeartbeat(signed string, trusted ...note.Verifier) (AuditHeartbeat, error) {
 	text, err := audit.OpenNote(signed, trusted...)
 	if err != nil {

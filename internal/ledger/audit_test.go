@@ -582,12 +582,12 @@ func TestMigrationCarriesChainedRecordsIntoTheLog(t *testing.T) {
 func TestVerifyReportsRecordsUnsealedTooLong(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
-	signer, _ := testSigner(t, "audit.test")
+	signer, verifier := testSigner(t, "audit.test")
 	if _, err := s.Seal(ctx, signer); err != nil {
 		t.Fatal(err)
 	}
 	proposeN(t, s, 700, 2)
-	opts := AuditVerifyOptions{MaxUnsealedAge: time.Minute, Now: time.Now()}
+	opts := AuditVerifyOptions{Verifiers: []note.Verifier{verifier}, MaxUnsealedAge: time.Minute, Now: time.Now()}
 	if rep, err := s.VerifyAudit(ctx, opts); err != nil || !rep.Ok() || rep.Unsealed != 6 || rep.OldestUnsealedMicros == 0 {
 		t.Fatalf("fresh unsealed records: %+v, %v", rep, err)
 	}

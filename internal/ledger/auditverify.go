@@ -89,12 +89,14 @@ type AuditVerifyOptions struct {
 	// account with audit records or checkpoints).
 	RailAccount string
 	// Verifiers are the trusted keys (several across a rotation); a
-	// checkpoint must verify with one of them. None checks no signature
-	// (the report says so in SignaturesChecked).
+	// checkpoint must verify with one of them. With none, no signature is
+	// checked (the report says so in SignaturesChecked), no heartbeat
+	// counts, and a report that read any checkpoint is not Ok.
 	Verifiers []note.Verifier
 	// MaxUnsealedAge reports records unsealed for longer; 0 reports none.
 	// How long a record waited is judged by the sequencer's heartbeats
-	// (signed by a trusted key, when Verifiers are given) and Now, never
+	// (signed by a trusted key: with no Verifiers none counts, so every
+	// unsealed record is reported) and Now, never
 	// by the record's at_micros or the database's clock, which whoever
 	// writes the ledger can set: records are stale when the newest valid
 	// heartbeat is older than the bound, or when a heartbeat older than
@@ -139,7 +141,8 @@ type AuditReport struct {
 	NewestHeartbeatMicros int64
 	// HeartbeatsIgnored counts the heartbeats read that were not valid
 	// (unsigned by a trusted key, unreadable, or misdescribed by their
-	// row): forged or altered, they count for nothing.
+	// row): forged or altered, they count for nothing. With no trusted
+	// key none is read: none could be valid.
 	HeartbeatsIgnored int
 	// AgentsUnchecked counts intents whose birth record names no agent
 	// (written before migration 00037): nothing covers who made them.
@@ -147,8 +150,15 @@ type AuditReport struct {
 	Problems        []AuditProblem
 }
 
-// Ok says nothing is wrong.
-func (r AuditReport) Ok() bool { return len(r.Problems) == 0 }
+// Ok says nothing is wrong, and nothing was taken on a signature that was
+// not checked: a verification with no trusted key that read any
+// checkpoint is never Ok, problems or not (whoever writes the ledger can
+// re-seal it with a key of their own under the same name). One that read
+// no checkpoint rests on no signature (without a key no heartbeat counts
+// either), so it may be.
+func (r AuditReport) Ok() bool {
+	return len(r.Problems) == 0 && (r.SignaturesChecked || r.Checkpoints == 0)
+}
 
 // ErrAuditVerifyBusy means an audit verification is already running in
 // this process. VerifyAudit runs one at a time per Store: a verification
@@ -300,7 +310,10 @@ func (v *accountVerify) checkpoints(ctx context.Context) error {
 		}
 		v.rep.Checkpoints++
 		v.saw()
-		_, err = audit.OpenCheckpoint(c.Note, v.opts.Verifiers...)
+		err = nil
+		if len(v.opts.Verifiers) > 0 {
+			_, err = audit.OpenCheckpoint(c.Note, v.opts.Verifiers...)
+		}
 		switch {
 		case errors.Is(err, audit.ErrBadSignature):
 			v.problem(AuditBadSignature, -1, -1, c.TreeSize, "", "checkpoint of size %d: %v (altered or forged)", c.TreeSize, err)
@@ -324,10 +337,10 @@ func (v *accountVerify) checkpoints(ctx context.Context) error {
 	}
 }
 
-// readable opens c without checking its signature and says whether it is
+// readable reads c without checking its signature and says whether it is
 // what its row says it is (reporting it when not, on the first pass).
 func (v *accountVerify) readable(c AuditCheckpoint) (audit.Checkpoint, bool) {
-	cp, err := audit.OpenCheckpoint(c.Note)
+	cp, err := audit.ReadCheckpoint(c.Note)
 	if err != nil {
 		v.problem(AuditMalformedCheckpoint, -1, -1, c.TreeSize, "", "checkpoint of size %d: %v", c.TreeSize, err)
 		return cp, false
@@ -454,7 +467,7 @@ func (v *accountVerify) compareRoots(ctx context.Context, cps *rowCursor[AuditCh
 		if _, _, err := cps.next(ctx); err != nil {
 			return err
 		}
-		cp, err := audit.OpenCheckpoint(c.Note)
+		cp, err := audit.ReadCheckpoint(c.Note)
 		if err != nil || cp.Size != c.TreeSize || cp.Origin != v.origin || cp.Size != tree.size {
 			continue // reported by checkpoints
 		}
@@ -642,11 +655,15 @@ type heartbeats struct {
 
 // readHeartbeats reads the heartbeats from the newest down to the first
 // valid one at or before cutoff: a heartbeat is valid when its note
-// verifies with a trusted key (any, with none given) and its row says
-// what its note does. Rows are ordered by their signed_micros; one that
-// lies about it is not valid, so the first valid row found is the newest.
+// verifies with a trusted key and its row says what its note does. With
+// no trusted key none is valid (anyone can sign one), so none is read.
+// Rows are ordered by their signed_micros; one that lies about it is not
+// valid, so the first valid row found is the newest.
 func readHeartbeats(ctx context.Context, tx pgx.Tx, trusted []note.Verifier, cutoff int64) (heartbeats, error) {
 	hb := heartbeats{cutoff: cutoff}
+	if len(trusted) == 0 {
+		return hb, nil
+	}
 	type row struct {
 		maxID, at int64
 		note      string
@@ -717,6 +734,11 @@ func (u *unsealedRecords) report(v *accountVerify) {
 		v.rep.OldestUnsealedMicros = u.earliest
 	}
 	if u.stale == 0 {
+		return
+	}
+	if len(v.opts.Verifiers) == 0 {
+		v.problem(AuditStaleUnsealed, u.oldest.ID, -1, 0, u.oldest.SIK, "%d records unsealed for longer than %s, as far as this verification can tell (the oldest is record %d): no trusted verifier key was given, so no sequencer heartbeat vouches that they were sealed in time",
+			u.stale, v.opts.MaxUnsealedAge, u.oldest.ID)
 		return
 	}
 	since := "no valid sequencer heartbeat at all"

@@ -349,3 +349,80 @@ func TestVerifyThroughPgBouncer(t *testing.T) {
 		t.Fatalf("verify of an altered log through PgBouncer = %+v, %v", rep, err)
 	}
 }
+
+// TestVerifyWithoutAKeyVouchesForNothing: with no trusted key, a log
+// re-sealed with any key under the real key's name is not Ok, and no
+// heartbeat counts, so a forged fresh heartbeat does not hide records left
+// unsealed. With the real key the forgery is named. Found by a review:
+// with no key, OpenNote took any signature, so a forged log and a forged
+// heartbeat verified Ok (the owner API of a replica without the signing
+// key, `audit verify` without --audit-verifier-key).
+func TestVerifyWithoutAKeyVouchesForNothing(t *testing.T) {
+	ctx := context.Background()
+	real, verifier := testSigner(t, "audit.test")
+	forger, _ := testSigner(t, "audit.test") // same name, another key
+	keyed := []note.Verifier{verifier}
+	cases := []struct {
+		name      string
+		sealer    note.Signer
+		unsealed  bool // records left unsealed, covered by a forged fresh heartbeat
+		verifiers []note.Verifier
+		maxAge    time.Duration
+		wantOk    bool
+		wantKinds []AuditProblemKind
+	}{
+		{"a forged log, no key", forger, false, nil, 0, false, nil},
+		{"a forged log, no key, with an unsealed-age bound", forger, false, nil, time.Minute, false, nil},
+		{"an honest log, no key (cannot be told from a forged one)", real, false, nil, 0, false, nil},
+		{"a forged log and a forged heartbeat, no key", forger, true, nil, time.Minute, false, []AuditProblemKind{AuditStaleUnsealed}},
+		{"a forged log, the real key", forger, false, keyed, 0, false, []AuditProblemKind{AuditUntrustedSigner}},
+		{"a forged heartbeat, the real key", real, true, keyed, time.Minute, false, []AuditProblemKind{AuditStaleUnsealed}},
+		{"an honest log, the real key", real, false, keyed, time.Minute, true, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openTest(t)
+			proposeN(t, s, 100, 2)
+			if _, err := s.Seal(ctx, tc.sealer); err != nil {
+				t.Fatal(err)
+			}
+			// Five minutes on: the sealing pass's own heartbeat is older than
+			// the bound, the forged one is not.
+			now := time.Now().Add(5 * time.Minute)
+			if tc.unsealed {
+				proposeN(t, s, 200, 1)
+				// A heartbeat "now" covering every record, by the forger.
+				var maxID int64
+				if err := s.pool.QueryRow(ctx, `SELECT max(id) FROM audit_records`).Scan(&maxID); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.writeHeartbeat(ctx, forger, AuditHeartbeat{MaxRecordID: maxID, AtMicros: now.UnixMicro()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rep, err := s.VerifyAudit(ctx, AuditVerifyOptions{Verifiers: tc.verifiers, MaxUnsealedAge: tc.maxAge, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := kinds(rep)
+			if rep.Ok() != tc.wantOk || fmt.Sprint(got) != fmt.Sprint(tc.wantKinds) || rep.Checkpoints == 0 ||
+				rep.SignaturesChecked != (len(tc.verifiers) > 0) {
+				t.Fatalf("verify = ok %v, problems %v (%+v), %d checkpoints, signatures checked %v; want ok %v, problems %v",
+					rep.Ok(), got, rep.Problems, rep.Checkpoints, rep.SignaturesChecked, tc.wantOk, tc.wantKinds)
+			}
+			if tc.unsealed && (rep.NewestHeartbeatMicros == now.UnixMicro() || rep.Unsealed == 0) {
+				t.Fatalf("the forged heartbeat was taken (newest %d), or nothing is unsealed (%d)", rep.NewestHeartbeatMicros, rep.Unsealed)
+			}
+			if tc.unsealed && tc.verifiers == nil && !strings.Contains(rep.Problems[0].Problem, "no trusted verifier key was given") {
+				t.Fatalf("the stale finding does not say why: %q", rep.Problems[0].Problem)
+			}
+		})
+	}
+	// Nothing signed in the ledger: a verification with no key rests on no
+	// signature, and may be Ok.
+	s := openTest(t)
+	proposeN(t, s, 300, 1)
+	if rep, err := s.VerifyAudit(ctx, AuditVerifyOptions{}); err != nil || !rep.Ok() || rep.Checkpoints != 0 || rep.Unsealed == 0 {
+		t.Fatalf("verify of an unsealed ledger with no key and no bound = %+v, %v", rep, err)
+	}
+}

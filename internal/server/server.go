@@ -128,11 +128,20 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 		Metrics: reconcile.NewMetrics(m.Registry),
 	}, log)
 
+	// The owner API's VerifyAudit trusts --audit-verifier-key, else the
+	// signing key's own verifier; with neither it refuses (a log re-sealed
+	// with any key would pass).
 	var auditSigner note.Signer
 	var auditVerifier note.Verifier
 	if cfg.AuditSigningKey != "" {
 		var err error
 		if auditSigner, auditVerifier, err = audit.LoadSigner(cfg.AuditSigningKey); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.AuditVerifierKey != "" {
+		var err error
+		if auditVerifier, err = audit.LoadVerifier(cfg.AuditVerifierKey); err != nil {
 			return nil, err
 		}
 	}
