@@ -225,7 +225,10 @@ func startProbed(t *testing.T, url string, p *countingProber, clock *testclock.C
 	t.Helper()
 	t.Cleanup(func() { goleak.VerifyNone(t, pgtest.IgnoreServerGoroutines()) })
 	ctx := context.Background()
-	store, err := ledger.Open(ctx, url, ledger.Options{ConnectTimeout: time.Second})
+	// The loop's one probe (ReadinessInterval below) must not fail on a
+	// slow connect: on a loaded machine a 1 s connect timeout left the
+	// server never ready.
+	store, err := ledger.Open(ctx, url, ledger.Options{ConnectTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
