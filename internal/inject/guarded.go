@@ -18,6 +18,8 @@ import (
 // reinvocation, which is a CREATE too) and an UPDATE of a guarded pod, so
 // it holds such a pod to everything injection would:
 //
+//   - the init containers begin with the injector's, in the order patch
+//     puts them, and nothing of the pod's own before them (leadRefusal);
 //   - Countersign and Envoy are native sidecars (init containers with
 //     restartPolicy Always, Countersign first), each once and exactly as
 //     build(cfg) makes it (its image, command, arguments, environment,
@@ -51,8 +53,8 @@ func Guarded(pod *corev1.Pod, cfg Config) error {
 		fail("the %s and %s sidecars are not both init containers", CountersignContainer, EnvoyContainer)
 		return refusal(bad)
 	}
-	if cs > ev {
-		fail("%s starts after %s", CountersignContainer, EnvoyContainer)
+	if why := leadRefusal(pod.Spec.InitContainers, cfg); why != "" {
+		fail("%s", why)
 	}
 	for _, name := range []string{CountersignContainer, EnvoyContainer} {
 		if n := len(slices.DeleteFunc(containers(pod), func(c view) bool { return c.name != name })); n > 1 {
@@ -126,6 +128,33 @@ func Guarded(pod *corev1.Pod, cfg Config) error {
 		}
 	}
 	return refusal(bad)
+}
+
+// leadRefusal says why inits do not begin exactly as patch makes them
+// begin ([egress,] countersign, envoy), "" if they do. Init containers
+// start in order, and the kubelet starts the next only once a native
+// sidecar has started: a container of the pod's placed ahead of
+// Countersign (found by an attacker's-eye review) would run first and
+// could bind the sidecars' ports, which it need not declare (:15080, the
+// owner console and REST API; Envoy's 127.0.0.1:15001), so the real
+// sidecars would fail to bind and whoever port-forwards to the pod would
+// talk to the agent; ahead of the egress container it would run before
+// egress is closed.
+func leadRefusal(inits []corev1.Container, cfg Config) string {
+	want := []string{CountersignContainer, EnvoyContainer}
+	if cfg.Egress.Enabled {
+		want = append([]string{EgressContainer}, want...)
+	}
+	var got []string
+	for _, c := range inits[:min(len(want), len(inits))] {
+		got = append(got, c.Name)
+	}
+	if slices.Equal(got, want) {
+		return ""
+	}
+	return fmt.Sprintf("the init containers begin [%s], not [%s]: the injector's containers start first, in that order, "+
+		"so that no container of the pod's own runs before them (one could bind the sidecars' ports, or run before egress is closed)",
+		strings.Join(got, ", "), strings.Join(want, ", "))
 }
 
 func isHardened(sc *corev1.SecurityContext) error {

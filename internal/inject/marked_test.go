@@ -137,9 +137,74 @@ func forgedSidecars() map[string]func(p *corev1.Pod) {
 			c := &p.Spec.InitContainers[container(p.Spec.InitContainers, CountersignContainer)]
 			c.LivenessProbe.Exec.Command = append(c.LivenessProbe.Exec.Command, "--server", "127.0.0.1:9191")
 		},
+		// Found by a review: init containers start in order, so one of the
+		// pod's ahead of a sidecar runs first and can bind the sidecar's
+		// ports (:15080, the owner console; 127.0.0.1:15001) undeclared;
+		// the sidecar crash-loops and a port-forward reaches the agent.
+		"a native sidecar of the pod's starts before countersign": func(p *corev1.Pod) {
+			insertAgentInit(p, container(p.Spec.InitContainers, CountersignContainer), true)
+		},
+		"an init container of the pod's runs before countersign": func(p *corev1.Pod) {
+			insertAgentInit(p, container(p.Spec.InitContainers, CountersignContainer), false)
+		},
+		"a native sidecar of the pod's starts before envoy": func(p *corev1.Pod) {
+			insertAgentInit(p, container(p.Spec.InitContainers, EnvoyContainer), true)
+		},
+		"a native sidecar of the pod's starts first of all": func(p *corev1.Pod) { insertAgentInit(p, 0, true) },
+		"an init container of the pod's runs first of all":  func(p *corev1.Pod) { insertAgentInit(p, 0, false) },
 		"another volume holds the ledger URL's Secret": func(p *corev1.Pod) {
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "db", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "countersign-database"}}})
 		},
+	}
+}
+
+// insertAgentInit puts a container of the agent's, otherwise admissible
+// (the agent container's security context and base URLs, no declared
+// port), among p's init containers at i: a native sidecar or a plain one.
+func insertAgentInit(p *corev1.Pod, i int, native bool) {
+	c := *p.Spec.Containers[0].DeepCopy()
+	c.Name, c.Ports, c.RestartPolicy = "agent-early", nil, nil
+	if native {
+		c.RestartPolicy = ptr(corev1.ContainerRestartPolicyAlways)
+	}
+	p.Spec.InitContainers = slices.Insert(p.Spec.InitContainers, i, c)
+}
+
+// TestMarkedPodWithAContainerAheadOfTheSidecars: a pod that arrives marked
+// (or is updated) with a container of its own ahead of the injector's is
+// refused, saying how its init containers begin and how they must; the
+// same pod with that container after the sidecars, where injection puts
+// the pod's own, is admitted (so the refusal is the order, nothing else).
+func TestMarkedPodWithAContainerAheadOfTheSidecars(t *testing.T) {
+	for _, base := range guardedBases() {
+		t.Run(base.name, func(t *testing.T) {
+			injected := storedPod(t, base.name, base.cfg)
+			want := "countersign, countersign-envoy]"
+			if base.cfg.Egress.Enabled {
+				want = "[countersign-egress, " + want
+			} else {
+				want = "[" + want
+			}
+			for _, native := range []bool{true, false} {
+				lead := container(injected.Spec.InitContainers, EnvoyContainer) + 1
+				for at := range lead + 1 {
+					p := withAPIServerDefaults(injected)
+					insertAgentInit(p, at, native)
+					resp := mutatePod(t, p, base.cfg)
+					order := names(p.Spec.InitContainers)
+					if at == lead {
+						if !resp.Allowed {
+							t.Errorf("native=%v, init order %v: the pod's container after the sidecars is refused: %+v", native, order, resp.Result)
+						}
+						continue
+					}
+					if resp.Allowed || resp.Result == nil || !strings.Contains(resp.Result.Message, "the init containers begin [") ||
+						!strings.Contains(resp.Result.Message, ", not "+want+": the injector's containers start first") {
+						t.Errorf("native=%v, init order %v: want a refusal naming the order %s, got allowed=%v %+v", native, order, want, resp.Allowed, resp.Result)
+					}
+				}
+			}
+		})
 	}
 }
 

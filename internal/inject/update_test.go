@@ -152,6 +152,12 @@ func TestUpdateOfAGuardedPodKeepsItGuarded(t *testing.T) {
 					"the update would leave it unguarded: countersign runs image \"attacker.example/cat-the-key:1\""},
 				{"envoy's image is swapped", "", func(p *corev1.Pod) { setImage(p, EnvoyContainer, "attacker.example/envoy:1") },
 					"the update would leave it unguarded: countersign-envoy runs image"},
+				// The API server refuses an update that changes the init
+				// containers other than their images; the injector does not
+				// rely on it.
+				{"a sidecar of the pod's is put ahead of countersign", "", func(p *corev1.Pod) {
+					insertAgentInit(p, container(p.Spec.InitContainers, CountersignContainer), true)
+				}, "the update would leave it unguarded: the init containers begin ["},
 				{"the mark is removed with the image swapped", "", func(p *corev1.Pod) {
 					delete(p.Annotations, StatusKey)
 					setImage(p, CountersignContainer, "attacker.example/cat-the-key:1")
