@@ -193,6 +193,9 @@ func (e *Engine) read(req Request, p *ledger.Principal, acct *rails.Account, fac
 	if out := unchecked(req, e.opts, acct, m); out != nil {
 		return *out
 	}
+	if out := secretsUnscrubbed(req, e.opts, acct); out != nil {
+		return *out
+	}
 	if ok, wait := e.railReads.Allow(railReadKey(p.Agent.ID, acct.ID)); !ok {
 		return e.railReadsRefused(acct, req, p.Agent.ID, wait)
 	}

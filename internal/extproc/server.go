@@ -80,6 +80,10 @@ type exchange struct {
 	// toolsList: an MCP tools/list read whose answer must match the
 	// mandate's pins before the agent receives it (toolslist.go).
 	toolsList *toolsList
+	// read: a GET ext_authz allowed with no intent (a rail read), whose
+	// answer loses its secrets before the agent receives it (secrets.go);
+	// readWithheld: that answer was replaced by Countersign's error.
+	read, readWithheld bool
 }
 
 // Process handles one HTTP exchange. Envoy opens a stream per request and
@@ -159,6 +163,10 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 			return s.stopUnreadable()
 		}
 		if !x.hasIntent {
+			if x.toolsList == nil && isGet(r.RequestHeaders.GetHeaders()) {
+				x.read = true
+				return readRequest()
+			}
 			return cont
 		}
 		if x.ref.BodySHA256 == emptyBody && (x.ref.BodyField != "" || x.ref.AmountField != "") {
@@ -220,10 +228,24 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 		if l := x.toolsList; l != nil && !l.check.OwnAnswer && r.ResponseHeaders.GetEndOfStream() && checksAnswer(x.status) {
 			return s.toolsListHeaders(x)
 		}
+		if x.read && !x.hasIntent && !r.ResponseHeaders.GetEndOfStream() {
+			if why := unreadableRead(x.headers); why != "" {
+				return s.withholdRead(x, why)
+			}
+		}
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		if x.toolsList != nil && !x.hasIntent {
 			return s.toolsListBody(x, r.ResponseBody)
+		}
+		if x.read && !x.hasIntent {
+			if x.readWithheld {
+				// A later phase of an answer already replaced: emptied.
+				return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{
+					Response: &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_Body{Body: []byte{}}}},
+				}}}
+			}
+			return s.readAnswer(x, r.ResponseBody)
 		}
 		cont := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
 		if x.hasIntent && !r.ResponseBody.GetEndOfStream() && x.ref.CallID != "" && x.agentID != nil {
@@ -374,7 +396,18 @@ func (s *Server) replaceEmptyBody(x *exchange) *extprocv3.ProcessingResponse {
 // (an answer naming another id is another request's, the engine took it
 // for no answer of this call's, and it reaches the agent unchanged).
 func (s *Server) answerAgent(x *exchange, resp rail.Response, cont *extprocv3.ProcessingResponse) *extprocv3.ProcessingResponse {
-	if x.ref.CallID == "" || x.agentID == nil {
+	if x.ref.CallID == "" {
+		// A rail's own answer to a money call (committed already, as it
+		// came) reaches the agent without secrets too (secrets.go): a
+		// refund could embed its PaymentIntent. One that is not JSON goes
+		// as it came: the call's outcome is the agent's to read.
+		if out, n, err := ScrubSecrets(resp.Body); err == nil && n > 0 {
+			s.log.Info("removed secrets from the answer to a money call", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK, "members", n)
+			return scrubbedBody(x, out)
+		}
+		return cont
+	}
+	if x.agentID == nil {
 		return cont
 	}
 	body, changed, err := mcp.Readdress(resp, x.ref.CallID, x.agentID)

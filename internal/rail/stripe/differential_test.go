@@ -430,7 +430,7 @@ func FuzzReadForm(f *testing.F) {
 		f.Add(string(tc.Req.Body))
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		pairs, err := readForm(body)
+		pairs, err := readForm("body", body)
 		if err != nil {
 			return
 		}

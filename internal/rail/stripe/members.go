@@ -93,8 +93,10 @@ var specs = map[sik.Kind]spec{
 			"origin":             "a refund from the customer balance is not an action Countersign keys",
 			"instructions_email": "it sends refund instructions to an address the model chose",
 		},
+		// payment_intent is left out: an expanded PaymentIntent carries
+		// its client_secret, which the agent may not see (query.go).
 		expandable: []string{"balance_transaction", "charge", "customer", "destination_details", "failure_balance_transaction",
-			"next_action", "payment_intent", "payment_method", "presentment_details", "source_transfer_reversal", "transfer_reversal"},
+			"next_action", "payment_method", "presentment_details", "source_transfer_reversal", "transfer_reversal"},
 	},
 	sik.KindPayout: {
 		members: map[string]member{

@@ -88,6 +88,9 @@ func (adapter) Parse(req rail.Request) (rail.Parsed, error) {
 			if len(req.Body) > 0 {
 				return rail.Parsed{}, malformed("body", "a read carries no body")
 			}
+			if err := checkReadQuery(segs, query); err != nil {
+				return rail.Parsed{}, err
+			}
 			return rail.Parsed{Kind: rail.KindRead}, nil
 		}
 	case http.MethodPost:
@@ -177,15 +180,16 @@ type pair struct{ name, value string }
 // the first "=", each side form-decoded (%XX and "+"). What they might read
 // otherwise is refused: a ";" (Rack 2 splits queries on it), a piece
 // without "=" (Rack reads its value as nil), an empty name, an escape Go
-// cannot decode, and bytes that are not UTF-8 once decoded.
-func readForm(body string) ([]pair, error) {
+// cannot decode, and bytes that are not UTF-8 once decoded. where names
+// the form in refusals ("body", "query").
+func readForm(where, body string) ([]pair, error) {
 	if body == "" {
 		return nil, nil
 	}
 	if strings.HasPrefix(body, "?") {
 		// Some readers (stripe-mock's parser) strip a leading '?' as a
 		// query-string marker, so the first name would read differently.
-		return nil, malformed("body", "a form body must not begin with '?'")
+		return nil, malformed(where, "must not begin with '?'")
 	}
 	pieces := strings.Split(body, "&")
 	out := make([]pair, 0, len(pieces))
@@ -193,20 +197,20 @@ func readForm(body string) ([]pair, error) {
 		rawName, rawValue, ok := strings.Cut(piece, "=")
 		switch {
 		case strings.Contains(piece, ";"):
-			return nil, malformed("body", "%.40q: a ';' separates parameters for some readers; encode it as %%3B", piece)
+			return nil, malformed(where, "%.40q: a ';' separates parameters for some readers; encode it as %%3B", piece)
 		case !ok || rawName == "":
-			return nil, malformed("body", "%.40q is not name=value", piece)
+			return nil, malformed(where, "%.40q is not name=value", piece)
 		}
 		name, err := url.QueryUnescape(rawName)
 		if err != nil {
-			return nil, malformed("body", "name %.40q: %v", rawName, err)
+			return nil, malformed(where, "name %.40q: %v", rawName, err)
 		}
 		value, err := url.QueryUnescape(rawValue)
 		if err != nil {
-			return nil, malformed("body", "value of %.40q: %v", name, err)
+			return nil, malformed(where, "value of %.40q: %v", name, err)
 		}
 		if !utf8.ValidString(name) || !utf8.ValidString(value) {
-			return nil, malformed("body", "%.40q is not valid UTF-8 once decoded", name)
+			return nil, malformed(where, "%.40q is not valid UTF-8 once decoded", name)
 		}
 		out = append(out, pair{name, value})
 	}
@@ -229,7 +233,7 @@ func parseAction(kind sik.Kind, query string, req rail.Request) (rail.Action, er
 	if !utf8.Valid(req.Body) {
 		return rail.Action{}, malformed("body", "not valid UTF-8")
 	}
-	pairs, err := readForm(string(req.Body))
+	pairs, err := readForm("body", string(req.Body))
 	if err != nil {
 		return rail.Action{}, err
 	}
