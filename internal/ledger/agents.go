@@ -98,14 +98,14 @@ func (s *Store) RevokeAgent(ctx context.Context, id string) error {
 // shared from its first statement to its commit; a revocation of the
 // agent, its credential or its mandate takes it exclusively before its
 // UPDATE. Advisory locks queue in order, so a waiting revocation holds
-// back the decisions that come after it; share row locks on those rows,
-// which decisions once took, do not (a new share lock is granted beside
-// the old ones while an UPDATE waits): with them alone an agent deciding
-// fast enough kept its owner's revocation waiting for as long as it kept on.
-//
-// Decisions take it in countersign_principal_live and
-// countersign_mandate_active (migration 00045), under the same key.
-var agentLockExclusive = agentLock("pg_advisory_xact_lock", "$1")
+// back the decisions that come after it; the share row locks decisions
+// take on those rows do not (a new share lock is granted beside the old
+// ones while an UPDATE waits), so without this an agent deciding fast
+// enough kept its owner's revocation waiting for as long as it kept on.
+var (
+	agentLockShared    = agentLock("pg_advisory_xact_lock_shared", "$1")
+	agentLockExclusive = agentLock("pg_advisory_xact_lock", "$1")
+)
 
 // agentLock is the call of fn (an advisory lock function) on the
 // revocation lock of the agent whose id is the SQL expression agent.

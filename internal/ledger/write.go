@@ -26,8 +26,8 @@ import (
 //
 // The decision was made on facts read before (ReadForDecision). The
 // Assert… primitives re-check, in the transaction, what the gates relied
-// on. AssertPrincipal and AssertMandate take the agent's revocation lock
-// shared (decisions never wait for each other on it) and go first; the counts' assertions go last,
+// on. AssertPrincipal and AssertMandate share-lock (decisions never wait
+// for each other on them) and go first; the counts' assertions go last,
 // after LockMandateLineage and before the budget hold, so that the lock that
 // makes decisions take turns is held only while PostgreSQL runs the end of
 // the batch and commits.
@@ -351,29 +351,31 @@ func (w *Write) OpenApproval(it Intent, v ApprovalSpec) error {
 	return nil
 }
 
-// AssertPrincipal takes the agent's revocation lock in shared mode
-// (held to the commit) and then asserts the credential,
-// of this agent, and the agent are still live: a revocation, which takes
-// that lock exclusively before its UPDATE, waits for this decision, and a
-// decision after it waits behind it and sees it. A revocation waiting for
-// the lock holds back every later decision of the agent (advisory locks
-// queue in order), so an agent's stream of decisions can never keep its
-// owner's revocation waiting.
+// AssertPrincipal share-locks the credential and its agent and asserts both
+// are still live: a revocation (an UPDATE of either row) waits for this
+// decision, and a decision after it sees it.
 //
-// The read runs in countersign_principal_live (migration 00045), whose
-// query takes its snapshot after the lock is granted; the statement's own
-// snapshot, taken before it waited, would miss the revocation it waited
-// for. No row is share-locked: no WAL record, no MultiXact.
+// It first takes the agent's revocation lock in shared mode
+// (agentLockShared): a revocation waiting for it makes every later
+// decision of the agent queue behind it, so an agent's stream of
+// decisions can never keep its owner's revocation waiting.
 func (w *Write) AssertPrincipal(credentialID, agentID string) {
-	w.assert(`countersign_principal_live($1, $2)`, guardPrincipal, credentialID, agentID)
+	w.lock(agentLockShared, agentID)
+	w.assert(`(SELECT count(*) = 1 FROM (
+		SELECT 1 FROM credentials c JOIN agents a ON a.id = c.agent_id
+		WHERE c.id = $1 AND c.revoked_at IS NULL AND c.expires_at > now() AND a.status = 'active'
+		FOR SHARE OF c, a) live)`, guardPrincipal, credentialID)
 }
 
-// AssertMandate asserts, under the agent's revocation lock as
-// AssertPrincipal, that the agent's active mandate on railAccount is still
-// hash: not revoked, its account still held by its owner, and not
-// superseded by a newer one (countersign_mandate_active, migration 00045).
+// AssertMandate share-locks the agent's active mandate on railAccount and
+// asserts it is still hash: not revoked, its account still held by its
+// owner, and not superseded by a newer one.
 func (w *Write) AssertMandate(agentID, railAccount, hash string, at time.Time) {
-	w.assert(`countersign_mandate_active($1, $2, $3, $4)`, guardMandate, agentID, railAccount, hash, at)
+	w.assert(`(SELECT count(*) = 1 AND bool_and(hash = $3) FROM (
+		SELECT hash FROM mandates m
+		WHERE agent_id = $1 AND rail_account = $2 AND revoked_at IS NULL
+		  AND valid_from <= $4 AND $4 < valid_until AND `+heldByOwner+`
+		ORDER BY created_at DESC, hash LIMIT 1 FOR SHARE) active)`, guardMandate, agentID, railAccount, hash, at)
 }
 
 // CheckPrincipal asserts, without a lock, that the credential and its
