@@ -11,7 +11,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -31,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/countersign/countersign/internal/money"
+	"github.com/countersign/countersign/internal/testing/chromium"
 	"github.com/countersign/countersign/internal/testing/wait"
 )
 
@@ -47,7 +47,7 @@ import (
 // across a reload and in a new tab. Screenshots of the main views go to
 // $COUNTERSIGN_SCREENSHOTS (default: a temporary directory, logged).
 func TestConsoleInChromium(t *testing.T) {
-	browser := chromiumPath(t)
+	browser := chromium.Path(t)
 	d := startDemo(t)
 	out := d.p.out.String()
 	ownerToken := mustFind(t, out, `--owner-token (\S+)`)
@@ -59,7 +59,7 @@ func TestConsoleInChromium(t *testing.T) {
 	base := "http://localhost:" + port
 	shots := screenshotDir(t)
 
-	ctx, cancel := browserContext(t, browser)
+	ctx, cancel := chromium.Context(t, browser)
 	defer cancel()
 	run := func(what string, within time.Duration, actions ...chromedp.Action) {
 		t.Helper()
@@ -581,40 +581,6 @@ func acceptDialogs(ctx context.Context) {
 			go func() { _ = chromedp.Run(ctx, page.HandleJavaScriptDialog(true)) }()
 		}
 	})
-}
-
-// chromiumPath finds Chromium; without one the test skips, unless
-// COUNTERSIGN_REQUIRE_CHROMIUM is set (as CI sets it, having installed it).
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("COUNTERSIGN_REQUIRE_CHROMIUM") != "" {
-		t.Fatal("COUNTERSIGN_REQUIRE_CHROMIUM is set and no chromium is on PATH")
-	}
-	t.Skip("no chromium on PATH (apt-get install chromium); CI installs it and sets COUNTERSIGN_REQUIRE_CHROMIUM")
-	return ""
-}
-
-func browserContext(t *testing.T, path string) (context.Context, context.CancelFunc) {
-	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path),
-		chromedp.NoSandbox, // tests run as root in CI; Chromium's sandbox refuses root
-		chromedp.DisableGPU,
-		chromedp.WindowSize(1280, 900),
-	)
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelCtx := chromedp.NewContext(alloc, chromedp.WithLogf(t.Logf))
-	if err := chromedp.Run(ctx); err != nil {
-		cancelCtx()
-		cancelAlloc()
-		t.Fatalf("start chromium: %v", err)
-	}
-	return ctx, func() { cancelCtx(); cancelAlloc() }
 }
 
 // waitText waits until the element sel's text contains want.

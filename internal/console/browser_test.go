@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/countersign/countersign/internal/console"
 	"github.com/countersign/countersign/internal/ownerauth"
+	"github.com/countersign/countersign/internal/testing/chromium"
 )
 
 // keyItem and bindingItem are where the page keeps a session's key half
@@ -41,7 +40,7 @@ const (
 // never in the session the agent chose. An OIDC sign-in the owner starts
 // in the tab still signs in.
 func TestSignInFragmentFromAnotherPort(t *testing.T) {
-	browser := chromiumPath(t)
+	browser := chromium.Path(t)
 	p := newProvider(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -82,7 +81,7 @@ func TestSignInFragmentFromAnotherPort(t *testing.T) {
 	defer agentUI.Close()
 	agentBase := strings.Replace(agentUI.URL, "127.0.0.1", "localhost", 1)
 
-	ctx, cancel := browserContext(t, browser)
+	ctx, cancel := chromium.Context(t, browser)
 	defer cancel()
 	run := func(what string, actions ...chromedp.Action) {
 		t.Helper()
@@ -223,37 +222,4 @@ func TestSignInFragmentFromAnotherPort(t *testing.T) {
 func sha256Hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
-}
-
-// chromiumPath finds Chromium; without one the test skips, unless
-// COUNTERSIGN_REQUIRE_CHROMIUM is set (as CI sets it, having installed it).
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	if os.Getenv("COUNTERSIGN_REQUIRE_CHROMIUM") != "" {
-		t.Fatal("COUNTERSIGN_REQUIRE_CHROMIUM is set and no chromium is on PATH")
-	}
-	t.Skip("no chromium on PATH (apt-get install chromium); CI installs it and sets COUNTERSIGN_REQUIRE_CHROMIUM")
-	return ""
-}
-
-func browserContext(t *testing.T, path string) (context.Context, context.CancelFunc) {
-	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(path),
-		chromedp.NoSandbox, // tests run as root in CI; Chromium's sandbox refuses root
-		chromedp.DisableGPU,
-	)
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelCtx := chromedp.NewContext(alloc)
-	if err := chromedp.Run(ctx); err != nil {
-		cancelCtx()
-		cancelAlloc()
-		t.Fatalf("start chromium: %v", err)
-	}
-	return ctx, func() { cancelCtx(); cancelAlloc() }
 }

@@ -25,13 +25,7 @@ import (
 // slowed every decision.
 func TestDecisionsDoNotReadTheReconcilersIndexes(t *testing.T) {
 	const n = 300
-	pays := make([]mockrail.Payment, n)
-	for i := range pays {
-		pays[i] = mockrail.Payment{Rail: mockrail.Stripe, ID: "pi_" + strconv.Itoa(i), Amount: 1 << 30, Currency: "usd"}
-	}
-	r := newRigOn(t, rigRail{account: "acct_1", rail: sik.RailStripe, host: "api.stripe.com", key: mockrail.DefaultStripeKey,
-		adapter: func() rail.Adapter { return stripe.New() }, mandateRail: countersignv1.Rail_RAIL_STRIPE,
-		kind: countersignv1.ActionKind_ACTION_KIND_REFUND, currency: "USD", payments: pays})
+	r := newRigWithPayments(t, n)
 	ctx := context.Background()
 	for i := range n {
 		req := r.refund()
@@ -61,4 +55,18 @@ func TestDecisionsDoNotReadTheReconcilersIndexes(t *testing.T) {
 			t.Errorf("%d decisions scanned %s %d times", n, index, got)
 		}
 	}
+}
+
+// newRigWithPayments is a rig on a Stripe account acct_1 whose mock rail
+// holds n payments, pi_0 to pi_{n-1}, each large enough for any refund
+// of a test, so that each ALLOW can refund a payment of its own.
+func newRigWithPayments(t *testing.T, n int, shape ...func(*countersignv1.Mandate)) *rig {
+	t.Helper()
+	pays := make([]mockrail.Payment, n)
+	for i := range pays {
+		pays[i] = mockrail.Payment{Rail: mockrail.Stripe, ID: "pi_" + strconv.Itoa(i), Amount: 1 << 30, Currency: "usd"}
+	}
+	return newRigOn(t, rigRail{account: "acct_1", rail: sik.RailStripe, host: "api.stripe.com", key: mockrail.DefaultStripeKey,
+		adapter: func() rail.Adapter { return stripe.New() }, mandateRail: countersignv1.Rail_RAIL_STRIPE,
+		kind: countersignv1.ActionKind_ACTION_KIND_REFUND, currency: "USD", payments: pays}, shape...)
 }

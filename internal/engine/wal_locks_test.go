@@ -10,10 +10,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
-	"github.com/countersign/countersign/internal/rail"
-	"github.com/countersign/countersign/internal/rail/stripe"
-	"github.com/countersign/countersign/internal/sik"
-	"github.com/countersign/countersign/internal/testing/mockrail"
 )
 
 // TestAllowLocksNoRowItUpdates: an ALLOW under a budget and a window
@@ -25,13 +21,7 @@ import (
 // pg_walinspect, over the ALLOWs after the first.
 func TestAllowLocksNoRowItUpdates(t *testing.T) {
 	const n = 30
-	pays := make([]mockrail.Payment, n)
-	for i := range pays {
-		pays[i] = mockrail.Payment{Rail: mockrail.Stripe, ID: "pi_" + strconv.Itoa(i), Amount: 1 << 30, Currency: "usd"}
-	}
-	r := newRigOn(t, rigRail{account: "acct_1", rail: sik.RailStripe, host: "api.stripe.com", key: mockrail.DefaultStripeKey,
-		adapter: func() rail.Adapter { return stripe.New() }, mandateRail: countersignv1.Rail_RAIL_STRIPE,
-		kind: countersignv1.ActionKind_ACTION_KIND_REFUND, currency: "USD", payments: pays}, func(m *countersignv1.Mandate) {
+	r := newRigWithPayments(t, n, func(m *countersignv1.Mandate) {
 		m.Budgets = []*countersignv1.Money{{AmountMinor: 1 << 40, Currency: "USD"}}
 		m.Windows = []*countersignv1.Window{{Scope: countersignv1.WindowScope_WINDOW_SCOPE_AGENT, Duration: durationpb.New(time.Hour),
 			MaxCalls: 1 << 30, MaxAmount: &countersignv1.Money{AmountMinor: 1 << 40, Currency: "USD"}}}

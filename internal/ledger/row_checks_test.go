@@ -118,9 +118,28 @@ func insertSQL(table string, set map[string]string) string {
 
 // refusal inserts table's base row (which must pass) and then the row set
 // changes, under the replica role (no trigger but the checks, no foreign
-// key in the way), in a transaction rolled back; it returns the second insert's constraint
-// violation ("" when it was admitted).
+// key in the way), in a transaction rolled back; it returns the second
+// insert's constraint violation ("" when it was admitted).
 func refusal(t *testing.T, c *pgx.Conn, table string, set map[string]string) string {
+	t.Helper()
+	return afterBaseRow(t, c, table, set, `ROLLBACK TO SAVEPOINT base`, insertSQL(table, set))
+}
+
+// updateRefusal is refusal for an UPDATE: the base row inserted, then
+// updated to the row set changes.
+func updateRefusal(t *testing.T, c *pgx.Conn, table string, set map[string]string) string {
+	t.Helper()
+	sets := make([]string, 0, len(set))
+	for _, col := range slices.Sorted(maps.Keys(set)) {
+		sets = append(sets, col+" = "+set[col])
+	}
+	return afterBaseRow(t, c, table, set, `SELECT 1`, "UPDATE "+table+" SET "+strings.Join(sets, ", "))
+}
+
+// afterBaseRow inserts table's base row (which must pass) in a transaction
+// under the replica role, rolled back at the end; runs then, and then
+// write (of the row set changes); and returns write's check violation.
+func afterBaseRow(t *testing.T, c *pgx.Conn, table string, set map[string]string, then, write string) string {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := c.Begin(ctx)
@@ -140,34 +159,10 @@ func refusal(t *testing.T, c *pgx.Conn, table string, set map[string]string) str
 	if _, err := tx.Exec(ctx, insertSQL(table, nil)); err != nil {
 		t.Fatalf("%s: the base row is refused: %v", table, err)
 	}
-	if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT base`); err != nil {
+	if _, err := tx.Exec(ctx, then); err != nil {
 		t.Fatal(err)
 	}
-	_, err = tx.Exec(ctx, insertSQL(table, set))
-	return violated(t, table, set, err)
-}
-
-// updateRefusal is refusal for an UPDATE: the base row inserted, then
-// updated to the row set changes.
-func updateRefusal(t *testing.T, c *pgx.Conn, table string, set map[string]string) string {
-	t.Helper()
-	ctx := context.Background()
-	tx, err := c.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SET LOCAL session_replication_role = replica`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, insertSQL(table, nil)); err != nil {
-		t.Fatalf("%s: the base row is refused: %v", table, err)
-	}
-	sets := make([]string, 0, len(set))
-	for _, col := range slices.Sorted(maps.Keys(set)) {
-		sets = append(sets, col+" = "+set[col])
-	}
-	_, err = tx.Exec(ctx, "UPDATE "+table+" SET "+strings.Join(sets, ", "))
+	_, err = tx.Exec(ctx, write)
 	return violated(t, table, set, err)
 }
 

@@ -127,7 +127,7 @@ func listLimit(v string) error {
 // zero.
 func unixTime(v string) error {
 	if _, err := parseMinor(v); err != nil {
-		return fmt.Errorf("%q is not a Unix time in seconds: %v", v, err)
+		return fmt.Errorf("%q is not a Unix time in seconds: %w", v, err)
 	}
 	return nil
 }
