@@ -111,7 +111,10 @@ func (s *Store) RevokeRailAccount(ctx context.Context, railAccount, ownerID stri
 		if tag.RowsAffected() == 0 {
 			return ErrNotHeld
 		}
-		rows, err := tx.tx.Query(ctx, `UPDATE mandates SET revoked_at = now(), revoke_reason = $3
+		// Not before its creation: a mandate created after this
+		// transaction began, committed while it waited for a lock above,
+		// is revoked too (its created_at is later than this now()).
+		rows, err := tx.tx.Query(ctx, `UPDATE mandates SET revoked_at = GREATEST(now(), created_at), revoke_reason = $3
 			WHERE owner_id = $2 AND rail_account = $1 AND revoked_at IS NULL RETURNING hash`,
 			railAccount, ownerID, "the operator withdrew rail account "+railAccount+" from its owner")
 		if err != nil {

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/countersign/countersign/internal/testing/wait"
 )
 
 // A rail account belongs to the owners the operator granted it to: only
@@ -179,5 +183,63 @@ func TestOwnerAuditRecordsNeedTheAccount(t *testing.T) {
 	}
 	if n := list(); n == 0 {
 		t.Fatal("no records of a held account")
+	}
+}
+
+// TestWithdrawalRevokesAMandateCreatedWhileItWaited: a mandate created
+// after a withdrawal's transaction began, and committed while the
+// withdrawal waited for a decision's lock, is revoked with it: its
+// revocation time is not before its creation (the mandates' CHECK
+// revoked_at >= created_at refused the whole withdrawal, found by a review).
+func TestWithdrawalRevokesAMandateCreatedWhileItWaited(t *testing.T) {
+	_, feb1, _, apr1 := mandateDates()
+	s := openTest(t)
+	ctx := context.Background()
+	slow := createMandateAgent(t, s, "own_1")
+	late := createMandateAgent(t, s, "own_1")
+	mustCreateMandate(t, s, testMandate(t, slow.ID, "acct_1", feb1, apr1, "slow"))
+	// A decision of slow's holds its revocation lock; the withdrawal waits
+	// for it after its transaction began.
+	hold, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hold.Rollback(ctx) }()
+	if _, err := hold.Exec(ctx, `SELECT `+agentLock("pg_advisory_xact_lock_shared", "$1"), slow.ID); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	var hashes []string
+	go func() {
+		var err error
+		hashes, err = s.RevokeRailAccount(ctx, "acct_1", "own_1")
+		done <- err
+	}()
+	if !wait.Until(30*time.Second, func() bool {
+		var n int
+		err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+		return err == nil && n > 0
+	}) {
+		t.Fatal("the withdrawal never waited for the decision's lock")
+	}
+	lateMandate := testMandate(t, late.ID, "acct_1", feb1, apr1, "late")
+	mustCreateMandate(t, s, lateMandate)
+	if err := hold.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the withdrawal = %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the withdrawal never finished")
+	}
+	if !slices.Contains(hashes, lateMandate.Hash) {
+		t.Fatalf("the withdrawal revoked %v, not the mandate created while it waited", hashes)
+	}
+	got, err := s.GetMandate(ctx, lateMandate.Hash)
+	if err != nil || got.RevokedAt == nil {
+		t.Fatalf("the late mandate = %+v, %v; want it revoked", got, err)
 	}
 }
