@@ -52,6 +52,9 @@ func (adapter) Parse(req rail.Request) (rail.Parsed, error) {
 			if len(req.Body) > 0 {
 				return rail.Parsed{}, malformed("body", "a read carries no body")
 			}
+			if err := checkReadQuery(segs, query); err != nil {
+				return rail.Parsed{}, err
+			}
 			return rail.Parsed{Kind: rail.KindRead}, nil
 		}
 	case http.MethodPost:

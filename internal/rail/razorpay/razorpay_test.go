@@ -9,6 +9,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -102,6 +103,15 @@ var readCases = []railtest.RequestCase{
 	{Name: "refunds", Req: getReq("/v1/refunds")},
 	{Name: "payouts", Req: getReq("/v1/payouts?account_number=7878780080316316")},
 	{Name: "payout", Req: getReq("/v1/payouts/pout_1")},
+	// A list read's query: only what its path admits (query.go).
+	{Name: "payment_refunds_window", Req: getReq("/v1/payments/pay_1/refunds?from=1500826740&to=1500826760&count=100&skip=0")},
+	{Name: "refunds_paging", Req: getReq("/v1/refunds?count=1&skip=10&from=1700000000&to=1800000000")},
+	{Name: "refunds_escaped_name", Req: getReq("/v1/refunds?co%75nt=100")},
+	{Name: "refunds_empty_query", Req: getReq("/v1/refunds?")},
+	{Name: "payouts_filtered", Req: getReq("/v1/payouts?account_number=7878780080316316&contact_id=cont_1&fund_account_id=fa_1&mode=IMPS&reference_id=Acme+Transaction+ID+12345&status=processed&from=1700000000&to=1800000000&count=100&skip=100")},
+	// What Find sends (find.go: url.Values encodes in name order).
+	{Name: "find_refunds", Req: getReq("/v1/payments/pay_1/refunds?count=100&skip=200")},
+	{Name: "find_payouts", Req: getReq("/v1/payouts?account_number=7878780080316316&count=100&from=1700000000&skip=100")},
 }
 
 func manyNotes(n int) string {
@@ -191,6 +201,48 @@ var malformedCases = []railtest.MalformedCase{
 	{Name: "charset_latin1", Req: postH(refundPath, `{}`, map[string]string{"content-type": "application/json; charset=latin1"}), Field: "content-type"},
 	{Name: "gzip_body", Req: postH(refundPath, `{}`, map[string]string{"content-encoding": "gzip"}), Field: "content-encoding"},
 	{Name: "read_with_body", Req: rail.Request{Method: http.MethodGet, Path: "/v1/payments/pay_1", Body: []byte(`{}`)}, Field: "body"},
+	// A read's query: strict, and only what its path admits (query.go).
+	{Name: "read_expand_card", Req: getReq("/v1/payments/pay_1?expand[]=card"), Field: "expand[]"},
+	{Name: "read_expand_escaped", Req: getReq("/v1/payments/pay_1?expand%5B%5D=upi"), Field: "expand[]"},
+	{Name: "read_expand_name_escaped", Req: getReq("/v1/payments/pay_1?%65xpand%5b%5d=emi"), Field: "expand[]"},
+	{Name: "read_expand_indexed", Req: getReq("/v1/payments/pay_1?expand[0]=offers"), Field: "expand[0]"},
+	{Name: "read_expand_bare", Req: getReq("/v1/payments/pay_1?expand=card"), Field: "expand"},
+	{Name: "read_expand_on_list", Req: getReq("/v1/payments/pay_1/refunds?count=10&expand[]=payment"), Field: "expand[]"},
+	{Name: "read_expand_on_payouts", Req: getReq("/v1/payouts?account_number=7878780080316316&expand[]=fund_account.contact"), Field: "expand[]"},
+	{Name: "read_payment_takes_no_query", Req: getReq("/v1/payments/pay_1?count=1"), Field: "count"},
+	{Name: "read_refund_takes_no_query", Req: getReq("/v1/refunds/rfnd_1?x=%00%0d%0a"), Field: "x"},
+	{Name: "read_payment_refund_takes_no_query", Req: getReq("/v1/payments/pay_1/refunds/rfnd_1?count=1"), Field: "count"},
+	{Name: "read_payout_takes_no_query", Req: getReq("/v1/payouts/pout_1?account_number=1"), Field: "account_number"},
+	{Name: "read_unknown_member", Req: getReq("/v1/payments/pay_1/refunds?count=100&anything=goes"), Field: "anything"},
+	{Name: "read_member_of_another_list", Req: getReq("/v1/refunds?account_number=7878780080316316"), Field: "account_number"},
+	{Name: "read_member_in_brackets", Req: getReq("/v1/refunds?count[]=1"), Field: "count[]"},
+	{Name: "read_member_php_spelling", Req: getReq("/v1/payouts?account_number=1&account.number=2"), Field: "account.number"},
+	{Name: "read_control_name_quoted", Req: getReq("/v1/refunds?%0d%0a=1"), Field: `"\r\n"`},
+	{Name: "read_member_repeated", Req: getReq("/v1/refunds?count=10&count=100"), Field: "count"},
+	{Name: "read_member_repeated_escaped", Req: getReq("/v1/payouts?account_number=1&%61ccount%5Fnumber=2"), Field: "account_number"},
+	{Name: "read_member_empty", Req: getReq("/v1/refunds?from="), Field: "from"},
+	{Name: "read_count_too_large", Req: getReq("/v1/refunds?count=101"), Field: "count"},
+	{Name: "read_count_zero", Req: getReq("/v1/refunds?count=0"), Field: "count"},
+	{Name: "read_count_leading_zero", Req: getReq("/v1/refunds?count=010"), Field: "count"},
+	{Name: "read_skip_negative", Req: getReq("/v1/refunds?skip=-1"), Field: "skip"},
+	{Name: "read_time_signed", Req: getReq("/v1/refunds?from=%2B1700000000"), Field: "from"},
+	{Name: "read_time_not_digits", Req: getReq("/v1/payments/pay_1/refunds?to=2024-01-01"), Field: "to"},
+	{Name: "read_payouts_without_account", Req: getReq("/v1/payouts?count=10"), Field: "account_number"},
+	{Name: "read_payouts_no_query", Req: getReq("/v1/payouts"), Field: "account_number"},
+	{Name: "read_payouts_account_not_an_id", Req: getReq("/v1/payouts?account_number=1%26expand%5B%5D%3Dcard"), Field: "account_number"},
+	{Name: "read_payouts_mode_unknown", Req: getReq("/v1/payouts?account_number=1&mode=imps"), Field: "mode"},
+	{Name: "read_payouts_status_unknown", Req: getReq("/v1/payouts?account_number=1&status=everything"), Field: "status"},
+	{Name: "read_payouts_contact_not_an_id", Req: getReq("/v1/payouts?account_number=1&contact_id=cont%201"), Field: "contact_id"},
+	{Name: "read_payouts_reference_control", Req: getReq("/v1/payouts?account_number=1&reference_id=a%0Ab"), Field: "reference_id"},
+	{Name: "read_payouts_reference_too_long", Req: getReq("/v1/payouts?account_number=1&reference_id=" + strings.Repeat("r", 41)), Field: "reference_id"},
+	{Name: "read_bad_escape", Req: getReq("/v1/refunds?count=%zz"), Field: "query"},
+	{Name: "read_bad_escape_in_name", Req: getReq("/v1/refunds?co%2=1"), Field: "query"},
+	{Name: "read_semicolon", Req: getReq("/v1/refunds?count=1;expand[]=card"), Field: "query"},
+	{Name: "read_piece_without_value", Req: getReq("/v1/refunds?count"), Field: "query"},
+	{Name: "read_empty_piece", Req: getReq("/v1/refunds?count=1&&skip=1"), Field: "query"},
+	{Name: "read_empty_name", Req: getReq("/v1/refunds?=1"), Field: "query"},
+	{Name: "read_leading_question_mark", Req: getReq("/v1/refunds??count=1"), Field: "query"},
+	{Name: "read_not_utf8", Req: getReq("/v1/payouts?account_number=1&reference_id=%ff"), Field: "query"},
 }
 
 // payoutWithPurpose is a payout whose purpose member is the JSON purpose.
@@ -695,6 +747,12 @@ func TestFindNeedsAccountNumber(t *testing.T) {
 	}
 }
 
+// fuzzReadMembers are all the query members any Razorpay read admits.
+var fuzzReadMembers = map[string]bool{
+	"count": true, "skip": true, "from": true, "to": true,
+	"account_number": true, "contact_id": true, "fund_account_id": true, "mode": true, "reference_id": true, "status": true,
+}
+
 func FuzzParse(f *testing.F) {
 	add := func(r rail.Request) {
 		// One more header, so the header table is fuzzed too.
@@ -726,6 +784,15 @@ func FuzzParse(f *testing.F) {
 	for _, notes := range []string{`{"ticket":"a","TICKET":"b"}`, `{"COUNTERSIGN_SIK":"x"}`, `{"k":"a","\u212a":"b"}`, `{"countersign_sik":"x","ticket":"a"}`} {
 		add(post("/v1/payments/pay_1/refund", `{"amount":100,"notes":`+notes+`}`))
 	}
+	// Read queries (query.go): expand in its spellings, repeats, escapes.
+	for _, path := range []string{
+		"/v1/payments/pay_1?expand[]=card", "/v1/payments/pay_1?%65xpand%5B%5D=card",
+		"/v1/refunds?count=1&c%6Funt=2", "/v1/payouts?account_number=1&account.number=2",
+		"/v1/payouts?account_number=1&status=processed&mode=UPI&reference_id=a+b",
+		"/v1/refunds?from=1&to=2&count=100&skip=0", "/v1/refunds?count=%zz", "/v1/refunds?x=%00%0d%0a",
+	} {
+		add(getReq(path))
+	}
 	ad := New()
 	f.Fuzz(func(t *testing.T, method, path, contentType, distinct, name, value string, body []byte) {
 		req := rail.Request{Method: method, Path: path, Body: body, Headers: map[string]string{}}
@@ -741,6 +808,20 @@ func FuzzParse(f *testing.F) {
 		p, err := ad.Parse(req)
 		if cerr := railtest.CheckParsed(p, err); cerr != nil {
 			t.Fatalf("Parse(%q %q %q) = %+v, %v: %v", method, path, body, p, err, cerr)
+		}
+		if err == nil && p.Kind == rail.KindRead {
+			// An admitted read's query, as PHP would read it: each member
+			// a listed one, once, never expand (query.go).
+			_, query, _ := strings.Cut(path, "?")
+			q, qerr := url.ParseQuery(query)
+			if qerr != nil {
+				t.Fatalf("admitted read %q whose query does not parse: %v", path, qerr)
+			}
+			for name, vs := range q {
+				if !fuzzReadMembers[name] || len(vs) != 1 || vs[0] == "" {
+					t.Fatalf("admitted read %q with query member %q = %q", path, name, vs)
+				}
+			}
 		}
 		if err == nil && p.Kind == rail.KindAction {
 			// Whatever was accepted must be plain JSON the rail reads the
