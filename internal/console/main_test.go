@@ -61,7 +61,7 @@ type rigOptions struct {
 func newRig(t *testing.T, ro rigOptions) *rig {
 	t.Helper()
 	ctx := context.Background()
-	store, err := ledger.Open(ctx, pgtest.NewDatabase(t), ledger.Options{ConnectTimeout: time.Second})
+	store, err := ledger.Open(ctx, pgtest.NewDatabase(t), ledger.Options{ConnectTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

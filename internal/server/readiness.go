@@ -38,6 +38,10 @@ type readiness struct {
 	at      time.Time // when lastErr arrived
 	flight  *flight   // the probe in flight, nil when none
 	sharing int       // callers waiting on flight (tests watch it)
+	// timeout bounds one probe (0 is probeTimeout; read under mu). Tests
+	// that flood a loaded machine lengthen it: what they count is the
+	// probes, not how fast the ledger answers.
+	timeout time.Duration
 }
 
 // flight is one probe; err is set before done is closed.
@@ -95,9 +99,13 @@ func (r *readiness) result(ctx context.Context, fresh time.Duration, probeCtx co
 	}
 	f := &flight{done: make(chan struct{})}
 	r.flight = f
+	timeout := r.timeout
 	r.mu.Unlock()
 
-	pctx, cancel := context.WithTimeout(probeCtx, probeTimeout)
+	if timeout == 0 {
+		timeout = probeTimeout
+	}
+	pctx, cancel := context.WithTimeout(probeCtx, timeout)
 	defer cancel()
 	f.err = r.prober.Ready(pctx)
 	r.publish(f)
