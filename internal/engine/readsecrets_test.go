@@ -38,3 +38,48 @@ func TestPaymentIntentReadNeedsExtProc(t *testing.T) {
 		})
 	}
 }
+
+// TestMCPToolReadNeedsExtProc: on an MCP server that fronts Stripe, a
+// read-only tool's answer is the rail's objects as the server renders
+// them (list_payment_intents, which an owner may list read-only, renders
+// whole PaymentIntents, client_secret included: found by a review), and
+// only ext_proc removes the secrets, so a read-only tools/call is refused
+// where no ext_proc will see its answer, and allowed where one will; the
+// session's other reads (initialize, ping) carry no rail object and are
+// allowed either way.
+func TestMCPToolReadNeedsExtProc(t *testing.T) {
+	const (
+		toolCall   = `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"retrieve_balance","arguments":{}}}`
+		ping       = `{"jsonrpc":"2.0","id":1,"method":"ping"}`
+		initialize = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"agent","version":"1"}}}`
+	)
+	for _, tc := range []struct {
+		name        string
+		body        string
+		source      Source
+		extProc     bool
+		railAccount string
+		want        string
+	}{
+		{"tool call, ext_proc in the path", toolCall, SourceExtAuthz, true, "acct_mcp", ReasonReadAllowed},
+		{"tool call, ext_proc out of the path", toolCall, SourceExtAuthz, false, "acct_mcp", ReasonReadNeedsExtProc},
+		{"tool call, a route naming no rail account", toolCall, SourceExtAuthz, true, "", ReasonReadNeedsExtProc},
+		{"tool call, a native caller", toolCall, SourceDecide, true, "acct_mcp", ReasonReadNeedsExtProc},
+		{"ping without ext_proc", ping, SourceExtAuthz, false, "acct_mcp", ReasonReadAllowed},
+		{"initialize from a native caller", initialize, SourceDecide, true, "acct_mcp", ReasonReadAllowed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newMCPRig(t, nil)
+			r.e.opts.ExtProcInPath = tc.extProc
+			req := r.call(1, "create_refund", 1)
+			req.Body, req.Source, req.RailAccount = []byte(tc.body), tc.source, tc.railAccount
+			out := r.e.Decide(context.Background(), req)
+			if out.ReasonCode != tc.want {
+				t.Fatalf("%s %s: %s; want %s", out.Verdict, out.ReasonCode, out.Reason, tc.want)
+			}
+			if tc.want == ReasonReadNeedsExtProc && (out.Verdict == Allow || out.SetHeaders["authorization"] != "") {
+				t.Fatalf("refused as %s, yet %s with the rail key set: %v", out.ReasonCode, out.Verdict, out.SetHeaders["authorization"] != "")
+			}
+		})
+	}
+}

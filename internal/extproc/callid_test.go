@@ -98,6 +98,12 @@ func TestMCPCallLeavesUnderCountersignsID(t *testing.T) {
 			{"json", "application/json",
 				`{"jsonrpc":"2.0","id":"` + r.CallID + `","result":{"content":[{"type":"text","text":"{\"id\":\"re_1\"}"}]}}`,
 				`{"id":7,"jsonrpc":"2.0","result":{"content":[{"type":"text","text":"{\"id\":\"re_1\"}"}]}}`, true},
+			// A money call's answer reaches the agent without client
+			// secrets, as a read's does (a tool's text item holding an
+			// embedded PaymentIntent); committed as it came.
+			{"json with a secret", "application/json",
+				`{"jsonrpc":"2.0","id":"` + r.CallID + `","result":{"content":[{"type":"text","text":"{\"id\":\"re_1\",\"payment_intent\":{\"client_secret\":\"pi_1_secret_x\"}}"}]}}`,
+				`{"id":7,"jsonrpc":"2.0","result":{"content":[{"type":"text","text":""}]}}`, true},
 			{"json error", "application/json",
 				`{"jsonrpc":"2.0","id":"` + r.CallID + `","error":{"code":-32601,"message":"Method not found"}}`,
 				`{"error":{"code":-32601,"message":"Method not found"},"id":7,"jsonrpc":"2.0"}`, false},

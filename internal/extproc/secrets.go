@@ -12,7 +12,9 @@ import (
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 )
 
-// A read through Envoy (a GET ext_authz allowed with no intent) leaves
+// A read through Envoy (an exchange ext_authz allowed with no intent: a
+// REST GET, an MCP read-only tools/call, initialize, ping, the GET event
+// stream, …) leaves
 // with the account's secret key, and its answer goes to the agent. Stripe
 // puts in some objects a secret meant only for the paying customer: a
 // PaymentIntent's client_secret, which with the account's publishable key
@@ -23,7 +25,10 @@ import (
 // depth, and every string value that holds a client secret emptied (a
 // PaymentIntent awaiting the customer's action repeats its own in
 // next_action's URL, beside the publishable key); an answer that cannot be
-// read for that (compressed, not JSON) is withheld (found by reviews).
+// read for that (compressed, neither JSON nor an event stream, an event
+// whose data is not JSON) is withheld (found by reviews). An MCP tool's
+// answer carries the rail's objects JSON-stringified in a text item: that
+// string holds "client_secret" and the secret, and is emptied whole.
 
 // secretMember is the member an answer loses before the agent sees it.
 // Removed rather than nulled: it is optional in Stripe's SDKs' types.
@@ -204,20 +209,6 @@ func holdsSecret(raw []byte) bool {
 	return clientSecretRE.MatchString(v)
 }
 
-// isGet reports whether the request headers are a GET's.
-func isGet(h *corev3.HeaderMap) bool {
-	for _, hv := range h.GetHeaders() {
-		if hv.GetKey() == ":method" {
-			v := hv.GetValue()
-			if v == "" {
-				v = string(hv.GetRawValue())
-			}
-			return v == http.MethodGet
-		}
-	}
-	return false
-}
-
 // readRequest answers the request headers of a read: the rail is asked
 // for its answer uncompressed, which readAnswer must read.
 func readRequest() *extprocv3.ProcessingResponse {
@@ -230,7 +221,7 @@ func readRequest() *extprocv3.ProcessingResponse {
 
 // unreadableRead says why the headers of a read's answer announce a body
 // the scrubber cannot read ("" when it can): a content coding other than
-// identity, or a media type that is not JSON.
+// identity, or a media type that is neither JSON nor an event stream.
 func unreadableRead(h map[string]string) string {
 	if ce, ok := h["content-encoding"]; ok {
 		for _, c := range strings.Split(ce, ",") {
@@ -240,13 +231,20 @@ func unreadableRead(h map[string]string) string {
 		}
 	}
 	if ct, ok := h["content-type"]; ok {
-		mt, _, _ := strings.Cut(ct, ";")
-		mt = strings.ToLower(strings.TrimSpace(mt))
-		if mt != "application/json" && !strings.HasSuffix(mt, "+json") {
-			return "its answer is not JSON (" + mt + ")"
+		if mt := mediaType(ct); mt != "application/json" && !strings.HasSuffix(mt, "+json") && mt != eventStream {
+			return "its answer is neither JSON nor an event stream (" + mt + ")"
 		}
 	}
 	return ""
+}
+
+// eventStream is the media type of a server-sent event stream.
+const eventStream = "text/event-stream"
+
+// mediaType is the media type of a Content-Type value, lower-cased.
+func mediaType(ct string) string {
+	mt, _, _ := strings.Cut(ct, ";")
+	return strings.ToLower(strings.TrimSpace(mt))
 }
 
 // withholdRead replaces the answer to a read, which could not be read to
@@ -265,7 +263,8 @@ func (s *Server) withholdRead(x *exchange, why string) *extprocv3.ProcessingResp
 	return immediate(http.StatusBadGateway, body, "countersign_read_withheld")
 }
 
-// readAnswer answers a body phase of a read's answer: unchanged when it
+// readAnswer answers a body phase of a read's answer, JSON or an event
+// stream (ScrubEventStream) by its Content-Type: unchanged when it
 // holds no secret, without its secrets otherwise (content-length kept
 // right), withheld when it cannot be read. Envoy's BUFFERED mode sends the
 // whole body in one phase, so each phase is judged as the whole answer; a
@@ -279,9 +278,16 @@ func (s *Server) readAnswer(x *exchange, b *extprocv3.HttpBody) *extprocv3.Proce
 	if why := unreadableRead(x.headers); why != "" {
 		return s.withholdRead(x, why)
 	}
-	out, n, err := ScrubSecrets(in)
+	scrub, unreadable := ScrubSecrets, "its answer is not JSON"
+	if ct, ok := x.headers["content-type"]; ok && mediaType(ct) == eventStream {
+		scrub, unreadable = ScrubEventStream, ""
+	}
+	out, n, err := scrub(in)
 	if err != nil {
-		return s.withholdRead(x, "its answer is not JSON")
+		if unreadable == "" {
+			unreadable = err.Error()
+		}
+		return s.withholdRead(x, unreadable)
 	}
 	if n == 0 {
 		return cont

@@ -80,9 +80,12 @@ type exchange struct {
 	// toolsList: an MCP tools/list read whose answer must match the
 	// mandate's pins before the agent receives it (toolslist.go).
 	toolsList *toolsList
-	// read: a GET ext_authz allowed with no intent (a rail read), whose
-	// answer loses its secrets before the agent receives it (secrets.go);
-	// readWithheld: that answer was replaced by Countersign's error.
+	// read: an exchange ext_authz allowed with no intent (a read: a REST
+	// GET, any MCP message but a money call), whose answer loses its
+	// secrets before the agent receives it (secrets.go), but for a
+	// tools/list judged against the mandate's pins, which is held to them
+	// (toolslist.go); readWithheld: that answer was replaced by
+	// Countersign's error.
 	read, readWithheld bool
 }
 
@@ -163,7 +166,12 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 			return s.stopUnreadable()
 		}
 		if !x.hasIntent {
-			if x.toolsList == nil && isGet(r.RequestHeaders.GetHeaders()) {
+			// With no intent, ext_authz allowed a read: money calls always
+			// carry their attempt (an unreadable one stops here), and a
+			// refused request never leaves. Whatever the method (an MCP
+			// read-only tools/call is a POST: found by a review), its
+			// answer loses its secrets, but for a pinned tools/list's.
+			if l := x.toolsList; l == nil || l.check.OwnAnswer {
 				x.read = true
 				return readRequest()
 			}
@@ -236,7 +244,11 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseHeaders{ResponseHeaders: &extprocv3.HeadersResponse{}}}
 	case *extprocv3.ProcessingRequest_ResponseBody:
 		if x.toolsList != nil && !x.hasIntent {
-			return s.toolsListBody(x, r.ResponseBody)
+			// An answer under pins is judged first; one that passes, if a
+			// read's, is then scrubbed.
+			if resp := s.toolsListBody(x, r.ResponseBody); !x.read || x.toolsList.withheld || resp.GetResponseBody().GetResponse() != nil {
+				return resp
+			}
 		}
 		if x.read && !x.hasIntent {
 			if x.readWithheld {
@@ -428,6 +440,19 @@ func (s *Server) answerAgent(x *exchange, resp rail.Response, cont *extprocv3.Pr
 		body, changed, refused = mcp.AnswerRefusal(x.agentID), true, true
 		if _, ok := x.headers["content-encoding"]; ok {
 			remove = append(remove, "content-encoding")
+		}
+	}
+	if !refused {
+		// Without secrets, as a REST money call's answer (above); one
+		// that cannot be read goes as it is: the call's outcome is the
+		// agent's to read.
+		scrub := ScrubSecrets
+		if ct, ok := x.headers["content-type"]; ok && mediaType(ct) == eventStream {
+			scrub = ScrubEventStream
+		}
+		if out, n, err := scrub(body); err == nil && n > 0 {
+			s.log.Info("removed secrets from the answer to a money call", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK, "members", n)
+			body, changed = out, true
 		}
 	}
 	if !changed {

@@ -146,7 +146,8 @@ func TestAgentReceivesOnlyAPinnedToolsList(t *testing.T) {
 		{name: "error status passes", pins: &entry, status: "500", ct: "application/json", body: listAnswer("7", poisonParam)},
 		{name: "JSON-RPC error passes", pins: &entry, status: "200", ct: "application/json", body: `{"jsonrpc":"2.0","id":7,"error":{"code":-32601,"message":"no"}}`},
 		{name: "no pins: untouched", status: "200", ct: "application/json", body: listAnswer("7", poisonParam, poisonOther)},
-		{name: "no pins, unparseable: untouched", status: "200", ct: "application/json", body: `not json at all`},
+		// Without pins an unparseable answer is a read's that cannot be
+		// scrubbed, and is withheld (TestMCPReadAnswerWithheld).
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -39,11 +39,20 @@ const DefaultEndpoint = "/mcp"
 //
 // Read-only tools are those whose source performs only list or retrieve
 // calls: list_customers, list_products, list_prices, list_invoices,
-// list_coupons, list_payment_intents, list_subscriptions, list_disputes,
+// list_coupons, list_subscriptions, list_disputes,
 // list_payment_method_configs, retrieve_balance and
 // search_stripe_documentation. get_stripe_account_info is not in the
 // toolkit source; it appears in third-party listings of Stripe's hosted
 // server (mcp.stripe.com) and is read-only by every account of it.
+//
+// list_payment_intents is read-only too, but not listed (found by a
+// review): its answer is every PaymentIntent JSON.stringify'd whole into
+// text content, each with its client_secret, which with the account's
+// publishable key confirms the PaymentIntent without Countersign. Listed
+// by an owner (Config.ReadOnlyTools), it is a read like the others:
+// ext_proc then empties every value holding a client secret (the whole
+// text item), and where no ext_proc sees the answer the engine refuses
+// any read-only tools/call on a Stripe MCP account.
 //
 // Not confirmed, so not mapped: the hosted server's own create_refund
 // arguments (third-party notes say its tools also take stripe_context and
@@ -61,7 +70,7 @@ func StripeDefaults() Config {
 		},
 		ReadOnlyTools: []string{
 			"list_customers", "list_products", "list_prices", "list_invoices", "list_coupons",
-			"list_payment_intents", "list_subscriptions", "list_disputes", "list_payment_method_configs",
+			"list_subscriptions", "list_disputes", "list_payment_method_configs",
 			"retrieve_balance", "search_stripe_documentation", "get_stripe_account_info",
 		},
 		Underlying: stripe.New(),
@@ -115,7 +124,10 @@ func RazorpayDefaults() Config {
 			},
 		},
 		ReadOnlyTools: []string{
-			"fetch_payment", "fetch_payment_card_details", "fetch_all_payments",
+			// Not fetch_payment_card_details: the cardholder's name,
+			// network, issuer and last digits, which a REST read's
+			// expand[]=card is refused for (an owner may list it).
+			"fetch_payment", "fetch_all_payments",
 			"fetch_payment_link", "fetch_all_payment_links",
 			"fetch_order", "fetch_all_orders", "fetch_order_payments",
 			"fetch_refund", "fetch_all_refunds", "fetch_multiple_refunds_for_payment", "fetch_specific_refund_for_payment",

@@ -129,7 +129,7 @@ var stripeReads = []railtest.RequestCase{
 	{Name: "tools_list", Req: post(`{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{"cursor":"c"}}`)},
 	{Name: "ping", Req: post(`{"jsonrpc":"2.0","id":"p","method":"ping"}`)},
 	{Name: "resources_read", Req: post(`{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"stripe://x"}}`)},
-	{Name: "read_only_tool", Req: call("list_payment_intents", `{"limit":3}`)},
+	{Name: "read_only_tool", Req: call("list_customers", `{"limit":3}`)},
 	{Name: "read_only_tool_any_arguments", Req: call("retrieve_balance", `{"whatever":[1,{"a":null}]}`)},
 	{Name: "client_response_declining_elicitation", Req: post(`{"jsonrpc":"2.0","id":"1","result":{"action":"decline"}}`)},
 	{Name: "client_error_response", Req: post(`{"jsonrpc":"2.0","id":5,"error":{"code":-32601,"message":"no sampling"}}`)},
@@ -223,6 +223,9 @@ var stripeMalformedAmounts = map[string]rail.Request{
 
 var stripeUnrecognised = []railtest.RequestCase{
 	{Name: "unmapped_write_tool", Req: call("create_customer", `{"email":"a@b.c"}`)},
+	// Read-only, but its answer is whole PaymentIntents, client_secret
+	// included: not a default (defaults_test.go).
+	{Name: "payment_intent_list_tool", Req: call("list_payment_intents", `{"limit":3}`)},
 	{Name: "unknown_tool", Req: call("create_payout", `{"amount":1}`)},
 	{Name: "generic_write_tool", Req: call("stripe_api_write", `{"stripe_api_operation_id":"PostRefunds","parameters":{"payment_intent":"pi_1"}}`)},
 	{Name: "tool_name_in_other_case", Req: call("Create_Refund", `{"payment_intent":"pi_1"}`)},

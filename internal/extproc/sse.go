@@ -1,0 +1,156 @@
+package extproc
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"unicode/utf8"
+)
+
+// An MCP server answers a POST (and its GET stream) with JSON or with a
+// text/event-stream; a read's answer in either reaches the agent only
+// without client secrets (secrets.go). The agent is read as the adversary:
+// it sees the stream's bytes, not only the events a client dispatches, so
+// every line is read, and one that could hide a secret from this reading
+// withholds the answer.
+
+// Why an event stream cannot be scrubbed. The messages name the place,
+// never the content (they reach the agent).
+var (
+	errStreamNotUTF8   = errors.New("its event stream is not UTF-8")
+	errStreamField     = errors.New("its event stream has a line of a field other than data, event, id or retry")
+	errStreamDataJSON  = errors.New("an event of its event stream carries data that is not JSON")
+	errStreamFieldHeld = errors.New("its event stream carries a client secret outside an event's data")
+)
+
+// ScrubEventStream returns the event stream body with ScrubSecrets applied
+// to the data of each of its events, and how many secrets it removed. The
+// stream is read as the server-sent events grammar has it (lines end at
+// CRLF, LF or CR; a blank line ends an event; "data" lines, their one
+// leading space dropped, are joined with LF; one leading byte order mark
+// is skipped), strictly: every line is a comment or a data, event, id or
+// retry field; an event's data is empty or one JSON value, whatever the
+// event's type (dispatched or not, a last event the stream did not end
+// included); and no comment or other field holds a client secret. An
+// event whose data lost a secret is written with the scrubbed JSON as its
+// data, at the place of its first data line; every other line keeps its
+// bytes. With nothing removed, body itself is returned.
+func ScrubEventStream(body []byte) ([]byte, int, error) {
+	if !utf8.Valid(body) {
+		return nil, 0, errStreamNotUTF8
+	}
+	rest := body
+	var out bytes.Buffer
+	out.Grow(len(body))
+	if bom := "\ufeff"; bytes.HasPrefix(rest, []byte(bom)) {
+		out.WriteString(bom)
+		rest = rest[len(bom):]
+	}
+	lines := sseLines(rest)
+	removed, start := 0, 0
+	for i, ln := range lines {
+		if ln.text != "" || ln.end == "" {
+			continue
+		}
+		n, err := scrubEvent(&out, lines[start:i])
+		if err != nil {
+			return nil, 0, err
+		}
+		removed += n
+		out.WriteString(ln.end)
+		start = i + 1
+	}
+	// Lines after the last blank one: an event the stream did not end,
+	// which a client does not dispatch; its bytes reach the agent all the
+	// same.
+	n, err := scrubEvent(&out, lines[start:])
+	if err != nil {
+		return nil, 0, err
+	}
+	if removed += n; removed == 0 {
+		return body, 0, nil
+	}
+	return out.Bytes(), removed, nil
+}
+
+// sseLine is one line of an event stream and the terminator that ended it
+// ("" for a last line the stream did not end).
+type sseLine struct{ text, end string }
+
+// sseLines splits an event stream at CRLF, LF or CR, as SSE does.
+func sseLines(b []byte) []sseLine {
+	var out []sseLine
+	s := string(b)
+	for len(s) > 0 {
+		i := strings.IndexAny(s, "\r\n")
+		if i < 0 {
+			out = append(out, sseLine{text: s})
+			break
+		}
+		end := s[i : i+1]
+		if s[i] == '\r' && i+1 < len(s) && s[i+1] == '\n' {
+			end = "\r\n"
+		}
+		out = append(out, sseLine{text: s[:i], end: end})
+		s = s[i+len(end):]
+	}
+	return out
+}
+
+// scrubEvent writes to out the lines of one event (its ending blank line
+// excluded), its data scrubbed, and returns how many secrets it removed.
+func scrubEvent(out *bytes.Buffer, lines []sseLine) (int, error) {
+	var data []string
+	first, hasData := -1, false
+	for i, ln := range lines {
+		if strings.HasPrefix(ln.text, ":") { // a comment
+			if clientSecretRE.MatchString(ln.text) {
+				return 0, errStreamFieldHeld
+			}
+			continue
+		}
+		name, value, _ := strings.Cut(ln.text, ":")
+		value = strings.TrimPrefix(value, " ")
+		switch name {
+		case "data":
+			data, hasData = append(data, value), true
+			if first < 0 {
+				first = i
+			}
+		case "event", "id", "retry":
+			if clientSecretRE.MatchString(value) {
+				return 0, errStreamFieldHeld
+			}
+		default:
+			return 0, errStreamField
+		}
+	}
+	var scrubbed []byte
+	n := 0
+	if joined := strings.Join(data, "\n"); hasData && joined != "" {
+		// Empty data is no value (an MCP server primes a resumable stream
+		// with an event of an id and empty data).
+		var err error
+		if scrubbed, n, err = ScrubSecrets([]byte(joined)); err != nil {
+			return 0, errStreamDataJSON
+		}
+	}
+	for i, ln := range lines {
+		if name, _, _ := strings.Cut(ln.text, ":"); n == 0 || name != "data" {
+			out.WriteString(ln.text + ln.end)
+			continue
+		}
+		if i != first {
+			continue // the event's other data lines: written with its first
+		}
+		// ScrubSecrets, having removed something, writes no space
+		// between tokens: one line. Should it keep a line break (LF, from
+		// the joining), each line is a data line of its own.
+		sep := ln.end
+		if sep == "" {
+			sep = "\n"
+		}
+		out.WriteString("data: " + strings.ReplaceAll(string(scrubbed), "\n", sep+"data: ") + ln.end)
+	}
+	return n, nil
+}

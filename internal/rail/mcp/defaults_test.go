@@ -1,0 +1,39 @@
+package mcp
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/countersign/countersign/internal/rail"
+)
+
+// TestStripeDefaultsListNoPaymentIntentTool: list_payment_intents answers
+// with whole PaymentIntents, each with its client_secret (found by a
+// review), so the Stripe mapping does not list it read-only: a call of it
+// is refused as not recognised. Every other read-only default stays, and
+// an owner who lists it in ReadOnlyTools gets it as a read (its answer
+// then goes through ext_proc's scrubbing, or is refused where no ext_proc
+// sees it: engine.secretsUnscrubbed).
+func TestStripeDefaultsListNoPaymentIntentTool(t *testing.T) {
+	cfg := StripeDefaults()
+	if slices.Contains(cfg.ReadOnlyTools, "list_payment_intents") {
+		t.Fatalf("StripeDefaults lists list_payment_intents read-only: %v", cfg.ReadOnlyTools)
+	}
+	want := []string{"list_customers", "list_products", "list_prices", "list_invoices", "list_coupons",
+		"list_subscriptions", "list_disputes", "list_payment_method_configs",
+		"retrieve_balance", "search_stripe_documentation", "get_stripe_account_info"}
+	if !slices.Equal(slices.Sorted(slices.Values(cfg.ReadOnlyTools)), slices.Sorted(slices.Values(want))) {
+		t.Fatalf("StripeDefaults read-only tools = %v, want %v", cfg.ReadOnlyTools, want)
+	}
+	req := call("list_payment_intents", `{"limit":100}`)
+	if p, err := mustNew(t, cfg)().Parse(req); !errors.Is(err, rail.ErrUnrecognised) {
+		t.Fatalf("list_payment_intents under StripeDefaults parsed as %+v, %v; want ErrUnrecognised", p, err)
+	}
+
+	owner := StripeDefaults()
+	owner.ReadOnlyTools = append(owner.ReadOnlyTools, "list_payment_intents")
+	if p, err := mustNew(t, owner)().Parse(req); err != nil || p.Kind != rail.KindRead {
+		t.Fatalf("list_payment_intents listed by the owner parsed as %+v, %v; want a read", p, err)
+	}
+}
