@@ -165,7 +165,7 @@ func listCount(v string) error {
 
 func unsigned(v string) error {
 	if _, err := parseUnsigned(v); err != nil {
-		return fmt.Errorf("%.40q %v", v, err)
+		return fmt.Errorf("%.40q %w", v, err)
 	}
 	return nil
 }
@@ -173,7 +173,7 @@ func unsigned(v string) error {
 // unixTime is a Unix time in seconds.
 func unixTime(v string) error {
 	if _, err := parseUnsigned(v); err != nil {
-		return fmt.Errorf("%.40q is not a Unix time in seconds: %v", v, err)
+		return fmt.Errorf("%.40q is not a Unix time in seconds: %w", v, err)
 	}
 	return nil
 }
