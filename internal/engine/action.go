@@ -19,6 +19,7 @@ import (
 	"github.com/countersign/countersign/internal/ledger"
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/rails"
+	"github.com/countersign/countersign/internal/secrets"
 	"github.com/countersign/countersign/internal/sik"
 )
 
@@ -674,7 +675,10 @@ func parseWindow(s string) (w time.Duration, gen int, ok bool) {
 // stored another entity's body, or a 5xx); when the answer was lost and
 // reconciliation found the entity, the entity as the rail listed it is the
 // answer — except for adapters that reshape stored answers (an MCP
-// server's), which get a 409 naming the entity.
+// server's), which get a 409 naming the entity. Either goes without the
+// client secrets the rail put in it (secrets.ScrubAnswer): the ledger
+// keeps the rail's answer as it came, and a replay reaches a native
+// caller with no ext_proc in its path (found by a review).
 func replayApplied(acct *rails.Account, req Request, it ledger.Intent, a *ledger.Attempt) Outcome {
 	headers := map[string]string{"content-type": "application/json", "x-countersign-replay": "true"}
 	replayer, reshapes := acct.Adapter.(rail.Replayer)
@@ -687,11 +691,13 @@ func replayApplied(acct *rails.Account, req Request, it ledger.Intent, a *ledger
 				return refuseRail(acct, req, ReasonInternal, "Countersign could not re-address the stored answer: "+err.Error(), http.StatusServiceUnavailable)
 			}
 		}
+		body, _ = secrets.ScrubAnswer(headers["content-type"], body)
 		return Outcome{Verdict: Block, Replayed: true, ReasonCode: ReasonDuplicateApplied, HTTPStatus: r.Status, Body: body, ResponseHeaders: headers,
 			Reason: fmt.Sprintf("already applied as %s; this is the rail's stored answer", it.RailEntityID)}
 	case a.FoundEntity != nil && !reshapes:
 		headers["x-countersign-settled-by"] = "reconciliation"
-		return Outcome{Verdict: Block, Replayed: true, ReasonCode: ReasonDuplicateApplied, HTTPStatus: http.StatusOK, Body: a.FoundEntity, ResponseHeaders: headers,
+		body, _ := secrets.ScrubAnswer(headers["content-type"], a.FoundEntity)
+		return Outcome{Verdict: Block, Replayed: true, ReasonCode: ReasonDuplicateApplied, HTTPStatus: http.StatusOK, Body: body, ResponseHeaders: headers,
 			Reason: fmt.Sprintf("already applied as %s (settled by reconciliation); this is the entity as the rail lists it", it.RailEntityID)}
 	default:
 		by := "settled by reconciliation"

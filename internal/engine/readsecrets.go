@@ -17,7 +17,7 @@ const ReasonReadNeedsExtProc = "read_needs_ext_proc"
 // secretsUnscrubbed refuses a Stripe read whose answer may carry a
 // PaymentIntent's client_secret and that no ext_proc will see: that
 // secret (with the account's publishable key) confirms the PaymentIntent
-// without Countersign, and only ext_proc removes it (extproc.ScrubSecrets).
+// without Countersign, and only ext_proc removes it (secrets.ScrubJSON, applied by ext_proc).
 // A native caller's read, or one through a proxy without ext_proc (Istio's
 // CUSTOM provider), is refused when it is
 //   - a REST read of a PaymentIntent (any other path carries none: the

@@ -87,6 +87,11 @@ type exchange struct {
 	// (toolslist.go); readWithheld: that answer was replaced by
 	// Countersign's error.
 	read, readWithheld bool
+	// sawRequest: a request phase came. Envoy's processing mode sends
+	// every request's headers, so an exchange without one is a local
+	// reply (ext_authz's denial, which carries a replayed stored answer),
+	// which Envoy encodes through ext_proc's response phases alone.
+	sawRequest bool
 }
 
 // Process handles one HTTP exchange. Envoy opens a stream per request and
@@ -161,6 +166,7 @@ func intentOf(req *extprocv3.ProcessingRequest) (ref engine.IntentRef, ok, unrea
 func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.ProcessingRequest) *extprocv3.ProcessingResponse {
 	switch r := req.GetRequest().(type) {
 	case *extprocv3.ProcessingRequest_RequestHeaders:
+		x.sawRequest = true
 		cont := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestHeaders{RequestHeaders: &extprocv3.HeadersResponse{}}}
 		if x.unreadable {
 			return s.stopUnreadable()
@@ -202,6 +208,7 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 		// Request phases are checked each: a processing mode that skips
 		// the headers (or metadata that first arrives with the body) must
 		// not let an unreadable attempt leave unmarked and unstamped.
+		x.sawRequest = true
 		if x.unreadable {
 			return s.stopUnreadable()
 		}
@@ -211,6 +218,13 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 			chaos.Point(chaos.DuringCall)
 		}
 		x.status, x.headers = headerMap(r.ResponseHeaders.GetHeaders())
+		if !x.sawRequest && !x.hasIntent && x.toolsList == nil {
+			// A local reply (no request phase): a replayed stored answer,
+			// which the rail once gave to a money call with its secrets
+			// in it, reaches the agent as a read's answer does (found by
+			// a review: it went as it was stored).
+			x.read = true
+		}
 		if x.hasIntent && r.ResponseHeaders.GetEndOfStream() {
 			s.commit(ctx, x, rail.Response{Status: x.status, Headers: x.headers})
 		}
@@ -237,7 +251,7 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 			return s.toolsListHeaders(x)
 		}
 		if x.read && !x.hasIntent && !r.ResponseHeaders.GetEndOfStream() {
-			if why := unreadableRead(x.headers); why != "" {
+			if why := encodedAnswer(x.headers); why != "" {
 				return s.withholdRead(x, why)
 			}
 		}
@@ -260,21 +274,31 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 			return s.readAnswer(x, r.ResponseBody)
 		}
 		cont := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseBody{ResponseBody: &extprocv3.BodyResponse{}}}
-		if x.hasIntent && !r.ResponseBody.GetEndOfStream() && x.ref.CallID != "" && x.agentID != nil {
+		if x.hasIntent && !r.ResponseBody.GetEndOfStream() {
 			// A body phase that does not end the stream (BUFFERED mode,
-			// then trailers) goes to the agent as it is: it may still
-			// answer nothing but the call.
-			part := rail.Response{Status: x.status, Headers: x.headers, Body: r.ResponseBody.GetBody()}
-			// Judged as the agent's id would read it (the call's own
-			// answer names the id it left with).
-			if re, _, err := mcp.Readdress(part, x.ref.CallID, x.agentID); err == nil {
-				part.Body = re
+			// then trailers: ext_proc.cc onTrailers) goes to the agent
+			// without being committed here.
+			if x.ref.CallID != "" && x.agentID != nil {
+				// It may still answer nothing but the call.
+				part := rail.Response{Status: x.status, Headers: x.headers, Body: r.ResponseBody.GetBody()}
+				// Judged as the agent's id would read it (the call's own
+				// answer names the id it left with).
+				if re, _, err := mcp.Readdress(part, x.ref.CallID, x.agentID); err == nil {
+					part.Body = re
+				}
+				if err := mcp.CheckOwnAnswer(part, x.agentID); err != nil {
+					return s.withholdAnswer(x, x.agentID, err)
+				}
 			}
-			if err := mcp.CheckOwnAnswer(part, x.agentID); err != nil {
-				return s.withholdAnswer(x, x.agentID, err)
+			// Without secrets, as an answer that ends the stream (found by
+			// a review: one followed by trailers went as it came).
+			if out, n := scrubAgentCopy(x.headers, r.ResponseBody.GetBody()); n > 0 {
+				s.log.Info("removed secrets from the answer to a money call", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK, "members", n)
+				return scrubbedBody(x, out)
 			}
+			return cont
 		}
-		if !x.hasIntent || !r.ResponseBody.GetEndOfStream() {
+		if !x.hasIntent {
 			return cont
 		}
 		chaos.Point(chaos.AfterCallBeforeCommit)
@@ -289,6 +313,7 @@ func (s *Server) handle(ctx context.Context, x *exchange, req *extprocv3.Process
 		// is the last message before it leaves, as with headers that end
 		// the stream. A request already recorded (its body phase) or
 		// stopped goes as it was answered.
+		x.sawRequest = true
 		if x.unreadable {
 			return s.stopUnreadable()
 		}
@@ -410,10 +435,9 @@ func (s *Server) replaceEmptyBody(x *exchange) *extprocv3.ProcessingResponse {
 func (s *Server) answerAgent(x *exchange, resp rail.Response, cont *extprocv3.ProcessingResponse) *extprocv3.ProcessingResponse {
 	if x.ref.CallID == "" {
 		// A rail's own answer to a money call (committed already, as it
-		// came) reaches the agent without secrets too (secrets.go): a
-		// refund could embed its PaymentIntent. One that is not JSON goes
-		// as it came: the call's outcome is the agent's to read.
-		if out, n, err := ScrubSecrets(resp.Body); err == nil && n > 0 {
+		// came) reaches the agent without secrets too (package secrets): a
+		// refund could embed its PaymentIntent.
+		if out, n := scrubAgentCopy(x.headers, resp.Body); n > 0 {
 			s.log.Info("removed secrets from the answer to a money call", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK, "members", n)
 			return scrubbedBody(x, out)
 		}
@@ -443,14 +467,8 @@ func (s *Server) answerAgent(x *exchange, resp rail.Response, cont *extprocv3.Pr
 		}
 	}
 	if !refused {
-		// Without secrets, as a REST money call's answer (above); one
-		// that cannot be read goes as it is: the call's outcome is the
-		// agent's to read.
-		scrub := ScrubSecrets
-		if ct, ok := x.headers["content-type"]; ok && mediaType(ct) == eventStream {
-			scrub = ScrubEventStream
-		}
-		if out, n, err := scrub(body); err == nil && n > 0 {
+		// Without secrets, as a REST money call's answer (above).
+		if out, n := scrubAgentCopy(x.headers, body); n > 0 {
 			s.log.Info("removed secrets from the answer to a money call", "rail_account", x.ref.RailAccount, "sik", x.ref.SIK, "members", n)
 			body, changed = out, true
 		}

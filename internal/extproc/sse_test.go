@@ -3,12 +3,9 @@ package extproc
 import (
 	"bytes"
 	"encoding/json"
-	"reflect"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
@@ -28,9 +25,14 @@ const (
 
 var mcpListAnswer = `{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":` + strconv.Quote(piListText) + `},{"type":"text","text":"kept"}]}}`
 
-// mcpListScrubbed is mcpListAnswer as the agent receives it: the text item
-// holding the secrets emptied, everything else as it came.
-const mcpListScrubbed = `{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":""},{"type":"text","text":"kept"}]}}`
+// piListScrubbed is piListText as the agent receives it inside a text
+// item: the secret replaced, the rest of the string (which names
+// client_secret) kept (found by a review: the whole item was emptied).
+const piListScrubbed = `[{"id":"pi_1","object":"payment_intent","amount":2500,"client_secret":"[removed by Countersign]","status":"requires_payment_method"}]`
+
+// mcpListScrubbed is mcpListAnswer as the agent receives it: the secret in
+// the text item replaced, everything else as it came.
+var mcpListScrubbed = `{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":` + strconv.Quote(piListScrubbed) + `},{"type":"text","text":"kept"}]}}`
 
 // exchangeMCP drives one MCP exchange ext_authz allowed with no intent
 // (check, if any, in its metadata) through ext_proc: the request (method,
@@ -104,7 +106,7 @@ func TestMCPReadAnswerLosesItsClientSecrets(t *testing.T) {
 			body: "event: message\nid: ev-1\ndata: " + mcpListAnswer + "\n\n", want: "event: message\nid: ev-1\ndata: " + mcpListScrubbed + "\n\n"},
 		{name: "an event stream with CRLF lines, a comment, a priming event and data over two lines", method: "POST", reqBody: mcpReadCall, ct: "text/event-stream",
 			body: ": keep-alive\r\nid: p\r\ndata:\r\n\r\nevent: message\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\r\ndata: \"result\":{\"content\":[{\"type\":\"text\",\"text\":" + strconv.Quote(piListText) + "}]}}\r\n\r\n",
-			want: ": keep-alive\r\nid: p\r\ndata:\r\n\r\nevent: message\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"\"}]}}\r\n\r\n"},
+			want: ": keep-alive\r\nid: p\r\ndata:\r\n\r\nevent: message\r\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[{\"type\":\"text\",\"text\":" + strconv.Quote(piListScrubbed) + "}]}}\r\n\r\n"},
 		{name: "the GET event stream replaying a tool's answer", method: "GET", ct: "text/event-stream",
 			body: "id: s_1\ndata: \n\nevent: message\nid: s_2\ndata: " + mcpListAnswer + "\n\n", want: "id: s_1\ndata: \n\nevent: message\nid: s_2\ndata: " + mcpListScrubbed + "\n\n"},
 		{name: "under MCP pins, an answer of its own", method: "POST", reqBody: mcpReadCall, ct: "application/json", body: mcpListAnswer, want: mcpListScrubbed,
@@ -119,7 +121,7 @@ func TestMCPReadAnswerLosesItsClientSecrets(t *testing.T) {
 				t.Fatalf("the answer was replaced at its headers: %v", respH)
 			}
 			got := agentReceives(respB, tc.body)
-			if strings.Contains(got, "secret") {
+			if strings.Contains(got, "_secret_") {
 				t.Fatalf("the agent receives a client secret:\n%s", got)
 			}
 			if got != tc.want {
@@ -134,6 +136,10 @@ func TestMCPReadAnswerLosesItsClientSecrets(t *testing.T) {
 	for _, tc := range []struct{ name, method, reqBody, ct, body string }{
 		{"initialize", "POST", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}`, "application/json", `{"jsonrpc":"2.0","id":0,"result":{"serverInfo":{"name":"stripe"}}}`},
 		{"the GET event stream, readable", "GET", "", "text/event-stream", ": ping\n\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\"}\n\n"},
+		// A documentation search that explains client_secret holds none
+		// (found by a review: its text was emptied).
+		{"search_stripe_documentation", "POST", `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"search_stripe_documentation","arguments":{"question":"confirm on the client"}}}`,
+			"application/json", `{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"Pass the PaymentIntent's client_secret (pi_..._secret_...) to stripe.confirmCardPayment."}]}}`},
 	} {
 		t.Run(tc.name+": without secrets, unchanged", func(t *testing.T) {
 			_, respH, respB := exchangeMCP(t, nil, tc.method, tc.reqBody, tc.ct, tc.body)
@@ -153,7 +159,6 @@ func TestMCPReadAnswerLosesItsClientSecrets(t *testing.T) {
 func TestMCPReadAnswerWithheld(t *testing.T) {
 	for _, tc := range []struct{ name, ct, body, why string }{
 		{"typed JSON, not JSON", "application/json", `not json at all`, "not JSON"},
-		{"neither JSON nor an event stream", "text/plain", `pi_1_secret_abc`, "neither JSON nor an event stream (text/plain)"},
 		{"an event whose data is not JSON", "text/event-stream", "event: message\ndata: pi_1_secret_abc\n\n", "data that is not JSON"},
 		{"an event whose data is cut", "text/event-stream", "data: {\"client_secret\":\"pi_1_secret_abc\"", "data that is not JSON"},
 		{"a field no client reads", "text/event-stream", "data: {}\nsecret: pi_1_secret_abc\n\n", "a field other than data"},
@@ -182,125 +187,4 @@ func TestMCPReadAnswerWithheld(t *testing.T) {
 			}
 		})
 	}
-}
-
-func TestScrubEventStream(t *testing.T) {
-	for _, tc := range []struct{ in, want string }{
-		{"", ""},
-		{": c\n\n", ": c\n\n"},
-		{"data: {}\n\n", "data: {}\n\n"},
-		{"data: {\"client_secret\":\"x\",\"a\":1}\n\n", "data: {\"a\":1}\n\n"},
-		{"data:{\"client_secret\":\"x\"}\r\r", "data: {}\r\r"},
-		{"\ufeffdata: \"pi_1_secret_x\"\n\n", "\ufeffdata: \"\"\n\n"},
-		{"data: [1,\ndata: \"pi_1_secret_x\",\ndata: 2]\nid: 3\n\n", "data: [1,\"\",2]\nid: 3\n\n"},
-		{"data\ndata: \"pi_1_secret_x\"\n\n", "data: \"\"\n\n"},
-		// An event the stream did not end is scrubbed all the same.
-		{"data: {}\n\nevent: x\ndata: \"pi_1_secret_x\"", "data: {}\n\nevent: x\ndata: \"\""},
-		{"retry: 1000\nevent: endpoint\ndata: \"/x\"\n\n", "retry: 1000\nevent: endpoint\ndata: \"/x\"\n\n"},
-	} {
-		got, _, err := ScrubEventStream([]byte(tc.in))
-		if err != nil || string(got) != tc.want {
-			t.Errorf("ScrubEventStream(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
-		}
-	}
-	for _, bad := range []string{"data: x\n\n", "data: {}\nfoo: 1\n\n", "dataX: {}\n\n", "event: client_secret\ndata: {}\n\n", "retry: seti_1_secret_2\n\n",
-		": src_client_secret_1\n", "data: \"a\"\ndata: \"b\"\n\n", "data: \"\xc3\"\n\n"} {
-		if out, _, err := ScrubEventStream([]byte(bad)); err == nil {
-			t.Errorf("ScrubEventStream(%q) accepted: %q", bad, out)
-		}
-	}
-}
-
-// FuzzScrubEventStream: whatever the server streams, ScrubEventStream
-// never panics; what it returns is the same events (by an independent
-// reading of the SSE grammar) with the same fields, and data that decodes
-// to the input's without any secret ScrubSecrets removes; scrubbing it
-// again finds nothing; an input without secrets comes back byte for byte.
-func FuzzScrubEventStream(f *testing.F) {
-	for _, s := range []string{"event: message\ndata: " + mcpListAnswer + "\n\n", ": c\r\nid: 1\r\ndata:\r\n\r\n", "data: [1,\ndata: {\"client_secret\":2}]\n\n",
-		"\ufeffdata: \"pi_1_secret_x\"\r", "data: {}\n\ndata: \"x_secret_y\"", "retry: 5\n\n\n\n"} {
-		f.Add([]byte(s))
-	}
-	f.Fuzz(func(t *testing.T, in []byte) {
-		out, n, err := ScrubEventStream(in)
-		if err != nil {
-			return
-		}
-		if n == 0 && !bytes.Equal(out, in) {
-			t.Fatalf("%q changed to %q with nothing removed", in, out)
-		}
-		if !utf8.Valid(out) {
-			t.Fatalf("%q became invalid UTF-8 %q", in, out)
-		}
-		if again, m, err := ScrubEventStream(out); err != nil || m != 0 || !bytes.Equal(again, out) {
-			t.Fatalf("%q scrubbed to %q, which scrubs again to %q, %d, %v", in, out, again, m, err)
-		}
-		want, got := refEvents(in), refEvents(out)
-		if len(want) != len(got) {
-			t.Fatalf("%q (%d events) scrubbed to %q (%d events)", in, len(want), out, len(got))
-		}
-		for i := range want {
-			if want[i].fields != got[i].fields {
-				t.Fatalf("%q: event %d's fields %q became %q", in, i, want[i].fields, got[i].fields)
-			}
-			if want[i].data == "" || got[i].data == "" {
-				if want[i].data != got[i].data {
-					t.Fatalf("%q: event %d's data %q became %q", in, i, want[i].data, got[i].data)
-				}
-				continue
-			}
-			w, g := decode(t, []byte(want[i].data)), decode(t, []byte(got[i].data))
-			dropSecrets(&w)
-			if dropSecrets(&g) {
-				t.Fatalf("%q keeps a secret in %q", in, out)
-			}
-			if !reflect.DeepEqual(w, g) {
-				t.Fatalf("%q: event %d's data decodes to %#v, want %#v", in, i, g, w)
-			}
-		}
-	})
-}
-
-// refEvent is an event as refEvents reads it: its lines other than data
-// (in order, LF-joined) and its data.
-type refEvent struct{ fields, data string }
-
-var lineEnd = regexp.MustCompile(`\r\n|\r|\n`)
-
-// refEvents reads an event stream as the SSE grammar has it, written apart
-// from the scrubber's reading: one leading byte order mark skipped, lines
-// split at CRLF, CR or LF, events ended by a blank line (the last event
-// also by the stream's end), data fields' values (one leading space
-// dropped) joined with LF.
-func refEvents(b []byte) []refEvent {
-	s := strings.TrimPrefix(string(b), "\ufeff")
-	if s == "" {
-		return nil
-	}
-	lines := lineEnd.Split(s, -1)
-	if lines[len(lines)-1] == "" {
-		lines = lines[:len(lines)-1] // the stream ended with a line's end
-	}
-	var out []refEvent
-	var fields, data []string
-	hasData := false
-	flush := func() {
-		out = append(out, refEvent{fields: strings.Join(fields, "\n"), data: strings.Join(data, "\n")})
-		fields, data, hasData = nil, nil, false
-	}
-	for _, ln := range lines {
-		if ln == "" {
-			flush()
-			continue
-		}
-		if name, value, _ := strings.Cut(ln, ":"); name == "data" {
-			data, hasData = append(data, strings.TrimPrefix(value, " ")), true
-			continue
-		}
-		fields = append(fields, ln)
-	}
-	if len(fields) > 0 || hasData {
-		flush()
-	}
-	return out
 }

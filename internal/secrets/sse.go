@@ -1,4 +1,4 @@
-package extproc
+package secrets
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 
 // An MCP server answers a POST (and its GET stream) with JSON or with a
 // text/event-stream; a read's answer in either reaches the agent only
-// without client secrets (secrets.go). The agent is read as the adversary:
+// without client secrets (scrub.go). The agent is read as the adversary:
 // it sees the stream's bytes, not only the events a client dispatches, so
 // every line is read, and one that could hide a secret from this reading
 // withholds the answer.
@@ -23,7 +23,7 @@ var (
 	errStreamFieldHeld = errors.New("its event stream carries a client secret outside an event's data")
 )
 
-// ScrubEventStream returns the event stream body with ScrubSecrets applied
+// ScrubEventStream returns the event stream body with ScrubJSON applied
 // to the data of each of its events, and how many secrets it removed. The
 // stream is read as the server-sent events grammar has it (lines end at
 // CRLF, LF or CR; a blank line ends an event; "data" lines, their one
@@ -131,7 +131,7 @@ func scrubEvent(out *bytes.Buffer, lines []sseLine) (int, error) {
 		// Empty data is no value (an MCP server primes a resumable stream
 		// with an event of an id and empty data).
 		var err error
-		if scrubbed, n, err = ScrubSecrets([]byte(joined)); err != nil {
+		if scrubbed, n, err = ScrubJSON([]byte(joined)); err != nil {
 			return 0, errStreamDataJSON
 		}
 	}
@@ -143,7 +143,7 @@ func scrubEvent(out *bytes.Buffer, lines []sseLine) (int, error) {
 		if i != first {
 			continue // the event's other data lines: written with its first
 		}
-		// ScrubSecrets, having removed something, writes no space
+		// ScrubJSON, having removed something, writes no space
 		// between tokens: one line. Should it keep a line break (LF, from
 		// the joining), each line is a data line of its own.
 		sep := ln.end
