@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/countersign/countersign/internal/sse"
 )
 
 // An MCP server answers a POST (and its GET stream) with JSON or with a
@@ -46,10 +48,10 @@ func ScrubEventStream(body []byte) ([]byte, int, error) {
 		out.WriteString(bom)
 		rest = rest[len(bom):]
 	}
-	lines := sseLines(rest)
+	lines := sse.Lines(rest)
 	removed, start := 0, 0
 	for i, ln := range lines {
-		if ln.text != "" || ln.end == "" {
+		if ln.Text != "" || ln.End == "" {
 			continue
 		}
 		n, err := scrubEvent(&out, lines[start:i])
@@ -57,7 +59,7 @@ func ScrubEventStream(body []byte) ([]byte, int, error) {
 			return nil, 0, err
 		}
 		removed += n
-		out.WriteString(ln.end)
+		out.WriteString(ln.End)
 		start = i + 1
 	}
 	// Lines after the last blank one: an event the stream did not end,
@@ -73,43 +75,19 @@ func ScrubEventStream(body []byte) ([]byte, int, error) {
 	return out.Bytes(), removed, nil
 }
 
-// sseLine is one line of an event stream and the terminator that ended it
-// ("" for a last line the stream did not end).
-type sseLine struct{ text, end string }
-
-// sseLines splits an event stream at CRLF, LF or CR, as SSE does.
-func sseLines(b []byte) []sseLine {
-	var out []sseLine
-	s := string(b)
-	for len(s) > 0 {
-		i := strings.IndexAny(s, "\r\n")
-		if i < 0 {
-			out = append(out, sseLine{text: s})
-			break
-		}
-		end := s[i : i+1]
-		if s[i] == '\r' && i+1 < len(s) && s[i+1] == '\n' {
-			end = "\r\n"
-		}
-		out = append(out, sseLine{text: s[:i], end: end})
-		s = s[i+len(end):]
-	}
-	return out
-}
-
 // scrubEvent writes to out the lines of one event (its ending blank line
 // excluded), its data scrubbed, and returns how many secrets it removed.
-func scrubEvent(out *bytes.Buffer, lines []sseLine) (int, error) {
+func scrubEvent(out *bytes.Buffer, lines []sse.Line) (int, error) {
 	var data []string
 	first, hasData := -1, false
 	for i, ln := range lines {
-		if strings.HasPrefix(ln.text, ":") { // a comment
-			if clientSecretRE.MatchString(ln.text) {
+		if strings.HasPrefix(ln.Text, ":") { // a comment
+			if clientSecretRE.MatchString(ln.Text) {
 				return 0, errStreamFieldHeld
 			}
 			continue
 		}
-		name, value, _ := strings.Cut(ln.text, ":")
+		name, value, _ := strings.Cut(ln.Text, ":")
 		value = strings.TrimPrefix(value, " ")
 		switch name {
 		case "data":
@@ -136,8 +114,8 @@ func scrubEvent(out *bytes.Buffer, lines []sseLine) (int, error) {
 		}
 	}
 	for i, ln := range lines {
-		if name, _, _ := strings.Cut(ln.text, ":"); n == 0 || name != "data" {
-			out.WriteString(ln.text + ln.end)
+		if name, _, _ := strings.Cut(ln.Text, ":"); n == 0 || name != "data" {
+			out.WriteString(ln.Text + ln.End)
 			continue
 		}
 		if i != first {
@@ -146,11 +124,11 @@ func scrubEvent(out *bytes.Buffer, lines []sseLine) (int, error) {
 		// ScrubJSON, having removed something, writes no space
 		// between tokens: one line. Should it keep a line break (LF, from
 		// the joining), each line is a data line of its own.
-		sep := ln.end
+		sep := ln.End
 		if sep == "" {
 			sep = "\n"
 		}
-		out.WriteString("data: " + strings.ReplaceAll(string(scrubbed), "\n", sep+"data: ") + ln.end)
+		out.WriteString("data: " + strings.ReplaceAll(string(scrubbed), "\n", sep+"data: ") + ln.End)
 	}
 	return n, nil
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/countersign/countersign/internal/rail"
+	"github.com/countersign/countersign/internal/sse"
 )
 
 // Readdress gives the agent back its own id: a money-moving call leaves
@@ -68,14 +69,14 @@ func readdressStream(body []byte, from string, to json.RawMessage) ([]byte, bool
 		out, _, err := readdressStream(trimmed, from, to)
 		return out, true, err
 	}
-	lines := splitLines(body)
+	lines := sse.Lines(body)
 	var out bytes.Buffer
 	changed := false
 	start := 0 // first line of the current event
 	event, hasData := "", false
 	var data []string
 	for i, ln := range lines {
-		text, complete := ln.text, ln.end != ""
+		text, complete := ln.Text, ln.End != ""
 		if !complete {
 			break // an unfinished event is no message: left as it is
 		}
@@ -103,49 +104,25 @@ func readdressStream(body []byte, from string, to json.RawMessage) ([]byte, bool
 		}
 		written := false
 		for j := start; j < i; j++ {
-			name, _, _ := strings.Cut(lines[j].text, ":")
+			name, _, _ := strings.Cut(lines[j].Text, ":")
 			switch {
 			case rewritten == nil || name != "data":
-				out.WriteString(lines[j].text + lines[j].end)
+				out.WriteString(lines[j].Text + lines[j].End)
 			case !written: // the event's first data line holds it all
 				out.WriteString("data: ")
 				out.Write(rewritten)
-				out.WriteString(lines[j].end)
+				out.WriteString(lines[j].End)
 				written, changed = true, true
 			}
 		}
-		out.WriteString(ln.end)
+		out.WriteString(ln.End)
 		start, event, hasData, data = i+1, "", false, nil
 	}
 	if !changed {
 		return body, false, nil
 	}
 	for _, ln := range lines[start:] {
-		out.WriteString(ln.text + ln.end)
+		out.WriteString(ln.Text + ln.End)
 	}
 	return out.Bytes(), true, nil
-}
-
-// sseLine is one line of an event stream and the terminator that ended it
-// ("" for a last line the stream did not end).
-type sseLine struct{ text, end string }
-
-// splitLines splits an event stream at CRLF, LF or CR, as SSE does.
-func splitLines(b []byte) []sseLine {
-	var out []sseLine
-	s := string(b)
-	for len(s) > 0 {
-		i := strings.IndexAny(s, "\r\n")
-		if i < 0 {
-			out = append(out, sseLine{text: s})
-			break
-		}
-		end := s[i : i+1]
-		if s[i] == '\r' && i+1 < len(s) && s[i+1] == '\n' {
-			end = "\r\n"
-		}
-		out = append(out, sseLine{text: s[:i], end: end})
-		s = s[i+len(end):]
-	}
-	return out
 }
