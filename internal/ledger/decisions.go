@@ -39,6 +39,51 @@ type GateRecord struct {
 	Reason     string `json:"reason,omitempty"`
 }
 
+// GateAllowed and GatePassed are the verdict and reason code of a gate
+// that found nothing against the action (gate.ReasonPassed).
+const (
+	GateAllowed = "ALLOW"
+	GatePassed  = "passed"
+)
+
+// gateJSON is a GateRecord as the ledger stores it.
+type gateJSON struct {
+	Gate       string `json:"gate"`
+	Verdict    string `json:"verdict,omitempty"`
+	ReasonCode string `json:"reason_code,omitempty"`
+	Reason     string `json:"reason,omitempty"`
+}
+
+// MarshalJSON stores a gate that passed (verdict ALLOW, reason code
+// passed, no sentence) as its name alone: an ALLOW's decision row repeats
+// one for every gate of the ladder, and their verdicts and codes were
+// about a third of the row and of its WAL record. Any other result is
+// stored whole.
+func (g GateRecord) MarshalJSON() ([]byte, error) {
+	if g.Verdict == GateAllowed && g.ReasonCode == GatePassed && g.Reason == "" {
+		return json.Marshal(gateJSON{Gate: g.Gate})
+	}
+	if g.Verdict == "" && g.ReasonCode == "" && g.Reason == "" {
+		// It would read back as passed.
+		return nil, fmt.Errorf("ledger: gate %q result has no verdict, reason code or reason", g.Gate)
+	}
+	return json.Marshal(gateJSON(g))
+}
+
+// UnmarshalJSON reads either form MarshalJSON writes (and rows written
+// before the short form, always whole).
+func (g *GateRecord) UnmarshalJSON(b []byte) error {
+	var j gateJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	if j.Verdict == "" && j.ReasonCode == "" && j.Reason == "" {
+		j.Verdict, j.ReasonCode = GateAllowed, GatePassed
+	}
+	*g = GateRecord(j)
+	return nil
+}
+
 // RecordDecision appends a decision. It returns only after the commit, so a
 // caller that answers after it has a durable record of the answer.
 func (s *Store) RecordDecision(ctx context.Context, d Decision) (int64, error) {
