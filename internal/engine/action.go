@@ -38,6 +38,7 @@ const (
 	ReasonQuarantined        = "intent_quarantined"
 	ReasonIntentBlocked      = "intent_blocked"
 	ReasonIntentHeld         = "intent_held"
+	ReasonHeadersTooLarge    = "headers_too_large"
 )
 
 // DistinctHeader carries the caller's explicit reason to make a second
@@ -55,7 +56,9 @@ type target struct {
 	// tool is the MCP tool a tools/call names ("" otherwise).
 	tool     string
 	readOnly bool
-	refusal  *Outcome
+	// readSource is the business account a read lists (rail.Parsed's).
+	readSource string
+	refusal    *Outcome
 }
 
 // read is what the decision reads with the credential.
@@ -79,6 +82,9 @@ func (e *Engine) route(req Request) target {
 	if req.BodyTruncated {
 		return refusal(refuseRail(acct, req, ReasonBodyTruncated, "The request body was truncated before Countersign could read it whole; send a smaller request.", http.StatusForbidden))
 	}
+	if n := headerBytes(req.Headers); n > maxHeaderBytes {
+		return refusal(refuseRail(acct, req, ReasonHeadersTooLarge, fmt.Sprintf("The request's headers come to %d bytes, more than the %d Countersign keeps with a request; send it with fewer or smaller headers.", n, maxHeaderBytes), http.StatusRequestHeaderFieldsTooLarge))
+	}
 	if !ok {
 		return refusal(refuse(req, ReasonRouteUnknown, fmt.Sprintf("Countersign does not guard %s %s%s: no rail account is configured for this host.", req.Method, req.Host, pathOnly(req.Path)), http.StatusForbidden))
 	}
@@ -94,7 +100,7 @@ func (e *Engine) route(req Request) target {
 		return refusal(refuseRail(acct, req, ReasonBodyUnparseable, "Countersign could not read the request: "+err.Error(), http.StatusBadRequest))
 	}
 	if parsed.Kind == rail.KindRead {
-		return target{acct: acct, readOnly: true}
+		return target{acct: acct, readOnly: true, readSource: parsed.ReadSource}
 	}
 	t := e.actionTarget(req, acct, parsed.Action)
 	t.tool = parsed.Tool
@@ -158,7 +164,7 @@ func (e *Engine) run(ctx context.Context, req Request, p *ledger.Principal, t ta
 	case t.refusal != nil:
 		return *t.refusal
 	case t.readOnly:
-		return e.read(req, p, t.acct, facts)
+		return e.read(req, p, t, facts)
 	}
 	// Scope, mandate, value, limits and provenance are the gate ladder's.
 	return e.act(ctx, req, p, t, facts)
@@ -172,7 +178,8 @@ func (e *Engine) run(ctx context.Context, req Request, p *ledger.Principal, t ta
 // account's rail rate limit, which the owner's other systems share, so it
 // takes a token from the agent's bucket of rail reads on the account, as
 // the reads Countersign makes for the agent's requests do (railreads.go).
-func (e *Engine) read(req Request, p *ledger.Principal, acct *rails.Account, facts ledger.DecisionFacts) Outcome {
+func (e *Engine) read(req Request, p *ledger.Principal, t target, facts ledger.DecisionFacts) Outcome {
+	acct := t.acct
 	in := principalInput(e.now(), p, acct)
 	var m *countersignv1.Mandate
 	if facts.MandateFound {
@@ -187,6 +194,9 @@ func (e *Engine) read(req Request, p *ledger.Principal, acct *rails.Account, fac
 		out := refuseRail(acct, req, r.ReasonCode, r.Reason, http.StatusForbidden)
 		out.Gates = []ledger.GateRecord{{Gate: r.Gate, Verdict: string(Block), ReasonCode: r.ReasonCode, Reason: r.Reason}}
 		return out
+	}
+	if out := readSourceRefusal(req, acct, t.readSource); out != nil {
+		return *out
 	}
 	if out := streamUnderPins(req, acct, m); out != nil {
 		return *out

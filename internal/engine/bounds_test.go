@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -109,5 +110,51 @@ func TestBoundedRequestParts(t *testing.T) {
 	}
 	if BoundedHost("api.stripe.com") != "api.stripe.com" || BoundedMethod("POST") != "POST" || BoundedPath("/v1/refunds") != "/v1/refunds" {
 		t.Error("a short value was changed")
+	}
+}
+
+// TestHeadersStoredAreBounded: a money call's headers are kept with its
+// attempt, so headers past maxHeaderBytes refuse the request before
+// anything is stored but its bounded decision; headers up to the bound
+// leave with the attempt as sent.
+func TestHeadersStoredAreBounded(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, r.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	junk := func(req Request, total int) Request {
+		req.Headers = map[string]string{"content-type": "application/x-www-form-urlencoded"}
+		for i := 0; headerBytes(req.Headers) < total; i++ {
+			req.Headers[fmt.Sprintf("x-junk-%03d", i)] = strings.Repeat("j", min(2000, total-headerBytes(req.Headers)-10))
+		}
+		return req
+	}
+	big := junk(r.refundOf(100), maxHeaderBytes+1)
+	out := r.e.Decide(ctx, big)
+	if out.Verdict != Block || out.ReasonCode != ReasonHeadersTooLarge || out.HTTPStatus != 431 {
+		t.Fatalf("headers of %d bytes: %s %s (%d): %s", headerBytes(big.Headers), out.Verdict, out.ReasonCode, out.HTTPStatus, out.Reason)
+	}
+	var intents int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM intents`).Scan(&intents); err != nil || intents != 0 {
+		t.Fatalf("intents after the refusal: %d, %v", intents, err)
+	}
+	var size int
+	if err := conn.QueryRow(ctx, `SELECT pg_column_size(d.*) FROM decisions d WHERE id = $1`, out.DecisionID).Scan(&size); err != nil || size > 4<<10 {
+		t.Errorf("the refusal's decision record: %d bytes, %v", size, err)
+	}
+
+	fits := junk(r.refundOf(100), maxHeaderBytes)
+	if n := headerBytes(fits.Headers); n != maxHeaderBytes {
+		t.Fatalf("the fitting headers are %d bytes", n)
+	}
+	if out := r.e.Decide(ctx, fits); out.Verdict != Allow {
+		t.Fatalf("headers of exactly %d bytes: %s %s: %s", maxHeaderBytes, out.Verdict, out.ReasonCode, out.Reason)
+	}
+	var stored int
+	if err := conn.QueryRow(ctx, `SELECT octet_length(request_headers::text) FROM attempts`).Scan(&stored); err != nil || stored < maxHeaderBytes || stored > 2*maxHeaderBytes {
+		t.Errorf("the attempt keeps %d bytes of headers, %v", stored, err)
 	}
 }
