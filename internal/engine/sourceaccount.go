@@ -42,3 +42,23 @@ func plural(n int, one, many string) string {
 	}
 	return many
 }
+
+// readSourceRefusal refuses a read listing the entities of a business
+// account (a RazorpayX payout list's account_number) that acct's rails
+// file entry does not list for its payouts; nil when it is listed, when
+// the entry lists none, or when the read names no account. The agent may
+// not see the payouts of an account it may not pay from (found by a
+// review).
+func readSourceRefusal(req Request, acct *rails.Account, source string) *Outcome {
+	if source == "" {
+		return nil
+	}
+	allowed, listed := acct.PayoutSource(source)
+	if allowed {
+		return nil
+	}
+	out := refuseRail(acct, req, ReasonSourceAccountNotAllowed, fmt.Sprintf(
+		"Countersign refuses this read: on %s the agent may list the payouts only of the %d RazorpayX %s the operator listed, and its account_number is not %s.",
+		acct.ID, listed, plural(listed, "account", "accounts"), plural(listed, "that one", "one of them")), http.StatusForbidden)
+	return &out
+}

@@ -80,3 +80,31 @@ func TestPayoutSourceAccount(t *testing.T) {
 		expect(t, r.e.Decide(ctx, fromAccount(r, "5555666677778888")), Allow, ReasonAllowed)
 	})
 }
+
+// TestPayoutListSourceAccount: with payout_account_numbers set, a payout
+// list (GET /v1/payouts, whose account_number Razorpay requires) of an
+// account not listed is refused before it reaches the rail; a listed one
+// is read with the account's key. Without the list any account is read,
+// as a payout from any account is made.
+func TestPayoutListSourceAccount(t *testing.T) {
+	ctx := context.Background()
+	r := newRazorpayRig(t)
+	e := withPayoutAccounts(t, r, "7878780080316316")
+	list := func(number string) Request {
+		return Request{Source: SourceExtAuthz, RequestID: "req", Credential: r.secret, Method: "GET", Host: "api.razorpay.com",
+			Path: "/v1/payouts?count=10&account_number=" + number}
+	}
+	for _, number := range []string{"1111222233334444", "78787800803163160"} {
+		out := e.Decide(ctx, list(number))
+		expect(t, out, Block, ReasonSourceAccountNotAllowed)
+		if strings.Contains(out.Reason, number) || strings.Contains(out.Reason, "7878780080316316") {
+			t.Errorf("refusal %q names an account number", out.Reason)
+		}
+	}
+	out := e.Decide(ctx, list("7878780080316316"))
+	expect(t, out, Allow, ReasonReadAllowed)
+	if out.SetHeaders["authorization"] == "" {
+		t.Error("the listed account's read leaves without the account's key")
+	}
+	expect(t, r.e.Decide(ctx, list("5555666677778888")), Allow, ReasonReadAllowed)
+}

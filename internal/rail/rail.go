@@ -103,6 +103,10 @@ type Parsed struct {
 	// what G6's tool-description pins are looked up by. It is not part of
 	// the action (a refund is one refund by whatever tool or REST call).
 	Tool string
+	// ReadSource is, on a read that lists one business account's entities,
+	// that account (a RazorpayX payout list's account_number): the rails
+	// file restricts it as it restricts a payout's source. "" otherwise.
+	ReadSource string
 }
 
 // Referent is the resolved subject of an action, read from the rail.

@@ -52,10 +52,11 @@ func (adapter) Parse(req rail.Request) (rail.Parsed, error) {
 			if len(req.Body) > 0 {
 				return rail.Parsed{}, malformed("body", "a read carries no body")
 			}
-			if err := checkReadQuery(segs, query); err != nil {
+			source, err := checkReadQuery(segs, query)
+			if err != nil {
 				return rail.Parsed{}, err
 			}
-			return rail.Parsed{Kind: rail.KindRead}, nil
+			return rail.Parsed{Kind: rail.KindRead, ReadSource: source}, nil
 		}
 	case http.MethodPost:
 		var kind sik.Kind

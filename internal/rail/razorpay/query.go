@@ -46,11 +46,13 @@ var payoutListMembers = map[string]func(string) error{
 
 // checkReadQuery admits the query of a read on segs (isRead's), or names
 // the member it refuses. Lists are GET /v1/refunds, /v1/payments/{id}/refunds
-// and /v1/payouts; a read of one object takes no query at all.
-func checkReadQuery(segs []string, query string) error {
+// and /v1/payouts; a read of one object takes no query at all. source is
+// the business account a payout list names (account_number), which the
+// rails file may restrict as it does a payout's; "" on other reads.
+func checkReadQuery(segs []string, query string) (source string, err error) {
 	pairs, err := readQuery(query)
 	if err != nil {
-		return err
+		return "", err
 	}
 	payouts := len(segs) == 2 && segs[1] == "payouts"
 	list := payouts || len(segs) == 2 && segs[1] == "refunds" ||
@@ -59,35 +61,38 @@ func checkReadQuery(segs []string, query string) error {
 	for _, p := range pairs {
 		name := shown(p.name)
 		if base, _, _ := strings.Cut(p.name, "["); base == "expand" {
-			return malformed(name, "refused on a read: an expanded payment carries what the agent may not see (card: the cardholder's name, network, issuer and last digits; upi, emi, offers), so Countersign admits no expansion")
+			return "", malformed(name, "refused on a read: an expanded payment carries what the agent may not see (card: the cardholder's name, network, issuer and last digits; upi, emi, offers), so Countersign admits no expansion")
 		}
 		if seen[p.name] {
-			return malformed(name, "sent twice; it must be sent once")
+			return "", malformed(name, "sent twice; it must be sent once")
 		}
 		seen[p.name] = true
 		if !list {
-			return malformed(name, "refused: GET %s takes no query parameters through Countersign", "/"+strings.Join(segs, "/"))
+			return "", malformed(name, "refused: GET %s takes no query parameters through Countersign", "/"+strings.Join(segs, "/"))
 		}
 		valid, ok := listMembers[p.name]
 		if !ok && payouts {
 			valid, ok = payoutListMembers[p.name]
 		}
 		if !ok {
-			return malformed(name, "is not a query parameter of GET %s that Countersign admits, so it is refused", listPath(segs))
+			return "", malformed(name, "is not a query parameter of GET %s that Countersign admits, so it is refused", listPath(segs))
 		}
 		if p.value == "" {
-			return malformed(name, "is empty; omit it or give a value")
+			return "", malformed(name, "is empty; omit it or give a value")
 		}
 		if err := valid(p.value); err != nil {
-			return malformed(name, "%v", err)
+			return "", malformed(name, "%v", err)
+		}
+		if payouts && p.name == "account_number" {
+			source = p.value
 		}
 	}
 	if payouts && !seen["account_number"] {
 		// Razorpay requires it; Countersign does not let the rail choose
 		// which business account's payouts a read lists.
-		return malformed("account_number", "required: GET /v1/payouts lists the payouts of one business account; name it")
+		return "", malformed("account_number", "required: GET /v1/payouts lists the payouts of one business account; name it")
 	}
-	return nil
+	return source, nil
 }
 
 func listPath(segs []string) string {

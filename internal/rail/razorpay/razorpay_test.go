@@ -846,3 +846,22 @@ func FuzzParse(f *testing.F) {
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestReadSource: a payout list names the business account it lists
+// (account_number), which the engine holds to payout_account_numbers;
+// no other read names one.
+func TestReadSource(t *testing.T) {
+	for path, want := range map[string]string{
+		"/v1/payouts?account_number=7878780080316316":                  "7878780080316316",
+		"/v1/payouts?count=10&account_number=2323230041626905&skip=10": "2323230041626905",
+		"/v1/payouts?account_number=78%37878%30080316316":              "7878780080316316",
+		"/v1/refunds?count=10":                                         "",
+		"/v1/payments/pay_1":                                           "",
+		"/v1/payouts/pout_1":                                           "",
+	} {
+		p, err := New().Parse(getReq(path))
+		if err != nil || p.Kind != rail.KindRead || p.ReadSource != want {
+			t.Errorf("%s: %+v, %v; want a read of source %q", path, p, err, want)
+		}
+	}
+}
