@@ -154,6 +154,13 @@ func (p HeaderPolicy) Check(headers map[string]string) error {
 			// holds where a configuration forgot it.
 			return &RefusedHeader{Name: name, Why: "has an underscore in its name, which servers reading headers as CGI variables read as a dash"}
 		}
+		if !plainName(name) {
+			// Gateways that fold every other byte to "_" for the CGI
+			// variable (lighttpd's CGI, FastCGI and SCGI) read
+			// stripe.account as Stripe-Account, and Envoy passes names
+			// with any of RFC 9110's token characters (found by a review).
+			return &RefusedHeader{Name: name, Why: "has a character other than a lower-case letter, a digit or '-' in its name, which servers reading headers as CGI variables read as a dash"}
+		}
 		r, ok := p.Rules[name]
 		if !ok {
 			r, ok = commonRules[name]
@@ -182,6 +189,22 @@ func (p HeaderPolicy) Check(headers map[string]string) error {
 		}
 	}
 	return nil
+}
+
+// plainName reports whether a header name is lower-case letters, digits
+// and '-' (after the ':' of an HTTP/2 pseudo-header, which Envoy reports).
+func plainName(name string) bool {
+	name = strings.TrimPrefix(name, ":")
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // CheckMediaType accepts a Content-Type that names exactly want, with no

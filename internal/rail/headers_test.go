@@ -80,6 +80,18 @@ func TestHeaderPolicyCheck(t *testing.T) {
 		{name: "an underscore spelling of an Envoy control", headers: map[string]string{"x_envoy_retry_on": "5xx"}, refused: "x_envoy_retry_on", why: "underscore"},
 		{name: "an underscore spelling of a pinned header", headers: map[string]string{"content_encoding": "gzip"}, refused: "content_encoding", why: "underscore"},
 		{name: "an underscore in a transport header", headers: map[string]string{"user_agent": "sdk/1"}, refused: "user_agent", why: "underscore"},
+		// Gateways that fold every byte but letters and digits to "_"
+		// (lighttpd's CGI, FastCGI, SCGI) read these as the names they
+		// spell with dashes (found by a review): any name byte but a
+		// lower-case letter, a digit or '-' is refused.
+		{name: "a dot spelling of a refused header", headers: map[string]string{"rail.account": "acct_2"}, refused: "rail.account", why: "CGI"},
+		{name: "a tilde spelling of a namespace", headers: map[string]string{"rail~other": "1"}, refused: "rail~other", why: "CGI"},
+		{name: "a plus spelling of a common refusal", headers: map[string]string{"x-http-method+override": "GET"}, refused: "x-http-method+override", why: "CGI"},
+		{name: "an upper-case name", headers: map[string]string{"Rail-Account": "acct_2"}, refused: "Rail-Account", why: "CGI"},
+		{name: "a space in a name", headers: map[string]string{"rail-account ": "acct_2"}, refused: "rail-account ", why: "CGI"},
+		{name: "a lone colon", headers: map[string]string{":": "x"}, refused: ":", why: "CGI"},
+		{name: "a doubled pseudo-header colon", headers: map[string]string{"::path": "/"}, refused: "::path", why: "CGI"},
+		{name: "pseudo-headers Envoy reports", headers: map[string]string{":authority": "api.example", ":method": "POST", ":path": "/v1/x", ":scheme": "https"}},
 		{name: "among harmless ones", headers: map[string]string{"user-agent": "sdk/1", "x-envoy-auth-partial-body": "false", "x-envoy-retry-on": "reset"}, refused: "x-envoy-retry-on", why: envoyWhy},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
