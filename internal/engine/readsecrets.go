@@ -10,38 +10,57 @@ import (
 	"github.com/countersign/countersign/internal/sik"
 )
 
-// ReasonReadNeedsExtProc is the reason code of a Stripe read refused
-// because no ext_proc will see its answer.
+// ReasonReadNeedsExtProc is the reason code of a read refused because no
+// ext_proc will see its answer.
 const ReasonReadNeedsExtProc = "read_needs_ext_proc"
 
-// secretsUnscrubbed refuses a Stripe read whose answer may carry a
-// PaymentIntent's client_secret and that no ext_proc will see: that
-// secret (with the account's publishable key) confirms the PaymentIntent
-// without Countersign, and only ext_proc removes it (secrets.ScrubJSON, applied by ext_proc).
-// A native caller's read, or one through a proxy without ext_proc (Istio's
-// CUSTOM provider), is refused when it is
-//   - a REST read of a PaymentIntent (any other path carries none: the
-//     query allowlist refuses every expand);
+// secretsUnscrubbed refuses a read whose answer may carry what the agent
+// may not see and that no ext_proc will see: a PaymentIntent's
+// client_secret (with the account's publishable key it confirms the
+// PaymentIntent without Countersign), a card's or its holder's details
+// (secrets.CardMembers); only ext_proc removes them (secrets.ScrubJSON).
+// A native caller's read, or one through a proxy without ext_proc
+// (Istio's CUSTOM provider), is refused when it is
+//   - a Stripe REST read of a PaymentIntent (its client_secret, and after
+//     a failed payment the PaymentMethod in last_payment_error) or of a
+//     charge (billing_details, payment_method_details: found by a
+//     review); any other path carries neither (the query allowlist
+//     refuses every expand);
+//   - a Razorpay REST read of a payment (its payer's UPI address);
 //   - a read-only tools/call on an MCP server that fronts Stripe (an
 //     account of rail stripe with an MCP mapping): a tool's answer is the
 //     rail's objects as the server chooses to render them
 //     (list_payment_intents, which an owner may list read-only, renders
 //     whole PaymentIntents), so none is sent unchecked (found by a review).
 func secretsUnscrubbed(req Request, o Options, acct *rails.Account) *Outcome {
-	if acct.Rail != sik.RailStripe || answersChecked(req, o) {
+	if answersChecked(req, o) {
 		return nil
 	}
 	if _, isMCP := acct.Adapter.(rail.ToolDescriber); isMCP {
-		if req.Method != http.MethodPost || !isToolCall(req.Body) {
+		if acct.Rail != sik.RailStripe || req.Method != http.MethodPost || !isToolCall(req.Body) {
 			return nil
 		}
 		out := refuseRail(acct, req, ReasonReadNeedsExtProc, "This MCP server fronts Stripe, and a tool's answer may carry a PaymentIntent's client_secret, which only Countersign's ext_proc removes; no ext_proc will see this answer, so the call is not sent.", http.StatusForbidden)
 		return &out
 	}
-	if req.Method != http.MethodGet || !strings.HasPrefix(pathOnly(req.Path), "/v1/payment_intents/") {
+	if req.Method != http.MethodGet {
 		return nil
 	}
-	out := refuseRail(acct, req, ReasonReadNeedsExtProc, "A Stripe PaymentIntent's answer carries its client_secret, which only Countersign's ext_proc removes, and no ext_proc will see this answer, so the read is not sent.", http.StatusForbidden)
+	what := ""
+	segs := strings.Split(strings.TrimPrefix(pathOnly(req.Path), "/"), "/")
+	switch {
+	case len(segs) != 3 || segs[0] != "v1":
+	case acct.Rail == sik.RailStripe && segs[1] == "payment_intents":
+		what = "A Stripe PaymentIntent's answer carries its client_secret (and after a failed payment the card's details)"
+	case acct.Rail == sik.RailStripe && segs[1] == "charges":
+		what = "A Stripe charge's answer carries the card's and its holder's details"
+	case acct.Rail == sik.RailRazorpay && segs[1] == "payments":
+		what = "A Razorpay payment's answer carries its payer's UPI address"
+	}
+	if what == "" {
+		return nil
+	}
+	out := refuseRail(acct, req, ReasonReadNeedsExtProc, what+", which only Countersign's ext_proc removes, and no ext_proc will see this answer, so the read is not sent.", http.StatusForbidden)
 	return &out
 }
 

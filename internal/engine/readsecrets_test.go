@@ -25,6 +25,12 @@ func TestPaymentIntentReadNeedsExtProc(t *testing.T) {
 		{"a route naming no rail account", SourceExtAuthz, true, "", "/v1/payment_intents/pi_1", ReasonReadNeedsExtProc},
 		{"a native caller", SourceDecide, true, "acct_1", "/v1/payment_intents/pi_1", ReasonReadNeedsExtProc},
 		{"a refund list without ext_proc", SourceExtAuthz, false, "acct_1", "/v1/refunds?limit=3", ReasonReadAllowed},
+		// A charge carries the card's and its holder's details, which only
+		// ext_proc removes (found by a review).
+		{"a charge with ext_proc", SourceExtAuthz, true, "acct_1", "/v1/charges/ch_1", ReasonReadAllowed},
+		{"a charge without ext_proc", SourceExtAuthz, false, "acct_1", "/v1/charges/ch_1", ReasonReadNeedsExtProc},
+		{"a charge for a native caller", SourceDecide, true, "acct_1", "/v1/charges/ch_1", ReasonReadNeedsExtProc},
+		{"a refund without ext_proc", SourceExtAuthz, false, "acct_1", "/v1/refunds/re_1", ReasonReadAllowed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t)
@@ -81,5 +87,29 @@ func TestMCPToolReadNeedsExtProc(t *testing.T) {
 				t.Fatalf("refused as %s, yet %s with the rail key set: %v", out.ReasonCode, out.Verdict, out.SetHeaders["authorization"] != "")
 			}
 		})
+	}
+}
+
+// TestRazorpayPaymentReadNeedsExtProc: a Razorpay payment's answer
+// carries its payer's UPI address, which only ext_proc removes: read
+// where ext_proc sees the answer, refused where none will; its refund
+// list carries none.
+func TestRazorpayPaymentReadNeedsExtProc(t *testing.T) {
+	for _, tc := range []struct {
+		extProc bool
+		path    string
+		want    string
+	}{
+		{true, "/v1/payments/pay_1", ReasonReadAllowed},
+		{false, "/v1/payments/pay_1", ReasonReadNeedsExtProc},
+		{false, "/v1/payments/pay_1/refunds", ReasonReadAllowed},
+	} {
+		r := newRazorpayRig(t)
+		r.e.opts.ExtProcInPath = tc.extProc
+		req := Request{Source: SourceExtAuthz, RequestID: "req", Credential: r.secret, Method: "GET", Host: "api.razorpay.com",
+			Path: tc.path, RailAccount: "rzp_1"}
+		if out := r.e.Decide(context.Background(), req); out.ReasonCode != tc.want {
+			t.Errorf("%s (ext_proc %v): %s %s: %s; want %s", tc.path, tc.extProc, out.Verdict, out.ReasonCode, out.Reason, tc.want)
+		}
 	}
 }

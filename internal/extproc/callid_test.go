@@ -103,7 +103,7 @@ func TestMCPCallLeavesUnderCountersignsID(t *testing.T) {
 			// embedded PaymentIntent); committed as it came.
 			{"json with a secret", "application/json",
 				`{"jsonrpc":"2.0","id":"` + r.CallID + `","result":{"content":[{"type":"text","text":"{\"id\":\"re_1\",\"payment_intent\":{\"client_secret\":\"pi_1_secret_x\"}}"}]}}`,
-				`{"id":7,"jsonrpc":"2.0","result":{"content":[{"type":"text","text":"{\"id\":\"re_1\",\"payment_intent\":{\"client_secret\":\"[removed by Countersign]\"}}"}]}}`, true},
+				`{"id":7,"jsonrpc":"2.0","result":{"content":[{"type":"text","text":"{\"id\":\"re_1\",\"payment_intent\":{}}"}]}}`, true},
 			{"json error", "application/json",
 				`{"jsonrpc":"2.0","id":"` + r.CallID + `","error":{"code":-32601,"message":"Method not found"}}`,
 				`{"error":{"code":-32601,"message":"Method not found"},"id":7,"jsonrpc":"2.0"}`, false},

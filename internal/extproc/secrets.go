@@ -59,7 +59,7 @@ func (s *Server) withholdRead(x *exchange, why string) *extprocv3.ProcessingResp
 	x.readWithheld = true
 	s.log.Warn("the answer to a read cannot be checked for secrets; the agent receives an error in its place", "status", x.status, "why", why)
 	msg, err := json.Marshal("Countersign withheld the rail's answer to this read (HTTP " + strconv.Itoa(x.status) + "): " + why +
-		", so it could not remove what the agent may not see (a client_secret); nothing was changed at the rail.")
+		", so it could not remove what the agent may not see (a client_secret, a card's details); nothing was changed at the rail.")
 	if err != nil { // unreachable: a string
 		msg = []byte(`"Countersign withheld the rail's answer to this read."`)
 	}

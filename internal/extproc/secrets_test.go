@@ -101,6 +101,14 @@ func TestReadAnswerLosesItsClientSecrets(t *testing.T) {
 			`{"id":"pi_3X","object":"payment_intent","status":"requires_action","next_action":{"type":"redirect_to_url",` +
 				`"redirect_to_url":{"return_url":"https://shop.example/done","url":"https://hooks.stripe.com/3d_secure_2/hosted?merchant=acct_1&payment_intent=pi_3X&payment_intent_client_secret=[removed by Countersign]&publishable_key=pk_live_BBB&source=payatt_1"}},` +
 				`"next_source_action":{"authorize_with_url":{"url":"https://hooks.stripe.com/3d_secure_2/hosted?payment_intent_client_secret=[removed by Countersign]"}}}`},
+		// A card's and its holder's details (found by a review).
+		{"charge", `{"id":"ch_1","object":"charge","amount":2500,"billing_details":{"name":"Jenny Rosen","email":"j@example.com","address":{"line1":"1 Main St"}},` +
+			`"payment_method":"pm_1","payment_method_details":{"type":"card","card":{"brand":"visa","last4":"4242","exp_month":8,"exp_year":2030,"fingerprint":"Xt5E"}}}`,
+			`{"id":"ch_1","object":"charge","amount":2500,"payment_method":"pm_1"}`},
+		{"payment intent after a failed payment", `{"id":"pi_1","last_payment_error":{"code":"card_declined","payment_method":{"id":"pm_1","billing_details":{"name":"J"},"card":{"last4":"0002"}}}}`,
+			`{"id":"pi_1","last_payment_error":{"code":"card_declined"}}`},
+		{"razorpay payment", `{"id":"pay_1","entity":"payment","amount":1000,"method":"upi","vpa":"jane@okbank","card_id":null}`,
+			`{"id":"pay_1","entity":"payment","amount":1000,"method":"upi","card_id":null}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			send := readExchange(t)

@@ -26,12 +26,13 @@ const (
 var mcpListAnswer = `{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":` + strconv.Quote(piListText) + `},{"type":"text","text":"kept"}]}}`
 
 // piListScrubbed is piListText as the agent receives it inside a text
-// item: the secret replaced, the rest of the string (which names
-// client_secret) kept (found by a review: the whole item was emptied).
-const piListScrubbed = `[{"id":"pi_1","object":"payment_intent","amount":2500,"client_secret":"[removed by Countersign]","status":"requires_payment_method"}]`
+// item: JSON in a string is scrubbed as JSON (the client_secret member
+// goes), the rest of the string kept (found by a review: the whole item
+// was emptied).
+const piListScrubbed = `[{"id":"pi_1","object":"payment_intent","amount":2500,"status":"requires_payment_method"}]`
 
 // mcpListScrubbed is mcpListAnswer as the agent receives it: the secret in
-// the text item replaced, everything else as it came.
+// the text item removed, everything else as it came.
 var mcpListScrubbed = `{"jsonrpc":"2.0","id":7,"result":{"content":[{"type":"text","text":` + strconv.Quote(piListScrubbed) + `},{"type":"text","text":"kept"}]}}`
 
 // exchangeMCP drives one MCP exchange ext_authz allowed with no intent

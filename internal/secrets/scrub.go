@@ -1,5 +1,6 @@
 // Package secrets removes from a rail's answer what the agent may not
-// see: Stripe's client secrets.
+// see: Stripe's client secrets, and a card's and its holder's details
+// (CardMembers).
 //
 // Stripe puts in some objects a secret meant only for the paying
 // customer: a PaymentIntent's client_secret (a SetupIntent's, a source's,
@@ -27,6 +28,23 @@ import (
 // Member is the member an answer loses before the agent sees it.
 // Removed rather than nulled: it is optional in Stripe's SDKs' types.
 const Member = "client_secret"
+
+// CardMembers are the members an answer loses because they hold a card
+// or its holder's details, which Countersign does not hand the agent
+// (found by a review: a Stripe charge read carried the cardholder's name,
+// email, phone and address in billing_details and the card's brand,
+// country, last digits, expiry and fingerprint in payment_method_details;
+// the Razorpay adapter refused expand[]=card for the same data). They are
+// Stripe's billing_details and payment_method_details (a charge's, a
+// PaymentMethod's), a card object wherever it sits (a PaymentMethod's, a
+// refund's destination_details', a Razorpay card), a Razorpay payment's
+// UPI address (vpa); and a payment_method whose value is an object (a
+// PaymentIntent's last_payment_error carries the whole PaymentMethod;
+// as an id it is kept). Removed, at any depth, as client_secret is.
+var CardMembers = []string{"billing_details", "payment_method_details", "card", "vpa"}
+
+// cardObjectMember is removed only when its value is an object.
+const cardObjectMember = "payment_method"
 
 // ErrNotJSON is an answer ScrubJSON cannot read.
 var ErrNotJSON = errors.New("the answer is not one JSON value")
@@ -82,13 +100,14 @@ func (s *scrubber) value() {
 	case '"':
 		start := s.i
 		s.skipString()
-		if v, ok := withoutSecrets(s.in[start:s.i]); ok {
+		if v, n := withoutSecrets(s.in[start:s.i]); n > 0 {
 			// A client secret inside a value: a PaymentIntent awaiting the
 			// customer's action carries its own in next_action's URL
 			// (payment_intent_client_secret=pi_…_secret_…, beside the
 			// publishable key; found by a review). The secret goes, the
-			// rest of the string stays.
-			s.removed++
+			// rest of the string stays. So do the members of JSON held
+			// in a string (an MCP tool's text item).
+			s.removed += n
 			s.out = append(s.out, v...)
 			return
 		}
@@ -137,7 +156,8 @@ func (s *scrubber) object() {
 		key := s.in[start:s.i]
 		s.ws()
 		s.i++ // ':'
-		if isSecretKey(key) {
+		s.ws()
+		if removedMember(key, s.in[s.i] == '{') {
 			s.removed++
 			mark := len(s.out)
 			s.value()
@@ -172,19 +192,28 @@ func (s *scrubber) array() {
 	}
 }
 
-// isSecretKey reports whether the JSON string raw (quotes included) names
-// the secret member as a client would read it: escapes decoded, and
-// compared with Unicode case folding, which matches all that Go's
-// encoding/json matches a struct field with (it folds case, "ſ" and the
-// Kelvin sign too) and more.
-func isSecretKey(raw []byte) bool {
+// removedMember reports whether the JSON string raw (quotes included)
+// names a member the agent may not see (Member, CardMembers, payment_method
+// when object says its value is one, a name holding a client secret) as a client would
+// read it: escapes decoded, and compared with Unicode case folding, which
+// matches all that Go's encoding/json matches a struct field with (it
+// folds case, "ſ" and the Kelvin sign too) and more.
+func removedMember(raw []byte, object bool) bool {
 	name := string(raw[1 : len(raw)-1])
 	if strings.IndexByte(name, '\\') >= 0 {
 		if err := json.Unmarshal(raw, &name); err != nil {
 			return true // unreadable: not kept (unreachable after json.Valid)
 		}
 	}
-	return strings.EqualFold(name, Member)
+	if strings.EqualFold(name, Member) || object && strings.EqualFold(name, cardObjectMember) || clientSecretRE.MatchString(name) {
+		return true
+	}
+	for _, m := range CardMembers {
+		if strings.EqualFold(name, m) {
+			return true
+		}
+	}
+	return false
 }
 
 // clientSecretRE matches a Stripe client secret as the token it is: an
@@ -207,25 +236,47 @@ var rawSecretRE = regexp.MustCompile(`(?i)\b(?:[a-z0-9]+(?:_|\\u005f|%5f))+secre
 const Redacted = "[removed by Countersign]"
 
 // withoutSecrets returns the JSON string raw (quotes included), its
-// escapes decoded, with each client secret (clientSecretRE) replaced by
-// Redacted, re-encoded; ok is false when it holds none.
-func withoutSecrets(raw []byte) (out []byte, ok bool) {
+// escapes decoded, scrubbed and re-encoded, and how many it removed (0:
+// out is nil, raw is kept). A string that is itself a JSON object or
+// array (the rail's objects JSON-stringified in an MCP tool's text item)
+// is scrubbed as JSON (ScrubJSON: its members too); in any other each
+// client secret (clientSecretRE) is replaced by Redacted.
+func withoutSecrets(raw []byte) (out []byte, n int) {
 	v := string(raw[1 : len(raw)-1])
 	if strings.IndexByte(v, '\\') >= 0 {
 		if err := json.Unmarshal(raw, &v); err != nil {
-			return []byte(`""`), true // unreadable: not kept (unreachable after json.Valid)
+			return []byte(`""`), 1 // unreadable: not kept (unreachable after json.Valid)
 		}
 	}
-	if !clientSecretRE.MatchString(v) {
-		return nil, false
+	var inner []byte
+	var err error = ErrNotJSON
+	if isContainer(v) {
+		inner, n, err = ScrubJSON([]byte(v))
+	}
+	if err == nil {
+		if n == 0 {
+			return nil, 0
+		}
+		v = string(inner)
+	} else {
+		if !clientSecretRE.MatchString(v) {
+			return nil, 0
+		}
+		v, n = clientSecretRE.ReplaceAllLiteralString(v, Redacted), 1
 	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false) // a URL's & stays as it came
-	if err := enc.Encode(clientSecretRE.ReplaceAllLiteralString(v, Redacted)); err != nil {
-		return []byte(`""`), true // unreachable: a string
+	if err := enc.Encode(v); err != nil {
+		return []byte(`""`), n // unreachable: a string
 	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), true
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), n
+}
+
+// isContainer reports whether the JSON text v is an object or an array.
+func isContainer(v string) bool {
+	t := strings.TrimLeft(v, " \t\n\r")
+	return t != "" && (t[0] == '{' || t[0] == '[')
 }
 
 // RedactTokens returns body with every client secret its bytes hold

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -26,6 +27,13 @@ const (
 		`"url":"https://hooks.stripe.com/3d_secure_2/hosted?merchant=acct_1&payment_intent=pi_3X&payment_intent_client_secret=pi_3X_secret_AAA&publishable_key=pk_live_BBB&source=payatt_1"}},` +
 		`"next_source_action":{"authorize_with_url":{"url":"https://hooks.stripe.com/3d_secure_2/hosted?payment_intent_client_secret=pi_3X_secret_AAA"}}}`
 )
+
+// chargeAnswer is a Charge as Stripe answers GET /v1/charges/{id}.
+const chargeAnswer = `{"id":"ch_1","object":"charge","amount":2500,` +
+	`"billing_details":{"address":{"city":"Springfield","line1":"1 Main St","postal_code":"12345"},"email":"jenny@example.com","name":"Jenny Rosen","phone":"+15555550100"},` +
+	`"customer":"cus_1","payment_method":"pm_1",` +
+	`"payment_method_details":{"card":{"brand":"visa","country":"US","exp_month":8,"exp_year":2030,"fingerprint":"Xt5EWLLDS7FJjR1c","funding":"credit","last4":"4242","network":"visa"},"type":"card"},` +
+	`"status":"succeeded"}`
 
 func TestScrubJSON(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
@@ -55,6 +63,22 @@ func TestScrubJSON(t *testing.T) {
 		{`"client_secret"`, `"client_secret"`},
 		{`"pi_1"`, `"pi_1"`},
 		{` [ 1 , {"x" : true , "client_secret" : "s" } ] `, `[1,{"x":true}]`},
+		// A card and its holder's details go wherever they sit (found by
+		// a review: a charge read carried them).
+		{chargeAnswer, `{"id":"ch_1","object":"charge","amount":2500,"customer":"cus_1","payment_method":"pm_1","status":"succeeded"}`},
+		{`{"id":"pi_1","payment_method":"pm_1","last_payment_error":{"code":"card_declined","payment_method":{"id":"pm_1","card":{"last4":"0002"}}}}`,
+			`{"id":"pi_1","payment_method":"pm_1","last_payment_error":{"code":"card_declined"}}`},
+		{`{"id":"pay_1","entity":"payment","method":"upi","vpa":"jane@okbank","CARD":{"last4":"1111"},"Billing_Details":null}`,
+			`{"id":"pay_1","entity":"payment","method":"upi"}`},
+		{`{"id":"re_1","destination_details":{"type":"card","card":{"reference":"123","type":"refund"}}}`, `{"id":"re_1","destination_details":{"type":"card"}}`},
+		// A member whose name holds a client secret goes too.
+		{`{"pi_1_secret_x":1,"y":2}`, `{"y":2}`},
+		// JSON held in a string (an MCP tool's text item) loses the same
+		// members, and is written back as a string.
+		{`{"content":[{"type":"text","text":"{\"id\":\"ch_1\",\"billing_details\":{\"name\":\"Jenny Rosen\"},\"client_secret\":\"pi_1_secret_a\",\"amount\":5}"}]}`,
+			`{"content":[{"type":"text","text":"{\"id\":\"ch_1\",\"amount\":5}"}]}`},
+		{`{"text":"[{\"id\":\"x\"}]"}`, `{"text":"[{\"id\":\"x\"}]"}`},
+		{`{"text":"{not json pi_1_secret_a"}`, `{"text":"{not json [removed by Countersign]"}`},
 	} {
 		got, _, err := ScrubJSON([]byte(tc.in))
 		if err != nil || string(got) != tc.want {
@@ -73,7 +97,7 @@ func TestScrubJSON(t *testing.T) {
 // any member a decoder would take for client_secret, and an input without
 // one comes back byte for byte.
 func FuzzScrubJSON(f *testing.F) {
-	for _, s := range []string{piAnswer, refundListAnswer, piAwaitingAction, `{"a":[{"client_secret":1}],"b":"\u0063"}`, `[]`, `1e9`, `{"x\"y":"\\"}`, "{\"client_\\u017fecret\":1}",
+	for _, s := range []string{piAnswer, refundListAnswer, piAwaitingAction, chargeAnswer, `{"t":"{\"card\":1,\"u\":\"[\\\"pi_1_secret_2\\\"]\"}"}`, `{"a":[{"client_secret":1}],"b":"\u0063"}`, `[]`, `1e9`, `{"x\"y":"\\"}`, "{\"client_\\u017fecret\":1}",
 		`{"d":"see client_secret","u":"x&y=pi_1_secret_2<","w":"a_secret_b_secret_c_"}`} {
 		f.Add([]byte(s))
 	}
@@ -105,6 +129,8 @@ func FuzzScrubJSON(f *testing.F) {
 	})
 }
 
+// decode decodes b, each string that is itself a JSON object or array
+// decoded too (as a jsonText).
 func decode(t *testing.T, b []byte) any {
 	t.Helper()
 	d := json.NewDecoder(bytes.NewReader(b))
@@ -112,6 +138,32 @@ func decode(t *testing.T, b []byte) any {
 	var v any
 	if err := d.Decode(&v); err != nil {
 		t.Fatalf("decode %q: %v", b, err)
+	}
+	return norm(v)
+}
+
+// jsonText is a string value holding a JSON object or array, decoded.
+type jsonText struct{ V any }
+
+func norm(v any) any {
+	switch x := v.(type) {
+	case string:
+		if t := strings.TrimLeft(x, " \t\n\r"); t != "" && (t[0] == '{' || t[0] == '[') && json.Valid([]byte(x)) {
+			d := json.NewDecoder(strings.NewReader(x))
+			d.UseNumber()
+			var inner any
+			if d.Decode(&inner) == nil {
+				return jsonText{norm(inner)}
+			}
+		}
+	case map[string]any:
+		for k, e := range x {
+			x[k] = norm(e)
+		}
+	case []any:
+		for i := range x {
+			x[i] = norm(x[i])
+		}
 	}
 	return v
 }
@@ -121,8 +173,9 @@ func decode(t *testing.T, b []byte) any {
 // segments, one of them "secret" with a segment before and after it.
 var secretToken = regexp.MustCompile(`(?i)\b[a-z0-9]+(?:_[a-z0-9]+)*_secret(?:_[a-z0-9]+)+`)
 
-// dropSecrets removes the secret members from a decoded value and
-// replaces each secret inside a string, reporting whether it found any.
+// dropSecrets removes the members the agent may not see from a decoded
+// value (decode's) and replaces each secret inside a string, reporting
+// whether it found any.
 func dropSecrets(v *any) bool {
 	found := false
 	switch x := (*v).(type) {
@@ -131,9 +184,14 @@ func dropSecrets(v *any) bool {
 			*v = secretToken.ReplaceAllLiteralString(x, "[removed by Countersign]")
 			found = true
 		}
+	case jsonText:
+		found = dropSecrets(&x.V)
+		*v = x
 	case map[string]any:
 		for k, e := range x {
-			if strings.EqualFold(k, Member) {
+			_, object := e.(map[string]any)
+			if strings.EqualFold(k, Member) || slices.ContainsFunc(CardMembers, func(m string) bool { return strings.EqualFold(k, m) }) ||
+				object && strings.EqualFold(k, "payment_method") || secretToken.MatchString(k) {
 				delete(x, k)
 				found = true
 				continue
