@@ -22,7 +22,12 @@ const (
 	// call carries under 2 KiB; 60 junk headers of 8 KiB each through the
 	// native API stored 481 KB an ALLOW, 11 MiB a second from one agent at
 	// its decision rate (found by a review).
-	maxHeaderBytes    = 16 << 10
+	maxHeaderBytes = 16 << 10
+	// maxExtraBytes bounds a structured action's extra members (names and
+	// values), which its intent keeps: a rail's members that make an
+	// action what it is are a few short values (found by a review: 480 KiB
+	// in one value were kept).
+	maxExtraBytes     = 4 << 10
 	maxRequestIDBytes = 128
 	maxReasonBytes    = 1024
 	maxPathBytes      = 2048
@@ -69,6 +74,13 @@ func BoundedHost(h string) string { return clip(h, maxHostBytes) }
 // BoundedPath is a request's path without its query, cut as its decision
 // record cuts it.
 func BoundedPath(p string) string { return clip(pathOnly(p), maxPathBytes) }
+
+// MaxHeaderBytes is the most a request's headers, or a rail answer's a
+// native caller reports, may come to (names and values).
+const MaxHeaderBytes = maxHeaderBytes
+
+// HeaderBytes is the size of headers, names and values.
+func HeaderBytes(headers map[string]string) int { return headerBytes(headers) }
 
 // headerBytes is the size of headers, names and values.
 func headerBytes(headers map[string]string) int {

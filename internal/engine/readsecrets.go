@@ -27,20 +27,20 @@ const ReasonReadNeedsExtProc = "read_needs_ext_proc"
 //     review); any other path carries neither (the query allowlist
 //     refuses every expand);
 //   - a Razorpay REST read of a payment (its payer's UPI address);
-//   - a read-only tools/call on an MCP server that fronts Stripe (an
-//     account of rail stripe with an MCP mapping): a tool's answer is the
-//     rail's objects as the server chooses to render them
+//   - a read-only tools/call on a payment MCP server: a tool's answer is
+//     the rail's objects as the server chooses to render them
 //     (list_payment_intents, which an owner may list read-only, renders
-//     whole PaymentIntents), so none is sent unchecked (found by a review).
+//     whole PaymentIntents; Razorpay's fetch_payment a payment with its
+//     payer's UPI address), so none is sent unchecked (found by reviews).
 func secretsUnscrubbed(req Request, o Options, acct *rails.Account) *Outcome {
 	if answersChecked(req, o) {
 		return nil
 	}
 	if _, isMCP := acct.Adapter.(rail.ToolDescriber); isMCP {
-		if acct.Rail != sik.RailStripe || req.Method != http.MethodPost || !isToolCall(req.Body) {
+		if req.Method != http.MethodPost || !isToolCall(req.Body) {
 			return nil
 		}
-		out := refuseRail(acct, req, ReasonReadNeedsExtProc, "This MCP server fronts Stripe, and a tool's answer may carry a PaymentIntent's client_secret, which only Countersign's ext_proc removes; no ext_proc will see this answer, so the call is not sent.", http.StatusForbidden)
+		out := refuseRail(acct, req, ReasonReadNeedsExtProc, "A payment MCP server's tool answers with the rail's objects, which may carry what only Countersign's ext_proc removes (a PaymentIntent's client_secret, a card's details, a payer's UPI address); no ext_proc will see this answer, so the call is not sent.", http.StatusForbidden)
 		return &out
 	}
 	if req.Method != http.MethodGet {

@@ -38,13 +38,16 @@ const Member = "client_secret"
 // Stripe's billing_details and payment_method_details (a charge's, a
 // PaymentMethod's), a card object wherever it sits (a PaymentMethod's, a
 // refund's destination_details', a Razorpay card), a Razorpay payment's
-// UPI address (vpa); and a payment_method whose value is an object (a
-// PaymentIntent's last_payment_error carries the whole PaymentMethod;
-// as an id it is kept). Removed, at any depth, as client_secret is.
-var CardMembers = []string{"billing_details", "payment_method_details", "card", "vpa"}
+// UPI address (vpa), a Stripe charge's or PaymentIntent's shipping (name,
+// phone, address) and receipt_email; and a payment_method or a source
+// whose value is an object (a PaymentIntent's last_payment_error carries
+// the whole PaymentMethod, a legacy charge its Card under source: found
+// by a review of this list; as an id either is kept). Removed, at any
+// depth, as client_secret is.
+var CardMembers = []string{"billing_details", "payment_method_details", "card", "vpa", "shipping", "receipt_email"}
 
-// cardObjectMember is removed only when its value is an object.
-const cardObjectMember = "payment_method"
+// cardObjectMembers are removed only when their value is an object.
+var cardObjectMembers = []string{"payment_method", "source"}
 
 // ErrNotJSON is an answer ScrubJSON cannot read.
 var ErrNotJSON = errors.New("the answer is not one JSON value")
@@ -194,7 +197,8 @@ func (s *scrubber) array() {
 
 // removedMember reports whether the JSON string raw (quotes included)
 // names a member the agent may not see (Member, CardMembers, payment_method
-// when object says its value is one, a name holding a client secret) as a client would
+// or source when object says its value is one, a name holding a client
+// secret) as a client would
 // read it: escapes decoded, and compared with Unicode case folding, which
 // matches all that Go's encoding/json matches a struct field with (it
 // folds case, "ſ" and the Kelvin sign too) and more.
@@ -205,11 +209,16 @@ func removedMember(raw []byte, object bool) bool {
 			return true // unreadable: not kept (unreachable after json.Valid)
 		}
 	}
-	if strings.EqualFold(name, Member) || object && strings.EqualFold(name, cardObjectMember) || clientSecretRE.MatchString(name) {
+	if strings.EqualFold(name, Member) || clientSecretRE.MatchString(name) {
 		return true
 	}
 	for _, m := range CardMembers {
 		if strings.EqualFold(name, m) {
+			return true
+		}
+	}
+	for _, m := range cardObjectMembers {
+		if object && strings.EqualFold(name, m) {
 			return true
 		}
 	}

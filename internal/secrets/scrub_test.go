@@ -71,6 +71,13 @@ func TestScrubJSON(t *testing.T) {
 		{`{"id":"pay_1","entity":"payment","method":"upi","vpa":"jane@okbank","CARD":{"last4":"1111"},"Billing_Details":null}`,
 			`{"id":"pay_1","entity":"payment","method":"upi"}`},
 		{`{"id":"re_1","destination_details":{"type":"card","card":{"reference":"123","type":"refund"}}}`, `{"id":"re_1","destination_details":{"type":"card"}}`},
+		// A legacy charge's Card under source, a PaymentIntent's after a
+		// failed source payment, shipping and receipt_email (found by a
+		// review of this list); a source named by id is kept.
+		{`{"id":"ch_2","source":{"id":"card_1","object":"card","name":"J","last4":"4242","exp_year":2030},"receipt_email":"j@example.com",` +
+			`"shipping":{"name":"J","address":{"line1":"1 Main St"}},"last_payment_error":{"source":{"object":"card"}},"status":"succeeded"}`,
+			`{"id":"ch_2","last_payment_error":{},"status":"succeeded"}`},
+		{`{"id":"ch_3","source":"src_1"}`, `{"id":"ch_3","source":"src_1"}`},
 		// A member whose name holds a client secret goes too.
 		{`{"pi_1_secret_x":1,"y":2}`, `{"y":2}`},
 		// JSON held in a string (an MCP tool's text item) loses the same
@@ -191,7 +198,7 @@ func dropSecrets(v *any) bool {
 		for k, e := range x {
 			_, object := e.(map[string]any)
 			if strings.EqualFold(k, Member) || slices.ContainsFunc(CardMembers, func(m string) bool { return strings.EqualFold(k, m) }) ||
-				object && strings.EqualFold(k, "payment_method") || secretToken.MatchString(k) {
+				object && (strings.EqualFold(k, "payment_method") || strings.EqualFold(k, "source")) || secretToken.MatchString(k) {
 				delete(x, k)
 				found = true
 				continue

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -94,5 +95,67 @@ func TestNativeReportsAreBounded(t *testing.T) {
 	err := report([]byte(`{}`))
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("a report past the agent's bucket = %v; want ResourceExhausted", err)
+	}
+}
+
+// TestNativeStorageIsBounded: what a native caller sends and Countersign
+// keeps with an intent or an attempt is bounded as a request through
+// Envoy is (found by a review: a structured action's extra of 480 KiB,
+// a reported answer's 55 headers of 8 KiB and a 400 KiB MCP call body
+// were each kept whole): a body over --max-request-bytes is decided as
+// truncated, extra over 4 KiB and a reported answer's headers over 16 KiB
+// are refused; what fits is taken.
+func TestNativeStorageIsBounded(t *testing.T) {
+	h := railHarness(t, harnessOption{cfg: func(c *config.Config) { c.MaxRequestBytes = 4096 }})
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+h.secret)
+	client := countersignv1.NewDecisionServiceClient(h.conn)
+	httpDecide := func(body string) *countersignv1.DecideResponse {
+		t.Helper()
+		resp, err := client.Decide(ctx, &countersignv1.DecideRequest{Form: &countersignv1.DecideRequest_HttpRequest{HttpRequest: &countersignv1.HttpRequest{
+			Method: "POST", Host: "api.stripe.com", Path: "/v1/refunds", Body: []byte(body),
+			Headers: map[string]string{"content-type": "application/x-www-form-urlencoded"}}}})
+		if err != nil {
+			t.Fatalf("Decide: %v", err)
+		}
+		return resp
+	}
+	// Padding the form with members Stripe ignores is refused anyway; an
+	// amount with leading zeros is a body of any length the parser reads.
+	long := "payment_intent=pi_bench&amount=" + strings.Repeat("0", 4096) + "100"
+	if d := httpDecide(long); d.GetVerdict() != countersignv1.Verdict_VERDICT_BLOCK || d.GetReasonCode() != engine.ReasonBodyTruncated {
+		t.Fatalf("a body of %d bytes over a max-request-bytes of 4096 = %s %s", len(long), d.GetVerdict(), d.GetReasonCode())
+	}
+
+	extra := map[string]string{}
+	for i := range 5 {
+		extra["x"+strconv.Itoa(i)] = strings.Repeat("e", 1000)
+	}
+	a := refund("pi_bench", 100, "")
+	a.Extra = extra
+	if d := h.decide(t, a); d.GetVerdict() != countersignv1.Verdict_VERDICT_BLOCK || d.GetReasonCode() != engine.ReasonInvalidAction ||
+		!strings.Contains(d.GetReason(), "extra comes to") {
+		t.Fatalf("extra of 5,000 bytes = %s %s: %s", d.GetVerdict(), d.GetReasonCode(), d.GetReason())
+	}
+
+	d := httpDecide("payment_intent=pi_bench&amount=100")
+	if d.GetVerdict() != countersignv1.Verdict_VERDICT_ALLOW {
+		t.Fatalf("the refund = %s %s: %s", d.GetVerdict(), d.GetReasonCode(), d.GetReason())
+	}
+	report := func(headers map[string]string) error {
+		_, err := client.Commit(ctx, &countersignv1.CommitRequest{RailAccount: "acct_bench", Sik: d.GetIntent().GetSik(),
+			AttemptSeq: d.GetAttemptSeq(), CommitToken: d.GetCommitToken(),
+			Outcome: &countersignv1.CommitRequest_Response{Response: &countersignv1.HttpResponse{HttpStatus: 409, Headers: headers,
+				Body: []byte(`{"error":{"type":"idempotency_error","code":"idempotency_key_in_use"}}`)}}})
+		return err
+	}
+	big := map[string]string{}
+	for i := range 3 {
+		big["x-junk-"+strconv.Itoa(i)] = strings.Repeat("h", 6000)
+	}
+	if err := report(big); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a report with %d bytes of headers = %v; want InvalidArgument", engine.HeaderBytes(big), err)
+	}
+	if err := report(map[string]string{"request-id": "req_1"}); err != nil {
+		t.Fatalf("a report with a request id: %v", err)
 	}
 }

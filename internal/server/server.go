@@ -177,7 +177,7 @@ func New(cfg config.Config, store *ledger.Store, rs *rails.Registry, log *slog.L
 	// connection carries every REST call and watch stream at once (the
 	// HTTP listener bounds those).
 	hs := health.NewServer()
-	decisions := api.NewDecisionServer(eng, store, rec).WithPeers(peers)
+	decisions := api.NewDecisionServer(eng, store, rec).WithPeers(peers).WithMaxBody(cfg.MaxRequestBytes)
 	owners := api.NewOwnerServer(store, ownerauth.OwnerID).WithWebhookAddresses(webhooks).WithAuditVerifier(auditVerifier).WithRefundables(eng)
 	apiServer := func(limits ...grpc.ServerOption) *grpc.Server {
 		g := grpc.NewServer(append(limits, grpc.StatsHandler(grpcTracing(o.tracer)),

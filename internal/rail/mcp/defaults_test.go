@@ -37,3 +37,23 @@ func TestStripeDefaultsListNoPaymentIntentTool(t *testing.T) {
 		t.Fatalf("list_payment_intents listed by the owner parsed as %+v, %v; want a read", p, err)
 	}
 }
+
+// TestRazorpayDefaultsListNoPayoutListTool: fetch_all_payouts lists the
+// payouts of any business account its account_number names (a REST payout
+// list is held to payout_account_numbers), so it is no default read-only
+// tool; nor is fetch_payment_card_details. An owner may list either.
+func TestRazorpayDefaultsListNoPayoutListTool(t *testing.T) {
+	cfg := RazorpayDefaults()
+	for _, tool := range []string{"fetch_all_payouts", "fetch_payment_card_details"} {
+		if slices.Contains(cfg.ReadOnlyTools, tool) {
+			t.Errorf("RazorpayDefaults lists %s read-only", tool)
+		}
+		req := call(tool, `{"account_number":"1111222233334444"}`)
+		if p, err := mustNew(t, cfg)().Parse(req); !errors.Is(err, rail.ErrUnrecognised) {
+			t.Errorf("%s under RazorpayDefaults parsed as %+v, %v; want ErrUnrecognised", tool, p, err)
+		}
+	}
+	if !slices.Contains(cfg.ReadOnlyTools, "fetch_payout_with_id") {
+		t.Error("RazorpayDefaults no longer reads a payout by its id")
+	}
+}
