@@ -258,7 +258,7 @@ func withoutSecrets(raw []byte) (out []byte, n int) {
 		}
 	}
 	var inner []byte
-	var err error = ErrNotJSON
+	err := ErrNotJSON
 	if isContainer(v) {
 		inner, n, err = ScrubJSON([]byte(v))
 	}
