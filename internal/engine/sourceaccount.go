@@ -26,12 +26,20 @@ func sourceAccountRefusal(req Request, acct *rails.Account, a rail.Action) *Outc
 		return nil
 	}
 	// A payout without one, when a list is set, is refused too: fail closed.
-	allowed, listed := acct.PayoutSource(a.Extra["account_number"])
+	return unlistedSource(req, acct, a.Extra["account_number"],
+		"Countersign refuses this payout: payouts on %s may leave only from the %d RazorpayX %s the operator listed, and its account_number is not %s; send it from a listed account.")
+}
+
+// unlistedSource refuses, with the sentence format (the account, how many
+// are listed, "account(s)", "that one"/"one of them"), a request naming a
+// source account number acct's entry does not list; nil when it is listed
+// or the entry lists none.
+func unlistedSource(req Request, acct *rails.Account, number, format string) *Outcome {
+	allowed, listed := acct.PayoutSource(number)
 	if allowed {
 		return nil
 	}
-	out := refuseRail(acct, req, ReasonSourceAccountNotAllowed, fmt.Sprintf(
-		"Countersign refuses this payout: payouts on %s may leave only from the %d RazorpayX %s the operator listed, and its account_number is not %s; send it from a listed account.",
+	out := refuseRail(acct, req, ReasonSourceAccountNotAllowed, fmt.Sprintf(format,
 		acct.ID, listed, plural(listed, "account", "accounts"), plural(listed, "that one", "one of them")), http.StatusForbidden)
 	return &out
 }
@@ -53,12 +61,6 @@ func readSourceRefusal(req Request, acct *rails.Account, source string) *Outcome
 	if source == "" {
 		return nil
 	}
-	allowed, listed := acct.PayoutSource(source)
-	if allowed {
-		return nil
-	}
-	out := refuseRail(acct, req, ReasonSourceAccountNotAllowed, fmt.Sprintf(
-		"Countersign refuses this read: on %s the agent may list the payouts only of the %d RazorpayX %s the operator listed, and its account_number is not %s.",
-		acct.ID, listed, plural(listed, "account", "accounts"), plural(listed, "that one", "one of them")), http.StatusForbidden)
-	return &out
+	return unlistedSource(req, acct, source,
+		"Countersign refuses this read: on %s the agent may list the payouts only of the %d RazorpayX %s the operator listed, and its account_number is not %s.")
 }
