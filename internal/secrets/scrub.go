@@ -39,12 +39,14 @@ const Member = "client_secret"
 // PaymentMethod's), a card object wherever it sits (a PaymentMethod's, a
 // refund's destination_details', a Razorpay card), a Razorpay payment's
 // UPI address (vpa), a Stripe charge's or PaymentIntent's shipping (name,
-// phone, address) and receipt_email; and a payment_method or a source
-// whose value is an object (a PaymentIntent's last_payment_error carries
-// the whole PaymentMethod, a legacy charge its Card under source: found
-// by a review of this list; as an id either is kept). Removed, at any
-// depth, as client_secret is.
-var CardMembers = []string{"billing_details", "payment_method_details", "card", "vpa", "shipping", "receipt_email"}
+// phone, postal address); and a payment_method or a source whose value is
+// an object (a PaymentIntent's last_payment_error carries the whole
+// PaymentMethod, a legacy charge its Card under source: found by a review
+// of this list; as an id either is kept). Removed, at any depth, as
+// client_secret is. A customer's contact details (an email, a phone: a
+// Stripe receipt_email, a Razorpay payment's email and contact) are kept:
+// a support agent finds the payment to refund by them.
+var CardMembers = []string{"billing_details", "payment_method_details", "card", "vpa", "shipping"}
 
 // cardObjectMembers are removed only when their value is an object.
 var cardObjectMembers = []string{"payment_method", "source"}

@@ -74,9 +74,11 @@ func TestScrubJSON(t *testing.T) {
 		// A legacy charge's Card under source, a PaymentIntent's after a
 		// failed source payment, shipping and receipt_email (found by a
 		// review of this list); a source named by id is kept.
+		// A customer's contact details are kept (a support agent finds
+		// the payment by them).
 		{`{"id":"ch_2","source":{"id":"card_1","object":"card","name":"J","last4":"4242","exp_year":2030},"receipt_email":"j@example.com",` +
 			`"shipping":{"name":"J","address":{"line1":"1 Main St"}},"last_payment_error":{"source":{"object":"card"}},"status":"succeeded"}`,
-			`{"id":"ch_2","last_payment_error":{},"status":"succeeded"}`},
+			`{"id":"ch_2","receipt_email":"j@example.com","last_payment_error":{},"status":"succeeded"}`},
 		{`{"id":"ch_3","source":"src_1"}`, `{"id":"ch_3","source":"src_1"}`},
 		// A member whose name holds a client secret goes too.
 		{`{"pi_1_secret_x":1,"y":2}`, `{"y":2}`},

@@ -62,7 +62,7 @@ func TestOneRefundHoweverItIsSpelled(t *testing.T) {
 		{body: "payment_intent=pi_bench&amount=1000"},
 		{body: "amount=1000&payment_intent=pi_bench&reason=requested_by_customer"},
 		{body: "payment%5Fintent=pi_bench&amount=1000&refund_application_fee=false&reverse_transfer=false"},
-		{body: "metadata%5Border%5D=42&payment_intent=pi_bench&amount=1000&expand%5B%5D=charge&reason=duplicate"},
+		{body: "metadata%5Border%5D=42&payment_intent=pi_bench&amount=1000&expand%5B%5D=balance_transaction&reason=duplicate"},
 		{body: "payment_intent=pi_bench&amount=1000&metadata[countersign_sik]=forged"},
 		{body: "payment_intent=pi_bench&amount=1000", headers: map[string]string{
 			"Stripe-Version": "2025-08-27.basil", "Idempotency-Key": "sdk-fresh-uuid-1", "Content-Type": "application/x-www-form-urlencoded; charset=utf-8"}},

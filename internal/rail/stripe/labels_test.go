@@ -21,7 +21,7 @@ func TestLabels(t *testing.T) {
 		want map[string]rail.Label
 	}{
 		{"none", post("/v1/refunds", "payment_intent=pi_1&amount=100"), nil},
-		{"stamp and expand are not labels", post("/v1/refunds", "payment_intent=pi_1&metadata[countersign_sik]=x&expand[]=charge"), nil},
+		{"stamp and expand are not labels", post("/v1/refunds", "payment_intent=pi_1&metadata[countersign_sik]=x&expand[]=balance_transaction"), nil},
 		{"refund reason is a closed label, metadata free text", post("/v1/refunds", "payment_intent=pi_1&reason=duplicate&metadata[ticket]=T-77"),
 			map[string]rail.Label{"reason": {Value: "duplicate"}, "metadata[ticket]": text("T-77")}},
 		{"payout description and statement descriptor", post("/v1/payouts", "amount=5&currency=usd&destination=ba_1&description=weekly&statement_descriptor=ACME"),

@@ -94,9 +94,12 @@ var specs = map[sik.Kind]spec{
 			"instructions_email": "it sends refund instructions to an address the model chose",
 		},
 		// payment_intent is left out: an expanded PaymentIntent carries
-		// its client_secret, which the agent may not see (query.go).
-		expandable: []string{"balance_transaction", "charge", "customer", "destination_details", "failure_balance_transaction",
-			"next_action", "payment_method", "presentment_details", "source_transfer_reversal", "transfer_reversal"},
+		// its client_secret, which the agent may not see (query.go); so are
+		// charge, customer and payment_method, which carry the card's and
+		// its holder's details where no ext_proc removes them (found by a
+		// review: expand[]=charge on a refund of 1 unit answered them).
+		expandable: []string{"balance_transaction", "destination_details", "failure_balance_transaction",
+			"next_action", "presentment_details", "source_transfer_reversal", "transfer_reversal"},
 	},
 	sik.KindPayout: {
 		members: map[string]member{
@@ -111,7 +114,10 @@ var specs = map[sik.Kind]spec{
 			"source_type":   "it chooses the balance that pays, and Stripe's default depends on the account, so an explicit and an absent one cannot be shown to be one payout; omit it",
 			"payout_method": "a payout to a v2 financial account is not an action Countersign keys",
 		},
-		expandable: []string{"application_fee", "balance_transaction", "destination", "failure_balance_transaction", "original_payout", "reversed_by", "trace_id"},
+		// destination is left out: the card or bank account it expands to
+		// carries their details under names of their own (found by a
+		// review).
+		expandable: []string{"application_fee", "balance_transaction", "failure_balance_transaction", "original_payout", "reversed_by", "trace_id"},
 	},
 	sik.KindTransfer: {
 		members: map[string]member{
@@ -125,7 +131,10 @@ var specs = map[sik.Kind]spec{
 		refused: map[string]string{
 			"source_type": "it chooses the balance that pays, and Stripe's default (\"for most users\" card) depends on the account; omit it",
 		},
-		expandable: []string{"balance_transaction", "destination", "destination_payment", "reversals", "source_transaction"},
+		// destination (the connected account, its person's details),
+		// destination_payment and source_transaction (charges) are left
+		// out, as a payout's destination is.
+		expandable: []string{"balance_transaction", "reversals"},
 	},
 }
 
