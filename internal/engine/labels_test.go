@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -9,6 +10,7 @@ import (
 
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/intent"
+	"github.com/countersign/countersign/internal/ledger"
 )
 
 // refundWith is r.refund() with the body's label members set to labels
@@ -164,4 +166,36 @@ func TestRefusedFreeTextLeavesTheHeldIntent(t *testing.T) {
 	}
 	r.approveLive(t)
 	expect(t, r.e.Decide(ctx, r.refund()), Allow, "allowed")
+}
+
+// TestApprovalReplacementsAreBounded: each re-send of a held request with
+// other labels voids its approval and opens another, keeping the voided
+// row; an intent's approval is replaced at most ledger.MaxReplacedApprovals
+// times (found by a review: fresh metadata at the agent's decision rate
+// stored a 28 KB row each time). The next replacement is refused, writing
+// nothing, and the owner's pending approval stays; the same labels are
+// still held as before.
+func TestApprovalReplacementsAreBounded(t *testing.T) {
+	r := newRig(t, func(m *countersignv1.Mandate) { m.Mode = countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED })
+	ctx := context.Background()
+	labels := func(i int) string { return fmt.Sprintf("metadata[ticket]=T-%d", i) }
+	expect(t, r.e.Decide(ctx, r.refundWith(labels(0))), Hold, "approval_required")
+	for i := 1; i <= ledger.MaxReplacedApprovals; i++ {
+		expect(t, r.e.Decide(ctx, r.refundWith(labels(i))), Hold, "approval_required")
+	}
+	refused := r.e.Decide(ctx, r.refundWith(labels(ledger.MaxReplacedApprovals+1)))
+	expect(t, refused, Block, ReasonApprovalReplacedTooOften)
+	rows := r.approvalRows(t)
+	if len(rows) != ledger.MaxReplacedApprovals+1 {
+		t.Fatalf("%d approvals after the refusal; want %d", len(rows), ledger.MaxReplacedApprovals+1)
+	}
+	last := rows[len(rows)-1]
+	if last.state != "pending" || !strings.Contains(last.labels, fmt.Sprintf("T-%d", ledger.MaxReplacedApprovals)) {
+		t.Fatalf("the live approval = %+v; want the last one held, still pending", last)
+	}
+	// The request the owner is asked about is held as before, and its
+	// approval used once given.
+	expect(t, r.e.Decide(ctx, r.refundWith(labels(ledger.MaxReplacedApprovals))), Hold, "approval_required")
+	r.approveLive(t)
+	expect(t, r.e.Decide(ctx, r.refundWith(labels(ledger.MaxReplacedApprovals))), Allow, "allowed")
 }

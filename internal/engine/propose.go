@@ -129,6 +129,11 @@ func (e *Engine) propose(ctx context.Context, pr *proposal) Outcome {
 		// intent stays as it was), so it may be sent again once the owner
 		// has decided some.
 		return e.answer(pr.acct, pr.req, decided{gates: tooManyPending(res.gates, pr.principal.Agent.ID, e.opts.MaxPendingApprovals)}, rail.Stamped{})
+	case errors.Is(err, ledger.ErrApprovalReplacedTooOften):
+		// Held again with other labels more often than an honest agent
+		// does: refused, nothing written, the owner's pending approval as
+		// it was.
+		return e.answer(pr.acct, pr.req, decided{gates: replacedTooOften(res.gates, res.intent)}, rail.Stamped{})
 	case errors.Is(err, ledger.ErrForeignIntent):
 		return refuseForeign(pr.acct, pr.req)
 	case errors.Is(err, errForeignStamp):
@@ -391,6 +396,25 @@ func tooManyPending(held *verdict, agentID string, max int) *verdict {
 		v.Gates = append(v.Gates, held.Gates...)
 	}
 	v.Gates = append(v.Gates, ledger.GateRecord{Gate: gate.GateLimits, Verdict: string(Block), ReasonCode: ReasonTooManyPendingApprovals, Reason: reason})
+	return v
+}
+
+// ReasonApprovalReplacedTooOften refuses a held request whose intent's
+// approval was replaced by requests of other labels
+// ledger.MaxReplacedApprovals times already.
+const ReasonApprovalReplacedTooOften = "approval_replaced_too_often"
+
+// replacedTooOften is the BLOCK of a request that would replace its
+// intent's approval once more.
+func replacedTooOften(held *verdict, it ledger.Intent) *verdict {
+	reason := fmt.Sprintf("intent %s was held for its owner with other labels (metadata, notes, a description) %d times already, the most Countersign keeps; "+
+		"no approval was opened for this request, and the owner's pending one stays as it was. Send the request with the labels the owner is asked about.",
+		it.SIK, ledger.MaxReplacedApprovals)
+	v := &verdict{Verdict: Block, ReasonCode: ReasonApprovalReplacedTooOften, Reason: reason}
+	if held != nil {
+		v.Gates = append(v.Gates, held.Gates...)
+	}
+	v.Gates = append(v.Gates, ledger.GateRecord{Gate: gate.GateLimits, Verdict: string(Block), ReasonCode: ReasonApprovalReplacedTooOften, Reason: reason})
 	return v
 }
 

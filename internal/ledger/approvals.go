@@ -105,6 +105,18 @@ type ApprovalSpec struct {
 	MaxPending int
 }
 
+// MaxReplacedApprovals is how many times an intent's live approval may be
+// replaced by one of another request (other labels, another mandate):
+// each replacement keeps the voided row, and an agent re-sending one held
+// request with fresh metadata at its decision rate stored a row of up to
+// its body's size each time, forever (found by a review).
+const MaxReplacedApprovals = 8
+
+// ErrApprovalReplacedTooOften means opening the approval would replace
+// the intent's live one after MaxReplacedApprovals replacements: nothing
+// was written, and the live approval stays as it was.
+var ErrApprovalReplacedTooOften = errors.New("ledger: the intent's approval was replaced too often")
+
 // ErrTooManyPendingApprovals means an approval would open while the
 // agent already has ApprovalSpec.MaxPending pending.
 var ErrTooManyPendingApprovals = errors.New("ledger: the agent has too many approvals pending")
@@ -131,8 +143,19 @@ func (tx *Tx) OpenApproval(ctx context.Context, it Intent, v ApprovalSpec) error
 	if err != nil {
 		return err
 	}
-	if _, err := tx.tx.Exec(ctx, supersedeApprovalSQL, it.RailAccount, it.SIK, args[len(args)-1], v.agent(it), v.MandateHash); err != nil {
+	tag, err := tx.tx.Exec(ctx, supersedeApprovalSQL, it.RailAccount, it.SIK, args[len(args)-1], v.agent(it), v.MandateHash)
+	if err != nil {
 		return err
+	}
+	if tag.RowsAffected() > 0 {
+		var voided int
+		if err := tx.tx.QueryRow(ctx, `SELECT count(*) FROM approvals WHERE rail_account = $1 AND sik = $2 AND state = 'void'`,
+			it.RailAccount, it.SIK).Scan(&voided); err != nil {
+			return err
+		}
+		if voided > MaxReplacedApprovals {
+			return fmt.Errorf("%w (%d)", ErrApprovalReplacedTooOften, voided-1)
+		}
 	}
 	if _, err := tx.tx.Exec(ctx, expireLapsedSQL, v.agent(it)); err != nil {
 		return err

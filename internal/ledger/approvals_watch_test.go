@@ -73,7 +73,9 @@ func TestLiveApprovalsMarkChangesWithTheLiveSet(t *testing.T) {
 		}
 	}, true, true)
 	before := mark(f.agent.ID)
-	_ = hold(f.agent.ID, 50*time.Millisecond)
+	// Short, but long enough to be read live on a loaded machine (50 ms
+	// ran out before the helper's own read of it under a CI run's load).
+	_ = hold(f.agent.ID, 2*time.Second)
 	opened := mark(f.agent.ID)
 	if opened == before {
 		t.Fatal("a short HOLD did not change the mark")
