@@ -143,14 +143,20 @@ func (tx *Tx) OpenApproval(ctx context.Context, it Intent, v ApprovalSpec) error
 	if err != nil {
 		return err
 	}
-	tag, err := tx.tx.Exec(ctx, supersedeApprovalSQL, it.RailAccount, it.SIK, args[len(args)-1], v.agent(it), v.MandateHash)
-	if err != nil {
+	// relabelled: the live approval voided was of other labels (not only
+	// of another mandate, which the owner's replacing it causes).
+	var relabelled bool
+	switch err := tx.tx.QueryRow(ctx, supersedeApprovalSQL, it.RailAccount, it.SIK, args[len(args)-1], v.agent(it), v.MandateHash).Scan(&relabelled); {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
 		return err
 	}
-	if tag.RowsAffected() > 0 {
+	if relabelled {
+		// Counted for this agent alone: another agent's replacements on
+		// the same intent are not its own (found by a review).
 		var voided int
-		if err := tx.tx.QueryRow(ctx, `SELECT count(*) FROM approvals WHERE rail_account = $1 AND sik = $2 AND state = 'void'`,
-			it.RailAccount, it.SIK).Scan(&voided); err != nil {
+		if err := tx.tx.QueryRow(ctx, `SELECT count(*) FROM approvals WHERE rail_account = $1 AND sik = $2 AND state = 'void' AND agent_id = $3`,
+			it.RailAccount, it.SIK, v.agent(it)).Scan(&voided); err != nil {
 			return err
 		}
 		if voided > MaxReplacedApprovals {
@@ -203,7 +209,8 @@ const expireLapsedSQL = `UPDATE approvals SET state = 'expired' WHERE id IN (
 // agent's approval is not its to void (a sibling's labelled request would
 // otherwise void an approval the owner gave, and take its place).
 const supersedeApprovalSQL = `UPDATE approvals SET state = 'void'
-		WHERE rail_account = $1 AND sik = $2 AND state IN ('pending', 'approved') AND (labels <> $3 OR mandate_hash <> $5) AND agent_id = $4`
+		WHERE rail_account = $1 AND sik = $2 AND state IN ('pending', 'approved') AND (labels <> $3 OR mandate_hash <> $5) AND agent_id = $4
+		RETURNING labels <> $3`
 
 const openApprovalSQL = `
 		INSERT INTO approvals (id, rail_account, sik, owner_id, agent_id, mandate_hash, fingerprint, gates, expires_at, labels)

@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -232,5 +233,79 @@ func TestPendingApprovalsAreBounded(t *testing.T) {
 	}
 	if err := hold(301); !errors.Is(err, ErrTooManyPendingApprovals) {
 		t.Fatalf("past the bound again: %v", err)
+	}
+}
+
+// TestApprovalReplacementsCountedPerAgentAndLabels: an intent's approval
+// is replaced by one of other labels at most MaxReplacedApprovals times;
+// what is counted is the agent's own replacements for other labels (found
+// by a review: voids by another agent of the owner, or an approval
+// re-opened under the mandate that replaced its own, were counted too,
+// and blocked an honest request with the labels the owner was asked
+// about).
+func TestApprovalReplacementsCountedPerAgentAndLabels(t *testing.T) {
+	ctx := context.Background()
+	f := newOutboxFixture(t, "own_relabels")
+	other, err := f.s.CreateAgent(ctx, f.owner, "sibling bot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := proposal(1)
+	p.AgentID = f.agent.ID
+	var it Intent
+	open := func(agent, labels, mandate string, ttl time.Duration) error {
+		return f.s.InTx(ctx, func(tx *Tx) error {
+			if it.SIK == "" {
+				var err error
+				if it, _, err = tx.CreateIntent(ctx, p.NewIntent); err != nil {
+					return err
+				}
+				if it, err = tx.Transition(ctx, it, intent.GatesHeld, TransitionOpts{Reason: "needs approval"}); err != nil {
+					return err
+				}
+			}
+			return tx.OpenApproval(ctx, it, ApprovalSpec{AgentID: agent, Labels: labels, MandateHash: mandate, TTL: ttl})
+		})
+	}
+	labels := func(i int) string { return fmt.Sprintf(`{"ticket": "T-%d"}`, i) }
+	const m1, m2 = "m1", "m2"
+	for i := 0; i <= MaxReplacedApprovals; i++ {
+		if err := open(f.agent.ID, labels(i), m1, time.Hour); err != nil {
+			t.Fatalf("opening %d: %v", i, err)
+		}
+	}
+	if err := open(f.agent.ID, labels(99), m1, time.Hour); !errors.Is(err, ErrApprovalReplacedTooOften) {
+		t.Fatalf("a replacement past the bound = %v; want ErrApprovalReplacedTooOften", err)
+	}
+	// The same labels under the mandate that replaced the first: not a
+	// replacement for other labels.
+	if err := open(f.agent.ID, labels(MaxReplacedApprovals), m2, 2*time.Second); err != nil {
+		t.Fatalf("the same labels under a new mandate = %v", err)
+	}
+	// Once that one has run out, a sibling agent of the owner opens its
+	// own, and changes its labels: its replacements are its own.
+	if !wait.Until(20*time.Second, func() bool {
+		live := true
+		err := f.s.InTx(ctx, func(tx *Tx) error {
+			var err error
+			_, live, err = tx.LiveApproval(ctx, it.Key) // marks one that ran out expired
+			return err
+		})
+		return err == nil && !live
+	}) {
+		t.Fatal("the approval never ran out")
+	}
+	for i := range 3 {
+		if err := open(other.ID, labels(200+i), m2, time.Hour); err != nil {
+			t.Fatalf("the sibling's approval %d: %v", i, err)
+		}
+	}
+	var mine, theirs int
+	if err := f.s.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE agent_id = $2), count(*) FILTER (WHERE agent_id = $3) FROM approvals WHERE sik = $1 AND state = 'void'`,
+		it.SIK, f.agent.ID, other.ID).Scan(&mine, &theirs); err != nil {
+		t.Fatal(err)
+	}
+	if mine < MaxReplacedApprovals || theirs != 2 {
+		t.Fatalf("voided approvals: %d of the first agent, %d of the sibling; want at least %d and 2", mine, theirs, MaxReplacedApprovals)
 	}
 }
