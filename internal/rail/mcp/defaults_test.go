@@ -57,3 +57,40 @@ func TestRazorpayDefaultsListNoPayoutListTool(t *testing.T) {
 		t.Error("RazorpayDefaults no longer reads a payout by its id")
 	}
 }
+
+// TestReadOnlyToolIDsAreIDs: a read-only tool's id arguments must be rail
+// ids. Razorpay's server puts fetch_order's order_id and
+// fetch_payment_link's payment_link_id into the rail's path unescaped
+// (razorpay-go's Order.Fetch, PaymentLink.Fetch), so a path or a query in
+// one read what the tool was not listed for (found by a review); other
+// arguments are the server's to read.
+func TestReadOnlyToolIDsAreIDs(t *testing.T) {
+	rz := mustNew(t, RazorpayDefaults())()
+	for _, tc := range []struct{ tool, args string }{
+		{"fetch_order", `{"order_id":"../payments/pay_1/card"}`},
+		{"fetch_order", `{"order_id":"order_1?expand[]=payments.card"}`},
+		{"fetch_payment_link", `{"payment_link_id":"../payouts?account_number=1111222233334444"}`},
+		{"fetch_order_payments", `{"Order_Id":"order_1/../../payments"}`},
+		{"fetch_payment", `{"payment_id":""}`},
+		{"fetch_payment", `{"payment_id":"pay_1%2F..%2Fx"}`},
+		{"fetch_order", `[1]`},
+	} {
+		if p, err := rz.Parse(call(tc.tool, tc.args)); !errors.Is(err, rail.ErrMalformed) {
+			t.Errorf("%s %s parsed as %+v, %v; want it refused", tc.tool, tc.args, p, err)
+		}
+	}
+	for _, tc := range []struct{ tool, args string }{
+		{"fetch_order", `{"order_id":"order_IluGWxBm9U8zJ8"}`},
+		{"fetch_all_payments", `{"count":10,"skip":0,"from":1700000000}`},
+		{"fetch_payment", `{"payment_id":"pay_1"}`},
+		{"fetch_payment", `null`},
+	} {
+		if p, err := rz.Parse(call(tc.tool, tc.args)); err != nil || p.Kind != rail.KindRead {
+			t.Errorf("%s %s parsed as %+v, %v; want a read", tc.tool, tc.args, p, err)
+		}
+	}
+	st := mustNew(t, StripeDefaults())()
+	if p, err := st.Parse(call("search_stripe_documentation", `{"question":"how do I refund? see /docs/refunds?x=1 and ../api"}`)); err != nil || p.Kind != rail.KindRead {
+		t.Errorf("a documentation search parsed as %+v, %v; want a read", p, err)
+	}
+}

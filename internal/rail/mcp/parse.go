@@ -427,6 +427,9 @@ func (ad *adapter) parseCall(msg object, query string, req rail.Request) (rail.P
 		return rail.Parsed{}, malformed("params.name", "tools/call needs the tool's name as a string")
 	}
 	if ad.readOnly[name] {
+		if err := readArguments(params["arguments"]); err != nil {
+			return rail.Parsed{}, err
+		}
 		return rail.Parsed{Kind: rail.KindRead}, nil
 	}
 	tool, ok := ad.tools[name]
@@ -701,6 +704,32 @@ func integerLiteral(s string) bool {
 		}
 	}
 	return true
+}
+
+// readArguments checks a read-only tool's arguments: every argument named
+// id or …_id that is a string must be a rail id (isID). Servers put such
+// an argument into the rail's path, and Razorpay's SDK does so unescaped
+// for orders and payment links, so order_id "../payments/pay_1/card" or
+// "order_1?expand[]=card" read what the read-only tool was not listed for
+// (found by a review). Other arguments (a documentation search's text,
+// counts, times) are the server's to read.
+func readArguments(raw json.RawMessage) error {
+	if t := rail.TrimJSONSpace(raw); len(t) == 0 || string(t) == "null" {
+		return nil
+	}
+	args, ok := asObject(raw)
+	if !ok {
+		return malformed("params.arguments", "a tool's arguments are an object")
+	}
+	for _, k := range slices.Sorted(maps.Keys(args)) {
+		if k != "id" && !strings.HasSuffix(strings.ToLower(k), "_id") {
+			continue
+		}
+		if v, isString := asString(args[k]); isString && !isID(v) {
+			return malformed("params.arguments."+k, "an id is 1 to 255 letters, digits and underscores (a server may put it into the rail's path)")
+		}
+	}
+	return nil
 }
 
 // isID reports whether s is a plausible rail id (Stripe pi_…, Razorpay
