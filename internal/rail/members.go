@@ -1,8 +1,10 @@
 package rail
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -47,4 +49,31 @@ func MaxLen(n int) func(string) error {
 		}
 		return nil
 	}
+}
+
+// MaxSafeInteger is the largest amount a form or query member may carry:
+// 2^53-1, which a JavaScript or PHP reader holds exactly as Go does.
+const MaxSafeInteger = 1<<53 - 1
+
+// ParseUnsigned reads a form or query value of digits only — no sign,
+// space or leading zero, at most MaxSafeInteger — so that every reader
+// reads one number. kind completes "is not …" in its refusal ("a
+// non-negative integer").
+func ParseUnsigned(v, kind string) (int64, error) {
+	if v == "" {
+		return 0, errors.New("is empty")
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, fmt.Errorf("is not %s", kind)
+		}
+	}
+	if len(v) > 1 && v[0] == '0' {
+		return 0, errors.New("has a leading zero")
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n > MaxSafeInteger {
+		return 0, fmt.Errorf("is out of range (at most %d)", int64(MaxSafeInteger))
+	}
+	return n, nil
 }

@@ -3,7 +3,6 @@ package razorpay
 import (
 	"fmt"
 	"net/url"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -199,21 +198,4 @@ func referenceID(v string) error {
 
 // parseUnsigned reads digits only: no sign, space or leading zero, at
 // most 2^53-1, so PHP and Go read one number.
-func parseUnsigned(v string) (int64, error) {
-	if v == "" {
-		return 0, fmt.Errorf("is empty")
-	}
-	for i := 0; i < len(v); i++ {
-		if v[i] < '0' || v[i] > '9' {
-			return 0, fmt.Errorf("is not a non-negative integer")
-		}
-	}
-	if len(v) > 1 && v[0] == '0' {
-		return 0, fmt.Errorf("has a leading zero")
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n > maxAmount {
-		return 0, fmt.Errorf("is out of range (at most %d)", int64(maxAmount))
-	}
-	return n, nil
-}
+func parseUnsigned(v string) (int64, error) { return rail.ParseUnsigned(v, "a non-negative integer") }

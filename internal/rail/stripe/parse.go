@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -14,9 +13,6 @@ import (
 
 // headerDistinct carries the caller's reason for a second identical action.
 const headerDistinct = "x-countersign-distinct"
-
-// maxAmount is 2^53-1, the largest amount a SIK can carry exactly.
-const maxAmount = 1<<53 - 1
 
 // headers is where every request header stands (README.md). Stripe reads
 // Stripe-Account and Stripe-Context to choose whose account a request acts
@@ -298,22 +294,7 @@ func amount(f map[string]string, required bool) (*int64, error) {
 }
 
 func parseMinor(v string) (int64, error) {
-	if v == "" {
-		return 0, fmt.Errorf("is empty")
-	}
-	for i := 0; i < len(v); i++ {
-		if v[i] < '0' || v[i] > '9' {
-			return 0, fmt.Errorf("is not a non-negative integer in minor units")
-		}
-	}
-	if len(v) > 1 && v[0] == '0' {
-		return 0, fmt.Errorf("has a leading zero")
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n > maxAmount {
-		return 0, fmt.Errorf("is out of range (at most %d)", int64(maxAmount))
-	}
-	return n, nil
+	return rail.ParseUnsigned(v, "a non-negative integer in minor units")
 }
 
 func currencyOf(f map[string]string, required bool) (string, error) {
