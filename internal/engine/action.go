@@ -82,8 +82,8 @@ func (e *Engine) route(req Request) target {
 	if req.BodyTruncated {
 		return refusal(refuseRail(acct, req, ReasonBodyTruncated, "The request body was truncated before Countersign could read it whole; send a smaller request.", http.StatusForbidden))
 	}
-	if n := headerBytes(req.Headers); n > maxHeaderBytes {
-		return refusal(refuseRail(acct, req, ReasonHeadersTooLarge, fmt.Sprintf("The request's headers come to %d bytes, more than the %d Countersign keeps with a request; send it with fewer or smaller headers.", n, maxHeaderBytes), http.StatusRequestHeaderFieldsTooLarge))
+	if n := HeaderBytes(req.Headers); n > MaxHeaderBytes {
+		return refusal(refuseRail(acct, req, ReasonHeadersTooLarge, fmt.Sprintf("The request's headers come to %d bytes, more than the %d Countersign keeps with a request; send it with fewer or smaller headers.", n, MaxHeaderBytes), http.StatusRequestHeaderFieldsTooLarge))
 	}
 	if !ok {
 		return refusal(refuse(req, ReasonRouteUnknown, fmt.Sprintf("Countersign does not guard %s %s%s: no rail account is configured for this host.", req.Method, req.Host, pathOnly(req.Path)), http.StatusForbidden))

@@ -16,13 +16,14 @@ import (
 // and 2 MiB of logs, within any limit on how many decisions an agent asks
 // for.
 const (
-	// maxHeaderBytes bounds a request's headers (names and values, the
+	// MaxHeaderBytes bounds a request's headers (names and values, the
 	// credential's removed): every header of a money call is kept with its
 	// attempt, in a ledger every agent shares and nothing prunes. An SDK's
 	// call carries under 2 KiB; 60 junk headers of 8 KiB each through the
 	// native API stored 481 KB an ALLOW, 11 MiB a second from one agent at
-	// its decision rate (found by a review).
-	maxHeaderBytes = 16 << 10
+	// its decision rate (found by a review). A rail answer a native caller
+	// reports is held to it too (api.DecisionServer.Commit).
+	MaxHeaderBytes = 16 << 10
 	// maxExtraBytes bounds a structured action's extra members (names and
 	// values), which its intent keeps: a rail's members that make an
 	// action what it is are a few short values (found by a review: 480 KiB
@@ -75,15 +76,9 @@ func BoundedHost(h string) string { return clip(h, maxHostBytes) }
 // record cuts it.
 func BoundedPath(p string) string { return clip(pathOnly(p), maxPathBytes) }
 
-// MaxHeaderBytes is the most a request's headers, or a rail answer's a
-// native caller reports, may come to (names and values).
-const MaxHeaderBytes = maxHeaderBytes
-
-// HeaderBytes is the size of headers, names and values.
-func HeaderBytes(headers map[string]string) int { return headerBytes(headers) }
-
-// headerBytes is the size of headers, names and values.
-func headerBytes(headers map[string]string) int {
+// HeaderBytes is the size of headers (or of any map of strings: a
+// structured action's extra), names and values.
+func HeaderBytes(headers map[string]string) int {
 	n := 0
 	for k, v := range headers {
 		n += len(k) + len(v)

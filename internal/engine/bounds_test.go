@@ -114,7 +114,7 @@ func TestBoundedRequestParts(t *testing.T) {
 }
 
 // TestHeadersStoredAreBounded: a money call's headers are kept with its
-// attempt, so headers past maxHeaderBytes refuse the request before
+// attempt, so headers past MaxHeaderBytes refuse the request before
 // anything is stored but its bounded decision; headers up to the bound
 // leave with the attempt as sent.
 func TestHeadersStoredAreBounded(t *testing.T) {
@@ -127,15 +127,15 @@ func TestHeadersStoredAreBounded(t *testing.T) {
 	defer conn.Close(ctx)
 	junk := func(req Request, total int) Request {
 		req.Headers = map[string]string{"content-type": "application/x-www-form-urlencoded"}
-		for i := 0; headerBytes(req.Headers) < total; i++ {
-			req.Headers[fmt.Sprintf("x-junk-%03d", i)] = strings.Repeat("j", min(2000, total-headerBytes(req.Headers)-10))
+		for i := 0; HeaderBytes(req.Headers) < total; i++ {
+			req.Headers[fmt.Sprintf("x-junk-%03d", i)] = strings.Repeat("j", min(2000, total-HeaderBytes(req.Headers)-10))
 		}
 		return req
 	}
-	big := junk(r.refundOf(100), maxHeaderBytes+1)
+	big := junk(r.refundOf(100), MaxHeaderBytes+1)
 	out := r.e.Decide(ctx, big)
 	if out.Verdict != Block || out.ReasonCode != ReasonHeadersTooLarge || out.HTTPStatus != 431 {
-		t.Fatalf("headers of %d bytes: %s %s (%d): %s", headerBytes(big.Headers), out.Verdict, out.ReasonCode, out.HTTPStatus, out.Reason)
+		t.Fatalf("headers of %d bytes: %s %s (%d): %s", HeaderBytes(big.Headers), out.Verdict, out.ReasonCode, out.HTTPStatus, out.Reason)
 	}
 	var intents int
 	if err := conn.QueryRow(ctx, `SELECT count(*) FROM intents`).Scan(&intents); err != nil || intents != 0 {
@@ -146,15 +146,15 @@ func TestHeadersStoredAreBounded(t *testing.T) {
 		t.Errorf("the refusal's decision record: %d bytes, %v", size, err)
 	}
 
-	fits := junk(r.refundOf(100), maxHeaderBytes)
-	if n := headerBytes(fits.Headers); n != maxHeaderBytes {
+	fits := junk(r.refundOf(100), MaxHeaderBytes)
+	if n := HeaderBytes(fits.Headers); n != MaxHeaderBytes {
 		t.Fatalf("the fitting headers are %d bytes", n)
 	}
 	if out := r.e.Decide(ctx, fits); out.Verdict != Allow {
-		t.Fatalf("headers of exactly %d bytes: %s %s: %s", maxHeaderBytes, out.Verdict, out.ReasonCode, out.Reason)
+		t.Fatalf("headers of exactly %d bytes: %s %s: %s", MaxHeaderBytes, out.Verdict, out.ReasonCode, out.Reason)
 	}
 	var stored int
-	if err := conn.QueryRow(ctx, `SELECT octet_length(request_headers::text) FROM attempts`).Scan(&stored); err != nil || stored < maxHeaderBytes || stored > 2*maxHeaderBytes {
+	if err := conn.QueryRow(ctx, `SELECT octet_length(request_headers::text) FROM attempts`).Scan(&stored); err != nil || stored < MaxHeaderBytes || stored > 2*MaxHeaderBytes {
 		t.Errorf("the attempt keeps %d bytes of headers, %v", stored, err)
 	}
 }

@@ -338,7 +338,7 @@ func (e *Engine) DecideAction(ctx context.Context, req Request, railAccount stri
 		out := refuseRail(acct, req, ReasonInvalidAction, fmt.Sprintf("payee %q is not whom this %s pays: a payout's or transfer's payee is its destination, its subject (%q), and a refund has none.", a.Payee, a.Kind, a.Subject), http.StatusBadRequest)
 		return e.decide(ctx, req, target{acct: acct, refusal: &out})
 	}
-	if n := headerBytes(a.Extra); n > maxExtraBytes {
+	if n := HeaderBytes(a.Extra); n > maxExtraBytes {
 		out := refuseRail(acct, req, ReasonInvalidAction, fmt.Sprintf("extra comes to %d bytes, more than the %d Countersign keeps with an action; a rail's members that make an action what it is are a few short values.", n, maxExtraBytes), http.StatusBadRequest)
 		return e.decide(ctx, req, target{acct: acct, refusal: &out})
 	}

@@ -391,11 +391,17 @@ func tooManyPending(held *verdict, agentID string, max int) *verdict {
 	reason := fmt.Sprintf("Agent %s already has %d requests waiting for its owner's approval, the most it may; "+
 		"no approval was opened for this request (an intent it already has stays as it was). "+
 		"Send it again once the owner has approved, rejected or let some of them expire.", agentID, max)
-	v := &verdict{Verdict: Block, ReasonCode: ReasonTooManyPendingApprovals, Reason: reason}
+	return heldRefused(held, ReasonTooManyPendingApprovals, reason)
+}
+
+// heldRefused is the BLOCK, by the limits, of a request the gates held
+// (held's records kept) for which no approval could be opened.
+func heldRefused(held *verdict, code, reason string) *verdict {
+	v := &verdict{Verdict: Block, ReasonCode: code, Reason: reason}
 	if held != nil {
 		v.Gates = append(v.Gates, held.Gates...)
 	}
-	v.Gates = append(v.Gates, ledger.GateRecord{Gate: gate.GateLimits, Verdict: string(Block), ReasonCode: ReasonTooManyPendingApprovals, Reason: reason})
+	v.Gates = append(v.Gates, ledger.GateRecord{Gate: gate.GateLimits, Verdict: string(Block), ReasonCode: code, Reason: reason})
 	return v
 }
 
@@ -410,12 +416,7 @@ func replacedTooOften(held *verdict, it ledger.Intent) *verdict {
 	reason := fmt.Sprintf("intent %s was held for its owner with other labels (metadata, notes, a description) %d times already, the most Countersign keeps; "+
 		"no approval was opened for this request, and the owner's pending one stays as it was. Send the request with the labels the owner is asked about.",
 		it.SIK, ledger.MaxReplacedApprovals)
-	v := &verdict{Verdict: Block, ReasonCode: ReasonApprovalReplacedTooOften, Reason: reason}
-	if held != nil {
-		v.Gates = append(v.Gates, held.Gates...)
-	}
-	v.Gates = append(v.Gates, ledger.GateRecord{Gate: gate.GateLimits, Verdict: string(Block), ReasonCode: ReasonApprovalReplacedTooOften, Reason: reason})
-	return v
+	return heldRefused(held, ReasonApprovalReplacedTooOften, reason)
 }
 
 // ReasonHeldValueChanged refuses a held full refund whose value (what is
