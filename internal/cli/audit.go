@@ -155,7 +155,7 @@ func newAuditVerify() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			for _, p := range rep.Problems {
-				fmt.Fprintf(out, "PROBLEM %s %s: %s\n", p.RailAccount, p.Kind, p.Problem)
+				fmt.Fprintf(out, "PROBLEM %s %s: %s\n", shown(p.RailAccount), p.Kind, shown(p.Problem))
 			}
 			if !rep.SignaturesChecked {
 				fmt.Fprintln(out, "checkpoint and heartbeat signatures NOT checked (--insecure-no-signatures): a log re-sealed with any key would pass, and no heartbeat vouches for unsealed records")

@@ -95,8 +95,8 @@ intent's audit record.`,
 				return refusal(err)
 			}
 			it := r.GetIntent()
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s (%s)\n", it.GetRailAccount(), it.GetSik(),
-				enumWord(it.GetState().String(), "INTENT_STATE_"), it.GetLastReason())
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s (%s)\n", shown(it.GetRailAccount()), shown(it.GetSik()),
+				enumWord(it.GetState().String(), "INTENT_STATE_"), shown(it.GetLastReason()))
 			return nil
 		},
 	}

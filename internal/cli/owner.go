@@ -23,7 +23,11 @@ func table(w io.Writer, header string, rows [][]string) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, header)
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		cells := make([]string, len(r))
+		for i, c := range r {
+			cells[i] = shown(c)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	_ = tw.Flush()
 }
@@ -299,7 +303,7 @@ func newApprovals() *cobra.Command {
 				}
 				a = r.GetApproval()
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s\n", a.GetApprovalId(), approvalState(a), approvalWhat(a))
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s\n", shown(a.GetApprovalId()), approvalState(a), shown(approvalWhat(a)))
 			return nil
 		}
 	}
@@ -449,7 +453,7 @@ func printApproval(w io.Writer, a *countersignv1.Approval) {
 	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\n", r[0], r[1])
+		fmt.Fprintf(tw, "%s\t%s\n", r[0], shown(r[1]))
 	}
 	_ = tw.Flush()
 }

@@ -41,7 +41,7 @@ func newReconcile() *cobra.Command {
 			}
 			out := cmd.OutOrStdout()
 			for _, r := range rep.Results {
-				fmt.Fprintf(out, "%s/%s %s -> %s (%d pages) %s\n", r.Key.RailAccount, r.Key.SIK, r.Outcome, r.State, r.Pages, r.Detail)
+				fmt.Fprintf(out, "%s/%s %s -> %s (%d pages) %s\n", shown(r.Key.RailAccount), r.Key.SIK, r.Outcome, r.State, r.Pages, shown(r.Detail))
 			}
 			fmt.Fprintf(out, "expired %d leases; reconciled %d: %d applied, %d absent, %d inconclusive, %d quarantined\n",
 				rep.Expired, rep.Claimed, rep.Applied, rep.Absent, rep.Inconclusive, rep.Quarantined)

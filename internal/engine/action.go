@@ -115,6 +115,16 @@ func (e *Engine) actionTarget(req Request, acct *rails.Account, a rail.Action) t
 		out := refuseRail(acct, req, ReasonInvalidAction, fmt.Sprintf("%s holds a NUL character (U+0000), which no rail id or text may hold; send it without.", field), http.StatusBadRequest)
 		return target{acct: acct, refusal: &out}
 	}
+	if why := unshownField(a); why != "" {
+		// What an approval shows its owner (the console, the CLI, the
+		// webhooks) must read as it is written. The parsers of requests
+		// through Envoy hold subjects and payees to rail ids; a native
+		// caller's structured action was held to nothing, so a held
+		// transfer's subject could carry terminal escapes that redrew the
+		// owner's `approvals list` (found by a review).
+		out := refuseRail(acct, req, ReasonInvalidAction, why, http.StatusBadRequest)
+		return target{acct: acct, refusal: &out}
+	}
 	if out := sourceAccountRefusal(req, acct, a); out != nil {
 		return target{acct: acct, refusal: out}
 	}
@@ -156,6 +166,44 @@ func nulField(a rail.Action) string {
 		return ""
 	}
 	return fmt.Sprintf("member %q", slices.Min(bad))
+}
+
+// unshownField says why a member of a cannot be shown to an owner as it is
+// (a subject or payee that is not a rail id, an extra member's name or
+// value holding a character not seen, sik.Hidden), or "". Labels are
+// checked as they are parsed (rail.AddLabel).
+func unshownField(a rail.Action) string {
+	if !rail.IsID(a.Subject) {
+		return fmt.Sprintf("the subject %s is not a rail id (1 to 255 letters, digits and underscores).", strconv.QuoteToASCII(trimmed(a.Subject)))
+	}
+	if a.Payee != "" && !rail.IsID(a.Payee) {
+		return fmt.Sprintf("the payee %s is not a rail id (1 to 255 letters, digits and underscores).", strconv.QuoteToASCII(trimmed(a.Payee)))
+	}
+	// The first member in name order, named; sorted only when one is bad
+	// (this runs on every action).
+	var bad []string
+	for k, v := range a.Extra {
+		if sik.CheckShown(k) != nil || sik.CheckShown(v) != nil {
+			bad = append(bad, k)
+		}
+	}
+	if len(bad) == 0 {
+		return ""
+	}
+	k := slices.Min(bad)
+	err := sik.CheckShown(k)
+	if err == nil {
+		err = sik.CheckShown(a.Extra[k])
+	}
+	return fmt.Sprintf("member %s %v.", strconv.QuoteToASCII(trimmed(k)), err)
+}
+
+// trimmed is s cut to its first 64 bytes, for an error that names it.
+func trimmed(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
 }
 
 // run answers an authenticated caller's target.

@@ -305,7 +305,7 @@ func (ad *adapter) classifyEntity(a rail.Action, e json.RawMessage) rail.Classif
 		return ambiguous("the tool answered but %v", err)
 	}
 	return rail.Classification{Outcome: rail.Applied, EntityID: p.id, Stamp: p.stamp,
-		Reason: fmt.Sprintf("via MCP: the tool created %s %s", a.Kind, p.id)} // isID: no markup
+		Reason: fmt.Sprintf("via MCP: the tool created %s %s", a.Kind, p.id)} // rail.IsID: no markup
 }
 
 // entityShape is where each rail writes an entity's type, subject and
@@ -341,7 +341,7 @@ func readPartial(r sik.Rail, a rail.Action, raw json.RawMessage) (partial, error
 		}
 	}
 	id, _ := asString(o["id"])
-	if !isID(id) {
+	if !rail.IsID(id) {
 		return partial{}, fmt.Errorf("its result has no entity id: %s", snippet(raw))
 	}
 	if id == a.Subject {

@@ -496,7 +496,7 @@ func (ad *adapter) action(name string, t Tool, args object, req rail.Request) (r
 		return rail.Action{}, malformed(field(t.Subject), "required: the %s's subject", t.Kind)
 	}
 	subject, ok := asString(raw)
-	if !ok || !isID(subject) {
+	if !ok || !rail.IsID(subject) {
 		return rail.Action{}, malformed(field(t.Subject), "%.60s is not a rail id", raw)
 	}
 	a.Subject = subject
@@ -707,7 +707,7 @@ func integerLiteral(s string) bool {
 }
 
 // readArguments checks a read-only tool's arguments: every argument named
-// id or …_id that is a string must be a rail id (isID). Servers put such
+// id or …_id that is a string must be a rail id (rail.IsID). Servers put such
 // an argument into the rail's path, and Razorpay's SDK does so unescaped
 // for orders and payment links, so order_id "../payments/pay_1/card" or
 // "order_1?expand[]=card" read what the read-only tool was not listed for
@@ -725,29 +725,11 @@ func readArguments(raw json.RawMessage) error {
 		if k != "id" && !strings.HasSuffix(strings.ToLower(k), "_id") {
 			continue
 		}
-		if v, isString := asString(args[k]); isString && !isID(v) {
+		if v, isString := asString(args[k]); isString && !rail.IsID(v) {
 			return malformed("params.arguments."+k, "an id is 1 to 255 letters, digits and underscores (a server may put it into the rail's path)")
 		}
 	}
 	return nil
-}
-
-// isID reports whether s is a plausible rail id (Stripe pi_…, Razorpay
-// pay_…): 1–255 of [A-Za-z0-9_], so it means the same in the rail's paths.
-func isID(s string) bool {
-	if s == "" || len(s) > 255 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !idByte(s[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func idByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_'
 }
 
 // isCurrency reports whether v is three ASCII letters (either case).

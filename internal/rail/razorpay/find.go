@@ -98,7 +98,7 @@ func (adapter) Find(ctx context.Context, c rail.Client, a rail.Action, stamp str
 	if _, _, err := sik.ParseStamp(stamp); err != nil {
 		return f, fmt.Errorf("razorpay: find: %w", err)
 	}
-	if !isID(a.Subject) {
+	if !rail.IsID(a.Subject) {
 		return f, fmt.Errorf("razorpay: find: subject %q is not a Razorpay id", a.Subject)
 	}
 	switch a.Kind {
@@ -106,7 +106,7 @@ func (adapter) Find(ctx context.Context, c rail.Client, a rail.Action, stamp str
 		return search(ctx, c, "/v1/payments/"+a.Subject+"/refunds", url.Values{}, a, stamp)
 	case sik.KindPayout:
 		acct := a.Extra["account_number"]
-		if !isID(acct) {
+		if !rail.IsID(acct) {
 			return f, fmt.Errorf("razorpay: find payout: account_number %q missing from the action", acct)
 		}
 		return search(ctx, c, "/v1/payouts", fromSince(url.Values{"account_number": {acct}}, since), a, stamp)

@@ -107,7 +107,7 @@ const (
 )
 
 func idValue(v string) error {
-	if !isID(v) {
+	if !rail.IsID(v) {
 		return fmt.Errorf("%q is not a Razorpay id", v)
 	}
 	return nil
@@ -131,7 +131,7 @@ func narration(v string) error {
 		return fmt.Errorf("longer than 30 characters")
 	}
 	for i := 0; i < len(v); i++ {
-		if c := v[i]; c != ' ' && (c == '_' || !idByte(c)) {
+		if c := v[i]; c != ' ' && (c == '_' || !rail.IDByte(c)) {
 			return fmt.Errorf("%q: only letters, digits and spaces", v)
 		}
 	}

@@ -72,7 +72,7 @@ func checkKey(kind sik.Kind, v string) error {
 		return fmt.Errorf("key %q has %d characters, want %d to %d", v, len(v), minLen, maxLen)
 	}
 	for i := 0; i < len(v); i++ {
-		if c := v[i]; !idByte(c) && c != '-' {
+		if c := v[i]; !rail.IDByte(c) && c != '-' {
 			return fmt.Errorf("key %q has %q outside [A-Za-z0-9_-]", v, c)
 		}
 	}

@@ -68,7 +68,7 @@ func (adapter) Resolve(ctx context.Context, c rail.Client, a rail.Action) (rail.
 }
 
 func resolvePayment(ctx context.Context, c rail.Client, id string) (rail.Referent, error) {
-	if !isID(id) {
+	if !rail.IsID(id) {
 		return rail.Referent{}, fmt.Errorf("%q is not a Razorpay id", id)
 	}
 	status, body, err := get(ctx, c, "/v1/payments/"+id)

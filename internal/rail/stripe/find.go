@@ -60,7 +60,7 @@ func (adapter) Find(ctx context.Context, c rail.Client, a rail.Action, stamp str
 	if _, _, err := sik.ParseStamp(stamp); err != nil {
 		return f, fmt.Errorf("stripe: find: %w", err)
 	}
-	if !isID(a.Subject) {
+	if !rail.IsID(a.Subject) {
 		return f, fmt.Errorf("stripe: find: subject %q is not a Stripe id", a.Subject)
 	}
 	// account is the listing of every entity of the kind since, whatever

@@ -139,7 +139,7 @@ var specs = map[sik.Kind]spec{
 }
 
 func idValue(v string) error {
-	if !isID(v) {
+	if !rail.IsID(v) {
 		return fmt.Errorf("%q is not a Stripe id", v)
 	}
 	return nil

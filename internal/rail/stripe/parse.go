@@ -125,7 +125,7 @@ func splitPath(path string) ([]string, bool) {
 	}
 	segs := strings.Split(path[1:], "/")
 	for _, s := range segs {
-		if !isID(s) {
+		if !rail.IsID(s) {
 			return nil, false
 		}
 	}
@@ -146,23 +146,6 @@ func isRead(segs []string) bool {
 		}
 	}
 	return false
-}
-
-// isID reports whether s is a plausible Stripe id or path segment.
-func isID(s string) bool {
-	if s == "" || len(s) > 255 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !idByte(s[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func idByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_'
 }
 
 func malformed(field, format string, args ...any) error {

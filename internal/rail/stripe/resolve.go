@@ -164,7 +164,7 @@ func (adapter) Resolve(ctx context.Context, c rail.Client, a rail.Action) (rail.
 }
 
 func resolvePaymentIntent(ctx context.Context, c rail.Client, id string) (rail.Referent, error) {
-	if !isID(id) {
+	if !rail.IsID(id) {
 		return rail.Referent{}, fmt.Errorf("%q is not a Stripe id", id)
 	}
 	var pi paymentIntent
@@ -214,7 +214,7 @@ func resolvePaymentIntent(ctx context.Context, c rail.Client, id string) (rail.R
 }
 
 func getCharge(ctx context.Context, c rail.Client, id string, ch *charge) error {
-	if !isID(id) {
+	if !rail.IsID(id) {
 		return fmt.Errorf("%q is not a Stripe id", id)
 	}
 	return getObject(ctx, c, "/v1/charges/"+id, ch)
