@@ -52,6 +52,9 @@ func TestParseRefusesCountersignsIDs(t *testing.T) {
 		`{"jsonrpc":"2.0","id":"countersign","method":"ping"}`,
 		`{"jsonrpc":"2.0","id":"` + minted + `","result":{}}`,
 		`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"` + minted + `","reason":"x"}}`,
+		// A Go server reads requestId under any case (found by a review).
+		`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"RequestId":"` + minted + `"}}`,
+		`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"REQUESTID":"` + minted + `"}}`,
 	} {
 		if p, err := ad.Parse(post(body)); !errors.Is(err, rail.ErrMalformed) {
 			t.Errorf("Parse(%s) = %+v, %v; want malformed", body, p, err)

@@ -3,6 +3,7 @@ package mcp
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/countersign/countersign/internal/rail"
@@ -77,6 +78,16 @@ func TestReadOnlyToolIDsAreIDs(t *testing.T) {
 	} {
 		if p, err := rz.Parse(call(tc.tool, tc.args)); !errors.Is(err, rail.ErrMalformed) {
 			t.Errorf("%s %s parsed as %+v, %v; want it refused", tc.tool, tc.args, p, err)
+		}
+	}
+	// Arguments under another case of the name (or with a long s) are read
+	// by a Go server (mcp-go's CallToolParams decodes with encoding/json)
+	// and would reach it unchecked: params holds only what Countersign
+	// reads (found by a review).
+	for _, member := range []string{"Arguments", "ARGUMENTS", "argumentſ", "task"} {
+		body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fetch_order","` + member + `":{"order_id":"../payments/pay_1/card"}}}`
+		if p, err := rz.Parse(post(body)); !errors.Is(err, rail.ErrMalformed) || !strings.Contains(err.Error(), "params."+member) {
+			t.Errorf("%s parsed as %+v, %v; want params.%s refused", body, p, err, member)
 		}
 	}
 	for _, tc := range []struct{ tool, args string }{

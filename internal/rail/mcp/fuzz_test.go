@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -76,8 +77,22 @@ func FuzzParse(f *testing.F) {
 			// answer to a money-moving call is bound to it by that id.
 			if msg, ok := asObject(body); err == nil && ok {
 				params, _ := asObject(msg["params"])
-				if reservedID(msg["id"]) || reservedID(params["requestId"]) {
+				for k, v := range params {
+					if strings.EqualFold(k, "requestId") && reservedID(v) {
+						t.Fatalf("accepted %q, which cancels an id of Countersign's", body)
+					}
+				}
+				if reservedID(msg["id"]) {
 					t.Fatalf("accepted %q, which names an id of Countersign's", body)
+				}
+				// A tools/call's params hold only what Countersign reads:
+				// a Go server reads "Arguments" as arguments.
+				if m, _ := asString(msg["method"]); m == "tools/call" {
+					for k := range params {
+						if !slices.Contains(callKeys, k) {
+							t.Fatalf("accepted %q, whose params.%s a server may read unchecked", body, k)
+						}
+					}
 				}
 			}
 			// An accepted answer to a server request carries nothing a

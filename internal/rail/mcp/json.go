@@ -42,7 +42,10 @@ func checkJSON(body []byte) error {
 }
 
 // object is a JSON object by exact key. Keys are unique up to case when
-// checkJSON passed, so a lookup by exact key misses nothing a server reads.
+// checkJSON passed, but a lookup by exact key still misses a member sent
+// under another case alone ("Arguments"), which a Go server reads: the
+// members of what is read are allowlisted by exact name (callKeys,
+// otherKey), or looked up by any case.
 type object map[string]json.RawMessage
 
 // asObject decodes raw as an object; ok is false for any other JSON type.

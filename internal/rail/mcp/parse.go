@@ -169,8 +169,13 @@ func checkReservedIDs(msg object) error {
 	if reservedID(msg["id"]) {
 		return malformed("id", "ids beginning %q are Countersign's own", reservedIDPrefix)
 	}
-	if params, ok := asObject(msg["params"]); ok && reservedID(params["requestId"]) {
-		return malformed("params.requestId", "ids beginning %q are Countersign's own", reservedIDPrefix)
+	params, _ := asObject(msg["params"])
+	for k, v := range params {
+		// By any case: a Go server matches "RequestId" to its requestId
+		// field (found by a review).
+		if strings.EqualFold(k, "requestId") && reservedID(v) {
+			return malformed("params."+k, "ids beginning %q are Countersign's own", reservedIDPrefix)
+		}
 	}
 	return nil
 }
@@ -426,6 +431,15 @@ func (ad *adapter) parseCall(msg object, query string, req rail.Request) (rail.P
 	if !ok || name == "" {
 		return rail.Parsed{}, malformed("params.name", "tools/call needs the tool's name as a string")
 	}
+	// Only the members Countersign reads, on a read-only call as on a
+	// money-moving one: a Go server matches "Arguments" (or "argumentſ")
+	// to its arguments field, so arguments sent under such a name would
+	// reach the tool unchecked (found by a review).
+	for k := range params {
+		if !slices.Contains(callKeys, k) {
+			return rail.Parsed{}, malformed("params."+k, "not understood on a tools/call (task-augmented calls are refused: Countersign must see the tool's result)")
+		}
+	}
 	if ad.readOnly[name] {
 		if err := readArguments(params["arguments"]); err != nil {
 			return rail.Parsed{}, err
@@ -438,11 +452,6 @@ func (ad *adapter) parseCall(msg object, query string, req rail.Request) (rail.P
 	}
 	if query != "" {
 		return rail.Parsed{}, malformed("query", "a money-moving tools/call carries its arguments in the body only")
-	}
-	for k := range params {
-		if !slices.Contains(callKeys, k) {
-			return rail.Parsed{}, malformed("params."+k, "not understood on a money-moving tools/call (task-augmented calls are refused: Countersign must see the tool's result)")
-		}
 	}
 	if !plainID(msg["id"]) {
 		return rail.Parsed{}, malformed("id", "a money-moving tools/call's id must be an integer of at most %d digits (or a string of them): it reaches the server beside the arguments, seen by no gate", maxPlainID)
