@@ -146,7 +146,8 @@ func TestConsoleInChromium(t *testing.T) {
 	hostile := func() *http.Request {
 		form := curlForm(t, holdLine)
 		form.Set("amount", fmt.Sprint(atoi(t, form.Get("amount"))-100))
-		form.Set("metadata[note]", payload) // a label: shown with the approval it is approved with
+		form.Set("metadata[note]", payload+"\nAmount 1.00 USD") // a label: shown with the approval it is approved with
+		form.Set("reverse_transfer", "true")                      // a member of the key: shown among the card's facts
 		r := curlRequest(t, holdLine)
 		r.Body = io.NopCloser(strings.NewReader(form.Encode()))
 		r.ContentLength = int64(len(form.Encode()))
@@ -161,7 +162,7 @@ func TestConsoleInChromium(t *testing.T) {
 		t.Fatalf("pending approvals = %d, want 1", len(held))
 	}
 	card = fmt.Sprintf(`article.approval[data-approval-id=%q]`, held[0])
-	var canonical, label, title string
+	var canonical, label, title, facts string
 	var injected int
 	run("the hostile request appears", 30*time.Second,
 		chromedp.WaitVisible(card, chromedp.ByQuery),
@@ -169,6 +170,7 @@ func TestConsoleInChromium(t *testing.T) {
 		// height, so it moves nothing): wait for it, as the owner would.
 		waitText(card+` .live-context`, "As of"),
 		chromedp.Text(card+` dl.labels pre.label-value`, &label, chromedp.ByQuery),
+		chromedp.Text(card+` dl.facts`, &facts, chromedp.ByQuery),
 		chromedp.Click(card+` summary`, chromedp.ByQuery),
 		chromedp.Text(card+` pre.canonical`, &canonical, chromedp.ByQuery),
 		chromedp.Evaluate(`document.title`, &title),
@@ -176,8 +178,16 @@ func TestConsoleInChromium(t *testing.T) {
 	if !strings.Contains(canonical, "<script>") || !strings.Contains(canonical, "onerror") {
 		t.Fatalf("the canonical request shown lacks the agent's text verbatim: %q", canonical)
 	}
-	if label != payload {
-		t.Fatalf("the label shown with the approval is %q, want the agent's metadata verbatim", label)
+	// Verbatim, each line break marked, so lines the agent wrote cannot
+	// pass for the card's own facts (found by a review).
+	if want := payload + "\u23ce\nAmount 1.00 USD"; label != want {
+		t.Fatalf("the label shown with the approval is %q, want the agent's metadata verbatim with its line break marked: %q", label, want)
+	}
+	// What changes the request beyond its amount and subject, and the
+	// agent's reason to send it again, are among the card's facts, not
+	// only in the collapsed exact request (found by a review).
+	if !strings.Contains(facts, "reverse_transfer\ntrue") && !strings.Contains(facts, "reverse_transfer\ttrue") || !strings.Contains(facts, "Sent again because") || !strings.Contains(facts, payload) {
+		t.Fatalf("the card's facts lack reverse_transfer=true or the distinct reason: %q", facts)
 	}
 	if title == "pwned" || injected != 0 {
 		t.Fatalf("agent markup ran or became elements: title %q, %d img/script elements in the view", title, injected)

@@ -219,6 +219,7 @@ export function approvalsView(el) {
         ['Rail', enumText(a.rail, 'RAIL_')],
         ['Subject', a.subject],
         ['Payee', a.payee],
+        ...termsOf(a),
         ['Held by', held.gate ? `${held.gate} (${held.reasonCode || 'hold'})` : '—'],
         ['Reason', h('span', { class: 'reason' }, held.reason || '')],
         ['Held at', when(a.createTime)],
@@ -238,6 +239,23 @@ export function approvalsView(el) {
     return { el, a, stop };
   }
 
+  // termsOf is the members of the exact request that change what it does
+  // beyond its action, amount, subject and payee (a payout's source
+  // account and mode, an instant payout's method, a refund's speed), and
+  // the agent's reason to send it again: approving covers them, so the
+  // card shows them beside the amount, not only in the collapsed exact
+  // request (found by a review).
+  function termsOf(a) {
+    let req;
+    try { req = JSON.parse(a.canonicalRequest || '{}'); } catch { return [['Terms', 'the exact request below could not be read']]; }
+    const extra = (req && typeof req.extra === 'object' && req.extra) || {};
+    // A member's name is shown as code, so no name can pass for one of
+    // the card's own facts ("Payee").
+    const rows = Object.keys(extra).sort().map(k => [h('code', {}, k), String(extra[k])]);
+    if (req && req.distinct) rows.push(['Sent again because', String(req.distinct)]);
+    return rows;
+  }
+
   // labelsList shows the free text and other labels the held request
   // carries (metadata, notes, description, …): approving covers exactly
   // these, so they are shown whole, as inert text (h() makes text nodes),
@@ -247,8 +265,15 @@ export function approvalsView(el) {
     if (!names.length) return h('p', { class: 'hint labels none' }, 'No free text or other labels: the request carries none.');
     return h('section', { class: 'labels', 'aria-label': 'Labels' },
       h('h3', {}, 'Text this request sends (approved with it)'),
-      h('dl', { class: 'labels' }, ...names.flatMap(k => [h('dt', {}, h('code', {}, k)), h('dd', {}, h('pre', { class: 'label-value' }, a.labels[k]))])),
+      h('dl', { class: 'labels' }, ...names.flatMap(k => [h('dt', {}, h('code', {}, k)), h('dd', {}, h('pre', { class: 'label-value' }, breaksShown(a.labels[k])))])),
       h('p', { class: 'hint' }, 'Labels SHA-256: ', h('code', {}, a.labelsDigest || '')));
+  }
+
+  // breaksShown marks each line break of a label's value with ⏎, so text
+  // the agent wrote over several lines cannot pass for the card's own
+  // facts ("Amount", "Payee") below its name (found by a review).
+  function breaksShown(v) {
+    return String(v).replace(/\n/g, '\u23CE\n');
   }
 
   // Live context (GetApproval: a rail read for a refund) is fetched only
