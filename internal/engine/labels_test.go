@@ -2,7 +2,9 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,6 +13,7 @@ import (
 	countersignv1 "github.com/countersign/countersign/gen/countersign/v1"
 	"github.com/countersign/countersign/internal/intent"
 	"github.com/countersign/countersign/internal/ledger"
+	"github.com/countersign/countersign/internal/rail"
 )
 
 // refundWith is r.refund() with the body's label members set to labels
@@ -198,4 +201,50 @@ func TestApprovalReplacementsAreBounded(t *testing.T) {
 	expect(t, r.e.Decide(ctx, r.refundWith(labels(ledger.MaxReplacedApprovals))), Hold, "approval_required")
 	r.approveLive(t)
 	expect(t, r.e.Decide(ctx, r.refundWith(labels(ledger.MaxReplacedApprovals))), Allow, "allowed")
+}
+
+// Each approval opened is an event of its own (approval.opened) naming the
+// approval and its binding: intent.held is written once, when the intent
+// enters HELD, so the approval opened when the same request came with
+// other labels had no event, and an integration reviewing holds from its
+// webhooks could not tell what it was asked to approve (found by a review).
+func TestEachApprovalOpenedIsAnEvent(t *testing.T) {
+	r := newRig(t, func(m *countersignv1.Mandate) { m.Mode = countersignv1.MandateMode_MANDATE_MODE_APPROVAL_REQUIRED })
+	ctx := context.Background()
+	first := r.e.Decide(ctx, r.refundWith("metadata[ticket]=T-77"))
+	expect(t, first, Hold, "approval_required")
+	expect(t, r.e.Decide(ctx, r.refundWith("metadata[ticket]=T-78")), Hold, "approval_required")
+	evs, err := r.store.EventsOf(ctx, ledger.Key{RailAccount: first.Intent.RailAccount, SIK: first.Intent.SIK})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	for _, e := range evs {
+		types = append(types, e.Type)
+	}
+	if want := []string{ledger.EventIntentHeld, ledger.EventApprovalOpened, ledger.EventApprovalOpened}; !slices.Equal(types, want) {
+		t.Fatalf("events = %v, want %v", types, want)
+	}
+	rows := r.approvalRows(t)
+	if len(rows) != 2 {
+		t.Fatalf("approvals = %+v, want two", rows)
+	}
+	for i, e := range evs[1:] {
+		var p map[string]any
+		if err := json.Unmarshal(e.Payload, &p); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]any{
+			"event": "approval.opened", "approval_id": rows[i].id, "labels_digest": rail.LabelsDigest(rows[i].labels),
+			"sik": first.Intent.SIK, "subject": "pi_1", "action": "refund", "state": "HELD",
+		}
+		for k, v := range want {
+			if p[k] != v {
+				t.Errorf("approval.opened %d: %s = %v, want %v", i, k, p[k], v)
+			}
+		}
+		if fp, _ := p["request_fingerprint"].(string); len(fp) != 64 {
+			t.Errorf("approval.opened %d: request_fingerprint %q", i, fp)
+		}
+	}
 }

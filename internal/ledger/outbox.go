@@ -18,8 +18,10 @@ import (
 	"github.com/countersign/countersign/internal/credential"
 )
 
-// The event types the outbox writes (migration 00005, countersign_intent_outbox).
+// The event types the outbox writes (migration 00005, countersign_intent_outbox;
+// 00047, countersign_approval_outbox).
 const (
+	EventApprovalOpened            = "approval.opened"
 	EventIntentHeld                = "intent.held"
 	EventIntentApplied             = "intent.applied"
 	EventIntentQuarantined         = "intent.quarantined"
@@ -30,7 +32,7 @@ const (
 
 // EventTypes lists every event type a webhook may subscribe to.
 func EventTypes() []string {
-	return []string{EventIntentHeld, EventIntentApplied, EventIntentQuarantined, EventIntentBlocked,
+	return []string{EventApprovalOpened, EventIntentHeld, EventIntentApplied, EventIntentQuarantined, EventIntentBlocked,
 		EventIntentConfirmedNotApplied, EventIntentFailed}
 }
 

@@ -129,13 +129,16 @@ func TestOutboxEventFollowsEachInterestingTransition(t *testing.T) {
 		t.Fatalf("held intent: %v", err)
 	}
 	evs, err = f.s.EventsOf(ctx, p.Key)
-	if err != nil || len(evs) != 1 || evs[0].Type != EventIntentHeld {
-		t.Fatalf("events of a held intent = %+v, %v", evs, err)
+	if err != nil || len(evs) != 2 || evs[0].Type != EventIntentHeld || evs[1].Type != EventApprovalOpened {
+		t.Fatalf("events of a held intent = %+v, %v; want intent.held, then approval.opened", evs, err)
 	}
 	wantHeld := []string{all.ID + ":pending", heldOnly.ID + ":pending"}
 	slices.Sort(wantHeld)
 	if got := deliveriesOf(t, f.s, evs[0].ID); !slices.Equal(got, wantHeld) {
 		t.Fatalf("deliveries of intent.held = %v, want %v", got, wantHeld)
+	}
+	if got := deliveriesOf(t, f.s, evs[1].ID); !slices.Equal(got, []string{all.ID + ":pending"}) {
+		t.Fatalf("deliveries of approval.opened = %v, want only the catch-all %s", got, all.ID)
 	}
 
 	// A rejection is intent.failed; a fingerprint mismatch ends QUARANTINED.
