@@ -301,7 +301,7 @@ func checkInclusion(resp *countersignv1.GetAuditInclusionProofResponse, vs []not
 	}
 	rec := api.RecordOf(r)
 	if h := rec.LeafHash(); r.GetLeafHash() != "" && r.GetLeafHash() != fmt.Sprintf("%x", h[:]) {
-		return "", fmt.Errorf("the record's fields hash to %x, the server says %s", h[:], r.GetLeafHash())
+		return "", fmt.Errorf("the record's fields hash to %x, the server says %s", h[:], shown(r.GetLeafHash()))
 	}
 	proof, err := api.ProofHashes(resp.GetProof())
 	if err != nil {

@@ -304,14 +304,14 @@ const recordTimeout = 5 * time.Second
 // Decide answers req. Whatever happens inside, the result is an Outcome,
 // and anything but a clean path is a deny.
 func (e *Engine) Decide(ctx context.Context, req Request) Outcome {
-	if e.refusedUnread(req) {
+	if out, refused := e.refusedUnread(req); refused {
 		// Who sends it is refused before its body is parsed: a request's
 		// parse is work the agent chooses (found by a review: a JSON body
 		// of 64 KiB cost 360 MB to check, and a source refused for its
 		// failed credentials paid it every time). authenticate gives the
-		// answer; the target's refusal stands only if it would not.
+		// answer; the target's refusal stands only if a block lifted in
+		// between, and then says truly why it was refused.
 		acct, _ := e.account(req)
-		out := refuse(req, ReasonTooManyFailures, "Too many failed credential attempts; retry later.", http.StatusTooManyRequests)
 		return e.decide(ctx, req, target{acct: acct, refusal: &out})
 	}
 	return e.decide(ctx, req, e.route(req))
@@ -319,15 +319,32 @@ func (e *Engine) Decide(ctx context.Context, req Request) Outcome {
 
 // refusedUnread reports whether authenticate refuses req whatever its body
 // says, without I/O: it presents no credential, one not of a credential's
-// form, or comes from a source (or with a credential) that failed too often.
-func (e *Engine) refusedUnread(req Request) bool {
+// form, or comes from a source (or with a credential) that failed too
+// often. out is the refusal of a blocked sender.
+func (e *Engine) refusedUnread(req Request) (out Outcome, refused bool) {
 	if req.Credential == "" {
-		return true
+		return refuse(req, ReasonCredentialMissing, "No Countersign agent credential was presented.", http.StatusForbidden), true
 	}
 	if _, err := credential.Hash(req.Credential); err != nil {
-		return true
+		return refuse(req, ReasonCredentialUnknown, "The presented credential is not a Countersign agent credential.", http.StatusForbidden), true
 	}
-	return e.opts.Failures.Check(req.Peer, credentialIdentity(req.Credential)) != nil
+	if err := e.opts.Failures.Check(req.Peer, credentialIdentity(req.Credential)); err != nil {
+		return tooManyFailures(req, err), true
+	}
+	return Outcome{}, false
+}
+
+// tooManyFailures refuses a sender blocked for failed credentials (err is
+// quota.Failures.Check's), saying when to retry.
+func tooManyFailures(req Request, err error) Outcome {
+	var ex *quota.ExhaustedError
+	wait := time.Second
+	if errors.As(err, &ex) {
+		wait = ex.RetryAfter
+	}
+	out := refuse(req, ReasonTooManyFailures, fmt.Sprintf("Too many failed credential attempts; retry after %s.", wait.Round(time.Second)), http.StatusTooManyRequests)
+	out.ResponseHeaders = map[string]string{"retry-after": fmt.Sprint(int(wait.Seconds()) + 1)}
+	return out
 }
 
 // DecideAction answers an action proposed in structured form (the native
@@ -487,14 +504,7 @@ func (e *Engine) authenticate(ctx context.Context, req Request, find func([32]by
 	// lock a working agent out (quota.Failures says why that is safe).
 	identity := credentialIdentity(req.Credential)
 	if err := e.opts.Failures.Check(req.Peer, identity); err != nil {
-		var ex *quota.ExhaustedError
-		wait := time.Second
-		if errors.As(err, &ex) {
-			wait = ex.RetryAfter
-		}
-		out := refuse(req, ReasonTooManyFailures, fmt.Sprintf("Too many failed credential attempts; retry after %s.", wait.Round(time.Second)), http.StatusTooManyRequests)
-		out.ResponseHeaders = map[string]string{"retry-after": fmt.Sprint(int(wait.Seconds()) + 1)}
-		return out, nil, false
+		return tooManyFailures(req, err), nil, false
 	}
 	out, p, ok := e.lookup(ctx, req, find)
 	switch {

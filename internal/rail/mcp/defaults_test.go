@@ -75,6 +75,10 @@ func TestReadOnlyToolIDsAreIDs(t *testing.T) {
 		{"fetch_payment", `{"payment_id":""}`},
 		{"fetch_payment", `{"payment_id":"pay_1%2F..%2Fx"}`},
 		{"fetch_order", `[1]`},
+		// Under another case (a Go server reads it as its id field).
+		{"fetch_order", `{"ID":"../payments/pay_1/card"}`},
+		{"fetch_order", `{"iD":"order_1?expand[]=payments.card"}`},
+		{"fetch_order", `{"Order_ID":"../payouts"}`},
 	} {
 		if p, err := rz.Parse(call(tc.tool, tc.args)); !errors.Is(err, rail.ErrMalformed) {
 			t.Errorf("%s %s parsed as %+v, %v; want it refused", tc.tool, tc.args, p, err)

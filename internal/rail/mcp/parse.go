@@ -731,7 +731,9 @@ func readArguments(raw json.RawMessage) error {
 		return malformed("params.arguments", "a tool's arguments are an object")
 	}
 	for _, k := range slices.Sorted(maps.Keys(args)) {
-		if k != "id" && !strings.HasSuffix(strings.ToLower(k), "_id") {
+		// By any case: a Go server decoding into a struct reads "ID" as its
+		// id field (found by a review).
+		if l := strings.ToLower(k); l != "id" && !strings.HasSuffix(l, "_id") {
 			continue
 		}
 		if v, isString := asString(args[k]); isString && !rail.IsID(v) {
