@@ -19,10 +19,11 @@ import (
 // Why an event stream cannot be scrubbed. The messages name the place,
 // never the content (they reach the agent).
 var (
-	errStreamNotUTF8   = errors.New("its event stream is not UTF-8")
-	errStreamField     = errors.New("its event stream has a line of a field other than data, event, id or retry")
-	errStreamDataJSON  = errors.New("an event of its event stream carries data that is not JSON")
-	errStreamFieldHeld = errors.New("its event stream carries a client secret outside an event's data")
+	errStreamNotUTF8      = errors.New("its event stream is not UTF-8")
+	errStreamField        = errors.New("its event stream has a line of a field other than data, event, id or retry")
+	errStreamDataJSON     = errors.New("an event of its event stream carries data that is not JSON")
+	errStreamFieldHeld    = errors.New("its event stream carries a client secret outside an event's data")
+	errStreamEventTooLong = errors.New("an event of its event stream has too many lines")
 )
 
 // ScrubEventStream returns the event stream body with ScrubJSON applied
@@ -48,28 +49,22 @@ func ScrubEventStream(body []byte) ([]byte, int, error) {
 		out.WriteString(bom)
 		rest = rest[len(bom):]
 	}
-	lines := sse.Lines(rest)
-	removed, start := 0, 0
-	for i, ln := range lines {
-		if ln.Text != "" || ln.End == "" {
-			continue
+	removed := 0
+	// The lines after the last blank one come last, with no End: an event
+	// the stream did not end, which a client does not dispatch; its bytes
+	// reach the agent all the same.
+	for ev, err := range sse.Events(rest) {
+		if err != nil {
+			return nil, 0, errStreamEventTooLong
 		}
-		n, err := scrubEvent(&out, lines[start:i])
+		n, err := scrubEvent(&out, ev.Lines)
 		if err != nil {
 			return nil, 0, err
 		}
 		removed += n
-		out.WriteString(ln.End)
-		start = i + 1
+		out.WriteString(ev.End)
 	}
-	// Lines after the last blank one: an event the stream did not end,
-	// which a client does not dispatch; its bytes reach the agent all the
-	// same.
-	n, err := scrubEvent(&out, lines[start:])
-	if err != nil {
-		return nil, 0, err
-	}
-	if removed += n; removed == 0 {
+	if removed == 0 {
 		return body, 0, nil
 	}
 	return out.Bytes(), removed, nil
@@ -115,7 +110,8 @@ func scrubEvent(out *bytes.Buffer, lines []sse.Line) (int, error) {
 	}
 	for i, ln := range lines {
 		if name, _, _ := strings.Cut(ln.Text, ":"); n == 0 || name != "data" {
-			out.WriteString(ln.Text + ln.End)
+			out.WriteString(ln.Text)
+			out.WriteString(ln.End)
 			continue
 		}
 		if i != first {

@@ -1,7 +1,10 @@
 package sse
 
 import (
+	"errors"
+	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -16,7 +19,7 @@ func TestLines(t *testing.T) {
 		"\r\r\n":                {{Text: "", End: "\r"}, {Text: "", End: "\r\n"}},
 		"\ufeffdata: 1\r\n\r\n": {{Text: "\ufeffdata: 1", End: "\r\n"}, {Text: "", End: "\r\n"}},
 	} {
-		if got := Lines([]byte(in)); !reflect.DeepEqual(got, want) {
+		if got := slices.Collect(Lines([]byte(in))); !reflect.DeepEqual(got, want) {
 			t.Errorf("Lines(%q) = %q, want %q", in, got, want)
 		}
 	}
@@ -31,7 +34,7 @@ func FuzzLines(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
-		lines := Lines(in)
+		lines := slices.Collect(Lines(in))
 		var b strings.Builder
 		for i, l := range lines {
 			if strings.ContainsAny(l.Text, "\r\n") {
@@ -56,4 +59,48 @@ func FuzzLines(f *testing.F) {
 			t.Fatalf("%q split into %q, which is %q put back", in, lines, b.String())
 		}
 	})
+}
+
+// Events groups lines by the blank line that ends each event, the lines
+// after the last one coming last with no End, and holds no more than one
+// event's lines: an event longer than MaxEventLines stops the reading.
+func TestEvents(t *testing.T) {
+	type ev struct {
+		lines []string
+		end   string
+	}
+	read := func(in string) ([]ev, error) {
+		var out []ev
+		for e, err := range Events([]byte(in)) {
+			if err != nil {
+				return out, err
+			}
+			var ls []string
+			for _, l := range e.Lines {
+				ls = append(ls, l.Text+l.End)
+			}
+			out = append(out, ev{ls, e.End})
+		}
+		return out, nil
+	}
+	for in, want := range map[string][]ev{
+		"":                                     nil,
+		"\n\n":                                 {{nil, "\n"}, {nil, "\n"}},
+		"event: m\ndata: 1\n\ndata: 2\r\n\r\n": {{[]string{"event: m\n", "data: 1\n"}, "\n"}, {[]string{"data: 2\r\n"}, "\r\n"}},
+		"data: 1\n\ndata: 2\ndata: 3":          {{[]string{"data: 1\n"}, "\n"}, {[]string{"data: 2\n", "data: 3"}, ""}},
+	} {
+		got, err := read(in)
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("Events(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	// An event of MaxEventLines lines is read; one more line is refused,
+	// after the events before it.
+	long := "data: 0\n\n" + strings.Repeat(":\n", MaxEventLines)
+	if got, err := read(long + "\n"); err != nil || len(got) != 2 || len(got[1].lines) != MaxEventLines {
+		t.Fatalf("an event of %d lines: %d events, %v", MaxEventLines, len(got), err)
+	}
+	if got, err := read(long + ":\n\n"); !errors.Is(err, ErrEventTooLong) || len(got) != 1 {
+		t.Fatalf("an event of %d lines: %d events, %v; want the first, then ErrEventTooLong", MaxEventLines+1, len(got), err)
+	}
 }

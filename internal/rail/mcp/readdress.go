@@ -69,19 +69,21 @@ func readdressStream(body []byte, from string, to json.RawMessage) ([]byte, bool
 		out, _, err := readdressStream(trimmed, from, to)
 		return out, true, err
 	}
-	lines := sse.Lines(body)
 	var out bytes.Buffer
 	changed := false
-	start := 0 // first line of the current event
-	event, hasData := "", false
-	var data []string
-	for i, ln := range lines {
-		text, complete := ln.Text, ln.End != ""
-		if !complete {
-			break // an unfinished event is no message: left as it is
+	var tail []sse.Line // an unfinished event: left as it is
+	for ev, err := range sse.Events(body) {
+		if err != nil {
+			return nil, false, fmt.Errorf("mcp: readdress: %w", err)
 		}
-		if text != "" {
-			name, value, _ := strings.Cut(text, ":")
+		if ev.End == "" {
+			tail = ev.Lines
+			break
+		}
+		event, hasData := "", false
+		var data []string
+		for _, ln := range ev.Lines {
+			name, value, _ := strings.Cut(ln.Text, ":")
 			value = strings.TrimPrefix(value, " ")
 			switch name {
 			case "data":
@@ -89,9 +91,7 @@ func readdressStream(body []byte, from string, to json.RawMessage) ([]byte, bool
 			case "event":
 				event = value
 			}
-			continue
 		}
-		// A blank line ends the event of lines[start:i].
 		var rewritten []byte
 		if hasData && (event == "" || event == "message") {
 			r, ok, err := readdressMessage([]byte(strings.Join(data, "\n")), from, to)
@@ -103,26 +103,27 @@ func readdressStream(body []byte, from string, to json.RawMessage) ([]byte, bool
 			}
 		}
 		written := false
-		for j := start; j < i; j++ {
-			name, _, _ := strings.Cut(lines[j].Text, ":")
+		for _, ln := range ev.Lines {
+			name, _, _ := strings.Cut(ln.Text, ":")
 			switch {
 			case rewritten == nil || name != "data":
-				out.WriteString(lines[j].Text + lines[j].End)
+				out.WriteString(ln.Text)
+				out.WriteString(ln.End)
 			case !written: // the event's first data line holds it all
 				out.WriteString("data: ")
 				out.Write(rewritten)
-				out.WriteString(lines[j].End)
+				out.WriteString(ln.End)
 				written, changed = true, true
 			}
 		}
-		out.WriteString(ln.End)
-		start, event, hasData, data = i+1, "", false, nil
+		out.WriteString(ev.End)
 	}
 	if !changed {
 		return body, false, nil
 	}
-	for _, ln := range lines[start:] {
-		out.WriteString(ln.Text + ln.End)
+	for _, ln := range tail {
+		out.WriteString(ln.Text)
+		out.WriteString(ln.End)
 	}
 	return out.Bytes(), true, nil
 }
