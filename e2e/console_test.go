@@ -147,7 +147,7 @@ func TestConsoleInChromium(t *testing.T) {
 		form := curlForm(t, holdLine)
 		form.Set("amount", fmt.Sprint(atoi(t, form.Get("amount"))-100))
 		form.Set("metadata[note]", payload+"\nAmount 1.00 USD") // a label: shown with the approval it is approved with
-		form.Set("reverse_transfer", "true")                      // a member of the key: shown among the card's facts
+		form.Set("reverse_transfer", "true")                    // a member of the key: shown among the card's facts
 		r := curlRequest(t, holdLine)
 		r.Body = io.NopCloser(strings.NewReader(form.Encode()))
 		r.ContentLength = int64(len(form.Encode()))

@@ -228,6 +228,13 @@ func (c *contract) extAuthz(path string, x *extauthzv3.ExtAuthz) {
 		c.fail("%s: with_request_body must be set: the gate reads the body", path)
 	case wb.GetMaxRequestBytes() == 0 || !wb.GetAllowPartialMessage():
 		c.fail("%s: with_request_body needs max_request_bytes > 0 and allow_partial_message: true", path)
+	case int(wb.GetMaxRequestBytes()) != config.Defaults().MaxRequestBytes:
+		// Countersign counts a body that reaches its --max-request-bytes
+		// as cut unless its length proves it whole; Envoy marks a body cut
+		// at exactly its bound as whole (check_request_utils.cc,
+		// setHttpRequest). Bounds that differ let a cut body pass for the
+		// request (found by a review).
+		c.fail("%s: with_request_body.max_request_bytes is %d, not countersign serve's default --max-request-bytes %d: keep them equal", path, wb.GetMaxRequestBytes(), config.Defaults().MaxRequestBytes)
 	}
 	if x.GetClearRouteCache() {
 		c.fail("%s: clear_route_cache must be false: the route names the rail account", path)
@@ -416,8 +423,8 @@ func (c *contract) railRoute(path string, r *routev3.Route, ra *routev3.RouteAct
 		if cs.GetDisableRequestBodyBuffering() {
 			c.fail("%s: the route must not stop the body reaching the check", path)
 		}
-		if wb := cs.GetWithRequestBody(); wb != nil && (!wb.GetAllowPartialMessage() || wb.GetMaxRequestBytes() == 0) {
-			c.fail("%s: a per-route with_request_body needs max_request_bytes > 0 and allow_partial_message: true", path)
+		if wb := cs.GetWithRequestBody(); wb != nil && (!wb.GetAllowPartialMessage() || int(wb.GetMaxRequestBytes()) != config.Defaults().MaxRequestBytes) {
+			c.fail("%s: a per-route with_request_body needs allow_partial_message: true and max_request_bytes equal to countersign serve's --max-request-bytes (%d): a smaller bound cuts bodies Countersign would count whole (found by a review)", path, config.Defaults().MaxRequestBytes)
 		}
 	}
 	if cfg, ok := per[procName]; ok {

@@ -218,6 +218,11 @@ func TestBrokenCopiesAreCaught(t *testing.T) {
 		{name: "ext_authz on the 200ms default timeout", at: append(slices.Clone(authz), "grpc_service"), edit: del("timeout"), want: failsContract, errHas: "grpc_service.timeout must be at least"},
 		{name: "no partial message", at: append(slices.Clone(authz), "with_request_body"), edit: set("allow_partial_message", false), want: failsContract, errHas: "allow_partial_message: true"},
 		{name: "no body in the check", at: authz, edit: del("with_request_body"), want: failsContract, errHas: "with_request_body must be set"},
+		// Bounds that differ let a body cut at Envoy's pass for whole at
+		// Countersign's (found by a review).
+		{name: "a body bound other than countersign's", at: append(slices.Clone(authz), "with_request_body"), edit: set("max_request_bytes", 1048576), want: failsContract, errHas: "keep them equal"},
+		{name: "a route's smaller body bound", at: append(slices.Clone(stripeRoute), "typed_per_filter_config", "envoy.filters.http.ext_authz", "check_settings"),
+			edit: set("with_request_body", map[string]any{"max_request_bytes": 1024, "allow_partial_message": true}), want: failsContract, errHas: "equal to countersign serve's --max-request-bytes"},
 		{name: "route cache cleared", at: authz, edit: set("clear_route_cache", true), want: failsContract, errHas: "clear_route_cache must be false"},
 		{name: "raw headers", at: authz, edit: set("encode_raw_headers", true), want: failsContract, errHas: "encode_raw_headers must be false"},
 		{name: "the check shown some headers only", at: authz, edit: set("allowed_headers", map[string]any{"patterns": []any{map[string]any{"exact": "authorization"}}}),

@@ -33,6 +33,14 @@ func isTypedStruct(a *anypb.Any) bool {
 	return false
 }
 
+// trailersWhy says why a rail is spoken to in HTTP/1.1 without trailers.
+// Countersign reads a request's headers and body, not its trailers; Envoy's
+// HTTP/1 encoder drops a request's trailers unless enable_trailers is set
+// (http1/codec_impl.cc, encodeTrailersBase), and over HTTP/2 or HTTP/3 it
+// sends them, so a stripe-account trailer the agent added would reach the
+// rail unread (found by a review).
+const trailersWhy = "Countersign does not read a request's trailers, which Envoy sends to the rail only over HTTP/2 or HTTP/3, or HTTP/1.1 with enable_trailers"
+
 // upstreamWhy says why no filter may run between the router and the rail.
 const upstreamWhy = "upstream filters run inside the router, after ext_proc has stamped the request and before it reads the rail's answer: " +
 	"they could change the stamped request Countersign recorded, or rewrite the answer (a 200 into a 4xx, a body into the rail's error) " +
@@ -68,6 +76,21 @@ func upstreamFilterFaults(cl *clusterv3.Cluster) []string {
 		if fs := po.GetHttpFilters(); len(fs) > 0 {
 			out = append(out, fmt.Sprintf("typed_extension_protocol_options[%s].http_filters must be unset (it has %s): %s", k, filterNames(fs), upstreamWhy))
 		}
+		switch c := po.GetUpstreamProtocolOptions().(type) {
+		case nil:
+		case *upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_:
+			if h1 := c.ExplicitHttpConfig.GetHttpProtocolOptions(); h1 == nil {
+				out = append(out, fmt.Sprintf("typed_extension_protocol_options[%s].explicit_http_config must be http_protocol_options (HTTP/1.1): %s", k, trailersWhy))
+			} else if h1.GetEnableTrailers() {
+				out = append(out, fmt.Sprintf("typed_extension_protocol_options[%s].explicit_http_config.http_protocol_options.enable_trailers must be false: %s", k, trailersWhy))
+			}
+		default:
+			out = append(out, fmt.Sprintf("typed_extension_protocol_options[%s] must choose HTTP/1.1 by explicit_http_config (not %T): %s", k, c, trailersWhy))
+		}
+	}
+	//nolint:staticcheck // the deprecated fields still choose the protocol
+	if cl.GetHttp2ProtocolOptions() != nil || cl.GetProtocolSelection() == clusterv3.Cluster_USE_DOWNSTREAM_PROTOCOL || cl.GetHttpProtocolOptions().GetEnableTrailers() {
+		out = append(out, "http2_protocol_options, protocol_selection USE_DOWNSTREAM_PROTOCOL and http_protocol_options.enable_trailers must be unset: "+trailersWhy)
 	}
 	if fs := cl.GetFilters(); len(fs) > 0 {
 		names := make([]string, len(fs))

@@ -70,6 +70,25 @@ func TestRailClusterUpstreamFilters(t *testing.T) {
 		{"unreadable options", func(cl *clusterv3.Cluster) {
 			cl.TypedExtensionProtocolOptions = map[string]*anypb.Any{key: {TypeUrl: "type.googleapis.com/" + key, Value: []byte{0xff}}}
 		}, "cannot be read as HttpProtocolOptions"},
+		// Trailers reach the rail unread over HTTP/2 or with enable_trailers
+		// (found by a review).
+		{"HTTP/2 to the rail", func(cl *clusterv3.Cluster) {
+			cl.TypedExtensionProtocolOptions = map[string]*anypb.Any{key: mustAny(t, &upstreamhttpv3.HttpProtocolOptions{
+				UpstreamProtocolOptions: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig{
+					ProtocolConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}}}}})}
+		}, "explicit_http_config must be http_protocol_options (HTTP/1.1)"},
+		{"HTTP/1.1 with trailers", func(cl *clusterv3.Cluster) {
+			cl.TypedExtensionProtocolOptions = map[string]*anypb.Any{key: mustAny(t, &upstreamhttpv3.HttpProtocolOptions{
+				UpstreamProtocolOptions: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig{
+					ProtocolConfig: &upstreamhttpv3.HttpProtocolOptions_ExplicitHttpConfig_HttpProtocolOptions{HttpProtocolOptions: &corev3.Http1ProtocolOptions{EnableTrailers: true}}}}})}
+		}, "enable_trailers must be false"},
+		{"the agent's protocol", func(cl *clusterv3.Cluster) {
+			cl.TypedExtensionProtocolOptions = map[string]*anypb.Any{key: mustAny(t, &upstreamhttpv3.HttpProtocolOptions{
+				UpstreamProtocolOptions: &upstreamhttpv3.HttpProtocolOptions_UseDownstreamProtocolConfig{UseDownstreamProtocolConfig: &upstreamhttpv3.HttpProtocolOptions_UseDownstreamHttpConfig{}}})}
+		}, "must choose HTTP/1.1 by explicit_http_config"},
+		{"deprecated HTTP/2 field", func(cl *clusterv3.Cluster) {
+			cl.Http2ProtocolOptions = &corev3.Http2ProtocolOptions{} //nolint:staticcheck // the deprecated field still chooses HTTP/2
+		}, "http2_protocol_options, protocol_selection USE_DOWNSTREAM_PROTOCOL"},
 		{"upstream network filter", func(cl *clusterv3.Cluster) {
 			cl.Filters = []*clusterv3.Filter{{Name: "envoy.filters.network.upstream.x"}}
 		}, `filters must be unset (it has "envoy.filters.network.upstream.x")`},

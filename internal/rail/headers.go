@@ -65,6 +65,14 @@ var commonRules = map[string]HeaderRule{
 	"x-original-url":     {Class: HeaderRefused, Why: "it can make the rail read the request as another path"},
 	"x-rewrite-url":      {Class: HeaderRefused, Why: "it can make the rail read the request as another path"},
 	"x-forwarded-prefix": {Class: HeaderRefused, Why: "it can make the rail read the request as another path"},
+	// nginx's auth_request convention and frameworks behind trusted proxies
+	// (Symfony's and Laravel's getHost) read these as the request's path
+	// and host; a CGI gateway reads Proxy as HTTP_PROXY, the proxy the
+	// rail's own code would call out through (httpoxy). No SDK sends them
+	// (found by a review).
+	"x-original-uri":   {Class: HeaderRefused, Why: "it can make the rail read the request as another path"},
+	"x-forwarded-host": {Class: HeaderRefused, Why: "it can make the rail read the request as sent to another host"},
+	"proxy":            {Class: HeaderRefused, Why: "servers reading headers as CGI variables read it as HTTP_PROXY, the proxy their own calls go through"},
 	// Envoy times a call by a request's grpc-timeout on a route with
 	// max_grpc_timeout or max_stream_duration.grpc_timeout_header_max
 	// (router.cc finalTimeout, conn_manager_impl.cc
@@ -72,7 +80,9 @@ var commonRules = map[string]HeaderRule{
 	// (envoyconfig.RouteTimeoutFaults), and no rail reads it.
 	"grpc-timeout": {Class: HeaderRefused, Why: "it can make Envoy cut the rail call short when the agent chooses, leaving its outcome unknown"},
 	"content-encoding": {Class: HeaderPinned, Check: func(v string) error {
-		if !strings.EqualFold(strings.TrimSpace(v), "identity") {
+		// Only HTTP's own whitespace around it (space, tab): Envoy passes
+		// "identity\u00a0" as it is (found by a review).
+		if !strings.EqualFold(strings.Trim(v, " \t"), "identity") {
 			return fmt.Errorf("%q: the body must be sent unencoded, as Countersign reads it", v)
 		}
 		return nil
@@ -180,6 +190,15 @@ func (p HeaderPolicy) Check(headers map[string]string) error {
 		switch r.Class {
 		case HeaderRefused:
 			return &RefusedHeader{Name: name, Why: "is refused: " + r.Why}
+		case HeaderStamp:
+			// Envoy joins a header sent twice with "," in the check; which
+			// copy the rail reads after Countersign writes its own depends
+			// on Envoy's version (setCopy replaced only the first before
+			// http_set_copy_replace_all_headers): one copy, no comma
+			// (found by a review).
+			if strings.Contains(v, ",") {
+				return fmt.Errorf("%w: %s: sent more than once, or with a comma: Countersign writes this header itself, once", ErrMalformed, name)
+			}
 		case HeaderPinned:
 			if r.Check != nil {
 				if err := r.Check(v); err != nil {

@@ -40,6 +40,15 @@ func TestHeaderPolicyCheck(t *testing.T) {
 		{name: "a common refusal", headers: map[string]string{"x-http-method-override": "GET"}, refused: "x-http-method-override", why: "another method"},
 		{name: "a client's timeout", headers: map[string]string{"grpc-timeout": "1m"}, refused: "grpc-timeout", why: "cut the rail call short"},
 		{name: "a pinned value", headers: map[string]string{"content-encoding": "gzip"}, malformed: true},
+		// Found by a review: Envoy passes a no-break space as it is, and
+		// joins a stamp header sent twice with a comma.
+		{name: "identity with a no-break space", headers: map[string]string{"content-encoding": "identity\u00a0"}, malformed: true},
+		{name: "identity with HTTP's whitespace", headers: map[string]string{"content-encoding": " identity\t"}},
+		{name: "a stamp sent twice", headers: map[string]string{"rail-key": "k1,k2"}, malformed: true},
+		{name: "the credential sent twice", headers: map[string]string{"authorization": "Bearer a,Bearer b"}, malformed: true},
+		{name: "a forwarded host", headers: map[string]string{"x-forwarded-host": "api.example.com"}, refused: "x-forwarded-host", why: "another host"},
+		{name: "an original URI", headers: map[string]string{"x-original-uri": "/v1/payouts"}, refused: "x-original-uri", why: "another path"},
+		{name: "httpoxy", headers: map[string]string{"proxy": "http://10.0.0.9:8080"}, refused: "proxy", why: "HTTP_PROXY"},
 
 		// Envoy's ext_authz flag and a sidecar's attempt count pass.
 		{name: "ext_authz's partial-body flag", headers: map[string]string{"x-envoy-auth-partial-body": "false"}},

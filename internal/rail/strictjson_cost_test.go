@@ -1,6 +1,7 @@
 package rail
 
 import (
+	"errors"
 	"runtime"
 	"strings"
 	"testing"
@@ -62,7 +63,8 @@ func TestCheckStrictJSONCostIsLinear(t *testing.T) {
 	// The path of a member sent twice is still named whole.
 	body := []byte(`{"a":[{"b":{"c":1,"C":2}}]}`)
 	err := CheckStrictJSON(body, StrictJSON{})
-	if je, ok := err.(*JSONError); !ok || je.Fault != JSONTwice || je.Path != "a[].b.C" {
+	var je *JSONError
+	if !errors.As(err, &je) || je.Fault != JSONTwice || je.Path != "a[].b.C" {
 		t.Fatalf("%v; want C sent twice at a[].b.C", err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 
+	"github.com/countersign/countersign/internal/config"
 	"github.com/countersign/countersign/internal/envoyconfig"
 	"github.com/countersign/countersign/internal/rails"
 )
@@ -156,6 +157,10 @@ func checkHCM(r *result, h *hcmv3.HttpConnectionManager, clusters map[string]*cl
 		r.ok(invEnvoy, !az.GetFailureModeAllow(), "ext_authz must fail closed (failure_mode_allow: false)")
 		r.ok(invEnvoy, az.GetGrpcService().GetEnvoyGrpc().GetClusterName() == countersignCluster, "ext_authz must call the %q cluster", countersignCluster)
 		r.ok(invEnvoy, az.GetWithRequestBody().GetAllowPartialMessage(), "ext_authz must send a truncated body on (allow_partial_message) for Countersign to refuse")
+		// Envoy marks a body cut at exactly its bound as whole; Countersign
+		// counts one that reaches its own bound as cut: the two bounds are one.
+		r.ok(invEnvoy, int(az.GetWithRequestBody().GetMaxRequestBytes()) == config.Defaults().MaxRequestBytes,
+			"ext_authz with_request_body.max_request_bytes is %d, not countersign serve's --max-request-bytes %d: keep them equal", az.GetWithRequestBody().GetMaxRequestBytes(), config.Defaults().MaxRequestBytes)
 		r.ok(invEnvoy, az.GetAllowedHeaders() == nil && az.GetDisallowedHeaders() == nil, "ext_authz: %s", envoyconfig.EveryHeaderWhy)
 	}
 	ep := &extprocv3.ExternalProcessor{}
