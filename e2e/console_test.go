@@ -162,7 +162,7 @@ func TestConsoleInChromium(t *testing.T) {
 		t.Fatalf("pending approvals = %d, want 1", len(held))
 	}
 	card = fmt.Sprintf(`article.approval[data-approval-id=%q]`, held[0])
-	var canonical, label, title, facts string
+	var canonical, label, title, facts, terms string
 	var injected int
 	run("the hostile request appears", 30*time.Second,
 		chromedp.WaitVisible(card, chromedp.ByQuery),
@@ -171,6 +171,7 @@ func TestConsoleInChromium(t *testing.T) {
 		waitText(card+` .live-context`, "As of"),
 		chromedp.Text(card+` dl.labels pre.label-value`, &label, chromedp.ByQuery),
 		chromedp.Text(card+` dl.facts`, &facts, chromedp.ByQuery),
+		chromedp.Text(card+` dl.terms`, &terms, chromedp.ByQuery),
 		chromedp.Click(card+` summary`, chromedp.ByQuery),
 		chromedp.Text(card+` pre.canonical`, &canonical, chromedp.ByQuery),
 		chromedp.Evaluate(`document.title`, &title),
@@ -184,10 +185,15 @@ func TestConsoleInChromium(t *testing.T) {
 		t.Fatalf("the label shown with the approval is %q, want the agent's metadata verbatim with its line break marked: %q", label, want)
 	}
 	// What changes the request beyond its amount and subject, and the
-	// agent's reason to send it again, are among the card's facts, not
-	// only in the collapsed exact request (found by a review).
-	if !strings.Contains(facts, "reverse_transfer\ntrue") && !strings.Contains(facts, "reverse_transfer\ttrue") || !strings.Contains(facts, "Sent again because") || !strings.Contains(facts, payload) {
-		t.Fatalf("the card's facts lack reverse_transfer=true or the distinct reason: %q", facts)
+	// agent's reason to send it again, are on the card, not only in the
+	// collapsed exact request (found by a review), after the card's own
+	// facts and apart from them (a native caller names its members: found
+	// by a review of the first version).
+	if !strings.Contains(terms, "reverse_transfer\ntrue") && !strings.Contains(terms, "reverse_transfer\ttrue") || !strings.Contains(terms, "Sent again because") || !strings.Contains(terms, payload) {
+		t.Fatalf("the card's terms lack reverse_transfer=true or the distinct reason: %q", terms)
+	}
+	if strings.Contains(facts, "reverse_transfer") || strings.Contains(facts, "Sent again because") {
+		t.Fatalf("the request's members are among the card's own facts: %q", facts)
 	}
 	if title == "pwned" || injected != 0 {
 		t.Fatalf("agent markup ran or became elements: title %q, %d img/script elements in the view", title, injected)

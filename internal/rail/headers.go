@@ -72,7 +72,12 @@ var commonRules = map[string]HeaderRule{
 	// (found by a review).
 	"x-original-uri":   {Class: HeaderRefused, Why: "it can make the rail read the request as another path"},
 	"x-forwarded-host": {Class: HeaderRefused, Why: "it can make the rail read the request as sent to another host"},
-	"proxy":            {Class: HeaderRefused, Why: "servers reading headers as CGI variables read it as HTTP_PROXY, the proxy their own calls go through"},
+	"x-original-host":  {Class: HeaderRefused, Why: "it can make the rail read the request as sent to another host"},
+	"x-forwarded-uri":  {Class: HeaderRefused, Why: "it can make the rail read the request as another path"},
+	// RFC 7239's one header for what the x-forwarded-* family says (host=,
+	// proto=), read the same way behind trusted proxies.
+	"forwarded": {Class: HeaderRefused, Why: "it can make the rail read the request as sent to another host"},
+	"proxy":     {Class: HeaderRefused, Why: "servers reading headers as CGI variables read it as HTTP_PROXY, the proxy their own calls go through"},
 	// Envoy times a call by a request's grpc-timeout on a route with
 	// max_grpc_timeout or max_stream_duration.grpc_timeout_header_max
 	// (router.cc finalTimeout, conn_manager_impl.cc

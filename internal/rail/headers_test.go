@@ -48,6 +48,9 @@ func TestHeaderPolicyCheck(t *testing.T) {
 		{name: "the credential sent twice", headers: map[string]string{"authorization": "Bearer a,Bearer b"}, malformed: true},
 		{name: "a forwarded host", headers: map[string]string{"x-forwarded-host": "api.example.com"}, refused: "x-forwarded-host", why: "another host"},
 		{name: "an original URI", headers: map[string]string{"x-original-uri": "/v1/payouts"}, refused: "x-original-uri", why: "another path"},
+		{name: "RFC 7239's forwarded", headers: map[string]string{"forwarded": "host=api.example.com;proto=https"}, refused: "forwarded", why: "another host"},
+		{name: "an original host", headers: map[string]string{"x-original-host": "api.example.com"}, refused: "x-original-host", why: "another host"},
+		{name: "a forwarded URI", headers: map[string]string{"x-forwarded-uri": "/v1/payouts"}, refused: "x-forwarded-uri", why: "another path"},
 		{name: "httpoxy", headers: map[string]string{"proxy": "http://10.0.0.9:8080"}, refused: "proxy", why: "HTTP_PROXY"},
 
 		// Envoy's ext_authz flag and a sidecar's attempt count pass.

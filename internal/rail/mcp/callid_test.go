@@ -8,6 +8,7 @@ import (
 
 	"github.com/countersign/countersign/internal/rail"
 	"github.com/countersign/countersign/internal/sik"
+	ssepkg "github.com/countersign/countersign/internal/sse"
 )
 
 // minted is the id a first attempt under stamp stampA leaves with.
@@ -188,6 +189,9 @@ func FuzzReaddress(f *testing.F) {
 			resp = sseResp(body)
 		}
 		got, changed, err := Readdress(resp, minted, json.RawMessage(`"agent-1"`))
+		if sse && errors.Is(err, ssepkg.ErrEventTooLong) {
+			return // refused whole: the answer keeps the call's id, and CheckOwnAnswer withholds it
+		}
 		if err != nil {
 			t.Fatalf("Readdress(%q): %v", body, err)
 		}

@@ -219,13 +219,13 @@ export function approvalsView(el) {
         ['Rail', enumText(a.rail, 'RAIL_')],
         ['Subject', a.subject],
         ['Payee', a.payee],
-        ...termsOf(a),
         ['Held by', held.gate ? `${held.gate} (${held.reasonCode || 'hold'})` : '—'],
         ['Reason', h('span', { class: 'reason' }, held.reason || '')],
         ['Held at', when(a.createTime)],
         ['Expires', when(a.expireTime)],
         ['Approval', a.approvalId],
       ]),
+      termsList(a),
       labelsList(a),
       ctx,
       h('details', {},
@@ -239,21 +239,29 @@ export function approvalsView(el) {
     return { el, a, stop };
   }
 
-  // termsOf is the members of the exact request that change what it does
-  // beyond its action, amount, subject and payee (a payout's source
+  // termsList shows the members of the exact request that change what it
+  // does beyond its action, amount, subject and payee (a payout's source
   // account and mode, an instant payout's method, a refund's speed), and
   // the agent's reason to send it again: approving covers them, so the
-  // card shows them beside the amount, not only in the collapsed exact
-  // request (found by a review).
-  function termsOf(a) {
+  // card shows them, not only the collapsed exact request (found by a
+  // review). They come after the card's own facts, under a heading of
+  // their own, names as code, at most maxTerms of them: a native caller
+  // names its members, and one named "Amount" or "Held by", or thirty of
+  // them, must not pass for the card's facts or push them away (found by
+  // a review of the first version).
+  const maxTerms = 8;
+  function termsList(a) {
     let req;
-    try { req = JSON.parse(a.canonicalRequest || '{}'); } catch { return [['Terms', 'the exact request below could not be read']]; }
+    try { req = JSON.parse(a.canonicalRequest || '{}'); } catch { return h('p', { class: 'hint terms' }, 'The exact request below could not be read.'); }
     const extra = (req && typeof req.extra === 'object' && req.extra) || {};
-    // A member's name is shown as code, so no name can pass for one of
-    // the card's own facts ("Payee").
     const rows = Object.keys(extra).sort().map(k => [h('code', {}, k), String(extra[k])]);
-    if (req && req.distinct) rows.push(['Sent again because', String(req.distinct)]);
-    return rows;
+    if (req && req.distinct) rows.unshift(['Sent again because', String(req.distinct)]);
+    if (!rows.length) return null;
+    const shown = rows.slice(0, maxTerms);
+    return h('section', { class: 'terms', 'aria-label': 'What else the request sets' },
+      h('h3', {}, 'What else the request sets (approved with it)'),
+      h('dl', { class: 'terms' }, ...shown.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])),
+      rows.length > shown.length ? h('p', { class: 'hint' }, `${rows.length - shown.length} more in the exact request below.`) : null);
   }
 
   // labelsList shows the free text and other labels the held request
