@@ -24,7 +24,7 @@ func TestScrubEventStreamCostIsLinear(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if n, limit := after.TotalAlloc-before.TotalAlloc, uint64(8*len(body)); n > limit {
+		if n, limit := after.TotalAlloc-before.TotalAlloc, uint64(16*len(body)); n > limit {
 			t.Errorf("%s: scrubbing %d bytes allocated %d, more than %d", name, len(body), n, limit)
 		}
 	}
