@@ -64,3 +64,37 @@ func TestARefundAppliedAfterTheReadIsCounted(t *testing.T) {
 		t.Fatalf("C = %s %s %s: 500 + 400 of a 1000 payment fits", c.Verdict, c.ReasonCode, c.Reason)
 	}
 }
+
+// TestAQuarantinedRefundIsCounted: a refund quarantined (its answer did not
+// match what was decided; a person settles it) may still have applied at
+// the rail, so it is outstanding for the payment's next refund as an
+// ambiguous one is, until its owner resolves it (found by a review: a
+// second refund was valued as if the quarantined one could not apply).
+func TestAQuarantinedRefundIsCounted(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	if _, err := r.mock.AddPayment(mockrail.Payment{Rail: mockrail.Stripe, ID: "pi_q", Amount: 1000, Currency: "usd"}); err != nil {
+		t.Fatal(err)
+	}
+	reqA := r.refund()
+	reqA.Body = []byte("payment_intent=pi_q&amount=500")
+	a := r.e.Decide(ctx, reqA)
+	if a.Verdict != Allow {
+		t.Fatalf("A = %s %s", a.ReasonCode, a.Reason)
+	}
+	it, err := r.store.Commit(ctx, ledger.AttemptResult{Key: ledger.Key{RailAccount: a.Intent.RailAccount, SIK: a.Intent.SIK},
+		Seq: a.Intent.AttemptSeq, Outcome: ledger.OutcomeFingerprintMismatch, Reason: "the rail made something else"})
+	if err != nil || it.State != intent.Quarantined {
+		t.Fatalf("A committed as %s, %v; want QUARANTINED", it.State, err)
+	}
+	reqB := r.refund()
+	reqB.Body = []byte("payment_intent=pi_q&amount=600")
+	if b := r.e.Decide(ctx, reqB); b.Verdict == Allow {
+		t.Fatalf("B allowed (%s): 600 beside a quarantined 500 of a 1000 payment", b.Reason)
+	}
+	reqC := r.refund()
+	reqC.Body = []byte("payment_intent=pi_q&amount=400")
+	if c := r.e.Decide(ctx, reqC); c.Verdict != Allow {
+		t.Fatalf("C = %s %s %s: 400 beside a quarantined 500 of a 1000 payment fits", c.Verdict, c.ReasonCode, c.Reason)
+	}
+}

@@ -146,7 +146,9 @@ func (tx *Tx) Outstanding(ctx context.Context, railAccount, subject, except stri
 // outstandingState is the condition on a subject's intents that a rail
 // read begun the parameter $arg (a sinceRead) microseconds before the
 // transaction began may not show: those the rail may still be applying (IN_FLIGHT, UNKNOWN,
-// RECONCILING), and those recorded APPLIED since the read began. An
+// RECONCILING, and QUARANTINED until a person resolves it: its answer did
+// not say what the rail did, found by a review), and those recorded
+// APPLIED since the read began. An
 // intent's move to APPLIED is written (updated_at: its transaction's
 // start) only after the rail answered, so one applied after the read was
 // answered is recorded after the read began; before, it was counted
@@ -162,7 +164,7 @@ func (tx *Tx) Outstanding(ctx context.Context, railAccount, subject, except stri
 // than sinceReadMargin before the read began is counted twice, which can
 // only refuse.
 func outstandingState(arg int) string {
-	return fmt.Sprintf(`(state IN ('IN_FLIGHT', 'UNKNOWN', 'RECONCILING')
+	return fmt.Sprintf(`(state IN ('IN_FLIGHT', 'UNKNOWN', 'RECONCILING', 'QUARANTINED')
 		OR (state = 'APPLIED' AND updated_at >= now() - $%d::bigint * interval '1 microsecond'))`, arg)
 }
 
