@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 
@@ -91,6 +92,10 @@ func TestAQuarantinedRefundIsCounted(t *testing.T) {
 	reqB.Body = []byte("payment_intent=pi_q&amount=600")
 	if b := r.e.Decide(ctx, reqB); b.Verdict == Allow {
 		t.Fatalf("B allowed (%s): 600 beside a quarantined 500 of a 1000 payment", b.Reason)
+	} else if !strings.Contains(b.Reason, "quarantined until its owner resolves it") {
+		// A quarantined refund that did apply is counted twice until it is
+		// resolved: the refusal says why (found by a review).
+		t.Errorf("B's refusal does not say a quarantined refund is counted: %s", b.Reason)
 	}
 	reqC := r.refund()
 	reqC.Body = []byte("payment_intent=pi_q&amount=400")

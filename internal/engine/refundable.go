@@ -22,8 +22,9 @@ type RefundableNow struct {
 	// Rail is the rail's refundable balance, read now.
 	Rail int64
 	// Outstanding is what the ledger has on the subject that the rail's
-	// balance may not show yet (in flight, unknown, reconciling), other
-	// than the intent itself.
+	// balance may not show yet (in flight, unknown, reconciling, or
+	// quarantined until a person resolves it), other than the intent
+	// itself.
 	Outstanding int64
 	// Available is gate.Refundable of the two.
 	Available int64

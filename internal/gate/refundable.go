@@ -33,7 +33,7 @@ func checkRefundable(in Input, r Referent, outstanding int64) (code, reason stri
 	}
 	why := ""
 	if outstanding > 0 {
-		why = fmt.Sprintf(" (the rail shows %s, and %s more is already being refunded through Countersign)", cur(r.RefundableMinor), cur(outstanding))
+		why = fmt.Sprintf(" (the rail shows %s, and %s more is already being refunded through Countersign, or is quarantined until its owner resolves it)", cur(r.RefundableMinor), cur(outstanding))
 	}
 	switch {
 	case avail == 0:

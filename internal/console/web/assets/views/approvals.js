@@ -333,7 +333,7 @@ export function approvalsView(el) {
           ? h('p', { class: 'warn refundable' }, 'Refundable balance unknown: ', live.refundableError)
           : h('p', { class: 'refundable' }, 'Still refundable on ', a.subject, ' now: ', h('strong', {}, live.refundable ? format(live.refundable, a.rail) : '—'),
             live.railRefundable ? h('span', { class: 'hint' }, ' (the rail says ', format(live.railRefundable, a.rail),
-              live.ledgerOutstanding && live.ledgerOutstanding.amountMinor !== '0' ? ['; ', format(live.ledgerOutstanding, a.rail), ' is in flight'] : '', ')') : null));
+              live.ledgerOutstanding && live.ledgerOutstanding.amountMinor !== '0' ? ['; ', format(live.ledgerOutstanding, a.rail), ' is in flight or quarantined, awaiting your resolution'] : '', ')') : null));
       }
       if (live.mandateUsage) parts.push(usageBars(live.mandateUsage, a.rail, { compact: true }));
       if (live.asOf) parts.push(h('p', { class: 'hint' }, 'As of ', when(live.asOf)));
