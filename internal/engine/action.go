@@ -174,10 +174,10 @@ func nulField(a rail.Action) string {
 // checked as they are parsed (rail.AddLabel).
 func unshownField(a rail.Action) string {
 	if !rail.IsID(a.Subject) {
-		return fmt.Sprintf("the subject %s is not a rail id (1 to 255 letters, digits and underscores).", strconv.QuoteToASCII(trimmed(a.Subject)))
+		return fmt.Sprintf("the subject %s is not a rail id (1 to 255 letters, digits and underscores).", strconv.QuoteToASCII(clip(a.Subject, 64)))
 	}
 	if a.Payee != "" && !rail.IsID(a.Payee) {
-		return fmt.Sprintf("the payee %s is not a rail id (1 to 255 letters, digits and underscores).", strconv.QuoteToASCII(trimmed(a.Payee)))
+		return fmt.Sprintf("the payee %s is not a rail id (1 to 255 letters, digits and underscores).", strconv.QuoteToASCII(clip(a.Payee, 64)))
 	}
 	// The first member in name order, named; sorted only when one is bad
 	// (this runs on every action).
@@ -195,15 +195,7 @@ func unshownField(a rail.Action) string {
 	if err == nil {
 		err = sik.CheckShown(a.Extra[k])
 	}
-	return fmt.Sprintf("member %s %v.", strconv.QuoteToASCII(trimmed(k)), err)
-}
-
-// trimmed is s cut to its first 64 bytes, for an error that names it.
-func trimmed(s string) string {
-	if len(s) > 64 {
-		return s[:64] + "…"
-	}
-	return s
+	return fmt.Sprintf("member %s %v.", strconv.QuoteToASCII(clip(k, 64)), err)
 }
 
 // run answers an authenticated caller's target.
