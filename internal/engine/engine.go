@@ -322,11 +322,8 @@ func (e *Engine) Decide(ctx context.Context, req Request) Outcome {
 // form, or comes from a source (or with a credential) that failed too
 // often. out is the refusal of a blocked sender.
 func (e *Engine) refusedUnread(req Request) (out Outcome, refused bool) {
-	if req.Credential == "" {
-		return refuse(req, ReasonCredentialMissing, "No Countersign agent credential was presented.", http.StatusForbidden), true
-	}
-	if _, err := credential.Hash(req.Credential); err != nil {
-		return refuse(req, ReasonCredentialUnknown, "The presented credential is not a Countersign agent credential.", http.StatusForbidden), true
+	if _, out, ok := credentialHash(req); !ok {
+		return out, true
 	}
 	if err := e.opts.Failures.Check(req.Peer, credentialIdentity(req.Credential)); err != nil {
 		return tooManyFailures(req, err), true
@@ -529,12 +526,9 @@ func credentialIdentity(cred string) string {
 
 // lookup resolves the presented credential against the ledger.
 func (e *Engine) lookup(ctx context.Context, req Request, find func([32]byte) (ledger.Principal, error)) (Outcome, *ledger.Principal, bool) {
-	if req.Credential == "" {
-		return refuse(req, ReasonCredentialMissing, "No Countersign agent credential was presented; send it where the rail SDK expects its API key.", http.StatusForbidden), nil, false
-	}
-	hash, err := credential.Hash(req.Credential)
-	if err != nil {
-		return refuse(req, ReasonCredentialUnknown, "The presented credential is not a Countersign agent credential.", http.StatusForbidden), nil, false
+	hash, out, ok := credentialHash(req)
+	if !ok {
+		return out, nil, false
 	}
 	p, err := find(hash)
 	switch {
@@ -554,9 +548,23 @@ func (e *Engine) lookup(ctx context.Context, req Request, find func([32]byte) (l
 	if !refused {
 		return Outcome{AgentID: p.Agent.ID}, &p, true
 	}
-	out := refuse(req, code, reason, http.StatusForbidden)
+	out = refuse(req, code, reason, http.StatusForbidden)
 	out.AgentID = p.Agent.ID
 	return out, &p, false
+}
+
+// credentialHash is the hash of the credential req presents, or the
+// refusal of a request that presents none or one not of a credential's
+// form (no lookup can admit either).
+func credentialHash(req Request) ([32]byte, Outcome, bool) {
+	if req.Credential == "" {
+		return [32]byte{}, refuse(req, ReasonCredentialMissing, "No Countersign agent credential was presented; send it where the rail SDK expects its API key.", http.StatusForbidden), false
+	}
+	hash, err := credential.Hash(req.Credential)
+	if err != nil {
+		return [32]byte{}, refuse(req, ReasonCredentialUnknown, "The presented credential is not a Countersign agent credential.", http.StatusForbidden), false
+	}
+	return hash, Outcome{}, true
 }
 
 // principalRefusal says why p may no longer act at now: its credential
